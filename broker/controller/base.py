@@ -1,0 +1,68 @@
+"""The controller interface: the one place cluster metadata is changed.
+
+Request handlers read metadata through :class:`Controller` and ask it for changes (create a
+topic, delete it, add partitions, change configs). The standalone controller keeps metadata in
+the data dir; a ZooKeeper-backed one will keep it in Kafka's znodes. Both tell the broker about
+changes through :class:`MetadataListener`, so the broker's local logs follow the metadata the
+same way in either mode.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Protocol
+
+from broker.controller.model import BrokerInfo, TopicInfo
+
+__all__ = ["Controller", "MetadataListener"]
+
+
+class MetadataListener(Protocol):
+    """Receives metadata changes after the controller made them durable."""
+
+    def on_topic_changed(self, topic: TopicInfo) -> None:
+        """A topic was created, or its partitions or configs changed."""
+
+    def on_topic_deleted(self, topic: TopicInfo) -> None:
+        """A topic was deleted; its local logs should go."""
+
+
+class Controller(Protocol):
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int: ...
+
+    def brokers(self) -> Sequence[BrokerInfo]: ...
+
+    def topics(self) -> Mapping[str, TopicInfo]: ...
+
+    def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    async def create_topic(
+        self,
+        name: str,
+        num_partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        *,
+        validate_only: bool = False,
+    ) -> TopicInfo:
+        """Create a topic. Raises KafkaError: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION,
+        INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR."""
+        ...
+
+    async def delete_topic(self, name: str) -> None:
+        """Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) for a topic that does not exist."""
+        ...
+
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+        """Grow a topic to ``total`` partitions. Raises KafkaError(INVALID_PARTITIONS) when
+        ``total`` is not larger than the current count."""
+        ...
+
+    async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """Replace the topic's config overrides with ``configs`` (already validated)."""
+        ...

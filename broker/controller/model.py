@@ -1,0 +1,66 @@
+"""Cluster metadata as the controller publishes it: brokers, topics, partitions.
+
+Plain frozen values, shared by every controller implementation (standalone now, ZooKeeper later)
+and read by the request handlers. Names follow Kafka's: leader epoch, replicas, ISR.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from broker.config import ListenerSpec
+
+__all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "validate_topic_name", "TOPIC_NAME_MAX"]
+
+TOPIC_NAME_MAX = 249
+_LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    """A live broker and the addresses it advertises, one per listener name."""
+
+    broker_id: int
+    endpoints: tuple[ListenerSpec, ...]
+    rack: str | None = None
+
+    def endpoint(self, listener_name: str) -> ListenerSpec | None:
+        for spec in self.endpoints:
+            if spec.name == listener_name:
+                return spec
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionInfo:
+    partition: int
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TopicInfo:
+    name: str
+    topic_id: uuid.UUID
+    partitions: tuple[PartitionInfo, ...]
+    # Only the topic's own overrides; defaults come from the broker config.
+    configs: Mapping[str, str] = field(default_factory=dict)
+    is_internal: bool = False
+
+
+def validate_topic_name(name: str) -> str | None:
+    """Return why ``name`` is not a legal Kafka topic name, or None when it is."""
+    if not name:
+        return "topic name is empty"
+    if name in (".", ".."):
+        return f"topic name cannot be '{name}'"
+    if len(name) > TOPIC_NAME_MAX:
+        return f"topic name is longer than {TOPIC_NAME_MAX} characters"
+    bad = sorted(set(name) - _LEGAL)
+    if bad:
+        return f"topic name '{name}' contains illegal characters {''.join(bad)!r}; use [a-zA-Z0-9._-]"
+    return None

@@ -1,0 +1,136 @@
+"""A running broker: storage, controller, replicas and listeners under one trio task tree.
+
+:func:`run_broker` is the whole broker. It reports readiness through ``task_status.started``
+with the bound listener addresses, runs until cancelled, and on the way out writes its
+checkpoints and closes its logs, so a clean stop needs no recovery on the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import trio
+
+from broker.config import BrokerConfig, ListenerSpec
+from broker.controller.model import BrokerInfo
+from broker.controller.standalone import StandaloneController
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.replication.replica_manager import ReplicaManager, broker_log_config
+from broker.server.connection import ConnectionInfo, serve_connection
+from broker.server.context import BrokerServices, now_ms
+from broker.server.dispatch import Dispatcher
+from broker.server.listeners import BoundListener, serve_listeners
+from broker.server.memory import RequestMemoryPool
+from broker.storage import LogManager
+
+__all__ = ["RunningBroker", "run_broker"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RunningBroker:
+    """What ``run_broker`` reports once it accepts connections."""
+
+    broker_id: int
+    cluster_id: str
+    listeners: tuple[BoundListener, ...]
+    services: BrokerServices
+
+    def bootstrap(self, listener_name: str | None = None) -> str:
+        """``host:port`` of the named listener (the first one by default)."""
+        for bound in self.listeners:
+            if listener_name is None or bound.spec.name == listener_name:
+                return f"{bound.host}:{bound.port}"
+        raise KeyError(listener_name)
+
+
+def _advertised(config: BrokerConfig, bound: list[BoundListener]) -> tuple[ListenerSpec, ...]:
+    """Advertised endpoints with port 0 and empty hosts replaced by what was actually bound."""
+    by_name = {b.spec.name: b for b in bound}
+    out = []
+    for spec in config.advertised_listeners:
+        actual = by_name.get(spec.name)
+        host = spec.host or (actual.host if actual and actual.host else socket.getfqdn())
+        port = spec.port if spec.port != 0 else (actual.port if actual else 0)
+        out.append(ListenerSpec(spec.name, host, port))
+    return tuple(out)
+
+
+async def _every(interval_ms: int, job_name: str, job: object) -> None:
+    """Run a blocking housekeeping job in a worker thread every ``interval_ms``."""
+    assert callable(job)
+    while True:
+        await trio.sleep(interval_ms / 1000)
+        try:
+            await trio.to_thread.run_sync(job)
+        except Exception:  # noqa: BLE001 - housekeeping must not stop the broker
+            log.exception("%s failed; will retry", job_name)
+
+
+async def run_broker(
+    config: BrokerConfig,
+    *,
+    initial_topics: Mapping[str, int] | None = None,
+    task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a standalone broker until cancelled.
+
+    ``initial_topics`` (name -> partitions) are created if missing, before readiness is reported.
+    Raises OSError naming the listener when an address cannot be bound, and RuntimeError when the
+    data dir belongs to another broker or cluster.
+    """
+    logs = LogManager(list(config.log_dirs), broker_log_config(config))
+    await trio.to_thread.run_sync(logs.load_all, now_ms())
+    try:
+        controller = StandaloneController(config)
+        replicas = ReplicaManager(config, logs)
+        controller.set_listener(replicas)
+        for topic in controller.topics().values():
+            replicas.on_topic_changed(topic)
+        for name, partitions in (initial_topics or {}).items():
+            try:
+                await controller.create_topic(name, partitions, 1, {})
+            except KafkaError as exc:
+                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                    raise
+        services = BrokerServices(config, controller, replicas)
+        dispatcher = Dispatcher(services)
+        pool = RequestMemoryPool(config.queued_max_request_bytes)
+        idle_s = config.connections_max_idle_ms / 1000 if config.connections_max_idle_ms >= 0 else float("inf")
+
+        async def on_connection(stream: trio.SocketStream, spec: ListenerSpec) -> None:
+            try:
+                peer = "%s:%s" % stream.socket.getpeername()[:2]
+            except OSError:
+                peer = "?"
+            info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name])
+            await serve_connection(
+                stream, info, dispatcher, pool,
+                max_frame_size=config.socket_request_max_bytes, idle_timeout_s=idle_s,
+            )
+
+        async with trio.open_nursery() as nursery:
+            bound: list[BoundListener] = await nursery.start(serve_listeners, config.listeners, on_connection)
+            advertised = _advertised(config, bound)
+            controller.register_local_broker(BrokerInfo(config.broker_id, advertised, config.rack))
+            nursery.start_soon(_every, config.log_retention_check_interval_ms, "retention",
+                               lambda: logs.apply_retention(now_ms()))
+            nursery.start_soon(_every, config.log_flush_offset_checkpoint_interval_ms, "checkpoint",
+                               logs.checkpoint)
+            flush_interval = min(config.log_flush_scheduler_interval_ms, 1000)
+            nursery.start_soon(_every, flush_interval, "flush", lambda: logs.flush_due(now_ms()))
+            log.info("broker %d of cluster %s serving %s", config.broker_id, controller.cluster_id,
+                     ", ".join(b.url for b in bound))
+            task_status.started(RunningBroker(config.broker_id, controller.cluster_id, tuple(bound), services))
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_close_logs, logs)
+
+
+def _close_logs(logs: LogManager) -> None:
+    logs.checkpoint()
+    logs.close()

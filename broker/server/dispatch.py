@@ -1,0 +1,79 @@
+"""Route each request frame to its handler and encode the answer.
+
+The supported version range of each API is declared next to its handler (see
+``broker.server.handlers``); ApiVersions reports exactly those ranges, so clients negotiate
+only what the handlers implement.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from broker.protocol.api import API_SPECS, ApiKey
+from broker.protocol.errors import ErrorCode, ProtocolError
+from broker.protocol.headers import decode_request_header, encode_response_frame
+from broker.protocol.messages import ApiVersionsResponse
+from broker.server.connection import ConnectionInfo
+from broker.server.context import BrokerServices, RequestContext
+from broker.server.handlers import HANDLERS, ApiHandler
+
+__all__ = ["Dispatcher", "supported_api_versions"]
+
+log = logging.getLogger(__name__)
+
+
+def supported_api_versions() -> list[ApiVersionsResponse.ApiVersion]:
+    """One entry per API this broker serves, with the versions its handler implements."""
+    return [
+        ApiVersionsResponse.ApiVersion(
+            api_key=int(key), min_version=handler.min_version, max_version=handler.max_version
+        )
+        for key, handler in sorted(HANDLERS.items())
+    ]
+
+
+class Dispatcher:
+    def __init__(self, services: BrokerServices) -> None:
+        self._services = services
+        self._api_versions = supported_api_versions()
+
+    async def handle(self, frame: memoryview, connection: ConnectionInfo) -> bytearray | None:
+        """Answer one request frame; None when the request wants no answer (acks=0 produce).
+
+        Raises ProtocolError when the frame cannot be parsed or names an API or version this
+        broker does not serve (the connection is then closed, as Kafka does), except for
+        ApiVersions, which is always answered so that a client can learn what to use.
+        """
+        header, body_offset = decode_request_header(frame)
+        handler = HANDLERS.get(header.api_key)
+        if handler is None:
+            raise ProtocolError(f"unsupported API key {header.api_key}")
+        if not handler.min_version <= header.api_version <= handler.max_version:
+            if header.api_key == ApiKey.API_VERSIONS:
+                return self._unsupported_api_versions(header.correlation_id)
+            raise ProtocolError(
+                f"unsupported version {header.api_version} of {ApiKey(header.api_key).name}"
+            )
+        spec = API_SPECS[header.api_key]
+        request = spec.request.decode(frame[body_offset:], header.api_version)
+        context = RequestContext(self._services, header, connection)
+        response = await handler.handle(context, request)
+        if response is None:
+            return None
+        body = response.encode(header.api_version)
+        return encode_response_frame(
+            header.correlation_id, spec.response_header_version(header.api_version), body
+        )
+
+    def _unsupported_api_versions(self, correlation_id: int) -> bytearray:
+        # KIP-511: a client that sent a newer ApiVersions than we know gets error 35 in a v0
+        # response that still lists our versions, and retries with a version we support.
+        response = ApiVersionsResponse(
+            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions
+        )
+        return encode_response_frame(correlation_id, 0, response.encode(0))
+
+    @property
+    def api_versions(self) -> list[Any]:
+        return self._api_versions

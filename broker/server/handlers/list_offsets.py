@@ -1,0 +1,65 @@
+"""ListOffsets: earliest, latest, by timestamp (and the max-timestamp lookup of KIP-734)."""
+
+from __future__ import annotations
+
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+
+LATEST = -1
+EARLIEST = -2
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL = -4
+LATEST_TIERED = -5
+
+PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
+
+
+def _lookup(ctx: RequestContext, topic: str, req: ListOffsetsRequest.ListOffsetsPartition) -> PartitionResponse:
+    partition = ctx.services.replicas.get(topic, req.partition_index)
+    partition.check_leader_epoch(req.current_leader_epoch)
+    log = partition.log
+    epoch = partition.leader_epoch
+    ts = req.timestamp
+    if ts == LATEST:
+        # Consumers see up to the high watermark (no transactions yet, so it is also the LSO).
+        return PartitionResponse(partition_index=req.partition_index, timestamp=-1,
+                                 offset=partition.high_watermark, leader_epoch=epoch)
+    if ts in (EARLIEST, EARLIEST_LOCAL):
+        return PartitionResponse(partition_index=req.partition_index, timestamp=-1,
+                                 offset=log.log_start_offset, leader_epoch=epoch)
+    if ts == LATEST_TIERED:
+        return PartitionResponse(partition_index=req.partition_index, timestamp=-1,
+                                 offset=log.log_start_offset - 1, leader_epoch=epoch)
+    if ts == MAX_TIMESTAMP:
+        found = log.offset_of_max_timestamp()
+    elif ts < 0:
+        raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
+    else:
+        found = log.offset_for_timestamp(ts)
+    if found is None:
+        # No record at or after that time: Kafka answers offset -1, timestamp -1.
+        return PartitionResponse(partition_index=req.partition_index, timestamp=-1, offset=-1,
+                                 leader_epoch=-1)
+    offset, timestamp = found
+    return PartitionResponse(partition_index=req.partition_index, timestamp=timestamp,
+                             offset=offset, leader_epoch=epoch)
+
+
+async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for req in topic.partitions:
+            try:
+                partitions.append(_lookup(ctx, topic.name, req))
+            except KafkaError as exc:
+                partitions.append(PartitionResponse(partition_index=req.partition_index,
+                                                    error_code=exc.code, timestamp=-1, offset=-1))
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(topics=topics)
+
+
+HANDLER = ApiHandler(ApiKey.LIST_OFFSETS, 1, 10, handle)

@@ -1,0 +1,115 @@
+"""Metadata: brokers, controller, topics and partition leaders; creates topics on demand."""
+
+from __future__ import annotations
+
+import logging
+
+from broker.controller.model import TopicInfo, validate_topic_name
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import MetadataRequest, MetadataResponse
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+
+log = logging.getLogger(__name__)
+
+Topic = MetadataResponse.MetadataResponseTopic
+PartitionMeta = MetadataResponse.MetadataResponsePartition
+# Authorized operations are not computed yet; Kafka's "not requested" value.
+_NO_OPERATIONS = -2147483648
+
+
+def topic_response(topic: TopicInfo, version: int) -> Topic:
+    return Topic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.is_internal,
+        partitions=[
+            PartitionMeta(
+                error_code=ErrorCode.NONE,
+                partition_index=p.partition,
+                leader_id=p.leader,
+                leader_epoch=p.leader_epoch,
+                replica_nodes=list(p.replicas),
+                isr_nodes=list(p.isr),
+                offline_replicas=[],
+            )
+            for p in topic.partitions
+        ],
+        topic_authorized_operations=_NO_OPERATIONS,
+    )
+
+
+async def auto_create(ctx: RequestContext, name: str) -> TopicInfo | ErrorCode:
+    """Create ``name`` with the broker's defaults, as auto.create.topics.enable does."""
+    problem = validate_topic_name(name)
+    if problem is not None:
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    config = ctx.config
+    try:
+        topic = await ctx.services.controller.create_topic(
+            name, config.num_partitions, config.default_replication_factor, {}
+        )
+    except KafkaError as exc:
+        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
+            existing = ctx.services.controller.topics().get(name)
+            return existing if existing is not None else ErrorCode.LEADER_NOT_AVAILABLE
+        return exc.code
+    log.info("auto-created topic %s with %d partitions", name, config.num_partitions)
+    return topic
+
+
+async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
+    controller = ctx.services.controller
+    version = ctx.version
+    known = controller.topics()
+    topics: list[Topic] = []
+    # v0: an empty list means all topics; v1+: null means all, empty means none.
+    if request.topics is None or (version == 0 and not request.topics):
+        topics = [topic_response(t, version) for t in sorted(known.values(), key=lambda t: t.name)]
+    else:
+        allow_auto = ctx.config.auto_create_topics_enable and (
+            version < 4 or request.allow_auto_topic_creation
+        )
+        for wanted in request.topics:
+            if wanted.name is None:
+                found = controller.topic_by_id(wanted.topic_id)
+                if found is None:
+                    topics.append(
+                        Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
+                    )
+                else:
+                    topics.append(topic_response(found, version))
+                continue
+            topic = known.get(wanted.name)
+            if topic is not None:
+                topics.append(topic_response(topic, version))
+            elif allow_auto:
+                created = await auto_create(ctx, wanted.name)
+                if isinstance(created, TopicInfo):
+                    topics.append(topic_response(created, version))
+                else:
+                    topics.append(Topic(error_code=created, name=wanted.name))
+            else:
+                topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
+    brokers = []
+    for broker in controller.brokers():
+        endpoint = broker.endpoint(ctx.connection.listener_name)
+        if endpoint is None:
+            continue  # not reachable on this listener; Kafka leaves such brokers out
+        brokers.append(
+            MetadataResponse.MetadataResponseBroker(
+                node_id=broker.broker_id, host=endpoint.host, port=endpoint.port, rack=broker.rack
+            )
+        )
+    return MetadataResponse(
+        brokers=brokers,
+        cluster_id=controller.cluster_id,
+        controller_id=controller.controller_id,
+        topics=topics,
+        cluster_authorized_operations=_NO_OPERATIONS,
+    )
+
+
+HANDLER = ApiHandler(ApiKey.METADATA, 0, 12, handle)

@@ -1,0 +1,75 @@
+"""Produce: append record batches, as bytes, to partition logs.
+
+No record is decoded here: each partition's records go to ``Partition.append`` which checks
+batch headers and CRCs, the producer's sequence, patches base offsets and writes.
+"""
+
+from __future__ import annotations
+
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import ProduceRequest, ProduceResponse
+from broker.server.context import RequestContext, now_ms
+from broker.server.handlers.base import ApiHandler
+
+PartitionResponse = ProduceResponse.PartitionProduceResponse
+
+
+def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
+    return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
+
+
+async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    acks = request.acks
+    replicas = ctx.services.replicas
+    timestamp = now_ms()
+    responses: list[ProduceResponse.TopicProduceResponse] = []
+    for topic_data in request.topic_data:
+        partitions: list[PartitionResponse] = []
+        topic = ctx.services.controller.topics().get(topic_data.name)
+        for data in topic_data.partition_data:
+            if acks not in (-1, 0, 1):
+                partitions.append(_error(data.index, ErrorCode.INVALID_REQUIRED_ACKS))
+                continue
+            if request.transactional_id is not None:
+                partitions.append(
+                    _error(data.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                           "transactions are not supported yet")
+                )
+                continue
+            if data.records is None or topic is None:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.CORRUPT_MESSAGE
+                partitions.append(_error(data.index, code))
+                continue
+            try:
+                partition = replicas.get(topic_data.name, data.index)
+                if acks == -1:
+                    isr = len(topic.partitions[data.index].isr)
+                    min_isr = partition.log.config.min_insync_replicas
+                    if isr < min_isr:
+                        raise KafkaError(
+                            ErrorCode.NOT_ENOUGH_REPLICAS,
+                            f"ISR has {isr} replicas, min.insync.replicas is {min_isr}",
+                        )
+                result = partition.append(data.records, now_ms=timestamp)
+            except KafkaError as exc:
+                partitions.append(_error(data.index, exc.code, exc.message or None))
+                continue
+            partitions.append(
+                PartitionResponse(
+                    index=data.index,
+                    error_code=ErrorCode.NONE,
+                    base_offset=result.first_offset,
+                    log_append_time_ms=result.log_append_time,
+                    log_start_offset=result.log_start_offset,
+                )
+            )
+        responses.append(
+            ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
+        )
+    if acks == 0:
+        return None  # the client expects no answer at all
+    return ProduceResponse(responses=responses)
+
+
+HANDLER = ApiHandler(ApiKey.PRODUCE, 3, 11, handle)

@@ -1,0 +1,139 @@
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords."""
+
+from __future__ import annotations
+
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+)
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+from broker.server.topic_configs import describe_topic_configs, validate_topic_configs
+
+# CreateTopics: -1 partitions / replication factor means "the broker's default" (KIP-464).
+_DEFAULT = -1
+
+
+async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
+    controller = ctx.services.controller
+    config = ctx.config
+    results = []
+    seen: set[str] = set()
+    for topic in request.topics:
+        result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_code=ErrorCode.NONE)
+        try:
+            if topic.name in seen:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' appears twice in the request")
+            seen.add(topic.name)
+            if topic.assignments:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Manual replica assignment is not supported yet")
+            partitions = config.num_partitions if topic.num_partitions == _DEFAULT else topic.num_partitions
+            factor = (
+                config.default_replication_factor
+                if topic.replication_factor == _DEFAULT
+                else topic.replication_factor
+            )
+            overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
+            created = await controller.create_topic(
+                topic.name, partitions, factor, overrides, validate_only=request.validate_only
+            )
+            result.topic_id = created.topic_id
+            result.num_partitions = partitions
+            result.replication_factor = factor
+            result.configs = [
+                CreateTopicsResponse.CreatableTopicConfigs(
+                    name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+                )
+                for name, value, source in describe_topic_configs(overrides, config)
+            ]
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message or None
+        results.append(result)
+    return CreateTopicsResponse(topics=results)
+
+
+async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
+    controller = ctx.services.controller
+    if ctx.version >= 6:
+        wanted = [(t.name, t.topic_id) for t in request.topics]
+    else:
+        wanted = [(name, None) for name in request.topic_names]
+    results = []
+    for name, topic_id in wanted:
+        topic = controller.topics().get(name) if name is not None else controller.topic_by_id(topic_id)  # type: ignore[arg-type]
+        result = DeleteTopicsResponse.DeletableTopicResult(
+            name=name if name is not None else (topic.name if topic is not None else None),
+            topic_id=topic.topic_id if topic is not None else (topic_id or DeleteTopicsResponse.DeletableTopicResult().topic_id),
+            error_code=ErrorCode.NONE,
+        )
+        try:
+            if not ctx.config.delete_topic_enable:
+                raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
+            if topic is None:
+                code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                raise KafkaError(code, "This server does not host this topic.")
+            await controller.delete_topic(topic.name)
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message or None
+        results.append(result)
+    return DeleteTopicsResponse(responses=results)
+
+
+async def create_partitions(
+    ctx: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsResponse:
+    results = []
+    for topic in request.topics:
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE)
+        try:
+            if topic.assignments:
+                raise KafkaError(ErrorCode.INVALID_REQUEST, "Manual replica assignment is not supported yet")
+            await ctx.services.controller.create_partitions(
+                topic.name, topic.count, validate_only=request.validate_only
+            )
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message or None
+        results.append(result)
+    return CreatePartitionsResponse(results=results)
+
+
+async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsResponse:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for req in topic.partitions:
+            result = DeleteRecordsResponse.DeleteRecordsPartitionResult(
+                partition_index=req.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
+            )
+            try:
+                partition = ctx.services.replicas.get(topic.name, req.partition_index)
+                # -1 means "up to the high watermark" (everything committed).
+                offset = partition.high_watermark if req.offset == -1 else req.offset
+                if offset < 0 or offset > partition.high_watermark:
+                    raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
+                partition.log.delete_records_before(offset)
+                result.low_watermark = partition.log.log_start_offset
+            except KafkaError as exc:
+                result.error_code = exc.code
+            partitions.append(result)
+        topics.append(DeleteRecordsResponse.DeleteRecordsTopicResult(name=topic.name, partitions=partitions))
+    return DeleteRecordsResponse(topics=topics)
+
+
+HANDLERS = (
+    ApiHandler(ApiKey.CREATE_TOPICS, 0, 7, create_topics),
+    ApiHandler(ApiKey.DELETE_TOPICS, 0, 6, delete_topics),
+    ApiHandler(ApiKey.CREATE_PARTITIONS, 0, 3, create_partitions),
+    ApiHandler(ApiKey.DELETE_RECORDS, 0, 2, delete_records),
+)

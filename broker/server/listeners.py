@@ -1,0 +1,95 @@
+"""Open the broker's named listeners and serve connections on each, as ``trio.serve_tcp`` does.
+
+Port 0 binds a free port; :func:`serve_listeners` reports the bound addresses through
+``task_status.started`` so that callers (tests, the CLI) learn them without polling.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import trio
+
+from broker.config import ListenerSpec
+
+__all__ = ["BoundListener", "serve_listeners"]
+
+log = logging.getLogger(__name__)
+
+# accept() failures that mean "out of resources for now": wait and retry rather than die.
+_TRANSIENT_ACCEPT_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+ConnectionHandler = Callable[[trio.SocketStream, ListenerSpec], Awaitable[None]]
+
+
+@dataclass(frozen=True, slots=True)
+class BoundListener:
+    spec: ListenerSpec  # as configured
+    host: str
+    port: int  # as bound (differs from spec.port when spec.port is 0)
+
+    @property
+    def url(self) -> str:
+        return str(ListenerSpec(self.spec.name, self.host, self.port))
+
+
+async def _open(spec: ListenerSpec) -> list[trio.SocketListener]:
+    host = spec.host or None  # empty host: all interfaces, as in Kafka
+    try:
+        return await trio.open_tcp_listeners(spec.port, host=host)
+    except OSError as exc:
+        raise OSError(exc.errno, f"cannot listen on {spec}: {exc.strerror}") from exc
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    spec: ListenerSpec,
+    handler: ConnectionHandler,
+    nursery: trio.Nursery,
+) -> None:
+    async with listener:
+        while True:
+            try:
+                stream = await listener.accept()
+            except OSError as exc:
+                if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
+                    log.error("accept on %s failed (%s); retrying shortly", spec, exc)
+                    await trio.sleep(0.1)
+                    continue
+                raise
+            nursery.start_soon(handler, stream, spec)
+
+
+async def serve_listeners(
+    specs: Sequence[ListenerSpec],
+    handler: ConnectionHandler,
+    *,
+    task_status: trio.TaskStatus[list[BoundListener]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Listen on every spec and run ``handler(stream, spec)`` per connection, forever.
+
+    Raises OSError (naming the listener) when an address cannot be bound; nothing is served then.
+    """
+    opened: list[tuple[ListenerSpec, list[trio.SocketListener]]] = []
+    try:
+        for spec in specs:
+            opened.append((spec, await _open(spec)))
+    except BaseException:
+        for _, listeners in opened:
+            for lst in listeners:
+                await lst.aclose()
+        raise
+    bound: list[BoundListener] = []
+    for spec, listeners in opened:
+        sockname = listeners[0].socket.getsockname()
+        host = spec.host or sockname[0]
+        bound.append(BoundListener(spec, host, sockname[1]))
+    async with trio.open_nursery() as connections:
+        async with trio.open_nursery() as accepters:
+            for spec, listeners in opened:
+                for lst in listeners:
+                    accepters.start_soon(_accept_loop, lst, spec, handler, connections)
+            task_status.started(bound)

@@ -1,0 +1,148 @@
+"""The ``causeway`` command.
+
+Subcommands:
+  broker  run one broker (standalone: metadata in its data dir)
+  demo    what ``make up`` runs for now: a standalone broker with a demo topic
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import trio
+
+from broker.config import BrokerConfig, ConfigError, ignored_keys, load_properties, parse_overrides
+
+__all__ = ["main"]
+
+log = logging.getLogger("causeway")
+
+
+def _setup_logging(level: str) -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _broker_config(args: argparse.Namespace) -> BrokerConfig:
+    props: dict[str, str] = {}
+    if args.config is not None:
+        props.update(load_properties(Path(args.config)))
+    props.update(parse_overrides(args.override))
+    if args.data_dir is not None:
+        props["log.dirs"] = str(args.data_dir)
+    if args.listen:
+        props["listeners"] = ",".join(
+            listen if "://" in listen else f"PLAINTEXT://{listen}" for listen in args.listen
+        )
+    if args.broker_id is not None:
+        props["node.id"] = str(args.broker_id)
+    for key in ignored_keys(props):
+        log.warning("config %s has no effect in Causeway; ignored", key)
+    return BrokerConfig.from_properties(props)
+
+
+async def _serve_until_signalled(config: BrokerConfig, initial_topics: dict[str, int], banner: bool) -> None:
+    from broker.server.broker import RunningBroker, run_broker
+
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with trio.open_nursery() as nursery:
+            running: RunningBroker = await nursery.start(
+                lambda task_status: run_broker(config, initial_topics=initial_topics, task_status=task_status)
+            )
+            urls = ", ".join(b.url for b in running.listeners)
+            # One machine-readable line on stdout: launchers and tests wait for it.
+            print(f"causeway broker {running.broker_id} ready: {urls}", flush=True)
+            if banner:
+                bootstrap = running.bootstrap()
+                print(
+                    f"\nBootstrap servers: {bootstrap}\n"
+                    f"Topics: {', '.join(sorted(initial_topics))}\n\n"
+                    f"Try it:\n"
+                    f"  echo hello | kcat -b {bootstrap} -P -t demo\n"
+                    f"  kcat -b {bootstrap} -C -t demo -o beginning -e\n\n"
+                    "Ctrl-C stops the broker.",
+                    flush=True,
+                )
+            async for signum in signals:
+                log.info("received %s; shutting down", signal.Signals(signum).name)
+                nursery.cancel_scope.cancel()
+                break
+
+
+def _add_broker_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--data-dir", type=Path, help="log directory (log.dirs)")
+    parser.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="listen address (repeatable; NAME://HOST:PORT for a named listener); port 0 binds a free port",
+    )
+    parser.add_argument("--config", type=Path, help="server.properties-style file with Kafka config keys")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="a config key (repeatable)"
+    )
+    parser.add_argument("--broker-id", type=int, help="node.id / broker.id")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="causeway", description="Causeway: Kafka-compatible brokers and mirrors")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    broker = commands.add_parser("broker", help="run a standalone broker")
+    _add_broker_arguments(broker)
+    broker.add_argument(
+        "--topic", action="append", default=[], metavar="NAME[:PARTITIONS]", help="create a topic at start if missing"
+    )
+
+    demo = commands.add_parser("demo", help="a standalone broker with a 'demo' topic on 127.0.0.1:9092")
+    _add_broker_arguments(demo)
+    return parser
+
+
+def _parse_topics(items: Sequence[str]) -> dict[str, int]:
+    topics: dict[str, int] = {}
+    for item in items:
+        name, _, count = item.partition(":")
+        try:
+            topics[name] = int(count) if count else 1
+        except ValueError:
+            raise ConfigError(f"--topic {item}: partitions must be a number") from None
+    return topics
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    _setup_logging(args.log_level)
+    try:
+        if args.command == "demo":
+            args.data_dir = args.data_dir or Path(".causeway/demo")
+            args.listen = args.listen or ["127.0.0.1:9092"]
+            config = _broker_config(args)
+            trio.run(_serve_until_signalled, config, {"demo": 3}, True)
+        elif args.command == "broker":
+            config = _broker_config(args)
+            trio.run(_serve_until_signalled, config, _parse_topics(args.topic), False)
+    except ConfigError as exc:
+        print(f"causeway: config error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"causeway: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
