@@ -41,6 +41,14 @@ class Controller(Protocol):
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
 
+    def register_local_broker(self, info: BrokerInfo) -> None:
+        """Publish this broker's endpoints once its listeners are bound."""
+        ...
+
+    async def allocate_producer_id(self) -> int:
+        """A producer id that this cluster has never handed out."""
+        ...
+
     async def create_topic(
         self,
         name: str,

@@ -1,0 +1,53 @@
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from broker.protocol.api import API_SPECS, ApiKey
+from broker.protocol.errors import ProtocolError
+from broker.protocol.headers import (
+    RequestHeader,
+    decode_request_header,
+    encode_request_header,
+    encode_response_frame,
+)
+
+
+@pytest.mark.parametrize(
+    ("key", "version", "header_version"),
+    [
+        (ApiKey.METADATA, 8, 1),
+        (ApiKey.METADATA, 9, 2),
+        (ApiKey.PRODUCE, 9, 2),
+        (ApiKey.API_VERSIONS, 3, 2),
+    ],
+)
+def test_header_round_trip(key: ApiKey, version: int, header_version: int) -> None:
+    assert API_SPECS[key].request_header_version(version) == header_version
+    header = RequestHeader(key, version, 42, "rdkafka")
+    frame = encode_request_header(header, header_version) + b"BODY"
+    decoded, offset = decode_request_header(memoryview(frame))
+    assert decoded == header
+    assert frame[offset:] == b"BODY"
+
+
+def test_unknown_version_is_read_as_v1_so_the_correlation_id_survives() -> None:
+    frame = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 99, 7, "new-client"), 1)
+    header, _ = decode_request_header(frame)
+    assert (header.api_version, header.correlation_id, header.client_id) == (99, 7, "new-client")
+
+
+def test_truncated_header_raises() -> None:
+    with pytest.raises(ProtocolError):
+        decode_request_header(b"\x00\x03\x00")
+
+
+def test_api_versions_always_answers_with_header_v0() -> None:
+    assert API_SPECS[ApiKey.API_VERSIONS].response_header_version(3) == 0
+    assert API_SPECS[ApiKey.METADATA].response_header_version(12) == 1
+
+
+def test_response_frame_layout() -> None:
+    frame = encode_response_frame(5, 1, b"xy")
+    assert frame == struct.pack(">ii", 7, 5) + b"\x00xy"
