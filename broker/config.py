@@ -340,9 +340,9 @@ class BrokerConfig:
                     value = str(_int_parser(0)(alias, value) * scale)
                 canonical[target] = value
         values: dict[str, Any] = {}
-        for spec in _KEYS:
-            text = canonical.get(spec.name, spec.default)
-            values[spec.field] = None if text is None else spec.parse(spec.name, text)
+        for entry in _KEYS:
+            text = canonical.get(entry.name, entry.default)
+            values[entry.field] = None if text is None else entry.parse(entry.name, text)
 
         listeners = parse_listeners("listeners", values["listeners_text"])
         advertised_text = values["advertised_listeners_text"]

@@ -266,7 +266,8 @@ class Emitter:
         }.get(f.element, f"{self.msg.name}.{f.element}")
         if f.is_array:
             base = f"list[{base}]"
-        if f.element == "records" or self.default_is_none(f):
+        nullable = not f.nullable.intersect(self.msg.valid).empty
+        if f.element == "records" or self.default_is_none(f) or nullable:
             base = f"{base} | None"
         return base
 
@@ -569,7 +570,7 @@ HEADER = '''\
 """Kafka's request, response and data messages as dataclasses with their wire codecs."""
 
 # ruff: noqa
-# mypy: disable-error-code="assignment,no-redef"
+# mypy: disable-error-code="assignment,no-redef,arg-type"
 from __future__ import annotations
 
 import enum

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from broker.protocol.messages import REQUESTS, RESPONSES, ApiKey
 
@@ -12,8 +13,8 @@ __all__ = ["API_SPECS", "ApiKey", "ApiSpec"]
 @dataclass(frozen=True, slots=True)
 class ApiSpec:
     api_key: ApiKey
-    request: type
-    response: type
+    request: Any  # a generated message class
+    response: Any
     min_version: int
     max_version: int
     flexible_version: int | None

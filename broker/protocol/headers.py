@@ -11,7 +11,9 @@ import struct
 from dataclasses import dataclass
 
 from broker.protocol.api import API_SPECS
-from broker.protocol.primitives import Reader
+from typing import Any
+
+from broker.protocol.primitives import Reader, Writer
 
 __all__ = [
     "RequestHeader",
@@ -76,3 +78,20 @@ def encode_response_frame(
         out.append(0)  # no tagged fields
     out += body
     return out
+
+
+def encode_response(correlation_id: int, header_version: int, message: Any, version: int) -> bytearray:
+    """A whole response frame for `message`, encoded straight into one buffer.
+
+    Writing the body after a reserved size field saves the copy that prepending would cost;
+    for a fetch response that copy would be of every record returned.
+    """
+    w = Writer()
+    w.int32(0)  # size, patched below
+    w.int32(correlation_id)
+    if header_version >= 1:
+        w.unsigned_varint(0)  # no tagged fields
+    message.encode_into(w, version)
+    buf = w.getvalue()
+    struct.pack_into(">i", buf, 0, len(buf) - 4)
+    return buf

@@ -3,7 +3,7 @@
 """Kafka's request, response and data messages as dataclasses with their wire codecs."""
 
 # ruff: noqa
-# mypy: disable-error-code="assignment,no-redef"
+# mypy: disable-error-code="assignment,no-redef,arg-type"
 from __future__ import annotations
 
 import enum
@@ -448,7 +448,7 @@ class AddRaftVoterRequest:
         ('voter_directory_id', 'uuid', 0, 0, 1, 0),
         ('listeners', '[]Listener', 0, 0, 1, 0),
     )
-    cluster_id: str = ''
+    cluster_id: str | None = ''
     timeout_ms: int = 0
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID
@@ -502,7 +502,7 @@ class AddRaftVoterResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
 
     def encode_into(self, w: Writer, version: int) -> None:
         w.int32(self.throttle_time_ms)
@@ -659,7 +659,7 @@ class AlterClientQuotasRequest:
             ('entity_name', 'string', 0, 1, 0, 1),
         )
         entity_type: str = ''
-        entity_name: str = ''
+        entity_name: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.entity_type) if version >= 1 else w.string(self.entity_type))
@@ -756,7 +756,7 @@ class AlterClientQuotasResponse:
             ('entity', '[]EntityData', 0, 1, 1, 0),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         entity: list[AlterClientQuotasResponse.EntityData] = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -788,7 +788,7 @@ class AlterClientQuotasResponse:
             ('entity_name', 'string', 0, 1, 0, 1),
         )
         entity_type: str = ''
-        entity_name: str = ''
+        entity_name: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.entity_type) if version >= 1 else w.string(self.entity_type))
@@ -889,7 +889,7 @@ class AlterConfigsRequest:
             ('value', 'string', 0, 2, 0, 2),
         )
         name: str = ''
-        value: str = ''
+        value: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.name) if version >= 2 else w.string(self.name))
@@ -959,7 +959,7 @@ class AlterConfigsResponse:
             ('resource_name', 'string', 0, 2, 1, 0),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         resource_type: int = 0
         resource_name: str = ''
 
@@ -1159,7 +1159,7 @@ class AlterPartitionReassignmentsResponse:
         )
         partition_index: int = 0
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.partition_index)
@@ -1184,7 +1184,7 @@ class AlterPartitionReassignmentsResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     responses: list[AlterPartitionReassignmentsResponse.ReassignableTopicResponse] = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -1824,7 +1824,7 @@ class AlterUserScramCredentialsResponse:
         )
         user: str = ''
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.compact_string(self.user)
@@ -2853,7 +2853,7 @@ class BrokerRegistrationRequest:
     incarnation_id: uuid.UUID = ZERO_UUID
     listeners: list[BrokerRegistrationRequest.Listener] = field(default_factory=list)
     features: list[BrokerRegistrationRequest.Feature] = field(default_factory=list)
-    rack: str = ''
+    rack: str | None = ''
     is_migrating_zk_broker: bool = False
     log_dirs: list[uuid.UUID] = field(default_factory=list)
     previous_broker_epoch: int = -1
@@ -3825,7 +3825,7 @@ class ControllerRegistrationResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
 
     def encode_into(self, w: Writer, version: int) -> None:
         w.int32(self.throttle_time_ms)
@@ -3952,7 +3952,7 @@ class CreateAclsResponse:
             ('error_message', 'string', 0, 3, 0, 3),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int16(self.error_code)
@@ -4043,8 +4043,8 @@ class CreateDelegationTokenRequest:
         ('renewers', '[]CreatableRenewers', 0, 3, 1, 0),
         ('max_lifetime_ms', 'int64', 0, 3, 1, 0),
     )
-    owner_principal_type: str = ''
-    owner_principal_name: str = ''
+    owner_principal_type: str | None = ''
+    owner_principal_name: str | None = ''
     renewers: list[CreateDelegationTokenRequest.CreatableRenewers] = field(default_factory=list)
     max_lifetime_ms: int = 0
 
@@ -4181,7 +4181,7 @@ class CreatePartitionsRequest:
         )
         name: str = ''
         count: int = 0
-        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] = field(default_factory=list)
+        assignments: list[CreatePartitionsRequest.CreatePartitionsAssignment] | None = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.name) if version >= 2 else w.string(self.name))
@@ -4433,7 +4433,7 @@ class CreateTopicsRequest:
             ('value', 'string', 0, 7, 0, 7),
         )
         name: str = ''
-        value: str = ''
+        value: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.name) if version >= 5 else w.string(self.name))
@@ -4515,11 +4515,11 @@ class CreateTopicsResponse:
         name: str = ''
         topic_id: uuid.UUID = ZERO_UUID
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         topic_config_error_code: int = 0
         num_partitions: int = -1
         replication_factor: int = -1
-        configs: list[CreateTopicsResponse.CreatableTopicConfigs] = field(default_factory=list)
+        configs: list[CreateTopicsResponse.CreatableTopicConfigs] | None = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.name) if version >= 5 else w.string(self.name))
@@ -4580,7 +4580,7 @@ class CreateTopicsResponse:
             ('is_sensitive', 'bool', 5, 7, 1, 0),
         )
         name: str = ''
-        value: str = ''
+        value: str | None = ''
         read_only: bool = False
         config_source: int = -1
         is_sensitive: bool = False
@@ -4715,10 +4715,10 @@ class DeleteAclsRequest:
             ('permission_type', 'int8', 0, 3, 1, 0),
         )
         resource_type_filter: int = 0
-        resource_name_filter: str = ''
+        resource_name_filter: str | None = ''
         pattern_type_filter: int = 3
-        principal_filter: str = ''
-        host_filter: str = ''
+        principal_filter: str | None = ''
+        host_filter: str | None = ''
         operation: int = 0
         permission_type: int = 0
 
@@ -4797,7 +4797,7 @@ class DeleteAclsResponse:
             ('matching_acls', '[]DeleteAclsMatchingAcl', 0, 3, 1, 0),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         matching_acls: list[DeleteAclsResponse.DeleteAclsMatchingAcl] = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -4836,7 +4836,7 @@ class DeleteAclsResponse:
             ('permission_type', 'int8', 0, 3, 1, 0),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         resource_type: int = 0
         resource_name: str = ''
         pattern_type: int = 3
@@ -5497,7 +5497,7 @@ class DeleteTopicsResponse:
             ('error_code', 'int16', 0, 6, 1, 0),
             ('error_message', 'string', 5, 6, 5, 6),
         )
-        name: str = ''
+        name: str | None = ''
         topic_id: uuid.UUID = ZERO_UUID
         error_code: int = 0
         error_message: str | None = None
@@ -5581,10 +5581,10 @@ class DescribeAclsRequest:
         ('permission_type', 'int8', 0, 3, 1, 0),
     )
     resource_type_filter: int = 0
-    resource_name_filter: str = ''
+    resource_name_filter: str | None = ''
     pattern_type_filter: int = 3
-    principal_filter: str = ''
-    host_filter: str = ''
+    principal_filter: str | None = ''
+    host_filter: str | None = ''
     operation: int = 0
     permission_type: int = 0
 
@@ -5711,7 +5711,7 @@ class DescribeAclsResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     resources: list[DescribeAclsResponse.DescribeAclsResource] = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -5764,7 +5764,7 @@ class DescribeClientQuotasRequest:
         )
         entity_type: str = ''
         match_type: int = 0
-        match: str = ''
+        match: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.entity_type) if version >= 1 else w.string(self.entity_type))
@@ -5868,7 +5868,7 @@ class DescribeClientQuotasResponse:
             ('entity_name', 'string', 0, 1, 0, 1),
         )
         entity_type: str = ''
-        entity_name: str = ''
+        entity_name: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.entity_type) if version >= 1 else w.string(self.entity_type))
@@ -5917,8 +5917,8 @@ class DescribeClientQuotasResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
-    entries: list[DescribeClientQuotasResponse.EntryData] = field(default_factory=list)
+    error_message: str | None = ''
+    entries: list[DescribeClientQuotasResponse.EntryData] | None = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
         w.int32(self.throttle_time_ms)
@@ -6108,7 +6108,7 @@ class DescribeConfigsRequest:
         )
         resource_type: int = 0
         resource_name: str = ''
-        configuration_keys: list[str] = field(default_factory=list)
+        configuration_keys: list[str] | None = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int8(self.resource_type)
@@ -6195,7 +6195,7 @@ class DescribeConfigsResponse:
             ('configs', '[]DescribeConfigsResourceResult', 0, 4, 1, 0),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         resource_type: int = 0
         resource_name: str = ''
         configs: list[DescribeConfigsResponse.DescribeConfigsResourceResult] = field(default_factory=list)
@@ -6240,14 +6240,14 @@ class DescribeConfigsResponse:
             ('documentation', 'string', 3, 4, 0, 4),
         )
         name: str = ''
-        value: str = ''
+        value: str | None = ''
         read_only: bool = False
         is_default: bool = False
         config_source: int = -1
         is_sensitive: bool = False
         synonyms: list[DescribeConfigsResponse.DescribeConfigsSynonym] = field(default_factory=list)
         config_type: int = 0
-        documentation: str = ''
+        documentation: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.name) if version >= 4 else w.string(self.name))
@@ -6301,7 +6301,7 @@ class DescribeConfigsResponse:
             ('source', 'int8', 1, 4, 1, 0),
         )
         name: str = ''
-        value: str = ''
+        value: str | None = ''
         source: int = 0
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -6398,7 +6398,7 @@ class DescribeDelegationTokenRequest:
     FIELDS: ClassVar[tuple[tuple[str, str, int, int, int, int], ...]] = (
         ('owners', '[]DescribeDelegationTokenOwner', 0, 3, 0, 3),
     )
-    owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] = field(default_factory=list)
+    owners: list[DescribeDelegationTokenRequest.DescribeDelegationTokenOwner] | None = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
         if self.owners is None:
@@ -6790,7 +6790,7 @@ class DescribeLogDirsRequest:
     FIELDS: ClassVar[tuple[tuple[str, str, int, int, int, int], ...]] = (
         ('topics', '[]DescribableLogDirTopic', 0, 4, 0, 4),
     )
-    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] = field(default_factory=list)
+    topics: list[DescribeLogDirsRequest.DescribableLogDirTopic] | None = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
         if self.topics is None:
@@ -7355,7 +7355,7 @@ class DescribeQuorumResponse:
         )
         partition_index: int = 0
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         leader_id: int = 0
         leader_epoch: int = 0
         high_watermark: int = 0
@@ -7469,7 +7469,7 @@ class DescribeQuorumResponse:
         ('nodes', '[]Node', 2, 2, 1, 0),
     )
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     topics: list[DescribeQuorumResponse.TopicData] = field(default_factory=list)
     nodes: list[DescribeQuorumResponse.Node] = field(default_factory=list)
 
@@ -7622,7 +7622,7 @@ class DescribeTopicPartitionsResponse:
             ('topic_authorized_operations', 'int32', 0, 0, 1, 0),
         )
         error_code: int = 0
-        name: str = ''
+        name: str | None = ''
         topic_id: uuid.UUID = ZERO_UUID
         is_internal: bool = False
         partitions: list[DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponsePartition] = field(default_factory=list)
@@ -7982,7 +7982,7 @@ class DescribeUserScramCredentialsRequest:
     FIELDS: ClassVar[tuple[tuple[str, str, int, int, int, int], ...]] = (
         ('users', '[]UserName', 0, 0, 0, 0),
     )
-    users: list[DescribeUserScramCredentialsRequest.UserName] = field(default_factory=list)
+    users: list[DescribeUserScramCredentialsRequest.UserName] | None = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
         if self.users is None:
@@ -8028,7 +8028,7 @@ class DescribeUserScramCredentialsResponse:
         )
         user: str = ''
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         credential_infos: list[DescribeUserScramCredentialsResponse.CredentialInfo] = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -8083,7 +8083,7 @@ class DescribeUserScramCredentialsResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     results: list[DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult] = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -8160,7 +8160,7 @@ class ElectLeadersRequest:
         ('timeout_ms', 'int32', 0, 2, 1, 0),
     )
     election_type: int = 0
-    topic_partitions: list[ElectLeadersRequest.TopicPartitions] = field(default_factory=list)
+    topic_partitions: list[ElectLeadersRequest.TopicPartitions] | None = field(default_factory=list)
     timeout_ms: int = 60000
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -8243,7 +8243,7 @@ class ElectLeadersResponse:
         )
         partition_id: int = 0
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.partition_id)
@@ -8766,7 +8766,7 @@ class EnvelopeRequest:
         ('client_host_address', 'bytes', 0, 0, 1, 0),
     )
     request_data: bytes = b''
-    request_principal: bytes = b''
+    request_principal: bytes | None = b''
     client_host_address: bytes = b''
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -9253,7 +9253,7 @@ class FetchResponse:
         diverging_epoch: FetchResponse.EpochEndOffset = field(default_factory=lambda: FetchResponse.EpochEndOffset())
         current_leader: FetchResponse.LeaderIdAndEpoch = field(default_factory=lambda: FetchResponse.LeaderIdAndEpoch())
         snapshot_id: FetchResponse.SnapshotId = field(default_factory=lambda: FetchResponse.SnapshotId())
-        aborted_transactions: list[FetchResponse.AbortedTransaction] = field(default_factory=list)
+        aborted_transactions: list[FetchResponse.AbortedTransaction] | None = field(default_factory=list)
         preferred_read_replica: int = -1
         records: Records | None = None
 
@@ -9965,7 +9965,7 @@ class FindCoordinatorResponse:
         host: str = ''
         port: int = 0
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             if version >= 4:
@@ -10013,7 +10013,7 @@ class FindCoordinatorResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     node_id: int = 0
     host: str = ''
     port: int = 0
@@ -10320,7 +10320,7 @@ class IncrementalAlterConfigsRequest:
         )
         name: str = ''
         config_operation: int = 0
-        value: str = ''
+        value: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             (w.compact_string(self.name) if version >= 1 else w.string(self.name))
@@ -10392,7 +10392,7 @@ class IncrementalAlterConfigsResponse:
             ('resource_name', 'string', 0, 1, 1, 0),
         )
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
         resource_type: int = 0
         resource_name: str = ''
 
@@ -10465,7 +10465,7 @@ class InitProducerIdRequest:
         ('producer_id', 'int64', 3, 5, 1, 0),
         ('producer_epoch', 'int16', 3, 5, 1, 0),
     )
-    transactional_id: str = ''
+    transactional_id: str | None = ''
     transaction_timeout_ms: int = 0
     producer_id: int = -1
     producer_epoch: int = -1
@@ -10886,7 +10886,7 @@ class JoinGroupResponse:
     error_code: int = 0
     generation_id: int = -1
     protocol_type: str | None = None
-    protocol_name: str = ''
+    protocol_name: str | None = ''
     leader: str = ''
     skip_assignment: bool = False
     member_id: str = ''
@@ -11528,7 +11528,7 @@ class LeaveGroupResponse:
             ('error_code', 'int16', 3, 5, 1, 0),
         )
         member_id: str = ''
-        group_instance_id: str = ''
+        group_instance_id: str | None = ''
         error_code: int = 0
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -12237,7 +12237,7 @@ class ListPartitionReassignmentsResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     topics: list[ListPartitionReassignmentsResponse.OngoingTopicReassignment] = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -12420,7 +12420,7 @@ class MetadataRequest:
             ('name', 'string', 0, 12, 10, 12),
         )
         topic_id: uuid.UUID = ZERO_UUID
-        name: str = ''
+        name: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             if version >= 10:
@@ -12445,7 +12445,7 @@ class MetadataRequest:
         ('include_cluster_authorized_operations', 'bool', 8, 10, 1, 0),
         ('include_topic_authorized_operations', 'bool', 8, 12, 1, 0),
     )
-    topics: list[MetadataRequest.MetadataRequestTopic] = field(default_factory=list)
+    topics: list[MetadataRequest.MetadataRequestTopic] | None = field(default_factory=list)
     allow_auto_topic_creation: bool = True
     include_cluster_authorized_operations: bool = False
     include_topic_authorized_operations: bool = False
@@ -12543,7 +12543,7 @@ class MetadataResponse:
             ('topic_authorized_operations', 'int32', 8, 12, 1, 0),
         )
         error_code: int = 0
-        name: str = ''
+        name: str | None = ''
         topic_id: uuid.UUID = ZERO_UUID
         is_internal: bool = False
         partitions: list[MetadataResponse.MetadataResponsePartition] = field(default_factory=list)
@@ -12761,7 +12761,7 @@ class OffsetCommitRequest:
         committed_offset: int = 0
         committed_leader_epoch: int = -1
         commit_timestamp: int = -1
-        committed_metadata: str = ''
+        committed_metadata: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.partition_index)
@@ -13169,7 +13169,7 @@ class OffsetFetchRequest:
         group_id: str = ''
         member_id: str | None = None
         member_epoch: int = -1
-        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] = field(default_factory=list)
+        topics: list[OffsetFetchRequest.OffsetFetchRequestTopics] | None = field(default_factory=list)
 
         def encode_into(self, w: Writer, version: int) -> None:
             if version >= 8:
@@ -13244,7 +13244,7 @@ class OffsetFetchRequest:
         ('require_stable', 'bool', 7, 9, 1, 0),
     )
     group_id: str = ''
-    topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] = field(default_factory=list)
+    topics: list[OffsetFetchRequest.OffsetFetchRequestTopic] | None = field(default_factory=list)
     groups: list[OffsetFetchRequest.OffsetFetchRequestGroup] = field(default_factory=list)
     require_stable: bool = False
 
@@ -13348,7 +13348,7 @@ class OffsetFetchResponse:
         partition_index: int = 0
         committed_offset: int = 0
         committed_leader_epoch: int = -1
-        metadata: str = ''
+        metadata: str | None = ''
         error_code: int = 0
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -13466,7 +13466,7 @@ class OffsetFetchResponse:
         partition_index: int = 0
         committed_offset: int = 0
         committed_leader_epoch: int = -1
-        metadata: str = ''
+        metadata: str | None = ''
         error_code: int = 0
 
         def encode_into(self, w: Writer, version: int) -> None:
@@ -14649,7 +14649,7 @@ class RemoveRaftVoterRequest:
         ('voter_id', 'int32', 0, 0, 1, 0),
         ('voter_directory_id', 'uuid', 0, 0, 1, 0),
     )
-    cluster_id: str = ''
+    cluster_id: str | None = ''
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID
 
@@ -14692,7 +14692,7 @@ class RemoveRaftVoterResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
 
     def encode_into(self, w: Writer, version: int) -> None:
         w.int32(self.throttle_time_ms)
@@ -14850,7 +14850,7 @@ class SaslAuthenticateResponse:
         ('session_lifetime_ms', 'int64', 1, 2, 1, 0),
     )
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     auth_bytes: bytes = b''
     session_lifetime_ms: int = 0
 
@@ -15055,7 +15055,7 @@ class ShareAcknowledgeRequest:
         ('topics', '[]AcknowledgeTopic', 0, 0, 1, 0),
     )
     group_id: str | None = None
-    member_id: str = ''
+    member_id: str | None = ''
     share_session_epoch: int = 0
     topics: list[ShareAcknowledgeRequest.AcknowledgeTopic] = field(default_factory=list)
 
@@ -15393,7 +15393,7 @@ class ShareFetchRequest:
         ('forgotten_topics_data', '[]ForgottenTopic', 0, 0, 1, 0),
     )
     group_id: str | None = None
-    member_id: str = ''
+    member_id: str | None = ''
     share_session_epoch: int = 0
     max_wait_ms: int = 0
     min_bytes: int = 0
@@ -16625,7 +16625,7 @@ class TxnOffsetCommitRequest:
         partition_index: int = 0
         committed_offset: int = 0
         committed_leader_epoch: int = -1
-        committed_metadata: str = ''
+        committed_metadata: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.partition_index)
@@ -16859,7 +16859,7 @@ class UnregisterBrokerResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
 
     def encode_into(self, w: Writer, version: int) -> None:
         w.int32(self.throttle_time_ms)
@@ -16984,7 +16984,7 @@ class UpdateFeaturesResponse:
         )
         feature: str = ''
         error_code: int = 0
-        error_message: str = ''
+        error_message: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.compact_string(self.feature)
@@ -17009,7 +17009,7 @@ class UpdateFeaturesResponse:
     )
     throttle_time_ms: int = 0
     error_code: int = 0
-    error_message: str = ''
+    error_message: str | None = ''
     results: list[UpdateFeaturesResponse.UpdatableFeatureResult] = field(default_factory=list)
 
     def encode_into(self, w: Writer, version: int) -> None:
@@ -17176,7 +17176,7 @@ class UpdateMetadataRequest:
         v0_host: str = ''
         v0_port: int = 0
         endpoints: list[UpdateMetadataRequest.UpdateMetadataEndpoint] = field(default_factory=list)
-        rack: str = ''
+        rack: str | None = ''
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.id)
@@ -17435,7 +17435,7 @@ class UpdateRaftVoterRequest:
         ('listeners', '[]Listener', 0, 0, 1, 0),
         ('k_raft_version_feature', 'KRaftVersionFeature', 0, 0, 1, 0),
     )
-    cluster_id: str = ''
+    cluster_id: str | None = ''
     current_leader_epoch: int = 0
     voter_id: int = 0
     voter_directory_id: uuid.UUID = ZERO_UUID

@@ -34,7 +34,7 @@ class Partition:
 
     @property
     def high_watermark(self) -> int:
-        return self.log.high_watermark
+        return int(self.log.high_watermark)
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fence a client that has newer or older metadata than ours (KIP-320).
@@ -47,7 +47,7 @@ class Partition:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
 
-    def append(self, records: memoryview, *, now_ms: int) -> AppendResult:
+    def append(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult:
         """Append a produce request's batches as leader; wakes waiting fetches.
 
         Raises KafkaError from the log (corrupt batch, too large, sequence errors) or

@@ -64,7 +64,7 @@ async def serve_connection(
                     # Take the frame's size from the shared budget before reading the rest of it.
                     await pool.reserve(pending)
                     reserved = pending
-                data = b""
+                data: bytes | bytearray = b""
                 with trio.move_on_after(idle_timeout_s):
                     data = await stream.receive_some(RECEIVE_CHUNK)
                     if not data:

@@ -12,7 +12,7 @@ from typing import Any
 
 from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ErrorCode, ProtocolError
-from broker.protocol.headers import decode_request_header, encode_response_frame
+from broker.protocol.headers import decode_request_header, encode_response
 from broker.protocol.messages import ApiVersionsResponse
 from broker.server.connection import ConnectionInfo
 from broker.server.context import BrokerServices, RequestContext
@@ -61,9 +61,11 @@ class Dispatcher:
         response = await handler.handle(context, request)
         if response is None:
             return None
-        body = response.encode(header.api_version)
-        return encode_response_frame(
-            header.correlation_id, spec.response_header_version(header.api_version), body
+        return encode_response(
+            header.correlation_id,
+            spec.response_header_version(header.api_version),
+            response,
+            header.api_version,
         )
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytearray:
@@ -72,7 +74,7 @@ class Dispatcher:
         response = ApiVersionsResponse(
             error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions
         )
-        return encode_response_frame(correlation_id, 0, response.encode(0))
+        return encode_response(correlation_id, 0, response, 0)
 
     @property
     def api_versions(self) -> list[Any]:

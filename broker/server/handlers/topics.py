@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import uuid
+
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
@@ -63,13 +65,17 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
 
 async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsResponse:
     controller = ctx.services.controller
+    wanted: list[tuple[str | None, uuid.UUID | None]]
     if ctx.version >= 6:
         wanted = [(t.name, t.topic_id) for t in request.topics]
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
     for name, topic_id in wanted:
-        topic = controller.topics().get(name) if name is not None else controller.topic_by_id(topic_id)  # type: ignore[arg-type]
+        if name is not None:
+            topic = controller.topics().get(name)
+        else:
+            topic = controller.topic_by_id(topic_id) if topic_id is not None else None
         result = DeleteTopicsResponse.DeletableTopicResult(
             name=name if name is not None else (topic.name if topic is not None else None),
             topic_id=topic.topic_id if topic is not None else (topic_id or DeleteTopicsResponse.DeletableTopicResult().topic_id),

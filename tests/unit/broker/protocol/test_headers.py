@@ -51,3 +51,13 @@ def test_api_versions_always_answers_with_header_v0() -> None:
 def test_response_frame_layout() -> None:
     frame = encode_response_frame(5, 1, b"xy")
     assert frame == struct.pack(">ii", 7, 5) + b"\x00xy"
+
+
+def test_encode_response_matches_header_plus_body() -> None:
+    from broker.protocol.headers import encode_response
+    from broker.protocol.messages import MetadataResponse
+
+    message = MetadataResponse(cluster_id="c", controller_id=0)
+    for header_version, version in ((0, 5), (1, 12)):
+        expected = encode_response_frame(3, header_version, message.encode(version))
+        assert encode_response(3, header_version, message, version) == expected
