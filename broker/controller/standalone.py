@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import uuid
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from broker.config import BrokerConfig
 from broker.controller.base import MetadataListener
 from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo, validate_topic_name
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.storage.checkpoints import write_atomically
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
 
@@ -34,21 +33,6 @@ PRODUCER_ID_BLOCK = 1000
 def new_cluster_id() -> str:
     """A cluster id as Kafka makes them: a random UUID in URL-safe base64 without padding."""
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` so that a crash leaves the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 class StandaloneController:

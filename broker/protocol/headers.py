@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-
-from broker.protocol.api import API_SPECS
 from typing import Any
 
+from broker.protocol.api import API_SPECS
 from broker.protocol.primitives import Reader, Writer
 
 __all__ = [

@@ -104,7 +104,8 @@ async def run_broker(
 
         async def on_connection(stream: trio.SocketStream, spec: ListenerSpec) -> None:
             try:
-                peer = "%s:%s" % stream.socket.getpeername()[:2]
+                host, port = stream.socket.getpeername()[:2]
+                peer = f"{host}:{port}"
             except OSError:
                 peer = "?"
             info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name])

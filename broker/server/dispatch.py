@@ -16,7 +16,7 @@ from broker.protocol.headers import decode_request_header, encode_response
 from broker.protocol.messages import ApiVersionsResponse
 from broker.server.connection import ConnectionInfo
 from broker.server.context import BrokerServices, RequestContext
-from broker.server.handlers import HANDLERS, ApiHandler
+from broker.server.handlers import HANDLERS
 
 __all__ = ["Dispatcher", "supported_api_versions"]
 

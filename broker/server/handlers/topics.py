@@ -16,6 +16,7 @@ from broker.protocol.messages import (
     DeleteTopicsRequest,
     DeleteTopicsResponse,
 )
+from broker.protocol.primitives import ZERO_UUID
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import describe_topic_configs, validate_topic_configs
@@ -78,7 +79,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             topic = controller.topic_by_id(topic_id) if topic_id is not None else None
         result = DeleteTopicsResponse.DeletableTopicResult(
             name=name if name is not None else (topic.name if topic is not None else None),
-            topic_id=topic.topic_id if topic is not None else (topic_id or DeleteTopicsResponse.DeletableTopicResult().topic_id),
+            topic_id=topic.topic_id if topic is not None else (topic_id or ZERO_UUID),
             error_code=ErrorCode.NONE,
         )
         try:

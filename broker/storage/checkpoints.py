@@ -1,0 +1,79 @@
+"""Kafka's checkpoint files: a version line (0), a count line, then one entry per line.
+
+Offset checkpoints at a log dir's root hold `topic partition offset`; a partition's
+`leader-epoch-checkpoint` holds `epoch startOffset`. Written atomically: a temporary file,
+fsync, rename, fsync of the directory, so a crash leaves the old file or the new one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = [
+    "CheckpointError",
+    "read_checkpoint",
+    "read_offsets",
+    "write_atomically",
+    "write_checkpoint",
+    "write_offsets",
+]
+
+VERSION = 0
+
+
+class CheckpointError(Exception):
+    """A checkpoint file that does not parse; the message names the file and line."""
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Replace `path` with `text` so that a crash leaves the old content or the new, whole."""
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def write_checkpoint(path: Path, entries: Iterable[tuple[object, ...]]) -> None:
+    rows = [" ".join(str(v) for v in entry) for entry in entries]
+    write_atomically(path, "".join(f"{line}\n" for line in [str(VERSION), str(len(rows)), *rows]))
+
+
+def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
+    """Entries of `fields` columns each; [] when the file does not exist."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    if len(lines) < 2 or lines[0].strip() != str(VERSION):
+        raise CheckpointError(f"{path}: unsupported checkpoint header {lines[:1]}")
+    try:
+        count = int(lines[1])
+    except ValueError:
+        raise CheckpointError(f"{path}:2: bad entry count {lines[1]!r}") from None
+    rows = []
+    for number, line in enumerate(lines[2 : 2 + count], start=3):
+        parts = line.split()
+        if len(parts) != fields:
+            raise CheckpointError(f"{path}:{number}: expected {fields} fields, got {line!r}")
+        rows.append(parts)
+    if len(rows) != count:
+        raise CheckpointError(f"{path}: {count} entries announced, {len(rows)} present")
+    return rows
+
+
+def read_offsets(path: Path) -> dict[tuple[str, int], int]:
+    """A `topic partition offset` checkpoint as {(topic, partition): offset}."""
+    return {(t, int(p)): int(o) for t, p, o in read_checkpoint(path, 3)}
+
+
+def write_offsets(path: Path, offsets: dict[tuple[str, int], int]) -> None:
+    write_checkpoint(path, ((t, p, o) for (t, p), o in sorted(offsets.items())))

@@ -1,0 +1,440 @@
+"""A partition's log: ordered segments, offsets, the append path, reads and retention.
+
+The append path touches batch headers only: split the request into batches, check each one's
+magic, length, CRC and size, check the producer's sequence, patch the base offset (and leader
+epoch, and LogAppendTime when the topic asks for it), write. No record is decoded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import (
+    BatchHeader,
+    batch_crc_ok,
+    decode_batch,
+    patch_base_offset,
+    patch_partition_leader_epoch,
+    read_batch_header,
+    set_log_append_time,
+    split_batches,
+)
+from broker.storage.config import LogConfig
+from broker.storage.epoch_cache import LeaderEpochCache
+from broker.storage.producer_state import ProducerStateManager
+from broker.storage.segment import LogSegment
+
+__all__ = ["AppendResult", "Log", "ReadResult", "parse_partition_dir"]
+
+log = logging.getLogger(__name__)
+
+_SEGMENT_FILE = re.compile(r"^(\d{20})\.log$")
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+# Segments scanned at open to rebuild idempotent-producer state: a producer whose last batch is
+# older than this is treated as new (it may start at any sequence), as after Kafka's retention.
+PRODUCER_STATE_SEGMENTS = 2
+
+
+def parse_partition_dir(name: str) -> tuple[str, int] | None:
+    """(topic, partition) of a `<topic>-<partition>` directory name, None for other names."""
+    match = _PARTITION_DIR.match(name)
+    if match is None or "." in match.group(2):
+        return None
+    return match.group(1), int(match.group(2))
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    first_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+    duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches (the last may be cut by the size limit, as Kafka's fetch allows)."""
+
+    data: bytes
+    path: Path | None = None
+    position: int = 0
+    length: int = 0
+
+
+class Log:
+    """Not thread-safe: the broker calls it from one trio thread (or one worker at a time)."""
+
+    def __init__(self, directory: Path, config: LogConfig) -> None:
+        self.directory = directory
+        self.config = config
+        self.segments: list[LogSegment] = []
+        self.log_start_offset = 0
+        self.high_watermark = 0
+        self.recovery_point = 0
+        self.producers = ProducerStateManager()
+        self.epochs = LeaderEpochCache(directory / "leader-epoch-checkpoint")
+        self._unflushed_messages = 0
+        self._last_flush_ms: int | None = None
+
+    # -- opening -------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        *,
+        recovery_point: int | None = None,
+        log_start_offset: int = 0,
+        now_ms: int | None = None,
+    ) -> Log:
+        """Open (or create) the log in `directory`.
+
+        Segments at or after `recovery_point` (all of them when None: an unclean shutdown is
+        assumed) are scanned batch by batch and cut at the first torn or corrupt batch, with
+        their indexes rebuilt; segments after a cut are deleted.
+        """
+        directory.mkdir(parents=True, exist_ok=True)
+        self = cls(directory, config)
+        for leftover in directory.glob("*.tmp"):
+            leftover.unlink()
+        bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_FILE.match(p.name)))
+        recovery = recovery_point if recovery_point is not None else -1
+        for i, base in enumerate(bases):
+            segment = LogSegment(directory, base, index_max_bytes=config.segment_index_bytes, create=False)
+            segment._index_interval = config.index_interval_bytes
+            next_base = bases[i + 1] if i + 1 < len(bases) else None
+            clean = recovery_point is not None and next_base is not None and next_base <= recovery
+            if clean:
+                segment.load(trust_indexes=True)
+                self.segments.append(segment)
+                continue
+            result = segment.recover(check_crc=True)
+            self.segments.append(segment)
+            if result.truncated_bytes:
+                log.warning("%s: truncated %d bytes of a torn or corrupt tail", segment.path, result.truncated_bytes)
+                if next_base is not None and segment.next_offset < next_base:
+                    # The log is cut here; later segments would leave a gap. Kafka drops them too.
+                    for later in bases[i + 1 :]:
+                        LogSegment(directory, later, index_max_bytes=config.segment_index_bytes,
+                                   create=False).delete()
+                    break
+        if not self.segments:
+            self.segments.append(self._new_segment(log_start_offset))
+        self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self._rebuild_producer_state()
+        self.high_watermark = self.log_end_offset
+        self.recovery_point = self.log_end_offset
+        self._last_flush_ms = now_ms
+        return self
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment(self.directory, base_offset, index_max_bytes=self.config.segment_index_bytes,
+                             create=True)
+        segment._index_interval = self.config.index_interval_bytes
+        return segment
+
+    def _rebuild_producer_state(self) -> None:
+        for segment in self.segments[-PRODUCER_STATE_SEGMENTS:]:
+            for _, header in segment.iter_headers():
+                if header.has_producer_id:
+                    self.producers.update(header, header.base_offset, header.max_timestamp)
+
+    # -- offsets -------------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    def update_config(self, config: LogConfig) -> None:
+        self.config = config
+        for segment in self.segments:
+            segment._index_interval = config.index_interval_bytes
+
+    # -- appending -----------------------------------------------------------------------
+
+    def append_as_leader(self, records: bytes | bytearray | memoryview, *, leader_epoch: int,
+                         now_ms: int) -> AppendResult:
+        """Validate the batches in `records`, assign offsets and append them.
+
+        A retried idempotent batch is answered with its original offsets and not written again
+        (`duplicate=True`). Raises KafkaError: CORRUPT_MESSAGE (malformed, bad CRC),
+        MESSAGE_TOO_LARGE (a batch above max.message.bytes), RECORD_LIST_TOO_LARGE (above
+        segment.bytes), INVALID_RECORD (empty or inconsistent batch), INVALID_PRODUCER_EPOCH,
+        OUT_OF_ORDER_SEQUENCE_NUMBER.
+        """
+        buf = bytearray(records)
+        batches = split_batches(buf)
+        if not batches:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "produce request carries no record batch")
+        if len(buf) > self.config.segment_bytes:
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                             f"{len(buf)} bytes exceed segment.bytes {self.config.segment_bytes}")
+        for pos, header in batches:
+            if header.size > self.config.max_message_bytes:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"batch of {header.size} bytes exceeds max.message.bytes "
+                                 f"{self.config.max_message_bytes}")
+            if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
+                raise KafkaError(ErrorCode.INVALID_RECORD,
+                                 f"batch claims {header.records_count} records and last offset delta "
+                                 f"{header.last_offset_delta}")
+            if not batch_crc_ok(buf, pos, header):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+            original = self.producers.check(header)
+            if original is not None:
+                return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
+                                    duplicate=True)
+
+        log_append_time = now_ms if self.config.log_append_time else -1
+        next_offset = self.log_end_offset
+        first_offset = next_offset
+        assigned: list[tuple[int, BatchHeader]] = []
+        for pos, header in batches:
+            patch_base_offset(buf, pos, next_offset)
+            patch_partition_leader_epoch(buf, pos, leader_epoch)
+            if log_append_time >= 0:
+                set_log_append_time(buf, pos, log_append_time)
+            assigned.append((pos, read_batch_header(buf, pos)))
+            next_offset += header.last_offset_delta + 1
+
+        self._maybe_roll(len(buf), now_ms)
+        self.active.append(buf, assigned, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+        self.epochs.assign(leader_epoch, first_offset)
+        for _, header in assigned:
+            self.producers.update(header, header.base_offset, header.max_timestamp)
+        self._unflushed_messages += next_offset - first_offset
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendResult(first_offset, next_offset - 1, log_append_time, self.log_start_offset)
+
+    def _maybe_roll(self, incoming: int, now_ms: int) -> None:
+        active = self.active
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = active.created_ms is not None and now_ms - active.created_ms >= self.config.segment_ms
+        if too_big or too_old or active.index_full:
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end offset."""
+        if self.active.size == 0:
+            return self.active
+        # Flush the finished segment, as Kafka does at a roll: the recovery point moves past it,
+        # so a crash later re-checks only the active segment.
+        self.active.flush()
+        self.recovery_point = max(self.recovery_point, self.log_end_offset)
+        segment = self._new_segment(self.log_end_offset)
+        self.segments.append(segment)
+        return segment
+
+    # -- reading -------------------------------------------------------------------------
+
+    def _segment_for(self, offset: int) -> int:
+        bases = [s.base_offset for s in self.segments]
+        return max(0, bisect.bisect_right(bases, offset) - 1)
+
+    def read(self, fetch_offset: int, max_bytes: int, *, upper_bound: int | None = None,
+             min_one_batch: bool = True) -> ReadResult:
+        """Batches from the one holding `fetch_offset`, at most `max_bytes` (the first whole
+        batch is returned even when larger, if `min_one_batch`), never reaching `upper_bound`.
+
+        Raises KafkaError(OFFSET_OUT_OF_RANGE) below the log start or past the log end.
+        """
+        end_offset = self.log_end_offset
+        if fetch_offset < self.log_start_offset or fetch_offset > end_offset:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {fetch_offset} outside [{self.log_start_offset}, {end_offset}]")
+        limit = end_offset if upper_bound is None else min(upper_bound, end_offset)
+        if fetch_offset >= limit:
+            return ReadResult(b"")
+        i = self._segment_for(fetch_offset)
+        while i < len(self.segments):
+            segment = self.segments[i]
+            found = segment.find(fetch_offset)
+            if found is not None:
+                break
+            i += 1  # the offset fell in a gap (deleted records): move to the next segment
+            if i < len(self.segments):
+                fetch_offset = self.segments[i].base_offset
+        else:
+            return ReadResult(b"")
+        start, first = found
+        if first.base_offset >= limit:
+            return ReadResult(b"")
+        end = segment.size if limit >= segment.next_offset else segment.position_of(limit)
+        length = min(end - start, max_bytes)
+        if min_one_batch and length < first.size:
+            length = min(first.size, end - start)
+        if length <= 0:
+            return ReadResult(b"")
+        return ReadResult(segment.read(start, length), segment.path, start, length)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record whose timestamp is >= `timestamp`.
+
+        The indexes find the batch; that one batch is decoded (ListOffsets is a cold path) to
+        name the record, as Kafka does.
+        """
+        for segment in self.segments:
+            found = segment.find_timestamp(timestamp)
+            if found is None:
+                continue
+            located = segment.find(found[0])
+            if located is None:
+                continue
+            pos, header = located
+            _, records = decode_batch(segment.read(pos, header.size))
+            for record in records:
+                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
+                    return record.offset, record.timestamp
+            return max(found[0], self.log_start_offset), found[1]
+        return None
+
+    def offset_of_max_timestamp(self) -> tuple[int, int] | None:
+        """(offset, timestamp) of the record with the largest timestamp (ListOffsets -3).
+
+        Decodes one batch (a cold path) to name the exact record, as Kafka 3.8+ does.
+        """
+        best = max(self.segments, key=lambda s: s.max_timestamp)
+        if best.max_timestamp < 0:
+            return None
+        found = best.find(best.offset_of_max_timestamp)
+        if found is None:
+            return None
+        pos, header = found
+        _, records = decode_batch(best.read(pos, header.size))
+        for record in records:
+            if record.timestamp == header.max_timestamp:
+                return record.offset, record.timestamp
+        return header.last_offset, header.max_timestamp
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.epochs.end_offset_for(epoch, self.log_end_offset)
+
+    # -- deleting ------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> None:
+        """Move the log start offset up to `offset` (DeleteRecords); whole segments below it go."""
+        if offset > self.high_watermark:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"offset {offset} is past the high watermark {self.high_watermark}")
+        if offset <= self.log_start_offset:
+            return
+        self.log_start_offset = offset
+        self.epochs.truncate_from_start(offset)
+        self._delete_segments(lambda s, nxt: nxt is not None and nxt <= offset)
+
+    def _delete_segments(self, predicate: object) -> int:
+        """Delete leading segments while predicate(segment, next_base) holds; never the last."""
+        deleted = 0
+        while len(self.segments) > 1:
+            nxt = self.segments[1].base_offset
+            if not predicate(self.segments[0], nxt):  # type: ignore[operator]
+                break
+            segment = self.segments.pop(0)
+            segment.delete()
+            deleted += 1
+        if deleted:
+            self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+            self.epochs.truncate_from_start(self.log_start_offset)
+        return deleted
+
+    def apply_retention(self, now_ms: int) -> int:
+        """Delete segments past retention.ms (by their largest timestamp) or beyond
+        retention.bytes; returns how many. Compacted-only topics keep everything."""
+        if not self.config.deletes:
+            return 0
+        deleted = 0
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            # The active segment goes too once it is expired: roll first, as Kafka does.
+            active = self.active
+            expired = active.max_timestamp >= 0 and now_ms - active.max_timestamp > retention_ms
+            if active.size and expired and active.next_offset <= self.high_watermark:
+                self.roll()
+            deleted += self._delete_segments(
+                lambda s, nxt: s.max_timestamp >= 0 and now_ms - s.max_timestamp > retention_ms
+                and nxt <= self.high_watermark
+            )
+        if self.config.retention_bytes >= 0:
+            excess = self.size_bytes - self.config.retention_bytes
+
+            def over(segment: LogSegment, nxt: int) -> bool:
+                nonlocal excess
+                if excess >= segment.size and nxt <= self.high_watermark:
+                    excess -= segment.size
+                    return True
+                return False
+
+            deleted += self._delete_segments(over)
+        return deleted
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove everything at or after `offset` (a follower cutting a divergent tail)."""
+        if offset >= self.log_end_offset:
+            return
+        while len(self.segments) > 1 and self.active.base_offset >= offset:
+            self.segments.pop().delete()
+        self.active.truncate_to(offset)
+        self.epochs.truncate_from_end(self.log_end_offset)
+        self.producers.truncate_after(self.log_end_offset)
+        self.high_watermark = min(self.high_watermark, self.log_end_offset)
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
+
+    # -- durability ----------------------------------------------------------------------
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync every segment with unflushed data; advances the recovery point."""
+        for segment in self.segments:
+            if segment.next_offset > self.recovery_point:
+                segment.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        if now_ms is not None:
+            self._last_flush_ms = now_ms
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """Flush when flush.ms has passed since the last flush and there is something to flush."""
+        if self.config.flush_ms >= 2**62 or self._unflushed_messages == 0:
+            return False
+        if self._last_flush_ms is None:
+            self._last_flush_ms = now_ms
+        if now_ms - self._last_flush_ms >= self.config.flush_ms:
+            self.flush(now_ms)
+            return True
+        return False
+
+    def close(self) -> None:
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        """Remove the partition directory (topic deletion): renamed first, as Kafka does."""
+        self.close()
+        doomed = self.directory.with_name(f"{self.directory.name}.{os.getpid()}-delete")
+        os.replace(self.directory, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
+
+    def __repr__(self) -> str:
+        return (f"Log({self.directory.name}, start={self.log_start_offset}, end={self.log_end_offset}, "
+                f"hw={self.high_watermark}, segments={len(self.segments)})")
+

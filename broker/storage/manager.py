@@ -1,0 +1,118 @@
+"""All partition logs of a broker, across its log dirs, and the checkpoint files at their roots."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.storage.checkpoints import CheckpointError, read_offsets, write_offsets
+from broker.storage.config import LogConfig
+from broker.storage.log import Log, parse_partition_dir
+
+__all__ = ["LogManager"]
+
+log = logging.getLogger(__name__)
+
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+REPLICATION_FILE = "replication-offset-checkpoint"
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
+        if not log_dirs:
+            raise ValueError("at least one log dir is needed")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config
+        self._logs: dict[tuple[str, int], Log] = {}
+        self._dir_of: dict[tuple[str, int], Path] = {}
+
+    def load_all(self, now_ms: int) -> None:
+        """Open every partition found in the log dirs, recovering what an unclean stop left.
+
+        A partition absent from the recovery-point checkpoint (or every partition, when the
+        checkpoint is missing after a crash) is fully recovered: every batch checked by CRC.
+        """
+        for root in self.log_dirs:
+            root.mkdir(parents=True, exist_ok=True)
+            try:
+                recovery = read_offsets(root / RECOVERY_POINT_FILE)
+                starts = read_offsets(root / LOG_START_FILE)
+                replication = read_offsets(root / REPLICATION_FILE)
+            except CheckpointError as exc:
+                log.warning("ignoring a bad checkpoint, recovering every log: %s", exc)
+                recovery, starts, replication = {}, {}, {}
+            for child in sorted(root.iterdir()):
+                if not child.is_dir() or child.name.endswith("-delete"):
+                    continue
+                key = parse_partition_dir(child.name)
+                if key is None:
+                    continue
+                opened = Log.open(child, self.default_config, recovery_point=recovery.get(key),
+                                  log_start_offset=starts.get(key, 0), now_ms=now_ms)
+                if key in replication:
+                    opened.high_watermark = min(replication[key], opened.log_end_offset)
+                self._logs[key] = opened
+                self._dir_of[key] = root
+        log.info("loaded %d partition logs", len(self._logs))
+
+    def get(self, topic: str, partition: int) -> Log:
+        found = self._logs.get((topic, partition))
+        if found is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"{topic}-{partition}")
+        return found
+
+    def get_or_create(self, topic: str, partition: int, config: LogConfig) -> Log:
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            existing.update_config(config)
+            return existing
+        # Place a new partition in the log dir holding the fewest, as Kafka does.
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        root = min(self.log_dirs, key=lambda d: counts[d])
+        created = Log.open(root / f"{topic}-{partition}", config, recovery_point=0)
+        self._logs[key] = created
+        self._dir_of[key] = root
+        return created
+
+    def delete(self, topic: str, partition: int) -> None:
+        key = (topic, partition)
+        doomed = self._logs.pop(key, None)
+        self._dir_of.pop(key, None)
+        if doomed is not None:
+            doomed.delete()
+
+    def logs(self) -> dict[tuple[str, int], Log]:
+        return dict(self._logs)
+
+    def checkpoint(self) -> None:
+        """Write the three offset checkpoints of every log dir."""
+        for root in self.log_dirs:
+            keys = [k for k, d in self._dir_of.items() if d == root]
+            write_offsets(root / RECOVERY_POINT_FILE, {k: self._logs[k].recovery_point for k in keys})
+            write_offsets(root / LOG_START_FILE, {k: self._logs[k].log_start_offset for k in keys})
+            write_offsets(root / REPLICATION_FILE, {k: self._logs[k].high_watermark for k in keys})
+
+    def apply_retention(self, now_ms: int) -> int:
+        deleted = 0
+        for key, partition_log in list(self._logs.items()):
+            count = partition_log.apply_retention(now_ms)
+            if count:
+                log.info("retention deleted %d segment(s) of %s-%d", count, *key)
+            deleted += count
+        return deleted
+
+    def flush_due(self, now_ms: int) -> int:
+        return sum(1 for partition_log in self._logs.values() if partition_log.flush_if_due(now_ms))
+
+    def close(self) -> None:
+        """Flush every log, write the checkpoints (a clean stop needs no recovery), close."""
+        for partition_log in self._logs.values():
+            partition_log.flush()
+        self.checkpoint()
+        for partition_log in self._logs.values():
+            partition_log.close()

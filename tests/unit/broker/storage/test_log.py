@@ -1,0 +1,224 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import Record, build_batch, decode_batch, split_batches
+from broker.storage import Log, LogConfig, LogManager
+from broker.storage.checkpoints import read_checkpoint
+
+NOW = 1_700_000_000_000
+
+
+def batch(*values: bytes, ts: int = NOW, **kw: int) -> bytes:
+    return build_batch([Record(None, v, timestamp=ts) for v in values], **kw)  # type: ignore[arg-type]
+
+
+def values(data: bytes) -> list[tuple[int, bytes | None]]:
+    out = []
+    for pos, _ in split_batches(data, allow_partial_tail=True):
+        _, records = decode_batch(data, pos)
+        out += [(r.offset, r.value) for r in records]
+    return out
+
+
+def open_log(path: Path, **cfg: int | str) -> Log:
+    return Log.open(path, LogConfig(**cfg), recovery_point=None, now_ms=NOW)  # type: ignore[arg-type]
+
+
+def test_offsets_are_assigned_in_order_and_read_back(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    first = log.append_as_leader(batch(b"a", b"b"), leader_epoch=0, now_ms=NOW)
+    second = log.append_as_leader(batch(b"c"), leader_epoch=0, now_ms=NOW)
+    assert (first.first_offset, first.last_offset, second.first_offset) == (0, 1, 2)
+    assert log.log_end_offset == 3
+    assert values(log.read(0, 1 << 20).data) == [(0, b"a"), (1, b"b"), (2, b"c")]
+    assert values(log.read(2, 1 << 20).data) == [(2, b"c")]
+    # The batch holding offset 1 starts at 0: whole batches are returned, as Kafka does.
+    assert values(log.read(1, 1 << 20).data)[0] == (0, b"a")
+
+
+def test_read_respects_upper_bound_and_max_bytes(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for i in range(10):
+        log.append_as_leader(batch(bytes([i]) * 100), leader_epoch=0, now_ms=NOW)
+    assert [o for o, _ in values(log.read(0, 1 << 20, upper_bound=4).data)] == [0, 1, 2, 3]
+    one = log.read(0, 10)  # smaller than a batch: the first whole batch still comes back
+    assert [o for o, _ in values(one.data)] == [0]
+    assert log.read(10, 100).data == b""
+    with pytest.raises(KafkaError) as exc:
+        log.read(11, 100)
+    assert exc.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+def test_segments_roll_by_size_and_survive_reopen(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=1000, index_interval_bytes=100)
+    for i in range(40):
+        log.append_as_leader(batch(b"x" * 50, ts=NOW + i), leader_epoch=0, now_ms=NOW)
+    assert len(log.segments) > 3
+    names = sorted(p.name for p in (tmp_path / "t-0").iterdir())
+    assert "00000000000000000000.log" in names and "00000000000000000000.index" in names
+    assert "00000000000000000000.timeindex" in names
+    log.flush()
+    recovery_point = log.recovery_point
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(segment_bytes=1000), recovery_point=recovery_point)
+    assert reopened.log_end_offset == 40
+    assert [o for o, _ in values(reopened.read(25, 1 << 20).data)][0] == 25
+    assert reopened.offset_for_timestamp(NOW + 17) == (17, NOW + 17)
+
+
+def test_a_torn_tail_is_cut_at_the_last_whole_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for i in range(5):
+        log.append_as_leader(batch(b"rec%d" % i), leader_epoch=0, now_ms=NOW)
+    path = log.active.path
+    log.close()
+    size = path.stat().st_size
+    with open(path, "r+b") as f:
+        f.truncate(size - 7)  # a crash in the middle of writing the last batch
+    recovered = open_log(tmp_path / "t-0")
+    assert recovered.log_end_offset == 4
+    assert values(recovered.read(0, 1 << 20).data) == [(i, b"rec%d" % i) for i in range(4)]
+    # New appends continue from the cut.
+    assert recovered.append_as_leader(batch(b"next"), leader_epoch=0, now_ms=NOW).first_offset == 4
+
+
+def test_a_corrupt_batch_and_everything_after_it_is_dropped(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for i in range(5):
+        log.append_as_leader(batch(b"rec%d" % i), leader_epoch=0, now_ms=NOW)
+    third = log.active.find(2)
+    assert third is not None
+    path = log.active.path
+    log.close()
+    with open(path, "r+b") as f:
+        f.seek(third[0] + 70)
+        f.write(b"\xff")  # flip a byte of record data: the CRC no longer matches
+    recovered = open_log(tmp_path / "t-0")
+    assert recovered.log_end_offset == 2
+    garbage = tmp_path / "t-0" / "00000000000000000000.log"
+    with open(garbage, "ab") as f:
+        f.write(os.urandom(100))  # garbage after the end
+    again = open_log(tmp_path / "t-0")
+    assert again.log_end_offset == 2
+
+
+def test_batches_are_checked_on_append(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", max_message_bytes=200)
+    good = bytearray(batch(b"ok"))
+    good[-1] ^= 0xFF
+    for bad, code in [
+        (bytes(good), ErrorCode.CORRUPT_MESSAGE),
+        (batch(b"x" * 300), ErrorCode.MESSAGE_TOO_LARGE),
+        (batch(b"ok")[:-3], ErrorCode.CORRUPT_MESSAGE),
+        (b"", ErrorCode.CORRUPT_MESSAGE),
+    ]:
+        with pytest.raises(KafkaError) as exc:
+            log.append_as_leader(bad, leader_epoch=0, now_ms=NOW)
+        assert exc.value.code == code
+    assert log.log_end_offset == 0
+
+
+def test_idempotent_retries_are_deduplicated_and_gaps_refused(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    pid = dict(producer_id=7, producer_epoch=0)
+    first = log.append_as_leader(batch(b"a", b"b", base_sequence=0, **pid), leader_epoch=0, now_ms=NOW)
+    retry = log.append_as_leader(batch(b"a", b"b", base_sequence=0, **pid), leader_epoch=0, now_ms=NOW)
+    assert retry.duplicate and (retry.first_offset, retry.last_offset) == (first.first_offset, first.last_offset)
+    assert log.log_end_offset == 2
+    with pytest.raises(KafkaError) as exc:
+        log.append_as_leader(batch(b"c", base_sequence=5, **pid), leader_epoch=0, now_ms=NOW)
+    assert exc.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    log.append_as_leader(batch(b"c", base_sequence=2, **pid), leader_epoch=0, now_ms=NOW)
+    # A newer epoch fences the old one.
+    log.append_as_leader(batch(b"d", base_sequence=0, producer_id=7, producer_epoch=1), leader_epoch=0, now_ms=NOW)
+    with pytest.raises(KafkaError) as exc:
+        log.append_as_leader(batch(b"e", base_sequence=3, **pid), leader_epoch=0, now_ms=NOW)
+    assert exc.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    # The state is rebuilt from the log on open: the retry is still recognised.
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    again = reopened.append_as_leader(batch(b"d", base_sequence=0, producer_id=7, producer_epoch=1),
+                                      leader_epoch=0, now_ms=NOW)
+    assert again.duplicate and again.first_offset == 3
+
+
+def test_retention_by_time_and_size(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=500, retention_ms=1000)
+    for i in range(20):
+        log.append_as_leader(batch(b"x" * 50, ts=NOW + i * 100), leader_epoch=0, now_ms=NOW)
+    log.high_watermark = log.log_end_offset  # the partition layer commits what it appended
+    segments = len(log.segments)
+    assert log.apply_retention(NOW + 100) == 0
+    deleted = log.apply_retention(NOW + 2500)
+    assert 0 < deleted < segments
+    assert log.log_start_offset == log.segments[0].base_offset > 0
+    with pytest.raises(KafkaError):
+        log.read(0, 100)
+    # Everything expired: the log empties but keeps its offsets.
+    log.apply_retention(NOW + 100_000)
+    assert log.log_start_offset == log.log_end_offset == 20
+
+    sized = open_log(tmp_path / "s-0", segment_bytes=500, retention_bytes=1000)
+    for _ in range(20):
+        sized.append_as_leader(batch(b"x" * 50), leader_epoch=0, now_ms=NOW)
+    sized.high_watermark = sized.log_end_offset
+    sized.apply_retention(NOW)
+    assert sized.size_bytes <= 1000 + 500
+
+
+def test_delete_records_moves_the_log_start(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    for _ in range(10):
+        log.append_as_leader(batch(b"x" * 50), leader_epoch=0, now_ms=NOW)
+    with pytest.raises(KafkaError) as exc:
+        log.delete_records_before(6)  # nothing is committed yet
+    assert exc.value.code == ErrorCode.OFFSET_OUT_OF_RANGE
+    log.high_watermark = log.log_end_offset
+    log.delete_records_before(6)
+    assert log.log_start_offset == 6
+    assert log.segments[0].base_offset <= 6
+    with pytest.raises(KafkaError):
+        log.read(5, 100)
+    assert [o for o, _ in values(log.read(6, 1 << 20).data)][0] <= 6
+
+
+def test_log_append_time_rewrites_the_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", message_timestamp_type="LogAppendTime")
+    result = log.append_as_leader(batch(b"a", ts=5), leader_epoch=0, now_ms=NOW + 42)
+    assert result.log_append_time == NOW + 42
+    _, records = decode_batch(log.read(0, 1000).data)
+    assert records[0].timestamp == NOW + 42
+
+
+def test_leader_epochs_answer_offset_for_leader_epoch(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"a", b"b"), leader_epoch=1, now_ms=NOW)
+    log.append_as_leader(batch(b"c"), leader_epoch=3, now_ms=NOW)
+    assert log.end_offset_for_epoch(1) == (1, 2)
+    assert log.end_offset_for_epoch(2) == (1, 2)
+    assert log.end_offset_for_epoch(3) == (3, 3)
+    assert log.end_offset_for_epoch(9) == (-1, -1)
+    assert read_checkpoint(tmp_path / "t-0" / "leader-epoch-checkpoint", 2) == [["1", "0"], ["3", "2"]]
+
+
+def test_manager_checkpoints_and_reloads(tmp_path: Path) -> None:
+    manager = LogManager([tmp_path], LogConfig())
+    manager.load_all(NOW)
+    log = manager.get_or_create("orders", 2, LogConfig())
+    log.append_as_leader(batch(b"a"), leader_epoch=0, now_ms=NOW)
+    (tmp_path / "not-a-partition.txt").write_text("x")
+    manager.close()
+    assert (tmp_path / "recovery-point-offset-checkpoint").read_text() == "0\n1\norders 2 1\n"
+    assert (tmp_path / "log-start-offset-checkpoint").read_text() == "0\n1\norders 2 0\n"
+    again = LogManager([tmp_path], LogConfig())
+    again.load_all(NOW)
+    assert again.get("orders", 2).log_end_offset == 1
+    again.delete("orders", 2)
+    assert not (tmp_path / "orders-2").exists()
+    with pytest.raises(KafkaError):
+        again.get("orders", 2)
