@@ -179,6 +179,16 @@ _KEYS: tuple[_Key, ...] = (
     _Key("connections.max.idle.ms", _int_parser(-1), "600000", "connections_max_idle_ms"),
     _Key("fetch.max.bytes", _int_parser(1024, 2**31 - 1), "57671680", "fetch_max_bytes"),
     _Key("cluster.id", _str, None, "cluster_id"),
+    # The group coordinator (consumer groups and committed offsets).
+    _Key("offsets.topic.num.partitions", _int_parser(1, 2**31 - 1), "50", "offsets_topic_num_partitions"),
+    _Key("offsets.topic.segment.bytes", _int_parser(1, 2**31 - 1), "104857600", "offsets_topic_segment_bytes"),
+    _Key("offsets.retention.minutes", _int_parser(1, 2**31 - 1), "10080", "offsets_retention_minutes"),
+    _Key("offsets.retention.check.interval.ms", _int_parser(1), "600000", "offsets_retention_check_interval_ms"),
+    _Key("offset.metadata.max.bytes", _int_parser(0, 2**31 - 1), "4096", "offset_metadata_max_bytes"),
+    _Key("group.initial.rebalance.delay.ms", _int_parser(0, 2**31 - 1), "3000", "group_initial_rebalance_delay_ms"),
+    _Key("group.min.session.timeout.ms", _int_parser(0, 2**31 - 1), "6000", "group_min_session_timeout_ms"),
+    _Key("group.max.session.timeout.ms", _int_parser(0, 2**31 - 1), "1800000", "group_max_session_timeout_ms"),
+    _Key("group.max.size", _int_parser(1, 2**31 - 1), str(2**31 - 1), "group_max_size"),
 )
 
 _KEY_BY_NAME = {k.name: k for k in _KEYS}
@@ -209,10 +219,8 @@ _IGNORED_KAFKA_KEYS = frozenset(
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
         "offsets.topic.replication.factor",
-        "offsets.topic.num.partitions",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
-        "group.initial.rebalance.delay.ms",
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "zookeeper.session.timeout.ms",
@@ -309,6 +317,15 @@ class BrokerConfig:
     connections_max_idle_ms: int
     fetch_max_bytes: int
     cluster_id: str | None
+    offsets_topic_num_partitions: int
+    offsets_topic_segment_bytes: int
+    offsets_retention_minutes: int
+    offsets_retention_check_interval_ms: int
+    offset_metadata_max_bytes: int
+    group_initial_rebalance_delay_ms: int
+    group_min_session_timeout_ms: int
+    group_max_session_timeout_ms: int
+    group_max_size: int
     # What the user actually set, by canonical key, for DescribeConfigs (STATIC_BROKER_CONFIG).
     explicit: Mapping[str, str]
     listeners: tuple[ListenerSpec, ...]

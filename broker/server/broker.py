@@ -17,6 +17,7 @@ import trio
 from broker.config import BrokerConfig, ListenerSpec
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
+from broker.coordinator.coordinator import GroupCoordinator
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
 from broker.server.connection import ConnectionInfo, serve_connection
@@ -24,6 +25,7 @@ from broker.server.context import BrokerServices, now_ms
 from broker.server.dispatch import Dispatcher
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool
+from broker.server.offsets_store import OffsetsStore
 from broker.storage import LogManager
 
 __all__ = ["RunningBroker", "run_broker"]
@@ -97,7 +99,11 @@ async def run_broker(
             except KafkaError as exc:
                 if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                     raise
-        services = BrokerServices(config, controller, replicas)
+        offsets_store = OffsetsStore(config, controller, replicas)
+        await offsets_store.ensure_topic()
+        groups = GroupCoordinator(config, offsets_store.append)
+        await trio.to_thread.run_sync(lambda: groups.load(list(offsets_store.replay())))
+        services = BrokerServices(config, controller, replicas, groups)
         dispatcher = Dispatcher(services)
         pool = RequestMemoryPool(config.queued_max_request_bytes)
         idle_s = config.connections_max_idle_ms / 1000 if config.connections_max_idle_ms >= 0 else float("inf")
@@ -115,6 +121,7 @@ async def run_broker(
             )
 
         async with trio.open_nursery() as nursery:
+            await nursery.start(groups.run)
             bound: list[BoundListener] = await nursery.start(serve_listeners, config.listeners, on_connection)
             advertised = _advertised(config, bound)
             controller.register_local_broker(BrokerInfo(config.broker_id, advertised, config.rack))

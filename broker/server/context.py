@@ -11,6 +11,7 @@ from broker.protocol.headers import RequestHeader
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.controller.standalone import StandaloneController
+    from broker.coordinator.coordinator import GroupCoordinator
     from broker.replication.replica_manager import ReplicaManager
     from broker.server.connection import ConnectionInfo
 
@@ -28,6 +29,7 @@ class BrokerServices:
     config: BrokerConfig
     controller: StandaloneController
     replicas: ReplicaManager
+    groups: GroupCoordinator | None = None
 
 
 @dataclass(frozen=True, slots=True)

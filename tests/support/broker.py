@@ -22,6 +22,8 @@ class BrokerProcess:
     data_dir: Path
     overrides: tuple[str, ...] = ()
     topics: tuple[str, ...] = ()
+    python_args: tuple[str, ...] = ()  # e.g. ("-m", "cProfile", "-o", FILE) to profile the broker
+    log_level: str = "info"
     proc: subprocess.Popen[str] | None = None
     bootstrap: str = ""
     listeners: dict[str, str] = field(default_factory=dict)
@@ -36,8 +38,8 @@ class BrokerProcess:
 
         `port` re-binds a known port (a restart keeps the address clients already know).
         """
-        cmd = [sys.executable, "-m", "deploy.cli", "broker", "--data-dir", str(self.data_dir),
-               "--listen", f"127.0.0.1:{port}", "--log-level", "info"]
+        cmd = [sys.executable, *self.python_args, "-m", "deploy.cli", "broker", "--data-dir", str(self.data_dir),
+               "--listen", f"127.0.0.1:{port}", "--log-level", self.log_level]
         for item in self.overrides:
             cmd += ["--override", item]
         for topic in self.topics:

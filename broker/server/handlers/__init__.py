@@ -11,10 +11,12 @@ from broker.server.handlers import (
     cluster,
     configs,
     fetch,
+    groups,
     init_producer_id,
     leader_epoch,
     list_offsets,
     metadata,
+    offsets,
     produce,
     topics,
 )
@@ -35,5 +37,7 @@ HANDLERS: dict[int, ApiHandler] = {
         cluster.HANDLER,
         *topics.HANDLERS,
         *configs.HANDLERS,
+        *groups.HANDLERS,
+        *offsets.HANDLERS,
     )
 }

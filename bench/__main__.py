@@ -1,0 +1,79 @@
+"""Run the broker benchmarks and print a Markdown table for BENCHMARKS.md.
+
+    python -m bench            # full run (a few minutes)
+    python -m bench --quick    # smaller counts, for a smoke check
+    python -m bench --profile  # also profile the broker under the 100-byte producer load
+
+Each figure is printed beside this machine's own ceilings, measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pstats
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench import ceiling, clients
+from tests.support.broker import BrokerProcess
+
+
+@contextmanager
+def broker(*, profile_to: Path | None = None) -> Iterator[str]:
+    """A fresh broker process (optionally under cProfile); yields its bootstrap address."""
+    with tempfile.TemporaryDirectory() as tmp:
+        python_args = ("-m", "cProfile", "-o", str(profile_to)) if profile_to else ()
+        process = BrokerProcess(Path(tmp) / "data", python_args=python_args, log_level="warning").start()
+        try:
+            yield process.bootstrap
+        finally:
+            process.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench")
+    parser.add_argument("--quick", action="store_true", help="smaller counts")
+    parser.add_argument("--profile", action="store_true", help="profile the broker under producer load")
+    args = parser.parse_args()
+    scale = 10 if args.quick else 1
+
+    print(f"machine: {ceiling.machine_summary()}", flush=True)
+    tcp = ceiling.loopback_tcp_mb_s((2 << 30) // scale)
+    disk = ceiling.file_append_mb_s((1 << 30) // scale)
+    print(f"ceiling: loopback TCP {tcp:,.0f} MB/s, file append {disk:,.0f} MB/s", flush=True)
+
+    rows = []
+    with broker() as bootstrap:
+        for size, count in ((100, 2_000_000 // scale), (1024, 500_000 // scale)):
+            topic = f"bench-{size}"
+            clients.create_topic(bootstrap, topic)
+            prod = clients.produce(bootstrap, topic, count, size)
+            rows.append((f"produce {size} B, acks=1", prod))
+            print(f"produce {size} B: {prod.records_per_s:,.0f} rec/s, {prod.mb_per_s:,.1f} MB/s", flush=True)
+            cons = clients.consume(bootstrap, topic, count, size)
+            rows.append((f"consume {size} B", cons))
+            print(f"consume {size} B: {cons.records_per_s:,.0f} rec/s, {cons.mb_per_s:,.1f} MB/s", flush=True)
+        clients.create_topic(bootstrap, "bench-latency")
+        p50, p99 = clients.produce_latency(bootstrap, "bench-latency", rate=1000, seconds=10 / scale)
+        print(f"produce latency at 1000 rec/s, acks=all: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
+
+    print("\n| workload | records/s | MB/s | share of loopback TCP |\n| --- | ---: | ---: | ---: |")
+    for name, t in rows:
+        print(f"| {name} | {t.records_per_s:,.0f} | {t.mb_per_s:,.1f} | {t.mb_per_s / tcp:.1%} |")
+    print(f"| produce latency, 1000 rec/s, acks=all | p50 {p50:.2f} ms | p99 {p99:.2f} ms | |")
+
+    if args.profile:
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "broker.prof"
+            with broker(profile_to=out) as bootstrap:
+                clients.create_topic(bootstrap, "bench-profile")
+                clients.produce(bootstrap, "bench-profile", 1_000_000 // scale, 100)
+                clients.consume(bootstrap, "bench-profile", 1_000_000 // scale, 100)
+            print("\nbroker profile (top 25 by own time):")
+            pstats.Stats(str(out)).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""This machine's own ceilings, measured in the same run as the benchmarks they frame.
+
+Two trivial Python programs: push bytes through a loopback TCP connection, and append bytes to a
+file. A broker in Python cannot beat either; how close it comes is the useful figure.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import tempfile
+import threading
+import time
+
+__all__ = ["loopback_tcp_mb_s", "file_append_mb_s", "machine_summary"]
+
+CHUNK = 1 << 20
+
+
+def loopback_tcp_mb_s(total_bytes: int = 2 << 30) -> float:
+    """MB/s of one Python thread sending 1 MiB chunks to another over 127.0.0.1."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    received = 0
+
+    def sink() -> None:
+        nonlocal received
+        conn, _ = server.accept()
+        with conn:
+            buf = bytearray(CHUNK)
+            view = memoryview(buf)
+            while True:
+                n = conn.recv_into(view)
+                if n == 0:
+                    return
+                received += n
+
+    thread = threading.Thread(target=sink)
+    thread.start()
+    payload = b"x" * CHUNK
+    start = time.perf_counter()
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        sent = 0
+        while sent < total_bytes:
+            client.sendall(payload)
+            sent += CHUNK
+    thread.join()
+    elapsed = time.perf_counter() - start
+    server.close()
+    return received / elapsed / 1e6
+
+
+def file_append_mb_s(total_bytes: int = 1 << 30) -> float:
+    """MB/s of appending 1 MiB chunks to a file (page cache, no fsync, as Kafka by default)."""
+    payload = b"x" * CHUNK
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
+        path = os.path.join(tmp, "append.bin")
+        start = time.perf_counter()
+        with open(path, "ab", buffering=0) as f:
+            written = 0
+            while written < total_bytes:
+                f.write(payload)
+                written += CHUNK
+        elapsed = time.perf_counter() - start
+    return total_bytes / elapsed / 1e6
+
+
+def machine_summary() -> str:
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB"

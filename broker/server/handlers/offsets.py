@@ -1,0 +1,136 @@
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete."""
+
+from __future__ import annotations
+
+import time
+
+from broker.coordinator.coordinator import GroupCoordinator
+from broker.coordinator.offsets_records import OffsetCommitValue
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import (
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+)
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+
+__all__ = ["HANDLERS"]
+
+# OffsetCommit v2-v4 carry a retention time; -1 means "the broker's default".
+DEFAULT_RETENTION = -1
+
+
+def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+    coordinator = ctx.services.groups
+    if coordinator is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+    return coordinator
+
+
+async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    now = time.time_ns() // 1_000_000
+    topics = ctx.services.controller.topics()
+    max_metadata = ctx.config.offset_metadata_max_bytes
+    errors: dict[tuple[str, int], ErrorCode] = {}
+    accepted: dict[tuple[str, int], OffsetCommitValue] = {}
+    for topic in request.topics:
+        known = topics.get(topic.name)
+        for p in topic.partitions:
+            tp = (topic.name, p.partition_index)
+            metadata = p.committed_metadata or ""
+            if known is None or not 0 <= p.partition_index < len(known.partitions):
+                errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+            elif len(metadata.encode()) > max_metadata:
+                errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
+            else:
+                expire = -1
+                if 2 <= ctx.version <= 4 and request.retention_time_ms != DEFAULT_RETENTION:
+                    expire = now + request.retention_time_ms
+                commit_ts = p.commit_timestamp if ctx.version == 1 and p.commit_timestamp >= 0 else now
+                accepted[tp] = OffsetCommitValue(p.committed_offset, metadata, commit_ts,
+                                                 p.committed_leader_epoch if ctx.version >= 6 else -1, expire)
+                errors[tp] = ErrorCode.NONE
+    try:
+        await _coordinator(ctx).commit(request.group_id, request.generation_id_or_member_epoch, request.member_id,
+                                       request.group_instance_id if ctx.version >= 7 else None, accepted)
+    except KafkaError as exc:
+        for tp in accepted:
+            errors[tp] = exc.code
+    return OffsetCommitResponse(topics=[
+        OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
+            OffsetCommitResponse.OffsetCommitResponsePartition(
+                partition_index=p.partition_index, error_code=errors[(topic.name, p.partition_index)])
+            for p in topic.partitions
+        ])
+        for topic in request.topics
+    ])
+
+
+def _fetch_one(coordinator: GroupCoordinator, group_id: str,
+               wanted: list[tuple[str, list[int]]] | None) -> dict[str, list[tuple[int, OffsetCommitValue | None]]]:
+    partitions = None if wanted is None else [(t, p) for t, ps in wanted for p in ps]
+    found = coordinator.fetch_offsets(group_id, partitions)
+    by_topic: dict[str, list[tuple[int, OffsetCommitValue | None]]] = {}
+    for (topic, partition), value in found.items():
+        by_topic.setdefault(topic, []).append((partition, value))
+    return by_topic
+
+
+async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
+    coordinator = _coordinator(ctx)
+    if ctx.version >= 8:
+        groups = []
+        for g in request.groups:
+            wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
+            by_topic = _fetch_one(coordinator, g.group_id, wanted)
+            groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, topics=[
+                OffsetFetchResponse.OffsetFetchResponseTopics(name=topic, partitions=[
+                    OffsetFetchResponse.OffsetFetchResponsePartitions(
+                        partition_index=p, committed_offset=v.offset if v else -1,
+                        committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "")
+                    for p, v in sorted(parts)
+                ])
+                for topic, parts in sorted(by_topic.items())
+            ]))
+        return OffsetFetchResponse(groups=groups)
+    # A null topic list (v2+) asks for every committed offset of the group.
+    wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
+    by_topic = _fetch_one(coordinator, request.group_id, wanted)
+    return OffsetFetchResponse(topics=[
+        OffsetFetchResponse.OffsetFetchResponseTopic(name=topic, partitions=[
+            OffsetFetchResponse.OffsetFetchResponsePartition(
+                partition_index=p, committed_offset=v.offset if v else -1,
+                committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "")
+            for p, v in sorted(parts)
+        ])
+        for topic, parts in sorted(by_topic.items())
+    ])
+
+
+async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
+    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    try:
+        codes = await _coordinator(ctx).delete_offsets(request.group_id, wanted)
+    except KafkaError as exc:
+        return OffsetDeleteResponse(error_code=exc.code)
+    return OffsetDeleteResponse(topics=[
+        OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=[
+            OffsetDeleteResponse.OffsetDeleteResponsePartition(
+                partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)])
+            for p in t.partitions
+        ])
+        for t in request.topics
+    ])
+
+
+HANDLERS = (
+    # v9 of both carries KIP-848 member epochs; the classic protocol stops at v8.
+    ApiHandler(ApiKey.OFFSET_COMMIT, 0, 8, offset_commit),
+    ApiHandler(ApiKey.OFFSET_FETCH, 0, 8, offset_fetch),
+    ApiHandler(ApiKey.OFFSET_DELETE, 0, 0, offset_delete),
+)

@@ -1,0 +1,221 @@
+"""Consumer groups with real clients against a real broker process."""
+
+from __future__ import annotations
+
+import asyncio
+import selectors
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.support.broker import BrokerProcess
+
+pytestmark = pytest.mark.compat
+TIMEOUT_S = 60.0
+PARTITIONS = 6
+
+
+@pytest.fixture
+def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    # Tests want rebalances now, not after Kafka's 3 s initial delay; short sessions let a
+    # killed member be noticed quickly.
+    process = BrokerProcess(tmp_path / "broker", overrides=(
+        "group.initial.rebalance.delay.ms=0", "group.min.session.timeout.ms=1000",
+        "offsets.topic.num.partitions=5")).start()
+    yield process
+    if process.proc is not None:
+        assert process.stop() == 0, process.log_tail()
+
+
+def fill(bootstrap: str, topic: str, per_partition: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(topic, PARTITIONS, 1)])[topic].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 5})
+    for p in range(PARTITIONS):
+        for i in range(per_partition):
+            producer.produce(topic, value=f"{p}:{i}".encode(), partition=p)
+    assert producer.flush(30) == 0
+
+
+def consumer(bootstrap: str, group: str, **extra: object) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
+                     "session.timeout.ms": 6000, "heartbeat.interval.ms": 500, **extra})
+
+
+def test_three_consumers_share_partitions_and_take_over_when_one_leaves(group_broker: BrokerProcess) -> None:
+    fill(group_broker.bootstrap, "shared", 50)
+    members = [consumer(group_broker.bootstrap, "g3") for _ in range(3)]
+    for m in members:
+        m.subscribe(["shared"])
+    seen: dict[str, int] = {}
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(seen) < PARTITIONS * 50 and time.monotonic() < deadline:
+        for m in members:
+            msg = m.poll(0.2)
+            if msg is not None and msg.error() is None:
+                seen[msg.value().decode()] = seen.get(msg.value().decode(), 0) + 1
+    assignments = [{tp.partition for tp in m.assignment()} for m in members]
+    assert sorted(p for a in assignments for p in a) == list(range(PARTITIONS))  # no overlap, all covered
+    assert all(assignments), assignments  # every member got a share
+    # Every record was consumed. (Members join one by one, so early rebalances may hand a
+    # partition over before its auto-commit: at-least-once, as with Kafka.)
+    assert len(seen) == PARTITIONS * 50
+
+    # One member leaves; the two others take its partitions.
+    members[0].close()
+    remaining = members[1:]
+    deadline = time.monotonic() + TIMEOUT_S
+    while time.monotonic() < deadline:
+        for m in remaining:
+            m.poll(0.2)
+        if sorted(tp.partition for m in remaining for tp in m.assignment()) == list(range(PARTITIONS)):
+            break
+    assert sorted(tp.partition for m in remaining for tp in m.assignment()) == list(range(PARTITIONS))
+    for m in remaining:
+        m.close()
+
+
+def test_committed_offsets_are_listed_and_survive_a_restart(group_broker: BrokerProcess) -> None:
+    fill(group_broker.bootstrap, "committed", 10)
+    c = consumer(group_broker.bootstrap, "keeper", **{"enable.auto.commit": False})
+    c.subscribe(["committed"])
+    got = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    while got < PARTITIONS * 10 and time.monotonic() < deadline:
+        msg = c.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got += 1
+    c.commit(asynchronous=False)
+    c.close()
+
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    def listed() -> dict[int, int]:
+        future = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("keeper")])["keeper"]
+        return {tp.partition: tp.offset for tp in future.result(30).topic_partitions}
+
+    assert listed() == {p: 10 for p in range(PARTITIONS)}
+    groups = admin.list_consumer_groups().result(30)
+    assert "keeper" in {g.group_id for g in groups.valid}
+    described = admin.describe_consumer_groups(["keeper"])["keeper"].result(30)
+    assert described.state.name == "EMPTY"
+
+    group_broker.restart()
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+    assert listed() == {p: 10 for p in range(PARTITIONS)}
+    # A new member of the group resumes where the group left off: nothing more to read.
+    resumed = consumer(group_broker.bootstrap, "keeper")
+    resumed.subscribe(["committed"])
+    positions: list[TopicPartition] = []
+    deadline = time.monotonic() + TIMEOUT_S
+    while not positions and time.monotonic() < deadline:
+        msg = resumed.poll(0.5)
+        assert msg is None or msg.error() is not None, "a committed record was delivered again"
+        positions = resumed.committed(resumed.assignment(), 10) if resumed.assignment() else []
+    assert {tp.offset for tp in positions} == {10}
+    resumed.close()
+
+
+def test_a_killed_member_is_replaced_within_the_session_timeout(group_broker: BrokerProcess) -> None:
+    fill(group_broker.bootstrap, "killed", 1)
+    survivor = consumer(group_broker.bootstrap, "gk", **{"session.timeout.ms": 2000})
+    survivor.subscribe(["killed"])
+    # The victim runs in another process so it can die without saying goodbye.
+    script = (
+        "import sys, time\nfrom confluent_kafka import Consumer\n"
+        f"c = Consumer({{'bootstrap.servers': '{group_broker.bootstrap}', 'group.id': 'gk',"
+        " 'session.timeout.ms': 2000, 'heartbeat.interval.ms': 300})\n"
+        "c.subscribe(['killed'])\n"
+        "for _ in range(600):\n"
+        "    c.poll(0.1)\n"
+        "    if c.assignment():\n"
+        "        print('assigned', flush=True)\n"
+        "        break\n"
+        "for _ in range(6000):\n    c.poll(0.1)\n"
+    )
+    import sys
+
+    victim = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + TIMEOUT_S
+        line = ""
+        assert victim.stdout is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(victim.stdout, selectors.EVENT_READ)
+            # Keep the survivor polling (it must rejoin for the victim to get partitions).
+            while "assigned" not in line and time.monotonic() < deadline:
+                survivor.poll(0.1)
+                if sel.select(timeout=0):
+                    line = victim.stdout.readline()
+        assert "assigned" in line
+        # Wait until both members share the topic, then kill the victim outright.
+        while len(survivor.assignment()) == PARTITIONS and time.monotonic() < deadline:
+            survivor.poll(0.1)
+        assert 0 < len(survivor.assignment()) < PARTITIONS
+        victim.kill()
+        victim.wait()
+        while len(survivor.assignment()) < PARTITIONS and time.monotonic() < deadline:
+            survivor.poll(0.1)
+        assert len(survivor.assignment()) == PARTITIONS
+    finally:
+        if victim.poll() is None:
+            victim.kill()
+            victim.wait()
+        survivor.close()
+
+
+def test_kafka_python_group_consumer(group_broker: BrokerProcess) -> None:
+    from kafka import KafkaConsumer
+
+    fill(group_broker.bootstrap, "kp-group", 5)
+    c = KafkaConsumer("kp-group", bootstrap_servers=group_broker.bootstrap, group_id="kpg",
+                      auto_offset_reset="earliest", consumer_timeout_ms=15_000)
+    values = set()
+    for msg in c:
+        values.add(msg.value)
+        if len(values) == PARTITIONS * 5:
+            break
+    c.commit()
+    c.close()
+    assert len(values) == PARTITIONS * 5
+
+
+def test_aiokafka_group_consumer(group_broker: BrokerProcess) -> None:
+    from aiokafka import AIOKafkaConsumer
+
+    fill(group_broker.bootstrap, "aio-group", 5)
+
+    async def run() -> int:
+        c = AIOKafkaConsumer("aio-group", bootstrap_servers=group_broker.bootstrap, group_id="aiog",
+                             auto_offset_reset="earliest")
+        await c.start()
+        try:
+            got = 0
+            for _ in range(60):  # bounded
+                batch = await c.getmany(timeout_ms=500)
+                got += sum(len(v) for v in batch.values())
+                if got >= PARTITIONS * 5:
+                    break
+            await c.commit()
+            return got
+        finally:
+            await c.stop()
+
+    assert asyncio.run(run()) == PARTITIONS * 5
+
+
+def test_kcat_balanced_consumer(group_broker: BrokerProcess) -> None:
+    fill(group_broker.bootstrap, "kc-group", 3)
+    kcat = shutil.which("kcat")
+    assert kcat
+    done = subprocess.run([kcat, "-b", group_broker.bootstrap, "-G", "kcg", "kc-group", "-o", "beginning",
+                           "-e", "-f", "%s\n", "-X", "session.timeout.ms=6000"],
+                          capture_output=True, text=True, timeout=60)
+    assert sorted(done.stdout.split()) == sorted(f"{p}:{i}" for p in range(PARTITIONS) for i in range(3))
