@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench import ceiling, clients
+from bench import ceiling, clients, raw
 from tests.support.broker import BrokerProcess
 
 
@@ -55,6 +55,16 @@ def main() -> None:
             cons = clients.consume(bootstrap, topic, count, size)
             rows.append((f"consume {size} B", cons))
             print(f"consume {size} B: {cons.records_per_s:,.0f} rec/s, {cons.mb_per_s:,.1f} MB/s", flush=True)
+        for size in (100, 1024):
+            topic = f"bench-raw-{size}"
+            clients.create_topic(bootstrap, topic)
+            count = (5_000_000 if size == 100 else 1_000_000) // scale
+            ingest = raw.produce(bootstrap, topic, count, size)
+            rows.append((f"broker ingest {size} B (pre-built batches of 1000)", ingest))
+            print(f"broker ingest {size} B: {ingest.records_per_s:,.0f} rec/s, {ingest.mb_per_s:,.1f} MB/s", flush=True)
+            out = raw.fetch(bootstrap, topic, count, size)
+            rows.append((f"broker fetch {size} B (raw FetchRequests)", out))
+            print(f"broker fetch {size} B: {out.records_per_s:,.0f} rec/s, {out.mb_per_s:,.1f} MB/s", flush=True)
         clients.create_topic(bootstrap, "bench-latency")
         p50, p99 = clients.produce_latency(bootstrap, "bench-latency", rate=1000, seconds=10 / scale)
         print(f"produce latency at 1000 rec/s, acks=all: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)
@@ -69,8 +79,9 @@ def main() -> None:
             out = Path(tmp) / "broker.prof"
             with broker(profile_to=out) as bootstrap:
                 clients.create_topic(bootstrap, "bench-profile")
-                clients.produce(bootstrap, "bench-profile", 1_000_000 // scale, 100)
-                clients.consume(bootstrap, "bench-profile", 1_000_000 // scale, 100)
+                # Raw batches, so the broker (not the client) is what runs flat out.
+                raw.produce(bootstrap, "bench-profile", 2_000_000 // scale, 100)
+                raw.fetch(bootstrap, "bench-profile", 2_000_000 // scale, 100)
             print("\nbroker profile (top 25 by own time):")
             pstats.Stats(str(out)).sort_stats("tottime").print_stats(25)
 
