@@ -168,6 +168,8 @@ _KEYS: tuple[_Key, ...] = (
     ),
     _Key("log.cleanup.policy", _cleanup_policy, "delete", "log_cleanup_policy"),
     _Key("log.cleaner.delete.retention.ms", _int_parser(0), "86400000", "log_cleaner_delete_retention_ms"),
+    _Key("log.cleaner.enable", _parse_bool, "true", "log_cleaner_enable"),
+    _Key("log.cleaner.backoff.ms", _int_parser(0), "15000", "log_cleaner_backoff_ms"),
     _Key("message.max.bytes", _int_parser(0, 2**31 - 1), "1048588", "message_max_bytes"),
     _Key("min.insync.replicas", _int_parser(1, 2**31 - 1), "1", "min_insync_replicas"),
     _Key("compression.type", _str, "producer", "compression_type"),
@@ -224,7 +226,6 @@ _IGNORED_KAFKA_KEYS = frozenset(
         "zookeeper.connect",
         "zookeeper.connection.timeout.ms",
         "zookeeper.session.timeout.ms",
-        "log.cleaner.enable",
         "log.cleaner.threads",
         "log.preallocate",
         "auto.leader.rebalance.enable",
@@ -309,6 +310,8 @@ class BrokerConfig:
     log_message_timestamp_type: str
     log_cleanup_policy: str
     log_cleaner_delete_retention_ms: int
+    log_cleaner_enable: bool
+    log_cleaner_backoff_ms: int
     message_max_bytes: int
     min_insync_replicas: int
     compression_type: str

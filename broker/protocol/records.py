@@ -305,17 +305,24 @@ def build_batch(
     is_control: bool = False,
     base_timestamp: int | None = None,
     timestamp_type: TimestampType = TimestampType.CREATE_TIME,
+    offset_deltas: Sequence[int] | None = None,
 ) -> bytes:
-    """One RecordBatch v2 holding `records` (at least one), with its CRC."""
+    """One RecordBatch v2 holding `records` (at least one), with its CRC.
+
+    `offset_deltas` (ascending, from 0) keeps gaps between records, as a compacted batch has.
+    """
     items = list(records)
     if not items:
         raise ValueError("a batch holds at least one record")
+    deltas = list(offset_deltas) if offset_deltas is not None else list(range(len(items)))
+    if len(deltas) != len(items):
+        raise ValueError("one offset delta per record")
     stamps = [r.timestamp for r in items if r.timestamp is not None]
     if base_timestamp is None:
         base_timestamp = min(stamps) if stamps else 0
     body = Writer()
     max_timestamp = base_timestamp
-    for delta, record in enumerate(items):
+    for delta, record in zip(deltas, items, strict=True):
         ts = record.timestamp if record.timestamp is not None else base_timestamp
         max_timestamp = max(max_timestamp, ts)
         _encode_record(body, delta, ts - base_timestamp, record)
@@ -331,7 +338,7 @@ def build_batch(
             2,
             0,
             attributes,
-            len(items) - 1,
+            deltas[-1],
             base_timestamp,
             max_timestamp,
             producer_id,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import trio
@@ -26,7 +26,7 @@ from broker.server.dispatch import Dispatcher
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool
 from broker.server.offsets_store import OffsetsStore
-from broker.storage import LogManager
+from broker.storage import LogManager, cleaner
 
 __all__ = ["RunningBroker", "run_broker"]
 
@@ -62,15 +62,33 @@ def _advertised(config: BrokerConfig, bound: list[BoundListener]) -> tuple[Liste
     return tuple(out)
 
 
-async def _every(interval_ms: int, job_name: str, job: object) -> None:
-    """Run a blocking housekeeping job in a worker thread every ``interval_ms``."""
-    assert callable(job)
+async def _every(interval_ms: int, job_name: str, job: Callable[[], object]) -> None:
+    """Run a housekeeping job every ``interval_ms`` on the broker's own thread, between requests.
+
+    Logs are not thread-safe, and these jobs are short (unlinking segments, writing three small
+    checkpoint files); the cleaner is the one job whose heavy part runs in a worker thread.
+    """
     while True:
         await trio.sleep(interval_ms / 1000)
         try:
-            await trio.to_thread.run_sync(job)
+            job()
         except Exception:  # noqa: BLE001 - housekeeping must not stop the broker
             log.exception("%s failed; will retry", job_name)
+
+
+async def _compact_forever(logs: LogManager, backoff_ms: int) -> None:
+    """The log cleaner: plan on this thread, rewrite in a worker thread, swap on this thread."""
+    while True:
+        await trio.sleep(backoff_ms / 1000)
+        for partition_log in list(logs.logs().values()):
+            work = cleaner.plan(partition_log, now_ms())
+            if work is None:
+                continue
+            try:
+                result = await trio.to_thread.run_sync(cleaner.build_cleaned, work, now_ms())
+                cleaner.swap(partition_log, work, result)
+            except Exception:  # noqa: BLE001 - a bad segment must not stop the cleaner or the broker
+                log.exception("compacting %s failed; will retry", partition_log.directory.name)
 
 
 async def run_broker(
@@ -131,6 +149,8 @@ async def run_broker(
                                logs.checkpoint)
             flush_interval = min(config.log_flush_scheduler_interval_ms, 1000)
             nursery.start_soon(_every, flush_interval, "flush", lambda: logs.flush_due(now_ms()))
+            if config.log_cleaner_enable:
+                nursery.start_soon(_compact_forever, logs, config.log_cleaner_backoff_ms)
             log.info("broker %d of cluster %s serving %s", config.broker_id, controller.cluster_id,
                      ", ".join(b.url for b in bound))
             task_status.started(RunningBroker(config.broker_id, controller.cluster_id, tuple(bound), services))

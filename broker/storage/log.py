@@ -83,6 +83,8 @@ class Log:
         self.epochs = LeaderEpochCache(directory / "leader-epoch-checkpoint")
         self._unflushed_messages = 0
         self._last_flush_ms: int | None = None
+        self.cleaned_up_to = 0  # offsets below this have been through the cleaner (compaction)
+        self.tombstones_expire_at: int | None = None  # when a kept tombstone becomes removable
 
     # -- opening -------------------------------------------------------------------------
 
@@ -104,7 +106,8 @@ class Log:
         """
         directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, config)
-        for leftover in directory.glob("*.tmp"):
+        # Half-written files of an interrupted checkpoint or compaction; the originals are intact.
+        for leftover in [*directory.glob("*.tmp"), *directory.glob("*.cleaned")]:
             leftover.unlink()
         bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_FILE.match(p.name)))
         recovery = recovery_point if recovery_point is not None else -1

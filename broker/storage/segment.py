@@ -220,6 +220,10 @@ class LogSegment:
         self.time_index.flush()
         os.close(self.fd)
 
+    def close_quietly(self) -> None:
+        """Close the file without touching the index files (they are being replaced)."""
+        os.close(self.fd)
+
     def delete(self) -> None:
         try:
             os.close(self.fd)
