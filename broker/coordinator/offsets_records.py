@@ -42,8 +42,10 @@ def java_string_hash(text: str) -> int:
 
 
 def partition_for(group_id: str, partitions: int) -> int:
-    """The `__consumer_offsets` partition of a group, as Kafka computes it (Utils.abs)."""
-    return (java_string_hash(group_id) & 0x7FFFFFFF) % partitions
+    """The `__consumer_offsets` partition of a group, as Kafka computes it: Utils.abs of the
+    hash (the absolute value, with Integer.MIN_VALUE mapped to 0), modulo the partition count."""
+    h = java_string_hash(group_id)
+    return (0 if h == -(2**31) else abs(h)) % partitions
 
 
 @dataclass(frozen=True, slots=True)
