@@ -3,6 +3,7 @@
 Subcommands:
   broker  run one broker (standalone: metadata in its data dir)
   demo    what ``make up`` runs for now: a standalone broker with a demo topic
+  wan     the WAN-link emulator (the Toxiproxy HTTP API)
 """
 
 from __future__ import annotations
@@ -106,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser("demo", help="a standalone broker with a 'demo' topic on 127.0.0.1:9092")
     _add_broker_arguments(demo)
+
+    from deploy import wan_cli
+
+    wan_cli.register(commands)
     return parser
 
 
@@ -123,7 +128,10 @@ def _parse_topics(items: Sequence[str]) -> dict[str, int]:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    _setup_logging(args.log_level)
+    _setup_logging(getattr(args, "log_level", "info"))
+    if hasattr(args, "func"):
+        # Commands that register themselves (deploy/*_cli.py) run their own function.
+        return int(args.func(args))
     try:
         if args.command == "demo":
             args.data_dir = args.data_dir or Path(".causeway/demo")

@@ -1,0 +1,515 @@
+"""Proxies: a listener, its connections, and the toxics applied to them.
+
+Structure (every task has an owner that outlives it):
+
+- the :class:`ProxyRegistry` owns a nursery in which each enabled proxy runs one serving task;
+- a proxy's serving task owns its listener and a nursery of connections, all under one cancel
+  scope: disabling or deleting the proxy cancels it, which closes the listener and every
+  connection;
+- a connection owns four tasks: per direction, a reader that timestamps what it reads and a
+  writer that applies the proxy's toxics for that direction and writes to the other side.
+
+Toxics live on the proxy. A writer looks at the proxy's toxic list before each chunk (a version
+number makes that a single comparison), so adding, changing or removing a toxic acts on
+connections already open; a writer waiting for data is woken when the list changes so that a
+toxic with a deadline (``timeout``) starts counting at once.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import math
+import random
+import socket
+import struct
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, Final
+
+import trio
+
+from deploy.wan.errors import PROXY_EXISTS, PROXY_NOT_FOUND, TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, bad_request
+from deploy.wan.toxics import (
+    STREAMS,
+    Chunk,
+    CloseConnection,
+    ResetConnection,
+    Stage,
+    ToxicSpec,
+    make_stage,
+    update_toxic,
+)
+
+__all__ = ["Proxy", "ProxyRegistry", "format_hostport", "open_listener", "split_hostport"]
+
+log = logging.getLogger("causeway.wan")
+
+# One read takes whatever the kernel has, up to this much: large enough that forwarding costs
+# a few Python operations per quarter megabyte.
+READ_SIZE: Final = 256 * 1024
+# How far a direction's reader may run ahead of its writer (data read but not yet written),
+# e.g. while latency holds chunks back. Above it the reader stops and TCP pushes back.
+BUFFER_LIMIT: Final = 8 * 1024 * 1024
+ACCEPT_RETRY_SECONDS: Final = 0.1
+
+
+# --- addresses --------------------------------------------------------------------------------
+
+
+def split_hostport(text: str, what: str = "address") -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``.
+
+    Error handling: raises :class:`ApiError` (400) when there is no port or it is not 0..65535.
+    """
+    if text.startswith("["):
+        host, _, rest = text[1:].partition("]")
+        if not rest.startswith(":"):
+            raise bad_request(f"{what} {text!r} must be HOST:PORT")
+        port_text = rest[1:]
+    else:
+        host, sep, port_text = text.rpartition(":")
+        if not sep:
+            raise bad_request(f"{what} {text!r} must be HOST:PORT")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise bad_request(f"{what} {text!r} has a bad port")
+    return host, int(port_text)
+
+
+def format_hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _canonical_listen(text: str) -> str:
+    """The form a listen address is compared in, so that ``localhost:8080`` and
+    ``127.0.0.1:8080`` count as the same address."""
+    host, port = split_hostport(text, "listen")
+    if host == "localhost":
+        host = "127.0.0.1"
+    try:
+        host = str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    return format_hostport(host or "0.0.0.0", port)
+
+
+async def open_listener(host: str, port: int) -> trio.SocketListener:
+    """Bind and listen on the first address ``host`` resolves to (``""``: all IPv4 interfaces).
+
+    Error handling: raises OSError (including socket.gaierror) when the name does not resolve
+    or the address cannot be bound.
+    """
+    infos = await trio.socket.getaddrinfo(host or "0.0.0.0", port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, type_, proto, _, sockaddr = infos[0]
+    sock = trio.socket.socket(family, type_, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        await sock.bind(sockaddr)
+        sock.listen(socket.SOMAXCONN)
+    except BaseException:
+        sock.close()
+        raise
+    return trio.SocketListener(sock)
+
+
+def _bound_address(listener: trio.SocketListener) -> tuple[str, int]:
+    name = listener.socket.getsockname()
+    return str(name[0]), int(name[1])
+
+
+# --- connections ------------------------------------------------------------------------------
+
+
+Forward = Callable[[Chunk], Awaitable[None]]
+ForwardEof = Callable[[], Awaitable[None]]
+
+
+def _chain(stage: Stage, forward: Forward, forward_eof: ForwardEof) -> tuple[Forward, ForwardEof]:
+    async def on_data(chunk: Chunk) -> None:
+        await stage.on_data(chunk, forward)
+
+    async def on_eof() -> None:
+        await stage.on_eof(forward_eof)
+
+    return on_data, on_eof
+
+
+class _Pipe:
+    """One direction of one connection: bytes read from ``source`` go through the toxics of
+    ``stream`` and are written to ``dest``."""
+
+    def __init__(
+        self, proxy: Proxy, stream: str, source: trio.SocketStream, dest: trio.SocketStream, rng: random.Random
+    ) -> None:
+        self.proxy = proxy
+        self.stream = stream
+        self._source = source
+        self._dest = dest
+        self._rng = rng
+        self._send, self._receive = trio.open_memory_channel[Chunk | None](math.inf)
+        self._buffered = 0
+        self._room: trio.Event | None = None
+        self._idle: trio.CancelScope | None = None
+        # Toxic -> this connection's state for it (None: spared by the toxicity draw).
+        self._stages: dict[ToxicSpec, Stage | None] = {}
+
+    def wake(self) -> None:
+        """Make the writer look at the proxy's toxics again if it is waiting for data."""
+        if self._idle is not None:
+            self._idle.cancel()
+
+    async def read_loop(self) -> None:
+        while True:
+            while self._buffered >= BUFFER_LIMIT:
+                self._room = trio.Event()
+                await self._room.wait()
+            data = await self._source.receive_some(READ_SIZE)
+            if not data:
+                self._send.send_nowait(None)
+                return
+            self._buffered += len(data)
+            self._send.send_nowait(Chunk(data, trio.current_time()))
+
+    def _current_stages(self) -> list[Stage]:
+        stages: dict[ToxicSpec, Stage | None] = {}
+        for spec in self.proxy.chain(self.stream):
+            stages[spec] = self._stages[spec] if spec in self._stages else make_stage(spec, self._rng)
+        self._stages = stages
+        return [stage for stage in stages.values() if stage is not None]
+
+    async def _write(self, chunk: Chunk) -> None:
+        await self._dest.send_all(chunk.data)
+
+    async def _write_eof(self) -> None:
+        await self._dest.send_eof()
+
+    async def write_loop(self) -> None:
+        version = -1
+        stages: list[Stage] = []
+        forward: Forward = self._write
+        forward_eof: ForwardEof = self._write_eof
+        while True:
+            if version != self.proxy.toxics_version:
+                version = self.proxy.toxics_version
+                stages = self._current_stages()
+                forward, forward_eof = self._write, self._write_eof
+                for stage in reversed(stages):
+                    forward, forward_eof = _chain(stage, forward, forward_eof)
+            deadline = min((stage.deadline for stage in stages), default=math.inf)
+            with trio.CancelScope(deadline=deadline) as idle:
+                self._idle = idle
+                item = await self._receive.receive()
+            self._idle = None
+            if idle.cancelled_caught:
+                now = trio.current_time()
+                for stage in stages:
+                    if stage.deadline <= now:
+                        stage.on_deadline()
+                continue
+            if item is None:
+                await forward_eof()
+                return
+            self._buffered -= len(item.data)
+            if self._room is not None and self._buffered < BUFFER_LIMIT:
+                self._room.set()
+                self._room = None
+            if stages:
+                await forward(item)
+            else:
+                await self._dest.send_all(item.data)
+
+
+class _Connection:
+    """A client connection and its upstream connection, forwarded both ways."""
+
+    def __init__(self, proxy: Proxy, client: trio.SocketStream, upstream: trio.SocketStream) -> None:
+        self.proxy = proxy
+        self.client = client
+        self.upstream = upstream
+        rng = proxy.rng
+        self.pipes = (
+            _Pipe(proxy, "upstream", client, upstream, rng),
+            _Pipe(proxy, "downstream", upstream, client, rng),
+        )
+        self._reset = False
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+
+            async def guarded(loop: Callable[[], Awaitable[None]]) -> None:
+                try:
+                    await loop()
+                except ResetConnection:
+                    self._reset = True
+                    nursery.cancel_scope.cancel()
+                except (CloseConnection, trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    nursery.cancel_scope.cancel()
+
+            for pipe in self.pipes:
+                nursery.start_soon(guarded, pipe.read_loop)
+                nursery.start_soon(guarded, pipe.write_loop)
+
+    def close(self) -> None:
+        """Close both sockets now (synchronous, so it also runs under cancellation)."""
+        for stream in (self.client, self.upstream):
+            if self._reset:
+                # SO_LINGER 0: close() sends RST and drops unsent data, as a reset peer does.
+                try:
+                    stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                except OSError:
+                    pass
+            stream.socket.close()
+
+
+# --- proxies ----------------------------------------------------------------------------------
+
+
+class Proxy:
+    """A named TCP proxy from ``listen`` to ``upstream`` with its toxics."""
+
+    def __init__(self, name: str, listen: str, upstream: str, nursery: trio.Nursery) -> None:
+        split_hostport(listen, "listen")
+        split_hostport(upstream, "upstream")
+        self.name = name
+        self.listen = listen
+        self.upstream = upstream
+        self.enabled = False
+        self.rng = random.Random()
+        self._nursery = nursery
+        self._toxics: dict[str, ToxicSpec] = {}
+        self._chains: dict[str, tuple[ToxicSpec, ...]] = {stream: () for stream in STREAMS}
+        self.toxics_version = 0
+        self._connections: set[_Connection] = set()
+        self._scope: trio.CancelScope | None = None
+        self._stopped: trio.Event | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "listen": self.listen,
+            "upstream": self.upstream,
+            "enabled": self.enabled,
+            "toxics": [toxic.to_json() for toxic in self.toxics()],
+        }
+
+    # -- toxics --
+
+    def toxics(self) -> list[ToxicSpec]:
+        """All toxics, upstream ones first, each stream in the order added (as Toxiproxy lists)."""
+        return [toxic for stream in STREAMS for toxic in self._chains[stream]]
+
+    def chain(self, stream: str) -> tuple[ToxicSpec, ...]:
+        return self._chains[stream]
+
+    def get_toxic(self, name: str) -> ToxicSpec:
+        try:
+            return self._toxics[name]
+        except KeyError:
+            raise ApiError(TOXIC_NOT_FOUND, 404) from None
+
+    def add_toxic(self, toxic: ToxicSpec) -> None:
+        if toxic.name in self._toxics:
+            raise ApiError(TOXIC_EXISTS, 409)
+        self._toxics[toxic.name] = toxic
+        self._toxics_changed()
+
+    def update_toxic(self, name: str, body: object) -> ToxicSpec:
+        updated = update_toxic(self.get_toxic(name), body)
+        self._toxics[name] = updated
+        self._toxics_changed()
+        return updated
+
+    def remove_toxic(self, name: str) -> None:
+        self.get_toxic(name)
+        del self._toxics[name]
+        self._toxics_changed()
+
+    def reset_toxics(self) -> None:
+        self._toxics.clear()
+        self._toxics_changed()
+
+    def _toxics_changed(self) -> None:
+        # Order within a stream is the order added; an update keeps the toxic's place because
+        # the dict keeps the key's position.
+        for stream in STREAMS:
+            self._chains[stream] = tuple(t for t in self._toxics.values() if t.stream == stream)
+        self.toxics_version += 1
+        for connection in self._connections:
+            for pipe in connection.pipes:
+                pipe.wake()
+
+    # -- lifecycle --
+
+    async def start(self) -> None:
+        """Bind the listen address (port 0: a free port, which ``listen`` then shows) and serve.
+
+        Error handling: raises :class:`ApiError` (500, Toxiproxy's status for it) when the
+        address cannot be bound, e.g. it is already in use; the proxy stays disabled.
+        """
+        if self.enabled:
+            return
+        host, port = split_hostport(self.listen, "listen")
+        try:
+            listener = await open_listener(host, port)
+        except OSError as error:
+            reason = error.strerror or str(error)
+            raise ApiError(f"listen tcp {self.listen}: {reason}", 500) from error
+        self.listen = format_hostport(*_bound_address(listener))
+        self.enabled = True
+        self._scope = trio.CancelScope()
+        self._stopped = trio.Event()
+        self._nursery.start_soon(self._serve, listener, self._scope, self._stopped)
+        log.info("proxy %s listening on %s, upstream %s", self.name, self.listen, self.upstream)
+
+    async def stop(self) -> None:
+        """Close the listener and every open connection; returns once they are closed."""
+        if not self.enabled:
+            return
+        self.enabled = False
+        assert self._scope is not None and self._stopped is not None
+        self._scope.cancel()
+        await self._stopped.wait()
+        log.info("proxy %s stopped", self.name)
+
+    async def update(self, listen: str, upstream: str, enabled: bool) -> None:
+        """Apply ``POST/PATCH /proxies/{name}``: a new address restarts the proxy there."""
+        split_hostport(listen, "listen")
+        split_hostport(upstream, "upstream")
+        if _canonical_listen(listen) != _canonical_listen(self.listen) or upstream != self.upstream:
+            await self.stop()
+            self.listen = listen
+            self.upstream = upstream
+        if enabled:
+            await self.start()
+        else:
+            await self.stop()
+
+    async def _serve(self, listener: trio.SocketListener, scope: trio.CancelScope, stopped: trio.Event) -> None:
+        try:
+            with scope:
+                async with trio.open_nursery() as connections:
+                    while True:
+                        try:
+                            client = await listener.accept()
+                        except OSError as error:
+                            # Out of file descriptors or memory: wait and retry, never die.
+                            log.warning("proxy %s: accept failed: %s", self.name, error)
+                            await trio.sleep(ACCEPT_RETRY_SECONDS)
+                            continue
+                        connections.start_soon(self._handle, client)
+        finally:
+            listener.socket.close()
+            stopped.set()
+
+    async def _handle(self, client: trio.SocketStream) -> None:
+        upstream: trio.SocketStream | None = None
+        try:
+            host, port = split_hostport(self.upstream, "upstream")
+            try:
+                upstream = await trio.open_tcp_stream(host, port)
+            except OSError as error:
+                log.warning("proxy %s: cannot reach upstream %s: %s", self.name, self.upstream, error)
+                return
+            connection = _Connection(self, client, upstream)
+            self._connections.add(connection)
+            try:
+                await connection.run()
+            finally:
+                self._connections.discard(connection)
+                connection.close()
+        finally:
+            client.socket.close()
+            if upstream is not None:
+                upstream.socket.close()
+
+
+class ProxyRegistry:
+    """Every proxy by name. Its methods are what the API calls; they raise :class:`ApiError`."""
+
+    def __init__(self, nursery: trio.Nursery) -> None:
+        self._nursery = nursery
+        self._proxies: dict[str, Proxy] = {}
+        # One change at a time: starting and stopping proxies awaits.
+        self.lock = trio.Lock()
+
+    def all(self) -> dict[str, Proxy]:
+        return dict(self._proxies)
+
+    def get(self, name: str) -> Proxy:
+        try:
+            return self._proxies[name]
+        except KeyError:
+            raise ApiError(PROXY_NOT_FOUND, 404) from None
+
+    async def create(self, name: str, listen: str, upstream: str, enabled: bool) -> Proxy:
+        """Add a proxy and (if enabled) start it.
+
+        Error handling: ApiError 409 for a name in use, 400 for bad addresses, 500 when the
+        listen address cannot be bound (the proxy is then not added).
+        """
+        if name in self._proxies:
+            raise ApiError(PROXY_EXISTS, 409)
+        proxy = Proxy(name, listen, upstream, self._nursery)
+        if enabled:
+            await proxy.start()
+        self._proxies[name] = proxy
+        return proxy
+
+    async def remove(self, name: str) -> None:
+        proxy = self.get(name)
+        await proxy.stop()
+        del self._proxies[name]
+
+    async def reset(self) -> None:
+        """Enable every proxy and remove every toxic."""
+        for proxy in self._proxies.values():
+            await proxy.start()
+            proxy.reset_toxics()
+
+    async def populate(self, entries: Iterable[Mapping[str, Any]]) -> list[Proxy]:
+        """Create or replace proxies from Toxiproxy's populate format, checking every entry
+        before changing anything. A proxy whose listen and upstream are unchanged is kept as
+        it is (with its toxics and connections)."""
+        checked: list[tuple[str, str, str, bool]] = []
+        names: set[str] = set()
+        for index, entry in enumerate(entries, start=1):
+            name, listen, upstream, enabled = parse_proxy_fields(entry, where=f" at proxy {index}")
+            if name in names:
+                raise bad_request(f"duplicate proxy name {name!r}")
+            names.add(name)
+            checked.append((name, listen, upstream, enabled))
+        result: list[Proxy] = []
+        for name, listen, upstream, enabled in checked:
+            existing = self._proxies.get(name)
+            if existing is not None:
+                same = _canonical_listen(listen) == _canonical_listen(existing.listen) and upstream == existing.upstream
+                if same:
+                    result.append(existing)
+                    continue
+                await self.remove(name)
+            result.append(await self.create(name, listen, upstream, enabled))
+        return result
+
+
+def parse_proxy_fields(body: object, where: str = "") -> tuple[str, str, str, bool]:
+    """``(name, listen, upstream, enabled)`` from a proxy JSON object; ``listen`` defaults to
+    ``127.0.0.1:0`` and ``enabled`` to true.
+
+    Error handling: raises ApiError 400 for a missing name or upstream or a wrong type.
+    """
+    if not isinstance(body, Mapping):
+        raise bad_request("proxy must be a JSON object")
+    name = body.get("name")
+    upstream = body.get("upstream")
+    listen = body.get("listen") or "127.0.0.1:0"
+    enabled = body.get("enabled", True)
+    if not name:
+        raise ApiError(f"missing required field: name{where}", 400)
+    if not upstream:
+        raise ApiError(f"missing required field: upstream{where}", 400)
+    if not isinstance(name, str) or not isinstance(upstream, str) or not isinstance(listen, str):
+        raise bad_request("name, listen and upstream must be strings")
+    if not isinstance(enabled, bool):
+        raise bad_request("enabled must be true or false")
+    split_hostport(listen, "listen")
+    split_hostport(upstream, "upstream")
+    return name, listen, upstream, enabled

@@ -1,0 +1,116 @@
+"""``causeway wan``: run the WAN-link emulator (a Toxiproxy-compatible server) in the foreground."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import signal
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from deploy.wan.errors import ApiError
+from deploy.wan.proxy import format_hostport, split_hostport
+from deploy.wan.server import serve_wan
+
+__all__ = ["register", "run"]
+
+DEFAULT_API = "127.0.0.1:8474"
+
+
+def _api_address(text: str) -> tuple[str, int]:
+    try:
+        return split_hostport(text, "--api")
+    except ApiError as error:
+        raise argparse.ArgumentTypeError(error.message.removeprefix("bad request body: ")) from None
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """Add the ``wan`` subcommand to the ``causeway`` parser."""
+    parser = subparsers.add_parser(
+        "wan",
+        help="run the WAN-link emulator (Toxiproxy HTTP API)",
+        description=(
+            "Serve the Toxiproxy HTTP API so that toxiproxy-python, toxiproxy-cli or any Toxiproxy "
+            "client can create proxies and add latency, bandwidth limits and faults to them. "
+            "Prints 'causeway wan ready: http://HOST:PORT' once it answers; stops on Ctrl-C or SIGTERM."
+        ),
+    )
+    parser.add_argument(
+        "--api",
+        type=_api_address,
+        default=DEFAULT_API,
+        metavar="HOST:PORT",
+        help=f"address of the HTTP API (port 0: a free port, shown in the ready line; default {DEFAULT_API})",
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE.json",
+        help="proxies to create at start, in Toxiproxy's populate format (a JSON list of "
+        '{"name", "listen", "upstream", "enabled"})',
+    )
+    parser.set_defaults(func=run)
+
+
+def _load_config(path: Path) -> list[dict[str, Any]]:
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read: {error.strerror or error}") from None
+    except ValueError as error:
+        raise ValueError(f"{path}: not valid JSON: {error}") from None
+    if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
+        raise ValueError(f"{path}: expected a JSON list of proxy objects")
+    return value
+
+
+async def _serve_until_signalled(host: str, port: int, proxies: list[dict[str, Any]]) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            bound_host, bound_port = await nursery.start(functools.partial(serve_wan, host, port, proxies=proxies))
+            print(f"causeway wan ready: http://{format_hostport(bound_host, bound_port)}", flush=True)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the emulator until SIGINT or SIGTERM. Returns 0 then; 2 for a bad config file, 1 when
+    the API or a configured proxy cannot listen."""
+    host, port = args.api
+    proxies: list[dict[str, Any]] = []
+    if args.config is not None:
+        try:
+            proxies = _load_config(args.config)
+        except ValueError as error:
+            print(f"causeway wan: {error}", file=sys.stderr)
+            return 2
+    try:
+        trio.run(_serve_until_signalled, host, port, proxies)
+    except (ApiError, OSError, BaseExceptionGroup) as error:
+        leaves = list(_leaves(error))
+        if not all(isinstance(leaf, ApiError | OSError) for leaf in leaves):
+            raise
+        code = 1
+        for leaf in leaves:
+            if isinstance(leaf, ApiError):
+                where = f"{args.config}: " if args.config is not None else ""
+                print(f"causeway wan: {where}{leaf.message}", file=sys.stderr)
+                code = 2 if leaf.status == 400 else code
+            else:
+                print(f"causeway wan: cannot listen on {format_hostport(host, port)}: {leaf}", file=sys.stderr)
+        return code
+    return 0
+
+
+def _leaves(error: BaseException) -> Iterator[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            yield from _leaves(inner)
+    else:
+        yield error
