@@ -219,3 +219,30 @@ def test_kcat_balanced_consumer(group_broker: BrokerProcess) -> None:
                            "-e", "-f", "%s\n", "-X", "session.timeout.ms=6000"],
                           capture_output=True, text=True, timeout=60)
     assert sorted(done.stdout.split()) == sorted(f"{p}:{i}" for p in range(PARTITIONS) for i in range(3))
+
+
+def test_admin_alters_and_deletes_committed_offsets(group_broker: BrokerProcess) -> None:
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    fill(group_broker.bootstrap, "admin-offsets", 1)
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+    wanted = [TopicPartition("admin-offsets", p, 100 + p) for p in range(PARTITIONS)]
+    admin.alter_consumer_group_offsets([ConsumerGroupTopicPartitions("ops", wanted)])["ops"].result(30)
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("ops")])["ops"].result(30)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions} == {p: 100 + p for p in range(PARTITIONS)}
+
+    # A commit for a topic that does not exist gets Kafka's error, per partition.
+    bad = admin.alter_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("ops", [TopicPartition("no-such-topic", 0, 5)])])["ops"]
+    try:
+        errors = [str(tp.error) for tp in bad.result(30).topic_partitions]
+    except Exception as exc:  # noqa: BLE001 - some client versions raise instead
+        errors = [str(exc)]
+    assert errors and all("UNKNOWN_TOPIC_OR_PART" in e for e in errors), errors
+
+    # Deleting the group removes its offsets; deleting it again names the missing group.
+    admin.delete_consumer_groups(["ops"])["ops"].result(30)
+    assert "ops" not in {g.group_id for g in admin.list_consumer_groups().result(30).valid}
+    with pytest.raises(Exception) as exc_info:
+        admin.delete_consumer_groups(["ops"])["ops"].result(30)
+    assert "GROUP_ID_NOT_FOUND" in str(exc_info.value)
