@@ -18,6 +18,7 @@ from broker.config import BrokerConfig, ListenerSpec
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
 from broker.coordinator.coordinator import GroupCoordinator
+from broker.faults import crash_point
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
 from broker.server.connection import ConnectionInfo, serve_connection
@@ -86,6 +87,7 @@ async def _compact_forever(logs: LogManager, backoff_ms: int) -> None:
                 continue
             try:
                 result = await trio.to_thread.run_sync(cleaner.build_cleaned, work, now_ms())
+                crash_point("cleaner-before-swap")
                 cleaner.swap(partition_log, work, result)
             except Exception:  # noqa: BLE001 - a bad segment must not stop the cleaner or the broker
                 log.exception("compacting %s failed; will retry", partition_log.directory.name)

@@ -21,6 +21,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from broker.faults import crash_point
 from broker.protocol.records import BatchHeader, Record, build_batch, decode_batch, read_batch_header
 from broker.storage.log import Log
 from broker.storage.segment import LogSegment
@@ -154,6 +155,7 @@ def swap(partition_log: Log, work: CleanPlan, result: CleanResult) -> int:
         # instead of trusting positions that point into the old file.
         old.offset_index.delete()
         old.time_index.delete()
+        crash_point("cleaner-mid-swap")
         os.replace(cleaned_path, old.path)
         old.close_quietly()
         new = LogSegment(partition_log.directory, base, index_max_bytes=partition_log.config.segment_index_bytes,

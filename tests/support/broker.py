@@ -24,6 +24,7 @@ class BrokerProcess:
     topics: tuple[str, ...] = ()
     python_args: tuple[str, ...] = ()  # e.g. ("-m", "cProfile", "-o", FILE) to profile the broker
     log_level: str = "info"
+    env: dict[str, str] = field(default_factory=dict)  # extra environment, e.g. CAUSEWAY_CRASH_AT
     proc: subprocess.Popen[str] | None = None
     bootstrap: str = ""
     listeners: dict[str, str] = field(default_factory=dict)
@@ -46,7 +47,7 @@ class BrokerProcess:
             cmd += ["--topic", topic]
         log = self.log_path.open("a")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     cwd=Path(__file__).resolve().parents[2])
+                                     cwd=Path(__file__).resolve().parents[2], env={**os.environ, **self.env})
         log.close()
         self.starts += 1
         line = self._read_ready_line()
