@@ -1,0 +1,114 @@
+"""`causeway status` and `causeway down`: read the state dir, check health, stop everything."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import socket
+import struct
+from pathlib import Path
+from typing import Any
+
+from broker.protocol.api import ApiKey
+from broker.protocol.headers import RequestHeader, encode_request_header
+from deploy.launcher.launch import STATE_FILE
+
+__all__ = ["alive", "broker_answers", "read_state", "status", "stop"]
+
+STOP_TIMEOUT_S = 60.0
+
+
+def read_state(state_dir: Path) -> dict[str, Any] | None:
+    try:
+        loaded: dict[str, Any] = json.loads((state_dir / STATE_FILE).read_text())
+        return loaded
+    except FileNotFoundError:
+        return None
+
+
+def alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def broker_answers(address: str, timeout_s: float = 2.0) -> bool:
+    """Whether a Kafka broker at `address` answers an ApiVersions v0 request."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+            body = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 0, 1, "causeway-status"), 1)
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            head = sock.recv(8)
+            return len(head) == 8 and struct.unpack(">ii", head)[1] == 1
+    except OSError:
+        return False
+
+
+def status(state_dir: Path) -> dict[str, Any]:
+    """The status document `causeway status --json` prints."""
+    state = read_state(state_dir)
+    if state is None:
+        return {"running": False, "clusters": {}, "mirrors": {}, "wan": {}}
+    clusters = {}
+    for name, cluster in state["clusters"].items():
+        brokers = [{"id": b["id"], "pid": b["pid"], "restarts": b.get("restarts", 0)} for b in cluster["brokers"]]
+        healthy = all(alive(b["pid"]) for b in brokers) and broker_answers(cluster["bootstrap"])
+        clusters[name] = {"datacenter": cluster["datacenter"], "bootstrap": cluster["bootstrap"],
+                          "wan": cluster.get("wan", {}), "healthy": healthy, "brokers": brokers}
+    return {
+        "name": state["name"],
+        "running": alive(state["pid"]),
+        "pid": state["pid"],
+        "clusters": clusters,
+        "mirrors": state.get("mirrors", {}),
+        "wan": {"api": state["wan"]["api"], "pid": state["wan"]["pid"], "healthy": alive(state["wan"]["pid"])},
+    }
+
+
+def _wait_exit(pid: int, timeout_s: float) -> bool:
+    """Wait for a process that is not our child to exit (pidfd: no polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout_s)
+        return bool(ready) or not alive(pid)
+    finally:
+        os.close(fd)
+
+
+def stop(state_dir: Path) -> list[str]:
+    """Stop the launcher and everything it started; returns what was stopped, by name."""
+    state = read_state(state_dir)
+    if state is None:
+        return []
+    stopped = []
+    children = [(f"broker {n}", b["pid"]) for n, c in state["clusters"].items() for b in c["brokers"]]
+    children.append(("wan emulator", state["wan"]["pid"]))
+    launcher = state["pid"]
+    if alive(launcher):
+        os.kill(launcher, signal.SIGTERM)
+        if not _wait_exit(launcher, STOP_TIMEOUT_S):
+            os.kill(launcher, signal.SIGKILL)
+            _wait_exit(launcher, 5)
+        stopped.append(f"launcher (pid {launcher})")
+    # Whatever outlived the launcher (it was killed, or crashed) is stopped directly.
+    for name, pid in children:
+        if alive(pid):
+            os.kill(pid, signal.SIGTERM)
+            if not _wait_exit(pid, STOP_TIMEOUT_S):
+                os.kill(pid, signal.SIGKILL)
+                _wait_exit(pid, 5)
+            stopped.append(f"{name} (pid {pid})")
+    (state_dir / STATE_FILE).unlink(missing_ok=True)
+    return stopped

@@ -1,0 +1,182 @@
+"""Bring a launch plan up on this machine, keep it up, and describe it in the state dir.
+
+One WAN emulator serves every link. Each cluster gets a broker with a LOCAL listener for its own
+datacenter and one WAN_<DC> listener per remote datacenter that reads it; that listener advertises
+the address of a proxy on the link, so a client in the remote datacenter reaches the broker only
+through the emulated WAN. Every port is allocated once, before anything starts, so a restarted
+process comes back on the same address.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import socket
+import sys
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.storage.checkpoints import write_atomically
+from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, listener_name
+from deploy.supervisor import ProcessSpec, Supervised, supervise
+
+__all__ = ["STATE_FILE", "LaunchState", "free_port", "run_plan"]
+
+log = logging.getLogger(__name__)
+
+STATE_FILE = "state.json"
+BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
+WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the kernel's pick for port 0)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "deploy.cli", *args]
+
+
+@dataclass
+class ClusterState:
+    plan: ClusterPlan
+    bootstrap: str
+    wan: dict[str, str]  # remote datacenter -> proxy address its clients use
+    broker: Supervised
+
+
+@dataclass
+class LaunchState:
+    plan: LaunchPlan
+    state_dir: Path
+    wan_api: str = ""
+    wan: Supervised | None = None
+    clusters: dict[str, ClusterState] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.plan.name,
+            "pid": os.getpid(),
+            "wan": {"api": self.wan_api, "pid": self.wan.pid if self.wan else None},
+            "clusters": {
+                name: {
+                    "datacenter": c.plan.datacenter,
+                    "bootstrap": c.bootstrap,
+                    "wan": c.wan,
+                    "brokers": [{"id": 0, "pid": c.broker.pid, "restarts": c.broker.restarts,
+                                 "log": str(c.broker.spec.log_path)}],
+                }
+                for name, c in self.clusters.items()
+            },
+            "mirrors": {},
+        }
+
+    def save(self) -> None:
+        write_atomically(self.state_dir / STATE_FILE, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def _wan_request(api: str, method: str, path: str, body: object) -> Any:
+    request = urllib.request.Request(f"http://{api}{path}", method=method, data=json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return json.loads(reply.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        raise RuntimeError(f"WAN emulator refused {method} {path}: {exc.read().decode(errors='replace')}") from None
+
+
+def _link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
+    toxics: list[dict[str, Any]] = []
+    for stream in ("downstream", "upstream"):
+        if link.latency_ms or link.jitter_ms:
+            toxics.append({"name": f"latency_{stream}", "type": "latency", "stream": stream,
+                           "attributes": {"latency": link.latency_ms, "jitter": link.jitter_ms}})
+        if link.bandwidth_bytes_per_s:
+            toxics.append({"name": f"bandwidth_{stream}", "type": "bandwidth", "stream": stream,
+                           "attributes": {"rate": max(1, link.bandwidth_bytes_per_s // 1000)}})
+    return toxics
+
+
+def _broker_spec(
+    state_dir: Path, cluster: ClusterPlan, local_port: int, wan_ports: dict[str, tuple[int, int]]
+) -> ProcessSpec:
+    """The broker command: LOCAL plus one WAN listener per remote datacenter (bound, advertised)."""
+    listeners = [f"LOCAL://127.0.0.1:{local_port}"]
+    advertised = [f"LOCAL://127.0.0.1:{local_port}"]
+    protocols = ["LOCAL:PLAINTEXT"]
+    for dc, (bound, proxy) in wan_ports.items():
+        name = listener_name(dc)
+        listeners.append(f"{name}://127.0.0.1:{bound}")
+        advertised.append(f"{name}://127.0.0.1:{proxy}")
+        protocols.append(f"{name}:PLAINTEXT")
+    overrides = {
+        **cluster.broker_configs,
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
+        "listener.security.protocol.map": ",".join(protocols),
+        "inter.broker.listener.name": "LOCAL",
+    }
+    argv = _cli("broker", "--data-dir", str(state_dir / "data" / cluster.name))
+    for key, value in overrides.items():
+        argv += ["--override", f"{key}={value}"]
+    for topic, partitions in cluster.topics.items():
+        argv += ["--topic", f"{topic}:{partitions}"]
+    return ProcessSpec(f"broker {cluster.name}", argv, state_dir / "logs" / f"{cluster.name}-broker-0.log",
+                       BROKER_READY)
+
+
+async def run_plan(plan: LaunchPlan, state_dir: Path, *,
+                   task_status: trio.TaskStatus[LaunchState] = trio.TASK_STATUS_IGNORED) -> None:
+    """Start the WAN emulator and every cluster, report the LaunchState, supervise until cancelled.
+
+    Raises deploy.supervisor.StartFailed naming the process that could not start (after stopping
+    everything started before it).
+    """
+    state_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
+    state = LaunchState(plan, state_dir)
+    try:
+        await _run(state, task_status)
+    finally:
+        # Everything this launcher started has stopped (the nursery waited for it): say so.
+        (state_dir / STATE_FILE).unlink(missing_ok=True)
+
+
+async def _run(state: LaunchState, task_status: trio.TaskStatus[LaunchState]) -> None:
+    plan, state_dir = state.plan, state.state_dir
+    async with trio.open_nursery() as nursery:
+        state.wan = Supervised(ProcessSpec("wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
+                                           state_dir / "logs" / "wan.log", WAN_READY),
+                               on_change=lambda _s: state.save())
+        ready = await nursery.start(supervise, state.wan)
+        match = WAN_READY.match(ready)
+        assert match is not None
+        state.wan_api = match.group(1)
+        for cluster in plan.clusters:
+            local_port = free_port()
+            wan_ports = {dc: (free_port(), free_port()) for dc in cluster.remote_datacenters}
+            supervised = Supervised(_broker_spec(state_dir, cluster, local_port, wan_ports),
+                                    on_change=lambda _s: state.save())
+            state.clusters[cluster.name] = ClusterState(
+                cluster, f"127.0.0.1:{local_port}", {dc: f"127.0.0.1:{proxy}" for dc, (_, proxy) in wan_ports.items()},
+                supervised)
+            await nursery.start(supervise, supervised)
+            for dc, (bound, proxy) in wan_ports.items():
+                link = plan.link(cluster.datacenter, dc)
+                name = f"{cluster.name}-to-{dc}"
+                await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", "/proxies", {
+                    "name": name, "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{bound}"})
+                for toxic in _link_toxics(link) if link is not None else []:
+                    await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", f"/proxies/{name}/toxics", toxic)
+            log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)
+        state.save()
+        task_status.started(state)

@@ -1,0 +1,51 @@
+"""What `causeway up` starts, as plain data: clusters, the WAN links between datacenters.
+
+The topology language (topology/) is compiled into this plan; the launcher only reads the plan,
+so it can be built and tested without a YAML file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "listener_name"]
+
+
+def listener_name(datacenter: str) -> str:
+    """The broker listener that a remote datacenter's clients reach through its WAN link."""
+    cleaned = "".join(c if c.isalnum() else "_" for c in datacenter.upper())
+    return f"WAN_{cleaned}"
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """A WAN link between two datacenters; latency is one way, applied in each direction."""
+
+    a: str
+    b: str
+    latency_ms: int = 0
+    jitter_ms: int = 0
+    bandwidth_bytes_per_s: int | None = None
+
+    def joins(self, x: str, y: str) -> bool:
+        return {self.a, self.b} == {x, y}
+
+
+@dataclass(frozen=True)
+class ClusterPlan:
+    name: str
+    datacenter: str
+    topics: dict[str, int] = field(default_factory=dict)  # name -> partitions
+    broker_configs: dict[str, str] = field(default_factory=dict)
+    # Datacenters whose clients (mirrors) read this cluster across a WAN link.
+    remote_datacenters: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    name: str
+    clusters: tuple[ClusterPlan, ...]
+    links: tuple[LinkPlan, ...] = ()
+
+    def link(self, x: str, y: str) -> LinkPlan | None:
+        return next((link for link in self.links if link.joins(x, y)), None)

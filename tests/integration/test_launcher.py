@@ -1,0 +1,88 @@
+"""The launcher with real processes: two datacenters, a WAN link, restarts, status, clean stop."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import trio
+from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from deploy.launcher.control import alive, status, stop
+from deploy.launcher.launch import LaunchState, run_plan
+from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan
+from deploy.supervisor import Supervised
+
+PLAN = LaunchPlan(
+    name="two-dc",
+    clusters=(
+        ClusterPlan("east", "east", topics={"orders": 3}, remote_datacenters=("west",)),
+        ClusterPlan("west", "west"),
+    ),
+    links=(LinkPlan("east", "west", latency_ms=20, jitter_ms=2, bandwidth_bytes_per_s=50_000_000),),
+)
+
+
+def _round_trip_across_the_link(east_local: str, east_via_wan: str) -> tuple[int, int]:
+    producer = Producer({"bootstrap.servers": east_local})
+    for i in range(10):
+        producer.produce("orders", value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    # A client in the west datacenter: bootstrap and every later connection go through the proxy.
+    admin = AdminClient({"bootstrap.servers": east_via_wan})
+    brokers = admin.list_topics(timeout=30).brokers
+    advertised = {f"{b.host}:{b.port}" for b in brokers.values()}
+    consumer = Consumer({"bootstrap.servers": east_via_wan, "group.id": "west-reader", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("orders", 0, 0)])
+    got = 0
+    deadline = time.monotonic() + 30
+    while got < 10 and time.monotonic() < deadline:
+        msg = consumer.poll(0.5)
+        if msg is not None and msg.error() is None:
+            got += 1
+    consumer.close()
+    assert advertised == {east_via_wan}
+    return got, len(brokers)
+
+
+async def test_up_status_restart_and_down(tmp_path: Path) -> None:
+    state_dir = tmp_path / "state"
+    async with trio.open_nursery() as nursery:
+        state: LaunchState = await nursery.start(run_plan, PLAN, state_dir)
+        report = await trio.to_thread.run_sync(status, state_dir)
+        assert report["running"] and report["wan"]["healthy"]
+        assert {n: c["healthy"] for n, c in report["clusters"].items()} == {"east": True, "west": True}
+        east = report["clusters"]["east"]
+        assert set(east["wan"]) == {"west"} and east["wan"]["west"] != east["bootstrap"]
+
+        got, brokers = await trio.to_thread.run_sync(_round_trip_across_the_link, east["bootstrap"],
+                                                      east["wan"]["west"])
+        assert (got, brokers) == (10, 1)
+
+        # Kill the east broker: the supervisor brings it back on the same address.
+        supervised = state.clusters["east"].broker
+        back = trio.Event()
+        saves_state = supervised.on_change
+
+        def watch(s: Supervised) -> None:
+            if saves_state is not None:
+                saves_state(s)
+            if s.restarts == 1 and s.healthy:
+                back.set()
+
+        supervised.on_change = watch
+        victim = supervised.pid
+        assert victim is not None
+        os.kill(victim, signal.SIGKILL)
+        with trio.fail_after(60):
+            await back.wait()
+        report = await trio.to_thread.run_sync(status, state_dir)
+        assert report["clusters"]["east"]["healthy"]
+        assert report["clusters"]["east"]["brokers"][0]["restarts"] == 1
+        pids = [c.broker.pid for c in state.clusters.values()] + [state.wan.pid if state.wan else None]
+        nursery.cancel_scope.cancel()
+    assert not any(alive(pid) for pid in pids)  # cancelling stopped every process
+    assert stop(state_dir) == []  # nothing left for `down` to stop
