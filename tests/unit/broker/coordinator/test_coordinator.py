@@ -170,3 +170,14 @@ async def test_deleted_groups_leave_tombstones(tmp_path: Path, autojump_clock: o
     reloaded.load((k, v) for _, k, v in store.records)
     assert "gone" not in reloaded.groups
     await expect(ErrorCode.GROUP_ID_NOT_FOUND, c.delete_group("gone"))
+
+
+async def test_offsets_of_empty_groups_expire_after_retention(tmp_path: Path) -> None:
+    store = Store()
+    c = coordinator(tmp_path, store, **{"offsets.retention.minutes": "1"})
+    await c.commit("old", -1, "", None, {("t", 0): OffsetCommitValue(5, "", commit_timestamp=0)})
+    await c.commit("fresh", -1, "", None, {("t", 0): OffsetCommitValue(5, "", commit_timestamp=2**62)})
+    await c._expire_offsets()
+    assert c.fetch_offsets("old", None) == {}
+    assert c.fetch_offsets("fresh", None) != {}
+    assert store.records[-1][2] is None  # the expiry is written as a tombstone
