@@ -201,6 +201,12 @@ class Log:
                                  f"{header.last_offset_delta}")
             if not batch_crc_ok(buf, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+            if self.config.compacts and not header.is_control:
+                # As Kafka does, and only for compacted topics: records are read to refuse
+                # one without a key, which compaction could never resolve.
+                _, records = decode_batch(buf, pos)
+                if any(r.key is None for r in records):
+                    raise KafkaError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key")
             original = self.producers.check(header)
             if original is not None:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,

@@ -114,3 +114,15 @@ def test_delete_policy_logs_are_never_compacted(tmp_path: Path) -> None:
     for _ in range(5):
         keyed(log, b"same", b"v")
     assert cleaner.plan(log, NOW) is None
+
+
+def test_a_compacted_topic_refuses_records_without_a_key(tmp_path: Path) -> None:
+    import pytest
+
+    from broker.protocol.errors import ErrorCode, KafkaError
+
+    log = Log.open(tmp_path / "k-0", LogConfig(cleanup_policy="compact"), now_ms=NOW)
+    with pytest.raises(KafkaError) as exc:
+        log.append_as_leader(build_batch([Record(b"k", b"v"), Record(None, b"v")]), leader_epoch=0, now_ms=NOW)
+    assert exc.value.code == ErrorCode.INVALID_RECORD
+    assert log.log_end_offset == 0
