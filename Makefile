@@ -30,7 +30,7 @@ system-deps:
 	fi
 
 up: install
-	$(BIN)/causeway demo
+	$(BIN)/causeway up examples/two-dc.yaml
 
 test: install system-deps
 	$(BIN)/python -m pytest -q

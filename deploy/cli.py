@@ -4,6 +4,8 @@ Subcommands:
   broker  run one broker (standalone: metadata in its data dir)
   demo    what ``make up`` runs for now: a standalone broker with a demo topic
   wan     the WAN-link emulator (the Toxiproxy HTTP API)
+  up, status, down   a whole topology on this machine
+  topology           check, explain or draw a topology file
 """
 
 from __future__ import annotations
@@ -108,8 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="a standalone broker with a 'demo' topic on 127.0.0.1:9092")
     _add_broker_arguments(demo)
 
-    from deploy import wan_cli
+    from deploy import launch_cli, topology_cli, wan_cli
 
+    launch_cli.register(commands)
+    topology_cli.register(commands)
     wan_cli.register(commands)
     return parser
 

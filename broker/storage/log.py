@@ -204,8 +204,8 @@ class Log:
             if self.config.compacts and not header.is_control:
                 # As Kafka does, and only for compacted topics: records are read to refuse
                 # one without a key, which compaction could never resolve.
-                _, records = decode_batch(buf, pos)
-                if any(r.key is None for r in records):
+                _, decoded = decode_batch(buf, pos)
+                if any(r.key is None for r in decoded):
                     raise KafkaError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key")
             original = self.producers.check(header)
             if original is not None:

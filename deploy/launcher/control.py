@@ -37,7 +37,12 @@ def alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
-    return True
+    # A zombie has exited; it only waits for a parent that may never reap it (an orphan of `up -d`).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
 
 
 def broker_answers(address: str, timeout_s: float = 2.0) -> bool:

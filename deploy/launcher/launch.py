@@ -162,7 +162,7 @@ async def _run(state: LaunchState, task_status: trio.TaskStatus[LaunchState]) ->
         assert match is not None
         state.wan_api = match.group(1)
         for cluster in plan.clusters:
-            local_port = free_port()
+            local_port = cluster.port or free_port()
             wan_ports = {dc: (free_port(), free_port()) for dc in cluster.remote_datacenters}
             supervised = Supervised(_broker_spec(state_dir, cluster, local_port, wan_ports),
                                     on_change=lambda _s: state.save())

@@ -37,6 +37,7 @@ class ClusterPlan:
     datacenter: str
     topics: dict[str, int] = field(default_factory=dict)  # name -> partitions
     broker_configs: dict[str, str] = field(default_factory=dict)
+    port: int | None = None  # the LOCAL listener's port; allocated when None
     # Datacenters whose clients (mirrors) read this cluster across a WAN link.
     remote_datacenters: tuple[str, ...] = ()
 

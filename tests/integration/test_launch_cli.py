@@ -1,0 +1,55 @@
+"""`causeway up -d`, `status`, `down` as a user runs them, on the two-dc example."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from deploy.launcher.control import alive
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def causeway(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy.cli", *args], capture_output=True, text=True,
+                          timeout=180, cwd=REPO)
+
+
+def test_up_detached_status_and_down(tmp_path: Path) -> None:
+    state = tmp_path / "state"
+    up = causeway("up", "examples/two-dc.yaml", "-d", "--state-dir", str(state))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "cluster east (datacenter east): bootstrap 127.0.0.1:" in up.stdout
+        assert "from datacenter west, through the WAN link: 127.0.0.1:" in up.stdout
+
+        again = causeway("up", "examples/two-dc.yaml", "-d", "--state-dir", str(state))
+        assert again.returncode == 1 and "already running" in again.stderr  # no twins
+
+        report = causeway("status", "--json", "--state-dir", str(state))
+        assert report.returncode == 0, report.stderr
+        doc = json.loads(report.stdout)
+        assert set(doc["clusters"]) == {"east", "west"}
+        for cluster in doc["clusters"].values():
+            assert cluster["healthy"] and cluster["bootstrap"] and cluster["brokers"][0]["pid"]
+        assert doc["wan"]["api"] and doc["mirrors"] == {}
+        table = causeway("status", "--state-dir", str(state))
+        assert "east" in table.stdout and "yes" in table.stdout
+        pids = [doc["pid"], doc["wan"]["pid"]] + [c["brokers"][0]["pid"] for c in doc["clusters"].values()]
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stderr
+    assert "stopped launcher" in down.stdout
+    assert not any(alive(pid) for pid in pids)
+    assert causeway("status", "--state-dir", str(state)).returncode == 1  # nothing running
+
+
+def test_a_broken_topology_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((REPO / "examples" / "two-dc.yaml").read_text().replace("source: east", "source: eats"))
+    up = causeway("up", str(bad), "--state-dir", str(tmp_path / "s"))
+    assert up.returncode == 1
+    assert "mirrors.east-to-west.source: unknown cluster 'eats' (did you mean 'east'?)" in up.stderr
+    assert not (tmp_path / "s").exists()

@@ -1,0 +1,179 @@
+"""Load and validate a topology: the shape (schema.py), then what the shape cannot say.
+
+Every problem is collected, named by file, line, column and key path, before anything starts:
+dangling references (with a suggestion), a mirror between datacenters with no WAN link, clashing
+ports, replication factors above the broker count, and mirror cycles that nothing stops
+(identity naming all the way round).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from topology.errors import Problem, TopologyError, format_path
+from topology.loader import Positions, load_yaml, position_of
+from topology.schema import Cluster, Link, Mirror, TopologySpec
+
+__all__ = ["Topology", "load_topology"]
+
+
+@dataclass(frozen=True)
+class Topology:
+    name: str
+    path: Path
+    spec: TopologySpec
+
+    @property
+    def clusters(self) -> dict[str, Cluster]:
+        return self.spec.clusters
+
+    @property
+    def datacenters(self) -> list[str]:
+        return list(self.spec.datacenters)
+
+    @property
+    def links(self) -> list[Link]:
+        return self.spec.links
+
+    @property
+    def mirrors(self) -> dict[str, Mirror]:
+        return self.spec.mirrors
+
+    def link_between(self, a: str, b: str) -> Link | None:
+        return next((link for link in self.spec.links if set(link.between) == {a, b}), None)
+
+    def remote_datacenters(self, cluster: str) -> list[str]:
+        """Datacenters whose mirrors read `cluster` across a WAN link (mirrors run at the target)."""
+        home = self.clusters[cluster].datacenter
+        out: list[str] = []
+        for mirror in self.mirrors.values():
+            if mirror.source == cluster:
+                dc = self.clusters[mirror.target].datacenter
+                if dc != home and dc not in out:
+                    out.append(dc)
+        return out
+
+
+def _suggest(name: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(name, known, n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def _schema_problems(exc: ValidationError, file: str, positions: Positions) -> list[Problem]:
+    problems = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        # pydantic adds validator names ("function-before[...]") to some locations; drop them.
+        path = tuple(p for p in loc if not (isinstance(p, str) and "[" in p))
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = f"unknown key '{path[-1]}'"
+        elif message.startswith("Value error, "):
+            message = message.removeprefix("Value error, ")
+        line, column = position_of(positions, path)
+        problems.append(Problem(file, line, column, format_path(path), message))
+    return problems
+
+
+def _semantic_problems(spec: TopologySpec, file: str, positions: Positions) -> list[Problem]:
+    problems: list[Problem] = []
+
+    def problem(path: tuple[str | int, ...], message: str) -> None:
+        line, column = position_of(positions, path)
+        problems.append(Problem(file, line, column, format_path(path), message))
+
+    dcs = list(spec.datacenters)
+    clusters = list(spec.clusters)
+    ports: dict[int, str] = {}
+    for name, cluster in spec.clusters.items():
+        if cluster.datacenter not in spec.datacenters:
+            problem(("clusters", name, "datacenter"),
+                    f"unknown datacenter '{cluster.datacenter}'{_suggest(cluster.datacenter, dcs)}")
+        if cluster.port is not None:
+            if cluster.port in ports:
+                other = ports[cluster.port]
+                problem(("clusters", name, "port"), f"port {cluster.port} is also used by cluster '{other}'")
+            ports[cluster.port] = name
+        for topic, topic_spec in cluster.topics.items():
+            rf = topic_spec.replication_factor
+            if rf is not None and rf > cluster.brokers:
+                problem(("clusters", name, "topics", topic, "replication_factor"),
+                        f"replication factor {rf} is more than the cluster's {cluster.brokers} broker(s)")
+    seen_links: dict[frozenset[str], int] = {}
+    for i, link in enumerate(spec.links):
+        for j, dc in enumerate(link.between):
+            if dc not in spec.datacenters:
+                problem(("links", i, "between", j), f"unknown datacenter '{dc}'{_suggest(dc, dcs)}")
+        pair = frozenset(link.between)
+        if len(pair) == 1:
+            problem(("links", i, "between"), "a link joins two different datacenters")
+        elif pair in seen_links:
+            problem(("links", i, "between"), f"these datacenters are already linked by links[{seen_links[pair]}]")
+        seen_links.setdefault(pair, i)
+        if link.jitter > link.latency:
+            problem(("links", i, "jitter"), f"jitter {link.jitter}ms is larger than the latency {link.latency}ms")
+    for name, mirror in spec.mirrors.items():
+        ends_known = True
+        for end in ("source", "target"):
+            cluster = getattr(mirror, end)
+            if cluster not in spec.clusters:
+                problem(("mirrors", name, end), f"unknown cluster '{cluster}'{_suggest(cluster, clusters)}")
+                ends_known = False
+        if not ends_known:
+            continue
+        if mirror.source == mirror.target:
+            problem(("mirrors", name, "target"), "a mirror copies between two different clusters")
+            continue
+        a, b = spec.clusters[mirror.source].datacenter, spec.clusters[mirror.target].datacenter
+        if a != b and a in spec.datacenters and b in spec.datacenters and frozenset((a, b)) not in seen_links:
+            problem(("mirrors", name, "target"),
+                    f"no WAN link between datacenters '{a}' and '{b}'; add one under links:")
+    _check_cycles(spec, problem)
+    return problems
+
+
+def _check_cycles(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], str], None]) -> None:
+    """Mirror cycles where every hop keeps topic names: records would circle for ever."""
+    edges: dict[str, list[tuple[str, str]]] = {}
+    for name, mirror in spec.mirrors.items():
+        if mirror.naming == "identity" and mirror.source in spec.clusters and mirror.target in spec.clusters:
+            edges.setdefault(mirror.source, []).append((mirror.target, name))
+    reported: set[frozenset[str]] = set()
+
+    def walk(start: str, node: str, trail: list[str], names: list[str]) -> None:
+        for target, mirror_name in edges.get(node, []):
+            if target == start:
+                cycle = frozenset(names + [mirror_name])
+                if cycle not in reported:
+                    reported.add(cycle)
+                    loop = " -> ".join([*trail, start])
+                    problem(("mirrors", mirror_name, "naming"),
+                            f"mirror loop with identity naming on every hop ({loop}): records would circle "
+                            "for ever; use naming: default on at least one of these mirrors")
+            elif target not in trail:
+                walk(start, target, [*trail, target], [*names, mirror_name])
+
+    for start in edges:
+        walk(start, start, [start], [])
+
+
+def load_topology(path: Path) -> Topology:
+    """Parse and check `path`. Raises TopologyError listing every problem found."""
+    file = str(path)
+    data, positions = load_yaml(path)
+    if not isinstance(data, dict):
+        raise TopologyError([Problem(file, 1, 1, "(top level)", "a topology is a mapping with datacenters:, "
+                                                                "clusters:, links: and mirrors:")])
+    try:
+        spec = TopologySpec.model_validate(data)
+    except ValidationError as exc:
+        raise TopologyError(_schema_problems(exc, file, positions)) from None
+    problems = _semantic_problems(spec, file, positions)
+    if problems:
+        raise TopologyError(problems)
+    return Topology(spec.name or path.stem, path, spec)

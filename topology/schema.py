@@ -1,0 +1,111 @@
+"""The topology language's shape, checked by pydantic: names, types, units, allowed keys."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+
+from topology.units import parse_bandwidth, parse_duration_ms
+
+__all__ = ["Cluster", "Datacenter", "Link", "Mirror", "Patterns", "TopicSpec", "TopologySpec"]
+
+DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
+BytesPerSecond = Annotated[int, BeforeValidator(parse_bandwidth)]
+ConfigValue = str | int | float | bool
+
+
+def _config_text(value: ConfigValue) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Datacenter(_Strict):
+    description: str = ""
+
+
+class TopicSpec(_Strict):
+    partitions: int = Field(1, ge=1, le=100_000)
+    replication_factor: int | None = Field(None, ge=1)
+    configs: dict[str, ConfigValue] = Field(default_factory=dict)
+
+    def config_texts(self) -> dict[str, str]:
+        return {k: _config_text(v) for k, v in self.configs.items()}
+
+
+def _topic(value: object) -> object:
+    # `orders: 3` is short for `orders: {partitions: 3}`; `orders:` alone means one partition.
+    if value is None:
+        return {}
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"partitions": value}
+    return value
+
+
+class Cluster(_Strict):
+    datacenter: str
+    brokers: int = Field(1, ge=1, le=64)
+    coordination: Literal["standalone", "zookeeper"] = "standalone"
+    role: Literal["local", "aggregate"] = "local"
+    port: int | None = Field(None, ge=1, le=65535, description="bootstrap port; allocated when absent")
+    topics: dict[str, Annotated[TopicSpec, BeforeValidator(_topic)]] = Field(default_factory=dict)
+    configs: dict[str, ConfigValue] = Field(default_factory=dict)
+
+    def config_texts(self) -> dict[str, str]:
+        return {k: _config_text(v) for k, v in self.configs.items()}
+
+
+class Link(_Strict):
+    between: list[str] = Field(min_length=2, max_length=2)
+    latency: DurationMs = 0
+    jitter: DurationMs = 0
+    bandwidth: BytesPerSecond | None = None
+
+
+class Patterns(_Strict):
+    include: list[str] = Field(default_factory=lambda: [".*"])
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("include", "exclude")
+    @classmethod
+    def _compiles(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return patterns
+
+    def matches(self, name: str) -> bool:
+        return any(re.fullmatch(p, name) for p in self.include) and not any(re.fullmatch(p, name) for p in self.exclude)
+
+
+class Mirror(_Strict):
+    source: str
+    target: str
+    topics: Patterns = Field(default_factory=Patterns)
+    groups: Patterns = Field(default_factory=Patterns)
+    mode: Literal["mm2", "link"] = "mm2"
+    naming: Literal["default", "identity"] = "default"
+
+    def remote_name(self, topic: str) -> str:
+        """The topic's name at the target: MirrorMaker 2's `<source alias>.<topic>` or the same."""
+        return topic if self.naming == "identity" else f"{self.source}.{topic}"
+
+
+def _datacenter(value: object) -> object:
+    return {} if value is None else value  # `east:` with nothing under it is a datacenter too
+
+
+class TopologySpec(_Strict):
+    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    datacenters: dict[str, Annotated[Datacenter, BeforeValidator(_datacenter)]] = Field(min_length=1)
+    clusters: dict[str, Cluster] = Field(min_length=1)
+    links: list[Link] = Field(default_factory=list)
+    mirrors: dict[str, Mirror] = Field(default_factory=dict)
