@@ -1,0 +1,67 @@
+"""Causeway's trio-native Kafka client, shared by the mirror, the tools, the launcher's health
+checks and the tests. It speaks only standard Kafka, so it works against Apache Kafka too.
+
+    async with open_client("127.0.0.1:9092", client_id="tool") as client:
+        await admin.create_topics(client, {"events": 3})
+        await produce(client, "events", 0, build_batch([Record(b"k", b"v")]))
+        fetched = await fetch(client, {TopicPartition("events", 0): 0})
+
+Layers: `connection` (one broker, pipelined requests, version negotiation), `cluster`
+(bootstrap, metadata, leaders, reconnect with backoff), and on top `admin`, `produce`, `fetch`.
+"""
+
+from broker.client import admin
+from broker.client.cluster import (
+    Backoff,
+    BrokerInfo,
+    Client,
+    ClusterMetadata,
+    PartitionMetadata,
+    TopicMetadata,
+    TopicPartition,
+    open_client,
+)
+from broker.client.connection import (
+    BrokerConnection,
+    ClientError,
+    ConnectionFailed,
+    RequestTimeout,
+    open_connection,
+)
+from broker.client.fetch import FetchedPartition, decode_records, fetch, whole_batches
+from broker.client.produce import (
+    IdempotentProducer,
+    ProduceResult,
+    init_idempotent_producer,
+    produce,
+    produce_batches,
+)
+from broker.protocol.errors import ErrorCode, KafkaError
+
+__all__ = [
+    "Backoff",
+    "BrokerConnection",
+    "BrokerInfo",
+    "Client",
+    "ClientError",
+    "ClusterMetadata",
+    "ConnectionFailed",
+    "ErrorCode",
+    "FetchedPartition",
+    "IdempotentProducer",
+    "KafkaError",
+    "PartitionMetadata",
+    "ProduceResult",
+    "RequestTimeout",
+    "TopicMetadata",
+    "TopicPartition",
+    "admin",
+    "decode_records",
+    "fetch",
+    "init_idempotent_producer",
+    "open_client",
+    "open_connection",
+    "produce",
+    "produce_batches",
+    "whole_batches",
+]

@@ -19,8 +19,8 @@ never silently resent here; the cluster layer decides what is safe to retry.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any, ClassVar, Protocol
 
 import trio
@@ -42,12 +42,14 @@ __all__ = [
     "RequestTimeout",
     "open_connection",
     "pick_version",
+    "unwrap_single_exception",
 ]
 
 DEFAULT_MAX_FRAME_SIZE = 256 * 1024 * 1024  # a fetch answer may carry up to fetch.max.bytes and more
 CLIENT_SOFTWARE_NAME = "causeway"
 CLIENT_SOFTWARE_VERSION = "0.1.0"
 _RECEIVE_SIZE = 256 * 1024
+_API_VERSIONS_FIRST = 3  # the version a client sends first (KIP-511 made v3 the usual opener)
 _INT32_MAX = 2**31 - 1
 
 
@@ -204,7 +206,14 @@ class BrokerConnection:
         spec = API_SPECS[api_key]
         if version is None:
             version = self.version_for(api_key, max_version)
-        expects_response = not (api_key == ApiKey.PRODUCE and getattr(msg, "acks", -1) == 0)
+        body = await self._roundtrip(msg, spec, version, timeout_s)
+        return None if body is None else self._decode(spec, version, body)
+
+    async def _roundtrip(
+        self, msg: Message, spec: ApiSpec, version: int, timeout_s: float | None
+    ) -> memoryview | None:
+        """Send `msg` at `version`; the response body (after its header), or None for acks=0."""
+        expects_response = not (spec.api_key == ApiKey.PRODUCE and getattr(msg, "acks", -1) == 0)
         timeout = self.request_timeout_s if timeout_s is None else timeout_s
         with trio.move_on_after(timeout) as scope:
             pending = await self._send(msg, spec, version, expects_response)
@@ -221,7 +230,15 @@ class BrokerConnection:
         if pending.error is not None:
             raise pending.error
         assert pending.frame is not None
-        return self._decode(spec, version, pending.frame)
+        frame = pending.frame
+        try:
+            r = Reader(frame)
+            r.int32()  # correlation id, already matched by the reader task
+            if spec.response_header_version(version) >= 1:
+                r.skip_tagged_fields()
+        except ProtocolError as exc:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"bad {spec.name} answer header: {exc}") from exc
+        return frame[r.pos :]
 
     def close(self) -> None:
         """Close the connection; requests in flight fail with ConnectionFailed. Idempotent."""
@@ -263,13 +280,9 @@ class BrokerConnection:
                 raise
             return pending
 
-    def _decode(self, spec: ApiSpec, version: int, frame: memoryview) -> Any:
+    def _decode(self, spec: ApiSpec, version: int, body: memoryview) -> Any:
         try:
-            r = Reader(frame)
-            r.int32()  # correlation id, already matched by the reader task
-            if spec.response_header_version(version) >= 1:
-                r.skip_tagged_fields()
-            return spec.response.decode(frame[r.pos :], version)
+            return spec.response.decode(body, version)
         except ProtocolError as exc:
             # The framing is intact, so the connection survives a body we cannot parse.
             raise KafkaError(
@@ -319,14 +332,24 @@ class BrokerConnection:
         await trio.aclose_forcefully(self._stream)
 
     async def _negotiate_versions(self) -> None:
-        """ApiVersions v3, or v0 when the broker says it does not know v3 (KIP-511)."""
+        """Ask for the broker's versions with ApiVersions v3. A broker that does not know v3
+        answers error 35 in a v0 body listing its versions (KIP-511); ask again with the highest
+        ApiVersions version it lists (v0 when the list is empty)."""
+        spec = API_SPECS[ApiKey.API_VERSIONS]
         request = ApiVersionsRequest(
             client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION
         )
-        response: ApiVersionsResponse = await self.request(request, version=3)
-        if response.error_code == ErrorCode.UNSUPPORTED_VERSION:
-            response = await self.request(ApiVersionsRequest(), version=0)
-        check_error(response.error_code, f"ApiVersions to {self.address}")
+        version = _API_VERSIONS_FIRST
+        body = await self._roundtrip(request, spec, version, None)
+        assert body is not None
+        if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == ErrorCode.UNSUPPORTED_VERSION:
+            listed: ApiVersionsResponse = self._decode(spec, 0, body)
+            theirs = {k.api_key: (k.min_version, k.max_version) for k in listed.api_keys}
+            version = pick_version((0, _API_VERSIONS_FIRST - 1), theirs.get(ApiKey.API_VERSIONS)) or 0
+            body = await self._roundtrip(request, spec, version, None)
+            assert body is not None
+        response: ApiVersionsResponse = self._decode(spec, version, body)
+        check_error(response.error_code, f"ApiVersions v{version} to {self.address}")
         self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
 
@@ -339,6 +362,28 @@ async def _connect(host: str, port: int, timeout_s: float) -> trio.SocketStream:
         raise ConnectionFailed(f"connect to {address}: no answer within {timeout_s:g}s") from None
     except OSError as exc:
         raise ConnectionFailed(f"connect to {address} failed: {exc}") from exc
+
+
+@contextmanager
+def unwrap_single_exception() -> Iterator[None]:
+    """Re-raise the only exception of an ExceptionGroup as itself.
+
+    A context manager that runs a private nursery would otherwise hand its caller every
+    exception (even one raised in the caller's own `async with` body) wrapped in a group; the
+    background tasks here never raise, so a group of one is the caller's exception.
+    """
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) != 1:
+            raise
+        exc = group.exceptions[0]
+        context = exc.__context__
+        try:
+            raise exc
+        finally:
+            exc.__context__ = context
+            del exc, group
 
 
 @asynccontextmanager
@@ -363,19 +408,20 @@ async def open_connection(
     """
     connect_timeout = request_timeout_s if connect_timeout_s is None else connect_timeout_s
     stream = await _connect(host, port, connect_timeout)
-    async with trio.open_nursery() as nursery:
-        conn = BrokerConnection(
-            stream,
-            address=f"{host}:{port}",
-            client_id=client_id,
-            request_timeout_s=request_timeout_s,
-            max_frame_size=max_frame_size,
-            version_caps=version_caps,
-        )
-        nursery.start_soon(conn._read_loop)
-        try:
-            await conn._negotiate_versions()
-            yield conn
-        finally:
-            conn.close()
+    with unwrap_single_exception():
+        async with trio.open_nursery() as nursery:
+            conn = BrokerConnection(
+                stream,
+                address=f"{host}:{port}",
+                client_id=client_id,
+                request_timeout_s=request_timeout_s,
+                max_frame_size=max_frame_size,
+                version_caps=version_caps,
+            )
+            nursery.start_soon(conn._read_loop)
+            try:
+                await conn._negotiate_versions()
+                yield conn
+            finally:
+                conn.close()
 

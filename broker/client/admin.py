@@ -1,0 +1,498 @@
+"""Admin operations: topics, partitions, configs, offsets, record deletion.
+
+Each function takes a `Client`, sends the Kafka request to the broker that must answer it
+(the controller for topic changes, the leader for offsets and record deletion, any broker for
+descriptions), and raises `KafkaError` carrying the broker's error code, with the topic or
+resource named in its message, when anything failed. Retriable errors (NOT_CONTROLLER,
+LEADER_NOT_AVAILABLE, ...) are retried with fresh metadata until the timeout; an unknown
+topic is not retried (it is an answer).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import trio
+
+from broker.client.cluster import Client, TopicMetadata, TopicPartition
+from broker.client.connection import ConnectionFailed, check_error
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+)
+
+__all__ = [
+    "EARLIEST",
+    "LATEST",
+    "ConfigEntry",
+    "ConfigResource",
+    "ConfigSource",
+    "ListedOffset",
+    "NewTopic",
+    "alter_configs",
+    "create_partitions",
+    "create_topics",
+    "delete_records",
+    "delete_topics",
+    "describe_configs",
+    "describe_topics",
+    "list_offsets",
+    "list_topics",
+]
+
+EARLIEST = -2  # ListOffsets: the log start offset
+LATEST = -1  # ListOffsets: the log end offset (high watermark for consumers)
+
+T = TypeVar("T")
+
+# Errors that say "ask again (elsewhere) shortly". Narrower than Kafka's retriable set: an
+# unknown topic is an answer for an admin call, and a timed-out topic change may still happen.
+_RETRIED = frozenset(
+    {
+        ErrorCode.NOT_CONTROLLER,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.OFFSET_NOT_AVAILABLE,
+        ErrorCode.COORDINATOR_LOAD_IN_PROGRESS,
+        ErrorCode.COORDINATOR_NOT_AVAILABLE,
+        ErrorCode.NOT_COORDINATOR,
+        ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+    }
+)
+
+
+class ConfigResource(enum.IntEnum):
+    TOPIC = 2
+    BROKER = 4
+
+
+class ConfigSource(enum.IntEnum):
+    UNKNOWN = 0
+    DYNAMIC_TOPIC_CONFIG = 1
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """A topic to create; replication_factor -1 means the broker's default."""
+
+    partitions: int = 1
+    replication_factor: int = -1
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigEntry:
+    name: str
+    value: str | None  # None for a sensitive or unset value
+    source: int = ConfigSource.UNKNOWN
+    read_only: bool = False
+    is_sensitive: bool = False
+
+    @property
+    def is_default(self) -> bool:
+        return self.source in (ConfigSource.DEFAULT_CONFIG, ConfigSource.STATIC_BROKER_CONFIG)
+
+
+@dataclass(frozen=True, slots=True)
+class ListedOffset:
+    offset: int
+    timestamp: int = -1
+    leader_epoch: int = -1
+
+
+async def _retrying(client: Client, timeout_s: float | None, attempt: Callable[[float], Awaitable[T]]) -> T:
+    """Run `attempt(remaining_s)` again after a retriable KafkaError, with fresh metadata and
+    backoff, until the deadline; then (or for any other error) raise."""
+    deadline = trio.current_time() + (client.request_timeout_s if timeout_s is None else timeout_s)
+    failures = 0
+    while True:
+        try:
+            return await attempt(max(0.0, deadline - trio.current_time()))
+        except KafkaError as exc:
+            if exc.code not in _RETRIED:
+                raise
+            failures += 1
+            pause = client.backoff.delay(failures)
+            if trio.current_time() + pause >= deadline:
+                raise
+            client.invalidate_metadata()
+            await trio.sleep(pause)
+
+
+# -- topics ---------------------------------------------------------------------------------
+
+
+async def create_topics(
+    client: Client,
+    topics: Mapping[str, int | NewTopic],
+    *,
+    exist_ok: bool = False,
+    validate_only: bool = False,
+    timeout_s: float | None = None,
+) -> None:
+    """Create topics: name -> partition count, or name -> NewTopic (replication, configs).
+
+    Raises KafkaError (TOPIC_ALREADY_EXISTS unless `exist_ok`, INVALID_PARTITIONS,
+    INVALID_CONFIG, INVALID_TOPIC_EXCEPTION, ...) for the first topic that failed; the others
+    may have been created.
+    """
+    specs = {name: spec if isinstance(spec, NewTopic) else NewTopic(spec) for name, spec in topics.items()}
+    timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
+    request = CreateTopicsRequest(
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name=name,
+                num_partitions=spec.partitions,
+                replication_factor=spec.replication_factor,
+                configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in spec.configs.items()],
+            )
+            for name, spec in specs.items()
+        ],
+        timeout_ms=timeout_ms,
+        validate_only=validate_only,
+    )
+
+    async def attempt(remaining: float) -> None:
+        response: CreateTopicsResponse = await client.request_controller(request, timeout_s=remaining)
+        for result in response.topics:
+            if exist_ok and result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
+                continue
+            check_error(result.error_code, f"create topic {result.name!r}", result.error_message)
+
+    await _retrying(client, timeout_s, attempt)
+    client.invalidate_metadata(specs)
+
+
+async def delete_topics(
+    client: Client, names: Iterable[str], *, missing_ok: bool = False, timeout_s: float | None = None
+) -> None:
+    """Delete topics. Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION unless `missing_ok`, ...)
+    for the first topic that failed."""
+    names = list(names)
+    timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
+
+    async def attempt(remaining: float) -> None:
+        # v6 names topics in structs (name or id); v0-5 by a list of names. The version is
+        # known only once connected, so fill both: each version encodes the one it has.
+        request = DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
+            topic_names=list(names),
+            timeout_ms=timeout_ms,
+        )
+        response: DeleteTopicsResponse = await client.request_controller(request, timeout_s=remaining)
+        for result in response.responses:
+            if missing_ok and result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                continue
+            check_error(result.error_code, f"delete topic {result.name!r}", result.error_message)
+
+    await _retrying(client, timeout_s, attempt)
+    client.invalidate_metadata(names)
+
+
+async def describe_topics(
+    client: Client, names: Iterable[str] | None = None, *, timeout_s: float | None = None
+) -> dict[str, TopicMetadata]:
+    """Metadata of the named topics (all topics when None), partitions with leaders and ISR.
+
+    Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION, ...) for a named topic that has an error.
+    """
+    wanted = None if names is None else list(names)
+
+    async def attempt(remaining: float) -> dict[str, TopicMetadata]:
+        metadata = await client.refresh_metadata(wanted, timeout_s=remaining)
+        if wanted is None:
+            return dict(metadata.topics)
+        out: dict[str, TopicMetadata] = {}
+        for name in wanted:
+            topic = metadata.topics.get(name)
+            if topic is None:
+                raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"topic {name!r}")
+            check_error(topic.error, f"describe topic {name!r}")
+            out[name] = topic
+        return out
+
+    return await _retrying(client, timeout_s, attempt)
+
+
+async def list_topics(
+    client: Client, *, include_internal: bool = False, timeout_s: float | None = None
+) -> dict[str, int]:
+    """Every topic's partition count (internal topics such as __consumer_offsets only when
+    asked). Raises ConnectionFailed when no broker answers in time."""
+    topics = await describe_topics(client, None, timeout_s=timeout_s)
+    return {
+        name: t.partition_count
+        for name, t in sorted(topics.items())
+        if t.error == ErrorCode.NONE and (include_internal or not t.is_internal)
+    }
+
+
+async def create_partitions(
+    client: Client,
+    counts: Mapping[str, int],
+    *,
+    validate_only: bool = False,
+    timeout_s: float | None = None,
+) -> None:
+    """Raise topics' partition counts to the given totals.
+
+    Raises KafkaError (INVALID_PARTITIONS when a count is not above the current one,
+    UNKNOWN_TOPIC_OR_PARTITION, ...) for the first topic that failed.
+    """
+    timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
+    request = CreatePartitionsRequest(
+        topics=[
+            CreatePartitionsRequest.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in counts.items()
+        ],
+        timeout_ms=timeout_ms,
+        validate_only=validate_only,
+    )
+
+    async def attempt(remaining: float) -> None:
+        response: CreatePartitionsResponse = await client.request_controller(request, timeout_s=remaining)
+        for result in response.results:
+            check_error(result.error_code, f"create partitions for {result.name!r}", result.error_message)
+
+    await _retrying(client, timeout_s, attempt)
+    client.invalidate_metadata(counts)
+
+
+# -- configs --------------------------------------------------------------------------------
+
+
+async def describe_configs(
+    client: Client,
+    name: str,
+    *,
+    resource: ConfigResource = ConfigResource.TOPIC,
+    keys: Iterable[str] | None = None,
+    timeout_s: float | None = None,
+) -> dict[str, ConfigEntry]:
+    """The configs of a topic (or, with resource=BROKER, of broker `name`, its node id),
+    all or only `keys`. Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
+    request = DescribeConfigsRequest(
+        resources=[
+            DescribeConfigsRequest.DescribeConfigsResource(
+                resource_type=int(resource), resource_name=name, configuration_keys=None if keys is None else list(keys)
+            )
+        ]
+    )
+
+    async def attempt(remaining: float) -> dict[str, ConfigEntry]:
+        response: DescribeConfigsResponse = await _config_request(client, resource, name, request, remaining)
+        out: dict[str, ConfigEntry] = {}
+        for result in response.results:
+            what = f"describe configs of {resource.name.lower()} {name!r}"
+            check_error(result.error_code, what, result.error_message)
+            for c in result.configs:
+                source = c.config_source
+                if source == ConfigSource.UNKNOWN and c.is_default:  # v0 has only a default flag
+                    source = ConfigSource.DEFAULT_CONFIG
+                out[c.name] = ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive)
+        return out
+
+    return await _retrying(client, timeout_s, attempt)
+
+
+async def alter_configs(
+    client: Client,
+    name: str,
+    updates: Mapping[str, str | None],
+    *,
+    resource: ConfigResource = ConfigResource.TOPIC,
+    validate_only: bool = False,
+    timeout_s: float | None = None,
+) -> None:
+    """Set (value) or remove (None, back to the default) configs of a topic or broker,
+    leaving the others as they are (IncrementalAlterConfigs).
+
+    Raises KafkaError (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, ...).
+    """
+    set_op, delete_op = 0, 1
+    request = IncrementalAlterConfigsRequest(
+        resources=[
+            IncrementalAlterConfigsRequest.AlterConfigsResource(
+                resource_type=int(resource),
+                resource_name=name,
+                configs=[
+                    IncrementalAlterConfigsRequest.AlterableConfig(
+                        name=k, config_operation=delete_op if v is None else set_op, value=v
+                    )
+                    for k, v in updates.items()
+                ],
+            )
+        ],
+        validate_only=validate_only,
+    )
+
+    async def attempt(remaining: float) -> None:
+        response: IncrementalAlterConfigsResponse = await _config_request(client, resource, name, request, remaining)
+        for result in response.responses:
+            check_error(result.error_code, f"alter configs of {resource.name.lower()} {name!r}", result.error_message)
+
+    await _retrying(client, timeout_s, attempt)
+
+
+async def _config_request(
+    client: Client,
+    resource: ConfigResource,
+    name: str,
+    request: DescribeConfigsRequest | IncrementalAlterConfigsRequest,
+    timeout_s: float,
+) -> Any:
+    # A broker's own configs are answered by that broker; topic configs by any.
+    if resource == ConfigResource.BROKER and name.isdigit():
+        return await client.request(int(name), request, timeout_s=timeout_s)
+    return await client.request_any(request, timeout_s=timeout_s)
+
+
+# -- offsets --------------------------------------------------------------------------------
+
+
+async def list_offsets(
+    client: Client,
+    specs: Mapping[TopicPartition, int],
+    *,
+    isolation_level: int = 0,
+    timeout_s: float | None = None,
+) -> dict[TopicPartition, ListedOffset]:
+    """For each partition: EARLIEST (log start), LATEST (log end; the last stable offset with
+    isolation_level 1), or a timestamp in ms (the first offset whose timestamp is at or after
+    it; offset -1 when there is none). Asks each partition's leader.
+
+    Raises KafkaError for the first partition with an error.
+    """
+
+    async def attempt(remaining: float) -> dict[TopicPartition, ListedOffset]:
+        deadline = trio.current_time() + remaining
+        leaders = await client.leaders_for(specs, timeout_s=remaining)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader in leaders.items():
+            if isinstance(leader, KafkaError):
+                raise leader
+            by_leader.setdefault(leader.node_id, []).append(tp)
+        out: dict[TopicPartition, ListedOffset] = {}
+        errors: list[Exception] = []
+
+        async def ask(node_id: int, tps: list[TopicPartition]) -> None:
+            try:
+                await ask_leader(node_id, tps)
+            except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
+                errors.append(exc)
+
+        async def ask_leader(node_id: int, tps: list[TopicPartition]) -> None:
+            topics: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(
+                    ListOffsetsRequest.ListOffsetsPartition(partition_index=tp.partition, timestamp=specs[tp])
+                )
+            request = ListOffsetsRequest(
+                replica_id=-1,
+                isolation_level=isolation_level,
+                topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
+                timeout_ms=int(remaining * 1000),
+            )
+            response: ListOffsetsResponse = await client.request(
+                node_id, request, timeout_s=max(0.0, deadline - trio.current_time())
+            )
+            for topic in response.topics:
+                for part in topic.partitions:
+                    check_error(part.error_code, f"list offsets of {topic.name}-{part.partition_index}")
+                    offset = part.offset
+                    if part.old_style_offsets and offset <= 0:  # v0 answers with a list
+                        offset = part.old_style_offsets[0]
+                    out[TopicPartition(topic.name, part.partition_index)] = ListedOffset(
+                        offset, part.timestamp, part.leader_epoch
+                    )
+
+        async with trio.open_nursery() as nursery:
+            for node_id, tps in by_leader.items():
+                nursery.start_soon(ask, node_id, tps)
+        if errors:
+            raise errors[0]
+        missing = [tp for tp in specs if tp not in out]
+        if missing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no offset returned for {missing}")
+        return {tp: out[tp] for tp in specs}
+
+    return await _retrying(client, timeout_s, attempt)
+
+
+async def delete_records(
+    client: Client, before: Mapping[TopicPartition, int], *, timeout_s: float | None = None
+) -> dict[TopicPartition, int]:
+    """Delete every record below `before[tp]` (-1: the high watermark) in each partition;
+    returns each partition's new log start offset (low watermark).
+
+    Raises KafkaError (OFFSET_OUT_OF_RANGE, ...) for the first partition that failed.
+    """
+
+    async def attempt(remaining: float) -> dict[TopicPartition, int]:
+        deadline = trio.current_time() + remaining
+        leaders = await client.leaders_for(before, timeout_s=remaining)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader in leaders.items():
+            if isinstance(leader, KafkaError):
+                raise leader
+            by_leader.setdefault(leader.node_id, []).append(tp)
+        out: dict[TopicPartition, int] = {}
+        errors: list[Exception] = []
+
+        async def ask(node_id: int, tps: list[TopicPartition]) -> None:
+            try:
+                await ask_leader(node_id, tps)
+            except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
+                errors.append(exc)
+
+        async def ask_leader(node_id: int, tps: list[TopicPartition]) -> None:
+            topics: dict[str, list[DeleteRecordsRequest.DeleteRecordsPartition]] = {}
+            for tp in tps:
+                topics.setdefault(tp.topic, []).append(
+                    DeleteRecordsRequest.DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
+                )
+            request = DeleteRecordsRequest(
+                topics=[DeleteRecordsRequest.DeleteRecordsTopic(name=t, partitions=p) for t, p in topics.items()],
+                timeout_ms=int(remaining * 1000),
+            )
+            response: DeleteRecordsResponse = await client.request(
+                node_id, request, timeout_s=max(0.0, deadline - trio.current_time())
+            )
+            for topic in response.topics:
+                for part in topic.partitions:
+                    check_error(part.error_code, f"delete records of {topic.name}-{part.partition_index}")
+                    out[TopicPartition(topic.name, part.partition_index)] = part.low_watermark
+
+        async with trio.open_nursery() as nursery:
+            for node_id, tps in by_leader.items():
+                nursery.start_soon(ask, node_id, tps)
+        if errors:
+            raise errors[0]
+        missing = [tp for tp in before if tp not in out]
+        if missing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {missing}")
+        return {tp: out[tp] for tp in before}
+
+    return await _retrying(client, timeout_s, attempt)

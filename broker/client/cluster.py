@@ -1,0 +1,566 @@
+"""A client for a whole cluster: bootstrap, metadata, leaders, one lazy connection per broker.
+
+Connections are keyed by address ("host:port"), so the bootstrap addresses and the brokers that
+metadata names share one table. Each connection runs in a task of the client's nursery and is
+opened on first use. A peer that fails (refused connect, failed handshake, connection lost with
+a request in flight) is not tried again before a backoff delay that doubles with every failure
+up to a cap, with jitter; a request that succeeds resets it. So a dead peer costs a bounded
+number of attempts per unit of time whatever the callers do.
+
+Every call has a deadline: the client's request timeout unless the caller gives another.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import trio
+
+from broker.client.connection import (
+    DEFAULT_MAX_FRAME_SIZE,
+    BrokerConnection,
+    ConnectionFailed,
+    Message,
+    RequestTimeout,
+    open_connection,
+    unwrap_single_exception,
+)
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import MetadataRequest, MetadataResponse
+
+__all__ = [
+    "Backoff",
+    "BrokerInfo",
+    "Client",
+    "ClientStatistics",
+    "ClusterMetadata",
+    "PartitionMetadata",
+    "TopicMetadata",
+    "TopicPartition",
+    "open_client",
+    "parse_bootstrap",
+]
+
+# Fetch v13+ names topics only by id; Causeway's client speaks names.
+DEFAULT_VERSION_CAPS: Mapping[int, int] = {ApiKey.FETCH: 12}
+
+
+class TopicPartition(NamedTuple):
+    topic: str
+    partition: int
+
+
+@dataclass(frozen=True, slots=True)
+class Backoff:
+    """Reconnect backoff: `initial_s` after the first failure, doubling up to `max_s`, each
+    delay multiplied by a random factor in [1 - jitter, 1 + jitter] so that many clients do
+    not retry in step (Kafka: reconnect.backoff.ms, reconnect.backoff.max.ms)."""
+
+    initial_s: float = 0.05
+    max_s: float = 1.0
+    jitter: float = 0.2
+
+    def __post_init__(self) -> None:
+        if not (0 < self.initial_s <= self.max_s) or not 0 <= self.jitter < 1:
+            raise ValueError(f"bad backoff {self}: need 0 < initial_s <= max_s and 0 <= jitter < 1")
+
+    def delay(self, failures: int, rng: random.Random | None = None) -> float:
+        """The wait after `failures` consecutive failures (0 failures: no wait)."""
+        if failures <= 0:
+            return 0.0
+        # Capping the exponent first keeps 2**n finite however long a peer stays down.
+        base = min(self.max_s, self.initial_s * 2.0 ** min(failures - 1, 62))
+        factor = 1.0 + self.jitter * (2.0 * (rng or random).random() - 1.0)
+        return base * factor
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerInfo:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionMetadata:
+    partition: int
+    leader: int  # -1 when there is none
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    error: int = ErrorCode.NONE
+
+
+@dataclass(frozen=True, slots=True)
+class TopicMetadata:
+    name: str
+    partitions: Mapping[int, PartitionMetadata]
+    is_internal: bool = False
+    error: int = ErrorCode.NONE
+
+    @property
+    def partition_count(self) -> int:
+        return len(self.partitions)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterMetadata:
+    cluster_id: str | None = None
+    controller_id: int = -1
+    brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
+    topics: Mapping[str, TopicMetadata] = field(default_factory=dict)
+
+    def leader(self, tp: TopicPartition) -> int | None:
+        """The leader's node id, or None when unknown or leaderless."""
+        topic = self.topics.get(tp.topic)
+        part = topic.partitions.get(tp.partition) if topic is not None else None
+        if part is None or part.leader < 0:
+            return None
+        return part.leader
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatistics:
+    connect_attempts: int
+    open_connections: int
+    requests_in_flight: int
+
+
+def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
+    """"host:port,host:port" (or a list of "host:port") as (host, port) pairs.
+
+    Raises ValueError on an entry without a numeric port. IPv6 hosts go in brackets.
+    """
+    items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
+    out: list[tuple[str, int]] = []
+    for item in items:
+        item = item.strip()
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"bootstrap address {item!r} is not host:port")
+        out.append((host.strip("[]"), int(port)))
+    if not out:
+        raise ValueError("empty bootstrap list")
+    return out
+
+
+@dataclass
+class _Peer:
+    host: str
+    port: int
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    connection: BrokerConnection | None = None
+    failures: int = 0
+    next_attempt_at: float = float("-inf")
+    last_error: Exception | None = None
+    counted_loss: BrokerConnection | None = None
+
+
+class Client:
+    """A cluster client. Build it with `open_client`; safe to share between tasks."""
+
+    def __init__(
+        self,
+        nursery: trio.Nursery,
+        bootstrap: Sequence[tuple[str, int]],
+        *,
+        client_id: str | None,
+        request_timeout_s: float,
+        connect_timeout_s: float,
+        backoff: Backoff,
+        version_caps: Mapping[int, int],
+        max_frame_size: int,
+    ) -> None:
+        self.client_id = client_id
+        self.request_timeout_s = request_timeout_s
+        self.connect_timeout_s = connect_timeout_s
+        self.backoff = backoff
+        self._nursery = nursery
+        self._bootstrap = [f"{h}:{p}" for h, p in bootstrap]
+        self._version_caps = dict(version_caps)
+        self._max_frame_size = max_frame_size
+        self._peers: dict[str, _Peer] = {}
+        for host, port in bootstrap:
+            self._peers.setdefault(f"{host}:{port}", _Peer(host, port))
+        self._metadata = ClusterMetadata()
+        self._metadata_stale = True  # everything must be fetched again
+        self._stale_topics: set[str] = set()  # these topics' leaders must be fetched again
+        self._rng = random.Random()
+        self._connect_attempts = 0
+        self._closed = False
+
+    # -- metadata ---------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        """The metadata last fetched (empty before the first refresh)."""
+        return self._metadata
+
+    def invalidate_metadata(self, topics: Iterable[str] | None = None) -> None:
+        """Make the next lookups fetch fresh metadata: for `topics` (after NOT_LEADER_OR_FOLLOWER
+        from one of their partitions, say), or for everything when None."""
+        if topics is None:
+            self._metadata_stale = True
+        else:
+            self._stale_topics.update(topics)
+
+    async def refresh_metadata(
+        self, topics: Iterable[str] | None = None, *, timeout_s: float | None = None
+    ) -> ClusterMetadata:
+        """Fetch metadata from any reachable broker and return it.
+
+        `topics` None asks for every topic and replaces the cached view; a list asks for those
+        only and merges them into it (their per-topic error codes included, e.g.
+        UNKNOWN_TOPIC_OR_PARTITION). Never creates topics.
+        Raises ConnectionFailed / RequestTimeout when no broker answers in time.
+        """
+        names = None if topics is None else list(topics)
+        request = MetadataRequest(
+            topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+            allow_auto_topic_creation=False,
+        )
+        response: MetadataResponse = await self.request_any(request, timeout_s=timeout_s)
+        fresh = _metadata_from_response(response)
+        if names is not None:
+            merged = dict(self._metadata.topics)
+            merged.update(fresh.topics)
+            fresh = ClusterMetadata(fresh.cluster_id, fresh.controller_id, fresh.brokers, merged)
+        self._metadata = fresh
+        if names is None:
+            self._metadata_stale = False
+            self._stale_topics.clear()
+        else:
+            self._stale_topics.difference_update(names)
+        for broker in fresh.brokers.values():
+            self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
+        return fresh
+
+    async def leader_for(self, tp: TopicPartition, *, timeout_s: float | None = None) -> BrokerInfo:
+        """The broker leading `tp`, refreshing metadata when it is unknown or stale.
+
+        Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) for a topic or partition the cluster
+        does not have, KafkaError(LEADER_NOT_AVAILABLE) when the partition has no leader,
+        ConnectionFailed when metadata cannot be fetched in time.
+        """
+        found = (await self.leaders_for([tp], timeout_s=timeout_s))[tp]
+        if isinstance(found, KafkaError):
+            raise found
+        return found
+
+    async def leaders_for(
+        self, tps: Iterable[TopicPartition], *, timeout_s: float | None = None
+    ) -> dict[TopicPartition, BrokerInfo | KafkaError]:
+        """The leader of each partition, with at most one metadata refresh (for the topics
+        whose leaders are unknown, or all of them when metadata is stale). A partition without
+        a usable leader maps to the KafkaError saying why. Raises ConnectionFailed when a
+        needed refresh fails."""
+        wanted = list(dict.fromkeys(tps))
+        missing = [
+            tp
+            for tp in wanted
+            if self._metadata_stale or tp.topic in self._stale_topics or self._known_leader(tp) is None
+        ]
+        if missing:
+            await self.refresh_metadata(sorted({tp.topic for tp in missing}), timeout_s=timeout_s)
+        out: dict[TopicPartition, BrokerInfo | KafkaError] = {}
+        for tp in wanted:
+            broker = self._known_leader(tp)
+            if broker is not None:
+                out[tp] = broker
+                continue
+            topic = self._metadata.topics.get(tp.topic)
+            if topic is None or tp.partition not in topic.partitions:
+                code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                if topic is not None and topic.error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                    code = _known_code(topic.error)
+                out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
+            else:
+                part = topic.partitions[tp.partition]
+                code = _known_code(part.error) if part.error != ErrorCode.NONE else ErrorCode.LEADER_NOT_AVAILABLE
+                out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
+        return out
+
+    def _known_leader(self, tp: TopicPartition) -> BrokerInfo | None:
+        leader = self._metadata.leader(tp)
+        return None if leader is None else self._metadata.brokers.get(leader)
+
+    # -- requests ---------------------------------------------------------------------
+
+    async def request(
+        self,
+        node_id: int,
+        msg: Message,
+        *,
+        max_version: int | None = None,
+        timeout_s: float | None = None,
+        idempotent: bool = True,
+    ) -> Any:
+        """Send `msg` to broker `node_id` and return its decoded response.
+
+        `idempotent` says the request may be sent again when its connection fails before the
+        answer arrives (reads, metadata, idempotent produce); otherwise that failure is raised.
+        Raises KafkaError(BROKER_NOT_AVAILABLE) for a node id metadata does not name,
+        ConnectionFailed / RequestTimeout when the deadline passes, KafkaError for
+        UNSUPPORTED_VERSION. Error codes inside the response are the caller's.
+        """
+        deadline = self._deadline(timeout_s)
+        broker = self._metadata.brokers.get(node_id)
+        if broker is None:
+            with trio.move_on_at(deadline):
+                await self.refresh_metadata(timeout_s=max(0.0, deadline - trio.current_time()))
+            broker = self._metadata.brokers.get(node_id)
+            if broker is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker with node id {node_id} in metadata")
+        peer = self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
+        return await self._request_peers([peer], msg, deadline, max_version, idempotent)
+
+    async def request_any(
+        self,
+        msg: Message,
+        *,
+        max_version: int | None = None,
+        timeout_s: float | None = None,
+        idempotent: bool = True,
+    ) -> Any:
+        """Send `msg` to any reachable broker (connected ones first, then the others that
+        metadata names, then the bootstrap list) and return its response. Raises as `request`.
+        """
+        return await self._request_peers(self._candidates(), msg, self._deadline(timeout_s), max_version, idempotent)
+
+    async def request_controller(
+        self, msg: Message, *, max_version: int | None = None, timeout_s: float | None = None
+    ) -> Any:
+        """Send `msg` to the controller named by metadata (any broker when none is named, as
+        KRaft brokers forward admin requests). Not resent after a failure in flight."""
+        deadline = self._deadline(timeout_s)
+        if self._metadata_stale or self._metadata.controller_id < 0:
+            await self.refresh_metadata(timeout_s=max(0.0, deadline - trio.current_time()))
+        controller = self._metadata.brokers.get(self._metadata.controller_id)
+        if controller is None:
+            return await self._request_peers(self._candidates(), msg, deadline, max_version, False)
+        peer = self._peers.setdefault(controller.address, _Peer(controller.host, controller.port))
+        return await self._request_peers([peer], msg, deadline, max_version, False)
+
+    async def connection(self, node_id: int, *, timeout_s: float | None = None) -> BrokerConnection:
+        """The (negotiated) connection to broker `node_id`, opened if need be."""
+        deadline = self._deadline(timeout_s)
+        broker = self._metadata.brokers.get(node_id)
+        if broker is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker with node id {node_id} in metadata")
+        peer = self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
+        return await self._connect(peer, deadline)
+
+    def statistics(self) -> ClientStatistics:
+        conns = [p.connection for p in self._peers.values() if p.connection is not None and not p.connection.closed]
+        return ClientStatistics(
+            connect_attempts=self._connect_attempts,
+            open_connections=len(conns),
+            requests_in_flight=sum(c.in_flight for c in conns),
+        )
+
+    def close(self) -> None:
+        """Close every connection; later requests raise ConnectionFailed."""
+        self._closed = True
+        for peer in self._peers.values():
+            if peer.connection is not None:
+                peer.connection.close()
+
+    # -- internals --------------------------------------------------------------------
+
+    def _deadline(self, timeout_s: float | None) -> float:
+        return trio.current_time() + (self.request_timeout_s if timeout_s is None else timeout_s)
+
+    def _candidates(self) -> list[_Peer]:
+        known = [self._peers[b.address] for b in self._metadata.brokers.values() if b.address in self._peers]
+        bootstrap = [self._peers[a] for a in self._bootstrap]
+        ordered: list[_Peer] = []
+        for peer in [*known, *bootstrap]:
+            if peer not in ordered:
+                ordered.append(peer)
+        # Live connections first, then peers not backing off, each group in random order.
+        self._rng.shuffle(ordered)
+        now = trio.current_time()
+
+        def rank(p: _Peer) -> int:
+            if p.connection is not None and not p.connection.closed:
+                return 0
+            return 1 if p.next_attempt_at <= now else 2
+
+        ordered.sort(key=rank)
+        return ordered
+
+    async def _request_peers(
+        self, peers: Sequence[_Peer], msg: Message, deadline: float, max_version: int | None, idempotent: bool
+    ) -> Any:
+        last_error: ConnectionFailed | None = None
+        # Each pass either makes a request or fails one connect per peer; between passes it
+        # sleeps until the earliest backoff expires, so the loop cannot spin. The deadline ends it.
+        while True:
+            for peer in peers:
+                if trio.current_time() >= deadline:
+                    break
+                try:
+                    conn = await self._connect(peer, deadline)
+                except ConnectionFailed as exc:
+                    last_error = exc
+                    continue
+                try:
+                    response = await conn.request(
+                        msg, max_version=max_version, timeout_s=max(0.0, deadline - trio.current_time())
+                    )
+                except ConnectionFailed as exc:
+                    if peer.counted_loss is not conn:  # one lost connection is one failure,
+                        peer.counted_loss = conn  # however many requests it took down with it
+                        self._record_failure(peer, exc)
+                    self._metadata_stale = True
+                    if not idempotent:
+                        raise
+                    last_error = exc
+                    continue
+                peer.failures = 0
+                peer.next_attempt_at = float("-inf")
+                return response
+            now = trio.current_time()
+            if now >= deadline or self._closed:
+                break
+            wake = min(p.next_attempt_at for p in peers)
+            if wake >= deadline:
+                break
+            # A peer never marked as failing would make `wake` lie in the past: never spin.
+            await trio.sleep_until(max(wake, now + self.backoff.initial_s))
+        if last_error is None:
+            last_error = RequestTimeout(f"{type(msg).__name__}: deadline passed before it could be sent")
+        raise last_error
+
+    def _record_failure(self, peer: _Peer, error: Exception) -> None:
+        peer.failures += 1
+        peer.last_error = error
+        peer.next_attempt_at = trio.current_time() + self.backoff.delay(peer.failures, self._rng)
+
+    async def _connect(self, peer: _Peer, deadline: float) -> BrokerConnection:
+        """The peer's live connection, or a new one once its backoff has passed.
+
+        Raises ConnectionFailed when the connect fails or cannot start before `deadline`.
+        """
+        address = f"{peer.host}:{peer.port}"
+        with trio.move_on_at(deadline) as scope:
+            async with peer.lock:
+                if self._closed:
+                    raise ConnectionFailed("client closed")
+                if peer.connection is not None and not peer.connection.closed:
+                    return peer.connection
+                if peer.next_attempt_at >= deadline:
+                    raise ConnectionFailed(
+                        f"{address}: backing off after {peer.failures} failure(s); last: {peer.last_error}"
+                    )
+                await trio.sleep_until(peer.next_attempt_at)
+                self._connect_attempts += 1
+                try:
+                    conn: BrokerConnection = await self._nursery.start(self._run_connection, peer.host, peer.port)
+                except ConnectionFailed as exc:
+                    self._record_failure(peer, exc)
+                    raise
+                except KafkaError as exc:  # the broker refused the ApiVersions handshake
+                    self._record_failure(peer, exc)
+                    raise ConnectionFailed(f"{address}: {exc}") from exc
+                peer.connection = conn
+                return conn
+        assert scope.cancelled_caught
+        error = RequestTimeout(f"connect to {address}: deadline passed")
+        self._record_failure(peer, error)
+        raise error
+
+    async def _run_connection(
+        self, host: str, port: int, *, task_status: trio.TaskStatus[BrokerConnection] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async with open_connection(
+            host,
+            port,
+            client_id=self.client_id,
+            request_timeout_s=self.request_timeout_s,
+            connect_timeout_s=self.connect_timeout_s,
+            version_caps=self._version_caps,
+            max_frame_size=self._max_frame_size,
+        ) as conn:
+            task_status.started(conn)
+            await conn.wait_closed()
+
+
+def _known_code(code: int) -> ErrorCode:
+    try:
+        return ErrorCode(code)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR
+
+
+def _metadata_from_response(response: MetadataResponse) -> ClusterMetadata:
+    brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
+    topics: dict[str, TopicMetadata] = {}
+    for t in response.topics:
+        if t.name is None:
+            continue
+        partitions = {
+            p.partition_index: PartitionMetadata(
+                partition=p.partition_index,
+                leader=p.leader_id,
+                leader_epoch=p.leader_epoch,
+                replicas=tuple(p.replica_nodes),
+                isr=tuple(p.isr_nodes),
+                error=p.error_code,
+            )
+            for p in t.partitions
+        }
+        topics[t.name] = TopicMetadata(t.name, partitions, t.is_internal, t.error_code)
+    return ClusterMetadata(response.cluster_id, response.controller_id, brokers, topics)
+
+
+@asynccontextmanager
+async def open_client(
+    bootstrap: str | Sequence[str],
+    *,
+    client_id: str | None = "causeway",
+    request_timeout_s: float = 30.0,
+    connect_timeout_s: float = 10.0,
+    backoff: Backoff | None = None,
+    version_caps: Mapping[int, int] | None = None,
+    max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+) -> AsyncIterator[Client]:
+    """A cluster client for `bootstrap` ("host:port,host:port"); connections close on exit.
+
+    Nothing is contacted until the first request: a cluster that is down at start is not an
+    error here (a request then fails at its deadline). `version_caps` adds to the built-in cap
+    Fetch <= 12.
+    Raises ValueError for a malformed bootstrap list.
+    """
+    peers = parse_bootstrap(bootstrap)
+    caps = dict(DEFAULT_VERSION_CAPS)
+    for key, cap in (version_caps or {}).items():
+        caps[key] = min(cap, caps.get(key, cap))
+    with unwrap_single_exception():
+        async with trio.open_nursery() as nursery:
+            client = Client(
+                nursery,
+                peers,
+                client_id=client_id,
+                request_timeout_s=request_timeout_s,
+                connect_timeout_s=min(connect_timeout_s, request_timeout_s),
+                backoff=backoff or Backoff(),
+                version_caps=caps,
+                max_frame_size=max_frame_size,
+            )
+            try:
+                yield client
+            finally:
+                client.close()

@@ -1,0 +1,208 @@
+"""Fetch: raw record batches from partition leaders, decoded only on request.
+
+A fetch returns, per partition, the bytes the broker sent (whole RecordBatch v2 batches,
+possibly followed by a partial batch cut by the size limit) with the high watermark, log start
+offset and error code. The mirror forwards those bytes as they are; `decode_records` is for
+tools and tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import trio
+
+from broker.client.cluster import Client, TopicPartition
+from broker.client.connection import ConnectionFailed, RequestTimeout
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import FetchRequest, FetchResponse
+from broker.protocol.records import DecodedRecord, decode_batch, split_batches
+
+__all__ = [
+    "READ_COMMITTED",
+    "READ_UNCOMMITTED",
+    "FetchedPartition",
+    "decode_records",
+    "fetch",
+    "whole_batches",
+]
+
+READ_UNCOMMITTED = 0
+READ_COMMITTED = 1
+
+Buffer = bytes | bytearray | memoryview
+
+# Errors after which the partition's leader may have moved: look it up again next time.
+_STALE_LEADER = frozenset(
+    {
+        ErrorCode.NOT_LEADER_OR_FOLLOWER,
+        ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+        ErrorCode.LEADER_NOT_AVAILABLE,
+        ErrorCode.FENCED_LEADER_EPOCH,
+        ErrorCode.UNKNOWN_LEADER_EPOCH,
+        ErrorCode.KAFKA_STORAGE_ERROR,
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FetchedPartition:
+    """One partition's part of a fetch answer.
+
+    `records` holds raw RecordBatch v2 bytes, possibly ending in a partial batch; empty when
+    nothing new (or on error). Offsets are -1 when the broker did not answer for it.
+    """
+
+    topic: str
+    partition: int
+    error: int = ErrorCode.NONE
+    high_watermark: int = -1
+    last_stable_offset: int = -1
+    log_start_offset: int = -1
+    records: Buffer = b""
+    error_message: str | None = None
+
+    @property
+    def next_offset(self) -> int | None:
+        """The offset after the last whole batch returned, or None when none was."""
+        spans = split_batches(self.records, allow_partial_tail=True)
+        return spans[-1][1].last_offset + 1 if spans else None
+
+
+def whole_batches(records: Buffer) -> memoryview:
+    """`records` without a trailing partial batch (a view, no copy)."""
+    spans = split_batches(records, allow_partial_tail=True)
+    end = spans[-1][0] + spans[-1][1].size if spans else 0
+    return memoryview(records)[:end]
+
+
+def decode_records(
+    records: Buffer, *, from_offset: int | None = None, include_control: bool = False
+) -> list[DecodedRecord]:
+    """Every record of the whole batches in `records` (decompressed, CRC-checked), skipping
+    control batches unless asked and records before `from_offset` (a fetch starts at the batch
+    holding the fetch offset, so its first records may precede it).
+
+    Raises KafkaError(CORRUPT_MESSAGE) for a batch that does not check or parse.
+    """
+    out: list[DecodedRecord] = []
+    for pos, header in split_batches(records, allow_partial_tail=True):
+        if header.is_control and not include_control:
+            continue
+        _, decoded = decode_batch(records, pos)
+        out.extend(r for r in decoded if from_offset is None or r.offset >= from_offset)
+    return out
+
+
+async def fetch(
+    client: Client,
+    positions: Mapping[TopicPartition, int],
+    *,
+    max_wait_ms: int = 500,
+    min_bytes: int = 1,
+    max_bytes: int = 50 * 1024 * 1024,
+    partition_max_bytes: int = 1024 * 1024,
+    isolation_level: int = READ_UNCOMMITTED,
+    timeout_s: float | None = None,
+) -> dict[TopicPartition, FetchedPartition]:
+    """Fetch from each partition's leader starting at `positions[tp]`; one request per leader,
+    the leaders concurrently. Uses Fetch v4..v12, without fetch sessions.
+
+    `max_wait_ms`/`min_bytes`: how long the broker may hold the answer waiting for data;
+    `max_bytes` bounds a whole answer, `partition_max_bytes` each partition's share (the
+    broker still returns at least one batch when the first is bigger). `timeout_s` bounds the
+    call (default: the client's request timeout plus max_wait_ms).
+
+    Never raises for a partition's failure: its result carries the error code
+    (OFFSET_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, or
+    NETWORK_EXCEPTION / REQUEST_TIMED_OUT when the leader could not be reached in time);
+    errors that suggest a moved leader make the next call refresh metadata.
+    """
+    if timeout_s is None:
+        timeout_s = client.request_timeout_s + max_wait_ms / 1000
+    deadline = trio.current_time() + timeout_s
+    results: dict[TopicPartition, FetchedPartition] = {}
+
+    def fail_all(tps: list[TopicPartition], exc: Exception) -> None:
+        if isinstance(exc, KafkaError):
+            code: int = exc.code
+        else:
+            code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+        for tp in tps:
+            results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message=str(exc))
+
+    try:
+        leaders = await client.leaders_for(positions, timeout_s=timeout_s)
+    except ConnectionFailed as exc:
+        fail_all(list(positions), exc)
+        return results
+    by_leader: dict[int, list[TopicPartition]] = {}
+    for tp, leader in leaders.items():
+        if isinstance(leader, KafkaError):
+            fail_all([tp], leader)
+        else:
+            by_leader.setdefault(leader.node_id, []).append(tp)
+
+    async def fetch_from(node_id: int, tps: list[TopicPartition]) -> None:
+        topics: dict[str, list[FetchRequest.FetchPartition]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(
+                FetchRequest.FetchPartition(
+                    partition=tp.partition, fetch_offset=positions[tp], partition_max_bytes=partition_max_bytes
+                )
+            )
+        request = FetchRequest(
+            replica_id=-1,
+            max_wait_ms=max_wait_ms,
+            min_bytes=min_bytes,
+            max_bytes=max_bytes,
+            isolation_level=isolation_level,
+            session_id=0,
+            session_epoch=-1,  # no fetch session: every request is complete
+            topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
+        )
+        try:
+            response: FetchResponse = await client.request(
+                node_id, request, max_version=12, timeout_s=max(0.0, deadline - trio.current_time())
+            )
+        except (ConnectionFailed, KafkaError) as exc:
+            client.invalidate_metadata({tp.topic for tp in tps})
+            fail_all(tps, exc)
+            return
+        if response.error_code != ErrorCode.NONE:
+            fail_all(tps, KafkaError(_code(response.error_code), f"fetch from node {node_id}"))
+            return
+        wanted = set(tps)
+        for topic in response.responses:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.topic, part.partition_index)
+                if tp not in wanted:
+                    continue
+                results[tp] = FetchedPartition(
+                    tp.topic,
+                    tp.partition,
+                    part.error_code,
+                    part.high_watermark,
+                    part.last_stable_offset,
+                    part.log_start_offset,
+                    part.records if part.records is not None else b"",
+                )
+                if part.error_code in _STALE_LEADER:
+                    client.invalidate_metadata([tp.topic])
+        for tp in tps:
+            if tp not in results:
+                code = ErrorCode.UNKNOWN_SERVER_ERROR
+                results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message="missing from the answer")
+
+    async with trio.open_nursery() as nursery:
+        for node_id, tps in by_leader.items():
+            nursery.start_soon(fetch_from, node_id, tps)
+    return {tp: results[tp] for tp in positions}
+
+
+def _code(value: int) -> ErrorCode:
+    try:
+        return ErrorCode(value)
+    except ValueError:
+        return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -1,0 +1,298 @@
+"""Produce: raw record batches to partition leaders, and an idempotent producer.
+
+Batches travel as the bytes the caller gives (RecordBatch v2, as `records.build_batch` makes or
+a fetch returned); nothing here decodes records. A produce is resent only when that cannot
+write twice: after an error answer (nothing was appended), or after a lost connection when the
+batches carry a producer id (the broker drops the duplicate by its sequence number).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import crc32c
+import trio
+
+from broker.client.cluster import Client, TopicPartition
+from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
+from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
+from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from broker.protocol.records import Compression, Record, build_batch, read_batch_header, split_batches
+
+__all__ = [
+    "IdempotentProducer",
+    "ProduceResult",
+    "init_idempotent_producer",
+    "produce",
+    "produce_batches",
+]
+
+Buffer = bytes | bytearray | memoryview
+
+# Offsets inside a RecordBatch v2 header (see broker.protocol.records).
+_PRODUCER_ID_POS = 43  # int64, then producerEpoch int16 at 51, baseSequence int32 at 53
+_CRC_POS = 17
+_CRC_START = 21
+_SEQUENCE_MOD = 1 << 31
+
+# Retriable in Kafka's terms, but not worth resending here: the connection layer already resent
+# what was safe after a network failure, and the same bytes would be just as corrupt again.
+_NOT_RESENT = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.CORRUPT_MESSAGE})
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceResult:
+    """The broker's answer for one partition. With acks=0 there is none: offsets are -1."""
+
+    topic: str
+    partition: int
+    error: int = ErrorCode.NONE
+    base_offset: int = -1
+    log_append_time_ms: int = -1
+    log_start_offset: int = -1
+    error_message: str | None = None
+
+    def raise_for_error(self) -> None:
+        """Raise KafkaError when the partition reported an error."""
+        check_error(self.error, f"produce to {self.topic}-{self.partition}", self.error_message)
+
+
+def _carries_producer_id(batches: Iterable[Buffer]) -> bool:
+    """Whether every batch has a producer id, so the broker would drop a resent duplicate."""
+    try:
+        headers = [h for data in batches for _, h in split_batches(data)]
+    except KafkaError:  # not well-formed batches: the broker will say so; never resend them
+        return False
+    return bool(headers) and all(h.has_producer_id for h in headers)
+
+
+async def produce_batches(
+    client: Client,
+    batches: Mapping[TopicPartition, Buffer],
+    *,
+    acks: int = -1,
+    timeout_ms: int = 30000,
+    timeout_s: float | None = None,
+    transactional_id: str | None = None,
+) -> dict[TopicPartition, ProduceResult]:
+    """Send each partition's record batches (bytes, one or more whole batches) to its leader,
+    one request per leader, the leaders concurrently; one attempt, no resend.
+
+    `acks`: 0 (no answer), 1 (leader), -1 (all in-sync replicas). `timeout_ms` is the broker's
+    wait for replication; `timeout_s` bounds the whole call (default: the client's request
+    timeout plus `timeout_ms`).
+
+    Never raises for a partition's failure: its result carries the error code. A partition
+    whose leader is unknown gets the lookup's code (UNKNOWN_TOPIC_OR_PARTITION,
+    LEADER_NOT_AVAILABLE); a leader that cannot be reached or does not answer in time gives
+    NETWORK_EXCEPTION or REQUEST_TIMED_OUT (the write may or may not have happened). Raises
+    ValueError for bad `acks`.
+    """
+    if acks not in (0, 1, -1):
+        raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
+    if timeout_s is None:
+        timeout_s = client.request_timeout_s + timeout_ms / 1000
+    deadline = trio.current_time() + timeout_s
+    results: dict[TopicPartition, ProduceResult] = {}
+    try:
+        leaders = await client.leaders_for(batches, timeout_s=timeout_s)
+    except ConnectionFailed as exc:
+        code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+        return {tp: ProduceResult(tp.topic, tp.partition, code, error_message=str(exc)) for tp in batches}
+    by_leader: dict[int, list[TopicPartition]] = {}
+    for tp, leader in leaders.items():
+        if isinstance(leader, KafkaError):
+            results[tp] = ProduceResult(tp.topic, tp.partition, leader.code, error_message=leader.message)
+        else:
+            by_leader.setdefault(leader.node_id, []).append(tp)
+
+    async def send(node_id: int, tps: list[TopicPartition]) -> None:
+        topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
+        for tp in tps:
+            data = ProduceRequest.PartitionProduceData(index=tp.partition, records=batches[tp])
+            topics.setdefault(tp.topic, []).append(data)
+        request = ProduceRequest(
+            transactional_id=transactional_id,
+            acks=acks,
+            timeout_ms=timeout_ms,
+            topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
+        )
+        idempotent = _carries_producer_id(batches[tp] for tp in tps)
+        try:
+            response: ProduceResponse | None = await client.request(
+                node_id, request, timeout_s=max(0.0, deadline - trio.current_time()), idempotent=idempotent
+            )
+        except ConnectionFailed as exc:
+            code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+            for tp in tps:
+                results[tp] = ProduceResult(tp.topic, tp.partition, code, error_message=str(exc))
+            return
+        except KafkaError as exc:  # e.g. no common version, broker gone from metadata
+            for tp in tps:
+                results[tp] = ProduceResult(tp.topic, tp.partition, exc.code, error_message=exc.message)
+            return
+        if response is None:  # acks=0
+            for tp in tps:
+                results[tp] = ProduceResult(tp.topic, tp.partition)
+            return
+        for topic in response.responses:
+            for part in topic.partition_responses:
+                tp = TopicPartition(topic.name, part.index)
+                if tp not in batches:
+                    continue
+                results[tp] = ProduceResult(
+                    tp.topic,
+                    tp.partition,
+                    part.error_code,
+                    part.base_offset,
+                    part.log_append_time_ms,
+                    part.log_start_offset,
+                    part.error_message,
+                )
+                if part.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                    client.invalidate_metadata([tp.topic])
+        for tp in tps:
+            results.setdefault(
+                tp, ProduceResult(tp.topic, tp.partition, ErrorCode.UNKNOWN_SERVER_ERROR, error_message="no answer")
+            )
+
+    async with trio.open_nursery() as nursery:
+        for node_id, tps in by_leader.items():
+            nursery.start_soon(send, node_id, tps)
+    return {tp: results[tp] for tp in batches}
+
+
+async def produce(
+    client: Client,
+    topic: str,
+    partition: int,
+    batches: Buffer,
+    *,
+    acks: int = -1,
+    timeout_ms: int = 30000,
+    timeout_s: float | None = None,
+) -> ProduceResult:
+    """Send record batches (bytes) to one partition and return the broker's answer.
+
+    Retries retriable errors (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) with fresh
+    metadata and backoff until `timeout_s` (default: client request timeout + timeout_ms);
+    a connection lost in flight is retried only for batches with a producer id.
+    Raises KafkaError with the partition's error code (NETWORK_EXCEPTION or
+    REQUEST_TIMED_OUT when the leader could not be reached or did not answer).
+    """
+    if timeout_s is None:
+        timeout_s = client.request_timeout_s + timeout_ms / 1000
+    deadline = trio.current_time() + timeout_s
+    tp = TopicPartition(topic, partition)
+    attempt = 0
+    while True:
+        attempt += 1
+        remaining = max(0.0, deadline - trio.current_time())
+        result = (
+            await produce_batches(client, {tp: batches}, acks=acks, timeout_ms=timeout_ms, timeout_s=remaining)
+        )[tp]
+        retry = is_retriable(result.error) and result.error not in _NOT_RESENT
+        if not retry:
+            break
+        client.invalidate_metadata([topic])
+        pause = client.backoff.delay(attempt)
+        if trio.current_time() + pause >= deadline:
+            break
+        await trio.sleep(pause)
+    result.raise_for_error()
+    return result
+
+
+def _stamp(batch: Buffer, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
+    """A copy of one batch with the producer fields set and its CRC recomputed."""
+    out = bytearray(batch)
+    struct.pack_into(">qhi", out, _PRODUCER_ID_POS, producer_id, producer_epoch, base_sequence)
+    struct.pack_into(">I", out, _CRC_POS, crc32c.crc32c(memoryview(out)[_CRC_START:]))
+    return bytes(out)
+
+
+class IdempotentProducer:
+    """Writes batches stamped with a producer id, epoch and per-partition sequence numbers, so
+    the broker keeps each exactly once and in order however often a send is retried.
+
+    acks is always -1, as Kafka requires for idempotence. Sends to one partition are
+    serialised (one batch in flight per partition keeps ordering simple); different
+    partitions go concurrently. Build it with `init_idempotent_producer`.
+    """
+
+    def __init__(self, client: Client, producer_id: int, producer_epoch: int) -> None:
+        self.client = client
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self._sequences: dict[TopicPartition, int] = {}
+        self._locks: dict[TopicPartition, trio.Lock] = {}
+
+    def next_sequence(self, topic: str, partition: int) -> int:
+        """The base sequence the next batch to this partition will carry."""
+        return self._sequences.get(TopicPartition(topic, partition), 0)
+
+    async def send(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record],
+        *,
+        compression: int = Compression.NONE,
+        timeout_s: float | None = None,
+    ) -> ProduceResult:
+        """Build one batch of `records` and write it exactly once.
+
+        Raises KafkaError (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
+        MESSAGE_TOO_LARGE; NETWORK_EXCEPTION or REQUEST_TIMED_OUT when the leader stayed
+        unreachable). After such a failure the partition's sequence is unchanged, so sending
+        the same records again cannot duplicate them if the first attempt did land.
+        """
+        tp = TopicPartition(topic, partition)
+        async with self._locks.setdefault(tp, trio.Lock()):
+            sequence = self._sequences.get(tp, 0)
+            batch = build_batch(
+                records,
+                compression=compression,
+                producer_id=self.producer_id,
+                producer_epoch=self.producer_epoch,
+                base_sequence=sequence,
+            )
+            return await self._send_locked(tp, batch, len(records), sequence, timeout_s)
+
+    async def send_batch(
+        self, topic: str, partition: int, batch: Buffer, *, timeout_s: float | None = None
+    ) -> ProduceResult:
+        """Write one existing RecordBatch v2 (e.g. fetched elsewhere) exactly once: its producer
+        id, epoch and base sequence are replaced by this producer's (CRC recomputed).
+
+        Raises ValueError if `batch` is not exactly one whole batch; otherwise as `send`.
+        """
+        spans = split_batches(batch)
+        if len(spans) != 1:
+            raise ValueError(f"send_batch takes exactly one batch, got {len(spans)}")
+        count = read_batch_header(batch).last_offset_delta + 1
+        tp = TopicPartition(topic, partition)
+        async with self._locks.setdefault(tp, trio.Lock()):
+            sequence = self._sequences.get(tp, 0)
+            stamped = _stamp(batch, self.producer_id, self.producer_epoch, sequence)
+            return await self._send_locked(tp, stamped, count, sequence, timeout_s)
+
+    async def _send_locked(
+        self, tp: TopicPartition, batch: bytes, count: int, sequence: int, timeout_s: float | None
+    ) -> ProduceResult:
+        result = await produce(self.client, tp.topic, tp.partition, batch, acks=-1, timeout_s=timeout_s)
+        self._sequences[tp] = (sequence + count) % _SEQUENCE_MOD
+        return result
+
+
+async def init_idempotent_producer(client: Client, *, timeout_s: float | None = None) -> IdempotentProducer:
+    """Get a producer id and epoch from the cluster (InitProducerId) and return a producer.
+
+    Raises KafkaError for an error answer, ConnectionFailed when no broker answers in time.
+    """
+    request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2**31 - 1)
+    response: InitProducerIdResponse = await client.request_any(request, timeout_s=timeout_s)
+    check_error(response.error_code, "InitProducerId")
+    return IdempotentProducer(client, response.producer_id, response.producer_epoch)
