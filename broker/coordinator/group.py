@@ -102,7 +102,9 @@ class Group:
         return not self.members
 
     def all_joined(self) -> bool:
-        return all(m.join is not None for m in self.members.values())
+        """Every member has rejoined and no member id handed out with MEMBER_ID_REQUIRED is
+        still on its way back (Kafka waits for those too, so they land in this generation)."""
+        return not self.pending and all(m.join is not None for m in self.members.values())
 
     def max_rebalance_timeout_ms(self) -> int:
         return max((m.rebalance_timeout_ms for m in self.members.values()), default=0)
@@ -121,7 +123,7 @@ class Group:
 
     def can_accept(self, protocol_type: str, protocols: list[tuple[str, bytes]]) -> bool:
         """Whether a joining member's protocols fit the group (INCONSISTENT_GROUP_PROTOCOL if not)."""
-        if not protocols:
+        if not protocols or not protocol_type:
             return False
         if self.is_empty:
             return True

@@ -150,6 +150,7 @@ def decode_key(data: bytes) -> OffsetCommitKey | GroupMetadataKey | None:
 
 
 def decode_offset_commit(data: bytes) -> OffsetCommitValue:
+    """An offset commit value of any version Kafka writes (0-4; 4 is flexible)."""
     r = Reader(data)
     version = r.int16()
     if not 0 <= version <= 4:
@@ -163,25 +164,39 @@ def decode_offset_commit(data: bytes) -> OffsetCommitValue:
 
 
 def decode_group_metadata(data: bytes) -> GroupMetadataValue:
+    """A group metadata value of any version Kafka writes (0-4; 4 is flexible)."""
     r = Reader(data)
     version = r.int16()
-    if not 0 <= version <= 3:
+    if not 0 <= version <= 4:
         raise ProtocolError(f"group metadata value version {version}")
-    protocol_type = r.string()
+    flexible = version >= 4
+
+    def string() -> str:
+        return r.compact_string() if flexible else r.string()
+
+    def nullable_string() -> str | None:
+        return r.compact_nullable_string() if flexible else r.nullable_string()
+
+    def blob() -> bytes:
+        return bytes(r.compact_bytes_view() if flexible else r.bytes_view())
+
+    protocol_type = string()
     generation = r.int32()
-    protocol = r.nullable_string()
-    leader = r.nullable_string()
+    protocol = nullable_string()
+    leader = nullable_string()
     state_ts = r.int64() if version >= 2 else -1
     members = []
-    for _ in range(r.array_length(compact=False)):
-        member_id = r.string()
-        instance = r.nullable_string() if version >= 3 else None
-        client_id = r.string()
-        host = r.string()
+    for _ in range(r.array_length(compact=flexible)):
+        member_id = string()
+        instance = nullable_string() if version >= 3 else None
+        client_id = string()
+        host = string()
         rebalance = r.int32() if version >= 1 else -1
         session = r.int32()
-        subscription = bytes(r.bytes_view())
-        assignment = bytes(r.bytes_view())
+        subscription = blob()
+        assignment = blob()
+        if flexible:
+            r.skip_tagged_fields()
         members.append(MemberMetadata(member_id, instance, client_id, host, rebalance, session, subscription,
                                       assignment))
     return GroupMetadataValue(protocol_type, generation, protocol, leader, state_ts, tuple(members))

@@ -9,11 +9,13 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from broker.protocol.errors import ErrorCode
 from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.compat
@@ -246,3 +248,224 @@ def test_admin_alters_and_deletes_committed_offsets(group_broker: BrokerProcess)
     with pytest.raises(Exception) as exc_info:
         admin.delete_consumer_groups(["ops"])["ops"].result(30)
     assert "GROUP_ID_NOT_FOUND" in str(exc_info.value)
+
+
+def assigned(c: Consumer) -> set[int]:
+    return {tp.partition for tp in c.assignment()}
+
+
+def poll_until(members: list[Consumer], done: object, what: str) -> None:
+    """Poll every member until `done()` holds; bounded by TIMEOUT_S."""
+    deadline = time.monotonic() + TIMEOUT_S
+    while not done() and time.monotonic() < deadline:  # type: ignore[operator]
+        for m in members:
+            m.poll(0.1)
+    assert done(), what  # type: ignore[operator]
+
+
+def test_a_static_member_that_restarts_gets_its_partitions_back_without_a_rebalance(
+    group_broker: BrokerProcess,
+) -> None:
+    fill(group_broker.bootstrap, "static", 1)
+    revoked: list[int] = []
+
+    def on_revoke(_: Consumer, partitions: list[TopicPartition]) -> None:
+        revoked.extend(tp.partition for tp in partitions)
+
+    a = consumer(group_broker.bootstrap, "gs", **{"group.instance.id": "pod-a"})
+    a.subscribe(["static"], on_revoke=on_revoke)
+    b = consumer(group_broker.bootstrap, "gs", **{"group.instance.id": "pod-b"})
+    b.subscribe(["static"])
+    poll_until([a, b], lambda: len(assigned(a)) + len(assigned(b)) == PARTITIONS and assigned(a) and assigned(b),
+               "both static members share the topic")
+    before_a, before_b = assigned(a), assigned(b)
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+    old_ids = {m.member_id for m in admin.describe_consumer_groups(["gs"])["gs"].result(30).members}
+    revoked.clear()
+
+    # A static member leaves no LeaveGroup behind when it closes; its replacement takes its place.
+    b.close()
+    b = consumer(group_broker.bootstrap, "gs", **{"group.instance.id": "pod-b"})
+    b.subscribe(["static"])
+    poll_until([a, b], lambda: bool(assigned(b)), "the restarted static member is assigned")
+    assert assigned(b) == before_b and assigned(a) == before_a
+    assert revoked == []  # the other member never gave anything up
+    described = admin.describe_consumer_groups(["gs"])["gs"].result(30)
+    assert described.state.name == "STABLE"
+    assert {m.group_instance_id for m in described.members} == {"pod-a", "pod-b"}
+    assert {m.member_id for m in described.members} != old_ids  # pod-b has a new member id
+
+    # The leader restarts too: it must not reassign, and nobody loses a partition.
+    a.close()
+    revoked.clear()  # closing revokes the closed consumer's own partitions, locally
+    a = consumer(group_broker.bootstrap, "gs", **{"group.instance.id": "pod-a"})
+    a.subscribe(["static"], on_revoke=on_revoke)
+    poll_until([a, b], lambda: bool(assigned(a)), "the restarted static leader is assigned")
+    for _ in range(10):  # a few more rounds in which a rebalance would show
+        a.poll(0.1)
+        b.poll(0.1)
+    assert assigned(a) == before_a and assigned(b) == before_b and revoked == []
+    a.close()
+    b.close()
+
+
+def test_a_live_group_carries_on_across_a_broker_restart(group_broker: BrokerProcess) -> None:
+    fill(group_broker.bootstrap, "carry-on", 2)
+    c = consumer(group_broker.bootstrap, "gr", **{"enable.auto.commit": False})
+    c.subscribe(["carry-on"])
+    seen: set[str] = set()
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(seen) < PARTITIONS * 2 and time.monotonic() < deadline:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            seen.add((msg.value() or b"").decode())
+    assert len(seen) == PARTITIONS * 2
+    c.commit(asynchronous=False)
+
+    group_broker.restart()
+    producer = Producer({"bootstrap.servers": group_broker.bootstrap})
+    for p in range(PARTITIONS):
+        producer.produce("carry-on", value=f"after:{p}".encode(), partition=p)
+    assert producer.flush(30) == 0
+    after: set[str] = set()
+    deadline = time.monotonic() + TIMEOUT_S
+    while len(after) < PARTITIONS and time.monotonic() < deadline:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            value = (msg.value() or b"").decode()
+            assert value.startswith("after:"), f"{value} was delivered again after the restart"
+            after.add(value)
+    assert len(after) == PARTITIONS
+    c.commit(asynchronous=False)
+    admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    listed = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions("gr")])["gr"].result(30)
+    assert {tp.partition: tp.offset for tp in listed.topic_partitions} == {p: 3 for p in range(PARTITIONS)}
+    c.close()
+
+
+class Wire:
+    """Requests by hand over one socket, for what real clients never send."""
+
+    def __init__(self, bootstrap: str) -> None:
+        import socket
+
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.correlation = 0
+
+    def call(self, request: Any, version: int) -> Any:
+        import struct
+
+        from broker.protocol.api import API_SPECS
+        from broker.protocol.headers import RequestHeader, encode_request_header
+
+        spec = API_SPECS[request.API_KEY]
+        self.correlation += 1
+        header = RequestHeader(spec.api_key, version, self.correlation, "wire-test")
+        payload = encode_request_header(header, spec.request_header_version(version)) + bytes(
+            request.encode(version))
+        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
+
+        def exactly(n: int) -> bytes:
+            out = b""
+            while len(out) < n:
+                chunk = self.sock.recv(n - len(out))
+                assert chunk, "the broker closed the connection"
+                out += chunk
+            return out
+
+        frame = exactly(struct.unpack(">i", exactly(4))[0])
+        assert struct.unpack(">i", frame[:4])[0] == self.correlation
+        skip = 4 + (1 if spec.response_header_version(version) == 1 else 0)
+        return spec.response.decode(frame[skip:], version)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_hostile_group_requests_get_kafkas_errors_and_leave_nothing_stuck(group_broker: BrokerProcess) -> None:
+    from broker.protocol.messages import (
+        FindCoordinatorRequest,
+        HeartbeatRequest,
+        JoinGroupRequest,
+        OffsetCommitRequest,
+        OffsetFetchRequest,
+        SyncGroupRequest,
+    )
+
+    fill(group_broker.bootstrap, "wire", 2)
+    wire = Wire(group_broker.bootstrap)
+    try:
+        protocols = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"\x00\x00\x00\x00\x00\x00")]
+
+        def join(member_id: str = "", **extra: Any) -> Any:
+            fields: dict[str, Any] = {"group_id": "wired", "session_timeout_ms": 1000, "rebalance_timeout_ms": 1000,
+                                         "member_id": member_id, "protocol_type": "consumer",
+                                         "protocols": protocols, **extra}
+            return wire.call(JoinGroupRequest(**fields), 9)
+
+        # FindCoordinator v4 batches keys; an unknown key type is an invalid request.
+        found = wire.call(FindCoordinatorRequest(key_type=0, coordinator_keys=["wired", "other"]), 4)
+        assert [(c.key, c.error_code, c.port) for c in found.coordinators] == [
+            ("wired", 0, group_broker.port), ("other", 0, group_broker.port)]
+        bad_type = wire.call(FindCoordinatorRequest(key_type=7, coordinator_keys=["x"]), 4)
+        assert bad_type.coordinators[0].error_code == ErrorCode.INVALID_REQUEST
+
+        assert join(session_timeout_ms=1).error_code == ErrorCode.INVALID_SESSION_TIMEOUT
+        huge = [JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"x" * (2 << 20))]
+        assert join(protocols=huge).error_code == ErrorCode.INVALID_REQUEST
+        assert join("made-up").error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        required = join()
+        assert required.error_code == ErrorCode.MEMBER_ID_REQUIRED
+        joined = join(required.member_id)
+        assert joined.error_code == 0 and joined.generation_id == 1
+        member = joined.member_id
+
+        stale = wire.call(SyncGroupRequest(group_id="wired", generation_id=0, member_id=member), 5)
+        assert stale.error_code == ErrorCode.ILLEGAL_GENERATION
+        stranger = wire.call(SyncGroupRequest(group_id="wired", generation_id=1, member_id="nobody"), 5)
+        assert stranger.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+        beat = wire.call(HeartbeatRequest(group_id="nowhere", generation_id=1, member_id=member), 4)
+        assert beat.error_code == ErrorCode.UNKNOWN_MEMBER_ID
+
+        # A commit for a topic that does not exist, beside a good one (OffsetCommit v9).
+        commit = wire.call(OffsetCommitRequest(
+            group_id="wired", generation_id_or_member_epoch=-1, member_id="", topics=[
+                OffsetCommitRequest.OffsetCommitRequestTopic(name=name, partitions=[
+                    OffsetCommitRequest.OffsetCommitRequestPartition(partition_index=0, committed_offset=1)])
+                for name in ("wire", "no-such-topic")]), 9)
+        codes = {t.name: t.partitions[0].error_code for t in commit.topics}
+        # The group has a live member, so an outsider's commit is refused for the good topic too.
+        assert codes == {"wire": ErrorCode.UNKNOWN_MEMBER_ID, "no-such-topic": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+
+        # The member never heartbeats: its session (1 s) runs out and the group empties.
+        admin = AdminClient({"bootstrap.servers": group_broker.bootstrap})
+        deadline = time.monotonic() + TIMEOUT_S
+        state = ""
+        while state != "EMPTY" and time.monotonic() < deadline:
+            state = admin.describe_consumer_groups(["wired"])["wired"].result(30).state.name
+        assert state == "EMPTY"
+
+        # OffsetFetch v9 (several groups at once) sees nothing committed.
+        fetched = wire.call(OffsetFetchRequest(groups=[
+            OffsetFetchRequest.OffsetFetchRequestGroup(group_id=g, topics=[
+                OffsetFetchRequest.OffsetFetchRequestTopics(name="wire", partition_indexes=[0])])
+            for g in ("wired", "unknown")]), 9)
+        assert [(g.group_id, g.topics[0].partitions[0].committed_offset)
+                for g in fetched.groups] == [("wired", -1), ("unknown", -1)]
+    finally:
+        wire.close()
+
+    # Nothing is stuck: a real consumer takes the group over and reads everything.
+    c = consumer(group_broker.bootstrap, "wired")
+    c.subscribe(["wire"])
+    got = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    while got < PARTITIONS * 2 and time.monotonic() < deadline:
+        msg = c.poll(0.2)
+        if msg is not None and msg.error() is None:
+            got += 1
+    c.close()
+    assert got == PARTITIONS * 2

@@ -31,6 +31,7 @@ from broker.server.handlers.base import ApiHandler
 __all__ = ["HANDLERS"]
 
 GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
 # Authorized-operations bitfield "not requested", as Kafka reports it.
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
@@ -48,7 +49,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
     endpoint = me.endpoint(ctx.connection.listener_name) if me is not None else None
     results = []
     for key in keys:
-        if request.key_type != GROUP_KEY_TYPE:
+        if request.key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+            results.append(FindCoordinatorResponse.Coordinator(
+                key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
+                error_message=f"unknown coordinator key type {request.key_type}"))
+        elif request.key_type != GROUP_KEY_TYPE:
             results.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
                 error_message="transactions are not supported yet"))
@@ -86,14 +91,18 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
                                  generation_id=-1)
     except KafkaError as exc:
         return JoinGroupResponse(error_code=exc.code, member_id=request.member_id, generation_id=-1)
+    # Before v9 a client cannot be told to skip the assignment, so a static leader that came
+    # back sees no members (its SyncGroup then gets the stored assignment, as with Kafka).
+    members = result.members if ctx.version >= 9 or not result.skip_assignment else []
     return JoinGroupResponse(
         generation_id=result.generation,
         protocol_type=result.protocol_type,
         protocol_name=result.protocol_name,
         leader=result.leader,
+        skip_assignment=result.skip_assignment and ctx.version >= 9,
         member_id=result.member_id,
         members=[JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=i, metadata=md)
-                 for m, i, md in result.members],
+                 for m, i, md in members],
     )
 
 
@@ -102,6 +111,8 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
         protocol_type, protocol_name, assignment = await _coordinator(ctx).sync(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id,
             {a.member_id: bytes(a.assignment) for a in request.assignments},
+            request.protocol_type if ctx.version >= 5 else None,
+            request.protocol_name if ctx.version >= 5 else None,
         )
     except KafkaError as exc:
         return SyncGroupResponse(error_code=exc.code)

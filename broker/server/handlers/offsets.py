@@ -129,8 +129,11 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
 
 
 HANDLERS = (
-    # v9 of both carries KIP-848 member epochs; the classic protocol stops at v8.
-    ApiHandler(ApiKey.OFFSET_COMMIT, 0, 8, offset_commit),
-    ApiHandler(ApiKey.OFFSET_FETCH, 0, 8, offset_fetch),
+    # v9 of both is the first that KIP-848 consumer groups may use. For a classic group Kafka
+    # treats it as v8: OffsetCommit v9 has v8's fields (the generation in the epoch field) and
+    # OffsetFetch v9 adds a member id and epoch that classic groups do not check. v10 (topic
+    # ids) is not in our schemas.
+    ApiHandler(ApiKey.OFFSET_COMMIT, 0, 9, offset_commit),
+    ApiHandler(ApiKey.OFFSET_FETCH, 0, 9, offset_fetch),
     ApiHandler(ApiKey.OFFSET_DELETE, 0, 0, offset_delete),
 )
