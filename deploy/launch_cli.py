@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -52,10 +53,10 @@ def _print_endpoints(state: LaunchState) -> None:
     print(f"State and logs: {state.state_dir}", flush=True)
 
 
-async def _foreground(plan: LaunchPlan, state_dir: Path, detached: bool) -> None:
+async def _foreground(plan: LaunchPlan, state_dir: Path, detached: bool, toxiproxy: str | None) -> None:
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with trio.open_nursery() as nursery:
-            state: LaunchState = await nursery.start(run_plan, plan, state_dir)
+            state: LaunchState = await nursery.start(partial(run_plan, plan, state_dir, toxiproxy=toxiproxy))
             _print_endpoints(state)
             print(f"{READY_MARK} {state_dir}", flush=True)
             if detached:
@@ -86,7 +87,7 @@ def _up(args: argparse.Namespace) -> int:
     if args.detach:
         return _detach(args, state_dir)
     try:
-        trio.run(_foreground, plan, state_dir, args.child)
+        trio.run(_foreground, plan, state_dir, args.child, args.toxiproxy)
     except StartFailed as exc:
         print(f"causeway: could not start {exc}", file=sys.stderr)
         print("causeway: everything started before it was stopped", file=sys.stderr)
@@ -97,6 +98,8 @@ def _up(args: argparse.Namespace) -> int:
 def _detach(args: argparse.Namespace, state_dir: Path) -> int:
     """Start the launcher in its own session and return once it reports everything healthy."""
     argv = [sys.executable, "-m", "deploy.cli", "up", str(args.file), "--state-dir", str(state_dir), "--child"]
+    if args.toxiproxy:
+        argv += ["--toxiproxy", args.toxiproxy]
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                              start_new_session=True)
     assert child.stdout is not None
@@ -144,6 +147,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("file", type=Path, help="topology YAML file")
     up.add_argument("-d", "--detach", action="store_true", help="return once everything is healthy")
     up.add_argument("--state-dir", type=Path, help="pids, ports and logs (default .causeway/<topology name>)")
+    up.add_argument("--toxiproxy", metavar="HOST:PORT",
+                    help="use this running Toxiproxy API for the WAN links instead of starting the emulator")
     up.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=_up)
 

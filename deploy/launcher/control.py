@@ -8,6 +8,7 @@ import select
 import signal
 import socket
 import struct
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -75,8 +76,18 @@ def status(state_dir: Path) -> dict[str, Any]:
         "pid": state["pid"],
         "clusters": clusters,
         "mirrors": state.get("mirrors", {}),
-        "wan": {"api": state["wan"]["api"], "pid": state["wan"]["pid"], "healthy": alive(state["wan"]["pid"])},
+        "wan": {"api": state["wan"]["api"], "pid": state["wan"]["pid"],
+                "healthy": alive(state["wan"]["pid"]) if state["wan"]["pid"] else _answers_http(state["wan"]["api"])},
     }
+
+
+def _answers_http(api: str) -> bool:
+    """Whether a Toxiproxy API (one we did not start) answers GET /version."""
+    try:
+        with urllib.request.urlopen(f"http://{api}/version", timeout=2) as reply:
+            return bool(reply.status == 200)
+    except OSError:
+        return False
 
 
 def _wait_exit(pid: int, timeout_s: float) -> bool:

@@ -62,6 +62,7 @@ class LaunchState:
     wan_api: str = ""
     wan: Supervised | None = None
     clusters: dict[str, ClusterState] = field(default_factory=dict)
+    proxies: list[str] = field(default_factory=list)  # names made on the WAN API
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,7 +87,8 @@ class LaunchState:
 
 
 def _wan_request(api: str, method: str, path: str, body: object) -> Any:
-    request = urllib.request.Request(f"http://{api}{path}", method=method, data=json.dumps(body).encode(),
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(f"http://{api}{path}", method=method, data=data,
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as reply:
@@ -135,32 +137,44 @@ def _broker_spec(
                        BROKER_READY)
 
 
-async def run_plan(plan: LaunchPlan, state_dir: Path, *,
+async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None = None,
                    task_status: trio.TaskStatus[LaunchState] = trio.TASK_STATUS_IGNORED) -> None:
     """Start the WAN emulator and every cluster, report the LaunchState, supervise until cancelled.
 
+    `toxiproxy` (HOST:PORT of a running Toxiproxy, the real one or ours) is used for the links
+    instead of starting an emulator; the proxies made there are removed again on the way out.
     Raises deploy.supervisor.StartFailed naming the process that could not start (after stopping
     everything started before it).
     """
     state_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
     state = LaunchState(plan, state_dir)
     try:
-        await _run(state, task_status)
+        await _run(state, toxiproxy, task_status)
     finally:
+        if toxiproxy is not None:
+            with trio.CancelScope(shield=True):
+                for name in state.proxies:
+                    try:
+                        await trio.to_thread.run_sync(_wan_request, toxiproxy, "DELETE", f"/proxies/{name}", None)
+                    except (RuntimeError, OSError) as exc:
+                        log.warning("could not remove proxy %s from %s: %s", name, toxiproxy, exc)
         # Everything this launcher started has stopped (the nursery waited for it): say so.
         (state_dir / STATE_FILE).unlink(missing_ok=True)
 
 
-async def _run(state: LaunchState, task_status: trio.TaskStatus[LaunchState]) -> None:
+async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.TaskStatus[LaunchState]) -> None:
     plan, state_dir = state.plan, state.state_dir
     async with trio.open_nursery() as nursery:
-        state.wan = Supervised(ProcessSpec("wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
-                                           state_dir / "logs" / "wan.log", WAN_READY),
-                               on_change=lambda _s: state.save())
-        ready = await nursery.start(supervise, state.wan)
-        match = WAN_READY.match(ready)
-        assert match is not None
-        state.wan_api = match.group(1)
+        if toxiproxy is not None:
+            state.wan_api = toxiproxy
+        else:
+            state.wan = Supervised(ProcessSpec("wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
+                                               state_dir / "logs" / "wan.log", WAN_READY),
+                                   on_change=lambda _s: state.save())
+            ready = await nursery.start(supervise, state.wan)
+            match = WAN_READY.match(ready)
+            assert match is not None
+            state.wan_api = match.group(1)
         for cluster in plan.clusters:
             local_port = cluster.port or free_port()
             wan_ports = {dc: (free_port(), free_port()) for dc in cluster.remote_datacenters}
@@ -175,6 +189,7 @@ async def _run(state: LaunchState, task_status: trio.TaskStatus[LaunchState]) ->
                 name = f"{cluster.name}-to-{dc}"
                 await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", "/proxies", {
                     "name": name, "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{bound}"})
+                state.proxies.append(name)
                 for toxic in _link_toxics(link) if link is not None else []:
                     await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", f"/proxies/{name}/toxics", toxic)
             log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)

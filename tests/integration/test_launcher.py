@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import time
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -86,3 +87,31 @@ async def test_up_status_restart_and_down(tmp_path: Path) -> None:
         nursery.cancel_scope.cancel()
     assert not any(alive(pid) for pid in pids)  # cancelling stopped every process
     assert stop(state_dir) == []  # nothing left for `down` to stop
+
+
+async def test_an_external_toxiproxy_serves_the_links(tmp_path: Path) -> None:
+    """Pointed at a running Toxiproxy API (here Causeway's emulator in this process, standing in
+    for the real one), the launcher starts no emulator, makes its proxies there, removes them."""
+    import json
+    import urllib.request
+
+    from deploy.wan import serve_wan
+
+    def proxies(api: str) -> dict[str, object]:
+        with urllib.request.urlopen(f"http://{api}/proxies", timeout=10) as reply:
+            loaded: dict[str, object] = json.loads(reply.read())
+            return loaded
+
+    async with trio.open_nursery() as outer:
+        host, port = await outer.start(serve_wan, "127.0.0.1", 0)
+        api = f"{host}:{port}"
+        async with trio.open_nursery() as nursery:
+            state: LaunchState = await nursery.start(partial(run_plan, PLAN, tmp_path / "s", toxiproxy=api))
+            assert state.wan is None and state.wan_api == api
+            made = await trio.to_thread.run_sync(proxies, api)
+            assert set(made) == {"east-to-west"}
+            report = await trio.to_thread.run_sync(status, tmp_path / "s")
+            assert report["wan"]["healthy"] and report["wan"]["pid"] is None
+            nursery.cancel_scope.cancel()
+        assert await trio.to_thread.run_sync(proxies, api) == {}
+        outer.cancel_scope.cancel()
