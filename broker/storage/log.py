@@ -12,6 +12,7 @@ import logging
 import os
 import re
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -110,6 +111,12 @@ class Log:
         for leftover in [*directory.glob("*.tmp"), *directory.glob("*.cleaned")]:
             leftover.unlink()
         bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_FILE.match(p.name)))
+        # Indexes whose segment is gone (a crash between deleting a segment's files): Kafka drops them.
+        present = set(bases)
+        for orphan in [*directory.glob("*.index"), *directory.glob("*.timeindex")]:
+            stem = orphan.name.split(".", 1)[0]
+            if stem.isdigit() and len(stem) == 20 and int(stem) not in present:
+                orphan.unlink()
         recovery = recovery_point if recovery_point is not None else -1
         for i, base in enumerate(bases):
             segment = LogSegment(directory, base, index_max_bytes=config.segment_index_bytes, create=False)
@@ -190,6 +197,7 @@ class Log:
         if len(buf) > self.config.segment_bytes:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
                              f"{len(buf)} bytes exceed segment.bytes {self.config.segment_bytes}")
+        pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) in this request
         for pos, header in batches:
             if header.size > self.config.max_message_bytes:
                 raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
@@ -207,7 +215,7 @@ class Log:
                 _, decoded = decode_batch(buf, pos)
                 if any(r.key is None for r in decoded):
                     raise KafkaError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key")
-            original = self.producers.check(header)
+            original = self.producers.check(header, pending)
             if original is not None:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
                                     duplicate=True)
@@ -249,6 +257,7 @@ class Log:
             return self.active
         # Flush the finished segment, as Kafka does at a roll: the recovery point moves past it,
         # so a crash later re-checks only the active segment.
+        self.active.seal()
         self.active.flush()
         self.recovery_point = max(self.recovery_point, self.log_end_offset)
         segment = self._new_segment(self.log_end_offset)
@@ -298,24 +307,24 @@ class Log:
         return ReadResult(segment.read(start, length), segment.path, start, length)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record whose timestamp is >= `timestamp`.
+        """(offset, timestamp) of the first record at or above the log start offset whose
+        timestamp is >= `timestamp`; None when there is none (ListOffsets answers -1).
 
-        The indexes find the batch; that one batch is decoded (ListOffsets is a cold path) to
-        name the record, as Kafka does.
+        The time index finds where to start; batch headers (max timestamp) say which batch may
+        hold the record, and only that batch is decoded (ListOffsets is a cold path), as Kafka does.
         """
+        start_offset = self.log_start_offset
         for segment in self.segments:
-            found = segment.find_timestamp(timestamp)
-            if found is None:
+            if segment.max_timestamp < timestamp or segment.next_offset <= start_offset:
                 continue
-            located = segment.find(found[0])
-            if located is None:
-                continue
-            pos, header = located
-            _, records = decode_batch(segment.read(pos, header.size))
-            for record in records:
-                if record.timestamp >= timestamp and record.offset >= self.log_start_offset:
-                    return record.offset, record.timestamp
-            return max(found[0], self.log_start_offset), found[1]
+            begin = segment.position_of(max(segment.time_index.lookup(timestamp), start_offset))
+            for pos, header in segment.iter_headers(begin):
+                if header.max_timestamp < timestamp or header.last_offset < start_offset:
+                    continue
+                _, records = decode_batch(segment.read(pos, header.size))
+                for record in records:
+                    if record.timestamp >= timestamp and record.offset >= start_offset:
+                        return record.offset, record.timestamp
         return None
 
     def offset_of_max_timestamp(self) -> tuple[int, int] | None:
@@ -439,7 +448,7 @@ class Log:
     def delete(self) -> None:
         """Remove the partition directory (topic deletion): renamed first, as Kafka does."""
         self.close()
-        doomed = self.directory.with_name(f"{self.directory.name}.{os.getpid()}-delete")
+        doomed = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
         os.replace(self.directory, doomed)
         shutil.rmtree(doomed, ignore_errors=True)
 

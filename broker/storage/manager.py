@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -44,7 +45,11 @@ class LogManager:
                 log.warning("ignoring a bad checkpoint, recovering every log: %s", exc)
                 recovery, starts, replication = {}, {}, {}
             for child in sorted(root.iterdir()):
-                if not child.is_dir() or child.name.endswith("-delete"):
+                if not child.is_dir():
+                    continue
+                if child.name.endswith("-delete"):
+                    # A deletion interrupted by a crash: the rename happened, the removal did not.
+                    shutil.rmtree(child, ignore_errors=True)
                     continue
                 key = parse_partition_dir(child.name)
                 if key is None:

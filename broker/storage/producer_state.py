@@ -42,8 +42,12 @@ class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
 
-    def check(self, header: BatchHeader) -> BatchMetadata | None:
+    def check(self, header: BatchHeader, pending: dict[int, tuple[int, int]] | None = None,
+              ) -> BatchMetadata | None:
         """Validate an incoming batch against the producer's state.
+
+        `pending` maps a producer id to the (epoch, last sequence) of a batch earlier in the same
+        request, not yet appended; this batch must follow it, and the entry is updated.
 
         Returns the metadata of the original batch when this one is a retried duplicate, None
         when it is new and in order. Raises KafkaError with INVALID_PRODUCER_EPOCH (a fenced,
@@ -51,6 +55,24 @@ class ProducerStateManager:
         """
         if not header.has_producer_id or header.base_sequence < 0:
             return None
+        if pending is not None and header.producer_id in pending:
+            epoch, last_seq = pending[header.producer_id]
+            if header.producer_epoch < epoch:
+                raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                                 f"epoch {header.producer_epoch} is older than {epoch}")
+            expected = 0 if header.producer_epoch > epoch else (last_seq + 1) % SEQUENCE_MODULUS
+            if header.base_sequence != expected:
+                raise KafkaError(ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                 f"expected sequence {expected} from producer {header.producer_id}, "
+                                 f"got {header.base_sequence}")
+            pending[header.producer_id] = (header.producer_epoch, header.last_sequence)
+            return None
+        original = self._check_against_state(header)
+        if original is None and pending is not None:
+            pending[header.producer_id] = (header.producer_epoch, header.last_sequence)
+        return original
+
+    def _check_against_state(self, header: BatchHeader) -> BatchMetadata | None:
         entry = self.producers.get(header.producer_id)
         if entry is None:
             # Unknown producer: state lost to retention or a fresh producer; accept, as Kafka does.

@@ -63,14 +63,20 @@ class LogSegment:
             try:
                 self.offset_index.load(self.size)
                 start = self.offset_index.lookup(2**63 - 1)
-                last = None
-                for _, header in self.iter_headers(start):
-                    last = header
-                self.next_offset = last.last_offset + 1 if last else self.base_offset
+                tail = list(self.iter_headers(start))
+                if self.offset_index.keys and (not tail or tail[0][1].last_offset != self.offset_index.keys[-1]):
+                    raise IndexError_(f"{self.offset_index.path}: last entry does not point at its batch")
+                self.next_offset = tail[-1][1].last_offset + 1 if tail else self.base_offset
                 self.time_index.load(self.next_offset)
                 if self.time_index.keys:
                     self.max_timestamp = self.time_index.keys[-1]
                     self.offset_of_max_timestamp = self.time_index.values[-1]
+                # The index is sparse: batches after its last entry may carry a larger timestamp,
+                # and time retention must not see the segment as older than it is.
+                for _, header in tail:
+                    if header.max_timestamp > self.max_timestamp:
+                        self.max_timestamp = header.max_timestamp
+                        self.offset_of_max_timestamp = header.last_offset
                 return
             except (IndexError_, KafkaError) as exc:
                 log.warning("rebuilding indexes of %s: %s", self.path, exc)
@@ -178,16 +184,6 @@ class LogSegment:
         found = self.find(offset)
         return found[0] if found else self.size
 
-    def find_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first batch whose max timestamp is >= `timestamp`."""
-        if self.max_timestamp < timestamp:
-            return None
-        start = self.position_of(self.time_index.lookup(timestamp))
-        for _, header in self.iter_headers(start):
-            if header.max_timestamp >= timestamp:
-                return max(header.base_offset, self.base_offset), header.max_timestamp
-        return None
-
     # -- maintenance ---------------------------------------------------------------------
 
     def truncate_to(self, offset: int) -> int:
@@ -205,6 +201,12 @@ class LogSegment:
         # Rebuild the rest of the in-memory state from what remains.
         self.recover(check_crc=False)
         return removed
+
+    def seal(self) -> None:
+        """Index the largest timestamp once more as the segment stops being active, as Kafka
+        does at a roll, so the time index of a finished segment ends at its true maximum."""
+        if self.max_timestamp >= 0:
+            self.time_index.append(self.max_timestamp, self.offset_of_max_timestamp)
 
     @property
     def index_full(self) -> bool:

@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import crc32c
 import pytest
 
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -222,3 +223,178 @@ def test_manager_checkpoints_and_reloads(tmp_path: Path) -> None:
     assert not (tmp_path / "orders-2").exists()
     with pytest.raises(KafkaError):
         again.get("orders", 2)
+
+
+def test_read_names_the_file_region_for_sendfile(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    for i in range(3):
+        log.append_as_leader(batch(b"v%d" % i), leader_epoch=0, now_ms=NOW)
+    result = log.read(1, 1 << 20)
+    assert result.path == log.active.path
+    assert result.length == len(result.data)
+    with open(log.active.path, "rb") as f:
+        f.seek(result.position)
+        assert f.read(result.length) == result.data
+    assert [o for o, _ in values(result.data)] == [1, 2]
+
+
+def test_the_leader_epoch_is_stamped_on_every_batch(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"a", partition_leader_epoch=-1), leader_epoch=7, now_ms=NOW)
+    header, _ = decode_batch(log.read(0, 1000).data)
+    assert header.partition_leader_epoch == 7 and header.base_offset == 0
+
+
+def test_several_batches_in_one_request(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", message_timestamp_type="LogAppendTime")
+    pid = dict(producer_id=3, producer_epoch=0)
+    request = batch(b"a", b"b", base_sequence=0, **pid) + batch(b"c", base_sequence=2, **pid)
+    result = log.append_as_leader(request, leader_epoch=0, now_ms=NOW + 5)
+    assert (result.first_offset, result.last_offset, result.log_append_time) == (0, 2, NOW + 5)
+    data = log.read(0, 1 << 20).data
+    assert [h.base_offset for _, h in split_batches(data)] == [0, 2]
+    assert all(r.timestamp == NOW + 5 for pos, _ in split_batches(data) for r in decode_batch(data, pos)[1])
+
+
+def test_request_and_batch_sizes_are_limited(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=500)
+    with pytest.raises(KafkaError) as exc:
+        log.append_as_leader(batch(*[b"x" * 50] * 12), leader_epoch=0, now_ms=NOW)
+    assert exc.value.code == ErrorCode.RECORD_LIST_TOO_LARGE
+    inconsistent = bytearray(batch(b"a", b"b"))
+    inconsistent[57:61] = (5).to_bytes(4, "big")  # records count disagrees with the last offset delta
+    inconsistent[17:21] = crc32c.crc32c(bytes(inconsistent[21:])).to_bytes(4, "big")
+    with pytest.raises(KafkaError) as exc:
+        log.append_as_leader(inconsistent, leader_epoch=0, now_ms=NOW)
+    assert exc.value.code == ErrorCode.INVALID_RECORD
+    assert log.log_end_offset == 0
+
+
+def test_segments_roll_by_age_and_by_a_full_index(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_ms=1000)
+    log.append_as_leader(batch(b"a"), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch(b"b"), leader_epoch=0, now_ms=NOW + 999)
+    assert len(log.segments) == 1
+    log.append_as_leader(batch(b"c"), leader_epoch=0, now_ms=NOW + 1000)
+    assert [s.base_offset for s in log.segments] == [0, 2]
+
+    small = open_log(tmp_path / "u-0", segment_index_bytes=24, index_interval_bytes=1)
+    for i in range(7):
+        small.append_as_leader(batch(b"v%d" % i), leader_epoch=0, now_ms=NOW)
+    # Three 8-byte entries fill the index: every third batch starts a segment.
+    assert [s.base_offset for s in small.segments] == [0, 3, 6]
+    assert (tmp_path / "u-0" / "00000000000000000003.log").exists()
+
+
+def test_time_retention_survives_a_restart(tmp_path: Path) -> None:
+    config = dict(segment_bytes=600, retention_ms=10_000, index_interval_bytes=4096)
+    log = open_log(tmp_path / "t-0", **config)
+    for i in range(20):
+        # Timestamps rise inside a segment past its first (and only) index entry.
+        log.append_as_leader(batch(b"x" * 50, ts=NOW + i * 1000), leader_epoch=0, now_ms=NOW)
+    log.flush()
+    recovery_point, first_max = log.recovery_point, log.segments[0].max_timestamp
+    log.close()
+    reopened = Log.open(tmp_path / "t-0", LogConfig(**config), recovery_point=recovery_point)  # type: ignore[arg-type]
+    assert reopened.segments[0].max_timestamp == first_max
+    reopened.high_watermark = reopened.log_end_offset
+    assert reopened.apply_retention(first_max + 10_000) == 0
+    assert reopened.apply_retention(first_max + 10_001) == 1
+
+
+def test_retention_keeps_what_is_not_yet_committed(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=300, retention_ms=1000)
+    for _ in range(10):
+        log.append_as_leader(batch(b"x" * 50, ts=NOW), leader_epoch=0, now_ms=NOW)
+    log.high_watermark = 3
+    log.apply_retention(NOW + 10_000)
+    # Only segments wholly below the high watermark may go; the active segment always stays.
+    assert log.log_start_offset <= 3
+    assert log.log_end_offset == 10
+    assert log.segments[-1].size > 0
+    log.high_watermark = 10
+    log.apply_retention(NOW + 10_000)
+    assert log.log_start_offset == log.log_end_offset == 10
+    assert log.append_as_leader(batch(b"y"), leader_epoch=0, now_ms=NOW).first_offset == 10
+
+
+def test_delete_records_removes_whole_segments_below_the_new_start(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    for _ in range(12):
+        log.append_as_leader(batch(b"x" * 50), leader_epoch=0, now_ms=NOW)
+    log.high_watermark = log.log_end_offset
+    bases = [s.base_offset for s in log.segments]
+    target = bases[2] + 1
+    log.delete_records_before(target)
+    assert [s.base_offset for s in log.segments] == bases[2:]
+    assert not (tmp_path / "t-0" / f"{bases[0]:020d}.log").exists()
+    log.delete_records_before(target - 1)  # never moves back
+    assert log.log_start_offset == target
+    log.delete_records_before(12)  # up to the high watermark: the log is logically empty
+    assert log.read(12, 100).data == b""
+    assert log.offset_for_timestamp(0) is None
+
+
+def test_offset_lookups_by_timestamp(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", index_interval_bytes=1)
+    assert log.offset_of_max_timestamp() is None
+    log.append_as_leader(build_batch([Record(None, b"a", timestamp=NOW + 10), Record(None, b"b", timestamp=NOW + 50),
+                                      Record(None, b"c", timestamp=NOW + 20)]), leader_epoch=0, now_ms=NOW)
+    log.append_as_leader(batch(b"d", ts=NOW + 30), leader_epoch=0, now_ms=NOW)
+    assert log.offset_of_max_timestamp() == (1, NOW + 50)
+    assert log.offset_for_timestamp(NOW) == (0, NOW + 10)
+    assert log.offset_for_timestamp(NOW + 15) == (1, NOW + 50)
+    assert log.offset_for_timestamp(NOW + 50) == (1, NOW + 50)
+    assert log.offset_for_timestamp(NOW + 51) is None
+
+
+def test_flush_messages_moves_the_recovery_point(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", flush_messages=3)
+    log.append_as_leader(batch(b"a", b"b"), leader_epoch=0, now_ms=NOW)
+    assert log.recovery_point == 0
+    log.append_as_leader(batch(b"c"), leader_epoch=0, now_ms=NOW)
+    assert log.recovery_point == 3
+    default = open_log(tmp_path / "u-0")
+    default.append_as_leader(batch(b"a"), leader_epoch=0, now_ms=NOW)
+    assert default.recovery_point == 0 and not default.flush_if_due(NOW + 10**9)
+    default.flush()
+    assert default.recovery_point == 1
+
+
+def test_update_config_applies_to_an_open_log(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"a", ts=5), leader_epoch=0, now_ms=NOW)
+    log.update_config(LogConfig(message_timestamp_type="LogAppendTime", max_message_bytes=100))
+    assert log.append_as_leader(batch(b"b", ts=5), leader_epoch=0, now_ms=NOW).log_append_time == NOW
+    with pytest.raises(KafkaError) as exc:
+        log.append_as_leader(batch(b"x" * 200), leader_epoch=0, now_ms=NOW)
+    assert exc.value.code == ErrorCode.MESSAGE_TOO_LARGE
+
+
+def test_truncate_to_cuts_a_divergent_tail(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0", segment_bytes=300)
+    for i in range(10):
+        log.append_as_leader(batch(b"x" * 50), leader_epoch=1 if i < 6 else 2, now_ms=NOW)
+    log.high_watermark = 10
+    log.truncate_to(6)
+    assert log.log_end_offset == 6 and log.high_watermark == 6
+    assert log.end_offset_for_epoch(1) == (1, 6)
+    assert log.end_offset_for_epoch(2) == (-1, -1)
+    assert log.append_as_leader(batch(b"z"), leader_epoch=3, now_ms=NOW).first_offset == 6
+    assert values(log.read(6, 1000).data) == [(6, b"z")]
+
+
+def test_a_reopened_log_keeps_producer_state_and_epochs(tmp_path: Path) -> None:
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"a", producer_id=5, producer_epoch=2, base_sequence=0), leader_epoch=4, now_ms=NOW)
+    log.close()
+    reopened = open_log(tmp_path / "t-0")
+    assert reopened.end_offset_for_epoch(4) == (4, 1)
+    with pytest.raises(KafkaError) as exc:
+        reopened.append_as_leader(batch(b"b", producer_id=5, producer_epoch=1, base_sequence=1), leader_epoch=4,
+                                  now_ms=NOW)
+    assert exc.value.code == ErrorCode.INVALID_PRODUCER_EPOCH
+    with pytest.raises(KafkaError) as exc:
+        reopened.append_as_leader(batch(b"b", producer_id=5, producer_epoch=2, base_sequence=2), leader_epoch=4,
+                                  now_ms=NOW)
+    assert exc.value.code == ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
