@@ -47,6 +47,7 @@ typecheck: install
 
 bench: install
 	$(BIN)/python -m bench
+	$(BIN)/python -m bench.mirror
 
 # Re-resolve the pins after changing dependencies in pyproject.toml.
 constraints:

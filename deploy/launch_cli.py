@@ -50,6 +50,11 @@ def _print_endpoints(state: LaunchState) -> None:
         print(f"  cluster {name} (datacenter {cluster.plan.datacenter}): bootstrap {cluster.bootstrap}")
         for dc, address in cluster.wan.items():
             print(f"    from datacenter {dc}, through the WAN link: {address}")
+    for name, mirror in state.mirrors.items():
+        identity = mirror.plan.settings.get("naming") == "identity"
+        remote = "<topic>" if identity else f"{mirror.plan.source}.<topic>"
+        print(f"  mirror {name}: {mirror.plan.source} -> {mirror.plan.target} (as {remote}), "
+              f"reading {mirror.source_bootstrap}")
     print(f"State and logs: {state.state_dir}", flush=True)
 
 
@@ -126,10 +131,32 @@ def _status(args: argparse.Namespace) -> int:
     for name, c in report["clusters"].items():
         rows.append((name, c["datacenter"], c["bootstrap"], "yes" if c["healthy"] else "NO",
                      ",".join(str(b["pid"]) for b in c["brokers"]), sum(b["restarts"] for b in c["brokers"])))
+    _print_table(rows)
+    mirrors_ok = True
+    if report["mirrors"]:
+        print()
+        rows = [("MIRROR", "SOURCE", "TARGET", "STATE", "LAG", "RECORDS", "LATENCY-MS", "PID", "RESTARTS")]
+        problems: list[str] = []
+        for name, m in report["mirrors"].items():
+            state = m.get("state", "starting") if m["alive"] else "DOWN"
+            mirrors_ok &= m["alive"] and state == "running"
+            rows.append((name, m["source"], m["target"], state, m.get("lag", "-"), m.get("records", "-"),
+                         m.get("max_latency_ms") if m.get("max_latency_ms") is not None else "-", m["pid"],
+                         m["restarts"]))
+            problems += [f"  mirror {name}: {what}: {text}" for what, text in m.get("problems", {}).items()]
+            problems += [f"  mirror {name}: {p['topic']}-{p['partition']}: {p['error']}"
+                         for p in m.get("partitions", []) if p["error"]]
+        _print_table(rows)
+        for line in problems:
+            print(line)
+    healthy = all(c["healthy"] for c in report["clusters"].values())
+    return 0 if healthy and mirrors_ok else 2
+
+
+def _print_table(rows: list[tuple[Any, ...]]) -> None:
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(rows[0]))]
     for row in rows:
         print("  ".join(str(v).ljust(w) for v, w in zip(row, widths, strict=True)).rstrip())
-    return 0 if all(c["healthy"] for c in report["clusters"].values()) else 2
 
 
 def _down(args: argparse.Namespace) -> int:

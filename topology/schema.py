@@ -82,8 +82,12 @@ class Patterns(_Strict):
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
         return patterns
 
-    def matches(self, name: str) -> bool:
-        return any(re.fullmatch(p, name) for p in self.include) and not any(re.fullmatch(p, name) for p in self.exclude)
+    def matches(self, name: str, always_excluded: tuple[str, ...] = ()) -> bool:
+        """Whether `name` matches an include pattern and neither an exclude pattern nor one of
+        `always_excluded` (e.g. internal topics)."""
+        if any(re.fullmatch(p, name) for p in (*self.exclude, *always_excluded)):
+            return False
+        return any(re.fullmatch(p, name) for p in self.include)
 
 
 class Mirror(_Strict):

@@ -8,18 +8,16 @@ batches carry a producer id (the broker drops the duplicate by its sequence numb
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import crc32c
 import trio
 
 from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
-from broker.protocol.records import Compression, Record, build_batch, read_batch_header, split_batches
+from broker.protocol.records import Compression, Record, build_batch, read_batch_header, split_batches, stamp_producer
 
 __all__ = [
     "IdempotentProducer",
@@ -31,10 +29,6 @@ __all__ = [
 
 Buffer = bytes | bytearray | memoryview
 
-# Offsets inside a RecordBatch v2 header (see broker.protocol.records).
-_PRODUCER_ID_POS = 43  # int64, then producerEpoch int16 at 51, baseSequence int32 at 53
-_CRC_POS = 17
-_CRC_START = 21
 _SEQUENCE_MOD = 1 << 31
 
 # Retriable in Kafka's terms, but not worth resending here: the connection layer already resent
@@ -208,8 +202,7 @@ async def produce(
 def _stamp(batch: Buffer, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
     """A copy of one batch with the producer fields set and its CRC recomputed."""
     out = bytearray(batch)
-    struct.pack_into(">qhi", out, _PRODUCER_ID_POS, producer_id, producer_epoch, base_sequence)
-    struct.pack_into(">I", out, _CRC_POS, crc32c.crc32c(memoryview(out)[_CRC_START:]))
+    stamp_producer(out, 0, producer_id, producer_epoch, base_sequence)
     return bytes(out)
 
 

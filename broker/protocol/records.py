@@ -42,6 +42,7 @@ __all__ = [
     "read_batch_header",
     "set_log_append_time",
     "split_batches",
+    "stamp_producer",
 ]
 
 BATCH_HEADER_SIZE = 61
@@ -51,6 +52,7 @@ _CRC_START = 21  # offset of attributes: the CRC covers from here to the batch e
 _CRC_POS = 17
 _ATTRIBUTES_POS = 21
 _MAX_TIMESTAMP_POS = 35
+_PRODUCER_ID_POS = 43  # int64 producerId, int16 producerEpoch at 51, int32 baseSequence at 53
 
 _COMPRESSION_MASK = 0x07
 _TIMESTAMP_TYPE_BIT = 0x08
@@ -188,6 +190,24 @@ def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int
     header = read_batch_header(buf, pos)
     struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes | _TIMESTAMP_TYPE_BIT)
     struct.pack_into(">q", buf, pos + _MAX_TIMESTAMP_POS, timestamp_ms)
+    view = memoryview(buf)[pos + _CRC_START : pos + header.size]
+    struct.pack_into(">I", buf, pos + _CRC_POS, crc32c.crc32c(view))
+
+
+def stamp_producer(
+    buf: bytearray | memoryview, pos: int, producer_id: int, producer_epoch: int, base_sequence: int,
+    *, clear_transactional: bool = False,
+) -> None:
+    """Give the batch at `pos` a producer id, epoch and base sequence (how an idempotent
+    producer re-sends a batch it did not build, e.g. a mirror's); fixes the CRC.
+
+    `clear_transactional` drops the transactional bit: a batch copied out of a transaction is
+    written as an ordinary one, since the transaction's markers stay behind.
+    """
+    header = read_batch_header(buf, pos)
+    struct.pack_into(">qhi", buf, pos + _PRODUCER_ID_POS, producer_id, producer_epoch, base_sequence)
+    if clear_transactional and header.attributes & _TRANSACTIONAL_BIT:
+        struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes & ~_TRANSACTIONAL_BIT)
     view = memoryview(buf)[pos + _CRC_START : pos + header.size]
     struct.pack_into(">I", buf, pos + _CRC_POS, crc32c.crc32c(view))
 

@@ -75,10 +75,27 @@ def status(state_dir: Path) -> dict[str, Any]:
         "running": alive(state["pid"]),
         "pid": state["pid"],
         "clusters": clusters,
-        "mirrors": state.get("mirrors", {}),
+        "mirrors": {name: _mirror_status(m) for name, m in state.get("mirrors", {}).items()},
         "wan": {"api": state["wan"]["api"], "pid": state["wan"]["pid"],
                 "healthy": alive(state["wan"]["pid"]) if state["wan"]["pid"] else _answers_http(state["wan"]["api"])},
     }
+
+
+def _mirror_status(mirror: dict[str, Any]) -> dict[str, Any]:
+    """What the launcher knows of a mirror, with what the daemon last reported of itself."""
+    out = {k: mirror[k] for k in ("source", "target", "pid", "restarts", "log")}
+    out["alive"] = alive(mirror["pid"])
+    try:
+        report = json.loads(Path(mirror["status_file"]).read_text())
+    except (OSError, ValueError, KeyError):
+        report = None
+    if report is not None:
+        out.update(state=report["state"], lag=report["lag"], records=report["records"],
+                   max_latency_ms=report["max_latency_ms"], problems=report["problems"],
+                   topics=report["topics"], updated_ms=report["updated_ms"],
+                   partitions=[{k: p[k] for k in ("topic", "partition", "remote_topic", "position", "source_end",
+                                                  "lag", "latency_ms", "error")} for p in report["partitions"]])
+    return out
 
 
 def _answers_http(api: str) -> bool:
@@ -109,7 +126,8 @@ def stop(state_dir: Path) -> list[str]:
     if state is None:
         return []
     stopped = []
-    children = [(f"broker {n}", b["pid"]) for n, c in state["clusters"].items() for b in c["brokers"]]
+    children = [(f"mirror {n}", m["pid"]) for n, m in state.get("mirrors", {}).items()]
+    children += [(f"broker {n}", b["pid"]) for n, c in state["clusters"].items() for b in c["brokers"]]
     children.append(("wan emulator", state["wan"]["pid"]))
     launcher = state["pid"]
     if alive(launcher):

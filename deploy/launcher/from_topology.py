@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan
+from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan
 from topology import TopologyError, load_topology
 from topology.errors import Problem
 
@@ -34,4 +34,15 @@ def plan_from_file(path: Path) -> LaunchPlan:
     )
     links = tuple(LinkPlan(link.between[0], link.between[1], link.latency, link.jitter, link.bandwidth)
                   for link in topology.links)
-    return LaunchPlan(topology.name, clusters, links)
+    unlaunchable = [
+        Problem(str(path), 1, 1, f"mirrors.{name}.mode", "link mode is not available yet; use mode: mm2")
+        for name, m in topology.mirrors.items() if m.mode != "mm2"
+    ]
+    if unlaunchable:
+        raise TopologyError(unlaunchable)
+    mirrors = tuple(
+        MirrorPlan(name, m.source, m.target, {
+            "topics": m.topics.model_dump(), "groups": m.groups.model_dump(), "naming": m.naming})
+        for name, m in topology.mirrors.items()
+    )
+    return LaunchPlan(topology.name, clusters, links, mirrors)

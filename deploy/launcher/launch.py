@@ -24,7 +24,7 @@ from typing import Any
 import trio
 
 from broker.storage.checkpoints import write_atomically
-from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, listener_name
+from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
 from deploy.supervisor import ProcessSpec, Supervised, supervise
 
 __all__ = ["STATE_FILE", "LaunchState", "free_port", "run_plan"]
@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 STATE_FILE = "state.json"
 BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
 WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
+MIRROR_READY = re.compile(r"^causeway mirror ready: ")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -56,12 +57,23 @@ class ClusterState:
 
 
 @dataclass
+class MirrorState:
+    plan: MirrorPlan
+    source_bootstrap: str  # through the WAN link when the source is in another datacenter
+    target_bootstrap: str
+    config_file: Path
+    status_file: Path
+    process: Supervised
+
+
+@dataclass
 class LaunchState:
     plan: LaunchPlan
     state_dir: Path
     wan_api: str = ""
     wan: Supervised | None = None
     clusters: dict[str, ClusterState] = field(default_factory=dict)
+    mirrors: dict[str, MirrorState] = field(default_factory=dict)
     proxies: list[str] = field(default_factory=list)  # names made on the WAN API
 
     def to_json(self) -> dict[str, Any]:
@@ -79,7 +91,15 @@ class LaunchState:
                 }
                 for name, c in self.clusters.items()
             },
-            "mirrors": {},
+            "mirrors": {
+                name: {
+                    "source": m.plan.source, "target": m.plan.target,
+                    "source_bootstrap": m.source_bootstrap, "target_bootstrap": m.target_bootstrap,
+                    "pid": m.process.pid, "restarts": m.process.restarts, "log": str(m.process.spec.log_path),
+                    "config": str(m.config_file), "status_file": str(m.status_file),
+                }
+                for name, m in self.mirrors.items()
+            },
         }
 
     def save(self) -> None:
@@ -135,6 +155,27 @@ def _broker_spec(
         argv += ["--topic", f"{topic}:{partitions}"]
     return ProcessSpec(f"broker {cluster.name}", argv, state_dir / "logs" / f"{cluster.name}-broker-0.log",
                        BROKER_READY)
+
+
+def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
+    """The mirror runs in the target's datacenter: it reads the source through the WAN link's
+    proxy (the source's WAN listener for that datacenter) and writes to the target locally."""
+    source, target = state.clusters[mirror.source], state.clusters[mirror.target]
+    source_bootstrap = source.wan.get(target.plan.datacenter, source.bootstrap)
+    directory = state.state_dir / "mirrors"
+    directory.mkdir(parents=True, exist_ok=True)
+    config_file = directory / f"{mirror.name}.yaml"
+    config = {"name": mirror.name,
+              "source": {"alias": mirror.source, "bootstrap": source_bootstrap},
+              "target": {"alias": mirror.target, "bootstrap": target.bootstrap},
+              **mirror.settings}
+    write_atomically(config_file, json.dumps(config, indent=2) + "\n")  # JSON is YAML
+    status_file = directory / f"{mirror.name}.status.json"
+    argv = _cli("mirror", "--config", str(config_file), "--status-file", str(status_file))
+    log_path = state.state_dir / "logs" / f"mirror-{mirror.name}.log"
+    process = Supervised(ProcessSpec(f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
+                         on_change=lambda _s: state.save())
+    return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process)
 
 
 async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None = None,
@@ -193,5 +234,9 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
                 for toxic in _link_toxics(link) if link is not None else []:
                     await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", f"/proxies/{name}/toxics", toxic)
             log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)
+        for mirror in plan.mirrors:
+            state.mirrors[mirror.name] = _mirror_state(state, mirror)
+            await nursery.start(supervise, state.mirrors[mirror.name].process)
+            log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
         state.save()
         task_status.started(state)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "listener_name"]
+__all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "listener_name"]
 
 
 def listener_name(datacenter: str) -> str:
@@ -43,10 +43,25 @@ class ClusterPlan:
 
 
 @dataclass(frozen=True)
+class MirrorPlan:
+    """A mirror daemon, run in the target's datacenter; `settings` are the rest of its config
+    (topic and group patterns, naming, MM2 knobs), as `causeway mirror --config` reads them."""
+
+    name: str
+    source: str  # cluster names
+    target: str
+    settings: dict[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class LaunchPlan:
     name: str
     clusters: tuple[ClusterPlan, ...]
     links: tuple[LinkPlan, ...] = ()
+    mirrors: tuple[MirrorPlan, ...] = ()
+
+    def cluster(self, name: str) -> ClusterPlan:
+        return next(c for c in self.clusters if c.name == name)
 
     def link(self, x: str, y: str) -> LinkPlan | None:
         return next((link for link in self.links if link.joins(x, y)), None)

@@ -40,7 +40,9 @@ class BrokerProcess:
         `port` re-binds a known port (a restart keeps the address clients already know).
         """
         cmd = [sys.executable, *self.python_args, "-m", "deploy.cli", "broker", "--data-dir", str(self.data_dir),
-               "--listen", f"127.0.0.1:{port}", "--log-level", self.log_level]
+               "--log-level", self.log_level]
+        if not any(item.startswith("listeners=") for item in self.overrides):  # else the overrides name them
+            cmd += ["--listen", f"127.0.0.1:{port}"]
         for item in self.overrides:
             cmd += ["--override", item]
         for topic in self.topics:

@@ -1,0 +1,118 @@
+"""One mirror's settings: what `causeway mirror --config FILE` reads and `causeway up` writes.
+
+    source: {alias: east, bootstrap: 127.0.0.1:9092}
+    target: {alias: west, bootstrap: 127.0.0.1:9093}
+    topics: {include: [".*"], exclude: []}
+    groups: {include: [".*"], exclude: []}
+    naming: default                       # east.orders at the target; identity keeps orders
+    refresh.topics.interval.seconds: 5    # MirrorMaker 2's names (and units) for the knobs
+
+The knobs keep MirrorMaker 2's property names so an MM2 operator finds them; where MM2's default
+hurts (it re-scans topics every 10 minutes) ours is shorter. A bad file is refused with its line
+and key, through the topology loader.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from topology.errors import Problem, TopologyError, format_path
+from topology.loader import Positions, load_yaml, position_of
+from topology.schema import Patterns
+
+__all__ = ["ClusterEndpoint", "MirrorConfig", "Patterns", "load_mirror_config"]
+
+# MM2's DefaultTopicFilter and DefaultGroupFilter exclusions: internal topics and groups are never
+# mirrored, whatever the include patterns say.
+INTERNAL_TOPICS = (r".*[\-\.]internal", r".*\.replica", r"__.*")
+INTERNAL_GROUPS = (r"console-consumer-.*", r"connect-.*", r"__.*")
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class ClusterEndpoint(_Strict):
+    alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+    bootstrap: str = Field(min_length=1, description="HOST:PORT[,HOST:PORT...]")
+
+
+class MirrorConfig(_Strict):
+    name: str | None = None
+    source: ClusterEndpoint
+    target: ClusterEndpoint
+    topics: Patterns = Field(default_factory=Patterns)
+    groups: Patterns = Field(default_factory=Patterns)
+    naming: Literal["default", "identity"] = "default"
+    separator: str = Field(".", alias="replication.policy.separator", min_length=1)
+    refresh_topics_s: float = Field(5.0, alias="refresh.topics.interval.seconds", gt=0)
+    refresh_groups_s: float = Field(5.0, alias="refresh.groups.interval.seconds", gt=0)
+    sync_topic_configs: bool = Field(True, alias="sync.topic.configs.enabled")
+    heartbeats_s: float = Field(1.0, alias="emit.heartbeats.interval.seconds", ge=0)
+    checkpoints_s: float = Field(5.0, alias="emit.checkpoints.interval.seconds", ge=0)
+    sync_group_offsets: bool = Field(True, alias="sync.group.offsets.enabled")
+    sync_group_offsets_s: float = Field(5.0, alias="sync.group.offsets.interval.seconds", gt=0)
+    offset_lag_max: int = Field(100, alias="offset.lag.max", ge=0)
+    offset_syncs_location: Literal["source", "target"] = Field("source", alias="offset-syncs.topic.location")
+    # Connect's offset.flush.interval.ms: how often mirrored positions are checkpointed on the
+    # target. After a crash at most this much is mirrored again (duplicates, never gaps).
+    flush_interval_ms: int = Field(1000, alias="offset.flush.interval.ms", gt=0)
+    # Remote and internal topics' replication factor; -1 takes the target broker's default.
+    replication_factor: int = Field(-1, alias="replication.factor", ge=-1, le=32767)
+    # Concurrent fetch streams from the source (partitions are spread over them): more keep a
+    # long link fuller when many partitions lag.
+    tasks_max: int = Field(4, alias="tasks.max", ge=1, le=64)
+    # Per-request sizes for the WAN fetches: large, so a long link stays full.
+    fetch_max_bytes: int = Field(52_428_800, alias="fetch.max.bytes", ge=1024)
+    partition_fetch_max_bytes: int = Field(8_388_608, alias="max.partition.fetch.bytes", ge=1024)
+    fetch_max_wait_ms: int = Field(500, alias="fetch.max.wait.ms", ge=0)
+    # How far fetching may run ahead of writing, per partition, in bytes.
+    queue_max_bytes: int = Field(33_554_432, alias="queue.max.bytes", ge=1024)
+
+    @field_validator("replication_factor")
+    @classmethod
+    def _factor(cls, value: int) -> int:
+        if value == 0:
+            raise ValueError("replication.factor is -1 (the broker's default) or at least 1")
+        return value
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"{self.source.alias}->{self.target.alias}"
+
+    @field_validator("target")
+    @classmethod
+    def _different(cls, target: ClusterEndpoint, info: object) -> ClusterEndpoint:
+        data = getattr(info, "data", {})
+        source = data.get("source")
+        if source is not None and source.alias == target.alias:
+            raise ValueError(f"source and target have the same alias '{target.alias}'")
+        return target
+
+
+def load_mirror_config(path: Path) -> MirrorConfig:
+    """Raises TopologyError listing every problem with file, line and key."""
+    data, positions = load_yaml(path)
+    return mirror_config_from_data(data, str(path), positions)
+
+
+def mirror_config_from_data(data: object, file: str = "<config>", positions: Positions | None = None) -> MirrorConfig:
+    positions = positions or {}
+    if not isinstance(data, dict):
+        raise TopologyError([Problem(file, 1, 1, "(top level)", "a mirror config is a mapping of keys")])
+    try:
+        return MirrorConfig.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for error in exc.errors():
+            path = tuple(error["loc"])
+            message = error["msg"]
+            if error["type"] == "extra_forbidden":
+                message = f"unknown key '{path[-1]}'"
+            message = message.removeprefix("Value error, ")
+            line, column = position_of(positions, path) if positions else (1, 1)
+            problems.append(Problem(file, line, column, format_path(path), message))
+        raise TopologyError(problems) from None

@@ -1,0 +1,493 @@
+"""The mirror daemon (`mm2` mode): one source cluster to one target cluster, as MirrorMaker 2.
+
+    async with trio.open_nursery() as nursery:
+        mirror = await nursery.start(run_mirror, config)
+
+Its task tree: fetch lanes reading the source (mirror/fetcher.py), one writer per partition
+(mirror/partition.py), and the loops that MM2 spreads over three connectors: topic discovery and
+config sync, position checkpoints (`mm2-offsets.<source>.internal` on the target), offset syncs,
+heartbeats, consumer-group checkpoints and offset sync (mirror/groups.py), and the status report.
+
+It runs in the target datacenter and reads the source across the WAN. Either cluster may be
+down at start or at any time: every loop retries with backoff and says what it waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from broker.client import Backoff, Client, ClientError, KafkaError, TopicPartition, admin, open_client
+from broker.client.admin import EARLIEST, NewTopic
+from broker.client.produce import init_idempotent_producer
+from broker.storage.checkpoints import write_atomically
+from mirror.config import INTERNAL_TOPICS, MirrorConfig
+from mirror.fetcher import FetchLane, FetchSettings
+from mirror.formats import Heartbeat, OffsetSync, decode_position, encode_position
+from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
+from mirror.offset_sync import SyncStore
+from mirror.partition import PartitionMirror, ProducerIdentity
+from mirror.topics import COMPACTED, append, describe_topic, ensure_topic, read_whole_topic
+
+__all__ = ["Mirror", "run_mirror"]
+
+log = logging.getLogger(__name__)
+
+# Topic configs MirrorMaker 2 leaves alone (DefaultConfigPropertyFilter): they describe the source
+# cluster's brokers or its clocks, not the data.
+EXCLUDED_CONFIGS = frozenset({
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.type",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+})
+RETRY = Backoff(initial_s=0.2, max_s=10.0)
+STATUS_INTERVAL_S = 1.0
+SUMMARY_INTERVAL_S = 30.0
+
+
+@dataclass
+class Mirror:
+    """A running mirror: its settings, clients and partitions; what the status shows."""
+
+    config: MirrorConfig
+    source: Client
+    target: Client
+    status_file: Path | None = None
+    # One client (so one connection) per fetch lane: a broker answers one request per connection
+    # at a time, so lanes sharing a connection would wait behind each other's long polls.
+    lane_clients: list[Client] = field(default_factory=list)
+    policy: ReplicationPolicy = field(init=False)
+    partitions: dict[TopicPartition, PartitionMirror] = field(default_factory=dict)
+    topics: dict[str, str] = field(default_factory=dict)  # source topic -> remote topic
+    lanes: list[FetchLane] = field(default_factory=list)
+    producer: ProducerIdentity = field(default_factory=ProducerIdentity)
+    syncs: SyncStore = field(default_factory=SyncStore)
+    pending_syncs: list[OffsetSync] = field(default_factory=list)
+    stored_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    flushed: dict[TopicPartition, int] = field(default_factory=dict)
+    synced_configs: dict[str, dict[str, str]] = field(default_factory=dict)
+    state: str = "starting"
+    problems: dict[str, str] = field(default_factory=dict)  # loop -> its last error
+    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    group_checkpoints: int = 0
+    stop_requested: trio.Event = field(default_factory=trio.Event)
+
+    def __post_init__(self) -> None:
+        self.policy = ReplicationPolicy(identity=self.config.naming == "identity", separator=self.config.separator)
+        settings = FetchSettings(self.config.fetch_max_wait_ms, self.config.fetch_max_bytes,
+                                 self.config.partition_fetch_max_bytes)
+        self.lanes = [FetchLane(client, settings, self._on_idle) for client in self.lane_clients or [self.source]]
+
+    def stop(self) -> None:
+        """Stop cleanly: `run_mirror` checkpoints positions once more and returns."""
+        self.stop_requested.set()
+
+    @property
+    def source_alias(self) -> str:
+        return self.config.source.alias
+
+    @property
+    def target_alias(self) -> str:
+        return self.config.target.alias
+
+    @property
+    def offset_syncs_client(self) -> Client:
+        return self.source if self.config.offset_syncs_location == "source" else self.target
+
+    @property
+    def offset_syncs_topic(self) -> str:
+        other = self.target_alias if self.config.offset_syncs_location == "source" else self.source_alias
+        return self.policy.offset_syncs_topic(other)
+
+    def should_mirror(self, topic: str) -> bool:
+        if self.policy.is_internal(topic) or self.policy.is_cycle(topic, self.target_alias):
+            return False
+        if self.policy.is_heartbeats(topic):
+            return True  # MM2 always carries heartbeats: they show which clusters reach which
+        return self.config.topics.matches(topic, INTERNAL_TOPICS)
+
+    # -- offset syncs --------------------------------------------------------------------
+
+    def _on_sync(self, pm: PartitionMirror, upstream: int, downstream: int) -> None:
+        self.pending_syncs.append(OffsetSync(pm.source.topic, pm.source.partition, upstream, downstream))
+        # A long outage of the sync topic must not grow memory without bound: the newest syncs
+        # are the ones translation needs.
+        del self.pending_syncs[:-10_000]
+
+    def _on_idle(self, pm: PartitionMirror) -> None:
+        if pm.queued_bytes == 0:
+            sync = pm.emitter.on_idle()
+            if sync is not None:
+                self._on_sync(pm, *sync)
+
+    # -- status --------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        partitions = []
+        for tp, pm in sorted(self.partitions.items()):
+            partitions.append({
+                "topic": tp.topic, "partition": tp.partition, "remote_topic": pm.target.topic,
+                "position": pm.written_through + 1, "source_end": pm.high_watermark, "lag": pm.lag,
+                "latency_ms": pm.latency_ms, "records": pm.records, "bytes": pm.bytes,
+                "error": pm.error, "parked": pm.parked, "gaps": list(pm.gaps),
+            })
+        unreachable = [lane.last_error for lane in self.lanes if lane.last_error]
+        problems = dict(self.problems)
+        if unreachable:
+            problems["source"] = unreachable[0]
+        return {
+            "name": self.config.display_name,
+            "source": {"alias": self.source_alias, "bootstrap": self.config.source.bootstrap},
+            "target": {"alias": self.target_alias, "bootstrap": self.config.target.bootstrap},
+            "state": self.state,
+            "updated_ms": int(time.time() * 1000),
+            "topics": dict(sorted(self.topics.items())),
+            "lag": sum(p["lag"] for p in partitions),
+            "records": sum(p["records"] for p in partitions),
+            "max_latency_ms": max((pm.latency_ms for pm in self.partitions.values() if pm.latency_ms is not None),
+                                  default=None),
+            "group_checkpoints": self.group_checkpoints,
+            "problems": problems,
+            "partitions": partitions,
+        }
+
+
+async def run_mirror(config: MirrorConfig, *, status_file: Path | None = None,
+                     task_status: trio.TaskStatus[Mirror] = trio.TASK_STATUS_IGNORED) -> None:
+    """Run one mirror until `Mirror.stop()` (a clean stop: positions are checkpointed once more,
+    so a restart repeats nothing) or until cancelled (like a crash: a restart may repeat what was
+    written since the last checkpoint, never skip it).
+
+    Reports the Mirror as soon as its clients exist; it then waits (with backoff, saying so) for
+    both clusters, so a cluster that is down is not an error.
+    """
+    name = config.display_name
+    async with (
+        open_client(config.source.bootstrap, client_id=f"causeway-mirror-{name}-source") as source,
+        open_client(config.target.bootstrap, client_id=f"causeway-mirror-{name}-target") as target,
+        AsyncExitStack() as stack,
+    ):
+        lane_clients = [
+            await stack.enter_async_context(open_client(config.source.bootstrap,
+                                                        client_id=f"causeway-mirror-{name}-fetch-{i}"))
+            for i in range(config.tasks_max)
+        ]
+        mirror = Mirror(config, source, target, status_file, lane_clients)
+        await _supervise(mirror, task_status)
+
+
+async def _supervise(mirror: Mirror, task_status: trio.TaskStatus[Mirror]) -> None:
+    name = mirror.config.display_name
+    async with trio.open_nursery() as outer:
+        outer.start_soon(_status_loop, mirror)
+        task_status.started(mirror)
+        async with trio.open_nursery() as work:
+            work.start_soon(_work, mirror)
+            await mirror.stop_requested.wait()
+            work.cancel_scope.cancel()
+        was_running = mirror.state == "running"
+        mirror.state = "stopped"
+        if was_running:
+            await _final_flush(mirror)
+        _write_status(mirror)
+        log.info("mirror %s stopped", name)
+        outer.cancel_scope.cancel()
+
+
+async def _work(mirror: Mirror) -> None:
+    await _prepare(mirror)
+    await _run(mirror)
+
+
+async def _retry_until_done(mirror: Mirror, what: str, step: Callable[[], Awaitable[None]]) -> None:
+    failures = 0
+    while True:
+        try:
+            await step()
+            mirror.problems.pop(what, None)
+            if failures:
+                log.info("%s: done after %d failed attempts", what, failures)
+            return
+        except (ClientError, KafkaError) as exc:
+            failures += 1
+            delay = RETRY.delay(failures)
+            mirror.problems[what] = str(exc)
+            if failures in (1, 5) or failures % 50 == 0:
+                log.warning("%s failed (%s); attempt %d, retrying in %.1fs", what, exc, failures, delay)
+            await trio.sleep(delay)
+
+
+async def _prepare(mirror: Mirror) -> None:
+    config = mirror.config
+    rf = config.replication_factor
+    mirror.state = "waiting for the target"
+
+    async def target_topics() -> None:
+        for topic in (HEARTBEATS_TOPIC, mirror.policy.checkpoints_topic(mirror.source_alias),
+                      mirror.policy.positions_topic(mirror.source_alias)):
+            await ensure_topic(mirror.target, topic, replication_factor=rf, configs=COMPACTED)
+
+    await _retry_until_done(mirror, f"target {mirror.target_alias}", target_topics)
+
+    async def load_positions() -> None:
+        for record in await read_whole_topic(mirror.target, mirror.policy.positions_topic(mirror.source_alias)):
+            decoded = decode_position(record.key or b"", record.value)
+            if decoded is None or decoded[0] != mirror.source_alias:
+                continue
+            _, topic, partition, offset = decoded
+            if offset is None:
+                mirror.stored_positions.pop((topic, partition), None)
+            else:
+                mirror.stored_positions[(topic, partition)] = offset
+
+    await _retry_until_done(mirror, "reading mirrored positions", load_positions)
+    mirror.state = "waiting for the source"
+
+    async def sync_topic() -> None:
+        await ensure_topic(mirror.offset_syncs_client, mirror.offset_syncs_topic, replication_factor=rf,
+                           configs=COMPACTED)
+        for record in await read_whole_topic(mirror.offset_syncs_client, mirror.offset_syncs_topic):
+            if record.key is None or record.value is None:
+                continue
+            try:
+                sync = OffsetSync.decode(record.key, record.value)
+            except (ValueError, KafkaError) as exc:
+                log.warning("skipping an offset sync that does not decode: %s", exc)
+                continue
+            mirror.syncs.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
+
+    await _retry_until_done(mirror, f"offset syncs on {config.offset_syncs_location}", sync_topic)
+    await _retry_until_done(mirror, "producer id at the target", lambda: _renew_producer(mirror))
+    mirror.state = "running"
+    log.info("mirror %s running: %s (%s) -> %s (%s); %d stored positions", config.display_name,
+             mirror.source_alias, config.source.bootstrap, mirror.target_alias, config.target.bootstrap,
+             len(mirror.stored_positions))
+
+
+async def _renew_producer(mirror: Mirror) -> None:
+    producer = await init_idempotent_producer(mirror.target)
+    mirror.producer.set(producer.producer_id, producer.producer_epoch)
+
+
+async def _run(mirror: Mirror) -> None:
+    async with trio.open_nursery() as nursery:
+        for lane in mirror.lanes:
+            nursery.start_soon(lane.run)
+        nursery.start_soon(_producer_renewal_loop, mirror)
+        nursery.start_soon(_flush_loop, mirror)
+        if mirror.config.heartbeats_s > 0:
+            nursery.start_soon(_heartbeat_loop, mirror)
+        await _discovery_loop(mirror, nursery)
+
+
+async def _producer_renewal_loop(mirror: Mirror) -> None:
+    while True:
+        await mirror.producer.renew_requested.wait()
+        await _retry_until_done(mirror, "new producer id at the target", lambda: _renew_producer(mirror))
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+async def _discovery_loop(mirror: Mirror, nursery: trio.Nursery) -> None:
+    failures = 0
+    while True:
+        try:
+            await _discover(mirror, nursery)
+            mirror.problems.pop("topic discovery", None)
+            failures = 0
+            await trio.sleep(mirror.config.refresh_topics_s)
+        except (ClientError, KafkaError) as exc:
+            failures += 1
+            mirror.problems["topic discovery"] = str(exc)
+            if failures in (1, 5) or failures % 50 == 0:
+                log.warning("topic discovery failed (%s); attempt %d", exc, failures)
+            await trio.sleep(min(mirror.config.refresh_topics_s, RETRY.delay(failures)))
+
+
+async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
+    source_topics = await admin.list_topics(mirror.source)
+    wanted = {t: n for t, n in source_topics.items() if mirror.should_mirror(t)}
+    for topic in sorted(set(mirror.topics) - set(wanted)):
+        remote = mirror.topics.pop(topic)
+        gone = f"source topic {topic} is gone (deleted, or no longer matched); stopped mirroring it; " \
+               f"the remote topic {remote} is kept"
+        log.warning("%s", gone)
+        mirror.problems[f"topic {topic}"] = gone
+        for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
+            _stop_partition(mirror, tp)
+    for topic, count in sorted(wanted.items()):
+        remote = mirror.policy.remote_topic(mirror.source_alias, topic)
+        await _sync_topic(mirror, topic, remote, count)
+        mirror.topics[topic] = remote
+        mirror.problems.pop(f"topic {topic}", None)
+        new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
+        if new:
+            await _start_partitions(mirror, nursery, topic, remote, new)
+
+
+async def _source_configs(mirror: Mirror, topic: str) -> dict[str, str]:
+    if not mirror.config.sync_topic_configs:
+        return {}
+    entries = await admin.describe_configs(mirror.source, topic)
+    return {
+        name: entry.value for name, entry in entries.items()
+        if not entry.is_default and entry.value is not None and not entry.is_sensitive and name not in EXCLUDED_CONFIGS
+    }
+
+
+async def _sync_topic(mirror: Mirror, topic: str, remote: str, count: int) -> None:
+    """Create the remote topic, or bring its partitions and configs in line with the source's."""
+    configs = await _source_configs(mirror, topic)
+    described = await describe_topic(mirror.target, remote)
+    if described is None:
+        await admin.create_topics(
+            mirror.target, {remote: NewTopic(count, mirror.config.replication_factor, configs)}, exist_ok=True)
+        log.info("created remote topic %s at %s: %d partitions%s", remote, mirror.target_alias, count,
+                 f", configs {configs}" if configs else "")
+        mirror.synced_configs[topic] = configs
+        return
+    if described.partition_count < count:
+        await admin.create_partitions(mirror.target, {remote: count})
+        log.info("remote topic %s: partitions raised from %d to %d, as at the source", remote,
+                 described.partition_count, count)
+    if configs != mirror.synced_configs.get(topic):
+        current = await admin.describe_configs(mirror.target, remote, keys=list(configs) or None)
+        changes = {k: v for k, v in configs.items() if (current.get(k) is None or current[k].value != v)}
+        removed = set(mirror.synced_configs.get(topic, {})) - set(configs)
+        updates: dict[str, str | None] = {**changes, **{k: None for k in removed}}
+        if updates:
+            await admin.alter_configs(mirror.target, remote, updates)
+            log.info("remote topic %s: configs synced from the source: %s", remote, updates)
+        mirror.synced_configs[topic] = configs
+
+
+async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, remote: str,
+                            partitions: list[int]) -> None:
+    unknown = [TopicPartition(topic, p) for p in partitions if (topic, p) not in mirror.stored_positions]
+    earliest = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in unknown}) if unknown else {}
+    for p in partitions:
+        tp = TopicPartition(topic, p)
+        stored = mirror.stored_positions.get((topic, p))
+        position = stored + 1 if stored is not None else earliest[tp].offset
+        pm = PartitionMirror(tp, TopicPartition(remote, p), position, mirror.config.offset_lag_max,
+                             mirror.config.queue_max_bytes, written_through=position - 1)
+        mirror.partitions[tp] = pm
+        mirror.flushed[tp] = pm.written_through
+        lane = mirror.lanes[(len(mirror.partitions) - 1) % len(mirror.lanes)]  # round robin
+        lane.add(pm)
+        nursery.start_soon(partial(pm.run_writer, mirror.target, mirror.producer, mirror._on_sync, backoff=RETRY))
+        log.info("mirroring %s-%d -> %s-%d from offset %d%s", topic, p, remote, p, position,
+                 " (stored position)" if stored is not None else " (log start)")
+
+
+def _stop_partition(mirror: Mirror, tp: TopicPartition) -> None:
+    pm = mirror.partitions.pop(tp)
+    pm.stop()
+    for lane in mirror.lanes:
+        lane.remove(tp)
+
+
+# -- positions, syncs, heartbeats ----------------------------------------------------------
+
+
+async def _flush_once(mirror: Mirror) -> None:
+    """Write the positions that moved (to the target) and the offset syncs waiting (to the
+    sync topic's cluster). Positions only ever name offsets the target acknowledged."""
+    moved = {tp: pm.written_through for tp, pm in mirror.partitions.items()
+             if pm.written_through >= 0 and pm.written_through != mirror.flushed.get(tp)}
+    if moved:
+        records = [encode_position(mirror.source_alias, tp.topic, tp.partition, offset) for tp, offset in moved.items()]
+        await append(mirror.target, mirror.policy.positions_topic(mirror.source_alias), records)
+        mirror.flushed.update(moved)
+    if mirror.pending_syncs:
+        syncs = list(mirror.pending_syncs)
+        await append(mirror.offset_syncs_client, mirror.offset_syncs_topic, [(s.key(), s.value()) for s in syncs])
+        del mirror.pending_syncs[: len(syncs)]
+        for s in syncs:
+            mirror.syncs.add(s.topic, s.partition, s.upstream_offset, s.downstream_offset)
+
+
+async def _flush_loop(mirror: Mirror) -> None:
+    failures = 0
+    interval = mirror.config.flush_interval_ms / 1000
+    while True:
+        await trio.sleep(interval if not failures else RETRY.delay(failures))
+        try:
+            await _flush_once(mirror)
+            failures = 0
+            mirror.problems.pop("checkpointing positions", None)
+        except (ClientError, KafkaError) as exc:
+            failures += 1
+            mirror.problems["checkpointing positions"] = str(exc)
+            if failures in (1, 10) or failures % 100 == 0:
+                log.warning("checkpointing positions failed (%s); attempt %d", exc, failures)
+
+
+async def _final_flush(mirror: Mirror) -> None:
+    """On a clean stop, checkpoint once more so a restart repeats nothing."""
+    if not mirror.partitions:
+        return
+    with trio.move_on_after(5):
+        try:
+            await _flush_once(mirror)
+        except (ClientError, KafkaError) as exc:
+            log.warning("last checkpoint of positions failed: %s", exc)
+
+
+async def _heartbeat_loop(mirror: Mirror) -> None:
+    failures = 0
+    while True:
+        beat = Heartbeat(mirror.source_alias, mirror.target_alias, int(time.time() * 1000))
+        try:
+            await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())],
+                         timeout_s=max(1.0, 5 * mirror.config.heartbeats_s))
+            failures = 0
+        except (ClientError, KafkaError) as exc:
+            failures += 1
+            if failures in (1, 10) or failures % 100 == 0:
+                log.warning("heartbeat to %s failed (%s)", mirror.target_alias, exc)
+        await trio.sleep(mirror.config.heartbeats_s)
+
+
+# -- status --------------------------------------------------------------------------------
+
+
+def _write_status(mirror: Mirror) -> None:
+    if mirror.status_file is not None:
+        try:
+            write_atomically(mirror.status_file, json.dumps(mirror.status(), indent=1) + "\n")
+        except OSError as exc:
+            log.warning("cannot write the status file %s: %s", mirror.status_file, exc)
+
+
+async def _status_loop(mirror: Mirror) -> None:
+    last_summary = trio.current_time()
+    last_records = 0
+    while True:
+        await trio.sleep(STATUS_INTERVAL_S)
+        _write_status(mirror)
+        now = trio.current_time()
+        if now - last_summary >= SUMMARY_INTERVAL_S:
+            status = mirror.status()
+            rate = (status["records"] - last_records) / (now - last_summary)
+            log.info("mirror %s: %s; %d partitions, %d records (%.0f/s), lag %d, latency %s ms%s",
+                     status["name"], status["state"], len(status["partitions"]), status["records"], rate,
+                     status["lag"], status["max_latency_ms"],
+                     "; problems: " + "; ".join(f"{k}: {v}" for k, v in status["problems"].items())
+                     if status["problems"] else "")
+            last_summary, last_records = now, status["records"]

@@ -1,0 +1,155 @@
+"""Fetch lanes: each reads its share of the mirrored partitions from the source across the WAN.
+
+A lane keeps one large fetch in flight for all its partitions and hands whole batches to each
+partition's queue, so a slow write never stalls the link and a slow link never stalls writes. A
+partition whose queue is full is left out of the next fetch until its writer catches up (the
+memory bound). Several lanes run side by side so a long link carries several answers at once.
+
+Errors are per partition. A position the source no longer has (retention, DeleteRecords, a
+re-created topic) is reported by name with the records that were lost, then the partition goes
+on from where the source's log starts. A source that cannot be reached is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch, whole_batches
+from broker.client.admin import EARLIEST, LATEST
+from broker.protocol.errors import ErrorCode, KafkaError
+from mirror.partition import Chunk, PartitionMirror
+
+__all__ = ["FetchLane", "FetchSettings"]
+
+log = logging.getLogger(__name__)
+
+_UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+
+
+@dataclass(frozen=True)
+class FetchSettings:
+    max_wait_ms: int = 500
+    max_bytes: int = 52_428_800
+    partition_max_bytes: int = 8_388_608
+
+
+@dataclass
+class FetchLane:
+    client: Client
+    settings: FetchSettings
+    on_idle: Callable[[PartitionMirror], None]
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=0.1, max_s=5.0))
+    partitions: dict[TopicPartition, PartitionMirror] = field(default_factory=dict)
+    _wake: trio.Event = field(default_factory=trio.Event)
+    failures: int = 0
+    last_error: str | None = None
+
+    def add(self, pm: PartitionMirror) -> None:
+        self.partitions[pm.source] = pm
+        pm.on_space = self.wake
+        self.wake()
+
+    def remove(self, tp: TopicPartition) -> None:
+        self.partitions.pop(tp, None)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            now = trio.current_time()
+            wanting = [pm for pm in self.partitions.values() if pm.wants_data]
+            active = {pm.source: pm for pm in wanting if pm.retry_at <= now}
+            if not active:
+                # Nothing to ask for: wait for queue space, a new partition, or a retry coming due.
+                self._wake = trio.Event()
+                with trio.move_on_at(min((pm.retry_at for pm in wanting), default=math.inf)):
+                    await self._wake.wait()
+                continue
+            await self._fetch_once(active)
+
+    async def _fetch_once(self, active: dict[TopicPartition, PartitionMirror]) -> None:
+        positions = {tp: pm.position for tp, pm in active.items()}
+        epochs = {tp: pm.epoch for tp, pm in active.items()}
+        results = await fetch(
+            self.client,
+            positions,
+            max_wait_ms=self.settings.max_wait_ms,
+            max_bytes=self.settings.max_bytes,
+            partition_max_bytes=self.settings.partition_max_bytes,
+        )
+        unreachable = 0
+        for tp, part in results.items():
+            pm = active[tp]
+            if pm.stopped or pm.epoch != epochs[tp] or pm.position != positions[tp]:
+                continue  # rewound or stopped while the answer was on its way
+            code = part.error
+            if code == ErrorCode.NONE:
+                pm.high_watermark = part.high_watermark
+                pm.log_start_offset = part.log_start_offset
+                whole = whole_batches(part.records)
+                following = part.next_offset
+                if len(whole) and following is not None:
+                    pm.put(Chunk(whole, len(whole)), following)
+                elif pm.position >= part.high_watermark:
+                    self.on_idle(pm)
+                if pm.fetch_failures:
+                    pm.fetch_failures, pm.error = 0, None
+                continue
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                await self._out_of_range(pm)
+                continue
+            if code in _UNREACHABLE:
+                unreachable += 1
+            # This partition alone waits before it is asked for again; the others keep flowing.
+            pm.fetch_failures += 1
+            pm.retry_at = trio.current_time() + self.backoff.delay(pm.fetch_failures)
+            pm.error = f"fetch from {tp.topic}-{tp.partition}: {_code_name(code)}" + (
+                f" ({part.error_message})" if part.error_message else "")
+        if unreachable and unreachable == len(results):
+            self.failures += 1
+            message = next(iter(results.values())).error_message or "no answer"
+            if self.failures in (1, 10) or self.failures % 100 == 0:
+                log.warning("source unreachable (%s); attempt %d, retrying with backoff", message, self.failures)
+            self.last_error = message
+        elif unreachable == 0:
+            if self.failures >= 1:
+                log.info("source reachable again after %d failed fetches", self.failures)
+            self.failures = 0
+            self.last_error = None
+
+    async def _out_of_range(self, pm: PartitionMirror) -> None:
+        tp = pm.source
+        try:
+            start = (await admin.list_offsets(self.client, {tp: EARLIEST}))[tp].offset
+            end = (await admin.list_offsets(self.client, {tp: LATEST}))[tp].offset
+        except (KafkaError, ConnectionFailed) as exc:
+            pm.error = f"fetch from {tp.topic}-{tp.partition}: offset out of range, and the range is unknown: {exc}"
+            return
+        if pm.position < start:
+            message = (f"{tp.topic}-{tp.partition}: source offsets {pm.position}..{start - 1} were removed "
+                       f"(retention or DeleteRecords) before they were mirrored; continuing at {start}")
+            pm.position = start  # what is queued (below the gap) is still written
+            pm.trim_below = start
+        elif pm.position > end:
+            message = (f"{tp.topic}-{tp.partition}: the source log ends at {end}, before the mirror's position "
+                       f"{pm.position} (truncated or re-created); mirroring it again from {start}")
+            pm.rewind(start)
+            pm.written_through = start - 1
+        else:
+            return  # the range moved back while we asked: fetch again
+        log.error("%s", message)
+        pm.gaps.append(message)
+        del pm.gaps[:-10]
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"

@@ -1,0 +1,295 @@
+"""One mirrored partition: the queue between its fetches and its writes, and the writer.
+
+The fetcher (mirror/fetcher.py) appends whole batches as they came off the wire; the writer sends
+them to the same partition of the remote topic one batch per request (Apache Kafka takes one batch
+per partition per produce request), re-stamped with the mirror's idempotent producer id so a
+resent batch is never written twice. A batch is never decoded: its CRC is checked before the
+restamp (which computes a new CRC) so damaged bytes are refused, not laundered.
+
+Errors are the partition's own: retriable ones are retried with backoff; the others (too large
+for the target, refused by an ACL, ...) park the partition, which retries slowly and says why in
+the status, while every other partition keeps flowing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.client import Backoff, Client, TopicPartition, produce_batches
+from broker.protocol.errors import ErrorCode, is_retriable
+from broker.protocol.records import (
+    Record,
+    TimestampType,
+    batch_crc_ok,
+    build_batch,
+    decode_batch,
+    split_batches,
+    stamp_producer,
+)
+from mirror.offset_sync import SyncEmitter
+
+__all__ = ["Chunk", "PartitionMirror", "ProducerIdentity"]
+
+log = logging.getLogger(__name__)
+
+SEQUENCE_MODULUS = 1 << 31
+# Errors after which the target no longer knows our producer (state lost or fenced): take a new
+# producer id; the batch was not written, so nothing is duplicated.
+_NEW_PRODUCER = frozenset({
+    ErrorCode.UNKNOWN_PRODUCER_ID,
+    ErrorCode.INVALID_PRODUCER_EPOCH,
+    ErrorCode.PRODUCER_FENCED,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+})
+PARK_BACKOFF = Backoff(initial_s=1.0, max_s=30.0)
+
+
+@dataclass
+class ProducerIdentity:
+    """The mirror's producer id and epoch at the target; `generation` changes when renewed, so
+    each partition knows to restart its sequence numbers."""
+
+    producer_id: int = -1
+    producer_epoch: int = -1
+    generation: int = 0
+    renew_requested: trio.Event = field(default_factory=trio.Event)
+    renewed: trio.Event = field(default_factory=trio.Event)
+
+    def set(self, producer_id: int, producer_epoch: int) -> None:
+        self.producer_id, self.producer_epoch = producer_id, producer_epoch
+        self.generation += 1
+        self.renew_requested = trio.Event()
+        renewed, self.renewed = self.renewed, trio.Event()
+        renewed.set()
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Whole batches fetched from the source, in offset order."""
+
+    data: memoryview
+    size: int
+
+
+@dataclass
+class PartitionMirror:
+    source: TopicPartition
+    target: TopicPartition
+    position: int  # next source offset to fetch
+    max_offset_lag: int
+    queue_max_bytes: int
+    written_through: int = -1  # last source offset the target acknowledged
+    high_watermark: int = -1
+    log_start_offset: int = -1
+    queued_bytes: int = 0
+    records: int = 0  # records written in this run (by offset span)
+    bytes: int = 0
+    latency_ms: int | None = None  # source timestamp to arrival, of the newest batch written
+    error: str | None = None
+    parked: bool = False
+    gaps: list[str] = field(default_factory=list)
+    duplicates_expected: int = 0
+    _chunks: deque[Chunk] = field(default_factory=deque)
+    _ready: trio.Event = field(default_factory=trio.Event)
+    on_space: Callable[[], None] = lambda: None  # the fetch lane's wake-up
+    emitter: SyncEmitter = field(init=False)
+    sequence: int = 0
+    generation: int = -1
+    expected_next_downstream: int = -1
+    stopped: bool = False
+    # Bumped by every rewind: a fetch answer for an older epoch is dropped, since it was asked
+    # for from a position that no longer holds.
+    epoch: int = 0
+    trim_below: int = -1  # the source's log start after a gap: records below it are not copied
+    fetch_failures: int = 0  # consecutive failed fetches of this partition
+    retry_at: float = 0.0  # trio clock: not fetched again before this
+
+    def __post_init__(self) -> None:
+        self.emitter = SyncEmitter(self.max_offset_lag)
+
+    @property
+    def lag(self) -> int:
+        """Source log end minus the mirrored position (records not yet at the target)."""
+        if self.high_watermark < 0:
+            return 0
+        return max(0, self.high_watermark - (self.written_through + 1))
+
+    @property
+    def wants_data(self) -> bool:
+        return not self.stopped and self.queued_bytes < self.queue_max_bytes
+
+    def put(self, chunk: Chunk, next_position: int) -> None:
+        self._chunks.append(chunk)
+        self.queued_bytes += chunk.size
+        self.position = next_position
+        self._ready.set()
+
+    def stop(self) -> None:
+        self.stopped = True
+        self._ready.set()
+
+    async def _take(self) -> Chunk | None:
+        while not self._chunks:
+            if self.stopped:
+                return None
+            self._ready = trio.Event()
+            await self._ready.wait()
+        return self._chunks[0]
+
+    def _done_with(self, chunk: Chunk) -> None:
+        self._chunks.popleft()
+        self.queued_bytes -= chunk.size
+        self.on_space()
+
+    def rewind(self, position: int) -> None:
+        """Drop everything queued and fetch again from `position` (a refused, damaged batch)."""
+        self._chunks.clear()
+        self.queued_bytes = 0
+        self.position = position
+        self.epoch += 1
+        self.on_space()
+
+    async def run_writer(
+        self,
+        client: Client,
+        producer: ProducerIdentity,
+        on_sync: Callable[[PartitionMirror, int, int], None],
+        *,
+        backoff: Backoff,
+    ) -> None:
+        """Write queued batches to the target until stopped (then return once the queue is empty
+        or the task is cancelled)."""
+        while True:
+            chunk = await self._take()
+            if chunk is None:
+                return
+            rewound = await self._write_chunk(client, producer, on_sync, chunk, backoff)
+            if not rewound:
+                self._done_with(chunk)
+
+    async def _write_chunk(self, client: Client, producer: ProducerIdentity,
+                           on_sync: Callable[[PartitionMirror, int, int], None], chunk: Chunk,
+                           backoff: Backoff) -> bool:
+        data = chunk.data
+        epoch = self.epoch
+        for pos, header in split_batches(data):
+            if header.last_offset <= self.written_through:
+                continue  # already written (a chunk fetched again after a rewind)
+            if not batch_crc_ok(data, pos, header):
+                self.error = f"corrupt batch at source offset {header.base_offset} (CRC mismatch); fetching it again"
+                log.warning("%s: %s", _name(self.source), self.error)
+                self.rewind(header.base_offset)
+                await trio.sleep(backoff.delay(1))
+                return True
+            if header.is_control:
+                # Transaction markers stay at the source; the gap they leave is synced below.
+                self.written_through = header.last_offset
+                continue
+            upstream_base, last_delta = header.base_offset, header.last_offset_delta
+            if header.base_offset < self.trim_below:
+                # The source's log now starts inside this batch (DeleteRecords): the records before
+                # it are gone for consumers there, so they are not copied either. Rare: decode it.
+                batch, upstream_base, last_delta = _trimmed(data, pos, self.trim_below)
+            else:
+                batch = bytearray(data[pos : pos + header.size])
+            base = await self._send(client, producer, batch, last_delta, backoff)
+            if base is None or self.epoch != epoch:  # stopped, or rewound, while writing
+                return True
+            self.written_through = header.last_offset
+            self.records += last_delta + 1
+            self.bytes += len(batch)
+            if header.timestamp_type == TimestampType.CREATE_TIME and header.max_timestamp >= 0:
+                self.latency_ms = max(0, int(time.time() * 1000) - header.max_timestamp)
+            if base >= 0:
+                if self.expected_next_downstream >= 0 and base != self.expected_next_downstream:
+                    self._note_foreign_writes(base)
+                self.expected_next_downstream = base + last_delta + 1
+                sync = self.emitter.on_batch(upstream_base, base, last_delta)
+                if sync is not None:
+                    on_sync(self, *sync)
+        return False
+
+    def _note_foreign_writes(self, base: int) -> None:
+        message = (f"the remote topic {_name(self.target)} has records the mirror did not write "
+                   f"(expected the next at offset {self.expected_next_downstream}, got {base})")
+        if base < self.expected_next_downstream:
+            message = (f"the remote topic {_name(self.target)} went back from offset "
+                       f"{self.expected_next_downstream} to {base} (truncated or re-created)")
+        log.warning("%s", message)
+        self.gaps.append(message)
+        del self.gaps[:-10]
+
+    async def _send(self, client: Client, producer: ProducerIdentity, batch: bytearray, last_delta: int,
+                    backoff: Backoff) -> int | None:
+        """Write one batch exactly once; returns its base offset at the target (-1 when the target
+        only said it had it already)."""
+        failures = 0
+        while not self.stopped:
+            if self.generation != producer.generation:
+                self.generation, self.sequence = producer.generation, 0
+            stamp_producer(batch, 0, producer.producer_id, producer.producer_epoch, self.sequence,
+                           clear_transactional=True)
+            result = (await produce_batches(client, {self.target: batch}, acks=-1))[self.target]
+            code = result.error
+            if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
+                self.sequence = (self.sequence + last_delta + 1) % SEQUENCE_MODULUS
+                if self.error is not None:
+                    log.info("%s: writing again after: %s", _name(self.source), self.error)
+                self.error, self.parked = None, False
+                return result.base_offset if code == ErrorCode.NONE else -1
+            failures += 1
+            name = _code_name(code)
+            self.error = f"{name} writing to {_name(self.target)}" + (
+                f": {result.error_message}" if result.error_message else "")
+            if code in _NEW_PRODUCER:
+                log.warning("%s: %s; taking a new producer id", _name(self.source), self.error)
+                generation = producer.generation
+                producer.renew_requested.set()
+                while producer.generation == generation and not self.stopped:
+                    await producer.renewed.wait()
+                continue
+            if is_retriable(code):
+                if failures in (3, 30) or failures % 300 == 0:
+                    log.warning("%s: %s (attempt %d); retrying", _name(self.source), self.error, failures)
+                await trio.sleep(backoff.delay(failures))
+                continue
+            # Not retriable as it is (too large for the target, refused by an ACL, ...): park the
+            # partition and try again slowly, in case the target's settings change.
+            if not self.parked:
+                log.error("%s: parked: %s", _name(self.source), self.error)
+            self.parked = True
+            await trio.sleep(PARK_BACKOFF.delay(failures))
+        return None
+
+
+def _trimmed(data: memoryview, pos: int, first: int) -> tuple[bytearray, int, int]:
+    """The batch at `pos` without its records below offset `first`, offsets kept relative to the
+    first record kept: (batch, its upstream base offset, its last offset delta)."""
+    header, records = decode_batch(data, pos)
+    kept = [r for r in records if r.offset >= first]
+    base = kept[0].offset
+    batch = build_batch(
+        [Record(r.key, r.value, r.headers, r.timestamp) for r in kept],
+        compression=header.compression,
+        timestamp_type=header.timestamp_type,
+        offset_deltas=[r.offset - base for r in kept],
+    )
+    return bytearray(batch), base, kept[-1].offset - base
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
+
+
+def _code_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error {code}"

@@ -1,0 +1,56 @@
+"""The mirror's YAML config: MM2's knob names, defaults, and errors with line and key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mirror.config import load_mirror_config
+from topology import TopologyError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "mirror.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_defaults(tmp_path: Path) -> None:
+    config = load_mirror_config(write(tmp_path, "source: {alias: east, bootstrap: 'a:1'}\n"
+                                                "target: {alias: west, bootstrap: 'b:2'}\n"))
+    assert config.display_name == "east->west"
+    assert config.naming == "default" and config.separator == "."
+    assert config.refresh_topics_s == 5.0 and config.offset_lag_max == 100
+    assert config.offset_syncs_location == "source" and config.replication_factor == -1
+    assert config.topics.matches("orders") and not config.topics.matches("__consumer_offsets", (r"__.*",))
+
+
+def test_mm2_names(tmp_path: Path) -> None:
+    config = load_mirror_config(write(tmp_path, """\
+source: {alias: east, bootstrap: 'a:1'}
+target: {alias: west, bootstrap: 'b:2'}
+topics: {include: ['orders.*'], exclude: ['orders-test']}
+refresh.topics.interval.seconds: 2
+offset.lag.max: 10
+offset-syncs.topic.location: target
+replication.policy.separator: _
+"""))
+    assert config.refresh_topics_s == 2 and config.offset_lag_max == 10
+    assert config.offset_syncs_location == "target" and config.separator == "_"
+    assert config.topics.matches("orders.eu") and not config.topics.matches("orders-test")
+
+
+def test_errors_name_line_and_key(tmp_path: Path) -> None:
+    path = write(tmp_path, """\
+source: {alias: east, bootstrap: 'a:1'}
+target: {alias: east, bootstrap: 'b:2'}
+topics: {include: ['(']}
+offset.lag.maxx: 3
+""")
+    with pytest.raises(TopologyError) as info:
+        load_mirror_config(path)
+    text = str(info.value)
+    assert f"{path}:2:1: target: source and target have the same alias 'east'" in text
+    assert f"{path}:3:10: topics.include: '(' is not a regular expression" in text
+    assert f"{path}:4:1: offset.lag.maxx: unknown key 'offset.lag.maxx'" in text
