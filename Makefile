@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # Debian packages the tests drive: kcat is one of the real clients that judge the broker.
 SYSTEM_PACKAGES := kcat
 
-.PHONY: install up test test-fast system-deps constraints lint typecheck bench clean
+.PHONY: install up test test-fast chaos system-deps constraints lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,12 @@ test: install system-deps
 # Unit tests only: no processes, no real clients.
 test-fast: install
 	$(BIN)/python -m pytest -q tests/unit
+
+# The long chaos matrix: real processes, seeded faults over the emulated WAN link and on the
+# processes; prints one line per scenario, exits 1 on anything lost, reordered or corrupted.
+# SEED=N picks another schedule.
+chaos: install
+	$(BIN)/python -m deploy.chaos --seed $(or $(SEED),1)
 
 lint: install
 	$(BIN)/ruff check .

@@ -7,6 +7,8 @@ Subcommands:
   up, status, down   a whole topology on this machine
   topology           check, explain or draw a topology file
   topics             list, create, describe, alter, delete topics (like kafka-topics)
+  groups             list, describe, reset, delete consumer groups (like kafka-consumer-groups)
+  produce, consume   records from stdin / to stdout (like kafka-console-producer/-consumer)
   mirror             copy topics between clusters, as MirrorMaker 2
 """
 
@@ -112,11 +114,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="a standalone broker with a 'demo' topic on 127.0.0.1:9092")
     _add_broker_arguments(demo)
 
-    from deploy import launch_cli, mirror_cli, topics_cli, topology_cli, wan_cli
+    from deploy import console_cli, groups_cli, launch_cli, mirror_cli, topics_cli, topology_cli, wan_cli
 
     launch_cli.register(commands)
     mirror_cli.register(commands)
     topics_cli.register(commands)
+    groups_cli.register(commands)
+    console_cli.register(commands)
     topology_cli.register(commands)
     wan_cli.register(commands)
     return parser

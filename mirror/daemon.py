@@ -33,6 +33,7 @@ from broker.storage.checkpoints import write_atomically
 from mirror.config import INTERNAL_TOPICS, MirrorConfig
 from mirror.fetcher import FetchLane, FetchSettings
 from mirror.formats import Heartbeat, OffsetSync, decode_position, encode_position
+from mirror.groups import run_group_checkpoints
 from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
 from mirror.offset_sync import SyncStore
 from mirror.partition import PartitionMirror, ProducerIdentity
@@ -291,6 +292,8 @@ async def _run(mirror: Mirror) -> None:
         nursery.start_soon(_flush_loop, mirror)
         if mirror.config.heartbeats_s > 0:
             nursery.start_soon(_heartbeat_loop, mirror)
+        if mirror.config.checkpoints_s > 0:
+            nursery.start_soon(run_group_checkpoints, mirror)
         await _discovery_loop(mirror, nursery)
 
 

@@ -7,10 +7,11 @@ checks and the tests. It speaks only standard Kafka, so it works against Apache 
         fetched = await fetch(client, {TopicPartition("events", 0): 0})
 
 Layers: `connection` (one broker, pipelined requests, version negotiation), `cluster`
-(bootstrap, metadata, leaders, reconnect with backoff), and on top `admin`, `produce`, `fetch`.
+(bootstrap, metadata, leaders, reconnect with backoff), and on top `admin`, `groups` (consumer
+group administration), `produce`, `fetch`.
 """
 
-from broker.client import admin
+from broker.client import admin, groups
 from broker.client.cluster import (
     Backoff,
     BrokerInfo,
@@ -29,6 +30,19 @@ from broker.client.connection import (
     open_connection,
 )
 from broker.client.fetch import FetchedPartition, decode_records, fetch, whole_batches
+from broker.client.groups import (
+    CommittedOffset,
+    GroupDescription,
+    GroupListing,
+    MemberDescription,
+    commit_offsets,
+    delete_groups,
+    delete_offsets,
+    describe_groups,
+    fetch_offsets,
+    find_coordinator,
+    list_groups,
+)
 from broker.client.produce import (
     IdempotentProducer,
     ProduceResult,
@@ -45,20 +59,32 @@ __all__ = [
     "Client",
     "ClientError",
     "ClusterMetadata",
+    "CommittedOffset",
     "ConnectionFailed",
     "ErrorCode",
     "FetchedPartition",
+    "GroupDescription",
+    "GroupListing",
     "IdempotentProducer",
     "KafkaError",
+    "MemberDescription",
     "PartitionMetadata",
     "ProduceResult",
     "RequestTimeout",
     "TopicMetadata",
     "TopicPartition",
     "admin",
+    "commit_offsets",
     "decode_records",
+    "delete_groups",
+    "delete_offsets",
+    "describe_groups",
+    "groups",
     "fetch",
+    "fetch_offsets",
+    "find_coordinator",
     "init_idempotent_producer",
+    "list_groups",
     "open_client",
     "open_connection",
     "produce",

@@ -7,7 +7,7 @@ real processes and the records come from librdkafka.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -28,18 +28,6 @@ from tests.support.polling import wait_for
 DEADLINE_S = 60.0
 
 
-@pytest.fixture
-def east(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "east", topics=("orders:3",)).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def west(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "west").start()
-    yield process
-    process.stop()
 
 
 def config_for(east: BrokerProcess, west: BrokerProcess, **extra: object) -> MirrorConfig:

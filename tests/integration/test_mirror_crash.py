@@ -9,10 +9,8 @@ import signal
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import trio
 from confluent_kafka import Producer
 
@@ -27,18 +25,6 @@ REPO = Path(__file__).resolve().parents[2]
 RECORDS = 6000
 
 
-@pytest.fixture
-def east(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "east", topics=("orders:3",)).start()
-    yield process
-    process.stop()
-
-
-@pytest.fixture
-def west(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "west").start()
-    yield process
-    process.stop()
 
 
 def start_mirror(config: Path, log: Path, status: Path) -> subprocess.Popen[str]:

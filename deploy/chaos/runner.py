@@ -1,0 +1,518 @@
+"""One chaos scenario, end to end, with real processes; and a matrix of them.
+
+A scenario starts a rig: the WAN emulator (`causeway wan`), a source broker with a LOCAL listener
+and a WAN listener that advertises the link proxy's address, a target broker, and a mirror
+(`causeway mirror`) that reaches the source only through the proxy, so faults on the proxy hit
+its fetches. Then it produces numbered records to the source (locally, as the source datacenter's
+applications do) while a seeded schedule of faults runs, heals, waits (bounded, polling the
+target's end offsets and last records) until the mirror has caught up, reads both sides whole
+and checks them (`deploy.chaos.checker`).
+
+Duplicates are allowed only in a scenario that crashed the mirror, and only as replays that start
+right after the position checkpoint the restarted mirror resumed from (read from
+`mm2-offsets.<source>.internal` while the mirror was down). Everything else the checker counts
+fails the scenario, as do a producer that gave up and a process that died on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trio
+from toxiproxy import Toxiproxy  # type: ignore[import-untyped]
+
+from broker.client import Client, ConnectionFailed, KafkaError, admin, init_idempotent_producer, open_client
+from broker.protocol.errors import ErrorCode
+from broker.protocol.records import DecodedRecord
+from deploy.chaos.checker import Report, check
+from deploy.chaos.faults import LINK_FAULTS, Applied, LinkProxy, Step, call_blocking, make_schedule, run_schedule
+from deploy.chaos.payload import read_payload
+from deploy.chaos.workload import (
+    ProducerStats,
+    Workload,
+    end_offsets,
+    last_records,
+    produce_sequenced,
+    read_partition,
+    read_topic,
+)
+from deploy.supervisor import ProcessSpec, Supervised, supervise
+
+__all__ = ["MATRIX", "PROFILE", "Rig", "Scenario", "ScenarioResult", "format_table", "run_matrix", "run_scenario"]
+
+log = logging.getLogger(__name__)
+
+SOURCE_ALIAS = "east"
+TARGET_ALIAS = "west"
+TOPIC = "orders"
+REMOTE_TOPIC = f"{SOURCE_ALIAS}.{TOPIC}"
+POSITIONS_TOPIC = f"mm2-offsets.{SOURCE_ALIAS}.internal"
+
+BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
+WAN_READY = re.compile(r"^causeway wan ready: http://(\S+)$")
+MIRROR_READY = re.compile(r"^causeway mirror ready: ")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """What one scenario does: `steps` faults drawn from `faults` while `records` records are
+    produced over `partitions` partitions at `rate` records/s; the link has `link_latency_ms`
+    of latency each way throughout; the mirror checkpoints every `flush_interval_ms`."""
+
+    name: str
+    faults: tuple[str, ...]
+    steps: int
+    records: int = 3000
+    partitions: int = 3
+    rate: float = 300.0
+    link_latency_ms: int = 10
+    flush_interval_ms: int = 500
+    catch_up_timeout_s: float = 120.0
+    deadline_s: float = 600.0  # the whole scenario, start to stop
+
+    @property
+    def window_s(self) -> float:
+        return self.records / self.rate
+
+    @property
+    def crashes_mirror(self) -> bool:
+        return "mirror-kill" in self.faults
+
+
+# The short seeded profile of `make test` (tests/chaos): every link fault once, two mirror
+# crashes, a restart of each broker; a few thousand records in under a minute of faults.
+PROFILE: tuple[Scenario, ...] = (
+    Scenario("profile-link", LINK_FAULTS, steps=len(LINK_FAULTS), records=3600),
+    Scenario("profile-mirror-kill", ("mirror-kill",), steps=2, records=2400),
+    Scenario("profile-restarts", ("source-restart", "target-restart"), steps=2, records=2400),
+)
+
+# `make chaos`: each fault alone, repeated, then mixtures; more records, a 20 ms link.
+MATRIX: tuple[Scenario, ...] = (
+    *(Scenario(f, (f,), steps=3, records=9000, rate=600, link_latency_ms=20) for f in LINK_FAULTS),
+    Scenario("mirror-kill", ("mirror-kill",), steps=3, records=9000, rate=600, link_latency_ms=20),
+    Scenario("source-restart", ("source-restart",), steps=2, records=9000, rate=600, link_latency_ms=20),
+    Scenario("target-restart", ("target-restart",), steps=2, records=9000, rate=600, link_latency_ms=20),
+    Scenario("source-kill", ("source-kill",), steps=2, records=9000, rate=600, link_latency_ms=20),
+    Scenario("target-kill", ("target-kill",), steps=2, records=9000, rate=600, link_latency_ms=20),
+    Scenario("mixed-link", LINK_FAULTS, steps=10, records=15000, rate=600, link_latency_ms=20),
+    Scenario("mixed-all", (*LINK_FAULTS, "mirror-kill", "source-restart", "target-restart"), steps=12,
+             records=18000, rate=600, link_latency_ms=20),
+)
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (the kernel's pick for port 0); allocated once, so a
+    restarted process comes back on the same address."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "deploy.cli", *args]
+
+
+class Service:
+    """One child process under `deploy.supervisor.supervise`, startable and stoppable at will.
+
+    A child that dies on its own is restarted by the supervisor and counted in
+    `unexpected_restarts`; `stop` and `kill` end it for good until the next `start`.
+    """
+
+    def __init__(self, spec: ProcessSpec) -> None:
+        self.spec = spec
+        self.state: Supervised | None = None
+        self.unexpected_restarts = 0
+        self._scope: trio.CancelScope | None = None
+        self._finished: trio.Event | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._finished is not None and not self._finished.is_set()
+
+    @property
+    def pid(self) -> int | None:
+        return self.state.pid if self.state is not None and self.running else None
+
+    async def start(self, nursery: trio.Nursery) -> str:
+        """Start the child and return its ready line; raises deploy.supervisor.StartFailed."""
+        if self.running:
+            raise RuntimeError(f"{self.spec.name} is already running")
+        ready: str = await nursery.start(self._run)
+        return ready
+
+    async def _run(self, *, task_status: trio.TaskStatus[str]) -> None:
+        state = self.state = Supervised(self.spec)
+        finished = self._finished = trio.Event()
+        try:
+            with trio.CancelScope() as scope:
+                self._scope = scope
+                await supervise(state, task_status=task_status)
+        finally:
+            self.unexpected_restarts += state.restarts
+            finished.set()
+
+    async def stop(self) -> None:
+        """SIGTERM, a grace period, SIGKILL (the supervisor's stop); returns once it is gone."""
+        if self._scope is not None and self._finished is not None:
+            self._scope.cancel()
+            with trio.CancelScope(shield=True):
+                await self._finished.wait()
+
+    async def kill(self) -> None:
+        """SIGKILL: a crash, no chance to flush or checkpoint; returns once it is gone."""
+        pid = self.pid
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+        await self.stop()
+
+
+@dataclass
+class Rig:
+    """The processes of one scenario and the link between the datacenters."""
+
+    scenario: Scenario
+    work_dir: Path
+    nursery: trio.Nursery
+    ports: dict[str, int] = field(default_factory=dict)
+    services: dict[str, Service] = field(default_factory=dict)
+    wan_api: str = ""
+    proxy: LinkProxy | None = None
+    # Per mirror crash, per partition: the source offset the restarted mirror resumes from.
+    resume_points: list[dict[int, int]] = field(default_factory=list)
+    _crashed: bool = False
+
+    @property
+    def link(self) -> LinkProxy:
+        assert self.proxy is not None, "the rig is not up"
+        return self.proxy
+
+    @property
+    def source_local(self) -> str:
+        return f"127.0.0.1:{self.ports['source']}"
+
+    @property
+    def source_via_link(self) -> str:
+        return f"127.0.0.1:{self.ports['proxy']}"
+
+    @property
+    def target_local(self) -> str:
+        return f"127.0.0.1:{self.ports['target']}"
+
+    def _spec(self, name: str, argv: list[str], ready: re.Pattern[str]) -> ProcessSpec:
+        return ProcessSpec(name, argv, self.work_dir / "logs" / f"{name}.log", ready)
+
+    async def up(self) -> None:
+        """Start everything, in dependency order. Raises StartFailed naming what did not start."""
+        self.ports = {name: free_port() for name in ("source", "source_wan", "proxy", "target")}
+        wan = self.services["wan"] = Service(self._spec("wan", _cli("wan", "--api", "127.0.0.1:0"), WAN_READY))
+        match = WAN_READY.match(await wan.start(self.nursery))
+        assert match is not None
+        self.wan_api = match.group(1)
+        host, _, port = self.wan_api.rpartition(":")
+        # toxiproxy-python keeps its API address in class attributes: one emulator at a time.
+        server = Toxiproxy()
+        server.update_api_consumer(host, int(port))
+
+        p = self.ports
+        source_argv = _cli("broker", "--data-dir", str(self.work_dir / "source"),
+                           "--override", f"listeners=LOCAL://127.0.0.1:{p['source']},WAN://127.0.0.1:{p['source_wan']}",
+                           "--override",
+                           f"advertised.listeners=LOCAL://127.0.0.1:{p['source']},WAN://127.0.0.1:{p['proxy']}",
+                           "--override", "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN:PLAINTEXT",
+                           "--override", "inter.broker.listener.name=LOCAL",
+                           "--topic", f"{TOPIC}:{self.scenario.partitions}")
+        self.services["source"] = Service(self._spec("source-broker", source_argv, BROKER_READY))
+        target_argv = _cli("broker", "--data-dir", str(self.work_dir / "target"), "--listen", self.target_local)
+        self.services["target"] = Service(self._spec("target-broker", target_argv, BROKER_READY))
+        await self.start_broker("source")
+        await self.start_broker("target")
+
+        self.proxy = await call_blocking(server.create, upstream=f"127.0.0.1:{p['source_wan']}",
+                                 name=f"{SOURCE_ALIAS}-to-{TARGET_ALIAS}", listen=self.source_via_link)
+        if self.scenario.link_latency_ms:
+            for stream in ("downstream", "upstream"):
+                await call_blocking(self.link.add_toxic, name=f"link_latency_{stream}", type="latency", stream=stream,
+                            attributes={"latency": self.scenario.link_latency_ms, "jitter": 0})
+
+        config = {
+            "name": "chaos",
+            "source": {"alias": SOURCE_ALIAS, "bootstrap": self.source_via_link},
+            "target": {"alias": TARGET_ALIAS, "bootstrap": self.target_local},
+            "topics": {"include": [re.escape(TOPIC)]},
+            "refresh.topics.interval.seconds": 0.5,
+            "offset.flush.interval.ms": self.scenario.flush_interval_ms,
+            "emit.heartbeats.interval.seconds": 1,
+        }
+        config_file = self.work_dir / "mirror.yaml"
+        config_file.write_text(json.dumps(config, indent=2) + "\n")  # noqa: ASYNC240 - small, once
+        mirror_argv = _cli("mirror", "--config", str(config_file),
+                           "--status-file", str(self.work_dir / "mirror-status.json"))
+        self.services["mirror"] = Service(self._spec("mirror", mirror_argv, MIRROR_READY))
+        await self.start_mirror()
+
+    async def down(self) -> None:
+        """Stop everything (mirror first); safe to call whatever state the rig is in."""
+        for name in ("mirror", "target", "source", "wan"):
+            service = self.services.get(name)
+            if service is not None:
+                await service.stop()
+
+    # -- what faults act on (deploy.chaos.faults.FaultTarget) ------------------------------------
+
+    async def crash_mirror(self) -> None:
+        await self.services["mirror"].kill()
+        self._crashed = True
+
+    async def start_mirror(self) -> None:
+        if self._crashed:
+            # The mirror is down, so its positions cannot move: the restart resumes from these.
+            self.resume_points.append(await self.stored_positions())
+            self._crashed = False
+        await self.services["mirror"].start(self.nursery)
+
+    async def stop_broker(self, side: str, *, hard: bool) -> None:
+        service = self.services[side]
+        await (service.kill() if hard else service.stop())
+
+    async def start_broker(self, side: str) -> None:
+        await self.services[side].start(self.nursery)
+
+    async def stored_positions(self) -> dict[int, int]:
+        """Where a mirror starting now resumes, per partition: just after its checkpointed
+        position in `mm2-offsets.<source>.internal` (Kafka Connect's JSON offset records), or at
+        the source's log start (0 here) when it has none."""
+        async with open_client(self.target_local, client_id="chaos-positions", request_timeout_s=10) as client:
+            described = await admin.describe_topics(client, [POSITIONS_TOPIC])
+            records = []
+            if POSITIONS_TOPIC in described:
+                for p in range(described[POSITIONS_TOPIC].partition_count):
+                    records += await read_partition(client, POSITIONS_TOPIC, p, timeout_s=30)
+        stored: dict[int, int] = {}
+        for r in records:
+            position = _decode_position(r.key, r.value)
+            if position is not None:
+                stored[position[0]] = position[1]
+        return {p: stored[p] + 1 if p in stored else 0 for p in range(self.scenario.partitions)}
+
+    def unexpected_restarts(self) -> dict[str, int]:
+        return {name: s.unexpected_restarts for name, s in self.services.items() if s.unexpected_restarts}
+
+
+def _decode_position(key: bytes | None, value: bytes | None) -> tuple[int, int] | None:
+    """(partition, last mirrored offset) of one of our topic's position records, else None."""
+    try:
+        connector, where = json.loads(key or b"")
+        offset = json.loads(value)["offset"] if value is not None else None
+    except (ValueError, TypeError, KeyError):
+        return None
+    if not isinstance(where, dict) or where.get("cluster") != SOURCE_ALIAS or where.get("topic") != TOPIC:
+        return None
+    partition = where.get("partition")
+    if not isinstance(partition, int) or not isinstance(offset, int):
+        return None
+    return partition, offset
+
+
+@dataclass
+class ScenarioResult:
+    scenario: Scenario
+    seed: int
+    schedule: list[Step]
+    applied: list[Applied] = field(default_factory=list)
+    producer: ProducerStats = field(default_factory=ProducerStats)
+    report: Report | None = None
+    catch_up_s: float | None = None
+    mirror_crashes: int = 0
+    unexpected_restarts: dict[str, int] = field(default_factory=dict)
+    error: str | None = None
+    work_dir: Path | None = None
+
+    def failures(self) -> list[str]:
+        """Why the scenario fails; empty when it passes."""
+        out = []
+        if self.error is not None:
+            out.append(f"error: {self.error}")
+        if self.producer.failed:
+            out.append(f"producer gave up: {self.producer.failed}")
+        if self.unexpected_restarts:
+            out.append(f"processes died on their own and were restarted: {self.unexpected_restarts}")
+        if self.report is None:
+            if self.error is None:
+                out.append("no report")
+            return out
+        for category in ("lost", "tail", "reordered", "corrupted", "unexpected", "source_anomalies"):
+            if self.report.total(category):
+                out.append(f"{self.report.total(category)} {category}")
+        if self.report.total("duplicated") and not self.mirror_crashes:
+            out.append(f"{self.report.total('duplicated')} duplicated without a mirror crash")
+        elif self.report.total("unexplained_duplicates"):
+            out.append(f"{self.report.total('unexplained_duplicates')} duplicated outside a replay from a checkpoint")
+        replays = {p: r.duplicate_runs for p, r in self.report.partitions.items()
+                   if r.duplicate_runs > self.mirror_crashes}
+        if replays and self.mirror_crashes:
+            out.append(f"more replays than mirror crashes ({self.mirror_crashes}) in partitions {replays}")
+        if self.catch_up_s is None:
+            out.append(f"the mirror did not catch up within {self.scenario.catch_up_timeout_s:.0f}s")
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures()
+
+    def describe(self) -> str:
+        """The schedule, the figures, and on failure the reasons and the checker's examples."""
+        lines = [f"scenario {self.scenario.name} (seed {self.seed}): {'pass' if self.passed else 'FAIL'}"]
+        lines += [f"  fault {a.step.describe()}" + (f" [error {a.error}]" if a.error else "") for a in self.applied]
+        lines.append(f"  produced {self.producer.acked_count} acknowledged records "
+                     f"({self.producer.attempts} sends, {self.producer.retries} retried); "
+                     f"mirror crashes {self.mirror_crashes}; catch-up "
+                     + (f"{self.catch_up_s:.1f}s" if self.catch_up_s is not None else "timed out"))
+        if self.report is not None:
+            explained = self.mirror_crashes and not self.report.total("unexplained_duplicates")
+            summary = self.report.summary(skip=("duplicated",) if explained else ())
+            lines += ["  " + line for line in summary.splitlines()]
+        lines += [f"  FAILED: {f}" for f in self.failures()]
+        if self.work_dir is not None and not self.passed:
+            lines.append(f"  logs: {self.work_dir / 'logs'}")
+        return "\n".join(lines)
+
+
+async def run_scenario(scenario: Scenario, *, seed: int, work_dir: Path) -> ScenarioResult:
+    """Run one scenario in `work_dir` (data, logs, the mirror's config); never raises for what
+    goes wrong inside it: the result says (`error`, `failures()`). Every process it started
+    has stopped when it returns."""
+    schedule = make_schedule(seed, scenario.faults, scenario.steps, scenario.window_s)
+    result = ScenarioResult(scenario, seed, schedule, work_dir=work_dir)
+    work_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
+    try:
+        with trio.fail_after(scenario.deadline_s):
+            async with trio.open_nursery() as nursery:
+                rig = Rig(scenario, work_dir, nursery)
+                try:
+                    await rig.up()
+                    await _exercise(rig, result)
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(120):
+                        await rig.down()
+                    result.unexpected_restarts = rig.unexpected_restarts()
+                    nursery.cancel_scope.cancel()
+    except Exception as exc:  # reported in the result: one scenario's failure must not stop a matrix
+        log.exception("scenario %s failed", scenario.name)
+        result.error = "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(exc))
+    return result
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or `exc` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+async def _exercise(rig: Rig, result: ScenarioResult) -> None:
+    scenario = rig.scenario
+    run = f"{scenario.name}-{result.seed}"
+    workload = Workload(TOPIC, scenario.partitions, scenario.records, scenario.rate, run)
+    async with open_client(rig.source_local, client_id="chaos-producer", request_timeout_s=10) as source:
+        producer = await init_idempotent_producer(source, timeout_s=30)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(produce_sequenced, producer, workload, result.producer)
+            nursery.start_soon(run_schedule, result.schedule, rig, result.applied)
+        result.mirror_crashes = len(rig.resume_points)
+        healed = trio.current_time()
+        caught_up = await _wait_caught_up(rig, source, scenario)
+        result.catch_up_s = None if caught_up is None else caught_up - healed
+        source_records = await read_topic(source, TOPIC, scenario.partitions)
+    async with open_client(rig.target_local, client_id="chaos-reader", request_timeout_s=10) as target:
+        target_records = await read_topic(target, REMOTE_TOPIC, scenario.partitions)
+    # Where a replay may start: after a crash, the resume point of each partition.
+    replay_starts: dict[int, set[int]] = {p: set() for p in range(scenario.partitions)}
+    for points in rig.resume_points:
+        for p, offset in points.items():
+            replay_starts[p].add(offset)
+    result.report = check(source_records, target_records, acked=result.producer.acked, run=run,
+                          replay_starts=replay_starts)
+
+
+async def _wait_caught_up(rig: Rig, source: Client, scenario: Scenario) -> float | None:
+    """Poll the target until every partition of the remote topic ends with the source's last
+    record (its end offset at least the source's, its last record the same one); returns when
+    that happened (trio time), or None after `catch_up_timeout_s`. Order is kept by a correct
+    mirror, so the last record arriving means the mirror has reached the source's end."""
+    source_ends = await end_offsets(source, TOPIC, scenario.partitions, timeout_s=30)
+    source_last = await last_records(source, TOPIC, source_ends, timeout_s=30)
+
+    def identity(record: DecodedRecord | None) -> tuple[str, int, int] | None:
+        if record is None:
+            return None
+        p = read_payload(record.key, record.value, record.headers, record.timestamp)
+        return None if p is None else (p.run, p.partition, p.seq)
+
+    wanted = {p: identity(r) for p, r in source_last.items()}
+    async with open_client(rig.target_local, client_id="chaos-catch-up", request_timeout_s=5) as target:
+        with trio.move_on_after(scenario.catch_up_timeout_s):
+            while True:
+                try:
+                    ends = await end_offsets(target, REMOTE_TOPIC, scenario.partitions, timeout_s=5)
+                    if all(ends[p] >= source_ends[p] for p in source_ends):
+                        last = await last_records(target, REMOTE_TOPIC, ends, timeout_s=5)
+                        if all(identity(last[p]) == wanted[p] for p in wanted):
+                            return trio.current_time()
+                except (KafkaError, ConnectionFailed) as exc:  # e.g. the remote topic not made yet
+                    if not (isinstance(exc, KafkaError) and exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                        log.debug("catch-up poll: %s", exc)
+                await trio.sleep(0.2)
+    return None
+
+
+def format_table(results: Sequence[ScenarioResult]) -> str:
+    """One line per scenario: what `python -m deploy.chaos` prints."""
+    header = ("scenario", "seed", "faults", "records", "lost", "dup", "reordered", "corrupted", "unexpected",
+              "catch-up", "verdict")
+    rows = [header]
+    for r in results:
+        rep = r.report
+
+        def n(category: str, rep: Report | None = rep) -> str:
+            return "-" if rep is None else str(rep.total(category))
+
+        lost = "-" if rep is None else str(rep.total("lost") + rep.total("tail"))
+        rows.append((
+            r.scenario.name, str(r.seed), str(len(r.applied)), "-" if rep is None else str(rep.source_records),
+            lost, n("duplicated"), n("reordered"), n("corrupted"), n("unexpected"),
+            "-" if r.catch_up_s is None else f"{r.catch_up_s:.1f}s", "pass" if r.passed else "FAIL",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths,
+                                                                                                   strict=True)))
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+async def run_matrix(scenarios: Sequence[Scenario], *, seed: int, work_dir: Path, keep: bool = False,
+                     on_result: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
+    """Run scenarios one after another (scenario i uses seed + i); a passing scenario's
+    directory is removed unless `keep`. `on_result(result)` hears of each as it finishes."""
+    results = []
+    for i, scenario in enumerate(scenarios):
+        result = await run_scenario(scenario, seed=seed + i, work_dir=work_dir / f"{i:02d}-{scenario.name}")
+        results.append(result)
+        if result.passed and not keep:
+            shutil.rmtree(result.work_dir or work_dir, ignore_errors=True)
+        if on_result is not None:
+            on_result(result)
+    return results
+

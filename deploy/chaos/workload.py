@@ -1,0 +1,236 @@
+"""The chaos workload: a producer of numbered records, and a reader of whole partitions.
+
+The producer writes `deploy.chaos.payload` records idempotently (acks=all, one batch in flight
+per partition) at a bounded rate for a bounded count, and keeps the sequence numbers each
+partition's leader acknowledged. A send that fails for a reason that may pass (the broker is
+restarting, the connection dropped) is sent again with the same records: the idempotent
+producer's sequence number is unchanged after a failure, so a first attempt that did land is
+not written twice. A partition whose sends keep failing past a deadline stops and says why; it
+never skips ahead, since a later batch would then carry the sequence number of a lost one.
+
+The reader reads partitions from their log start to the end offset seen when it began.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch
+from broker.client.admin import EARLIEST, LATEST
+from broker.client.produce import IdempotentProducer
+from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
+from broker.protocol.records import DecodedRecord, Record, decode_batch, split_batches
+from deploy.chaos.payload import make_record
+
+__all__ = [
+    "ProducerStats",
+    "Workload",
+    "end_offsets",
+    "last_records",
+    "produce_sequenced",
+    "read_partition",
+    "read_topic",
+]
+
+log = logging.getLogger(__name__)
+
+# Send failures worth another attempt with the same records: Kafka's retriable codes, plus the
+# two the client reports when it could not tell whether the write landed.
+_AGAIN = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+_RETRY = Backoff(initial_s=0.05, max_s=1.0, jitter=0.2)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What to write: `records` in all, spread evenly over `partitions`, at most `rate` records a
+    second in batches of `batch_size`, each a `payload` record of run `run`, stamped with the
+    producer's clock (so the mirror's replication latency figures mean something)."""
+
+    topic: str
+    partitions: int
+    records: int
+    rate: float
+    run: str
+    batch_size: int = 10
+    keys: int = 16
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1 or self.records < 0 or self.rate <= 0 or self.batch_size < 1:
+            raise ValueError(f"bad workload {self}")
+
+    def count_for(self, partition: int) -> int:
+        """How many records partition `partition` gets (the first ones take the remainder)."""
+        share, extra = divmod(self.records, self.partitions)
+        return share + (1 if partition < extra else 0)
+
+
+@dataclass
+class ProducerStats:
+    """What the producer saw: per partition, the acknowledged sequence numbers in order."""
+
+    acked: dict[int, list[int]] = field(default_factory=dict)
+    attempts: int = 0
+    retries: int = 0
+    failed: dict[int, str] = field(default_factory=dict)  # partitions that gave up, and why
+    done: bool = False
+
+    @property
+    def acked_count(self) -> int:
+        return sum(len(seqs) for seqs in self.acked.values())
+
+
+async def produce_sequenced(
+    producer: IdempotentProducer,
+    workload: Workload,
+    stats: ProducerStats,
+    *,
+    give_up_after_s: float = 60.0,
+    send_timeout_s: float = 10.0,
+) -> None:
+    """Write the workload through `producer`, one task per partition, filling `stats` as
+    acknowledgements arrive; returns when every partition is done or has given up (see
+    `stats.failed`). A partition gives up when one batch stays unacknowledged for
+    `give_up_after_s`, or at once for an error that cannot pass (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER).
+    """
+    interval = workload.batch_size * workload.partitions / workload.rate  # seconds between batches
+
+    async def one_partition(partition: int) -> None:
+        acked = stats.acked.setdefault(partition, [])
+        total = workload.count_for(partition)
+        started = trio.current_time()
+        for batch_number, first in enumerate(range(0, total, workload.batch_size)):
+            # Pace by the schedule, not by the last send: a stall is followed by a catch-up.
+            await trio.sleep_until(started + batch_number * interval)
+            seqs = range(first, min(first + workload.batch_size, total))
+            now_ms = int(time.time() * 1000)
+            records = [make_record(workload.run, partition, s, timestamp_ms=now_ms, keys=workload.keys) for s in seqs]
+            error = await _send_until_acked(producer, workload.topic, partition, records, stats,
+                                            give_up_after_s, send_timeout_s)
+            if error is not None:
+                stats.failed[partition] = f"batch from seq {first}: {error}"
+                log.warning("producer: partition %d gives up: %s", partition, stats.failed[partition])
+                return
+            acked.extend(seqs)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for partition in range(workload.partitions):
+                nursery.start_soon(one_partition, partition)
+    finally:
+        stats.done = True
+
+
+async def _send_until_acked(producer: IdempotentProducer, topic: str, partition: int, records: Sequence[Record],
+                            stats: ProducerStats, give_up_after_s: float, send_timeout_s: float) -> str | None:
+    """None once acknowledged, else the reason it never was."""
+    deadline = trio.current_time() + give_up_after_s
+    failures = 0
+    while True:
+        stats.attempts += 1
+        try:
+            await producer.send(topic, partition, records, timeout_s=send_timeout_s)
+            return None
+        except KafkaError as exc:
+            if not (is_retriable(exc.code) or exc.code in _AGAIN):
+                return str(exc)
+            reason = str(exc)
+        except ConnectionFailed as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+        failures += 1
+        stats.retries += 1
+        pause = _RETRY.delay(failures)
+        if trio.current_time() + pause > deadline:
+            return f"unacknowledged for {give_up_after_s:.0f}s; last error {reason}"
+        if failures in (1, 10) or failures % 50 == 0:
+            log.info("producer: partition %d send failed (%s); attempt %d", partition, reason, failures)
+        await trio.sleep(pause)
+
+
+# -- reading back -------------------------------------------------------------------------------
+
+
+async def end_offsets(client: Client, topic: str, partitions: int, *, timeout_s: float | None = None) -> dict[int, int]:
+    """Each partition's log end offset. Raises KafkaError or ConnectionFailed."""
+    tps = {TopicPartition(topic, p): LATEST for p in range(partitions)}
+    listed = await admin.list_offsets(client, tps, timeout_s=timeout_s)
+    return {tp.partition: listed[tp].offset for tp in tps}
+
+
+async def last_records(client: Client, topic: str, ends: dict[int, int], *,
+                       timeout_s: float | None = None) -> dict[int, DecodedRecord | None]:
+    """The record just below each given end offset (None when there is none or it could not be
+    read this time). Never raises for one partition's failure."""
+    positions = {TopicPartition(topic, p): end - 1 for p, end in ends.items() if end > 0}
+    out: dict[int, DecodedRecord | None] = dict.fromkeys(ends)
+    if not positions:
+        return out
+    fetched = await fetch(client, positions, max_wait_ms=0, timeout_s=timeout_s)
+    for tp, part in fetched.items():
+        if part.error != ErrorCode.NONE:
+            continue
+        for record in _decode(part.records, positions[tp]):
+            if record.offset == positions[tp]:
+                out[tp.partition] = record
+    return out
+
+
+def _decode(data: bytes | bytearray | memoryview, from_offset: int) -> list[DecodedRecord]:
+    """The records of the whole batches in `data` at or after `from_offset`. A batch that fails
+    its CRC or does not parse becomes one placeholder per record slot (value None, which the
+    checker calls corrupted), so damage is counted rather than stopping the read."""
+    out: list[DecodedRecord] = []
+    for pos, header in split_batches(data, allow_partial_tail=True):
+        if header.is_control:
+            continue
+        try:
+            _, records = decode_batch(data, pos)
+        except KafkaError:
+            records = [DecodedRecord(header.base_offset + d, -1, None, None, ())
+                       for d in range(header.last_offset_delta + 1)]
+        out.extend(r for r in records if r.offset >= from_offset)
+    return out
+
+
+async def read_partition(client: Client, topic: str, partition: int, *, max_rounds: int = 100_000,
+                         timeout_s: float = 120.0) -> list[DecodedRecord]:
+    """Every record from the log start to the end offset (as listed when the read began), in
+    offset order.
+
+    Retriable fetch errors are retried (briefly paused) up to `max_rounds` fetches; raises
+    KafkaError for another error code or when the rounds run out, trio.TooSlowError after
+    `timeout_s`.
+    """
+    tp = TopicPartition(topic, partition)
+    with trio.fail_after(timeout_s):
+        listed = await admin.list_offsets(client, {tp: EARLIEST})
+        start = listed[tp].offset
+        end = (await admin.list_offsets(client, {tp: LATEST}))[tp].offset
+        out: list[DecodedRecord] = []
+        position = start
+        for _ in range(max_rounds):
+            if position >= end:
+                return out
+            part = (await fetch(client, {tp: position}, max_wait_ms=0))[tp]
+            if part.error != ErrorCode.NONE:
+                if is_retriable(part.error) or part.error in _AGAIN:
+                    await trio.sleep(0.1)
+                    continue
+                raise KafkaError(ErrorCode(part.error), f"reading {topic}-{partition} at {position}: "
+                                                        f"{part.error_message or ''}")
+            following = part.next_offset
+            if following is None:  # nothing whole came back: a batch larger than the fetch size
+                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"{topic}-{partition} at {position}")
+            out.extend(r for r in _decode(part.records, position) if r.offset < end)
+            position = following
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition} did not end after {max_rounds} fetches")
+
+
+async def read_topic(client: Client, topic: str, partitions: int, *,
+                     timeout_s: float = 120.0) -> dict[int, list[DecodedRecord]]:
+    """`read_partition` for partitions 0..partitions-1, one after another."""
+    return {p: await read_partition(client, topic, p, timeout_s=timeout_s) for p in range(partitions)}

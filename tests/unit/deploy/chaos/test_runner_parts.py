@@ -1,0 +1,58 @@
+"""The pure parts of the chaos runner and workload: workload shares, decoding damaged batches,
+reading the mirror's position records, the verdict, the table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.protocol.records import Record, build_batch
+from deploy.chaos.checker import check
+from deploy.chaos.faults import Step
+from deploy.chaos.runner import Scenario, ScenarioResult, _decode_position, format_table
+from deploy.chaos.workload import Workload, _decode
+from tests.unit.deploy.chaos.test_checker import RUN, at_target, records
+
+
+def test_workload_spreads_records_over_partitions() -> None:
+    w = Workload("t", 3, 10, 100.0, "r")
+    assert [w.count_for(p) for p in range(3)] == [4, 3, 3]
+
+
+def test_a_batch_failing_its_crc_reads_as_corrupted_placeholders() -> None:
+    good = build_batch([Record(b"k", b"v%d" % i) for i in range(3)])
+    damaged = bytearray(build_batch([Record(b"k", b"w%d" % i) for i in range(2)]))
+    damaged[-1] ^= 0xFF
+    # Offsets: the second batch as if it followed the first.
+    damaged[0:8] = (3).to_bytes(8, "big")
+    out = _decode(good + bytes(damaged), 1)
+    assert [r.offset for r in out] == [1, 2, 3, 4]
+    assert [r.value for r in out] == [b"v1", b"v2", None, None]
+
+
+def test_position_records_are_read_as_kafka_connect_stores_them() -> None:
+    key = b'["MirrorSourceConnector",{"cluster":"east","partition":2,"topic":"orders"}]'
+    assert _decode_position(key, b'{"offset":41}') == (2, 41)
+    assert _decode_position(key, None) is None
+    assert _decode_position(key.replace(b"orders", b"other"), b'{"offset":1}') is None
+    assert _decode_position(b"not json", b"{}") is None
+
+
+def test_verdicts_and_the_table() -> None:
+    scenario = Scenario("demo", ("mirror-kill",), steps=1, records=20, partitions=1)
+    source = {0: records(0, range(20))}
+    replayed = {0: at_target(source[0][:15] + source[0][10:])}
+    result = ScenarioResult(scenario, 1, [Step(0, "mirror-kill", 0.0, 1.0)], work_dir=Path("/nowhere"))
+    result.mirror_crashes = 1
+    result.catch_up_s = 1.25
+    result.report = check(source, replayed, run=RUN, replay_starts={0: {10}})
+    assert result.passed, result.describe()
+    result.report = check(source, replayed, run=RUN, replay_starts={0: {11}})
+    assert any("outside a replay" in f for f in result.failures())
+    result.mirror_crashes = 0
+    assert any("without a mirror crash" in f for f in result.failures())
+    lost = ScenarioResult(scenario, 2, [], report=check(source, {0: at_target(source[0][:5])}, run=RUN))
+    assert any("tail" in f for f in lost.failures()) and any("catch up" in f for f in lost.failures())
+    table = format_table([result, lost])
+    lines = table.splitlines()
+    assert lines[0].split()[:4] == ["scenario", "seed", "faults", "records"]
+    assert lines[2].split()[-1] == "FAIL" and lines[3].split()[4] == "15"  # lost + tail
