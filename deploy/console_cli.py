@@ -46,7 +46,6 @@ from broker.client import (
     produce,
 )
 from broker.client.connection import ClientError, unwrap_single_exception
-from broker.client.fetch import READ_COMMITTED, READ_UNCOMMITTED
 from broker.protocol.records import Compression, Record, TimestampType, build_batch, decode_batch, split_batches
 
 __all__ = ["kafka_partition", "murmur2", "register"]
@@ -332,7 +331,6 @@ async def _start_positions(client: Client, args: argparse.Namespace, tps: list[T
 async def _consume_loop(client: Client, args: argparse.Namespace, state: ConsumeState, formatter: Formatter,
                         write: Callable[[bytes], None]) -> None:
     reset_to = admin.EARLIEST if args.from_beginning or args.offset == "earliest" else admin.LATEST
-    isolation = READ_COMMITTED if args.isolation_level == "read_committed" else READ_UNCOMMITTED
     idle_since = trio.current_time()
     failures = 0
     while args.max_messages is None or state.count < args.max_messages:
@@ -342,8 +340,7 @@ async def _consume_loop(client: Client, args: argparse.Namespace, state: Consume
             if left <= 0:
                 return
             wait_s = min(wait_s, left)
-        fetched = await fetch(client, state.positions, max_wait_ms=max(1, int(wait_s * 1000)),
-                              isolation_level=isolation)
+        fetched = await fetch(client, state.positions, max_wait_ms=max(1, int(wait_s * 1000)))
         out = bytearray()
         errors = 0
         for tp in sorted(fetched):
@@ -534,7 +531,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     c.add_argument("--group", metavar="G", help="start from G's committed offsets and commit on exit (joins no group)")
     c.add_argument("--max-messages", type=int, metavar="N", help="exit after printing N records")
     c.add_argument("--timeout-ms", type=int, metavar="MS", help="exit when no record arrived for MS milliseconds")
-    c.add_argument("--isolation-level", default="read_uncommitted", choices=["read_uncommitted", "read_committed"])
     c.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
                    help="print.key, print.value, print.timestamp, print.offset, print.partition, print.headers "
                         "(true/false), key.separator, line.separator, headers.separator, null.literal (repeatable)")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeAlias, TypeVar
 
 import trio
 
@@ -60,6 +60,7 @@ __all__ = [
     "describe_groups",
     "fetch_offsets",
     "find_coordinator",
+    "forget_coordinator",
     "list_groups",
 ]
 
@@ -70,9 +71,11 @@ _GROUP_KEY_TYPE = 0  # FindCoordinator key type for consumer groups (1 is transa
 _COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
 _COORDINATOR_ERRORS = _COORDINATOR_MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
-# group id -> coordinator, per client; dropped with the client.
 T = TypeVar("T")
+K = TypeVar("K")
+_Answer: TypeAlias = T | KafkaError  # a group's result, or the error the broker gave for it
 
+# group id -> coordinator, per client; dropped with the client.
 _coordinators: weakref.WeakKeyDictionary[Client, dict[str, BrokerInfo]] = weakref.WeakKeyDictionary()
 
 
@@ -266,32 +269,28 @@ async def list_groups(client: Client, *, timeout_s: float | None = None) -> list
 async def describe_groups(
     client: Client, group_ids: Iterable[str], *, timeout_s: float | None = None
 ) -> dict[str, GroupDescription]:
-    """Each group's state, protocol and members with their decoded assignments
-    (DescribeGroups to each group's coordinator, the coordinators concurrently).
+    """Each group's state, protocol and members with their decoded assignments: one
+    DescribeGroups per coordinator, the coordinators concurrently.
 
     A group the coordinator does not know comes back with state "Dead" and no members, as
     Kafka describes it (`GroupDescription.exists` is False). Raises KafkaError for a group
     with an error (GROUP_AUTHORIZATION_FAILED, ...; coordinator errors are retried until
     the deadline), ConnectionFailed when a coordinator cannot be reached in time.
     """
-    wanted = list(dict.fromkeys(group_ids))
-    out: dict[str, GroupDescription] = {}
 
-    async def describe_one(group_id: str) -> None:
-        async def ask(coordinator: BrokerInfo, remaining: float) -> GroupDescription:
-            request = DescribeGroupsRequest(groups=[group_id], include_authorized_operations=False)
-            response: DescribeGroupsResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
-            group = next((g for g in response.groups if g.group_id == group_id), None)
-            if group is None:
-                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"describe group {group_id!r}: not in the answer")
-            check_error(group.error_code, f"describe group {group_id!r}")
-            return _description(group, coordinator)
+    async def ask(coordinator: BrokerInfo, groups: list[str], remaining: float) -> dict[str, _Answer[GroupDescription]]:
+        request = DescribeGroupsRequest(groups=groups, include_authorized_operations=False)
+        response: DescribeGroupsResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
+        out: dict[str, _Answer[GroupDescription]] = {}
+        for group in response.groups:
+            code = _known_code(group.error_code)
+            if code == ErrorCode.NONE:
+                out[group.group_id] = _description(group, coordinator)
+            else:
+                out[group.group_id] = KafkaError(code, f"describe group {group.group_id!r}")
+        return out
 
-        out[group_id] = await _ask_coordinator(client, group_id, timeout_s, ask)
-
-    # One request per group keeps each group's coordinator retries its own; groups are few.
-    await _for_each(wanted, describe_one)
-    return {g: out[g] for g in wanted}
+    return await _per_coordinator(client, group_ids, timeout_s, ask)
 
 
 def _description(group: DescribeGroupsResponse.DescribedGroup, coordinator: BrokerInfo) -> GroupDescription:
@@ -315,42 +314,94 @@ def _description(group: DescribeGroupsResponse.DescribedGroup, coordinator: Brok
 async def delete_groups(
     client: Client, group_ids: Iterable[str], *, timeout_s: float | None = None
 ) -> dict[str, ErrorCode]:
-    """Delete groups (their committed offsets go with them); each group's outcome:
-    ErrorCode.NONE, NON_EMPTY_GROUP (it has active members), GROUP_ID_NOT_FOUND, ...
+    """Delete groups (their committed offsets go with them): one DeleteGroups per coordinator.
+    Each group's outcome: ErrorCode.NONE, NON_EMPTY_GROUP (it has active members),
+    GROUP_ID_NOT_FOUND, GROUP_AUTHORIZATION_FAILED, ...
 
     Coordinator errors are retried until the deadline, then raised as KafkaError, as is
     ConnectionFailed when a coordinator cannot be reached in time.
     """
-    wanted = list(dict.fromkeys(group_ids))
-    out: dict[str, ErrorCode] = {}
 
-    async def delete_one(group_id: str) -> None:
-        async def ask(coordinator: BrokerInfo, remaining: float) -> ErrorCode:
-            # Not resent after a lost connection: a second try would report GROUP_ID_NOT_FOUND
-            # for a group the first one deleted.
-            response: DeleteGroupsResponse = await client.request(
-                coordinator.node_id, DeleteGroupsRequest(groups_names=[group_id]), timeout_s=remaining,
-                idempotent=False,
-            )
-            result = next((r for r in response.results if r.group_id == group_id), None)
-            if result is None:
-                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"delete group {group_id!r}: not in the answer")
+    async def ask(coordinator: BrokerInfo, groups: list[str], remaining: float) -> dict[str, _Answer[ErrorCode]]:
+        # Not resent after a lost connection: a second try would report GROUP_ID_NOT_FOUND
+        # for a group the first one deleted.
+        response: DeleteGroupsResponse = await client.request(
+            coordinator.node_id, DeleteGroupsRequest(groups_names=groups), timeout_s=remaining, idempotent=False
+        )
+        out: dict[str, _Answer[ErrorCode]] = {}
+        for result in response.results:
             code = _known_code(result.error_code)
+            # Coordinator errors are raised so that they are retried; the others are answers.
             if code in _COORDINATOR_ERRORS:
-                raise KafkaError(code, f"delete group {group_id!r}")
-            return code
+                out[result.group_id] = KafkaError(code, f"delete group {result.group_id!r}")
+            else:
+                out[result.group_id] = code
+        return out
 
-        out[group_id] = await _ask_coordinator(client, group_id, timeout_s, ask)
-
-    await _for_each(wanted, delete_one)
-    return {g: out[g] for g in wanted}
+    return await _per_coordinator(client, group_ids, timeout_s, ask)
 
 
-async def _for_each(items: list[str], run: Callable[[str], Awaitable[None]]) -> None:
+async def _per_coordinator(
+    client: Client,
+    group_ids: Iterable[str],
+    timeout_s: float | None,
+    ask: Callable[[BrokerInfo, list[str], float], Awaitable[dict[str, _Answer[T]]]],
+) -> dict[str, T]:
+    """Find each group's coordinator, then `ask(coordinator, its groups, remaining_s)` once per
+    coordinator, concurrently. Groups whose answer is a coordinator error are looked up and asked
+    again (with backoff, until the deadline); any other error is raised."""
+    wanted = list(dict.fromkeys(group_ids))
+    results: dict[str, T] = {}
+
+    async def attempt(remaining: float) -> None:
+        deadline = trio.current_time() + remaining
+        pending = [g for g in wanted if g not in results]
+        coordinators: dict[str, BrokerInfo] = {}
+
+        async def locate(group_id: str) -> None:
+            coordinators[group_id] = await find_coordinator(client, group_id, timeout_s=remaining)
+
+        await _for_each(pending, locate)
+        by_node: dict[int, list[str]] = {}
+        for group_id in pending:
+            by_node.setdefault(coordinators[group_id].node_id, []).append(group_id)
+        retry: list[KafkaError] = []
+
+        async def ask_node(node_id: int) -> None:
+            groups = by_node[node_id]
+            try:
+                answers = await ask(coordinators[groups[0]], groups, max(0.0, deadline - trio.current_time()))
+            except (KafkaError, ConnectionFailed):
+                for group_id in groups:
+                    forget_coordinator(client, group_id)
+                raise
+            for group_id in groups:
+                answer = answers.get(group_id)
+                if answer is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"group {group_id!r} missing from the answer")
+                if isinstance(answer, KafkaError):
+                    if answer.code not in _COORDINATOR_ERRORS:
+                        raise answer
+                    if answer.code in _COORDINATOR_MOVED:
+                        forget_coordinator(client, group_id)
+                    retry.append(answer)
+                    continue
+                results[group_id] = answer
+
+        await _for_each(list(by_node), ask_node)
+        if retry:
+            raise retry[0]  # _retrying asks again for the groups still without an answer
+
+    if wanted:
+        await _retrying(client, timeout_s, attempt)
+    return {g: results[g] for g in wanted}
+
+
+async def _for_each(items: Iterable[K], run: Callable[[K], Awaitable[None]]) -> None:
     """`run(item)` for every item concurrently; the first failure is raised once all ended."""
     errors: list[Exception] = []
 
-    async def guarded(item: str) -> None:
+    async def guarded(item: K) -> None:
         try:
             await run(item)
         except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery

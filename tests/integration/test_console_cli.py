@@ -3,6 +3,7 @@ confluent-kafka: what one writes the other reads, keys, partitions and offsets i
 
 from __future__ import annotations
 
+import os
 import selectors
 import signal
 import subprocess
@@ -232,17 +233,17 @@ def test_consume_commits_on_sigterm(console_broker: BrokerProcess) -> None:
     fill_with_confluent(bootstrap, "events", 5)
     proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "consume", "--bootstrap-server", bootstrap,
                              "--topic", "events", "--group", "stopped", "--from-beginning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
     try:
         assert proc.stdout is not None
-        lines: list[str] = []
+        printed = b""
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
-            while len(lines) < 10:
-                assert sel.select(timeout=TIMEOUT_S), f"only {lines} after {TIMEOUT_S}s"
-                line = proc.stdout.readline()
-                assert line, proc.stderr.read() if proc.stderr else ""
-                lines.append(line.strip())
+            while printed.count(b"\n") < 10:  # every record shown: now stop it
+                assert sel.select(timeout=TIMEOUT_S), f"only {printed!r} after {TIMEOUT_S}s"
+                data = os.read(proc.stdout.fileno(), 65536)
+                assert data, proc.stderr.read() if proc.stderr else b""
+                printed += data
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=TIMEOUT_S) == 0
     finally:

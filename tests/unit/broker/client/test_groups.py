@@ -291,6 +291,7 @@ async def test_list_asks_every_broker_and_describe_decodes_assignments() -> None
         # Not a consumer group: its assignment bytes are its own business, kept undecoded.
         other = described["g2"].members[0]
         assert other.assignment == () and other.assignment_bytes == member.assignment_bytes
-        assert all(node == 2 for node, _ in fake.calls(ApiKey.DESCRIBE_GROUPS))
+        # Both groups have coordinator 2: one request asks it about both.
+        assert [(node, r.groups) for node, r in fake.calls(ApiKey.DESCRIBE_GROUPS)] == [(2, ["g1", "g2"])]
 
         assert await delete_groups(client, ["g1"]) == {"g1": ErrorCode.NON_EMPTY_GROUP}
