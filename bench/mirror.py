@@ -23,17 +23,18 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import ceiling, clients
 from bench.clients import Throughput as Copy
-from deploy.launcher.launch import free_port
+from deploy.launcher.launch import free_port, link_toxics, wan_request
+from deploy.launcher.plan import LinkPlan
 from tests.support.broker import BrokerProcess
 
 PARTITIONS = 4
@@ -125,12 +126,6 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
     return Copy(count, size, elapsed)
 
 
-def _wan(api: str, method: str, path: str, body: object) -> None:
-    request = urllib.request.Request(f"http://{api}{path}", method=method, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
-    urllib.request.urlopen(request, timeout=30).read()
-
-
 @contextmanager
 def wan_emulator() -> Iterator[str]:
     proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "wan", "--api", "127.0.0.1:0"], cwd=ROOT,
@@ -147,15 +142,15 @@ def wan_emulator() -> Iterator[str]:
         proc.wait(30)
 
 
-def link_ceiling_mb_s(api: str, toxics: list[dict[str, object]], total_bytes: int = 30_000_000) -> float:
+def link_ceiling_mb_s(api: str, toxics: list[dict[str, Any]], total_bytes: int = 30_000_000) -> float:
     """MB/s of raw bytes through one connection of a proxy with the link's toxics: what the
     emulated link itself delivers, the mirror's ceiling over it."""
     server = socket.create_server(("127.0.0.1", 0))
     proxy = free_port()
-    _wan(api, "POST", "/proxies", {"name": "ceiling", "listen": f"127.0.0.1:{proxy}",
+    wan_request(api, "POST", "/proxies", {"name": "ceiling", "listen": f"127.0.0.1:{proxy}",
                                    "upstream": f"127.0.0.1:{server.getsockname()[1]}"})
     for toxic in toxics:
-        _wan(api, "POST", "/proxies/ceiling/toxics", toxic)
+        wan_request(api, "POST", "/proxies/ceiling/toxics", toxic)
     received = 0
 
     def sink() -> None:
@@ -188,15 +183,12 @@ def over_wan(count: int, size: int, tmp: Path, rate_mbit: int = 100, latency_ms:
                  "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN:PLAINTEXT", "inter.broker.listener.name=LOCAL")
     with wan_emulator() as api, brokers(tmp / "wan", overrides) as (source, target):
         local_bootstrap = source.listeners["LOCAL"]
-        _wan(api, "POST", "/proxies", {"name": "link", "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{wan}"})
-        toxics: list[dict[str, object]] = []
-        for stream in ("downstream", "upstream"):
-            toxics.append({"name": f"lat_{stream}", "type": "latency", "stream": stream,
-                           "attributes": {"latency": latency_ms, "jitter": 0}})
-            toxics.append({"name": f"bw_{stream}", "type": "bandwidth", "stream": stream,
-                           "attributes": {"rate": rate_mbit * 1000 // 8}})
+        wan_request(api, "POST", "/proxies", {"name": "link", "listen": f"127.0.0.1:{proxy}",
+                                              "upstream": f"127.0.0.1:{wan}"})
+        # The toxics `causeway up` gives a link of this latency and bandwidth.
+        toxics = link_toxics(LinkPlan("a", "b", latency_ms, 0, rate_mbit * 1_000_000 // 8))
         for toxic in toxics:
-            _wan(api, "POST", "/proxies/link/toxics", toxic)
+            wan_request(api, "POST", "/proxies/link/toxics", toxic)
         link = link_ceiling_mb_s(api, toxics)
         clients.create_topic(local_bootstrap, "wan", PARTITIONS)
         clients.produce(local_bootstrap, "wan", count, size)

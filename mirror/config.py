@@ -19,8 +19,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from topology.errors import Problem, TopologyError, format_path
-from topology.loader import Positions, load_yaml, position_of
+from topology.errors import Problem, TopologyError
+from topology.loader import Positions, load_yaml
+from topology.model import schema_problems
 from topology.schema import Patterns
 
 __all__ = ["ClusterEndpoint", "MirrorConfig", "Patterns", "load_mirror_config"]
@@ -100,19 +101,11 @@ def load_mirror_config(path: Path) -> MirrorConfig:
 
 
 def mirror_config_from_data(data: object, file: str = "<config>", positions: Positions | None = None) -> MirrorConfig:
-    positions = positions or {}
+    """Raises TopologyError listing every problem (at line 1 when no `positions` are known)."""
+    positions = positions or {(): (1, 1)}
     if not isinstance(data, dict):
         raise TopologyError([Problem(file, 1, 1, "(top level)", "a mirror config is a mapping of keys")])
     try:
         return MirrorConfig.model_validate(data)
     except ValidationError as exc:
-        problems = []
-        for error in exc.errors():
-            path = tuple(error["loc"])
-            message = error["msg"]
-            if error["type"] == "extra_forbidden":
-                message = f"unknown key '{path[-1]}'"
-            message = message.removeprefix("Value error, ")
-            line, column = position_of(positions, path) if positions else (1, 1)
-            problems.append(Problem(file, line, column, format_path(path), message))
-        raise TopologyError(problems) from None
+        raise TopologyError(schema_problems(exc, file, positions)) from None

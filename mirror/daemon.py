@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
@@ -37,7 +38,7 @@ from mirror.groups import run_group_checkpoints
 from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
 from mirror.offset_sync import SyncStore
 from mirror.partition import PartitionMirror, ProducerIdentity
-from mirror.topics import COMPACTED, append, describe_topic, ensure_topic, read_whole_topic
+from mirror.topics import COMPACTED, append, ensure_topic, read_whole_topic
 
 __all__ = ["Mirror", "run_mirror"]
 
@@ -96,6 +97,31 @@ class Mirror:
     def stop(self) -> None:
         """Stop cleanly: `run_mirror` checkpoints positions once more and returns."""
         self.stop_requested.set()
+
+    async def retrying(self, what: str, step: Callable[[], Awaitable[object]], *,
+                       max_pause_s: float = math.inf) -> None:
+        """Run `step` until it succeeds, with backoff (at most `max_pause_s`) between attempts;
+        a failure shows in the status under `what` until then."""
+        failures = 0
+        while True:
+            try:
+                await step()
+            except (ClientError, KafkaError) as exc:
+                failures += 1
+                self.problems[what] = str(exc)
+                if failures in (1, 10) or failures % 100 == 0:
+                    log.warning("%s failed (%s); attempt %d, retrying with backoff", what, exc, failures)
+                await trio.sleep(min(max_pause_s, RETRY.delay(failures)))
+                continue
+            if self.problems.pop(what, None) is not None:
+                log.info("%s works again after %d failed attempts", what, failures)
+            return
+
+    async def every(self, what: str, interval_s: float, step: Callable[[], Awaitable[object]]) -> None:
+        """Run `step` now and every `interval_s` until cancelled (a failed run retried sooner)."""
+        while True:
+            await self.retrying(what, step, max_pause_s=interval_s)
+            await trio.sleep(interval_s)
 
     @property
     def source_alias(self) -> str:
@@ -214,24 +240,6 @@ async def _work(mirror: Mirror) -> None:
     await _run(mirror)
 
 
-async def _retry_until_done(mirror: Mirror, what: str, step: Callable[[], Awaitable[None]]) -> None:
-    failures = 0
-    while True:
-        try:
-            await step()
-            mirror.problems.pop(what, None)
-            if failures:
-                log.info("%s: done after %d failed attempts", what, failures)
-            return
-        except (ClientError, KafkaError) as exc:
-            failures += 1
-            delay = RETRY.delay(failures)
-            mirror.problems[what] = str(exc)
-            if failures in (1, 5) or failures % 50 == 0:
-                log.warning("%s failed (%s); attempt %d, retrying in %.1fs", what, exc, failures, delay)
-            await trio.sleep(delay)
-
-
 async def _prepare(mirror: Mirror) -> None:
     config = mirror.config
     rf = config.replication_factor
@@ -242,7 +250,7 @@ async def _prepare(mirror: Mirror) -> None:
                       mirror.policy.positions_topic(mirror.source_alias)):
             await ensure_topic(mirror.target, topic, replication_factor=rf, configs=COMPACTED)
 
-    await _retry_until_done(mirror, f"target {mirror.target_alias}", target_topics)
+    await mirror.retrying(f"target {mirror.target_alias}", target_topics)
 
     async def load_positions() -> None:
         for record in await read_whole_topic(mirror.target, mirror.policy.positions_topic(mirror.source_alias)):
@@ -255,7 +263,7 @@ async def _prepare(mirror: Mirror) -> None:
             else:
                 mirror.stored_positions[(topic, partition)] = offset
 
-    await _retry_until_done(mirror, "reading mirrored positions", load_positions)
+    await mirror.retrying("reading mirrored positions", load_positions)
     mirror.state = "waiting for the source"
 
     async def sync_topic() -> None:
@@ -271,8 +279,8 @@ async def _prepare(mirror: Mirror) -> None:
                 continue
             mirror.syncs.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
 
-    await _retry_until_done(mirror, f"offset syncs on {config.offset_syncs_location}", sync_topic)
-    await _retry_until_done(mirror, "producer id at the target", lambda: _renew_producer(mirror))
+    await mirror.retrying(f"offset syncs on {config.offset_syncs_location}", sync_topic)
+    await mirror.retrying("producer id at the target", lambda: _renew_producer(mirror))
     mirror.state = "running"
     log.info("mirror %s running: %s (%s) -> %s (%s); %d stored positions", config.display_name,
              mirror.source_alias, config.source.bootstrap, mirror.target_alias, config.target.bootstrap,
@@ -289,37 +297,22 @@ async def _run(mirror: Mirror) -> None:
         for lane in mirror.lanes:
             nursery.start_soon(lane.run)
         nursery.start_soon(_producer_renewal_loop, mirror)
-        nursery.start_soon(_flush_loop, mirror)
+        nursery.start_soon(mirror.every, "checkpointing positions", mirror.config.flush_interval_ms / 1000,
+                           partial(_flush_once, mirror))
         if mirror.config.heartbeats_s > 0:
-            nursery.start_soon(_heartbeat_loop, mirror)
+            nursery.start_soon(mirror.every, "heartbeats", mirror.config.heartbeats_s, partial(_heartbeat, mirror))
         if mirror.config.checkpoints_s > 0:
             nursery.start_soon(run_group_checkpoints, mirror)
-        await _discovery_loop(mirror, nursery)
+        await mirror.every("topic discovery", mirror.config.refresh_topics_s, partial(_discover, mirror, nursery))
 
 
 async def _producer_renewal_loop(mirror: Mirror) -> None:
     while True:
         await mirror.producer.renew_requested.wait()
-        await _retry_until_done(mirror, "new producer id at the target", lambda: _renew_producer(mirror))
+        await mirror.retrying("new producer id at the target", lambda: _renew_producer(mirror))
 
 
 # -- topics ------------------------------------------------------------------------------
-
-
-async def _discovery_loop(mirror: Mirror, nursery: trio.Nursery) -> None:
-    failures = 0
-    while True:
-        try:
-            await _discover(mirror, nursery)
-            mirror.problems.pop("topic discovery", None)
-            failures = 0
-            await trio.sleep(mirror.config.refresh_topics_s)
-        except (ClientError, KafkaError) as exc:
-            failures += 1
-            mirror.problems["topic discovery"] = str(exc)
-            if failures in (1, 5) or failures % 50 == 0:
-                log.warning("topic discovery failed (%s); attempt %d", exc, failures)
-            await trio.sleep(min(mirror.config.refresh_topics_s, RETRY.delay(failures)))
 
 
 async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
@@ -333,9 +326,10 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
         mirror.problems[f"topic {topic}"] = gone
         for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
             _stop_partition(mirror, tp)
+    target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
         remote = mirror.policy.remote_topic(mirror.source_alias, topic)
-        await _sync_topic(mirror, topic, remote, count)
+        await _sync_topic(mirror, topic, remote, count, target_topics.get(remote))
         mirror.topics[topic] = remote
         mirror.problems.pop(f"topic {topic}", None)
         new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
@@ -353,21 +347,20 @@ async def _source_configs(mirror: Mirror, topic: str) -> dict[str, str]:
     }
 
 
-async def _sync_topic(mirror: Mirror, topic: str, remote: str, count: int) -> None:
-    """Create the remote topic, or bring its partitions and configs in line with the source's."""
+async def _sync_topic(mirror: Mirror, topic: str, remote: str, count: int, remote_count: int | None) -> None:
+    """Create the remote topic (`remote_count` None: the target lacks it), or bring its
+    partitions and configs in line with the source's."""
     configs = await _source_configs(mirror, topic)
-    described = await describe_topic(mirror.target, remote)
-    if described is None:
+    if remote_count is None:
         await admin.create_topics(
             mirror.target, {remote: NewTopic(count, mirror.config.replication_factor, configs)}, exist_ok=True)
         log.info("created remote topic %s at %s: %d partitions%s", remote, mirror.target_alias, count,
                  f", configs {configs}" if configs else "")
         mirror.synced_configs[topic] = configs
         return
-    if described.partition_count < count:
+    if remote_count < count:
         await admin.create_partitions(mirror.target, {remote: count})
-        log.info("remote topic %s: partitions raised from %d to %d, as at the source", remote,
-                 described.partition_count, count)
+        log.info("remote topic %s: partitions raised from %d to %d, as at the source", remote, remote_count, count)
     if configs != mirror.synced_configs.get(topic):
         current = await admin.describe_configs(mirror.target, remote, keys=list(configs) or None)
         changes = {k: v for k, v in configs.items() if (current.get(k) is None or current[k].value != v)}
@@ -425,22 +418,6 @@ async def _flush_once(mirror: Mirror) -> None:
             mirror.syncs.add(s.topic, s.partition, s.upstream_offset, s.downstream_offset)
 
 
-async def _flush_loop(mirror: Mirror) -> None:
-    failures = 0
-    interval = mirror.config.flush_interval_ms / 1000
-    while True:
-        await trio.sleep(interval if not failures else RETRY.delay(failures))
-        try:
-            await _flush_once(mirror)
-            failures = 0
-            mirror.problems.pop("checkpointing positions", None)
-        except (ClientError, KafkaError) as exc:
-            failures += 1
-            mirror.problems["checkpointing positions"] = str(exc)
-            if failures in (1, 10) or failures % 100 == 0:
-                log.warning("checkpointing positions failed (%s); attempt %d", exc, failures)
-
-
 async def _final_flush(mirror: Mirror) -> None:
     """On a clean stop, checkpoint once more so a restart repeats nothing."""
     if not mirror.partitions:
@@ -452,19 +429,10 @@ async def _final_flush(mirror: Mirror) -> None:
             log.warning("last checkpoint of positions failed: %s", exc)
 
 
-async def _heartbeat_loop(mirror: Mirror) -> None:
-    failures = 0
-    while True:
-        beat = Heartbeat(mirror.source_alias, mirror.target_alias, int(time.time() * 1000))
-        try:
-            await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())],
-                         timeout_s=max(1.0, 5 * mirror.config.heartbeats_s))
-            failures = 0
-        except (ClientError, KafkaError) as exc:
-            failures += 1
-            if failures in (1, 10) or failures % 100 == 0:
-                log.warning("heartbeat to %s failed (%s)", mirror.target_alias, exc)
-        await trio.sleep(mirror.config.heartbeats_s)
+async def _heartbeat(mirror: Mirror) -> None:
+    beat = Heartbeat(mirror.source_alias, mirror.target_alias, int(time.time() * 1000))
+    await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())],
+                 timeout_s=max(1.0, 5 * mirror.config.heartbeats_s))
 
 
 # -- status --------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch, whole_batches
+from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode, KafkaError
 from mirror.partition import Chunk, PartitionMirror
@@ -92,10 +92,9 @@ class FetchLane:
             if code == ErrorCode.NONE:
                 pm.high_watermark = part.high_watermark
                 pm.log_start_offset = part.log_start_offset
-                whole = whole_batches(part.records)
-                following = part.next_offset
-                if len(whole) and following is not None:
-                    pm.put(Chunk(whole, len(whole)), following)
+                chunk = Chunk.of(part.records)
+                if chunk is not None:
+                    pm.put(chunk)
                 elif pm.position >= part.high_watermark:
                     self.on_idle(pm)
                 if pm.fetch_failures:

@@ -12,11 +12,12 @@ its offsets).
 from __future__ import annotations
 
 import logging
+import math
 from typing import TYPE_CHECKING
 
 import trio
 
-from broker.client import ClientError, KafkaError, TopicPartition
+from broker.client import KafkaError, TopicPartition
 from broker.client.groups import commit_offsets, describe_groups, fetch_offsets, list_groups
 from broker.protocol.errors import ErrorCode
 from mirror.config import INTERNAL_GROUPS
@@ -35,23 +36,17 @@ _INACTIVE = frozenset({"Empty", "Dead", ""})
 
 async def run_group_checkpoints(mirror: Mirror) -> None:
     emitted: dict[tuple[str, str, int], Checkpoint] = {}
-    last_sync = -float("inf")
-    failures = 0
-    while True:
-        await trio.sleep(mirror.config.checkpoints_s)
+    last_sync = -math.inf
+
+    async def step() -> None:
+        nonlocal last_sync
         sync_due = (mirror.config.sync_group_offsets
                     and trio.current_time() - last_sync >= mirror.config.sync_group_offsets_s)
-        try:
-            await checkpoint_groups(mirror, emitted, sync=sync_due)
-            if sync_due:
-                last_sync = trio.current_time()
-            failures = 0
-            mirror.problems.pop("group checkpoints", None)
-        except (ClientError, KafkaError) as exc:
-            failures += 1
-            mirror.problems["group checkpoints"] = str(exc)
-            if failures in (1, 10) or failures % 100 == 0:
-                log.warning("group checkpoints failed (%s); attempt %d", exc, failures)
+        await checkpoint_groups(mirror, emitted, sync=sync_due)
+        if sync_due:
+            last_sync = trio.current_time()
+
+    await mirror.every("group checkpoints", mirror.config.checkpoints_s, step)
 
 
 async def checkpoint_groups(mirror: Mirror, emitted: dict[tuple[str, str, int], Checkpoint], *,

@@ -24,6 +24,7 @@ import trio
 from broker.client import Backoff, Client, TopicPartition, produce_batches
 from broker.protocol.errors import ErrorCode, is_retriable
 from broker.protocol.records import (
+    BatchHeader,
     Record,
     TimestampType,
     batch_crc_ok,
@@ -35,6 +36,8 @@ from broker.protocol.records import (
 from mirror.offset_sync import SyncEmitter
 
 __all__ = ["Chunk", "PartitionMirror", "ProducerIdentity"]
+
+Buffer = bytes | bytearray | memoryview
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +75,29 @@ class ProducerIdentity:
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """Whole batches fetched from the source, in offset order."""
+    """Whole batches fetched from the source, in offset order, with each batch's position and
+    header as the fetcher parsed them (so the writer does not parse them again)."""
 
     data: memoryview
-    size: int
+    spans: list[tuple[int, BatchHeader]]
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    @classmethod
+    def of(cls, records: Buffer) -> Chunk | None:
+        """The whole batches at the start of a fetched record set (a partial last batch left
+        out), or None when there is not one whole batch."""
+        spans = split_batches(records, allow_partial_tail=True)
+        if not spans:
+            return None
+        end = spans[-1][0] + spans[-1][1].size
+        return cls(memoryview(records)[:end], spans)
+
+    @property
+    def next_offset(self) -> int:
+        return self.spans[-1][1].last_offset + 1
 
 
 @dataclass
@@ -125,10 +147,10 @@ class PartitionMirror:
     def wants_data(self) -> bool:
         return not self.stopped and self.queued_bytes < self.queue_max_bytes
 
-    def put(self, chunk: Chunk, next_position: int) -> None:
+    def put(self, chunk: Chunk) -> None:
         self._chunks.append(chunk)
         self.queued_bytes += chunk.size
-        self.position = next_position
+        self.position = chunk.next_offset
         self._ready.set()
 
     def stop(self) -> None:
@@ -179,7 +201,7 @@ class PartitionMirror:
                            backoff: Backoff) -> bool:
         data = chunk.data
         epoch = self.epoch
-        for pos, header in split_batches(data):
+        for pos, header in chunk.spans:
             if header.last_offset <= self.written_through:
                 continue  # already written (a chunk fetched again after a rewind)
             if not batch_crc_ok(data, pos, header):

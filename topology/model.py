@@ -64,7 +64,8 @@ def _suggest(name: str, known: list[str]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
-def _schema_problems(exc: ValidationError, file: str, positions: Positions) -> list[Problem]:
+def schema_problems(exc: ValidationError, file: str, positions: Positions) -> list[Problem]:
+    """pydantic's errors as Problems, each at the line of its key (or the nearest key above)."""
     problems = []
     for error in exc.errors():
         loc = tuple(error["loc"])
@@ -172,7 +173,7 @@ def load_topology(path: Path) -> Topology:
     try:
         spec = TopologySpec.model_validate(data)
     except ValidationError as exc:
-        raise TopologyError(_schema_problems(exc, file, positions)) from None
+        raise TopologyError(schema_problems(exc, file, positions)) from None
     problems = _semantic_problems(spec, file, positions)
     if problems:
         raise TopologyError(problems)

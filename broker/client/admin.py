@@ -372,6 +372,50 @@ async def _config_request(
 # -- offsets --------------------------------------------------------------------------------
 
 
+async def _ask_leaders(
+    client: Client,
+    partitions: Iterable[TopicPartition],
+    remaining: float,
+    ask_leader: Callable[[int, list[TopicPartition], float], Awaitable[None]],
+) -> None:
+    """Call `ask_leader(node_id, its partitions, deadline)` for each leader of `partitions`, the
+    leaders concurrently. Raises the first KafkaError or ConnectionFailed, after all answered."""
+    deadline = trio.current_time() + remaining
+    leaders = await client.leaders_for(partitions, timeout_s=remaining)
+    by_leader: dict[int, list[TopicPartition]] = {}
+    for tp, leader in leaders.items():
+        if isinstance(leader, KafkaError):
+            raise leader
+        by_leader.setdefault(leader.node_id, []).append(tp)
+    errors: list[Exception] = []
+
+    async def ask(node_id: int, tps: list[TopicPartition]) -> None:
+        try:
+            await ask_leader(node_id, tps, deadline)
+        except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
+            errors.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for node_id, tps in by_leader.items():
+            nursery.start_soon(ask, node_id, tps)
+    if errors:
+        raise errors[0]
+
+
+def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
+    topics: dict[str, list[TopicPartition]] = {}
+    for tp in tps:
+        topics.setdefault(tp.topic, []).append(tp)
+    return topics
+
+
+def _all_answered(wanted: Iterable[TopicPartition], out: Mapping[TopicPartition, T]) -> dict[TopicPartition, T]:
+    missing = [tp for tp in wanted if tp not in out]
+    if missing:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {missing}")
+    return {tp: out[tp] for tp in wanted}
+
+
 async def list_offsets(
     client: Client,
     specs: Mapping[TopicPartition, int],
@@ -387,32 +431,18 @@ async def list_offsets(
     """
 
     async def attempt(remaining: float) -> dict[TopicPartition, ListedOffset]:
-        deadline = trio.current_time() + remaining
-        leaders = await client.leaders_for(specs, timeout_s=remaining)
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in leaders.items():
-            if isinstance(leader, KafkaError):
-                raise leader
-            by_leader.setdefault(leader.node_id, []).append(tp)
         out: dict[TopicPartition, ListedOffset] = {}
-        errors: list[Exception] = []
 
-        async def ask(node_id: int, tps: list[TopicPartition]) -> None:
-            try:
-                await ask_leader(node_id, tps)
-            except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
-                errors.append(exc)
-
-        async def ask_leader(node_id: int, tps: list[TopicPartition]) -> None:
-            topics: dict[str, list[ListOffsetsRequest.ListOffsetsPartition]] = {}
-            for tp in tps:
-                topics.setdefault(tp.topic, []).append(
-                    ListOffsetsRequest.ListOffsetsPartition(partition_index=tp.partition, timestamp=specs[tp])
-                )
+        async def ask_leader(node_id: int, tps: list[TopicPartition], deadline: float) -> None:
             request = ListOffsetsRequest(
                 replica_id=-1,
                 isolation_level=isolation_level,
-                topics=[ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=p) for t, p in topics.items()],
+                topics=[
+                    ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=[
+                        ListOffsetsRequest.ListOffsetsPartition(partition_index=tp.partition, timestamp=specs[tp])
+                        for tp in group])
+                    for t, group in _by_topic(tps).items()
+                ],
                 timeout_ms=int(remaining * 1000),
             )
             response: ListOffsetsResponse = await client.request(
@@ -428,15 +458,8 @@ async def list_offsets(
                         offset, part.timestamp, part.leader_epoch
                     )
 
-        async with trio.open_nursery() as nursery:
-            for node_id, tps in by_leader.items():
-                nursery.start_soon(ask, node_id, tps)
-        if errors:
-            raise errors[0]
-        missing = [tp for tp in specs if tp not in out]
-        if missing:
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no offset returned for {missing}")
-        return {tp: out[tp] for tp in specs}
+        await _ask_leaders(client, specs, remaining, ask_leader)
+        return _all_answered(specs, out)
 
     return await _retrying(client, timeout_s, attempt)
 
@@ -451,30 +474,16 @@ async def delete_records(
     """
 
     async def attempt(remaining: float) -> dict[TopicPartition, int]:
-        deadline = trio.current_time() + remaining
-        leaders = await client.leaders_for(before, timeout_s=remaining)
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in leaders.items():
-            if isinstance(leader, KafkaError):
-                raise leader
-            by_leader.setdefault(leader.node_id, []).append(tp)
         out: dict[TopicPartition, int] = {}
-        errors: list[Exception] = []
 
-        async def ask(node_id: int, tps: list[TopicPartition]) -> None:
-            try:
-                await ask_leader(node_id, tps)
-            except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
-                errors.append(exc)
-
-        async def ask_leader(node_id: int, tps: list[TopicPartition]) -> None:
-            topics: dict[str, list[DeleteRecordsRequest.DeleteRecordsPartition]] = {}
-            for tp in tps:
-                topics.setdefault(tp.topic, []).append(
-                    DeleteRecordsRequest.DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
-                )
+        async def ask_leader(node_id: int, tps: list[TopicPartition], deadline: float) -> None:
             request = DeleteRecordsRequest(
-                topics=[DeleteRecordsRequest.DeleteRecordsTopic(name=t, partitions=p) for t, p in topics.items()],
+                topics=[
+                    DeleteRecordsRequest.DeleteRecordsTopic(name=t, partitions=[
+                        DeleteRecordsRequest.DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
+                        for tp in group])
+                    for t, group in _by_topic(tps).items()
+                ],
                 timeout_ms=int(remaining * 1000),
             )
             response: DeleteRecordsResponse = await client.request(
@@ -485,14 +494,7 @@ async def delete_records(
                     check_error(part.error_code, f"delete records of {topic.name}-{part.partition_index}")
                     out[TopicPartition(topic.name, part.partition_index)] = part.low_watermark
 
-        async with trio.open_nursery() as nursery:
-            for node_id, tps in by_leader.items():
-                nursery.start_soon(ask, node_id, tps)
-        if errors:
-            raise errors[0]
-        missing = [tp for tp in before if tp not in out]
-        if missing:
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"no answer for {missing}")
-        return {tp: out[tp] for tp in before}
+        await _ask_leaders(client, before, remaining, ask_leader)
+        return _all_answered(before, out)
 
     return await _retrying(client, timeout_s, attempt)

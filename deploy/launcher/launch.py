@@ -27,7 +27,7 @@ from broker.storage.checkpoints import write_atomically
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
 from deploy.supervisor import ProcessSpec, Supervised, supervise
 
-__all__ = ["STATE_FILE", "LaunchState", "free_port", "run_plan"]
+__all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan", "wan_request"]
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class LaunchState:
         write_atomically(self.state_dir / STATE_FILE, json.dumps(self.to_json(), indent=2) + "\n")
 
 
-def _wan_request(api: str, method: str, path: str, body: object) -> Any:
+def wan_request(api: str, method: str, path: str, body: object) -> Any:
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(f"http://{api}{path}", method=method, data=data,
                                      headers={"Content-Type": "application/json"})
@@ -117,7 +117,7 @@ def _wan_request(api: str, method: str, path: str, body: object) -> Any:
         raise RuntimeError(f"WAN emulator refused {method} {path}: {exc.read().decode(errors='replace')}") from None
 
 
-def _link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
+def link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
     toxics: list[dict[str, Any]] = []
     for stream in ("downstream", "upstream"):
         if link.latency_ms or link.jitter_ms:
@@ -196,7 +196,7 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
             with trio.CancelScope(shield=True):
                 for name in state.proxies:
                     try:
-                        await trio.to_thread.run_sync(_wan_request, toxiproxy, "DELETE", f"/proxies/{name}", None)
+                        await trio.to_thread.run_sync(wan_request, toxiproxy, "DELETE", f"/proxies/{name}", None)
                     except (RuntimeError, OSError) as exc:
                         log.warning("could not remove proxy %s from %s: %s", name, toxiproxy, exc)
         # Everything this launcher started has stopped (the nursery waited for it): say so.
@@ -228,11 +228,11 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
             for dc, (bound, proxy) in wan_ports.items():
                 link = plan.link(cluster.datacenter, dc)
                 name = f"{cluster.name}-to-{dc}"
-                await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", "/proxies", {
+                await trio.to_thread.run_sync(wan_request, state.wan_api, "POST", "/proxies", {
                     "name": name, "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{bound}"})
                 state.proxies.append(name)
-                for toxic in _link_toxics(link) if link is not None else []:
-                    await trio.to_thread.run_sync(_wan_request, state.wan_api, "POST", f"/proxies/{name}/toxics", toxic)
+                for toxic in link_toxics(link) if link is not None else []:
+                    await trio.to_thread.run_sync(wan_request, state.wan_api, "POST", f"/proxies/{name}/toxics", toxic)
             log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)
         for mirror in plan.mirrors:
             state.mirrors[mirror.name] = _mirror_state(state, mirror)

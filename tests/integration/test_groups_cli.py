@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.cli import main
 from tests.support.broker import BrokerProcess
+from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
@@ -88,10 +89,8 @@ def group_state(bootstrap: str, group: str) -> str:
 
 
 def wait_state(bootstrap: str, group: str, state: str) -> None:
-    deadline = time.monotonic() + TIMEOUT_S
-    while group_state(bootstrap, group) != state:
-        assert time.monotonic() < deadline, f"group {group} never became {state}"
-        time.sleep(0.05)
+    wait_until(lambda: group_state(bootstrap, group) == state, what=f"group {group} to become {state}",
+               timeout_s=TIMEOUT_S)
 
 
 def first_offsets(bootstrap: str, group: str) -> dict[int, int]:

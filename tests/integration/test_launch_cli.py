@@ -11,6 +11,7 @@ from pathlib import Path
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from deploy.launcher.control import alive
+from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -73,12 +74,13 @@ def _read(bootstrap: str, topic: str, count: int, deadline_s: float = 90) -> dic
     deadline = time.monotonic() + deadline_s
     try:
         # The mirror creates the topic when it discovers it; ask until it is there.
-        while time.monotonic() < deadline:
+        def created() -> bool:
             metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-            if metadata.error is None and metadata.partitions:
-                break
-            time.sleep(0.2)  # polling another process's progress
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in metadata.partitions])
+            return metadata.error is None and bool(metadata.partitions)
+
+        wait_until(created, what=f"{topic} at {bootstrap}", timeout_s=deadline_s, interval_s=0.2)
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         while sum(map(len, got.values())) < count and time.monotonic() < deadline:
             msg = consumer.poll(0.5)
             if msg is not None and msg.error() is None:

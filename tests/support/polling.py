@@ -8,11 +8,12 @@ something happened meanwhile.
 from __future__ import annotations
 
 import inspect
+import time
 from collections.abc import Awaitable, Callable
 
 import trio
 
-__all__ = ["wait_for"]
+__all__ = ["wait_for", "wait_until"]
 
 
 async def wait_for(condition: Callable[[], bool | Awaitable[bool]], *, what: str, timeout_s: float = 60.0,
@@ -27,3 +28,12 @@ async def wait_for(condition: Callable[[], bool | Awaitable[bool]], *, what: str
                 return
             await trio.sleep(interval_s)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def wait_until(condition: Callable[[], bool], *, what: str, timeout_s: float = 60.0, interval_s: float = 0.05) -> None:
+    """`wait_for` for synchronous tests (threads, subprocesses, librdkafka clients)."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        time.sleep(interval_s)
