@@ -14,7 +14,7 @@ from typing import Any
 
 import trio
 
-from deploy.launcher.control import alive, read_state, status, stop
+from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
 from deploy.launcher.launch import STATE_FILE, LaunchState, run_plan
 from deploy.launcher.plan import LaunchPlan
 from deploy.supervisor import StartFailed
@@ -84,10 +84,9 @@ def _up(args: argparse.Namespace) -> int:
             print(problem, file=sys.stderr)
         return 1
     state_dir = _state_dir(args, plan.name)
-    running = read_state(state_dir)
-    if running is not None and alive(running.get("pid")):
-        print(f"causeway: topology {plan.name} is already running (launcher pid {running['pid']}); "
-              f"`causeway down --state-dir {state_dir}` first", file=sys.stderr)
+    refusal = _refusal_to_start(plan.name, state_dir)
+    if refusal:
+        print(refusal, file=sys.stderr)
         return 1
     if args.detach:
         return _detach(args, state_dir)
@@ -98,6 +97,27 @@ def _up(args: argparse.Namespace) -> int:
         print("causeway: everything started before it was stopped", file=sys.stderr)
         return 1
     return 0
+
+
+def _refusal_to_start(name: str, state_dir: Path) -> str | None:
+    """Why `up` must not start here: anything from this state dir still runs (a second set
+    would share the data dirs), or a damaged state file hides what does."""
+    try:
+        state = read_state(state_dir)
+        damaged = None
+    except StateFileError as exc:
+        state, damaged = None, exc
+    found = find_running(state_dir, state)
+    down = f"`causeway down --state-dir {state_dir}`"
+    if found.launcher is not None:
+        return f"causeway: topology {name} is already running (launcher pid {found.launcher.pid}); {down} first"
+    if found.children:
+        return (f"causeway: processes of an earlier `causeway up` from {state_dir} still run without their "
+                f"launcher: {', '.join(found.describe())}; {down} stops them")
+    if damaged is not None:
+        return (f"causeway: the state file {damaged.path} {damaged.reason}; nothing from {state_dir} is running: "
+                f"{down} sets it aside, or remove it")
+    return None
 
 
 def _detach(args: argparse.Namespace, state_dir: Path) -> int:
@@ -118,39 +138,67 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    """Exit 0: everything healthy; 1: nothing runs; 2: something runs but is unhealthy, runs
+    without its launcher, or the state file is damaged while processes run."""
     state_dir = _state_dir(args)
     report = status(state_dir)
+    code = 0 if report["running"] and report["healthy"] else 2 if report["running"] or report["orphans"] else 1
     if args.json:
         print(json.dumps(report, indent=2))
-        return 0 if report["running"] else 1
+        return code
+    down = f"`causeway down --state-dir {state_dir}`"
+    if "state_error" in report:
+        print(f"causeway: the state file {report['state_file']} {report['state_error']}")
+        if report["orphans"]:
+            print(f"processes started from {state_dir} still run: {', '.join(report['orphans'])}; {down} stops "
+                  "them and sets the damaged file aside")
+        else:
+            print(f"nothing from {state_dir} is running; {down} sets the damaged file aside (or remove it)")
+        return code
     if not report["running"]:
-        print(f"nothing is running from {state_dir}")
-        return 1
-    print(f"topology {report['name']} (launcher pid {report['pid']}), WAN API http://{report['wan']['api']}")
+        if report["orphans"]:
+            launcher = f" (pid {report['pid']})" if report.get("pid") else ""
+            print(f"the launcher{launcher} of {state_dir} is gone, but processes it started still run: "
+                  f"{', '.join(report['orphans'])}; {down} stops them")
+        elif report.get("stale"):
+            print(f"nothing is running from {state_dir} (its launcher, pid {report['pid']}, ended without "
+                  "clearing its state file)")
+        else:
+            print(f"nothing is running from {state_dir}")
+        for stranger in report.get("strangers", []):
+            print(f"  the state file names {stranger}, but that pid now belongs to another process "
+                  "(start time or command line differ): not ours, left alone")
+        return code
+    print(f"topology {report['name']} (launcher pid {report['pid']}), WAN API http://{report['wan']['api']}"
+          + ("" if report["wan"]["healthy"] else " NOT HEALTHY"))
     rows: list[tuple[Any, ...]] = [("CLUSTER", "DATACENTER", "BOOTSTRAP", "HEALTHY", "PIDS", "RESTARTS")]
     for name, c in report["clusters"].items():
         rows.append((name, c["datacenter"], c["bootstrap"], "yes" if c["healthy"] else "NO",
                      ",".join(str(b["pid"]) for b in c["brokers"]), sum(b["restarts"] for b in c["brokers"])))
     _print_table(rows)
-    mirrors_ok = True
+    for problem in report["wan"]["problems"]:
+        print(f"  WAN: {problem}")
     if report["mirrors"]:
         print()
-        rows = [("MIRROR", "SOURCE", "TARGET", "STATE", "LAG", "RECORDS", "LATENCY-MS", "PID", "RESTARTS")]
+        rows = [("MIRROR", "SOURCE", "TARGET", "STATE", "HEALTHY", "LAG", "RECORDS", "LATENCY-MS", "PID",
+                 "RESTARTS")]
         problems: list[str] = []
         for name, m in report["mirrors"].items():
-            state = m.get("state", "starting") if m["alive"] else "DOWN"
-            mirrors_ok &= m["alive"] and state == "running"
-            rows.append((name, m["source"], m["target"], state, m.get("lag", "-"), m.get("records", "-"),
-                         m.get("max_latency_ms") if m.get("max_latency_ms") is not None else "-", m["pid"],
-                         m["restarts"]))
-            problems += [f"  mirror {name}: {what}: {text}" for what, text in m.get("problems", {}).items()]
+            state = m.get("state") or "starting" if m["alive"] else "DOWN"
+            rows.append((name, m["source"], m["target"], state, "yes" if m["healthy"] else "NO",
+                         _or_dash(m.get("lag")), _or_dash(m.get("records")), _or_dash(m.get("max_latency_ms")),
+                         m["pid"], m["restarts"]))
+            problems += [f"  mirror {name}: {reason}" for reason in m["unhealthy_because"]]
             problems += [f"  mirror {name}: {p['topic']}-{p['partition']}: {p['error']}"
                          for p in m.get("partitions", []) if p["error"]]
         _print_table(rows)
         for line in problems:
             print(line)
-    healthy = all(c["healthy"] for c in report["clusters"].values())
-    return 0 if healthy and mirrors_ok else 2
+    return code
+
+
+def _or_dash(value: object) -> object:
+    return "-" if value is None else value
 
 
 def _print_table(rows: list[tuple[Any, ...]]) -> None:
@@ -160,12 +208,21 @@ def _print_table(rows: list[tuple[Any, ...]]) -> None:
 
 
 def _down(args: argparse.Namespace) -> int:
+    """Exit 0 once nothing of this state dir runs; 1 when its state file was damaged."""
     state_dir = _state_dir(args)
-    stopped = stop(state_dir)
-    if not stopped:
+    report = stop_report(state_dir)
+    if report.state_error is not None:
+        print(f"causeway: the state file {report.state_error.path} {report.state_error.reason}; "
+              f"looked for processes of {state_dir} by their environment instead", file=sys.stderr)
+    for line in report.refused:
+        print(f"left alone: {line}")
+    if not report.stopped:
         print(f"nothing was running from {state_dir}")
-    for name in stopped:
+    for name in report.stopped:
         print(f"stopped {name}")
+    if report.set_aside is not None:
+        print(f"the damaged state file was moved to {report.set_aside}")
+        return 1
     return 0
 
 

@@ -5,20 +5,30 @@ Every Causeway daemon prints one line on stdout when it is ready (`causeway brok
 `task_status.started(...)`, and from then on copies the child's stdout into its log file. When
 the child exits, it is started again after a backoff that doubles up to a cap and resets once a
 child has stayed up for a while, so a crash loop never spins.
+
+A child dies with its supervisor: it is forked from the trio thread with a parent-death signal
+(SIGTERM, so it still shuts down cleanly), so a supervisor that is SIGKILLed leaves no orphans.
+The signal fires when the *thread* that forked exits, which is why the fork happens here and not
+in one of trio's worker threads (`trio.lowlevel.open_process` forks in one, and those exit after
+a few idle seconds). The trio thread lives as long as every supervisor running in it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import os
 import re
 import signal
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import trio
+
+from deploy.process_identity import Identity, identity_of
 
 __all__ = ["ProcessSpec", "Supervised", "StartFailed", "supervise", "log_tail"]
 
@@ -51,14 +61,21 @@ class ProcessSpec:
 
 @dataclass
 class Supervised:
-    """What the supervisor knows of its child; `on_change` hears of every start and exit."""
+    """What the supervisor knows of its child; `on_change` hears of every start and exit.
+
+    `on_ready` runs after each ready line, the first included, before the child counts as
+    healthy: what must be redone for every new process (the launcher re-creates the WAN
+    emulator's proxies and toxics there). If it raises, that start counts as failed.
+    """
 
     spec: ProcessSpec
     pid: int | None = None
+    identity: Identity | None = None  # pid, start time and command line, from /proc
     ready_line: str = ""
     restarts: int = 0
     healthy: bool = False
     on_change: Callable[[Supervised], None] | None = None
+    on_ready: Callable[[Supervised], Awaitable[None]] | None = None
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -72,19 +89,71 @@ def log_tail(path: Path, lines: int = 20) -> str:
         return "(no log)"
 
 
-async def _start(state: Supervised) -> tuple[trio.Process, trio.abc.ReceiveStream, bytes]:
-    spec = state.spec
+PR_SET_PDEATHSIG = 1
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
+
+
+def _die_with(parent: int) -> None:
+    """Runs in the forked child before exec: only a system call, no lock another thread may hold."""
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    if os.getppid() != parent:  # the parent died between fork and prctl: nobody would signal us
+        os._exit(1)
+
+
+class _Child:
+    """A child process forked on this thread, waited for through a pidfd (no polling)."""
+
+    def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+        self.stdout = stdout
+        self._pidfd: int | None = os.pidfd_open(popen.pid)
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    async def wait(self) -> int:
+        if self._pidfd is not None and self.popen.returncode is None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+        return self.popen.wait()
+
+    def send_signal(self, sig: int) -> None:
+        self.popen.send_signal(sig)  # does nothing once the child has been reaped
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            trio.lowlevel.notify_closing(self._pidfd)
+            os.close(self._pidfd)
+            self._pidfd = None
+
+
+def _spawn(spec: ProcessSpec) -> _Child:
+    """Fork and exec on the calling (trio) thread: see the module docstring for why. It blocks
+    only until the exec has happened, a few milliseconds."""
     spec.log_path.parent.mkdir(parents=True, exist_ok=True)
-    # A local log file, opened once per start; handed to the child, closed below.
-    log_file = open(spec.log_path, "ab")  # noqa: SIM115, ASYNC230
+    read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
-        process = await trio.lowlevel.open_process(
-            list(spec.argv), stdout=subprocess.PIPE, stderr=log_file, env={**os.environ, **spec.env},
-            start_new_session=True,
-        )
+        with open(spec.log_path, "ab") as log_file:  # noqa: ASYNC230 - a local log file, handed to the child
+            popen = subprocess.Popen(
+                list(spec.argv), stdin=subprocess.DEVNULL, stdout=write_end, stderr=log_file,
+                env={**os.environ, **spec.env}, start_new_session=True,
+                preexec_fn=partial(_die_with, os.getpid()),  # noqa: PLW1509 - only a system call, see _die_with
+            )
+    except BaseException:
+        os.close(read_end)
+        raise
     finally:
-        log_file.close()
-    assert process.stdout is not None
+        os.close(write_end)
+    return _Child(popen, trio.lowlevel.FdStream(read_end))
+
+
+async def _start(state: Supervised) -> tuple[_Child, bytes]:
+    spec = state.spec
+    process = _spawn(spec)
+    # Recorded now, while the unreaped child holds its pid: nothing else can have it.
+    state.pid = process.pid
+    state.identity = identity_of(process.pid)
     buffered = b""
     with trio.move_on_after(spec.start_timeout_s) as timer:
         while b"\n" not in buffered:
@@ -99,7 +168,7 @@ async def _start(state: Supervised) -> tuple[trio.Process, trio.abc.ReceiveStrea
         reason = "no ready line" if timer.cancelled_caught else f"exited or printed {text!r} instead of its ready line"
         raise StartFailed(spec.name, reason, spec.log_path)
     state.ready_line = text
-    return process, process.stdout, rest
+    return process, rest
 
 
 async def _copy_to_log(stream: trio.abc.ReceiveStream, path: Path, first: bytes) -> None:
@@ -111,7 +180,7 @@ async def _copy_to_log(stream: trio.abc.ReceiveStream, path: Path, first: bytes)
             f.flush()
 
 
-async def _stop(process: trio.Process) -> None:
+async def _stop(process: _Child) -> None:
     """SIGTERM, a grace period, then SIGKILL; shielded so cancellation cannot orphan it."""
     with trio.CancelScope(shield=True):
         if process.returncode is None:
@@ -119,8 +188,10 @@ async def _stop(process: trio.Process) -> None:
             with trio.move_on_after(STOP_GRACE_S):
                 await process.wait()
             if process.returncode is None:
-                process.kill()
+                process.send_signal(signal.SIGKILL)
                 await process.wait()
+        process.close()
+        await process.stdout.aclose()
 
 
 async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
@@ -133,7 +204,7 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
     first = True
     while True:
         try:
-            process, stdout, rest = await _start(state)
+            process, rest = await _start(state)
         except StartFailed:
             if first:
                 raise
@@ -141,23 +212,37 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
             await trio.sleep(backoff)
             backoff = min(backoff * 2, MAX_BACKOFF_S)
             continue
-        state.pid = process.pid
-        state.healthy = True
-        state._changed()
-        if first:
-            task_status.started(state.ready_line)
-            first = False
         started_at = trio.current_time()
+        failed: Exception | None = None
+        code: int | None = None
         try:
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(_copy_to_log, stdout, state.spec.log_path, rest)
-                code = await process.wait()
+                nursery.start_soon(_copy_to_log, process.stdout, state.spec.log_path, rest)
+                try:
+                    if state.on_ready is not None:
+                        await state.on_ready(state)
+                except Exception as exc:  # noqa: BLE001 - reported below, as a failed start
+                    failed = exc
+                else:
+                    state.healthy = True
+                    state._changed()
+                    if first:
+                        task_status.started(state.ready_line)
+                        first = False
+                    code = await process.wait()
                 nursery.cancel_scope.cancel()
         finally:
             await _stop(process)
             state.healthy = False
             state._changed()
-        log.warning("%s (pid %s) exited with %s; restarting", state.spec.name, state.pid, code)
+        if failed is not None:
+            if first:
+                raise StartFailed(state.spec.name, f"not ready after its ready line: {failed}",
+                                  state.spec.log_path) from failed
+            log.warning("%s (pid %s) was stopped: not ready after its ready line: %s", state.spec.name, state.pid,
+                        failed)
+        else:
+            log.warning("%s (pid %s) exited with %s; restarting", state.spec.name, state.pid, code)
         if trio.current_time() - started_at > STABLE_AFTER_S:
             backoff = INITIAL_BACKOFF_S
         await trio.sleep(backoff)

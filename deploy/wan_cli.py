@@ -14,6 +14,7 @@ from typing import Any
 import trio
 
 from deploy.wan.errors import ApiError
+from deploy.wan.http import REQUEST_TIMEOUT_SECONDS
 from deploy.wan.proxy import format_hostport, split_hostport
 from deploy.wan.server import serve_wan
 
@@ -54,7 +55,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="proxies to create at start, in Toxiproxy's populate format (a JSON list of "
         '{"name", "listen", "upstream", "enabled"})',
     )
+    parser.add_argument(
+        "--request-timeout",
+        type=_positive_seconds,
+        default=REQUEST_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help="an API request must arrive whole within this time, else it gets 408 and its connection is "
+        f"closed (default {REQUEST_TIMEOUT_SECONDS:g})",
+    )
     parser.set_defaults(func=run)
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 < value <= 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 86400 seconds")
+    return value
 
 
 def _load_config(path: Path) -> list[dict[str, Any]]:
@@ -69,10 +88,11 @@ def _load_config(path: Path) -> list[dict[str, Any]]:
     return value
 
 
-async def _serve_until_signalled(host: str, port: int, proxies: list[dict[str, Any]]) -> None:
+async def _serve_until_signalled(host: str, port: int, proxies: list[dict[str, Any]], request_timeout_s: float) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            bound_host, bound_port = await nursery.start(functools.partial(serve_wan, host, port, proxies=proxies))
+            bound_host, bound_port = await nursery.start(functools.partial(serve_wan, host, port, proxies=proxies,
+                                                                         request_timeout_s=request_timeout_s))
             print(f"causeway wan ready: http://{format_hostport(bound_host, bound_port)}", flush=True)
             async for _ in signals:
                 nursery.cancel_scope.cancel()
@@ -91,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"causeway wan: {error}", file=sys.stderr)
             return 2
     try:
-        trio.run(_serve_until_signalled, host, port, proxies)
+        trio.run(_serve_until_signalled, host, port, proxies, args.request_timeout)
     except (ApiError, OSError, BaseExceptionGroup) as error:
         leaves = list(_leaves(error))
         if not all(isinstance(leaf, ApiError | OSError) for leaf in leaves):

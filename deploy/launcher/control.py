@@ -1,4 +1,10 @@
-"""`causeway status` and `causeway down`: read the state dir, check health, stop everything."""
+"""`causeway status` and `causeway down`: read the state dir, check health, stop everything.
+
+Nothing here signals a pid because a file names it. A process counts as ours when its pid, start
+time and command line match what the launcher recorded (deploy/process_identity.py), or when it
+carries this state dir in its environment (every child of a launcher does). That also finds
+processes whose launcher is gone (orphans) and processes a damaged state file no longer lists.
+"""
 
 from __future__ import annotations
 
@@ -8,42 +14,235 @@ import select
 import signal
 import socket
 import struct
+import time
 import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from deploy.launcher.launch import STATE_FILE
+from deploy.process_identity import Identity, find_marked, identity_of, is_running, parent_of
 
-__all__ = ["alive", "broker_answers", "read_state", "status", "stop"]
+__all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
+           "status", "stop", "stop_report"]
 
 STOP_TIMEOUT_S = 60.0
+#: A mirror's status file older than this (the mirror rewrites it every second) means the mirror
+#: is stuck or stopped reporting.
+MIRROR_STATUS_STALE_S = 30.0
+
+
+class StateFileError(Exception):
+    """The state file exists but cannot be used: it names the file and what to do."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+# -- the state file ----------------------------------------------------------------------------
 
 
 def read_state(state_dir: Path) -> dict[str, Any] | None:
+    """The launcher's state file, checked; None when there is none.
+
+    Raises StateFileError for a file that cannot be read, is not JSON, or lacks a field
+    `status` and `down` rely on (naming the field).
+    """
+    path = state_dir / STATE_FILE
     try:
-        loaded: dict[str, Any] = json.loads((state_dir / STATE_FILE).read_text())
-        return loaded
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StateFileError(path, f"cannot be read: {exc.strerror or exc}") from None
+    if not raw.strip():
+        raise StateFileError(path, "is empty")
+    try:
+        loaded = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise StateFileError(path, "is not text (binary content)") from None
+    except ValueError as exc:
+        raise StateFileError(path, f"is not valid JSON ({exc})") from None
+    problem = _state_problem(loaded)
+    if problem is not None:
+        raise StateFileError(path, f"is not a launcher state file: {problem}")
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def _state_problem(doc: object) -> str | None:
+    """What is wrong with a loaded state document, by field path, or None."""
+    if not isinstance(doc, dict):
+        return f"expected a JSON object, found {type(doc).__name__}"
+    problem = _fields(doc, "", {"name": str}) or _process_fields(doc, "")
+    if problem:
+        return problem
+    wan = doc.get("wan")
+    if not isinstance(wan, dict):
+        return "wan: expected an object"
+    problem = _fields(wan, "wan.", {"api": str}) or _process_fields(wan, "wan.")
+    if problem:
+        return problem
+    proxies = wan.get("proxies", [])
+    if not isinstance(proxies, list) or not all(isinstance(p, str) for p in proxies):
+        return "wan.proxies: expected a list of names"
+    for section in ("clusters", "mirrors"):
+        if not isinstance(doc.get(section, {}), dict):
+            return f"{section}: expected an object"
+    for name, cluster in doc.get("clusters", {}).items():
+        where = f"clusters.{name}."
+        if not isinstance(cluster, dict):
+            return f"{where[:-1]}: expected an object"
+        problem = _fields(cluster, where, {"datacenter": str, "bootstrap": str, "brokers": list})
+        if problem:
+            return problem
+        if not isinstance(cluster.get("wan", {}), dict):
+            return f"{where}wan: expected an object"
+        for i, broker in enumerate(cluster["brokers"]):
+            if not isinstance(broker, dict):
+                return f"{where}brokers[{i}]: expected an object"
+            problem = _process_fields(broker, f"{where}brokers[{i}].")
+            if problem:
+                return problem
+    for name, mirror in doc.get("mirrors", {}).items():
+        where = f"mirrors.{name}."
+        if not isinstance(mirror, dict):
+            return f"{where[:-1]}: expected an object"
+        problem = (_fields(mirror, where, {"source": str, "target": str, "status_file": str})
+                   or _process_fields(mirror, where))
+        if problem:
+            return problem
+    return None
+
+
+def _fields(doc: dict[str, Any], where: str, expected: dict[str, type]) -> str | None:
+    for key, kind in expected.items():
+        if key not in doc:
+            return f"{where}{key}: missing"
+        if not isinstance(doc[key], kind):
+            return f"{where}{key}: expected {kind.__name__}, found {type(doc[key]).__name__}"
+    return None
+
+
+def _process_fields(doc: dict[str, Any], where: str) -> str | None:
+    pid = doc.get("pid")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
+        return f"{where}pid: expected a positive integer or null, found {pid!r:.40}"
+    start = doc.get("start_time")
+    if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
+        return f"{where}start_time: expected an integer, found {start!r:.40}"
+    cmdline = doc.get("cmdline")
+    if cmdline is not None and (not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline)):
+        return f"{where}cmdline: expected a list of strings"
+    restarts = doc.get("restarts", 0)
+    if isinstance(restarts, bool) or not isinstance(restarts, int):
+        return f"{where}restarts: expected an integer, found {restarts!r:.40}"
+    return None
+
+
+# -- which processes are ours ------------------------------------------------------------------
+
+
+def owned(entry: dict[str, Any]) -> Identity | None:
+    """The running process a state entry records, if (and only if) it is that very process:
+    same pid, start time and command line. An entry without a start time proves nothing."""
+    pid, start, cmdline = entry.get("pid"), entry.get("start_time"), entry.get("cmdline")
+    if not isinstance(pid, int) or not isinstance(start, int) or not isinstance(cmdline, list):
+        return None
+    recorded = Identity(pid, start, tuple(cmdline))
+    return recorded if recorded.is_current() else None
 
 
 def alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # A zombie has exited; it only waits for a parent that may never reap it (an orphan of `up -d`).
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
+    """Whether some process (not a zombie) has this pid: says nothing about whose it is."""
+    return pid is not None and pid > 0 and is_running(pid)
+
+
+def _recorded(state: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Every process the state file records, children first (mirrors, brokers, emulator)."""
+    entries = [(f"mirror {n}", m) for n, m in state.get("mirrors", {}).items()]
+    entries += [(f"broker {n}", b) for n, c in state.get("clusters", {}).items() for b in c["brokers"]]
+    if state["wan"].get("pid") is not None:
+        entries.append(("wan emulator", state["wan"]))
+    return entries
+
+
+@dataclass
+class Running:
+    """What runs from a state dir, found from the state file (verified) and /proc."""
+
+    launcher: Identity | None = None
+    children: list[tuple[str, Identity]] = field(default_factory=list)  # label, identity
+    strangers: list[tuple[str, int]] = field(default_factory=list)  # label, pid: named but not ours
+
+    @property
+    def anything(self) -> bool:
+        return self.launcher is not None or bool(self.children)
+
+    def describe(self) -> list[str]:
+        lines = [f"launcher (pid {self.launcher.pid})"] if self.launcher else []
+        return lines + [f"{label} (pid {identity.pid})" for label, identity in self.children]
+
+
+def find_running(state_dir: Path, state: dict[str, Any] | None) -> Running:
+    """The launcher and children of `state_dir` that run now. `state` may be None (no file, or a
+    damaged one): processes are then found by the state dir in their environment alone."""
+    found = Running()
+    if state is not None:
+        found.launcher = owned(state)
+        if found.launcher is None and state.get("pid") and alive(state["pid"]):
+            found.strangers.append(("launcher", state["pid"]))
+        for label, entry in _recorded(state):
+            identity = owned(entry)
+            if identity is not None:
+                found.children.append((label, identity))
+            elif entry.get("pid") and alive(entry["pid"]):
+                found.strangers.append((label, entry["pid"]))
+    known = {identity.pid for _, identity in found.children}
+    for identity in find_marked(state_dir):
+        if identity.pid not in known:
+            found.children.append((_label(identity), identity))
+            known.add(identity.pid)
+        # A foreground launcher has no mark of its own; it is the parent of marked children.
+        if found.launcher is None:
+            parent = parent_of(identity.pid)
+            candidate = identity_of(parent) if parent else None
+            if candidate is not None and _is_launcher(candidate):
+                found.launcher = candidate
+    # A pid the file names but that is ours after all (found by its environment) is no stranger.
+    ours = {identity.pid for _, identity in found.children} | ({found.launcher.pid} if found.launcher else set())
+    found.strangers = [(label, pid) for label, pid in found.strangers if pid not in ours]
+    return found
+
+
+def _subcommand(identity: Identity) -> str | None:
+    """The causeway subcommand a process runs (`python -m deploy.cli X` or `causeway X`)."""
+    args = list(identity.cmdline)
+    for i, arg in enumerate(args[:-1]):
+        if arg == "deploy.cli" or Path(arg).name == "causeway":
+            return args[i + 1]
+    return None
+
+
+def _label(identity: Identity) -> str:
+    """A name for a process found by its environment alone."""
+    command = _subcommand(identity)
+    args = list(identity.cmdline)
+    for name, flag, part in (("broker", "--data-dir", "name"), ("mirror", "--config", "stem")):
+        if command == name and flag in args[:-1]:
+            return f"{name} {getattr(Path(args[args.index(flag) + 1]), part)}"
+    return {"wan": "wan emulator", None: "process"}.get(command, command) or "process"
+
+
+def _is_launcher(identity: Identity) -> bool:
+    return _subcommand(identity) == "up"
+
+
+# -- status ------------------------------------------------------------------------------------
 
 
 def broker_answers(address: str, timeout_s: float = 2.0) -> bool:
@@ -55,94 +254,198 @@ def broker_answers(address: str, timeout_s: float = 2.0) -> bool:
             sock.sendall(struct.pack(">i", len(body)) + body)
             head = sock.recv(8)
             return len(head) == 8 and struct.unpack(">ii", head)[1] == 1
-    except OSError:
+    except (OSError, ValueError):
         return False
 
 
 def status(state_dir: Path) -> dict[str, Any]:
-    """The status document `causeway status --json` prints."""
-    state = read_state(state_dir)
-    if state is None:
-        return {"running": False, "clusters": {}, "mirrors": {}, "wan": {}}
+    """The status document `causeway status --json` prints.
+
+    `running` says whether the launcher runs; `healthy` whether everything it started works.
+    When the launcher is gone, `orphans` lists what it started that still runs; a damaged state
+    file gives `state_error` (and the processes found without it, as orphans).
+    """
+    try:
+        state = read_state(state_dir)
+    except StateFileError as exc:
+        found = find_running(state_dir, None)
+        return {"running": False, "healthy": False, "state_error": exc.reason, "state_file": str(exc.path),
+                "orphans": found.describe(), "clusters": {}, "mirrors": {}, "wan": {}}
+    found = find_running(state_dir, state)
+    if state is None or found.launcher is None:
+        report: dict[str, Any] = {"running": False, "healthy": False, "orphans": found.describe(),
+                                  "strangers": [f"{label} (pid {pid})" for label, pid in found.strangers],
+                                  "clusters": {}, "mirrors": {}, "wan": {}}
+        if state is not None:
+            report.update(name=state["name"], pid=state["pid"], stale=True)
+        return report
+    ours = {identity.pid for _, identity in found.children}
     clusters = {}
     for name, cluster in state["clusters"].items():
-        brokers = [{"id": b["id"], "pid": b["pid"], "restarts": b.get("restarts", 0)} for b in cluster["brokers"]]
-        healthy = all(alive(b["pid"]) for b in brokers) and broker_answers(cluster["bootstrap"])
+        brokers = [{"id": b.get("id", 0), "pid": b["pid"], "restarts": b.get("restarts", 0)}
+                   for b in cluster["brokers"]]
+        healthy = all(b["pid"] in ours for b in brokers) and broker_answers(cluster["bootstrap"])
         clusters[name] = {"datacenter": cluster["datacenter"], "bootstrap": cluster["bootstrap"],
                           "wan": cluster.get("wan", {}), "healthy": healthy, "brokers": brokers}
+    wan = _wan_status(state["wan"], ours)
+    processes = {identity.pid: identity for _, identity in found.children}
+    mirrors = {name: _mirror_status(m, processes.get(m.get("pid", 0)))
+               for name, m in state.get("mirrors", {}).items()}
     return {
         "name": state["name"],
-        "running": alive(state["pid"]),
-        "pid": state["pid"],
+        "running": True,
+        "healthy": (all(c["healthy"] for c in clusters.values()) and wan["healthy"]
+                    and all(m["healthy"] for m in mirrors.values())),
+        "pid": found.launcher.pid,
         "clusters": clusters,
-        "mirrors": {name: _mirror_status(m) for name, m in state.get("mirrors", {}).items()},
-        "wan": {"api": state["wan"]["api"], "pid": state["wan"]["pid"],
-                "healthy": alive(state["wan"]["pid"]) if state["wan"]["pid"] else _answers_http(state["wan"]["api"])},
+        "mirrors": mirrors,
+        "wan": wan,
     }
 
 
-def _mirror_status(mirror: dict[str, Any]) -> dict[str, Any]:
-    """What the launcher knows of a mirror, with what the daemon last reported of itself."""
-    out = {k: mirror[k] for k in ("source", "target", "pid", "restarts", "log")}
-    out["alive"] = alive(mirror["pid"])
-    try:
-        report = json.loads(Path(mirror["status_file"]).read_text())
-    except (OSError, ValueError, KeyError):
-        report = None
-    if report is not None:
-        out.update(state=report["state"], lag=report["lag"], records=report["records"],
-                   max_latency_ms=report["max_latency_ms"], problems=report["problems"],
-                   topics=report["topics"], updated_ms=report["updated_ms"],
-                   partitions=[{k: p[k] for k in ("topic", "partition", "remote_topic", "position", "source_end",
-                                                  "lag", "latency_ms", "error")} for p in report["partitions"]])
+def _wan_status(wan: dict[str, Any], ours: set[int]) -> dict[str, Any]:
+    """The emulator (or external Toxiproxy) answers, and every link proxy is there and enabled."""
+    out: dict[str, Any] = {"api": wan["api"], "pid": wan.get("pid"), "restarts": wan.get("restarts", 0)}
+    problems: list[str] = []
+    if wan.get("pid") is not None and wan["pid"] not in ours:
+        problems.append("the WAN emulator is not running")
+    proxies = _http_json(f"http://{wan['api']}/proxies")
+    if not isinstance(proxies, dict):
+        problems.append(f"the WAN API at {wan['api']} does not answer")
+    else:
+        for name in wan.get("proxies", []):
+            proxy = proxies.get(name)
+            if not isinstance(proxy, dict):
+                problems.append(f"link proxy {name} is missing")
+            elif proxy.get("enabled") is not True:
+                problems.append(f"link proxy {name} is disabled")
+    out.update(healthy=not problems, problems=problems)
     return out
 
 
-def _answers_http(api: str) -> bool:
-    """Whether a Toxiproxy API (one we did not start) answers GET /version."""
+def _http_json(url: str) -> object:
     try:
-        with urllib.request.urlopen(f"http://{api}/version", timeout=2) as reply:
-            return bool(reply.status == 200)
-    except OSError:
-        return False
+        with urllib.request.urlopen(url, timeout=2) as reply:
+            return json.loads(reply.read(4 * 1024 * 1024))
+    except (OSError, ValueError):
+        return None
 
 
-def _wait_exit(pid: int, timeout_s: float) -> bool:
-    """Wait for a process that is not our child to exit (pidfd: no polling)."""
+def _mirror_status(mirror: dict[str, Any], process: Identity | None) -> dict[str, Any]:
+    """What the launcher knows of a mirror, with what the daemon last reported of itself.
+
+    Healthy means: running, reporting (its status file is fresh), and no problem reported, in
+    particular none reaching its source: a mirror that cannot fetch is not "lag 0".
+    """
+    out: dict[str, Any] = {k: mirror.get(k) for k in ("source", "target", "pid", "restarts", "log")}
+    running = process is not None
+    out["alive"] = running
+    report = _read_mirror_report(Path(mirror["status_file"]))
+    if report is not None and process is not None:
+        updated = report.get("updated_ms")
+        if not isinstance(updated, int) or updated < (time.time() - process.age_s()) * 1000:
+            report = None  # written by an earlier process: says nothing about this one
+    reasons: list[str] = []
+    if process is None:
+        reasons.append("not running")
+    if report is None:
+        if process is None or process.age_s() > MIRROR_STATUS_STALE_S:
+            reasons.append("no status reported")
+    else:
+        partitions = [p for p in report.get("partitions", []) if isinstance(p, dict)]
+        problems: dict[str, Any] = report["problems"] if isinstance(report.get("problems"), dict) else {}
+        out.update(state=report.get("state"), lag=report.get("lag"), records=report.get("records"),
+                   max_latency_ms=report.get("max_latency_ms"), problems=problems, topics=report.get("topics"),
+                   updated_ms=report.get("updated_ms"),
+                   partitions=[{k: p.get(k) for k in ("topic", "partition", "remote_topic", "position",
+                                                      "source_end", "lag", "latency_ms", "error")}
+                               for p in partitions])
+        # Starting and waiting states are fine until they fail: a failure shows in `problems`.
+        if report.get("state") == "stopped":
+            reasons.append("stopped")
+        if "source" in problems:
+            reasons.append(f"cannot reach its source {mirror.get('source')}: {problems['source']}")
+        reasons += [f"{what}: {text}" for what, text in problems.items() if what != "source"]
+        updated = report.get("updated_ms")
+        if running and (not isinstance(updated, int) or time.time() * 1000 - updated > MIRROR_STATUS_STALE_S * 1000):
+            reasons.append(f"its status file has not been updated for over {MIRROR_STATUS_STALE_S:.0f} s")
+    out["healthy"] = not reasons
+    out["unhealthy_because"] = reasons
+    return out
+
+
+def _read_mirror_report(path: Path) -> dict[str, Any] | None:
     try:
-        fd = os.pidfd_open(pid)
+        report = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+    return report if isinstance(report, dict) else None
+
+
+# -- down --------------------------------------------------------------------------------------
+
+
+@dataclass
+class StopReport:
+    stopped: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # named by the state file, not ours: left alone
+    state_error: StateFileError | None = None
+    set_aside: Path | None = None  # where a damaged state file was moved
+
+
+def _terminate(identity: Identity, timeout_s: float) -> bool:
+    """SIGTERM (and SIGCONT, so a stopped process sees it), then SIGKILL after `timeout_s`.
+
+    Signals go through a pidfd opened before the identity is checked once more, so they reach
+    this very process even if it exits and its pid is reused meanwhile. False: it was gone.
+    """
+    try:
+        fd = os.pidfd_open(identity.pid)
     except ProcessLookupError:
-        return True
+        return False
     try:
+        if not identity.is_current():
+            return False
+        for sig in (signal.SIGTERM, signal.SIGCONT):
+            signal.pidfd_send_signal(fd, sig)
         ready, _, _ = select.select([fd], [], [], timeout_s)
-        return bool(ready) or not alive(pid)
+        if not ready:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+            select.select([fd], [], [], 5.0)
+        return True
+    except ProcessLookupError:
+        return False
     finally:
         os.close(fd)
 
 
-def stop(state_dir: Path) -> list[str]:
-    """Stop the launcher and everything it started; returns what was stopped, by name."""
-    state = read_state(state_dir)
-    if state is None:
-        return []
-    stopped = []
-    children = [(f"mirror {n}", m["pid"]) for n, m in state.get("mirrors", {}).items()]
-    children += [(f"broker {n}", b["pid"]) for n, c in state["clusters"].items() for b in c["brokers"]]
-    children.append(("wan emulator", state["wan"]["pid"]))
-    launcher = state["pid"]
-    if alive(launcher):
-        os.kill(launcher, signal.SIGTERM)
-        if not _wait_exit(launcher, STOP_TIMEOUT_S):
-            os.kill(launcher, signal.SIGKILL)
-            _wait_exit(launcher, 5)
-        stopped.append(f"launcher (pid {launcher})")
+def stop_report(state_dir: Path) -> StopReport:
+    """Stop the launcher and everything it started, as far as each is provably ours."""
+    report = StopReport()
+    try:
+        state = read_state(state_dir)
+    except StateFileError as exc:
+        report.state_error = exc
+        state = None
+    found = find_running(state_dir, state)
+    report.refused = [f"{label}: pid {pid} is not the process the state file recorded; not signalled"
+                      for label, pid in found.strangers]
+    if found.launcher is not None and _terminate(found.launcher, STOP_TIMEOUT_S):
+        report.stopped.append(f"launcher (pid {found.launcher.pid})")
     # Whatever outlived the launcher (it was killed, or crashed) is stopped directly.
-    for name, pid in children:
-        if alive(pid):
-            os.kill(pid, signal.SIGTERM)
-            if not _wait_exit(pid, STOP_TIMEOUT_S):
-                os.kill(pid, signal.SIGKILL)
-                _wait_exit(pid, 5)
-            stopped.append(f"{name} (pid {pid})")
-    (state_dir / STATE_FILE).unlink(missing_ok=True)
-    return stopped
+    for label, identity in find_running(state_dir, state).children:
+        if _terminate(identity, STOP_TIMEOUT_S):
+            report.stopped.append(f"{label} (pid {identity.pid})")
+    path = state_dir / STATE_FILE
+    if report.state_error is not None:
+        # Kept, not deleted: it may be all that tells what ran here.
+        report.set_aside = path.with_name(STATE_FILE + ".damaged")
+        os.replace(path, report.set_aside)
+    else:
+        path.unlink(missing_ok=True)
+    return report
+
+
+def stop(state_dir: Path) -> list[str]:
+    """Stop everything; returns what was stopped, by name (see `stop_report` for the rest)."""
+    return stop_report(state_dir).stopped

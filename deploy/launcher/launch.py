@@ -4,7 +4,12 @@ One WAN emulator serves every link. Each cluster gets a broker with a LOCAL list
 datacenter and one WAN_<DC> listener per remote datacenter that reads it; that listener advertises
 the address of a proxy on the link, so a client in the remote datacenter reaches the broker only
 through the emulated WAN. Every port is allocated once, before anything starts, so a restarted
-process comes back on the same address.
+process comes back on the same address. A restarted emulator starts empty: the launcher makes
+its proxies and toxics again before the emulator counts as up (the supervisor's `on_ready`).
+
+Every process started here dies with the launcher (see deploy/supervisor.py) and carries
+`CAUSEWAY_STATE_DIR` in its environment; the state file records each one's pid, start time and
+command line, so `status` and `down` signal or report only processes that are provably ours.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +31,7 @@ import trio
 
 from broker.storage.checkpoints import write_atomically
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
+from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
 from deploy.supervisor import ProcessSpec, Supervised, supervise
 
 __all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan", "wan_request"]
@@ -32,6 +39,7 @@ __all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan", 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
+STATE_FORMAT = 2  # 2: every process with its start time and command line
 BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
 WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
 MIRROR_READY = re.compile(r"^causeway mirror ready: ")
@@ -74,20 +82,29 @@ class LaunchState:
     wan: Supervised | None = None
     clusters: dict[str, ClusterState] = field(default_factory=dict)
     mirrors: dict[str, MirrorState] = field(default_factory=dict)
-    proxies: list[str] = field(default_factory=list)  # names made on the WAN API
+    # The WAN links made on the emulator, by proxy name: the proxy's body and its toxics, kept to
+    # make them again when the emulator restarts.
+    links: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
+    identity: Identity | None = field(default_factory=lambda: identity_of(os.getpid()))
+
+    @property
+    def proxies(self) -> list[str]:
+        return list(self.links)
 
     def to_json(self) -> dict[str, Any]:
+        wan: dict[str, Any] = {"api": self.wan_api, "proxies": self.proxies}
+        wan.update(_process(self.wan) if self.wan else {"pid": None})
         return {
+            "format": STATE_FORMAT,
             "name": self.plan.name,
-            "pid": os.getpid(),
-            "wan": {"api": self.wan_api, "pid": self.wan.pid if self.wan else None},
+            **_identity_json(self.identity),
+            "wan": wan,
             "clusters": {
                 name: {
                     "datacenter": c.plan.datacenter,
                     "bootstrap": c.bootstrap,
                     "wan": c.wan,
-                    "brokers": [{"id": 0, "pid": c.broker.pid, "restarts": c.broker.restarts,
-                                 "log": str(c.broker.spec.log_path)}],
+                    "brokers": [{"id": 0, **_process(c.broker), "log": str(c.broker.spec.log_path)}],
                 }
                 for name, c in self.clusters.items()
             },
@@ -95,7 +112,7 @@ class LaunchState:
                 name: {
                     "source": m.plan.source, "target": m.plan.target,
                     "source_bootstrap": m.source_bootstrap, "target_bootstrap": m.target_bootstrap,
-                    "pid": m.process.pid, "restarts": m.process.restarts, "log": str(m.process.spec.log_path),
+                    **_process(m.process), "log": str(m.process.spec.log_path),
                     "config": str(m.config_file), "status_file": str(m.status_file),
                 }
                 for name, m in self.mirrors.items()
@@ -104,6 +121,21 @@ class LaunchState:
 
     def save(self) -> None:
         write_atomically(self.state_dir / STATE_FILE, json.dumps(self.to_json(), indent=2) + "\n")
+
+
+def _identity_json(identity: Identity | None) -> dict[str, Any]:
+    if identity is None:
+        return {"pid": None}
+    return {"pid": identity.pid, "start_time": identity.start_time, "cmdline": list(identity.cmdline)}
+
+
+def _process(supervised: Supervised) -> dict[str, Any]:
+    return {**_identity_json(supervised.identity), "restarts": supervised.restarts}
+
+
+def _spec(state_dir: Path, name: str, argv: list[str], log_path: Path, ready: re.Pattern[str]) -> ProcessSpec:
+    """Every child carries the state dir in its environment: how the next command finds it."""
+    return ProcessSpec(name, argv, log_path, ready, env={STATE_DIR_ENV: str(state_dir.resolve())})
 
 
 def wan_request(api: str, method: str, path: str, body: object) -> Any:
@@ -153,8 +185,8 @@ def _broker_spec(
         argv += ["--override", f"{key}={value}"]
     for topic, partitions in cluster.topics.items():
         argv += ["--topic", f"{topic}:{partitions}"]
-    return ProcessSpec(f"broker {cluster.name}", argv, state_dir / "logs" / f"{cluster.name}-broker-0.log",
-                       BROKER_READY)
+    return _spec(state_dir, f"broker {cluster.name}", argv, state_dir / "logs" / f"{cluster.name}-broker-0.log",
+                 BROKER_READY)
 
 
 def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
@@ -173,7 +205,7 @@ def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
     status_file = directory / f"{mirror.name}.status.json"
     argv = _cli("mirror", "--config", str(config_file), "--status-file", str(status_file))
     log_path = state.state_dir / "logs" / f"mirror-{mirror.name}.log"
-    process = Supervised(ProcessSpec(f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
+    process = Supervised(_spec(state.state_dir, f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
                          on_change=lambda _s: state.save())
     return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process)
 
@@ -209,9 +241,9 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
         if toxiproxy is not None:
             state.wan_api = toxiproxy
         else:
-            state.wan = Supervised(ProcessSpec("wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
-                                               state_dir / "logs" / "wan.log", WAN_READY),
-                                   on_change=lambda _s: state.save())
+            state.wan = Supervised(_spec(state_dir, "wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
+                                         state_dir / "logs" / "wan.log", WAN_READY),
+                                   on_change=lambda _s: state.save(), on_ready=partial(_restore_links, state))
             ready = await nursery.start(supervise, state.wan)
             match = WAN_READY.match(ready)
             assert match is not None
@@ -228,11 +260,10 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
             for dc, (bound, proxy) in wan_ports.items():
                 link = plan.link(cluster.datacenter, dc)
                 name = f"{cluster.name}-to-{dc}"
-                await trio.to_thread.run_sync(wan_request, state.wan_api, "POST", "/proxies", {
-                    "name": name, "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{bound}"})
-                state.proxies.append(name)
-                for toxic in link_toxics(link) if link is not None else []:
-                    await trio.to_thread.run_sync(wan_request, state.wan_api, "POST", f"/proxies/{name}/toxics", toxic)
+                body = {"name": name, "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{bound}"}
+                toxics = link_toxics(link) if link is not None else []
+                await _make_link(state.wan_api, body, toxics)
+                state.links[name] = (body, toxics)
             log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)
         for mirror in plan.mirrors:
             state.mirrors[mirror.name] = _mirror_state(state, mirror)
@@ -240,3 +271,23 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
             log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
         state.save()
         task_status.started(state)
+
+
+async def _make_link(api: str, body: dict[str, Any], toxics: list[dict[str, Any]]) -> None:
+    await trio.to_thread.run_sync(wan_request, api, "POST", "/proxies", body)
+    for toxic in toxics:
+        await trio.to_thread.run_sync(wan_request, api, "POST", f"/proxies/{body['name']}/toxics", toxic)
+
+
+async def _restore_links(state: LaunchState, wan: Supervised) -> None:
+    """The emulator's `on_ready`: a new emulator process has no proxies, so make every link
+    made so far again, toxics included (none on the first start). Raising makes the supervisor
+    stop this emulator and start another."""
+    if not state.links:
+        return
+    match = WAN_READY.match(wan.ready_line)
+    assert match is not None  # the supervisor matched this line already
+    for body, toxics in state.links.values():
+        await _make_link(match.group(1), body, toxics)
+    log.warning("WAN emulator restarted (pid %s): its %d proxies and their toxics made again",
+                wan.pid, len(state.links))

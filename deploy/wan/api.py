@@ -140,10 +140,11 @@ class WanApi:
         listen = fields.get("listen") or proxy.listen
         upstream = fields.get("upstream") or proxy.upstream
         enabled = fields.get("enabled", proxy.enabled)
-        if not isinstance(listen, str) or not isinstance(upstream, str):
-            raise bad_request("listen and upstream must be strings")
+        for field_name, value in (("listen", listen), ("upstream", upstream)):
+            if not isinstance(value, str):
+                raise bad_request(f"{field_name} must be a string, got {type(value).__name__}")
         if not isinstance(enabled, bool):
-            raise bad_request("enabled must be true or false")
+            raise bad_request(f"enabled must be true or false, got {type(enabled).__name__}")
         await proxy.update(listen, upstream, enabled)
         return _json(200, proxy.to_json())
 

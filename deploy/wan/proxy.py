@@ -30,6 +30,7 @@ import trio
 
 from deploy.wan.errors import PROXY_EXISTS, PROXY_NOT_FOUND, TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, bad_request
 from deploy.wan.toxics import (
+    MAX_NAME,
     STREAMS,
     Chunk,
     CloseConnection,
@@ -70,9 +71,32 @@ def split_hostport(text: str, what: str = "address") -> tuple[str, int]:
         host, sep, port_text = text.rpartition(":")
         if not sep:
             raise bad_request(f"{what} {text!r} must be HOST:PORT")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise bad_request(f"{what} {text!r} has a bad port")
+    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5 or not 0 <= int(port_text) <= 65535:
+        raise bad_request(f"{what} {_short(text)} has a bad port")
+    _check_host(host, text, what)
     return host, int(port_text)
+
+
+def _short(text: str) -> str:
+    shown = repr(text)
+    return shown if len(shown) <= 80 else shown[:77] + "..."
+
+
+def _check_host(host: str, text: str, what: str) -> None:
+    """Refuse a host no resolver could take, here rather than on a later connection: a name
+    that cannot be encoded (a label over 63 characters raised UnicodeError inside a connection
+    task and took the emulator down), control characters, or over 253 characters."""
+    if len(host) > 253 or any(ord(c) < 0x21 or c == "\x7f" for c in host):
+        raise bad_request(f"{what} {_short(text)} has a bad host")
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    try:
+        host.encode("idna")
+    except UnicodeError:
+        raise bad_request(f"{what} {_short(text)} has a bad host") from None
 
 
 def format_hostport(host: str, port: int) -> str:
@@ -350,8 +374,8 @@ class Proxy:
         host, port = split_hostport(self.listen, "listen")
         try:
             listener = await open_listener(host, port)
-        except OSError as error:
-            reason = error.strerror or str(error)
+        except (OSError, UnicodeError) as error:
+            reason = (error.strerror if isinstance(error, OSError) else None) or str(error)
             raise ApiError(f"listen tcp {self.listen}: {reason}", 500) from error
         self.listen = format_hostport(*_bound_address(listener))
         self.enabled = True
@@ -406,7 +430,7 @@ class Proxy:
             host, port = split_hostport(self.upstream, "upstream")
             try:
                 upstream = await trio.open_tcp_stream(host, port)
-            except OSError as error:
+            except (OSError, UnicodeError) as error:  # UnicodeError: a name the resolver cannot encode
                 log.warning("proxy %s: cannot reach upstream %s: %s", self.name, self.upstream, error)
                 return
             connection = _Connection(self, client, upstream)
@@ -506,10 +530,14 @@ def parse_proxy_fields(body: object, where: str = "") -> tuple[str, str, str, bo
         raise ApiError(f"missing required field: name{where}", 400)
     if not upstream:
         raise ApiError(f"missing required field: upstream{where}", 400)
-    if not isinstance(name, str) or not isinstance(upstream, str) or not isinstance(listen, str):
-        raise bad_request("name, listen and upstream must be strings")
+    for field_name, value in (("name", name), ("listen", listen), ("upstream", upstream)):
+        if not isinstance(value, str):
+            raise bad_request(f"{field_name} must be a string{where}, got {_short(repr(value))}")
+    assert isinstance(name, str) and isinstance(listen, str) and isinstance(upstream, str)
+    if len(name) > MAX_NAME:
+        raise bad_request(f"name must be at most {MAX_NAME} characters{where}, got {len(name)}")
     if not isinstance(enabled, bool):
-        raise bad_request("enabled must be true or false")
+        raise bad_request(f"enabled must be true or false{where}, got {_short(repr(enabled))}")
     split_hostport(listen, "listen")
     split_hostport(upstream, "upstream")
     return name, listen, upstream, enabled

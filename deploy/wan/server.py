@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import trio
 
 from deploy.wan.api import WanApi
-from deploy.wan.http import serve_http
+from deploy.wan.http import REQUEST_TIMEOUT_SECONDS, serve_http
 from deploy.wan.proxy import ProxyRegistry, open_listener
 
 __all__ = ["serve_wan"]
@@ -19,13 +20,15 @@ async def serve_wan(
     api_port: int,
     *,
     proxies: Sequence[Mapping[str, Any]] = (),
+    request_timeout_s: float = REQUEST_TIMEOUT_SECONDS,
     task_status: trio.TaskStatus[tuple[str, int]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the WAN-link emulator: the Toxiproxy HTTP API on ``api_host:api_port`` (port 0: a
     free port) and the proxies it manages, until cancelled.
 
     ``proxies`` (Toxiproxy's populate format: objects with name, listen, upstream, enabled) are
-    created before the API answers. Reports the API's bound ``(host, port)`` through
+    created before the API answers. An API request that has not arrived whole within
+    ``request_timeout_s`` gets a 408 and its connection is closed. Reports the API's bound ``(host, port)`` through
     ``task_status.started``. Cancelling the task closes the API, every proxy listener and every
     proxied connection.
 
@@ -39,5 +42,5 @@ async def serve_wan(
             await registry.populate(proxies)
         listener = await open_listener(api_host, api_port)
         name = listener.socket.getsockname()
-        await nursery.start(serve_http, listener, WanApi(registry).handle)
+        await nursery.start(partial(serve_http, listener, WanApi(registry).handle, request_timeout_s=request_timeout_s))
         task_status.started((str(name[0]), int(name[1])))

@@ -24,6 +24,8 @@ from deploy.wan.errors import INVALID_STREAM, INVALID_TOXIC_TYPE, ApiError, bad_
 
 __all__ = [
     "ATTRIBUTES",
+    "MAXIMUMS",
+    "MAX_NAME",
     "STREAMS",
     "Chunk",
     "CloseConnection",
@@ -36,6 +38,8 @@ __all__ = [
 ]
 
 STREAMS: Final = ("upstream", "downstream")
+#: Longest proxy or toxic name accepted: names are shown in every listing.
+MAX_NAME: Final = 255
 
 # Every toxic type with its attributes (all integers, defaulting to 0 as in Toxiproxy) and the
 # smallest value each accepts.
@@ -48,6 +52,22 @@ ATTRIBUTES: Final[Mapping[str, Mapping[str, int]]] = {
     # average_size 0 would slice forever.
     "slicer": {"average_size": 1, "size_variation": 0, "delay": 0},
     "limit_data": {"bytes": 0},
+}
+
+# The largest value each attribute accepts. Toxiproxy's attributes are Go int64s, so nothing
+# above 2**63 - 1 is a valid value there either; durations are bounded further, to a day, so that
+# every deadline the stages compute stays a finite float (a latency of 10**400 ms once raised
+# OverflowError on the next connection and took the emulator down).
+INT64_MAX: Final = 2**63 - 1
+DAY_MS: Final = 86_400_000
+MAXIMUMS: Final[Mapping[str, Mapping[str, int]]] = {
+    "latency": {"latency": DAY_MS, "jitter": DAY_MS},
+    "bandwidth": {"rate": INT64_MAX},
+    "slow_close": {"delay": DAY_MS},
+    "timeout": {"timeout": DAY_MS},
+    "reset_peer": {"timeout": DAY_MS},
+    "slicer": {"average_size": INT64_MAX, "size_variation": INT64_MAX, "delay": DAY_MS * 1000},  # delay in µs
+    "limit_data": {"bytes": INT64_MAX},
 }
 
 # A bandwidth bucket may run this far ahead of its rate after being idle: small enough that a
@@ -86,20 +106,32 @@ def _require_object(body: object, what: str) -> Mapping[str, Any]:
 
 
 def _parse_toxicity(value: object) -> float:
+    # NaN fails the range check too (every comparison with it is false).
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise bad_request("toxicity must be a number between 0 and 1")
+        raise bad_request(f"toxicity must be a number between 0 and 1, got {_show(value)}")
     if not 0.0 <= float(value) <= 1.0:
-        raise bad_request(f"toxicity must be between 0 and 1, got {value}")
+        raise bad_request(f"toxicity must be between 0 and 1, got {_show(value)}")
     return float(value)
 
 
+def _show(value: object) -> str:
+    """A value as an error message quotes it: short, whatever a client sent."""
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def _parse_attributes(toxic_type: str, given: object, base: Mapping[str, int]) -> dict[str, int]:
-    """Merge ``given`` over ``base``, checking names, types and lower bounds."""
+    """Merge ``given`` over ``base``, checking names, types and bounds.
+
+    Every value must be an integer (a float with an integral value counts, as JSON has one
+    number type) within the attribute's bounds: never NaN, infinite, negative or beyond what the
+    stages can compute with. The error names the attribute.
+    """
     if given is None:
         given = {}
     if not isinstance(given, Mapping):
-        raise bad_request("attributes must be a JSON object")
-    minimums = ATTRIBUTES[toxic_type]
+        raise bad_request(f"attributes must be a JSON object, got {_show(given)}")
+    minimums, maximums = ATTRIBUTES[toxic_type], MAXIMUMS[toxic_type]
     merged = dict(base)
     for key, value in given.items():
         if key not in minimums:
@@ -108,11 +140,16 @@ def _parse_attributes(toxic_type: str, given: object, base: Mapping[str, int]) -
         if isinstance(value, float) and value.is_integer():
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise bad_request(f"attribute {key!r} must be an integer, got {value!r}")
+            raise bad_request(f"attribute {key!r} must be an integer, got {_show(value)}")
         merged[key] = value
-    for key, minimum in minimums.items():
-        if merged[key] < minimum:
-            raise bad_request(f"attribute {key!r} of a {toxic_type} toxic must be >= {minimum}, got {merged[key]}")
+    # What the client sent first, so the error names the field it got wrong; then the defaults.
+    for key in [*given, *(k for k in minimums if k not in given)]:
+        if merged[key] < minimums[key]:
+            raise bad_request(f"attribute {key!r} of a {toxic_type} toxic must be >= {minimums[key]}, "
+                              f"got {merged[key]}")
+        if merged[key] > maximums[key]:
+            raise bad_request(f"attribute {key!r} of a {toxic_type} toxic must be <= {maximums[key]}, "
+                              f"got {_show(merged[key])}")
     return merged
 
 
@@ -134,7 +171,9 @@ def parse_toxic(body: object) -> ToxicSpec:
     stream = stream.lower()
     name = fields.get("name") or f"{toxic_type}_{stream}"
     if not isinstance(name, str):
-        raise bad_request("name must be a string")
+        raise bad_request(f"name must be a string, got {_show(name)}")
+    if len(name) > MAX_NAME:
+        raise bad_request(f"name must be at most {MAX_NAME} characters, got {len(name)}")
     toxicity = _parse_toxicity(fields.get("toxicity", 1.0))
     zeros = {key: 0 for key in ATTRIBUTES[toxic_type]}
     attributes = _parse_attributes(toxic_type, fields.get("attributes"), zeros)
