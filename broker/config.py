@@ -22,6 +22,7 @@ __all__ = [
     "BrokerConfig",
     "ConfigError",
     "ListenerSpec",
+    "StartupError",
     "TOPIC_CONFIG_SYNONYMS",
     "PASSIVE_TOPIC_CONFIGS",
     "load_properties",
@@ -33,6 +34,11 @@ LONG_MAX = 9223372036854775807
 
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names the key."""
+
+
+class StartupError(RuntimeError):
+    """The broker cannot start on what it found (a damaged metadata file, a data dir of another
+    broker): the message names the file, what is wrong and what the operator can do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +116,13 @@ def _str(key: str, value: str) -> str:
     return value.strip()
 
 
+def _host_port(key: str, value: str) -> str:
+    host, sep, port = value.strip().rpartition(":")
+    if not sep or not port.isdigit() or int(port) > 65535:
+        raise ConfigError(f"{key}: '{value}' is not of the form HOST:PORT")
+    return value.strip()
+
+
 def _cleanup_policy(key: str, value: str) -> str:
     parts = [p.strip() for p in value.split(",") if p.strip()]
     if not parts or any(p not in ("delete", "compact") for p in parts):
@@ -141,6 +154,12 @@ _KEYS: tuple[_Key, ...] = (
     _Key("broker.rack", _str, None, "rack"),
     _Key("log.dirs", _str, "/tmp/kafka-logs", "log_dirs_text"),
     _Key("num.partitions", _int_parser(1, 2**31 - 1), "1", "num_partitions"),
+    # Partition bounds (KIP-578's names; Kafka's default is unbounded, Causeway's is not: every
+    # partition holds an open segment file and memory). A CreateTopics or CreatePartitions that
+    # would pass them is refused with POLICY_VIOLATION.
+    _Key("max.broker.partitions", _int_parser(1, 2**31 - 1), "10000", "max_broker_partitions"),
+    _Key("max.partitions", _int_parser(1, 2**31 - 1), str(2**31 - 1), "max_partitions"),
+    _Key("max.partitions.per.request", _int_parser(1, 2**31 - 1), "5000", "max_partitions_per_request"),
     _Key("default.replication.factor", _int_parser(1, 32767), "1", "default_replication_factor"),
     _Key("auto.create.topics.enable", _parse_bool, "true", "auto_create_topics_enable"),
     _Key("delete.topic.enable", _parse_bool, "true", "delete_topic_enable"),
@@ -166,6 +185,14 @@ _KEYS: tuple[_Key, ...] = (
         "CreateTime",
         "log_message_timestamp_type",
     ),
+    # How far a CreateTime record's timestamp may lie before or after the broker's clock
+    # (KIP-937); the deprecated difference key applies to a side left at its default.
+    _Key("log.message.timestamp.before.max.ms", _int_parser(0), str(LONG_MAX),
+         "log_message_timestamp_before_max_ms"),
+    _Key("log.message.timestamp.after.max.ms", _int_parser(0), str(LONG_MAX),
+         "log_message_timestamp_after_max_ms"),
+    _Key("log.message.timestamp.difference.max.ms", _int_parser(0), str(LONG_MAX),
+         "log_message_timestamp_difference_max_ms"),
     _Key("log.cleanup.policy", _cleanup_policy, "delete", "log_cleanup_policy"),
     _Key("log.cleaner.delete.retention.ms", _int_parser(0), "86400000", "log_cleaner_delete_retention_ms"),
     _Key("log.cleaner.enable", _parse_bool, "true", "log_cleaner_enable"),
@@ -179,6 +206,11 @@ _KEYS: tuple[_Key, ...] = (
     # cannot exhaust memory; 0 picks twice socket.request.max.bytes.
     _Key("queued.max.request.bytes", _int_parser(-1), "0", "queued_max_request_bytes"),
     _Key("connections.max.idle.ms", _int_parser(-1), "600000", "connections_max_idle_ms"),
+    # Causeway's own (Kafka has no such bound): once a request's first bytes are in, the rest
+    # must arrive within this, or the connection is closed; -1 turns it off.
+    _Key("causeway.request.arrival.timeout.ms", _int_parser(-1), "60000", "request_arrival_timeout_ms"),
+    # Causeway's own: repeated per-connection warnings are logged once per window, then summarised.
+    _Key("causeway.log.repeat.window.ms", _int_parser(1), "60000", "log_repeat_window_ms"),
     _Key("fetch.max.bytes", _int_parser(1024, 2**31 - 1), "57671680", "fetch_max_bytes"),
     _Key("cluster.id", _str, None, "cluster_id"),
     # The group coordinator (consumer groups and committed offsets).
@@ -191,6 +223,9 @@ _KEYS: tuple[_Key, ...] = (
     _Key("group.min.session.timeout.ms", _int_parser(0, 2**31 - 1), "6000", "group_min_session_timeout_ms"),
     _Key("group.max.session.timeout.ms", _int_parser(0, 2**31 - 1), "1800000", "group_max_session_timeout_ms"),
     _Key("group.max.size", _int_parser(1, 2**31 - 1), str(2**31 - 1), "group_max_size"),
+    # Causeway's own keys (no Kafka equivalent), under a prefix of their own. HOST:PORT where the
+    # broker serves Prometheus metrics over HTTP (/metrics); unset: no metrics endpoint.
+    _Key("causeway.metrics.listener", _host_port, None, "metrics_listener"),
 )
 
 _KEY_BY_NAME = {k.name: k for k in _KEYS}
@@ -250,6 +285,9 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str | None] = {
     "index.interval.bytes": "log.index.interval.bytes",
     "max.message.bytes": "message.max.bytes",
     "message.timestamp.type": "log.message.timestamp.type",
+    "message.timestamp.before.max.ms": "log.message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms": "log.message.timestamp.after.max.ms",
+    "message.timestamp.difference.max.ms": "log.message.timestamp.difference.max.ms",
     "min.insync.replicas": "min.insync.replicas",
     "retention.bytes": "log.retention.bytes",
     "retention.ms": "log.retention.ms",
@@ -269,9 +307,6 @@ PASSIVE_TOPIC_CONFIGS: dict[str, str] = {
     "local.retention.ms": "-2",
     "max.compaction.lag.ms": "9223372036854775807",
     "message.downconversion.enable": "true",
-    "message.timestamp.after.max.ms": "9223372036854775807",
-    "message.timestamp.before.max.ms": "9223372036854775807",
-    "message.timestamp.difference.max.ms": "9223372036854775807",
     "min.cleanable.dirty.ratio": "0.5",
     "min.compaction.lag.ms": "0",
     "preallocate": "false",
@@ -293,6 +328,9 @@ class BrokerConfig:
     rack: str | None
     log_dirs_text: str
     num_partitions: int
+    max_broker_partitions: int
+    max_partitions: int
+    max_partitions_per_request: int
     default_replication_factor: int
     auto_create_topics_enable: bool
     delete_topic_enable: bool
@@ -308,6 +346,9 @@ class BrokerConfig:
     log_flush_scheduler_interval_ms: int
     log_flush_offset_checkpoint_interval_ms: int
     log_message_timestamp_type: str
+    log_message_timestamp_before_max_ms: int
+    log_message_timestamp_after_max_ms: int
+    log_message_timestamp_difference_max_ms: int
     log_cleanup_policy: str
     log_cleaner_delete_retention_ms: int
     log_cleaner_enable: bool
@@ -318,6 +359,8 @@ class BrokerConfig:
     socket_request_max_bytes: int
     queued_max_request_bytes: int
     connections_max_idle_ms: int
+    request_arrival_timeout_ms: int
+    log_repeat_window_ms: int
     fetch_max_bytes: int
     cluster_id: str | None
     offsets_topic_num_partitions: int
@@ -329,6 +372,7 @@ class BrokerConfig:
     group_min_session_timeout_ms: int
     group_max_session_timeout_ms: int
     group_max_size: int
+    metrics_listener: str | None
     # What the user actually set, by canonical key, for DescribeConfigs (STATIC_BROKER_CONFIG).
     explicit: Mapping[str, str]
     listeners: tuple[ListenerSpec, ...]

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import trio
 
-from broker.config import BrokerConfig, ConfigError, ignored_keys, load_properties, parse_overrides
+from broker.config import BrokerConfig, ConfigError, StartupError, ignored_keys, load_properties, parse_overrides
 
 __all__ = ["main"]
 
@@ -137,6 +137,20 @@ def _parse_topics(items: Sequence[str]) -> dict[str, int]:
     return topics
 
 
+def _run_unwrapped(*args: object) -> None:
+    """trio.run, re-raising a start-up failure by itself rather than inside the nurseries'
+    exception groups, so `main` can print it as one clear line."""
+    try:
+        trio.run(*args)  # type: ignore[arg-type]
+    except BaseExceptionGroup as group:
+        leaf: BaseException = group
+        while isinstance(leaf, BaseExceptionGroup) and len(leaf.exceptions) == 1:
+            leaf = leaf.exceptions[0]
+        if isinstance(leaf, (StartupError, ConfigError, OSError)):
+            raise leaf from None
+        raise
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -149,10 +163,13 @@ def main(argv: list[str] | None = None) -> int:
             args.data_dir = args.data_dir or Path(".causeway/demo")
             args.listen = args.listen or ["127.0.0.1:9092"]
             config = _broker_config(args)
-            trio.run(_serve_until_signalled, config, {"demo": 3}, True)
+            _run_unwrapped(_serve_until_signalled, config, {"demo": 3}, True)
         elif args.command == "broker":
             config = _broker_config(args)
-            trio.run(_serve_until_signalled, config, _parse_topics(args.topic), False)
+            _run_unwrapped(_serve_until_signalled, config, _parse_topics(args.topic), False)
+    except StartupError as exc:
+        print(f"causeway: cannot start: {exc}", file=sys.stderr)
+        return 1
     except ConfigError as exc:
         print(f"causeway: config error: {exc}", file=sys.stderr)
         return 2

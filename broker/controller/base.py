@@ -21,10 +21,11 @@ __all__ = ["Controller", "MetadataListener"]
 class MetadataListener(Protocol):
     """Receives metadata changes after the controller made them durable."""
 
-    def on_topic_changed(self, topic: TopicInfo) -> None:
-        """A topic was created, or its partitions or configs changed."""
+    async def on_topic_changed(self, topic: TopicInfo) -> None:
+        """A topic was created, or its partitions or configs changed. Returns once the local
+        logs exist (created in worker threads: the event loop keeps serving meanwhile)."""
 
-    def on_topic_deleted(self, topic: TopicInfo) -> None:
+    async def on_topic_deleted(self, topic: TopicInfo) -> None:
         """A topic was deleted; its local logs should go."""
 
 
@@ -59,7 +60,8 @@ class Controller(Protocol):
         validate_only: bool = False,
     ) -> TopicInfo:
         """Create a topic. Raises KafkaError: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION,
-        INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR."""
+        INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, POLICY_VIOLATION (max.broker.partitions,
+        max.partitions), KAFKA_STORAGE_ERROR (the metadata could not be written)."""
         ...
 
     async def delete_topic(self, name: str) -> None:

@@ -12,9 +12,15 @@ from dataclasses import dataclass, field
 
 from broker.config import ListenerSpec
 
-__all__ = ["BrokerInfo", "PartitionInfo", "TopicInfo", "validate_topic_name", "TOPIC_NAME_MAX"]
+__all__ = [
+    "BrokerInfo", "PartitionInfo", "TopicInfo", "validate_topic_name", "TOPIC_NAME_MAX", "INTERNAL_TOPICS",
+    "is_internal_topic",
+]
 
 TOPIC_NAME_MAX = 249
+# Kafka's internal topics (Topic.INTERNAL_TOPICS): written only by the broker itself. Clients may
+# read them, never append to, delete, shrink the records of, or repartition them.
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 _LEGAL = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-")
 
 
@@ -64,3 +70,8 @@ def validate_topic_name(name: str) -> str | None:
     if bad:
         return f"topic name '{name}' contains illegal characters {''.join(bad)!r}; use [a-zA-Z0-9._-]"
     return None
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether ``name`` is one of Kafka's internal topics (by name, as Kafka decides it)."""
+    return name in INTERNAL_TOPICS

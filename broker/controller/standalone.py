@@ -2,29 +2,40 @@
 
 This is the embedded default (development, examples, quick tests): no ZooKeeper, one broker that
 is its own controller, leader of every partition and the whole ISR. Metadata is one JSON document,
-``cluster-metadata.json`` in the first log dir, rewritten atomically (temp file, fsync, rename) on
-every change, so a crash leaves either the old or the new version. ``meta.properties`` is written
+``cluster-metadata.json`` in the first log dir, rewritten atomically (temp file, fsync, rename,
+fsync of the directory, in a worker thread) on every change, so a crash leaves either the old or
+the new version; a damaged file stops the start with a message naming it (``metadata_file``).
+Partition counts are bounded by ``max.broker.partitions`` and ``max.partitions``. ``meta.properties`` is written
 as Kafka writes it, so the data dir carries its cluster id and broker id.
 """
 
 from __future__ import annotations
 
 import base64
-import json
+import logging
 import uuid
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from broker.config import BrokerConfig
+import trio
+
+from broker.config import BrokerConfig, StartupError
+from broker.controller import metadata_file
 from broker.controller.base import MetadataListener
-from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo, validate_topic_name
+from broker.controller.model import (
+    BrokerInfo,
+    PartitionInfo,
+    TopicInfo,
+    is_internal_topic,
+    validate_topic_name,
+)
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.checkpoints import write_atomically
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
 
+log = logging.getLogger(__name__)
+
 METADATA_FILE = "cluster-metadata.json"
-_FORMAT_VERSION = 1
 # Producer ids are handed out from blocks; only the end of the current block is persisted, so a
 # restart skips the rest of a block but never hands out an id twice (as Kafka's blocks do).
 PRODUCER_ID_BLOCK = 1000
@@ -46,6 +57,9 @@ class StandaloneController:
         self._topics: dict[str, TopicInfo] = {}
         self._next_producer_id = 0
         self._producer_id_block_end = 0
+        # One metadata write at a time, each of the state at the moment it starts: the last
+        # write to finish is always of the newest state.
+        self._save_lock = trio.Lock()
         self._local = BrokerInfo(config.broker_id, config.advertised_listeners, config.rack)
         self._cluster_id = self._load_meta_properties()
         self._load()
@@ -79,6 +93,10 @@ class StandaloneController:
             if topic.topic_id == topic_id:
                 return topic
         return None
+
+    def partition_count(self) -> int:
+        """Partitions of every topic; in a one-broker cluster each has a replica here."""
+        return sum(len(t.partitions) for t in self._topics.values())
 
     # -- changes -------------------------------------------------------------------------
 
@@ -115,26 +133,38 @@ class StandaloneController:
                 f"Replication factor: {replication_factor} larger than available brokers: "
                 f"{len(self.brokers())}.",
             )
+        # Before anything is built: a refused count costs nothing.
+        self._check_partition_limits(num_partitions * replication_factor, num_partitions)
         topic = TopicInfo(
             name=name,
             topic_id=uuid.uuid4(),
             partitions=tuple(self._new_partition(i) for i in range(num_partitions)),
             configs=dict(configs),
-            is_internal=name.startswith("__"),
+            is_internal=is_internal_topic(name),
         )
         if validate_only:
             return topic
+        # In the map before the first await, so a concurrent request sees the name as taken.
         self._topics[name] = topic
-        self._save()
+        try:
+            await self._save()
+        except KafkaError:
+            del self._topics[name]
+            raise
         if self._listener is not None:
-            self._listener.on_topic_changed(topic)
+            await self._listener.on_topic_changed(topic)
         return topic
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before by this cluster, across restarts."""
         if self._next_producer_id >= self._producer_id_block_end:
+            previous = self._producer_id_block_end
             self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK
-            self._save()
+            try:
+                await self._save()
+            except KafkaError:
+                self._producer_id_block_end = previous
+                raise
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id
@@ -142,9 +172,13 @@ class StandaloneController:
     async def delete_topic(self, name: str) -> None:
         topic = self._require(name)
         del self._topics[name]
-        self._save()
+        try:
+            await self._save()
+        except KafkaError:
+            self._topics[name] = topic
+            raise
         if self._listener is not None:
-            self._listener.on_topic_deleted(topic)
+            await self._listener.on_topic_deleted(topic)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
         topic = self._require(name)
@@ -154,24 +188,49 @@ class StandaloneController:
                 ErrorCode.INVALID_PARTITIONS,
                 f"Topic currently has {current} partitions, {total} would not be an increase.",
             )
+        replicas = len(topic.partitions[0].replicas) if topic.partitions else 1
+        self._check_partition_limits((total - current) * replicas, total - current)
         if validate_only:
             return
         added = tuple(self._new_partition(i) for i in range(current, total))
         updated = TopicInfo(topic.name, topic.topic_id, topic.partitions + added, topic.configs, topic.is_internal)
         self._topics[name] = updated
-        self._save()
+        try:
+            await self._save()
+        except KafkaError:
+            self._topics[name] = topic
+            raise
         if self._listener is not None:
-            self._listener.on_topic_changed(updated)
+            await self._listener.on_topic_changed(updated)
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         topic = self._require(name)
         updated = TopicInfo(topic.name, topic.topic_id, topic.partitions, dict(configs), topic.is_internal)
         self._topics[name] = updated
-        self._save()
+        try:
+            await self._save()
+        except KafkaError:
+            self._topics[name] = topic
+            raise
         if self._listener is not None:
-            self._listener.on_topic_changed(updated)
+            await self._listener.on_topic_changed(updated)
 
     # -- internals -----------------------------------------------------------------------
+
+    def _check_partition_limits(self, new_replicas: int, new_partitions: int) -> None:
+        """Refuse growth past max.broker.partitions (replicas on this broker) or max.partitions
+        (partitions in the cluster), as KIP-578 proposes, with POLICY_VIOLATION."""
+        existing = self.partition_count()
+        for key, limit, adding in (
+            ("max.broker.partitions", self._config.max_broker_partitions, new_replicas),
+            ("max.partitions", self._config.max_partitions, new_partitions),
+        ):
+            if existing + adding > limit:
+                raise KafkaError(
+                    ErrorCode.POLICY_VIOLATION,
+                    f"Adding {adding} partitions to the {existing} this broker holds would exceed "
+                    f"{key}={limit}; ask for fewer partitions, delete topics, or raise {key}.",
+                )
 
     def _new_partition(self, index: int) -> PartitionInfo:
         me = self._config.broker_id
@@ -197,18 +256,31 @@ class StandaloneController:
         path = self._dir / "meta.properties"
         if path.exists():
             props: dict[str, str] = {}
-            for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                text = path.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as exc:
+                raise StartupError(
+                    f"cannot read {path} ({exc}); it names the broker and cluster this data dir "
+                    "belongs to: restore it, or write broker.id=<id> and cluster.id=<id> lines"
+                ) from None
+            for line in text.splitlines():
                 if line and not line.startswith("#") and "=" in line:
                     k, _, v = line.partition("=")
                     props[k.strip()] = v.strip()
-            stored_id = int(props.get("broker.id", props.get("node.id", "-1")))
+            raw_id = props.get("broker.id", props.get("node.id", "-1"))
+            try:
+                stored_id = int(raw_id)
+            except ValueError:
+                raise StartupError(
+                    f"{path}: broker.id '{raw_id}' is not a number; restore the file or correct the line"
+                ) from None
             if stored_id != self._config.broker_id:
-                raise RuntimeError(
+                raise StartupError(
                     f"{path}: data dir belongs to broker {stored_id}, not {self._config.broker_id}"
                 )
             cluster_id = props.get("cluster.id", "")
             if self._config.cluster_id and cluster_id != self._config.cluster_id:
-                raise RuntimeError(
+                raise StartupError(
                     f"{path}: data dir belongs to cluster {cluster_id}, not {self._config.cluster_id}"
                 )
             return cluster_id
@@ -221,55 +293,25 @@ class StandaloneController:
         return cluster_id
 
     def _load(self) -> None:
-        path = self._dir / METADATA_FILE
-        if not path.exists():
+        """Read the metadata file; raises StartupError naming it when it is damaged."""
+        stored = metadata_file.read(self._dir / METADATA_FILE)
+        if stored is None:
             return
-        doc = json.loads(path.read_text(encoding="utf-8"))
-        if doc.get("version") != _FORMAT_VERSION:
-            raise RuntimeError(f"{path}: unsupported metadata format version {doc.get('version')}")
         # Start after the last block that may have been handed out before the restart.
-        self._next_producer_id = self._producer_id_block_end = int(doc.get("producer_id_block_end", 0))
-        for name, entry in doc["topics"].items():
-            partitions = tuple(
-                PartitionInfo(
-                    partition=p["partition"],
-                    leader=p["leader"],
-                    leader_epoch=p["leader_epoch"],
-                    replicas=tuple(p["replicas"]),
-                    isr=tuple(p["isr"]),
-                )
-                for p in entry["partitions"]
-            )
-            self._topics[name] = TopicInfo(
-                name=name,
-                topic_id=uuid.UUID(entry["topic_id"]),
-                partitions=partitions,
-                configs=dict(entry.get("configs", {})),
-                is_internal=bool(entry.get("internal", False)),
-            )
+        self._next_producer_id = self._producer_id_block_end = stored.producer_id_block_end
+        self._topics.update(stored.topics)
 
-    def _save(self) -> None:
-        doc: dict[str, Any] = {
-            "version": _FORMAT_VERSION,
-            "cluster_id": self._cluster_id,
-            "producer_id_block_end": self._producer_id_block_end,
-            "topics": {
-                t.name: {
-                    "topic_id": str(t.topic_id),
-                    "internal": t.is_internal,
-                    "configs": dict(t.configs),
-                    "partitions": [
-                        {
-                            "partition": p.partition,
-                            "leader": p.leader,
-                            "leader_epoch": p.leader_epoch,
-                            "replicas": list(p.replicas),
-                            "isr": list(p.isr),
-                        }
-                        for p in t.partitions
-                    ],
-                }
-                for t in sorted(self._topics.values(), key=lambda t: t.name)
-            },
-        }
-        write_atomically(self._dir / METADATA_FILE, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    async def _save(self) -> None:
+        """Write the metadata file in a worker thread. A failed write (a full disk) leaves the
+        file as it was and raises KafkaError(KAFKA_STORAGE_ERROR); callers undo their change."""
+        async with self._save_lock:
+            # TopicInfo values are frozen: a shallow copy is a consistent snapshot to encode and
+            # write off the loop (thousands of partitions make a large document).
+            snapshot = (self._cluster_id, self._producer_id_block_end, dict(self._topics))
+            path = self._dir / METADATA_FILE
+            try:
+                await trio.to_thread.run_sync(lambda: metadata_file.write(path, metadata_file.encode(*snapshot)))
+            except OSError as exc:
+                log.error("cannot write %s: %s", path, exc)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"cannot write the cluster metadata: {exc.strerror or exc}") from exc

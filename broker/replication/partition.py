@@ -13,14 +13,17 @@ from __future__ import annotations
 import trio
 
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.replication.dir_health import DirHealth
 from broker.storage import AppendResult, Log, ReadResult
 
 __all__ = ["Partition"]
 
 
 class Partition:
-    def __init__(self, topic: str, index: int, log: Log, *, leader_epoch: int, is_leader: bool) -> None:
+    def __init__(self, topic: str, index: int, log: Log, *, leader_epoch: int, is_leader: bool,
+                 health: DirHealth | None = None) -> None:
         self.topic = topic
+        self._health = health if health is not None else DirHealth()
         self.index = index
         self.log = log
         self.leader_epoch = leader_epoch
@@ -47,15 +50,23 @@ class Partition:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
 
-    def append(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult:
+    def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
+               transactional: bool = False) -> AppendResult:
         """Append a produce request's batches as leader; wakes waiting fetches.
 
-        Raises KafkaError from the log (corrupt batch, too large, sequence errors) or
-        NOT_LEADER_OR_FOLLOWER when this replica does not lead.
+        Raises KafkaError from the log (corrupt batch, too large, sequence errors),
+        NOT_LEADER_OR_FOLLOWER when this replica does not lead, KAFKA_STORAGE_ERROR when the
+        disk refuses the write (full, failing): the log keeps none of a failed batch.
         """
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        root = self.log.directory.parent
+        try:
+            result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms,
+                                               transactional=transactional)
+        except OSError as exc:
+            raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
+        self._health.succeeded(root)
         if not result.duplicate:
             # A one-replica ISR: everything appended is committed.
             self.log.high_watermark = self.log.log_end_offset

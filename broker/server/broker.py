@@ -7,27 +7,31 @@ checkpoints and closes its logs, so a clean stop needs no recovery on the next s
 
 from __future__ import annotations
 
+import errno
 import logging
 import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
-from broker.config import BrokerConfig, ListenerSpec
+from broker.config import BrokerConfig, ListenerSpec, StartupError
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
 from broker.coordinator.coordinator import GroupCoordinator
 from broker.faults import crash_point
+from broker.metrics import MetricsServer, serve_metrics, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
-from broker.server.connection import ConnectionInfo, serve_connection
+from broker.server.connection import ConnectionInfo, ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, now_ms
 from broker.server.dispatch import Dispatcher
 from broker.server.listeners import BoundListener, serve_listeners
-from broker.server.memory import RequestMemoryPool
+from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.server.offsets_store import OffsetsStore
 from broker.storage import LogManager, cleaner
+from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 
 __all__ = ["RunningBroker", "run_broker"]
 
@@ -42,6 +46,7 @@ class RunningBroker:
     cluster_id: str
     listeners: tuple[BoundListener, ...]
     services: BrokerServices
+    metrics_url: str | None = None  # where Prometheus metrics are served (causeway.metrics.listener)
 
     def bootstrap(self, listener_name: str | None = None) -> str:
         """``host:port`` of the named listener (the first one by default)."""
@@ -73,6 +78,10 @@ async def _every(interval_ms: int, job_name: str, job: Callable[[], object]) -> 
         await trio.sleep(interval_ms / 1000)
         try:
             job()
+        except OSError as exc:
+            # A full or failing disk (ENOSPC, EIO): one line per try, the disk is the news, not
+            # a traceback (appends report the dir themselves, see replication/dir_health.py).
+            log.warning("%s failed: %s; will retry", job_name, exc)
         except Exception:  # noqa: BLE001 - housekeeping must not stop the broker
             log.exception("%s failed; will retry", job_name)
 
@@ -105,14 +114,31 @@ async def run_broker(
     Raises OSError naming the listener when an address cannot be bound, and RuntimeError when the
     data dir belongs to another broker or cluster.
     """
+    soft, hard = raise_open_file_limit()
+    HANDLES.set_capacity(capacity_for(soft))
+    log.info("open-file limit %d (hard %d): up to %d segment files held open", soft, hard, HANDLES.capacity)
     logs = LogManager(list(config.log_dirs), broker_log_config(config))
-    await trio.to_thread.run_sync(logs.load_all, now_ms())
+    # Before anything in the dirs is read: a second broker on the same data dir stops here.
+    logs.lock_dirs()
     try:
+        await trio.to_thread.run_sync(logs.load_all, now_ms())
+    except BaseException as exc:
+        logs.unlock_dirs()
+        if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+            raise StartupError(f"loading the logs of {', '.join(map(str, config.log_dirs))} failed: "
+                               f"{emfile_advice()}") from exc
+        raise
+    metrics_server: MetricsServer | None = None
+    try:
+        if config.metrics_listener is not None:
+            metrics_server = serve_metrics(config.metrics_listener)
+            track_open_segment_files(lambda: len(HANDLES))
+            log.info("metrics served on %s", metrics_server.url)
         controller = StandaloneController(config)
         replicas = ReplicaManager(config, logs)
         controller.set_listener(replicas)
-        for topic in controller.topics().values():
-            replicas.on_topic_changed(topic)
+        for topic in list(controller.topics().values()):
+            await replicas.on_topic_changed(topic)
         for name, partitions in (initial_topics or {}).items():
             try:
                 await controller.create_topic(name, partitions, 1, {})
@@ -125,8 +151,9 @@ async def run_broker(
         await trio.to_thread.run_sync(lambda: groups.load(list(offsets_store.replay())))
         services = BrokerServices(config, controller, replicas, groups)
         dispatcher = Dispatcher(services)
-        pool = RequestMemoryPool(config.queued_max_request_bytes)
-        idle_s = config.connections_max_idle_ms / 1000 if config.connections_max_idle_ms >= 0 else float("inf")
+        pool = RequestMemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
+        responses = ResponseMemoryPool(config.fetch_max_bytes)
+        limits = ConnectionLimits.from_config(config)
 
         async def on_connection(stream: trio.SocketStream, spec: ListenerSpec) -> None:
             try:
@@ -135,14 +162,13 @@ async def run_broker(
             except OSError:
                 peer = "?"
             info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name])
-            await serve_connection(
-                stream, info, dispatcher, pool,
-                max_frame_size=config.socket_request_max_bytes, idle_timeout_s=idle_s,
-            )
+            await serve_connection(stream, info, dispatcher, pool, limits=limits, responses=responses)
 
         async with trio.open_nursery() as nursery:
             await nursery.start(groups.run)
-            bound: list[BoundListener] = await nursery.start(serve_listeners, config.listeners, on_connection)
+            bound: list[BoundListener] = await nursery.start(
+                partial(serve_listeners, log_repeat_window_s=config.log_repeat_window_ms / 1000),
+                config.listeners, on_connection)
             advertised = _advertised(config, bound)
             controller.register_local_broker(BrokerInfo(config.broker_id, advertised, config.rack))
             nursery.start_soon(_every, config.log_retention_check_interval_ms, "retention",
@@ -155,12 +181,41 @@ async def run_broker(
                 nursery.start_soon(_compact_forever, logs, config.log_cleaner_backoff_ms)
             log.info("broker %d of cluster %s serving %s", config.broker_id, controller.cluster_id,
                      ", ".join(b.url for b in bound))
-            task_status.started(RunningBroker(config.broker_id, controller.cluster_id, tuple(bound), services))
+            task_status.started(RunningBroker(config.broker_id, controller.cluster_id, tuple(bound), services,
+                                              metrics_server.url if metrics_server else None))
+    except Exception as exc:
+        # Out of descriptors while starting (creating __consumer_offsets, loading groups): one
+        # clear line naming the limit, not a traceback from deep inside the nursery.
+        if _caused_by_emfile(exc):
+            raise StartupError(f"the broker cannot start: {emfile_advice()}") from exc
+        raise
     finally:
+        if metrics_server is not None:
+            metrics_server.close()
         with trio.CancelScope(shield=True):
             await trio.to_thread.run_sync(_close_logs, logs)
 
 
+def _caused_by_emfile(exc: BaseException) -> bool:
+    """Whether EMFILE or ENFILE is somewhere in `exc`: its groups, causes and contexts."""
+    seen: set[int] = set()
+    todo: list[BaseException] = [exc]
+    while todo:
+        current = todo.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EMFILE, errno.ENFILE):
+            return True
+        if isinstance(current, BaseExceptionGroup):
+            todo.extend(current.exceptions)
+        todo.extend(e for e in (current.__cause__, current.__context__) if e is not None)
+    return False
+
+
 def _close_logs(logs: LogManager) -> None:
-    logs.checkpoint()
-    logs.close()
+    try:
+        logs.checkpoint()
+        logs.close()
+    finally:
+        logs.unlock_dirs()

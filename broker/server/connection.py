@@ -5,14 +5,32 @@ only after the current one is answered (a connection is "muted" while a request 
 That is what this loop does, and it is why a long-polling fetch holds back the requests behind
 it on the same connection, as it does in Kafka.
 
+What a peer can make the connection hold is bounded:
+
+- *Request bytes*: budget is taken from the shared :class:`RequestMemoryPool` only for bytes
+  that are about to be read (after the socket says they are there), never for the size a frame
+  announces; see ``broker.server.memory`` for why no connection can hold it hostage.
+- *Time for a partial request*: once the first bytes of a request are in, the rest must arrive
+  within ``causeway.request.arrival.timeout.ms``, or the connection is closed (a peer trickling
+  a byte every few seconds never looks idle). A silent connection is closed after
+  ``connections.max.idle.ms``, as in Kafka.
+- *Responses*: record data goes from the segment files (``broker.server.sending``), and a peer
+  that takes no bytes for ``connections.max.idle.ms`` is disconnected.
+- *Long polls*: while a fetch waits for data, the receive side (free, the connection being
+  muted) is watched; a peer that closes or resets is noticed at once and the poll abandoned, so
+  neither the socket (in CLOSE_WAIT) nor the request lingers until ``max_wait_ms``.
+
 Errors are translated here, at one place: bytes that do not parse close the connection (Kafka
 closes it on a request it cannot parse); a handler bug is logged with its traceback and closes
-the connection; the broker goes on serving everyone else.
+the connection; the broker goes on serving everyone else. Per-connection messages go through a
+:class:`~broker.server.log_limits.RepeatLimiter`, so hostile peers cannot flood the log.
 """
 
 from __future__ import annotations
 
 import logging
+import math
+import socket
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -20,17 +38,25 @@ import trio
 
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
+from broker.server.log_limits import limiter
+from broker.server.sending import SendStalled, SliceTruncated, close_parts, send_bytes, send_parts
 
 if TYPE_CHECKING:
-    from broker.server.dispatch import Dispatcher
-    from broker.server.memory import RequestMemoryPool
+    from broker.config import BrokerConfig
+    from broker.protocol.spliced import Splice
+    from broker.server.dispatch import Dispatcher, Response
+    from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 
-__all__ = ["ConnectionInfo", "serve_connection"]
+__all__ = ["ConnectionInfo", "ConnectionLimits", "serve_connection"]
 
 log = logging.getLogger(__name__)
+_limited = limiter(log)
 
 # How much to ask the socket for at once. Large produce requests arrive in chunks of this size.
 RECEIVE_CHUNK = 256 * 1024
+_FETCH = 1  # api key: the only request abandoned when its peer goes away (it only reads)
+# Security protocols whose listeners hand record data to the kernel with sendfile (no TLS layer).
+_SENDFILE_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,54 +66,197 @@ class ConnectionInfo:
     security_protocol: str
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """What bounds one connection; ``math.inf`` for a timeout that is off."""
+
+    max_frame_size: int  # socket.request.max.bytes
+    idle_timeout_s: float  # connections.max.idle.ms: silence, and a send that makes no progress
+    arrival_timeout_s: float = math.inf  # causeway.request.arrival.timeout.ms
+
+    @classmethod
+    def from_config(cls, config: BrokerConfig) -> ConnectionLimits:
+        def seconds(ms: int) -> float:
+            return ms / 1000 if ms >= 0 else math.inf
+
+        return cls(config.socket_request_max_bytes, seconds(config.connections_max_idle_ms),
+                   seconds(config.request_arrival_timeout_ms))
+
+
+class _PeerGone(Exception):
+    """The peer closed or reset the connection while its request was in flight."""
+
+
 async def serve_connection(
     stream: trio.abc.Stream,
     info: ConnectionInfo,
     dispatcher: Dispatcher,
     pool: RequestMemoryPool,
     *,
-    max_frame_size: int,
-    idle_timeout_s: float,
+    limits: ConnectionLimits,
+    responses: ResponseMemoryPool | None = None,
 ) -> None:
-    """Serve one connection until the peer closes it, sends garbage, or idles too long.
+    """Serve one connection until the peer closes it, sends garbage, idles or stalls too long.
 
-    Never raises for anything the peer does; always closes the stream.
+    Never raises for anything the peer does; always closes the stream and gives back what the
+    connection held in ``pool``.
     """
-    frames = FrameReader(max_frame_size)
-    reserved = 0
+    frames = FrameReader(limits.max_frame_size)
+    owner = object()  # this connection, as the pool knows it
+    use_sendfile = isinstance(stream, trio.SocketStream) and info.security_protocol in _SENDFILE_PROTOCOLS
+    partial_since: float | None = None  # when the first bytes of the unfinished request came
     try:
         while True:
             frame = frames.next_frame()
             if frame is NEED_DATA:
-                pending = frames.pending_frame_size()
-                if pending is not None and reserved == 0:
-                    # Take the frame's size from the shared budget before reading the rest of it.
-                    await pool.reserve(pending)
-                    reserved = pending
-                data: bytes | bytearray = b""
-                with trio.move_on_after(idle_timeout_s):
-                    data = await stream.receive_some(RECEIVE_CHUNK)
-                    if not data:
-                        return  # the peer closed the connection
-                if not data:
-                    log.info("closing idle connection from %s", info.peer)
+                if partial_since is None and frames.buffered():
+                    partial_since = trio.current_time()
+                if not await _receive(stream, frames, pool, owner, info, limits, partial_since):
                     return
-                frames.feed(data)
                 continue
-            response = await dispatcher.handle(frame, info)
-            if reserved:
-                pool.release(reserved)
-                reserved = 0
-            if response is not None:
-                await stream.send_all(response)
+            partial_since = None
+            pool.frame_complete(owner)
+            try:
+                response = await _handle(stream, dispatcher, frame, info)
+            finally:
+                pool.release(owner, min(len(frame) + 4, pool.held(owner)))
+            if response is None:
+                continue
+            if isinstance(response, bytearray):
+                await send_bytes(stream, response, limits.idle_timeout_s)
+                continue
+            await _send_spliced(stream, response, use_sendfile, responses, limits.idle_timeout_s)
     except ProtocolError as exc:
-        log.warning("closing connection from %s on %s: %s", info.peer, info.listener_name, exc)
+        _limited.warning("protocol error", "closing connection from %s on %s: %s",
+                         info.peer, info.listener_name, exc)
+    except SendStalled:
+        _limited.warning("send stalled", "closing connection from %s on %s: it read nothing of a "
+                         "response for %s s (connections.max.idle.ms)", info.peer, info.listener_name,
+                         _seconds(limits.idle_timeout_s))
+    except SliceTruncated as exc:
+        _limited.warning("log truncated during send", "closing connection from %s on %s: %s",
+                         info.peer, info.listener_name, exc)
+    except _PeerGone:
+        log.debug("%s closed the connection while its fetch was waiting", info.peer)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # the peer went away mid-send; nothing to answer
     except Exception:  # noqa: BLE001 - a bug in one request must not take the broker down
-        log.exception("closing connection from %s after an internal error", info.peer)
+        _limited.error("internal error", "closing connection from %s after an internal error",
+                       info.peer, exc_info=True)
     finally:
-        if reserved:
-            pool.release(reserved)
+        pool.forget(owner)
         with trio.CancelScope(shield=True):
             await stream.aclose()
+
+
+async def _receive(
+    stream: trio.abc.Stream,
+    frames: FrameReader,
+    pool: RequestMemoryPool,
+    owner: object,
+    info: ConnectionInfo,
+    limits: ConnectionLimits,
+    partial_since: float | None,
+) -> bool:
+    """Read more of the current frame; False when the connection should close.
+
+    Raises FrameTooLarge (a ProtocolError) as soon as a size field is out of bounds.
+    """
+    pending = frames.pending_frame_size()
+    want = RECEIVE_CHUNK if pending is None else min(RECEIVE_CHUNK, 4 + pending - frames.buffered())
+    now = trio.current_time()
+    deadline = now + limits.idle_timeout_s
+    if partial_since is not None:
+        deadline = min(deadline, partial_since + limits.arrival_timeout_s)
+    data: bytes | bytearray = b""
+    with trio.move_on_at(deadline) as scope:
+        # Budget is taken only once bytes are there: a silent or trickling peer holds none of it
+        # while it makes us wait. (Streams without a socket cannot tell; they take it first.)
+        if isinstance(stream, trio.SocketStream):
+            await trio.lowlevel.wait_readable(stream.socket)
+    if not scope.cancelled_caught:
+        await pool.reserve(owner, want)  # waiting for budget is the broker's doing: no deadline
+        try:
+            with trio.move_on_at(deadline) as scope:
+                data = await stream.receive_some(want)
+        finally:
+            pool.release(owner, want - len(data))
+        if not scope.cancelled_caught:
+            if not data:
+                return False  # the peer closed the connection
+            frames.feed(data)
+            return True
+    if partial_since is not None and trio.current_time() >= partial_since + limits.arrival_timeout_s:
+        _limited.warning(
+            "request arrival timeout",
+            "closing connection from %s on %s: a request of %s bytes did not arrive within %s s "
+            "(%d bytes came; causeway.request.arrival.timeout.ms)",
+            info.peer, info.listener_name, pending if pending is not None else "?",
+            _seconds(limits.arrival_timeout_s), frames.buffered())
+    else:
+        _limited.info("idle connection", "closing idle connection from %s on %s (connections.max.idle.ms)",
+                      info.peer, info.listener_name)
+    return False
+
+
+async def _handle(stream: trio.abc.Stream, dispatcher: Dispatcher, frame: memoryview,
+                  info: ConnectionInfo) -> Response | None:
+    """Answer one frame. A fetch is abandoned (raising _PeerGone) if its peer goes away."""
+    if not (isinstance(stream, trio.SocketStream) and len(frame) >= 2 and frame[0] == 0 and frame[1] == _FETCH):
+        return await dispatcher.handle(frame, info)
+    result: Response | None = None
+    error: Exception | None = None
+    with trio.CancelScope() as abandon:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_watch_for_close, stream.socket, abandon)
+            try:
+                result = await dispatcher.handle(frame, info)
+            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
+                # Raised here it would reach the caller wrapped in an ExceptionGroup.
+                error = exc
+            nursery.cancel_scope.cancel()
+    if error is not None:
+        raise error
+    if abandon.cancelled_caught:
+        if isinstance(result, list):
+            close_parts(result)
+        raise _PeerGone
+    return result
+
+
+async def _watch_for_close(sock: trio.socket.SocketType, abandon: trio.CancelScope) -> None:
+    """Cancel ``abandon`` when the peer closes or resets the connection.
+
+    The connection is muted while a request is in flight, so nothing else reads: a readable
+    socket means either end of stream, a reset, or the peer's next request already on its way.
+    Peeking tells them apart without taking any bytes; a peer with a request queued is alive,
+    and its bytes are left for the loop to read after this answer.
+    """
+    await trio.lowlevel.wait_readable(sock)
+    try:
+        peeked = await sock.recv(1, socket.MSG_PEEK)
+    except OSError:
+        peeked = b""  # reset
+    if not peeked:
+        abandon.cancel()
+        return
+    await trio.sleep_forever()
+
+
+async def _send_spliced(stream: trio.abc.Stream, parts: list[bytearray | Splice], use_sendfile: bool,
+                        responses: ResponseMemoryPool | None, stall_timeout_s: float) -> None:
+    """Send a response of bytes and file slices; its bytes parts count against ``responses``."""
+    taken = 0
+    try:
+        if responses is not None:
+            taken = await responses.reserve(sum(len(p) for p in parts if isinstance(p, bytearray)))
+        await send_parts(stream, parts, use_sendfile=use_sendfile, pool=responses,
+                         stall_timeout_s=stall_timeout_s)
+    finally:
+        close_parts(parts)  # already closed if send_parts ran; not if the reservation was cancelled
+        if responses is not None and taken:
+            responses.release(taken)
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}" if math.isfinite(value) else "inf"

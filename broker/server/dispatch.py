@@ -14,11 +14,16 @@ from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ErrorCode, ProtocolError
 from broker.protocol.headers import decode_request_header, encode_response
 from broker.protocol.messages import ApiVersionsResponse
+from broker.protocol.spliced import Splice, encode_response_parts
 from broker.server.connection import ConnectionInfo
 from broker.server.context import BrokerServices, RequestContext
 from broker.server.handlers import HANDLERS
+from broker.server.handlers.fetch import close_slices
 
-__all__ = ["Dispatcher", "supported_api_versions"]
+__all__ = ["Dispatcher", "Response", "supported_api_versions"]
+
+# An encoded response: one buffer, or (for fetch) bytes with file slices between them.
+Response = bytearray | list[bytearray | Splice]
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +43,11 @@ class Dispatcher:
         self._services = services
         self._api_versions = supported_api_versions()
 
-    async def handle(self, frame: memoryview, connection: ConnectionInfo) -> bytearray | None:
+    async def handle(self, frame: memoryview, connection: ConnectionInfo) -> Response | None:
         """Answer one request frame; None when the request wants no answer (acks=0 produce).
+
+        A fetch is answered as a list of parts: bytes, and the file slices of its record sets
+        between them (their descriptors are the caller's to close: ``sending.close_parts``).
 
         Raises ProtocolError when the frame cannot be parsed or names an API or version this
         broker does not serve (the connection is then closed, as Kafka does), except for
@@ -61,12 +69,17 @@ class Dispatcher:
         response = await handler.handle(context, request)
         if response is None:
             return None
-        return encode_response(
-            header.correlation_id,
-            spec.response_header_version(header.api_version),
-            response,
-            header.api_version,
-        )
+        header_version = spec.response_header_version(header.api_version)
+        if header.api_key == ApiKey.FETCH:
+            # Record data stays in the segment files: the answer is bytes with file slices
+            # between them, which the connection sends (sendfile where it can).
+            try:
+                return encode_response_parts(header.correlation_id, header_version, response,
+                                             header.api_version)
+            except BaseException:
+                close_slices(response)
+                raise
+        return encode_response(header.correlation_id, header_version, response, header.api_version)
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytearray:
         # KIP-511: a client that sent a newer ApiVersions than we know gets error 35 in a v0

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 import trio
 
 from broker.config import ListenerSpec
+from broker.server import log_limits
 
 __all__ = ["BoundListener", "serve_listeners"]
 
 log = logging.getLogger(__name__)
+_limited = log_limits.limiter(log)
 
 # accept() failures that mean "out of resources for now": wait and retry rather than die.
 _TRANSIENT_ACCEPT_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
@@ -56,7 +58,8 @@ async def _accept_loop(
                 stream = await listener.accept()
             except OSError as exc:
                 if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
-                    log.error("accept on %s failed (%s); retrying shortly", spec, exc)
+                    _limited.error(f"accept failed on {spec.name}", "accept on %s failed (%s); retrying shortly",
+                                   spec, exc)
                     await trio.sleep(0.1)
                     continue
                 raise
@@ -67,12 +70,16 @@ async def serve_listeners(
     specs: Sequence[ListenerSpec],
     handler: ConnectionHandler,
     *,
+    log_repeat_window_s: float = log_limits.DEFAULT_WINDOW_S,
     task_status: trio.TaskStatus[list[BoundListener]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Listen on every spec and run ``handler(stream, spec)`` per connection, forever.
 
+    Repeated per-connection log messages are summarised once per ``log_repeat_window_s``
+    (``causeway.log.repeat.window.ms``; see ``broker.server.log_limits``).
     Raises OSError (naming the listener) when an address cannot be bound; nothing is served then.
     """
+    log_limits.set_window(log_repeat_window_s)
     opened: list[tuple[ListenerSpec, list[trio.SocketListener]]] = []
     try:
         for spec in specs:
@@ -88,6 +95,7 @@ async def serve_listeners(
         host = spec.host or sockname[0]
         bound.append(BoundListener(spec, host, sockname[1]))
     async with trio.open_nursery() as connections:
+        await connections.start(log_limits.summarise_forever)
         async with trio.open_nursery() as accepters:
             for spec, listeners in opened:
                 for lst in listeners:

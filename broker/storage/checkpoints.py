@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 __all__ = [
     "CheckpointError",
     "read_checkpoint",
     "read_offsets",
+    "read_pairs",
     "write_atomically",
     "write_checkpoint",
     "write_offsets",
@@ -48,11 +50,19 @@ def write_checkpoint(path: Path, entries: Iterable[tuple[object, ...]]) -> None:
 
 
 def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
-    """Entries of `fields` columns each; [] when the file does not exist."""
+    """Entries of `fields` columns each; [] when the file does not exist.
+
+    Raises CheckpointError naming the file for anything else that does not parse: binary
+    content, a wrong header, a bad count, a short or malformed line.
+    """
     try:
-        lines = path.read_text().splitlines()
+        lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
         return []
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{path}: not a text file (byte {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise CheckpointError(f"{path}: cannot be read: {exc.strerror or exc}") from None
     if len(lines) < 2 or lines[0].strip() != str(VERSION):
         raise CheckpointError(f"{path}: unsupported checkpoint header {lines[:1]}")
     try:
@@ -72,7 +82,25 @@ def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
 
 def read_offsets(path: Path) -> dict[tuple[str, int], int]:
     """A `topic partition offset` checkpoint as {(topic, partition): offset}."""
-    return {(t, int(p)): int(o) for t, p, o in read_checkpoint(path, 3)}
+    return {(t, p): o for t, p, o in _numbers(path, read_checkpoint(path, 3), 1)}
+
+
+def read_pairs(path: Path) -> list[tuple[int, int]]:
+    """A checkpoint of two numbers per line (`epoch startOffset`)."""
+    return [(a, b) for a, b in _numbers(path, read_checkpoint(path, 2), 0)]
+
+
+def _numbers(path: Path, rows: list[list[str]], first: int) -> list[list[Any]]:
+    """Rows with columns from `first` on as non-negative integers; CheckpointError otherwise."""
+    out: list[list[Any]] = []
+    for number, row in enumerate(rows, start=3):
+        converted: list[Any] = row[:first]
+        for text in row[first:]:
+            if not (text.isascii() and text.isdigit()) or len(text) > 18:
+                raise CheckpointError(f"{path}:{number}: {text!r} is not an offset or epoch")
+            converted.append(int(text))
+        out.append(converted)
+    return out
 
 
 def write_offsets(path: Path, offsets: dict[tuple[str, int], int]) -> None:

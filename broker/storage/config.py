@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.validation import effective_timestamp_bounds
 
 __all__ = ["LogConfig"]
 
@@ -57,6 +58,9 @@ _PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
     "flush.ms": ("flush_ms", _long(0)),
     "max.message.bytes": ("max_message_bytes", _long(0)),
     "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
+    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _long(0)),
+    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _long(0)),
+    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _long(0)),
     "cleanup.policy": ("cleanup_policy", _cleanup_policy),
     "delete.retention.ms": ("delete_retention_ms", _long(0)),
     "min.insync.replicas": ("min_insync_replicas", _long(1)),
@@ -77,6 +81,9 @@ class LogConfig:
     flush_ms: int = LONG_MAX
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
+    message_timestamp_before_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated by KIP-937, still honoured
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86400000
     min_insync_replicas: int = 1
@@ -96,6 +103,19 @@ class LogConfig:
                 name, parse = entry
                 changes[name] = parse(key, text)
         return replace(defaults, **changes)
+
+    @property
+    def timestamp_before_max_ms(self) -> int:
+        """How far before the broker's clock a CreateTime timestamp may be (KIP-937: the
+        difference key applies when the before key is left at its default)."""
+        return effective_timestamp_bounds(self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms,
+                                          self.message_timestamp_difference_max_ms)[0]
+
+    @property
+    def timestamp_after_max_ms(self) -> int:
+        """How far after the broker's clock a CreateTime timestamp may be."""
+        return effective_timestamp_bounds(self.message_timestamp_before_max_ms, self.message_timestamp_after_max_ms,
+                                          self.message_timestamp_difference_max_ms)[1]
 
     @property
     def log_append_time(self) -> bool:

@@ -7,9 +7,14 @@ used to answer OffsetForLeaderEpoch, so a returning replica knows where its log 
 from __future__ import annotations
 
 import bisect
+import logging
+from collections.abc import Iterable
 from pathlib import Path
 
-from broker.storage.checkpoints import read_checkpoint, write_checkpoint
+from broker.protocol.records import BatchHeader
+from broker.storage.checkpoints import CheckpointError, read_pairs, write_checkpoint
+
+log = logging.getLogger(__name__)
 
 __all__ = ["LeaderEpochCache", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET"]
 
@@ -20,7 +25,19 @@ UNDEFINED_OFFSET = -1
 class LeaderEpochCache:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.entries: list[tuple[int, int]] = [(int(e), int(o)) for e, o in read_checkpoint(path, 2)]
+        # True when the file was damaged: the owner rebuilds the entries from the batch headers
+        # (every batch carries the epoch of the leader that wrote it), as Kafka's recovery does.
+        self.needs_rebuild = False
+        try:
+            entries = read_pairs(path)
+            if any(b[0] <= a[0] or b[1] < a[1] for a, b in zip(entries, entries[1:], strict=False)):
+                raise CheckpointError(f"{path}: epochs or start offsets are not increasing")
+        except CheckpointError as exc:
+            log.warning("ignoring damaged leader epoch checkpoint %s (%s): rebuilding it from the batch "
+                        "headers of the log", path, exc)
+            entries = []
+            self.needs_rebuild = True
+        self.entries: list[tuple[int, int]] = entries
 
     @property
     def latest_epoch(self) -> int:
@@ -31,7 +48,11 @@ class LeaderEpochCache:
         if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
             return
         self.entries.append((epoch, start_offset))
-        self.flush()
+        try:
+            self.flush()
+        except OSError:
+            self.entries.pop()  # not on disk: the append that needed it fails too, and retries
+            raise
 
     def end_offset_for(self, epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) as OffsetForLeaderEpoch answers for `epoch`."""
@@ -64,6 +85,18 @@ class LeaderEpochCache:
         if updated != self.entries:
             self.entries = updated
             self.flush()
+
+    def rebuild(self, headers: Iterable[BatchHeader]) -> None:
+        """Entries from the leader epochs stamped on the log's batches (in log order): an entry
+        wherever the epoch goes up. Written once at the end."""
+        entries: list[tuple[int, int]] = []
+        for header in headers:
+            epoch = header.partition_leader_epoch
+            if epoch >= 0 and (not entries or epoch > entries[-1][0]):
+                entries.append((epoch, header.base_offset))
+        self.entries = entries
+        self.needs_rebuild = False
+        self.flush()
 
     def flush(self) -> None:
         write_checkpoint(self.path, self.entries)

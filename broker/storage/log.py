@@ -27,10 +27,13 @@ from broker.protocol.records import (
     set_log_append_time,
     split_batches,
 )
+from broker.protocol.validation import check_batch, check_timestamps, check_transactional
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import LeaderEpochCache
+from broker.storage.file_slice import FileSlice
 from broker.storage.producer_state import ProducerStateManager
-from broker.storage.segment import LogSegment
+from broker.storage.quarantine import Cut, keep_cut
+from broker.storage.segment import LogSegment, RecoveryResult
 
 __all__ = ["AppendResult", "Log", "ReadResult", "parse_partition_dir"]
 
@@ -62,12 +65,28 @@ class AppendResult:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    """Whole batches (the last may be cut by the size limit, as Kafka's fetch allows)."""
+    """Where the batches of a read lie: ``length`` bytes of ``segment`` from ``position``, whole
+    batches (the last may be cut by the size limit, as Kafka's fetch allows).
 
-    data: bytes
-    path: Path | None = None
+    Nothing is read into memory by :meth:`Log.read`: take :attr:`data` (read now) or
+    :meth:`open_slice` (a descriptor for sendfile) right away, before the log can change.
+    """
+
+    segment: LogSegment | None = None
     position: int = 0
     length: int = 0
+
+    @property
+    def data(self) -> bytes:
+        if self.segment is None or self.length <= 0:
+            return b""
+        return self.segment.read(self.position, self.length)
+
+    def open_slice(self) -> FileSlice | None:
+        """The bytes as a :class:`FileSlice` on its own descriptor; None when there are none."""
+        if self.segment is None or self.length <= 0:
+            return None
+        return self.segment.slice(self.position, self.length)
 
 
 class Log:
@@ -103,7 +122,9 @@ class Log:
 
         Segments at or after `recovery_point` (all of them when None: an unclean shutdown is
         assumed) are scanned batch by batch and cut at the first torn or corrupt batch, with
-        their indexes rebuilt; segments after a cut are deleted.
+        their indexes rebuilt. What a cut removes (the rest of that segment, and the later
+        segments when the cut leaves a gap before them) is moved to the partition's quarantine
+        directory, logged with its offsets and counted (broker/storage/quarantine.py).
         """
         directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, config)
@@ -123,29 +144,46 @@ class Log:
             segment._index_interval = config.index_interval_bytes
             next_base = bases[i + 1] if i + 1 < len(bases) else None
             clean = recovery_point is not None and next_base is not None and next_base <= recovery
+            cuts: list[Cut] = []
+
+            def before_cut(seg: LogSegment, result: RecoveryResult, later: list[int] = bases[i + 1 :],
+                           cuts: list[Cut] = cuts) -> None:
+                # The log is cut here; later segments would leave a gap (Kafka drops them), so
+                # they go to quarantine with the tail, unless they continue right after the cut.
+                gone = later if later and seg.next_offset < later[0] else []
+                cuts.append(self._keep_cut(seg, result, gone))
+
             if clean:
-                segment.load(trust_indexes=True)
-                self.segments.append(segment)
-                continue
-            result = segment.recover(check_crc=True)
+                segment.load(trust_indexes=True, before_cut=before_cut)
+            else:
+                segment.recover(check_crc=True, before_cut=before_cut)
             self.segments.append(segment)
-            if result.truncated_bytes:
-                log.warning("%s: truncated %d bytes of a torn or corrupt tail", segment.path, result.truncated_bytes)
-                if next_base is not None and segment.next_offset < next_base:
-                    # The log is cut here; later segments would leave a gap. Kafka drops them too.
-                    for later in bases[i + 1 :]:
-                        LogSegment(directory, later, index_max_bytes=config.segment_index_bytes,
-                                   create=False).delete()
-                    break
+            if cuts and cuts[0].later_segments:
+                break
         if not self.segments:
             self.segments.append(self._new_segment(log_start_offset))
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
+        if self.epochs.needs_rebuild:
+            self.epochs.rebuild(h for segment in self.segments for _, h in segment.iter_headers())
         self.epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()
         self.high_watermark = self.log_end_offset
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self
+
+    def _keep_cut(self, segment: LogSegment, result: RecoveryResult, later: list[int]) -> Cut:
+        """Quarantine what recovery is about to cut from `segment` (and the `later` segments),
+        then say so: a torn tail is a warning, intact data after the damage is an error."""
+        topic, partition = parse_partition_dir(self.directory.name) or (self.directory.name, -1)
+        with segment.pinned_fd() as fd:
+            cut = keep_cut(self.directory, topic, partition, segment.path, fd, segment.size, segment.next_offset,
+                           result.valid_end, result.reason, later)
+        if cut.mid_log:
+            log.error("mid-log corruption: %s. See the README, 'Recovery and quarantined data'", cut.describe())
+        else:
+            log.warning("torn tail: %s", cut.describe())
+        return cut
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, index_max_bytes=self.config.segment_index_bytes,
@@ -181,14 +219,16 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, *, leader_epoch: int,
-                         now_ms: int) -> AppendResult:
+                         now_ms: int, transactional: bool = False) -> AppendResult:
         """Validate the batches in `records`, assign offsets and append them.
 
         A retried idempotent batch is answered with its original offsets and not written again
         (`duplicate=True`). Raises KafkaError: CORRUPT_MESSAGE (malformed, bad CRC),
         MESSAGE_TOO_LARGE (a batch above max.message.bytes), RECORD_LIST_TOO_LARGE (above
-        segment.bytes), INVALID_RECORD (empty or inconsistent batch), INVALID_PRODUCER_EPOCH,
-        OUT_OF_ORDER_SEQUENCE_NUMBER.
+        segment.bytes), INVALID_RECORD (empty or inconsistent batch, records that do not add
+        up), UNSUPPORTED_COMPRESSION_TYPE, INVALID_TIMESTAMP, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        (a transactional batch when `transactional` is false), INVALID_PRODUCER_EPOCH,
+        OUT_OF_ORDER_SEQUENCE_NUMBER. Nothing is written unless every batch passes.
         """
         buf = bytearray(records)
         batches = split_batches(buf)
@@ -203,12 +243,16 @@ class Log:
                 raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
                                  f"batch of {header.size} bytes exceeds max.message.bytes "
                                  f"{self.config.max_message_bytes}")
-            if header.records_count <= 0 or header.last_offset_delta != header.records_count - 1:
-                raise KafkaError(ErrorCode.INVALID_RECORD,
-                                 f"batch claims {header.records_count} records and last offset delta "
-                                 f"{header.last_offset_delta}")
             if not batch_crc_ok(buf, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
+            # What Kafka's LogValidator refuses: codec, counts, framing, decompressibility,
+            # attributes (broker/protocol/validation.py), then the config-dependent rules.
+            check_batch(buf, pos, header)
+            check_transactional(header, transactional=transactional)
+            if not self.config.log_append_time:
+                check_timestamps(buf, pos, header, now_ms=now_ms,
+                                 before_max_ms=self.config.timestamp_before_max_ms,
+                                 after_max_ms=self.config.timestamp_after_max_ms)
             if self.config.compacts and not header.is_control:
                 # As Kafka does, and only for compacted topics: records are read to refuse
                 # one without a key, which compaction could never resolve.
@@ -233,8 +277,10 @@ class Log:
             next_offset += header.last_offset_delta + 1
 
         self._maybe_roll(len(buf), now_ms)
-        self.active.append(buf, assigned, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+        # The epoch first, as Kafka does: when its checkpoint cannot be written (a full disk)
+        # nothing is appended, rather than a batch the producer is told failed.
         self.epochs.assign(leader_epoch, first_offset)
+        self.active.append(buf, assigned, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
         for _, header in assigned:
             self.producers.update(header, header.base_offset, header.max_timestamp)
         self._unflushed_messages += next_offset - first_offset
@@ -283,7 +329,7 @@ class Log:
                              f"offset {fetch_offset} outside [{self.log_start_offset}, {end_offset}]")
         limit = end_offset if upper_bound is None else min(upper_bound, end_offset)
         if fetch_offset >= limit:
-            return ReadResult(b"")
+            return ReadResult()
         i = self._segment_for(fetch_offset)
         while i < len(self.segments):
             segment = self.segments[i]
@@ -294,17 +340,17 @@ class Log:
             if i < len(self.segments):
                 fetch_offset = self.segments[i].base_offset
         else:
-            return ReadResult(b"")
+            return ReadResult()
         start, first = found
         if first.base_offset >= limit:
-            return ReadResult(b"")
+            return ReadResult()
         end = segment.size if limit >= segment.next_offset else segment.position_of(limit)
         length = min(end - start, max_bytes)
         if min_one_batch and length < first.size:
             length = min(first.size, end - start)
         if length <= 0:
-            return ReadResult(b"")
-        return ReadResult(segment.read(start, length), segment.path, start, length)
+            return ReadResult()
+        return ReadResult(segment, start, length)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record at or above the log start offset whose

@@ -9,6 +9,7 @@ from pathlib import Path
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.checkpoints import CheckpointError, read_offsets, write_offsets
 from broker.storage.config import LogConfig
+from broker.storage.lock import LogDirLock
 from broker.storage.log import Log, parse_partition_dir
 
 __all__ = ["LogManager"]
@@ -20,6 +21,17 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 REPLICATION_FILE = "replication-offset-checkpoint"
 
 
+def _read_or_forget(path: Path, consequence: str) -> dict[tuple[str, int], int]:
+    """An offset checkpoint, or {} with a warning naming it when it does not parse: a damaged
+    checkpoint must never keep the broker from starting (the data is the truth; Kafka's
+    checkpoints are hints for a faster start). The bad file is rewritten at the next checkpoint."""
+    try:
+        return read_offsets(path)
+    except CheckpointError as exc:
+        log.warning("ignoring damaged checkpoint %s (%s): %s", path, exc, consequence)
+        return {}
+
+
 class LogManager:
     def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
         if not log_dirs:
@@ -28,6 +40,28 @@ class LogManager:
         self.default_config = default_config
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
+        self._locks: list[LogDirLock] = []
+
+    def lock_dirs(self) -> None:
+        """Lock every log dir (Kafka's `.lock`) for this process's life, before anything in them
+        is read. Raises LogDirLockedError naming the dir and the holder's pid; then no dir stays
+        locked and nothing was written."""
+        taken: list[LogDirLock] = []
+        try:
+            for root in self.log_dirs:
+                lock = LogDirLock(root)
+                lock.acquire()
+                taken.append(lock)
+        except BaseException:
+            for lock in taken:
+                lock.release()
+            raise
+        self._locks = taken
+
+    def unlock_dirs(self) -> None:
+        for lock in self._locks:
+            lock.release()
+        self._locks = []
 
     def load_all(self, now_ms: int) -> None:
         """Open every partition found in the log dirs, recovering what an unclean stop left.
@@ -37,13 +71,9 @@ class LogManager:
         """
         for root in self.log_dirs:
             root.mkdir(parents=True, exist_ok=True)
-            try:
-                recovery = read_offsets(root / RECOVERY_POINT_FILE)
-                starts = read_offsets(root / LOG_START_FILE)
-                replication = read_offsets(root / REPLICATION_FILE)
-            except CheckpointError as exc:
-                log.warning("ignoring a bad checkpoint, recovering every log: %s", exc)
-                recovery, starts, replication = {}, {}, {}
+            recovery = _read_or_forget(root / RECOVERY_POINT_FILE, "every log of this dir is recovered from scratch")
+            starts = _read_or_forget(root / LOG_START_FILE, "log start offsets fall back to the first segments")
+            replication = _read_or_forget(root / REPLICATION_FILE, "high watermarks fall back to the log ends")
             for child in sorted(root.iterdir()):
                 if not child.is_dir():
                     continue
@@ -83,6 +113,39 @@ class LogManager:
         self._logs[key] = created
         self._dir_of[key] = root
         return created
+
+    # Creating many partitions without blocking the event loop (ReplicaManager): the loop picks
+    # the dirs (`place`), a worker thread opens the logs (`Log.open`, no shared state touched),
+    # the loop registers them (`adopt`).
+
+    def place(self, count: int) -> list[Path]:
+        """Log dirs for `count` new partitions, each to the dir holding the fewest, as Kafka does."""
+        counts = {d: 0 for d in self.log_dirs}
+        for d in self._dir_of.values():
+            counts[d] += 1
+        out = []
+        for _ in range(count):
+            root = min(self.log_dirs, key=lambda d: counts[d])
+            counts[root] += 1
+            out.append(root)
+        return out
+
+    def adopt(self, topic: str, partition: int, root: Path, opened: Log) -> Log:
+        """Register a log opened elsewhere (an existing one wins: the caller closes `opened`)."""
+        key = (topic, partition)
+        existing = self._logs.get(key)
+        if existing is not None:
+            return existing
+        self._logs[key] = opened
+        self._dir_of[key] = root
+        return opened
+
+    def detach(self, topic: str, partition: int) -> Log | None:
+        """Unregister a partition's log without touching its files (the caller deletes them,
+        in a worker thread)."""
+        key = (topic, partition)
+        self._dir_of.pop(key, None)
+        return self._logs.pop(key, None)
 
     def delete(self, topic: str, partition: int) -> None:
         key = (topic, partition)

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 
 from broker.protocol.errors import KafkaError
 from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, batch_crc_ok, read_batch_header
+from broker.storage.file_slice import FileSlice
+from broker.storage.handles import HANDLES
 from broker.storage.index import IndexError_, OffsetIndex, TimeIndex
 
 __all__ = ["LogSegment", "segment_name"]
@@ -27,6 +31,13 @@ def segment_name(base_offset: int, suffix: str) -> str:
 class RecoveryResult:
     truncated_bytes: int
     batches: int
+    valid_end: int = 0  # file position where the valid batches end (the cut, when there is one)
+    reason: str = ""  # what was wrong at `valid_end`, when something was
+
+
+# Called with the segment and what the scan found before a recovery cuts the file: the owner
+# moves the bytes that are about to go somewhere safe (broker/storage/quarantine.py).
+BeforeCut = Callable[["LogSegment", RecoveryResult], None]
 
 
 class LogSegment:
@@ -39,9 +50,11 @@ class LogSegment:
         self.directory = directory
         self.base_offset = base_offset
         self.path = directory / segment_name(base_offset, ".log")
-        flags = os.O_RDWR | (os.O_CREAT if create else 0)
-        self.fd = os.open(self.path, flags, 0o644)
-        self.size = os.fstat(self.fd).st_size
+        # The descriptor lives in the process's bounded cache (broker/storage/handles.py): it is
+        # opened on use and may be closed while the segment sits idle.
+        flags = os.O_RDWR | os.O_CLOEXEC | (os.O_CREAT if create else 0)
+        with HANDLES.use(self, lambda: os.open(self.path, flags, 0o644)) as fd:
+            self.size = os.fstat(fd).st_size
         self.offset_index = OffsetIndex(directory / segment_name(base_offset, ".index"), base_offset,
                                         index_max_bytes // 8)
         self.time_index = TimeIndex(directory / segment_name(base_offset, ".timeindex"), base_offset,
@@ -55,10 +68,26 @@ class LogSegment:
             self.offset_index.path.touch()
             self.time_index.path.touch()
 
+    # -- the file ----------------------------------------------------------------------
+
+    def _open_file(self) -> int:
+        return os.open(self.path, os.O_RDWR | os.O_CLOEXEC)
+
+    def pinned_fd(self) -> AbstractContextManager[int]:
+        """The segment file's descriptor, kept open (never evicted, never reused) until the block
+        ends. There is deliberately no unpinned accessor: another thread opening a file (a topic
+        created in a worker thread) may evict an unpinned descriptor and get its number."""
+        return HANDLES.use(self, self._open_file)
+
+    def _pread(self, length: int, position: int) -> bytes:
+        with HANDLES.use(self, self._open_file) as fd:
+            return os.pread(fd, length, position)
+
     # -- loading -------------------------------------------------------------------------
 
-    def load(self, *, trust_indexes: bool) -> None:
-        """Load indexes written earlier, or rebuild them by a scan when they fail their checks."""
+    def load(self, *, trust_indexes: bool, before_cut: BeforeCut | None = None) -> RecoveryResult | None:
+        """Load indexes written earlier, or rebuild them by a scan when they fail their checks
+        (then the scan's result is returned: it may have cut a bad tail, see `recover`)."""
         if trust_indexes:
             try:
                 self.offset_index.load(self.size)
@@ -77,17 +106,18 @@ class LogSegment:
                     if header.max_timestamp > self.max_timestamp:
                         self.max_timestamp = header.max_timestamp
                         self.offset_of_max_timestamp = header.last_offset
-                return
+                return None
             except (IndexError_, KafkaError) as exc:
                 log.warning("rebuilding indexes of %s: %s", self.path, exc)
-        self.recover(check_crc=False)
+        return self.recover(check_crc=False, before_cut=before_cut)
 
-    def recover(self, *, check_crc: bool = True) -> RecoveryResult:
+    def recover(self, *, check_crc: bool = True, before_cut: BeforeCut | None = None) -> RecoveryResult:
         """Scan every batch, rebuild both indexes, and cut the file at the first bad batch.
 
         A batch is bad when its header is short or malformed, it runs past the end of the file,
         its offsets go backwards, or (with `check_crc`) its CRC does not match: what a torn
-        write leaves behind.
+        write leaves behind. `before_cut` sees the result before the file is cut, so the caller
+        can keep what is cut off; without it the cut is only logged.
         """
         self.offset_index.keys.clear()
         self.offset_index.values.clear()
@@ -100,34 +130,44 @@ class LogSegment:
         valid_end = 0
         batches = 0
         pos = 0
-        while pos < self.size:
-            header_bytes = os.pread(self.fd, BATCH_HEADER_SIZE, pos)
-            try:
-                header = read_batch_header(header_bytes)
-            except KafkaError as exc:
-                log.warning("%s: bad batch header at position %d: %s", self.path, pos, exc)
-                break
-            if pos + header.size > self.size or header.base_offset < self.next_offset:
-                log.warning("%s: batch at position %d is torn or out of order", self.path, pos)
-                break
-            if check_crc:
-                data = os.pread(self.fd, header.size, pos)
-                if not batch_crc_ok(data, 0, header):
-                    log.warning("%s: CRC mismatch in batch at position %d", self.path, pos)
+        reason = ""
+        with self.pinned_fd() as fd:
+            while pos < self.size:
+                header_bytes = os.pread(fd, BATCH_HEADER_SIZE, pos)
+                try:
+                    header = read_batch_header(header_bytes)
+                except KafkaError as exc:
+                    reason = f"bad batch header at position {pos}: {exc}"
                     break
-            self._index(header, pos)
-            pos += header.size
-            valid_end = pos
-            batches += 1
-        truncated = self.size - valid_end
-        if truncated:
-            os.ftruncate(self.fd, valid_end)
-            self.size = valid_end
+                if pos + header.size > self.size:
+                    reason = f"the batch at position {pos} runs past the end of the file"
+                    break
+                if header.base_offset < self.next_offset:
+                    reason = f"the batch at position {pos} goes back to offset {header.base_offset}"
+                    break
+                if check_crc:
+                    data = os.pread(fd, header.size, pos)
+                    if not batch_crc_ok(data, 0, header):
+                        reason = f"CRC mismatch in the batch at position {pos}"
+                        break
+                self._index(header, pos)
+                pos += header.size
+                valid_end = pos
+                batches += 1
+            result = RecoveryResult(self.size - valid_end, batches, valid_end, reason)
+            if result.truncated_bytes:
+                if before_cut is not None:
+                    before_cut(self, result)
+                else:
+                    log.warning("%s: cut %d bytes at position %d: %s", self.path, result.truncated_bytes,
+                                valid_end, reason)
+                os.ftruncate(fd, valid_end)
+                self.size = valid_end
         self.offset_index.rewrite()
         self.time_index.rewrite()
         self.offset_index._pending.clear()
         self.time_index._pending.clear()
-        return RecoveryResult(truncated, batches)
+        return result
 
     # -- appending -----------------------------------------------------------------------
 
@@ -151,9 +191,21 @@ class LogSegment:
             self.created_ms = now_ms
         self._index_interval = index_interval_bytes
         position = self.size
-        written = os.pwrite(self.fd, data, position)
-        if written != len(data):
-            raise OSError(f"short write to {self.path}: {written} of {len(data)} bytes")
+        with self.pinned_fd() as fd:
+            try:
+                written = os.pwrite(fd, data, position)
+                if written != len(data):
+                    # A full disk takes what fits; the next write says why (ENOSPC).
+                    os.pwrite(fd, data[written:], position + written)
+                    raise OSError(errno.ENOSPC, f"short write to {self.path}: {written} of {len(data)} bytes")
+            except OSError:
+                # Nothing of a failed batch may stay in the file (a later append at `position`
+                # could leave its tail behind, and a crash would leave a torn batch): cut back.
+                try:
+                    os.ftruncate(fd, position)
+                except OSError as exc:
+                    log.error("%s: cannot cut a failed write back to %d bytes: %s", self.path, position, exc)
+                raise
         for pos, header in batches:
             self._index(header, position + pos)
         self.size += len(data)
@@ -161,14 +213,26 @@ class LogSegment:
     # -- reading -------------------------------------------------------------------------
 
     def read(self, position: int, length: int) -> bytes:
-        return os.pread(self.fd, length, position)
+        return self._pread(length, position)
+
+    def slice(self, position: int, length: int) -> FileSlice:
+        """``length`` bytes from ``position``, with the descriptor pinned until the slice is
+        closed: it stays readable (and never means another file) while the slice is sent,
+        even if the segment is deleted or replaced meanwhile."""
+        pin = self.pinned_fd()
+        fd = pin.__enter__()
+
+        def unpin() -> None:
+            pin.__exit__(None, None, None)
+
+        return FileSlice(fd, position, length, unpin)
 
     def iter_headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from `start` (a batch boundary) to `end`."""
         end = self.size if end is None else end
         pos = start
         while pos < end:
-            header = read_batch_header(os.pread(self.fd, BATCH_HEADER_SIZE, pos))
+            header = read_batch_header(self._pread(BATCH_HEADER_SIZE, pos))
             yield pos, header
             pos += header.size
 
@@ -195,7 +259,8 @@ class LogSegment:
         removed = self.size - position
         if removed <= 0:
             return 0
-        os.ftruncate(self.fd, position)
+        with self.pinned_fd() as fd:
+            os.ftruncate(fd, position)
         self.size = position
         self.offset_index.truncate_to_position(position)
         # Rebuild the rest of the in-memory state from what remains.
@@ -213,24 +278,24 @@ class LogSegment:
         return self.offset_index.full or self.time_index.full
 
     def flush(self) -> None:
-        os.fsync(self.fd)
+        # fsync through a descriptor opened after the write still flushes it: dirty pages
+        # belong to the file, not to the descriptor that wrote them.
+        with self.pinned_fd() as fd:
+            os.fsync(fd)
         self.offset_index.flush()
         self.time_index.flush()
 
     def close(self) -> None:
         self.offset_index.flush()
         self.time_index.flush()
-        os.close(self.fd)
+        HANDLES.close(self)
 
     def close_quietly(self) -> None:
         """Close the file without touching the index files (they are being replaced)."""
-        os.close(self.fd)
+        HANDLES.close(self)
 
     def delete(self) -> None:
-        try:
-            os.close(self.fd)
-        except OSError:
-            pass
+        HANDLES.close(self)
         self.path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import resource
 import selectors
 import signal
 import subprocess
@@ -25,6 +26,7 @@ class BrokerProcess:
     python_args: tuple[str, ...] = ()  # e.g. ("-m", "cProfile", "-o", FILE) to profile the broker
     log_level: str = "info"
     env: dict[str, str] = field(default_factory=dict)  # extra environment, e.g. CAUSEWAY_CRASH_AT
+    nofile: int | None = None  # RLIMIT_NOFILE (soft and hard) for the broker process, when set
     proc: subprocess.Popen[str] | None = None
     bootstrap: str = ""
     listeners: dict[str, str] = field(default_factory=dict)
@@ -48,8 +50,15 @@ class BrokerProcess:
         for topic in self.topics:
             cmd += ["--topic", topic]
         log = self.log_path.open("a")
+        nofile = self.nofile
+
+        def limit_files() -> None:
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                     cwd=Path(__file__).resolve().parents[2], env={**os.environ, **self.env})
+                                     cwd=Path(__file__).resolve().parents[2], env={**os.environ, **self.env},
+                                     preexec_fn=limit_files if nofile is not None else None)
         log.close()
         self.starts += 1
         line = self._read_ready_line()
@@ -116,3 +125,8 @@ def rss_bytes(pid: int) -> int:
     """Resident set size of a process, from /proc."""
     with open(f"/proc/{pid}/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def fd_count(pid: int) -> int:
+    """Open file descriptors of a process, from /proc."""
+    return len(os.listdir(f"/proc/{pid}/fd"))

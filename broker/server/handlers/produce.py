@@ -6,6 +6,7 @@ batch headers and CRCs, the producer's sequence, patches base offsets and writes
 
 from __future__ import annotations
 
+from broker.controller.model import is_internal_topic
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ProduceRequest, ProduceResponse
@@ -37,6 +38,11 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                            "transactions are not supported yet")
                 )
                 continue
+            if is_internal_topic(topic_data.name):
+                # Only the broker writes its internal topics (Kafka: internalTopicsAllowed).
+                partitions.append(_error(data.index, ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                         f"Cannot append to internal topic {topic_data.name}"))
+                continue
             if data.records is None or topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if topic is None else ErrorCode.CORRUPT_MESSAGE
                 partitions.append(_error(data.index, code))
@@ -51,7 +57,8 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                             ErrorCode.NOT_ENOUGH_REPLICAS,
                             f"ISR has {isr} replicas, min.insync.replicas is {min_isr}",
                         )
-                result = partition.append(data.records, now_ms=timestamp)
+                result = partition.append(data.records, now_ms=timestamp,
+                                          transactional=request.transactional_id is not None)
             except KafkaError as exc:
                 partitions.append(_error(data.index, exc.code, exc.message or None))
                 continue

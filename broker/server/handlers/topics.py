@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 
+from broker.controller.model import is_internal_topic
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
@@ -25,11 +26,34 @@ from broker.server.topic_configs import describe_topic_configs, validate_topic_c
 _DEFAULT = -1
 
 
+class _RequestBudget:
+    """max.partitions.per.request: the partitions one CreateTopics or CreatePartitions may add,
+    counted topic by topic; a topic that would pass it is refused (POLICY_VIOLATION) before
+    anything is built for it, so an absurd count costs nothing."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def take(self, partitions: int) -> None:
+        if partitions > self.limit - self.used:
+            raise KafkaError(
+                ErrorCode.POLICY_VIOLATION,
+                f"{partitions} new partitions would exceed max.partitions.per.request={self.limit}"
+                + (f" ({self.used} already asked for earlier in this request)" if self.used else "")
+                + "; create them in several requests, or raise max.partitions.per.request.",
+            )
+
+    def commit(self, partitions: int) -> None:
+        self.used += partitions
+
+
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     controller = ctx.services.controller
     config = ctx.config
     results = []
     seen: set[str] = set()
+    budget = _RequestBudget(config.max_partitions_per_request)
     for topic in request.topics:
         result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
@@ -44,10 +68,13 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
                 if topic.replication_factor == _DEFAULT
                 else topic.replication_factor
             )
+            if partitions >= 1:
+                budget.take(partitions)
             overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
             created = await controller.create_topic(
                 topic.name, partitions, factor, overrides, validate_only=request.validate_only
             )
+            budget.commit(partitions)
             result.topic_id = created.topic_id
             result.num_partitions = partitions
             result.replication_factor = factor
@@ -88,6 +115,13 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
             if topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 raise KafkaError(code, "This server does not host this topic.")
+            if is_internal_topic(topic.name):
+                # Deleting __consumer_offsets loses every group's committed offsets. Kafka's tools
+                # refuse it with these words; the broker refuses it for every client.
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic {topic.name} is a kafka internal topic and is not allowed to be marked for deletion.",
+                )
             await controller.delete_topic(topic.name)
         except KafkaError as exc:
             result.error_code = exc.code
@@ -100,14 +134,27 @@ async def create_partitions(
     ctx: RequestContext, request: CreatePartitionsRequest
 ) -> CreatePartitionsResponse:
     results = []
+    budget = _RequestBudget(ctx.config.max_partitions_per_request)
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
             if topic.assignments:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, "Manual replica assignment is not supported yet")
+            if is_internal_topic(topic.name):
+                # A group's coordinator partition is hash(group) % partition count: more partitions
+                # would move every group away from its committed offsets.
+                raise KafkaError(
+                    ErrorCode.INVALID_TOPIC_EXCEPTION,
+                    f"Topic {topic.name} is a kafka internal topic and its partitions cannot be changed.",
+                )
+            existing = ctx.services.controller.topics().get(topic.name)
+            adding = topic.count - len(existing.partitions) if existing is not None else 0
+            if adding > 0:
+                budget.take(adding)
             await ctx.services.controller.create_partitions(
                 topic.name, topic.count, validate_only=request.validate_only
             )
+            budget.commit(max(adding, 0))
         except KafkaError as exc:
             result.error_code = exc.code
             result.error_message = exc.message or None
@@ -124,6 +171,9 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 partition_index=req.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )
             try:
+                if is_internal_topic(topic.name):
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot delete records of internal topic {topic.name}")
                 partition = ctx.services.replicas.get(topic.name, req.partition_index)
                 # -1 means "up to the high watermark" (everything committed).
                 offset = partition.high_watermark if req.offset == -1 else req.offset

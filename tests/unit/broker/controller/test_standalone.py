@@ -17,10 +17,10 @@ class Recorder:
         self.changed: list[str] = []
         self.deleted: list[str] = []
 
-    def on_topic_changed(self, topic: TopicInfo) -> None:
+    async def on_topic_changed(self, topic: TopicInfo) -> None:
         self.changed.append(f"{topic.name}/{len(topic.partitions)}")
 
-    def on_topic_deleted(self, topic: TopicInfo) -> None:
+    async def on_topic_deleted(self, topic: TopicInfo) -> None:
         self.deleted.append(topic.name)
 
 

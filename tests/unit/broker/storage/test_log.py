@@ -230,12 +230,30 @@ def test_read_names_the_file_region_for_sendfile(tmp_path: Path) -> None:
     for i in range(3):
         log.append_as_leader(batch(b"v%d" % i), leader_epoch=0, now_ms=NOW)
     result = log.read(1, 1 << 20)
-    assert result.path == log.active.path
+    assert result.segment is log.active
     assert result.length == len(result.data)
     with open(log.active.path, "rb") as f:
         f.seek(result.position)
         assert f.read(result.length) == result.data
     assert [o for o, _ in values(result.data)] == [1, 2]
+
+
+def test_a_slice_still_reads_its_segment_after_the_segment_is_deleted(tmp_path: Path) -> None:
+    # A fetch answer is sent after the read: retention may delete the segment in between.
+    log = open_log(tmp_path / "t-0")
+    log.append_as_leader(batch(b"old"), leader_epoch=0, now_ms=NOW)
+    expected = log.read(0, 1 << 20).data
+    piece = log.read(0, 1 << 20).open_slice()
+    assert piece is not None and len(piece) == len(expected)
+    log.roll()
+    log.append_as_leader(batch(b"new"), leader_epoch=0, now_ms=NOW)
+    log.high_watermark = log.log_end_offset
+    log.delete_records_before(1)  # the first segment goes
+    assert not (tmp_path / "t-0" / "00000000000000000000.log").exists()
+    assert piece.read(0, len(piece)) == expected
+    piece.close()
+    piece.close()  # closing twice is harmless
+    assert log.read(log.log_end_offset, 100).open_slice() is None
 
 
 def test_the_leader_epoch_is_stamped_on_every_batch(tmp_path: Path) -> None:

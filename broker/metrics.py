@@ -1,0 +1,97 @@
+"""The broker's Prometheus metrics, and the HTTP endpoint that serves them.
+
+Counters live in prometheus_client's default registry (which also carries the process metrics:
+`process_open_fds`, `process_resident_memory_bytes`, ...). The endpoint is off unless
+`causeway.metrics.listener=HOST:PORT` is set; it runs in prometheus_client's own daemon thread,
+so a scrape never waits for the event loop and the loop never waits for a scrape.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import Counter, Gauge, start_http_server
+
+__all__ = [
+    "MetricsServer",
+    "QUARANTINED_BYTES",
+    "QUARANTINED_RECORDS",
+    "QUARANTINED_SEGMENTS",
+    "RECOVERY_CUTS",
+    "parse_host_port",
+    "serve_metrics",
+    "track_open_segment_files",
+]
+
+log = logging.getLogger(__name__)
+
+QUARANTINED_RECORDS = Counter(
+    "causeway_log_recovery_quarantined_records",
+    "Records that log recovery cut off a partition and moved to its quarantine directory.",
+    ["topic", "partition"],
+)
+QUARANTINED_BYTES = Counter(
+    "causeway_log_recovery_quarantined_bytes",
+    "Bytes that log recovery cut off a partition and moved to its quarantine directory.",
+    ["topic", "partition"],
+)
+QUARANTINED_SEGMENTS = Counter(
+    "causeway_log_recovery_quarantined_segments",
+    "Segment files (whole, or the cut tail of a damaged one) moved to a quarantine directory.",
+    ["topic", "partition"],
+)
+RECOVERY_CUTS = Counter(
+    "causeway_log_recovery_cuts",
+    "Recovery cuts of a partition log, by kind: torn_tail (a partial last write) or mid_log "
+    "(intact batches followed the damage).",
+    ["topic", "partition", "kind"],
+)
+OPEN_SEGMENT_FILES = Gauge(
+    "causeway_log_open_segment_files",
+    "Segment files the broker holds open (bounded by half the open-file limit).",
+)
+
+
+def track_open_segment_files(count: Callable[[], int]) -> None:
+    OPEN_SEGMENT_FILES.set_function(lambda: float(count()))
+
+
+def parse_host_port(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class MetricsServer:
+    host: str
+    port: int
+    _server: WSGIServer
+    _thread: threading.Thread
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve_metrics(listener: str) -> MetricsServer:
+    """Bind `HOST:PORT` (port 0: a free port) and serve /metrics from a daemon thread.
+
+    Raises OSError naming the key and address when it cannot bind.
+    """
+    host, port = parse_host_port(listener)
+    try:
+        server, thread = start_http_server(port, addr=host or "0.0.0.0")
+    except OSError as exc:
+        raise OSError(exc.errno, f"causeway.metrics.listener: cannot listen on {listener}: {exc.strerror}") from exc
+    bound_host, bound_port = server.server_address[:2]
+    return MetricsServer(str(bound_host), int(bound_port), server, thread)

@@ -1,0 +1,582 @@
+"""What a broker checks in a produced RecordBatch before it stores it (Kafka's LogValidator).
+
+Sans-IO: bytes in, KafkaError out. Three functions, because the checks depend on different
+things:
+
+- `check_batch`: what any Kafka broker refuses from a producer whatever the topic's config: an
+  unknown codec, a count that disagrees with the offset range or with the records actually
+  there, a payload that does not decompress, records whose framing does not add up, the control
+  bit, a producer id without a sequence.
+- `check_transactional`: the transactional bit, given whether the produce is transactional.
+- `check_timestamps`: CreateTime timestamps against the clock and the topic's
+  `message.timestamp.before.max.ms` / `message.timestamp.after.max.ms`.
+
+Cost. Kafka parses every record (in Java). Here the batch header is checked as unpacked ints,
+and the records are checked by one walk over their length varints: a record is a zigzag varint
+length then that many bytes, so the walk proves the records tile the payload exactly and that
+there are exactly `recordsCount` of them, without building anything per record. A compressed
+payload is decompressed (cramjam, native) into a reused per-thread buffer first: decompressing
+is the only way to know it decompresses, and consumers will have to. The decompressed size is
+bounded (`MAX_DECOMPRESSED_BYTES`, `MAX_RATIO`): a few KB of zstd can claim gigabytes.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+from typing import cast
+
+import cramjam
+from isal import isal_zlib
+
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, Compression, TimestampType
+
+__all__ = [
+    "MAX_DECOMPRESSED_BYTES",
+    "MAX_RATIO",
+    "RATIO_FLOOR_BYTES",
+    "check_batch",
+    "check_timestamps",
+    "check_transactional",
+    "effective_timestamp_bounds",
+]
+
+Buffer = bytes | bytearray | memoryview
+
+LONG_MAX = 2**63 - 1
+NO_TIMESTAMP = -1
+
+# A batch whose records decompress to more than this is refused (MESSAGE_TOO_LARGE). Kafka has
+# no such bound because it streams; we decompress whole, so we bound what a peer can make us
+# allocate, and the CPU a few compressed bytes can make us spend walking records: at most
+# MAX_RATIO times the compressed size (but always up to RATIO_FLOOR_BYTES), and never more than
+# MAX_DECOMPRESSED_BYTES. Real data compresses 2 to 20 times; an 11 KB zstd payload of repeated
+# tiny records decompresses to 128 MiB (17 million records).
+MAX_DECOMPRESSED_BYTES = 128 << 20
+MAX_RATIO = 64
+RATIO_FLOOR_BYTES = 8 << 20
+# The per-thread decompression buffer is kept between batches up to this size; a larger one
+# is allocated for that batch only, so one big batch does not pin memory for the process's life.
+_KEPT_BUFFER_BYTES = 8 << 20
+_FIRST_BUFFER_BYTES = 256 << 10
+
+# The smallest record: a 1-byte length, then attributes, timestamp delta, offset delta, key
+# length, value length and header count of one byte each.
+_MIN_RECORD_BODY = 6
+_MIN_RECORD = 1 + _MIN_RECORD_BODY
+
+# The most each format can expand (deflate 1032:1, snappy about 32:1, lz4 about 255:1; zstd has
+# no useful bound): a size claimed beyond it is a lie and is not allocated up front.
+_CODEC_MAX_EXPANSION: dict[int, int] = {Compression.GZIP: 1032, Compression.SNAPPY: 32, Compression.LZ4: 256,
+              Compression.ZSTD: MAX_DECOMPRESSED_BYTES}
+_CODEC_NAMES = "none(0), gzip(1), snappy(2), lz4(3), zstd(4)"
+_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+_GZIP_ERROR = cast(type[Exception], isal_zlib.error)  # the stub types it as an instance
+_LZ4_MAGIC = b"\x04\x22\x4d\x18"
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+
+
+def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+    """Raise KafkaError(code, message) if Kafka would refuse the batch at `pos` from a producer
+    regardless of topic config; return None if it is sound.
+
+    `header` is `read_batch_header(buf, pos)` (which already refused a magic other than 2 and a
+    length below a header). The CRC is the caller's check (it is CORRUPT_MESSAGE, retriable:
+    damage in transit); everything here is the producer's fault and not retriable.
+    """
+    end = pos + header.size
+    if end > len(buf):
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                         f"batch of {header.size} bytes runs past the end of the record set "
+                         f"({len(buf) - pos} bytes)")
+    codec = header.attributes & 0x07
+    if codec > Compression.ZSTD:
+        # Kafka's CompressionType.forId throws here; we name the problem instead.
+        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                         f"compression codec {codec} in the batch attributes is not one of {_CODEC_NAMES}")
+    count = header.records_count
+    if count <= 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"Invalid reported count for record batch: {count}")
+    if header.last_offset_delta != count - 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"Inconsistent batch offset range [0, {header.last_offset_delta}] (relative) "
+                         f"and count of records {count}")
+    if header.is_control:
+        raise KafkaError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
+    if header.producer_id >= 0 and header.base_sequence < 0:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"Invalid sequence number {header.base_sequence} in record batch with "
+                         f"producerId {header.producer_id}")
+    data, start, stop = _records(buf, pos, header, codec)
+    if not _framing_ok(data, start, stop, count):
+        _walk_precisely(data, start, stop, count)  # raises, naming the first bad record
+
+
+def check_transactional(header: BatchHeader, *, transactional: bool) -> None:
+    """Refuse a transactional batch in a produce that carries no transactional id.
+
+    Kafka answers the whole request TRANSACTIONAL_ID_AUTHORIZATION_FAILED in that case.
+    """
+    if header.is_transactional and not transactional:
+        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                         "a transactional record batch in a produce request without a transactional id")
+
+
+def effective_timestamp_bounds(before_max_ms: int, after_max_ms: int, difference_max_ms: int) -> tuple[int, int]:
+    """(before, after) as Kafka 3.6+ resolves them (KIP-937): the deprecated
+    `message.timestamp.difference.max.ms` applies to a side whose new key is left at its
+    default (Long.MAX_VALUE)."""
+    before = before_max_ms if before_max_ms != LONG_MAX else difference_max_ms
+    after = after_max_ms if after_max_ms != LONG_MAX else difference_max_ms
+    return before, after
+
+
+def check_timestamps(buf: Buffer, pos: int, header: BatchHeader, *, now_ms: int, before_max_ms: int,
+                     after_max_ms: int) -> None:
+    """Refuse (INVALID_TIMESTAMP) a CreateTime batch with a record timestamp earlier than
+    `now_ms - before_max_ms` or later than `now_ms + after_max_ms`, as Kafka's LogValidator.
+
+    Only for topics with message.timestamp.type=CreateTime (with LogAppendTime the broker sets
+    the time). Free when both bounds are Long.MAX_VALUE (Kafka's default); otherwise the
+    header's timestamps are checked first, then each record's (one more walk, which decodes
+    the timestamp delta of each record). `check_batch` must have passed.
+    """
+    if before_max_ms >= LONG_MAX and after_max_ms >= LONG_MAX:
+        return
+    low = now_ms - before_max_ms if before_max_ms < LONG_MAX else None
+    high = now_ms + after_max_ms if after_max_ms < LONG_MAX else None
+    if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
+        # Every record's timestamp is the batch's max timestamp.
+        _check_one_timestamp(header.max_timestamp, 0, low, high)
+        return
+    _check_one_timestamp(header.base_timestamp, 0, low, high)
+    _check_one_timestamp(header.max_timestamp, header.last_offset_delta, low, high)
+    if header.base_timestamp == NO_TIMESTAMP:
+        return
+    data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
+    bounds = _timestamp_delta_bounds(data, start, stop)
+    if bounds is not None:
+        base = header.base_timestamp
+        if (low is None or base + bounds[0] >= low) and (high is None or base + bounds[1] <= high):
+            return
+    # Out of range, or records the fast walk does not read: find which record, and say so.
+    lowest, highest = _timestamp_delta_range(data, start, stop)
+    _check_one_timestamp(header.base_timestamp + lowest[0], lowest[1], low, high)
+    _check_one_timestamp(header.base_timestamp + highest[0], highest[1], low, high)
+
+
+def _check_one_timestamp(timestamp: int, offset: int, low: int | None, high: int | None) -> None:
+    if timestamp == NO_TIMESTAMP:
+        return
+    if (low is not None and timestamp < low) or (high is not None and timestamp > high):
+        window = f"[{low if low is not None else '-inf'}, {high if high is not None else '+inf'}]"
+        raise KafkaError(ErrorCode.INVALID_TIMESTAMP,
+                         f"Timestamp {timestamp} of message with offset delta {offset} is out of range. "
+                         f"The timestamp should be within {window}")
+
+
+# -- record framing ------------------------------------------------------------------------
+#
+# A record is a zigzag varint length then that many bytes. Walking the lengths proves the records
+# tile the payload and counts them. The fast walk reads one- and two-byte lengths (records up to
+# 8 KiB) through lookup tables, and jumps over runs of equal-length records with C-speed strided
+# slices: when the records at p, p+s, p+2s ... all start with the same length bytes, each is s
+# bytes long, so comparing every s-th byte proves a whole run at once (batches of same-sized
+# records are mostly such runs). Anything unusual (a longer length, a bad one, a short end)
+# makes the fast walk give up, and the precise walk decides and names the problem.
+
+Records = bytes | bytearray
+
+# Lookup tables: the whole record's size (length varint included) for a one-byte and a two-byte
+# length varint, indexed by the varint's 7 or 14 payload bits.
+_SIZE1 = tuple(((v >> 1) ^ -(v & 1)) + 1 for v in range(1 << 7))
+_SIZE2 = tuple(((v >> 1) ^ -(v & 1)) + 2 for v in range(1 << 14))
+_MIN_RUN = 8  # a run shorter than this is walked record by record
+_PLAIN_FIRST = 32  # records walked one by one before looking for a run again (doubles to 1024)
+
+
+def _records(buf: Buffer, pos: int, header: BatchHeader, codec: int) -> tuple[Records, int, int]:
+    """The batch's records as (buffer, start, end): in place when uncompressed, else in the
+    thread's decompression buffer. A memoryview is copied once (strided slices of a memoryview
+    compare element by element; of bytes, with memcmp)."""
+    start, end = pos + BATCH_HEADER_SIZE, pos + header.size
+    if codec != Compression.NONE:
+        return _decompress(codec, memoryview(buf)[start:end], header.records_count)
+    if isinstance(buf, memoryview):
+        return bytes(buf[start:end]), 0, end - start
+    return buf, start, end
+
+
+def _run_length(data: Records, p: int, size: int, two: bool, most: int) -> int:
+    """How many records from `p` (at most `most`) start with the same length bytes as the one
+    at `p`, so are `size` bytes each; 0 when fewer than _MIN_RUN do."""
+
+    def same(j: int) -> bool:
+        last = p + (j - 1) * size
+        if data[p : last + 1 : size] != data[p : p + 1] * j:
+            return False
+        return not two or data[p + 1 : last + 2 : size] == data[p + 1 : p + 2] * j
+
+    if most < _MIN_RUN or not same(_MIN_RUN):
+        return 0
+    lo, j = _MIN_RUN, _MIN_RUN * 4
+    while True:  # gallop: runs are usually long, often the whole rest of the batch
+        if j >= most:
+            if same(most):
+                return most
+            hi = most
+            break
+        if not same(j):
+            hi = j
+            break
+        lo, j = j, j * 4
+    while hi - lo > 1:  # same(lo) holds, same(hi) does not
+        mid = (lo + hi) // 2
+        if same(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _period_repeats(data: Records, start: int, period: int, most: int) -> int:
+    """How many times (at most `most`) the `period` bytes from `start` repeat right after.
+
+    Records that tile data[start:start + period] and then bytes that repeat with that period are
+    the same records again: one memcmp proves them all. Real batches never repeat whole records
+    (offset deltas differ), so the probe fails on its first bytes; it is there for payloads made
+    to be compressible, where it keeps the walk from costing a Python step per repeated record.
+    """
+    probe = min(period, 64)
+    if most < 1 or data[start + period : start + period + probe] != data[start : start + probe]:
+        return 0
+    pattern = bytes(data[start : start + period])
+
+    def repeats(j: int) -> bool:
+        # j + 1 non-overlapping copies of the pattern in (j + 1) periods of bytes must tile
+        # them exactly: one C-speed search, no copy of the range.
+        return data.count(pattern, start, start + (j + 1) * period) == j + 1
+
+    # Gallop only (no bisection over large slices): the caller's next stretch takes the rest.
+    done, j = 0, 1
+    while j <= most and repeats(j):
+        done, j = j, j * 4
+    if done < most and j > most and repeats(most):
+        done = most
+    return done
+
+
+def _framing_ok(data: Records, start: int, end: int, count: int) -> bool:
+    """Whether data[start:end] is exactly `count` records with one- or two-byte lengths of at
+    least the smallest record body. False means "not proven", not "invalid"."""
+    if count * _MIN_RECORD > end - start:
+        return False
+    size1, size2 = _SIZE1, _SIZE2
+    p, n = start, 0
+    plain = _PLAIN_FIRST
+    try:
+        while n < count:
+            b = data[p]
+            if b < 0x80:
+                size, two = size1[b], False
+            else:
+                size, two = size2[(b & 0x7F) | (data[p + 1] << 7)], True  # IndexError: 3+ bytes
+            if size < _MIN_RECORD + two:
+                return False
+            run = _run_length(data, p, size, two, min(count - n, (end - p) // size))
+            if run:
+                n += run
+                p += run * size
+                plain = _PLAIN_FIRST
+                continue
+            stretch = min(plain, count - n)
+            plain = min(plain * 2, 1024)  # runs are not coming: look for them less often
+            first = p
+            for _ in range(stretch):
+                b = data[p]
+                if b < 0x80:
+                    size = size1[b]
+                    if size < _MIN_RECORD:
+                        return False
+                else:
+                    size = size2[(b & 0x7F) | (data[p + 1] << 7)]
+                    if size < _MIN_RECORD + 1:
+                        return False
+                p += size
+            n += stretch
+            if n < count and p - first <= end - p:
+                repeats = _period_repeats(data, first, p - first, min((count - n) // stretch, (end - p) // (p - first)))
+                n += repeats * stretch
+                p += repeats * (p - first)
+    except IndexError:
+        return False
+    return p == end
+
+
+def _walk_precisely(data: Records, start: int, end: int, count: int) -> None:
+    """Walk every record length, any varint width; raise INVALID_RECORD naming the first
+    problem. Each step advances at least a smallest record, so the walk is bounded."""
+    if count * _MIN_RECORD > end - start:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"batch claims {count} records but its {end - start} bytes of records cannot hold them")
+    p, n = start, 0
+    while p < end:
+        raw, p = _varint(data, p, end, n)
+        length = (raw >> 1) ^ -(raw & 1)
+        if length < _MIN_RECORD_BODY:
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"Invalid record size {length} for record {n}")
+        p += length
+        n += 1
+    if p != end:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"Incorrect declared batch size, premature EOF reached in record {n - 1}")
+    if n != count:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"batch declares {count} records but holds {n}" if n < count else
+                         f"Incorrect declared batch size, records still remaining: {n} records where "
+                         f"{count} were declared")
+
+
+def _varint(data: Records, p: int, end: int, index: int) -> tuple[int, int]:
+    """A varint of up to 5 bytes (an int32) at `p`: (raw value, position after it)."""
+    value = shift = 0
+    for _ in range(5):
+        if p >= end:
+            break
+        b = data[p]
+        p += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, p
+        shift += 7
+    raise KafkaError(ErrorCode.INVALID_RECORD, f"malformed length varint of record {index}")
+
+
+_ZIGZAG1 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 7))
+_ZIGZAG2 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 14))
+
+
+def _timestamp_delta_bounds(data: Records, start: int, end: int) -> tuple[int, int] | None:
+    """(lowest, highest) timestamp delta of the records in data[start:end], for records with
+    one- or two-byte lengths and deltas within +-8191 ms (what producers send); None for
+    anything else, which `_timestamp_delta_range` then reads. Framing already checked."""
+    size1, size2, zig1, zig2 = _SIZE1, _SIZE2, _ZIGZAG1, _ZIGZAG2
+    lowest, highest = 1 << 63, -(1 << 63)
+    p = start
+    try:
+        while p < end:
+            b = data[p]
+            if b < 0x80:
+                size, q = size1[b], p + 2  # past the length and the record's attributes byte
+            else:
+                size, q = size2[(b & 0x7F) | (data[p + 1] << 7)], p + 3
+            t = data[q]
+            delta = zig1[t] if t < 0x80 else zig2[(t & 0x7F) | (data[q + 1] << 7)]
+            if delta < lowest:
+                lowest = delta
+            if delta > highest:
+                highest = delta
+            p += size
+    except IndexError:
+        return None
+    return lowest, highest
+
+
+def _timestamp_delta_range(data: Records, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((lowest, its index), (highest, its index)) of the records' timestamp deltas in
+    data[start:end] (framing already checked)."""
+    p = start
+    index = 0
+    lowest = highest = (0, 0)
+    while p < end:
+        raw, p = _varint(data, p, end, index)
+        body_end = p + ((raw >> 1) ^ -(raw & 1))
+        value = shift = 0
+        q = p + 1  # past the record's attributes byte
+        while True:  # the timestamp delta: a varlong, up to 10 bytes
+            if q >= body_end or shift > 63:
+                raise KafkaError(ErrorCode.INVALID_RECORD, f"malformed timestamp delta in record {index}")
+            b = data[q]
+            q += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+        delta = (value >> 1) ^ -(value & 1)
+        if index == 0:
+            lowest = highest = (delta, 0)
+        elif delta < lowest[0]:
+            lowest = (delta, index)
+        elif delta > highest[0]:
+            highest = (delta, index)
+        p = body_end
+        index += 1
+    return lowest, highest
+
+
+# -- decompression --------------------------------------------------------------------------
+
+
+class _Scratch(threading.local):
+    buffer: bytearray | None = None
+
+
+_scratch = _Scratch()
+
+
+def _decompress(codec: int, payload: memoryview, count: int) -> tuple[Records, int, int]:
+    """The decompressed records of a compressed batch as (buffer, 0, length), in a reused
+    buffer (valid until the next call on this thread) except for gzip. Raises INVALID_RECORD
+    when the payload does not decompress, MESSAGE_TOO_LARGE when it would exceed the bound (see
+    MAX_DECOMPRESSED_BYTES)."""
+    limit = _decompressed_limit(len(payload))
+    if codec == Compression.GZIP:
+        return _gunzip(payload, limit)
+    if codec == Compression.SNAPPY and payload[:8] == _XERIAL_MAGIC:
+        return _xerial(payload, limit)
+    hint = _size_hint(codec, payload)
+    if hint is not None and hint > _CODEC_MAX_EXPANSION[codec] * len(payload) + _FIRST_BUFFER_BYTES:
+        if codec == Compression.SNAPPY:  # the only format that states its size before the data
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"a snappy payload of {len(payload)} bytes claims {hint} bytes of records")
+        hint = None  # a claim no data of this size can back: grow as the data really comes
+    size = hint if hint is not None else max(_FIRST_BUFFER_BYTES, 4 * len(payload), count * _MIN_RECORD)
+    size = min(max(size, 1), limit)
+    while True:
+        out = _buffer(size)
+        try:
+            written = _decompress_into(codec, payload, out)
+        except cramjam.DecompressionError as exc:
+            too_small = _means_too_small(str(exc))
+            if too_small and size < limit:
+                size = min(size * 4, limit)
+                continue
+            if too_small:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, _too_large(codec, len(payload), limit)) from None
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"the records do not decompress as {_codec_name(codec)}: {exc}") from None
+        return out, 0, written
+
+
+def _gunzip(payload: memoryview, limit: int) -> tuple[bytes, int, int]:
+    """gzip through ISA-L (2 to 3 times zlib's speed, and it lets go of the GIL), member after
+    member as Java's GZIPInputStream reads them, never past `limit` bytes of output."""
+    parts: list[bytes] = []
+    total = 0
+    rest: bytes | memoryview = payload
+    try:
+        while True:
+            member = isal_zlib.decompressobj(31)
+            part = member.decompress(rest, limit - total + 1)
+            total += len(part)
+            parts.append(part)
+            if total > limit:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, _too_large(Compression.GZIP, len(payload), limit))
+            if not member.eof:
+                raise KafkaError(ErrorCode.INVALID_RECORD,
+                                 "the records do not decompress as gzip: the stream is cut short")
+            rest = member.unused_data
+            if not rest:
+                break
+    except _GZIP_ERROR as exc:
+        raise KafkaError(ErrorCode.INVALID_RECORD, f"the records do not decompress as gzip: {exc}") from None
+    data = parts[0] if len(parts) == 1 else b"".join(parts)
+    return data, 0, total
+
+
+def _decompress_into(codec: int, payload: memoryview, out: bytearray) -> int:
+    if codec == Compression.SNAPPY:
+        return int(cramjam.snappy.decompress_raw_into(payload, out))
+    if codec == Compression.LZ4:
+        return int(cramjam.lz4.decompress_into(payload, out))
+    return int(cramjam.zstd.decompress_into(payload, out))
+
+
+def _means_too_small(message: str) -> bool:
+    return "whole buffer" in message or "smaller than required" in message
+
+
+def _buffer(size: int) -> bytearray:
+    """A scratch buffer of at least `size` bytes: the thread's kept one when it is big enough."""
+    if size > _KEPT_BUFFER_BYTES:
+        return bytearray(size)
+    kept = _scratch.buffer
+    if kept is None or len(kept) < size:
+        kept = bytearray(max(size, _FIRST_BUFFER_BYTES))
+        _scratch.buffer = kept
+    return kept
+
+
+def _size_hint(codec: int, payload: memoryview) -> int | None:
+    """The decompressed size a payload declares, where its format carries one (an upper bound
+    is fine: the buffer is only an allocation; a lie just costs a retry or an error)."""
+    try:
+        if codec == Compression.SNAPPY:
+            return int(cramjam.snappy.decompress_raw_len(payload))
+        if codec == Compression.GZIP and len(payload) >= 18:
+            return int(struct.unpack_from("<I", payload, len(payload) - 4)[0]) or None  # ISIZE
+        if codec == Compression.LZ4 and len(payload) >= 15 and payload[:4] == _LZ4_MAGIC and payload[4] & 0x08:
+            return int(struct.unpack_from("<Q", payload, 6)[0]) or None
+        if codec == Compression.ZSTD and len(payload) >= 6 and payload[:4] == _ZSTD_MAGIC:
+            return _zstd_content_size(payload)
+    except (cramjam.DecompressionError, struct.error):
+        return None
+    return None
+
+
+def _zstd_content_size(payload: memoryview) -> int | None:
+    descriptor = payload[4]
+    fcs_flag = descriptor >> 6
+    single_segment = (descriptor >> 5) & 1
+    at = 5 + (0 if single_segment else 1) + (0, 1, 2, 4)[descriptor & 0x03]
+    width = (1 if single_segment else 0, 2, 4, 8)[fcs_flag]
+    if width == 0 or at + width > len(payload):
+        return None
+    value = int.from_bytes(payload[at : at + width], "little")
+    return value + 256 if width == 2 else value
+
+
+def _decompressed_limit(compressed: int) -> int:
+    return min(MAX_DECOMPRESSED_BYTES, max(RATIO_FLOOR_BYTES, MAX_RATIO * compressed))
+
+
+def _too_large(codec: int, compressed: int, limit: int) -> str:
+    return (f"the records of a {_codec_name(codec)} batch of {compressed} bytes decompress to more than "
+            f"{limit} bytes (Causeway's bound: {MAX_RATIO} times the compressed size, at least "
+            f"{RATIO_FLOOR_BYTES}, at most {MAX_DECOMPRESSED_BYTES})")
+
+
+def _xerial(payload: memoryview, limit: int) -> tuple[bytearray, int, int]:
+    """The Java clients' snappy framing: a 16-byte header, then (int32 size, raw block) pairs."""
+    blocks: list[tuple[int, int, int]] = []
+    total = 0
+    at = 16
+    while at < len(payload):
+        if at + 4 > len(payload):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "truncated xerial snappy block size")
+        (size,) = struct.unpack_from(">i", payload, at)
+        at += 4
+        if size < 0 or at + size > len(payload):
+            raise KafkaError(ErrorCode.INVALID_RECORD, "xerial snappy block runs past the end of the batch")
+        try:
+            raw = int(cramjam.snappy.decompress_raw_len(payload[at : at + size]))
+        except cramjam.DecompressionError as exc:
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"the records do not decompress as snappy: {exc}") from None
+        blocks.append((at, size, total))
+        total += raw
+        if total > limit:
+            raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, _too_large(Compression.SNAPPY, len(payload), limit))
+        at += size
+    out = _buffer(total)
+    view = memoryview(out)
+    for at, size, start in blocks:
+        try:
+            cramjam.snappy.decompress_raw_into(payload[at : at + size], view[start:total])
+        except cramjam.DecompressionError as exc:
+            raise KafkaError(ErrorCode.INVALID_RECORD, f"the records do not decompress as snappy: {exc}") from None
+    return out, 0, total
+
+
+def _codec_name(codec: int) -> str:
+    return Compression(codec).name.lower()

@@ -1,0 +1,283 @@
+"""Issue 10, items 4, 5 and 12: what a hostile or careless peer can make the broker hold.
+
+Each test attacks a real broker process over loopback and checks the outcome from outside:
+RSS and descriptors from /proc, the broker closing the attacker's socket, a real client's
+data arriving, the broker's own log.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from broker.protocol.api import ApiKey
+from broker.protocol.headers import RequestHeader, encode_request_header
+from broker.protocol.messages import FetchRequest, ProduceRequest
+from broker.protocol.records import Record, build_batch
+from tests.support.broker import BrokerProcess, fd_count, rss_bytes
+from tests.support.polling import wait_until
+
+TOPIC = "hardening"
+
+
+def _frame(key: int, version: int, body: bytes, correlation_id: int = 1) -> bytes:
+    header = encode_request_header(RequestHeader(key, version, correlation_id, "attacker"), 2)
+    return struct.pack(">i", len(header) + len(body)) + header + body
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = sock.recv(n - len(buf))
+            assert chunk, "the broker closed the connection"
+            buf += chunk
+        return bytes(buf)
+
+    return exactly(struct.unpack(">i", exactly(4))[0])
+
+
+def _fill(bootstrap: str, megabytes: int) -> None:
+    """About `megabytes` MB in partition 0 of TOPIC, as pre-built 1 MB batches."""
+    batch = build_batch([Record(None, b"v" * 1000) for _ in range(1000)])
+    request = ProduceRequest(acks=1, timeout_ms=30_000, topic_data=[ProduceRequest.TopicProduceData(
+        name=TOPIC, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
+    frame = _frame(ApiKey.PRODUCE, 9, bytes(request.encode(9)))
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        for _ in range(megabytes):
+            sock.sendall(frame)
+            _read_frame(sock)
+
+
+def _fetch_frame(*, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int = 1) -> bytes:
+    request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=[
+        FetchRequest.FetchTopic(topic=TOPIC, partitions=[
+            FetchRequest.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=max_bytes)])])
+    return _frame(ApiKey.FETCH, 12, bytes(request.encode(12)))
+
+
+def _connect(broker: BrokerProcess, *, rcvbuf: int | None = None) -> socket.socket:
+    host, port = broker.bootstrap.rsplit(":", 1)
+    sock = socket.socket()
+    if rcvbuf is not None:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.connect((host, int(port)))
+    return sock
+
+
+def _closed_by_peer(sock: socket.socket) -> bool:
+    """True once the broker has closed its end (we never expect bytes on these sockets)."""
+    try:
+        return sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def _pending(sock: socket.socket) -> bool:
+    """True when bytes from the broker wait unread on the socket."""
+    try:
+        return bool(sock.recv(1, socket.MSG_DONTWAIT | socket.MSG_PEEK))
+    except BlockingIOError:
+        return False
+
+
+_ESTABLISHED, _CLOSE_WAIT = 0x01, 0x08
+
+
+def _broker_sides(broker_port: int, client_ports: set[int]) -> dict[int, tuple[int, int]]:
+    """client port -> (TCP state, receive queue) of the broker's socket to it, from /proc/net/tcp."""
+    found: dict[int, tuple[int, int]] = {}
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local_port = int(fields[1].rsplit(":", 1)[1], 16)
+            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
+            if local_port == broker_port and remote_port in client_ports:
+                found[remote_port] = (int(fields[3], 16), int(fields[4].split(":")[1], 16))
+    return found
+
+
+def _pid(broker: BrokerProcess) -> int:
+    assert broker.proc is not None
+    return broker.proc.pid
+
+
+@pytest.fixture
+def start(tmp_path: Path) -> Iterator[object]:
+    started: list[BrokerProcess] = []
+
+    def run(*overrides: str) -> BrokerProcess:
+        process = BrokerProcess(tmp_path / f"data{len(started)}", overrides=overrides, topics=(TOPIC,))
+        started.append(process)
+        return process.start()
+
+    yield run
+    for process in started:
+        process.stop()
+
+
+def test_clients_that_never_read_hold_no_fetch_memory_and_are_disconnected(start) -> None:  # type: ignore[no-untyped-def]
+    # 12 clients ask for 2 GiB each and never read. The broker used to read up to fetch.max.bytes
+    # (55 MB) into memory per client (750 MB) and keep it forever; now record data goes from the
+    # file, and a peer that takes nothing for connections.max.idle.ms is disconnected.
+    broker = start("connections.max.idle.ms=3000")
+    pid = _pid(broker)
+    _fill(broker.bootstrap, 64)
+    baseline_rss, baseline_fds = rss_bytes(pid), fd_count(pid)
+    clients = [_connect(broker, rcvbuf=4096) for _ in range(12)]
+    peak = baseline_rss
+    try:
+        for sock in clients:
+            sock.sendall(_fetch_frame(offset=0, max_bytes=2**31 - 1, max_wait_ms=500))
+
+
+        def all_answering() -> bool:
+            nonlocal peak
+            peak = max(peak, rss_bytes(pid))
+            return all(_pending(sock) for sock in clients)
+
+        def all_disconnected() -> bool:
+            nonlocal peak
+            peak = max(peak, rss_bytes(pid))
+            # The sockets and whatever else the broker held for them (pinned segment files).
+            return fd_count(pid) <= baseline_fds
+
+        wait_until(all_answering, what="the broker to start answering every client")
+        wait_until(all_disconnected, what="the broker to close the clients that do not read", timeout_s=60)
+        for sock in clients:  # what they were sent before the broker gave up, then end of stream
+            sock.settimeout(10)
+            while sock.recv(1 << 20):
+                pass
+    finally:
+        for sock in clients:
+            sock.close()
+    assert peak - baseline_rss < 100 * 2**20, f"RSS grew by {(peak - baseline_rss) / 2**20:.0f} MiB"
+    assert broker.proc is not None and broker.proc.poll() is None
+    # A reading client still gets the same data.
+    with _connect(broker) as sock:
+        sock.sendall(_fetch_frame(offset=0, max_bytes=4 << 20, max_wait_ms=500))
+        assert len(_read_frame(sock)) > 4_000_000
+
+
+def test_a_peer_that_closes_during_a_long_poll_is_let_go_at_once(start) -> None:  # type: ignore[no-untyped-def]
+    # A fetch at the log end with a huge max_wait_ms, then the client closes: the broker used to
+    # keep the request and a CLOSE_WAIT socket until max_wait_ms (days).
+    broker = start()
+    _fill(broker.bootstrap, 1)
+    pollers = [_connect(broker) for _ in range(5)]
+    ports = {sock.getsockname()[1] for sock in pollers}
+    for sock in pollers:
+        sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=2**31 - 1, min_bytes=1 << 30))
+
+    def polling() -> bool:  # the broker's sockets to the pollers have taken the requests in
+        sides = _broker_sides(broker.port, ports)
+        return len(sides) == len(ports) and all(st == _ESTABLISHED and rx == 0 for st, rx in sides.values())
+
+    wait_until(polling, what="the broker to read every long poll")
+    for sock in pollers:
+        sock.close()
+    wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
+               what="the broker to close its end of the abandoned long polls (no CLOSE_WAIT)", timeout_s=20)
+    # A long poll whose client stays still works, and is answered when data comes.
+    with _connect(broker) as sock:
+        sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=30_000))
+        _fill(broker.bootstrap, 1)
+        assert len(_read_frame(sock)) > 1_000_000
+    # A fetch that does not parse is still a protocol error (the connection closes with a
+    # warning), not an internal one, though fetches now run beside their peer's watcher.
+    with _connect(broker) as sock:
+        frame = _fetch_frame(offset=0, max_bytes=1 << 20, max_wait_ms=0)
+        sock.sendall(struct.pack(">i", len(frame) - 10) + frame[4:-6])
+        sock.settimeout(10)
+        assert sock.recv(1) == b""
+    log = broker.log_path.read_text()
+    assert "internal error" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_trickling_huge_frames_hold_nothing_hostage_and_are_cut_off(start) -> None:  # type: ignore[no-untyped-def]
+    # Two connections announce 100 MiB frames and trickle a byte at a time. They used to reserve
+    # the whole request budget (2 x 100 MB), so a 2 MB produce of another client waited until
+    # they finished (58 s in one run). Now the produce and a consume go through while they
+    # trickle, and the broker closes them when causeway.request.arrival.timeout.ms passes.
+    broker = start("causeway.request.arrival.timeout.ms=5000", "message.max.bytes=4000000")
+    events: list[str] = []
+    tricklers = [_connect(broker) for _ in range(2)]
+    try:
+        for sock in tricklers:
+            # The largest frame socket.request.max.bytes allows: two fill queued.max.request.bytes.
+            sock.sendall(struct.pack(">i", 104_857_600) + b"\x00")
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "message.max.bytes": 4_000_000,
+                             "compression.type": "none", "linger.ms": 0})
+        consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "hostage",
+                             "fetch.message.max.bytes": 4_000_000, "enable.auto.commit": False})
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        value = bytes(range(256)) * 8192  # 2 MiB
+
+        def delivered(err: object, msg: object) -> None:
+            events.append("delivered" if err is None else f"failed: {err}")
+
+        producer.produce(TOPIC, value, partition=0, on_delivery=delivered)
+        closed = [False] * len(tricklers)
+        for _ in range(600):  # bounded: each round waits at most 0.05 s in poll
+            producer.poll(0.05)
+            if "delivered" in events and "consumed" not in events:
+                message = consumer.poll(0.05)
+                if message is not None and message.error() is None and message.value() == value:
+                    events.append("consumed")
+            for i, sock in enumerate(tricklers):
+                if closed[i]:
+                    continue
+                if _closed_by_peer(sock):
+                    closed[i] = True
+                    events.append("trickler closed")
+                    continue
+                try:
+                    sock.send(b"\x00")
+                except OSError:
+                    closed[i] = True
+                    events.append("trickler closed")
+            if all(closed) and "consumed" in events:
+                break
+        consumer.close()
+    finally:
+        for sock in tricklers:
+            sock.close()
+    assert "delivered" in events and "consumed" in events, events
+    assert events.count("trickler closed") == 2, events
+    first_close = events.index("trickler closed")
+    assert events.index("delivered") < first_close and events.index("consumed") < first_close, events
+    assert "did not arrive within 5 s" in broker.log_path.read_text()
+
+
+def test_a_flood_of_hostile_connections_writes_a_bounded_log(start) -> None:  # type: ignore[no-untyped-def]
+    # Each hostile connection used to write its own warning: 122 MB of log in ten minutes.
+    broker = start("causeway.log.repeat.window.ms=1000")
+    before = broker.log_path.read_text().count("\n")
+    host, port = broker.bootstrap.rsplit(":", 1)
+    attacks = 3000
+    for _ in range(attacks):
+        with socket.create_connection((host, int(port))) as sock:
+            sock.sendall(b"\xff\xff\xff\xff")  # a negative frame size: a protocol error
+    summary = re.compile(r"\.\.\. and ([\d,]+) more like this \(protocol error\)")
+
+    def counted() -> int:
+        text = broker.log_path.read_text()
+        return text.count("frame size -1 outside") + sum(int(m.replace(",", "")) for m in summary.findall(text))
+
+    wait_until(lambda: counted() >= attacks, what="every hostile connection to be logged or counted",
+               timeout_s=30)
+    text = broker.log_path.read_text()
+    assert summary.search(text), text[-2000:]
+    grown = text.count("\n") - before
+    assert grown < 60, f"{grown} log lines for {attacks} hostile connections"
+    assert broker.proc is not None and broker.proc.poll() is None

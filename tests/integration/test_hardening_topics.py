@@ -1,0 +1,207 @@
+"""Issue 10, items 3 and 8, against a real broker process: partition counts a client asks for
+are bounded (refused with POLICY_VIOLATION at no cost), a large creation leaves the broker
+answering, and Kafka's internal topics cannot be deleted, repartitioned, written or trimmed."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import socket
+import struct
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
+
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode
+from broker.protocol.headers import RequestHeader, encode_request_header
+from broker.protocol.messages import (
+    ApiVersionsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+)
+from tests.support.broker import BrokerProcess, rss_bytes
+from tests.support.polling import wait_until
+
+MiB = 1024 * 1024
+
+
+def fd_count(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def admin(broker: BrokerProcess) -> AdminClient:
+    return AdminClient({"bootstrap.servers": broker.bootstrap})
+
+
+def error_of(future: object) -> KafkaError:
+    with pytest.raises(KafkaException) as info:
+        future.result(timeout=60)  # type: ignore[attr-defined]
+    error = info.value.args[0]
+    assert isinstance(error, KafkaError)
+    return error
+
+
+def frame(key: int, version: int, body: bytes, correlation_id: int) -> bytes:
+    payload = encode_request_header(RequestHeader(key, version, correlation_id, "test"), 1) + body
+    return struct.pack(">i", len(payload)) + payload
+
+
+def read_frame(sock: socket.socket) -> bytes:
+    def exactly(n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            chunk = sock.recv(n - len(out))
+            assert chunk, "the broker closed the connection"
+            out += chunk
+        return out
+
+    return exactly(struct.unpack(">i", exactly(4))[0])
+
+
+def connect(broker: BrokerProcess) -> socket.socket:
+    host, port = broker.bootstrap.rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=120)
+
+
+def roundtrip(broker: BrokerProcess, key: int, version: int, body: bytes) -> bytes:
+    with connect(broker) as sock:
+        sock.sendall(frame(key, version, body, 7))
+        reply = read_frame(sock)
+    assert struct.unpack(">i", reply[:4])[0] == 7
+    return reply[4:]
+
+
+def test_absurd_partition_counts_are_refused_at_no_cost(broker: BrokerProcess) -> None:
+    # librdkafka refuses counts above 100,000 itself: a hostile client sends the frames directly.
+    client = admin(broker)
+    client.create_topics([NewTopic("small", 1, 1)])["small"].result(timeout=60)
+    assert broker.proc is not None
+    pid = broker.proc.pid
+    rss_before, fds_before = rss_bytes(pid), fd_count(pid)
+
+    create = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name="huge", num_partitions=500_000, replication_factor=1)],
+        timeout_ms=30_000,
+    )
+    created = CreateTopicsResponse.decode(roundtrip(broker, ApiKey.CREATE_TOPICS, 4, bytes(create.encode(4))), 4)
+    assert created.topics[0].error_code == ErrorCode.POLICY_VIOLATION
+    assert "max.partitions.per.request=5000" in (created.topics[0].error_message or "")
+    grow = CreatePartitionsRequest(
+        topics=[CreatePartitionsRequest.CreatePartitionsTopic(name="small", count=500_000, assignments=None)],
+        timeout_ms=30_000,
+    )
+    grown = CreatePartitionsResponse.decode(
+        roundtrip(broker, ApiKey.CREATE_PARTITIONS, 1, bytes(grow.encode(1))), 1)
+    assert grown.results[0].error_code == ErrorCode.POLICY_VIOLATION
+    assert "max.partitions.per.request=5000" in (grown.results[0].error_message or "")
+
+    # Nothing was built for the refused requests: no directories, no descriptors, no memory.
+    assert not any(p.name.startswith("huge-") for p in broker.data_dir.iterdir())
+    assert not (broker.data_dir / "small-1").exists()
+    assert fd_count(pid) <= fds_before + 2
+    assert rss_bytes(pid) < rss_before + 16 * MiB
+    metadata = client.list_topics(timeout=30)
+    assert "huge" not in metadata.topics
+    assert len(metadata.topics["small"].partitions) == 1
+
+
+def test_max_broker_partitions_bounds_every_creation(tmp_path: Path) -> None:
+    # __consumer_offsets holds 50 partitions; 120 leaves room for 70 more.
+    process = BrokerProcess(tmp_path / "b", overrides=("max.broker.partitions=120",)).start()
+    try:
+        client = admin(process)
+        client.create_topics([NewTopic("fits", 60, 1)])["fits"].result(timeout=60)
+        refused = error_of(client.create_topics([NewTopic("too-many", 20, 1)])["too-many"])
+        assert refused.code() == KafkaError.POLICY_VIOLATION
+        assert "max.broker.partitions=120" in refused.str()
+        grown = error_of(client.create_partitions([NewPartitions("fits", 80)])["fits"])
+        assert grown.code() == KafkaError.POLICY_VIOLATION
+        client.create_partitions([NewPartitions("fits", 70)])["fits"].result(timeout=60)
+    finally:
+        process.stop()
+
+
+def test_a_large_creation_leaves_the_broker_answering_and_survives_a_restart(broker: BrokerProcess) -> None:
+    count = 2000
+    request = CreateTopicsRequest(
+        topics=[CreateTopicsRequest.CreatableTopic(name="wide", num_partitions=count, replication_factor=1)],
+        timeout_ms=120_000,
+    )
+    with connect(broker) as creating, connect(broker) as other:
+        creating.sendall(frame(ApiKey.CREATE_TOPICS, 4, bytes(request.encode(4)), 1))
+        # The creation is under way once its first partition directories exist...
+        wait_until(lambda: (broker.data_dir / "wide-0").exists(), what="the first partition of 'wide'")
+        # ... and while it runs, another client's ApiVersions is answered: its answer arrives
+        # before the CreateTopics answer does (an event loop blocked by the creation would
+        # answer the CreateTopics first).
+        other.sendall(frame(ApiKey.API_VERSIONS, 0, b"", 2))
+        reply = read_frame(other)
+        assert struct.unpack(">i", reply[:4])[0] == 2
+        assert ApiVersionsResponse.decode(reply[4:], 0).error_code == ErrorCode.NONE
+        with selectors.DefaultSelector() as sel:
+            sel.register(creating, selectors.EVENT_READ)
+            assert not sel.select(timeout=0), "CreateTopics answered before the concurrent ApiVersions"
+        answer = read_frame(creating)
+    result = CreateTopicsResponse.decode(answer[4:], 4).topics[0]
+    assert (result.name, result.error_code) == ("wide", ErrorCode.NONE)
+    assert sum(1 for p in broker.data_dir.iterdir() if p.name.startswith("wide-")) == count
+
+    broker.restart()
+    metadata = admin(broker).list_topics(timeout=30)
+    assert len(metadata.topics["wide"].partitions) == count
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    producer.produce("wide", b"last one", partition=count - 1)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "w", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("wide", count - 1, 0)])
+    try:
+        values = []
+        for _ in range(30):  # bounded: at most 30 polls of a second
+            msg = consumer.poll(1.0)
+            if msg is not None and msg.error() is None:
+                values.append(msg.value())
+                break
+        assert values == [b"last one"]
+    finally:
+        consumer.close()
+
+
+def test_internal_topics_cannot_be_deleted_or_changed(broker: BrokerProcess) -> None:
+    client = admin(broker)
+    client.create_topics([NewTopic("orders", 1, 1)])["orders"].result(timeout=60)
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    for i in range(5):
+        producer.produce("orders", f"v{i}".encode(), partition=0)
+    assert producer.flush(30) == 0
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "keeper", "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition("orders", 0, 4)], asynchronous=False)
+    finally:
+        consumer.close()
+
+    deleted = error_of(client.delete_topics(["__consumer_offsets"], operation_timeout=30)["__consumer_offsets"])
+    assert deleted.code() == KafkaError.TOPIC_EXCEPTION  # INVALID_TOPIC_EXCEPTION (17)
+    grown = error_of(client.create_partitions([NewPartitions("__consumer_offsets", 60)])["__consumer_offsets"])
+    assert grown.code() == KafkaError.TOPIC_EXCEPTION
+    writer = Producer({"bootstrap.servers": broker.bootstrap, "retries": 0, "enable.idempotence": False})
+    failures: list[KafkaError] = []
+    writer.produce("__consumer_offsets", b"forged", partition=0,
+                   on_delivery=lambda err, _msg: failures.append(err) if err is not None else None)
+    writer.flush(30)
+    assert [e.code() for e in failures] == [KafkaError.TOPIC_EXCEPTION]
+
+    # The topic and the group's committed offset are still there, after a restart too.
+    broker.restart()
+    metadata = admin(broker).list_topics(timeout=30)
+    assert len(metadata.topics["__consumer_offsets"].partitions) == 50
+    reader = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "keeper", "enable.auto.commit": False})
+    try:
+        committed = reader.committed([TopicPartition("orders", 0)], timeout=30)
+        assert committed[0].offset == 4
+    finally:
+        reader.close()
