@@ -4,10 +4,11 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip
 STAMP  := $(VENV)/.installed
-# Debian packages the tests drive: kcat is one of the real clients that judge the broker.
-SYSTEM_PACKAGES := kcat
+# Debian packages the tests drive: kcat is one of the real clients that judge the broker; Maven
+# and Java fetch and run Apache Kafka's own tools (make peers). Each entry is PACKAGE[:COMMAND].
+SYSTEM_PACKAGES := kcat maven:mvn openjdk-17-jre-headless:java
 
-.PHONY: install up test test-fast chaos system-deps constraints lint typecheck bench clean
+.PHONY: install up test peers test-fast chaos fuzz system-deps constraints lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +22,7 @@ install: $(STAMP)
 
 # Installs the Debian packages the tests need when run as root; otherwise says what is missing.
 system-deps:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do command -v $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	@missing=""; for e in $(SYSTEM_PACKAGES); do command -v $${e##*:} >/dev/null 2>&1 || missing="$$missing $${e%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing system packages:$$missing"; \
@@ -32,8 +33,13 @@ system-deps:
 up: install
 	$(BIN)/causeway up examples/two-dc.yaml
 
-test: install system-deps
+test: install system-deps peers
 	$(BIN)/python -m pytest -q
+
+# Apache Kafka's jars (broker, tools, MirrorMaker 2) from Maven Central into a cache outside the
+# repo (~/.cache/causeway/peers, or $$CAUSEWAY_PEERS_DIR), per bench/peers/pom.xml. Silent when cached.
+peers: install system-deps
+	@$(BIN)/python -m bench.peers fetch
 
 # Unit tests only: no processes, no real clients.
 test-fast: install
@@ -44,6 +50,12 @@ test-fast: install
 # SEED=N picks another schedule.
 chaos: install
 	$(BIN)/python -m deploy.chaos --seed $(or $(SEED),1)
+
+# The long fuzz run: FRAMES mutated frames (default 1000000) of every API against a broker it
+# starts; one summary line, exit 1 if the broker died, leaked memory, sockets or files, stopped
+# answering, or failed a real client's round trip. SEED=N picks other frames.
+fuzz: install
+	$(BIN)/python -m deploy.fuzz --frames $(or $(FRAMES),1000000) --seed $(or $(SEED),1)
 
 lint: install
 	$(BIN)/ruff check .
