@@ -18,6 +18,7 @@ import json
 import logging
 import math
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ from mirror.groups import run_group_checkpoints
 from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
 from mirror.offset_sync import SyncStore
 from mirror.partition import PartitionMirror, ProducerIdentity
+from mirror.recopy import check_target_ends, remote_topic_missing, target_went_back
 from mirror.topics import COMPACTED, append, ensure_topic, read_whole_topic
 
 __all__ = ["Mirror", "run_mirror"]
@@ -59,6 +61,10 @@ EXCLUDED_CONFIGS = frozenset({
 RETRY = Backoff(initial_s=0.2, max_s=10.0)
 STATUS_INTERVAL_S = 1.0
 SUMMARY_INTERVAL_S = 30.0
+# A problem the mirror has dealt with (a source topic or partition gone, so no longer mirrored)
+# stays in the status this long after it was reported, then only in `events` and the log.
+HANDLED_PROBLEM_S = 60.0
+EVENTS_KEPT = 50
 
 
 @dataclass
@@ -84,6 +90,10 @@ class Mirror:
     synced_configs: dict[str, dict[str, str]] = field(default_factory=dict)
     state: str = "starting"
     problems: dict[str, str] = field(default_factory=dict)  # loop -> its last error
+    # Problems already dealt with: shown until their time (time.monotonic()) passes.
+    handled: dict[str, tuple[str, float]] = field(default_factory=dict)
+    events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    nursery: trio.Nursery | None = None  # where re-copies run
     started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
     group_checkpoints: int = 0
     stop_requested: trio.Event = field(default_factory=trio.Event)
@@ -97,6 +107,17 @@ class Mirror:
     def stop(self) -> None:
         """Stop cleanly: `run_mirror` checkpoints positions once more and returns."""
         self.stop_requested.set()
+
+    def event(self, message: str) -> None:
+        """Something an operator should know happened (a gap, a re-copy, a topic gone): kept in
+        the status's `events` (the newest EVENTS_KEPT)."""
+        self.events.append({"time_ms": int(time.time() * 1000), "message": message})
+
+    def report_handled(self, what: str, message: str) -> None:
+        """A problem the mirror has dealt with: logged, an event, and in `problems` for a while."""
+        log.warning("%s", message)
+        self.event(message)
+        self.handled[what] = (message, time.monotonic() + HANDLED_PROBLEM_S)
 
     async def retrying(self, what: str, step: Callable[[], Awaitable[object]], *,
                        max_pause_s: float = math.inf) -> None:
@@ -165,15 +186,31 @@ class Mirror:
 
     def status(self) -> dict[str, Any]:
         partitions = []
+        problems = dict(self.problems)
+        now = time.monotonic()
+        for what, (message, until) in list(self.handled.items()):
+            if until < now:
+                del self.handled[what]
+            else:
+                problems.setdefault(what, message)
         for tp, pm in sorted(self.partitions.items()):
+            name = f"{tp.topic}-{tp.partition}"
+            if pm.recopy is not None and pm.lag == 0 and pm.written_through + 1 >= pm.recopy_until:
+                pm.recopy = None  # caught up with nothing left to write
             partitions.append({
                 "topic": tp.topic, "partition": tp.partition, "remote_topic": pm.target.topic,
                 "position": pm.written_through + 1, "source_end": pm.high_watermark, "lag": pm.lag,
                 "latency_ms": pm.latency_ms, "records": pm.records, "bytes": pm.bytes,
-                "error": pm.error, "parked": pm.parked, "gaps": list(pm.gaps),
+                "error": pm.error or pm.recopy, "parked": pm.parked, "gaps": list(pm.gaps),
+                "lost": pm.lost, "recopy": pm.recopy,
             })
+            if pm.parked and pm.error is not None:
+                problems[f"parked {name}"] = pm.error  # which batch and why: nothing passes it
+            if pm.recopy is not None:
+                problems[f"re-copy {name}"] = pm.recopy
+            if pm.lost is not None:
+                problems[f"lost {name}"] = pm.lost
         unreachable = [lane.last_error for lane in self.lanes if lane.last_error]
-        problems = dict(self.problems)
         if unreachable:
             problems["source"] = unreachable[0]
         return {
@@ -190,6 +227,7 @@ class Mirror:
             "group_checkpoints": self.group_checkpoints,
             "problems": problems,
             "partitions": partitions,
+            "events": list(self.events),
         }
 
 
@@ -294,6 +332,7 @@ async def _renew_producer(mirror: Mirror) -> None:
 
 async def _run(mirror: Mirror) -> None:
     async with trio.open_nursery() as nursery:
+        mirror.nursery = nursery
         for lane in mirror.lanes:
             nursery.start_soon(lane.run)
         nursery.start_soon(_producer_renewal_loop, mirror)
@@ -320,21 +359,30 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
     wanted = {t: n for t, n in source_topics.items() if mirror.should_mirror(t)}
     for topic in sorted(set(mirror.topics) - set(wanted)):
         remote = mirror.topics.pop(topic)
-        gone = f"source topic {topic} is gone (deleted, or no longer matched); stopped mirroring it; " \
-               f"the remote topic {remote} is kept"
-        log.warning("%s", gone)
-        mirror.problems[f"topic {topic}"] = gone
         for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
             _stop_partition(mirror, tp)
+        mirror.report_handled(f"topic {topic}", f"source topic {topic} is gone (deleted, or no longer matched); "
+                                                f"stopped mirroring it; the remote topic {remote} is kept")
+    for tp in sorted(tp for tp in mirror.partitions if tp.topic in wanted and tp.partition >= wanted[tp.topic]):
+        # Fewer partitions than before: the topic was deleted and created again between rounds.
+        _stop_partition(mirror, tp)
+        mirror.report_handled(f"partition {tp.topic}-{tp.partition}",
+                              f"source partition {tp.topic}-{tp.partition} is gone (the topic now has "
+                              f"{wanted[tp.topic]} partitions); stopped mirroring it")
     target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
         remote = mirror.policy.remote_topic(mirror.source_alias, topic)
-        await _sync_topic(mirror, topic, remote, count, target_topics.get(remote))
+        remote_count = target_topics.get(remote)
+        if remote_count is None and topic in mirror.topics:
+            remote_topic_missing(mirror, topic, remote)  # before it exists again: nothing written ahead
+        await _sync_topic(mirror, topic, remote, count, remote_count)
         mirror.topics[topic] = remote
         mirror.problems.pop(f"topic {topic}", None)
+        mirror.handled.pop(f"topic {topic}", None)
         new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
         if new:
-            await _start_partitions(mirror, nursery, topic, remote, new)
+            await _start_partitions(mirror, nursery, topic, remote, new, remote_missing=remote_count is None)
+    await check_target_ends(mirror)
 
 
 async def _source_configs(mirror: Mirror, topic: str) -> dict[str, str]:
@@ -373,7 +421,19 @@ async def _sync_topic(mirror: Mirror, topic: str, remote: str, count: int, remot
 
 
 async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, remote: str,
-                            partitions: list[int]) -> None:
+                            partitions: list[int], *, remote_missing: bool = False) -> None:
+    """Start mirroring `partitions` of `topic` from their checkpointed positions, or from the log
+    start. `remote_missing`: the target has no remote topic (just created): a checkpoint then
+    describes records the target lost while the mirror was away, so the partition starts over."""
+    forgotten: dict[int, int] = {}
+    if remote_missing:
+        for p in partitions:
+            stored = mirror.stored_positions.pop((topic, p), None)
+            if stored is not None:
+                forgotten[p] = stored
+                mirror.event(f"{topic}-{p}: the remote topic {remote} was missing at the target although "
+                             f"source offsets up to {stored} had been copied; copying from the log start again")
+                log.error("%s", mirror.events[-1]["message"])
     unknown = [TopicPartition(topic, p) for p in partitions if (topic, p) not in mirror.stored_positions]
     earliest = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in unknown}) if unknown else {}
     for p in partitions:
@@ -382,8 +442,18 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, r
         position = stored + 1 if stored is not None else earliest[tp].offset
         pm = PartitionMirror(tp, TopicPartition(remote, p), position, mirror.config.offset_lag_max,
                              mirror.config.queue_max_bytes, written_through=position - 1)
+        pm.on_target_went_back = partial(target_went_back, mirror)
+        if stored is None:
+            pm.copied_from = position
+        else:
+            # After a restart, the offset syncs say what the target held: a log end below the
+            # newest one's means the target lost records while the mirror was away.
+            latest = mirror.syncs.latest(topic, p)
+            if latest is not None and latest[0] <= stored:
+                pm.min_target_end = latest[1] + 1
         mirror.partitions[tp] = pm
-        mirror.flushed[tp] = pm.written_through
+        # A forgotten checkpoint is overwritten at the next flush, even before anything is written.
+        mirror.flushed[tp] = forgotten.get(p, pm.written_through)
         lane = mirror.lanes[(len(mirror.partitions) - 1) % len(mirror.lanes)]  # round robin
         lane.add(pm)
         nursery.start_soon(partial(pm.run_writer, mirror.target, mirror.producer, mirror._on_sync, backoff=RETRY))
@@ -396,6 +466,10 @@ def _stop_partition(mirror: Mirror, tp: TopicPartition) -> None:
     pm.stop()
     for lane in mirror.lanes:
         lane.remove(tp)
+    # Its checkpoint describes the records that are gone: a topic created again under the same
+    # name starts from its own log start.
+    mirror.stored_positions.pop((tp.topic, tp.partition), None)
+    mirror.flushed.pop(tp, None)
 
 
 # -- positions, syncs, heartbeats ----------------------------------------------------------
@@ -404,10 +478,15 @@ def _stop_partition(mirror: Mirror, tp: TopicPartition) -> None:
 async def _flush_once(mirror: Mirror) -> None:
     """Write the positions that moved (to the target) and the offset syncs waiting (to the
     sync topic's cluster). Positions only ever name offsets the target acknowledged."""
+    # A position that went back to "nothing written" (a re-copy from offset 0) is a tombstone,
+    # so a restart does not resume from the old one.
     moved = {tp: pm.written_through for tp, pm in mirror.partitions.items()
-             if pm.written_through >= 0 and pm.written_through != mirror.flushed.get(tp)}
+             if pm.written_through != mirror.flushed.get(tp, -1)}
     if moved:
-        records = [encode_position(mirror.source_alias, tp.topic, tp.partition, offset) for tp, offset in moved.items()]
+        records: list[tuple[bytes, bytes | None]] = []
+        for tp, offset in moved.items():
+            key, value = encode_position(mirror.source_alias, tp.topic, tp.partition, max(offset, 0))
+            records.append((key, value if offset >= 0 else None))
         await append(mirror.target, mirror.policy.positions_topic(mirror.source_alias), records)
         mirror.flushed.update(moved)
     if mirror.pending_syncs:

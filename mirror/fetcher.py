@@ -5,15 +5,18 @@ partition's queue, so a slow write never stalls the link and a slow link never s
 partition whose queue is full is left out of the next fetch until its writer catches up (the
 memory bound). Several lanes run side by side so a long link carries several answers at once.
 
-Errors are per partition. A position the source no longer has (retention, DeleteRecords, a
-re-created topic) is reported by name with the records that were lost, then the partition goes
-on from where the source's log starts. A source that cannot be reached is retried with backoff.
+Errors are per partition. Bytes that cannot be a batch (damaged at the source) park the
+partition, by name and offset, as a batch the target would refuse does (mirror/partition.py). A
+position the source no longer has (retention, DeleteRecords, a re-created topic) is reported by
+name with the records that were lost, then the partition goes on from where the source's log
+starts. A source that cannot be reached is retried with backoff.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,13 +25,15 @@ import trio
 from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode, KafkaError
-from mirror.partition import Chunk, PartitionMirror
+from mirror.partition import PARK_BACKOFF, Chunk, PartitionMirror
 
 __all__ = ["FetchLane", "FetchSettings"]
 
 log = logging.getLogger(__name__)
 
 _UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+# Consecutive answers with bytes but no whole batch before the partition is reported as stuck.
+PARTIAL_ANSWERS_REPORTED = 5
 
 
 @dataclass(frozen=True)
@@ -92,11 +97,19 @@ class FetchLane:
             if code == ErrorCode.NONE:
                 pm.high_watermark = part.high_watermark
                 pm.log_start_offset = part.log_start_offset
-                chunk = Chunk.of(part.records)
+                chunk, damage = Chunk.parse(part.records)
                 if chunk is not None:
-                    pm.put(chunk)
+                    pm.put(chunk)  # what is whole before any damage; the damage is met next time
+                    pm.partial_answers = 0
+                elif damage is not None:
+                    pm.fetch_failures += 1
+                    pm.park_at_source(damage, PARK_BACKOFF.delay(pm.fetch_failures))
+                    continue
                 elif pm.position >= part.high_watermark:
                     self.on_idle(pm)
+                elif len(part.records):
+                    self._no_whole_batch(pm, part.records)
+                    continue
                 if pm.fetch_failures:
                     pm.fetch_failures, pm.error = 0, None
                 continue
@@ -122,6 +135,19 @@ class FetchLane:
             self.failures = 0
             self.last_error = None
 
+    def _no_whole_batch(self, pm: PartitionMirror, records: bytes | bytearray | memoryview) -> None:
+        """Bytes came, but not one whole batch. A broker sends the first batch whole even past
+        the size limits (KIP-74), so this is a response cut short by its total size, or, when it
+        happens again and again, a batch whose length field is wrong at the source."""
+        pm.partial_answers += 1
+        if pm.partial_answers < PARTIAL_ANSWERS_REPORTED:
+            return
+        declared = struct.unpack_from(">i", records, 8)[0] + 12 if len(records) >= 12 else None
+        pm.fetch_failures += 1
+        pm.park_at_source(f"no whole batch arrives: the batch there declares {declared} bytes and the source "
+                          f"sent {len(records)} (max.partition.fetch.bytes {self.settings.partition_max_bytes}); "
+                          f"damaged at the source?", PARK_BACKOFF.delay(pm.fetch_failures))
+
     async def _out_of_range(self, pm: PartitionMirror) -> None:
         tp = pm.source
         try:
@@ -135,6 +161,7 @@ class FetchLane:
                        f"(retention or DeleteRecords) before they were mirrored; continuing at {start}")
             pm.position = start  # what is queued (below the gap) is still written
             pm.trim_below = start
+            pm.lost = message  # never at the target: a problem in the status until a restart
         elif pm.position > end:
             message = (f"{tp.topic}-{tp.partition}: the source log ends at {end}, before the mirror's position "
                        f"{pm.position} (truncated or re-created); mirroring it again from {start}")

@@ -109,6 +109,26 @@ class SyncStore:
         step = 0 if syncs.upstream[i] == upstream_offset else 1
         return syncs.downstream[i] + step
 
+    def latest(self, topic: str, partition: int) -> tuple[int, int] | None:
+        """The newest (upstream, downstream) sync of the partition, if any."""
+        syncs = self._partitions.get((topic, partition))
+        if not syncs or not syncs.upstream:
+            return None
+        return syncs.upstream[-1], syncs.downstream[-1]
+
+    def upstream_at_or_below(self, topic: str, partition: int, downstream_offset: int) -> int | None:
+        """The upstream offset of the newest sync whose downstream offset is at or below
+        `downstream_offset` (where to copy again from when the target ends there: what follows
+        it may be repeated, nothing is skipped), or None."""
+        syncs = self._partitions.get((topic, partition))
+        if syncs is None:
+            return None
+        # Newest first, by scan: after the target went back, downstream offsets are not sorted.
+        for upstream, downstream in zip(reversed(syncs.upstream), reversed(syncs.downstream), strict=True):
+            if downstream <= downstream_offset:
+                return upstream
+        return None
+
     def count(self, topic: str, partition: int) -> int:
         syncs = self._partitions.get((topic, partition))
         return len(syncs.upstream) if syncs else 0

@@ -9,6 +9,15 @@ restamp (which computes a new CRC) so damaged bytes are refused, not laundered.
 Errors are the partition's own: retriable ones are retried with backoff; the others (too large
 for the target, refused by an ACL, ...) park the partition, which retries slowly and says why in
 the status, while every other partition keeps flowing.
+
+Poison is parked the same way, before it is written: a batch Kafka's LogValidator would refuse
+(a record count that lies, an unknown codec, records that do not decompress or do not tile the
+batch; broker/protocol/validation.py) can sit in a source that does not validate, and copied on,
+it would wedge the target's consumers too. So is a batch the target refuses as invalid.
+
+The remote partition can also lose records under the mirror (deleted and re-created at the target,
+truncated): a write landing below the log end the mirror knows it made there tells the writer,
+which hands the partition to `on_target_went_back` (mirror/recopy.py re-copies it).
 """
 
 from __future__ import annotations
@@ -22,17 +31,20 @@ from dataclasses import dataclass, field
 import trio
 
 from broker.client import Backoff, Client, TopicPartition, produce_batches
-from broker.protocol.errors import ErrorCode, is_retriable
+from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.records import (
+    BATCH_HEADER_SIZE,
     BatchHeader,
+    Compression,
     Record,
     TimestampType,
     batch_crc_ok,
     build_batch,
     decode_batch,
-    split_batches,
+    read_batch_header,
     stamp_producer,
 )
+from broker.protocol.validation import check_batch
 from mirror.offset_sync import SyncEmitter
 
 __all__ = ["Chunk", "PartitionMirror", "ProducerIdentity"]
@@ -52,6 +64,14 @@ _NEW_PRODUCER = frozenset({
     ErrorCode.INVALID_PRODUCER_ID_MAPPING,
 })
 PARK_BACKOFF = Backoff(initial_s=1.0, max_s=30.0)
+# What the target answers for a batch it will never take as it is (its LogValidator's verdicts):
+# retrying cannot help, so the partition parks and says which batch and why.
+REFUSED_AS_INVALID = frozenset({
+    ErrorCode.CORRUPT_MESSAGE,  # the mirror checked the CRC: here it means the target's validation
+    ErrorCode.INVALID_RECORD,
+    ErrorCode.INVALID_TIMESTAMP,
+    ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+})
 
 
 @dataclass
@@ -89,11 +109,30 @@ class Chunk:
     def of(cls, records: Buffer) -> Chunk | None:
         """The whole batches at the start of a fetched record set (a partial last batch left
         out), or None when there is not one whole batch."""
-        spans = split_batches(records, allow_partial_tail=True)
+        return cls.parse(records)[0]
+
+    @classmethod
+    def parse(cls, records: Buffer) -> tuple[Chunk | None, str | None]:
+        """(the whole batches before anything damaged, or None; what is damaged after them, or
+        None). A header that cannot be a batch (magic other than 2, a length below a header) is
+        damage at the source: fetching again returns the same bytes."""
+        spans: list[tuple[int, BatchHeader]] = []
+        damage = None
+        pos, end = 0, len(records)
+        while end - pos >= BATCH_HEADER_SIZE:
+            try:
+                header = read_batch_header(records, pos)
+            except KafkaError as exc:
+                damage = f"{exc.code.name} at the source: {exc.message}"
+                break
+            if pos + header.size > end:
+                break  # cut by the fetch size: the rest comes next time
+            spans.append((pos, header))
+            pos += header.size
         if not spans:
-            return None
-        end = spans[-1][0] + spans[-1][1].size
-        return cls(memoryview(records)[:end], spans)
+            return None, damage
+        last = spans[-1][0] + spans[-1][1].size
+        return cls(memoryview(records)[:last], spans), damage
 
     @property
     def next_offset(self) -> int:
@@ -130,8 +169,19 @@ class PartitionMirror:
     # for from a position that no longer holds.
     epoch: int = 0
     trim_below: int = -1  # the source's log start after a gap: records below it are not copied
+    # The remote partition's log end is at least this (everything the mirror wrote there, as far
+    # as it knows): an end below it means the target lost records under the mirror.
+    min_target_end: int = -1
+    copied_from: int | None = None  # lowest source offset known to be at the target, if known
+    held: bool = False  # neither fetched nor written: a re-copy is being set up
+    recopy: str | None = None  # while re-copying what the target lost: why, for the status
+    recopy_until: int = -1  # the source end when the re-copy began: caught up past it, it is done
+    lost: str | None = None  # records the target lost that the source no longer has, by offsets
+    on_target_went_back: Callable[[PartitionMirror, int, str], None] = lambda pm, end, why: None
     fetch_failures: int = 0  # consecutive failed fetches of this partition
     retry_at: float = 0.0  # trio clock: not fetched again before this
+    park_failures: int = 0  # consecutive parks on poison (their backoff)
+    partial_answers: int = 0  # consecutive fetch answers with bytes but no whole batch
 
     def __post_init__(self) -> None:
         self.emitter = SyncEmitter(self.max_offset_lag)
@@ -145,7 +195,7 @@ class PartitionMirror:
 
     @property
     def wants_data(self) -> bool:
-        return not self.stopped and self.queued_bytes < self.queue_max_bytes
+        return not self.stopped and not self.held and self.queued_bytes < self.queue_max_bytes
 
     def put(self, chunk: Chunk) -> None:
         self._chunks.append(chunk)
@@ -177,6 +227,46 @@ class PartitionMirror:
         self.position = position
         self.epoch += 1
         self.on_space()
+
+    def hold(self) -> None:
+        """Stop fetching and writing at once (a write in flight is abandoned when it returns)."""
+        self.held = True
+        self.rewind(self.position)
+
+    def copy_again(self, position: int, *, log_start: int, target_end: int, lost_downstream: int,
+                   why: str, until: int) -> None:
+        """Mirror again from source `position` after the target lost records: the remote
+        partition ends at `target_end`, `lost_downstream` records this run wrote are gone from it
+        (no longer counted), the source's log starts at `log_start`."""
+        if self.records:
+            kept = max(0, self.records - lost_downstream)
+            self.bytes = self.bytes * kept // self.records
+            self.records = kept
+        self.rewind(position)
+        self.written_through = position - 1
+        self.trim_below = log_start
+        # The first write must land at the target's end; elsewhere is reported (someone else wrote).
+        self.expected_next_downstream = target_end
+        self.min_target_end = target_end
+        if target_end <= 0:
+            self.copied_from = position
+        self.emitter = SyncEmitter(self.max_offset_lag)
+        self.recopy, self.recopy_until = why, until
+        self.held = False
+        self.on_space()
+
+    def park_at_source(self, reason: str, retry_in_s: float) -> None:
+        """Fetched bytes at `position` that cannot be copied (damaged at the source, or a batch
+        that never arrives whole): say so and ask again only after `retry_in_s`."""
+        self.error = f"parked at source offset {self.position}: {reason}"
+        if not self.parked:
+            log.error("%s: %s", _name(self.source), self.error)
+        self.parked = True
+        self.retry_at = trio.current_time() + retry_in_s
+
+    def note_gap(self, message: str) -> None:
+        self.gaps.append(message)
+        del self.gaps[:-10]
 
     async def run_writer(
         self,
@@ -214,6 +304,18 @@ class PartitionMirror:
                 # Transaction markers stay at the source; the gap they leave is synced below.
                 self.written_through = header.last_offset
                 continue
+            try:
+                if header.compression == Compression.NONE:
+                    check_batch(data, pos, header)  # one walk over the record lengths: cheap
+                else:
+                    # Decompressing is the only proof, and a few KB can claim up to the validator's
+                    # bound (128 MB): off the event loop.
+                    await trio.to_thread.run_sync(check_batch, data, pos, header)
+            except KafkaError as exc:
+                await self._park_poison(header, f"{exc.code.name} at the source: {exc.message}", epoch)
+                return True
+            if self.epoch != epoch:
+                return True  # rewound (or held) while it was checked
             upstream_base, last_delta = header.base_offset, header.last_offset_delta
             if header.base_offset < self.trim_below:
                 # The source's log now starts inside this batch (DeleteRecords): the records before
@@ -221,10 +323,22 @@ class PartitionMirror:
                 batch, upstream_base, last_delta = _trimmed(data, pos, self.trim_below)
             else:
                 batch = bytearray(data[pos : pos + header.size])
-            base = await self._send(client, producer, batch, last_delta, backoff)
+            base = await self._send(client, producer, batch, last_delta, backoff, header, epoch)
             if base is None or self.epoch != epoch:  # stopped, or rewound, while writing
                 return True
+            if 0 <= base < self.min_target_end:
+                # The target's log end went back (re-created, truncated) since our last write.
+                self.on_target_went_back(self, base, (
+                    f"the remote partition {_name(self.target)} went back from offset {self.min_target_end} "
+                    f"to {base} (deleted and re-created, or truncated); the batch of source offsets "
+                    f"{header.base_offset}..{header.last_offset} just written there at {base} will appear "
+                    f"again in the re-copy"))
+                return True
             self.written_through = header.last_offset
+            if self.recopy is not None and self.written_through + 1 >= self.recopy_until:
+                log.info("%s: re-copied through source offset %d after: %s", _name(self.source),
+                         self.written_through, self.recopy)
+                self.recopy = None
             self.records += last_delta + 1
             self.bytes += len(batch)
             if header.timestamp_type == TimestampType.CREATE_TIME and header.max_timestamp >= 0:
@@ -233,6 +347,7 @@ class PartitionMirror:
                 if self.expected_next_downstream >= 0 and base != self.expected_next_downstream:
                     self._note_foreign_writes(base)
                 self.expected_next_downstream = base + last_delta + 1
+                self.min_target_end = max(self.min_target_end, self.expected_next_downstream)
                 sync = self.emitter.on_batch(upstream_base, base, last_delta)
                 if sync is not None:
                     on_sync(self, *sync)
@@ -245,15 +360,30 @@ class PartitionMirror:
             message = (f"the remote topic {_name(self.target)} went back from offset "
                        f"{self.expected_next_downstream} to {base} (truncated or re-created)")
         log.warning("%s", message)
-        self.gaps.append(message)
-        del self.gaps[:-10]
+        self.note_gap(message)
+
+    async def _park_poison(self, header: BatchHeader, reason: str, epoch: int) -> None:
+        """Park on a batch the target must not get: say which and why, fetch it again later (the
+        source may be repaired, e.g. the batch removed by DeleteRecords)."""
+        if self.epoch != epoch:
+            return  # rewound meanwhile (a re-copy): this batch is not next any more
+        self.error = (f"parked at source offset {header.base_offset} (batch {header.base_offset}.."
+                      f"{header.last_offset}): {reason}; not copied, so the target's consumers are not "
+                      f"wedged by it")
+        if not self.parked:
+            log.error("%s: %s", _name(self.source), self.error)
+        self.parked = True
+        self.park_failures += 1
+        await trio.sleep(PARK_BACKOFF.delay(self.park_failures))
+        if self.epoch == epoch:
+            self.rewind(header.base_offset)
 
     async def _send(self, client: Client, producer: ProducerIdentity, batch: bytearray, last_delta: int,
-                    backoff: Backoff) -> int | None:
+                    backoff: Backoff, header: BatchHeader, epoch: int) -> int | None:
         """Write one batch exactly once; returns its base offset at the target (-1 when the target
-        only said it had it already)."""
+        only said it had it already), None when stopped or rewound (`epoch` passed) meanwhile."""
         failures = 0
-        while not self.stopped:
+        while not self.stopped and self.epoch == epoch:
             if self.generation != producer.generation:
                 self.generation, self.sequence = producer.generation, 0
             stamp_producer(batch, 0, producer.producer_id, producer.producer_epoch, self.sequence,
@@ -264,12 +394,15 @@ class PartitionMirror:
                 self.sequence = (self.sequence + last_delta + 1) % SEQUENCE_MODULUS
                 if self.error is not None:
                     log.info("%s: writing again after: %s", _name(self.source), self.error)
-                self.error, self.parked = None, False
+                self.error, self.parked, self.park_failures = None, False, 0
                 return result.base_offset if code == ErrorCode.NONE else -1
             failures += 1
             name = _code_name(code)
             self.error = f"{name} writing to {_name(self.target)}" + (
                 f": {result.error_message}" if result.error_message else "")
+            if code in REFUSED_AS_INVALID:
+                await self._park_poison(header, f"the target refused it with {self.error}", epoch)
+                return None
             if code in _NEW_PRODUCER:
                 log.warning("%s: %s; taking a new producer id", _name(self.source), self.error)
                 generation = producer.generation
@@ -284,8 +417,9 @@ class PartitionMirror:
                 continue
             # Not retriable as it is (too large for the target, refused by an ACL, ...): park the
             # partition and try again slowly, in case the target's settings change.
+            self.error = f"parked at source offset {header.base_offset}: {self.error}"
             if not self.parked:
-                log.error("%s: parked: %s", _name(self.source), self.error)
+                log.error("%s: %s", _name(self.source), self.error)
             self.parked = True
             await trio.sleep(PARK_BACKOFF.delay(failures))
         return None

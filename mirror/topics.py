@@ -3,6 +3,7 @@ whole (they are small and compacted), append records to one."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from broker.client import Client, TopicMetadata, TopicPartition, admin, decode_records, fetch, produce
@@ -67,5 +68,7 @@ async def append(client: Client, topic: str, records: Sequence[tuple[bytes, byte
                  partition: int = 0, timeout_s: float | None = None) -> None:
     """Write (key, value) records to one partition in one batch, acks=all; raises KafkaError."""
     if records:
-        batch = build_batch([Record(key, value) for key, value in records])
+        # Stamped now (CreateTime): a timestamp of 0 is refused by a target that bounds timestamps
+        # (message.timestamp.before.max.ms) and is at once past any time-based retention.
+        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=int(time.time() * 1000))
         await produce(client, topic, partition, batch, acks=-1, timeout_s=timeout_s)

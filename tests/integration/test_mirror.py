@@ -17,6 +17,7 @@ from confluent_kafka import Producer
 
 from broker.client import TopicPartition, admin, decode_records, fetch, open_client
 from broker.client.admin import EARLIEST, LATEST
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import DecodedRecord
 from mirror.config import MirrorConfig, mirror_config_from_data
 from mirror.daemon import Mirror, run_mirror
@@ -87,7 +88,12 @@ async def wait_for_end_offsets(bootstrap: str, topic: str, want: dict[int, int])
         async def reached() -> bool:
             if await describe_topic(client, topic) is None:
                 return False
-            ends = await admin.list_offsets(client, {TopicPartition(topic, p): LATEST for p in want})
+            try:
+                ends = await admin.list_offsets(client, {TopicPartition(topic, p): LATEST for p in want})
+            except KafkaError as exc:  # just created: its partitions are not hosted yet
+                if exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
+                    return False
+                raise
             return all(ends[TopicPartition(topic, p)].offset >= n for p, n in want.items())
 
         await wait_for(reached, what=f"{topic} at {bootstrap} to reach {want}", timeout_s=DEADLINE_S)
