@@ -68,6 +68,10 @@ class ReplicaManager:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
         return found
 
+    def hosts(self, topic: str, partition: int) -> bool:
+        """Whether the partition's log is open here (creation may still be under way)."""
+        return (topic, partition) in self._partitions
+
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
 

@@ -23,6 +23,8 @@ from broker.protocol.messages import (
     CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
+    MetadataRequest,
+    MetadataResponse,
 )
 from tests.support.broker import BrokerProcess, rss_bytes
 from tests.support.polling import wait_until
@@ -143,6 +145,18 @@ def test_a_large_creation_leaves_the_broker_answering_and_survives_a_restart(bro
         reply = read_frame(other)
         assert struct.unpack(">i", reply[:4])[0] == 2
         assert ApiVersionsResponse.decode(reply[4:], 0).error_code == ErrorCode.NONE
+        # Metadata asked meanwhile names a leader only for partitions whose log exists: the rest
+        # are LEADER_NOT_AVAILABLE, so no client sends a produce that would find no partition.
+        asked = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="wide")])
+        other.sendall(frame(ApiKey.METADATA, 8, bytes(asked.encode(8)), 3))
+        reply = read_frame(other)
+        partitions = MetadataResponse.decode(reply[4:], 8).topics[0].partitions
+        for p in partitions:
+            if p.leader_id == -1:
+                assert p.error_code == ErrorCode.LEADER_NOT_AVAILABLE
+            else:
+                assert p.error_code == ErrorCode.NONE
+                assert (broker.data_dir / f"wide-{p.partition_index}").exists(), p
         with selectors.DefaultSelector() as sel:
             sel.register(creating, selectors.EVENT_READ)
             assert not sel.select(timeout=0), "CreateTopics answered before the concurrent ApiVersions"

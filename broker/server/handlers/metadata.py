@@ -19,24 +19,33 @@ PartitionMeta = MetadataResponse.MetadataResponsePartition
 _NO_OPERATIONS = -2147483648
 
 
-def topic_response(topic: TopicInfo, version: int) -> Topic:
-    return Topic(
-        error_code=ErrorCode.NONE,
-        name=topic.name,
-        topic_id=topic.topic_id,
-        is_internal=topic.is_internal,
-        partitions=[
+def topic_response(ctx: RequestContext, topic: TopicInfo) -> Topic:
+    """The topic as the controller knows it. A partition this broker leads whose log is still
+    being created (creation runs in a worker thread) is answered LEADER_NOT_AVAILABLE with no
+    leader, as Kafka answers before a new leader is ready: clients wait and ask again, instead of
+    sending requests that would find no partition."""
+    me = ctx.config.broker_id
+    replicas = ctx.services.replicas
+    partitions = []
+    for p in topic.partitions:
+        ready = p.leader != me or replicas.hosts(topic.name, p.partition)
+        partitions.append(
             PartitionMeta(
-                error_code=ErrorCode.NONE,
+                error_code=ErrorCode.NONE if ready else ErrorCode.LEADER_NOT_AVAILABLE,
                 partition_index=p.partition,
-                leader_id=p.leader,
+                leader_id=p.leader if ready else -1,
                 leader_epoch=p.leader_epoch,
                 replica_nodes=list(p.replicas),
                 isr_nodes=list(p.isr),
                 offline_replicas=[],
             )
-            for p in topic.partitions
-        ],
+        )
+    return Topic(
+        error_code=ErrorCode.NONE,
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.is_internal,
+        partitions=partitions,
         topic_authorized_operations=_NO_OPERATIONS,
     )
 
@@ -67,7 +76,7 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
     topics: list[Topic] = []
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [topic_response(t, version) for t in sorted(known.values(), key=lambda t: t.name)]
+        topics = [topic_response(ctx, t) for t in sorted(known.values(), key=lambda t: t.name)]
     else:
         allow_auto = ctx.config.auto_create_topics_enable and (
             version < 4 or request.allow_auto_topic_creation
@@ -80,15 +89,15 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                         Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
                     )
                 else:
-                    topics.append(topic_response(found, version))
+                    topics.append(topic_response(ctx, found))
                 continue
             topic = known.get(wanted.name)
             if topic is not None:
-                topics.append(topic_response(topic, version))
+                topics.append(topic_response(ctx, topic))
             elif allow_auto:
                 created = await auto_create(ctx, wanted.name)
                 if isinstance(created, TopicInfo):
-                    topics.append(topic_response(created, version))
+                    topics.append(topic_response(ctx, created))
                 else:
                     topics.append(Topic(error_code=created, name=wanted.name))
             else:
