@@ -116,7 +116,8 @@ async def run_broker(
     """
     soft, hard = raise_open_file_limit()
     HANDLES.set_capacity(capacity_for(soft))
-    log.info("open-file limit %d (hard %d): up to %d segment files held open", soft, hard, HANDLES.capacity)
+    log.info("open-file limit %d (hard %d): up to %d segment files held open, %d of them by fetch answers "
+             "being sent", soft, hard, HANDLES.capacity, HANDLES.slice_budget)
     logs = LogManager(list(config.log_dirs), broker_log_config(config))
     # Before anything in the dirs is read: a second broker on the same data dir stops here.
     logs.lock_dirs()

@@ -207,14 +207,21 @@ async def _handle(stream: trio.abc.Stream, dispatcher: Dispatcher, frame: memory
     result: Response | None = None
     error: Exception | None = None
     with trio.CancelScope() as abandon:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(_watch_for_close, stream.socket, abandon)
-            try:
-                result = await dispatcher.handle(frame, info)
-            except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
-                # Raised here it would reach the caller wrapped in an ExceptionGroup.
-                error = exc
-            nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_watch_for_close, stream.socket, abandon)
+                try:
+                    result = await dispatcher.handle(frame, info)
+                except Exception as exc:  # noqa: BLE001 - re-raised below, outside the nursery
+                    # Raised here it would reach the caller wrapped in an ExceptionGroup.
+                    error = exc
+                nursery.cancel_scope.cancel()
+        except BaseException:
+            # Cancelled (the broker stopping) after the answer was built: its file slices hold
+            # pinned descriptors of a broker-wide budget, given back here or never.
+            if isinstance(result, list):
+                close_parts(result)
+            raise
     if error is not None:
         raise error
     if abandon.cancelled_caught:

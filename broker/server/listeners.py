@@ -15,6 +15,7 @@ import trio
 
 from broker.config import ListenerSpec
 from broker.server import log_limits
+from broker.storage.handles import HANDLES, emfile_advice
 
 __all__ = ["BoundListener", "serve_listeners"]
 
@@ -23,6 +24,10 @@ _limited = log_limits.limiter(log)
 
 # accept() failures that mean "out of resources for now": wait and retry rather than die.
 _TRANSIENT_ACCEPT_ERRORS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+# The wait after such a failure doubles up to the maximum, and starts again after an accept: the
+# listening socket stays readable while connections queue, so retrying at once would spin.
+ACCEPT_BACKOFF_MIN_S = 0.05
+ACCEPT_BACKOFF_MAX_S = 1.0
 
 ConnectionHandler = Callable[[trio.SocketStream, ListenerSpec], Awaitable[None]]
 
@@ -52,17 +57,26 @@ async def _accept_loop(
     handler: ConnectionHandler,
     nursery: trio.Nursery,
 ) -> None:
+    backoff = ACCEPT_BACKOFF_MIN_S
     async with listener:
         while True:
             try:
                 stream = await listener.accept()
             except OSError as exc:
-                if exc.errno in _TRANSIENT_ACCEPT_ERRORS:
-                    _limited.error(f"accept failed on {spec.name}", "accept on %s failed (%s); retrying shortly",
-                                   spec, exc)
-                    await trio.sleep(0.1)
-                    continue
-                raise
+                if exc.errno not in _TRANSIENT_ACCEPT_ERRORS:
+                    raise
+                advice = ""
+                if exc.errno in (errno.EMFILE, errno.ENFILE):
+                    # A client waiting to connect matters more than a segment file nobody reads:
+                    # give the idle ones back so that the retry can succeed.
+                    shed = HANDLES.shed_idle()
+                    advice = f"; closed {shed} idle segment files; {emfile_advice()}"
+                _limited.error(f"accept failed on {spec.name}", "accept on %s failed (%s); retrying in %g s%s",
+                               spec, exc, backoff, advice)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX_S)
+                continue
+            backoff = ACCEPT_BACKOFF_MIN_S
             nursery.start_soon(handler, stream, spec)
 
 

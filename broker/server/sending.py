@@ -58,7 +58,8 @@ async def send_parts(
     pool: ResponseMemoryPool | None,
     stall_timeout_s: float,
 ) -> None:
-    """Send every part in order; file slices are closed whatever happens.
+    """Send every part in order; file slices are closed as soon as they are sent, and whatever
+    happens.
 
     Raises SendStalled, SliceTruncated, or trio.BrokenResourceError when the peer is gone.
     """
@@ -68,10 +69,14 @@ async def send_parts(
                 await send_bytes(stream, part, stall_timeout_s)
             elif not isinstance(part, FileSlice):
                 raise TypeError(f"cannot send {part!r}")
-            elif use_sendfile and isinstance(stream, trio.SocketStream):
-                await _sendfile(stream, part, stall_timeout_s)
             else:
-                await _send_chunked(stream, part, pool, stall_timeout_s)
+                if use_sendfile and isinstance(stream, trio.SocketStream):
+                    await _sendfile(stream, part, stall_timeout_s)
+                else:
+                    await _send_chunked(stream, part, pool, stall_timeout_s)
+                # Its descriptor's pin goes back to the broker-wide budget now, not after the
+                # rest of the answer: a slow reader of a big answer holds only what is unsent.
+                part.close()
     finally:
         close_parts(parts)
 

@@ -7,6 +7,10 @@ the slice holds the segment's descriptor pinned in the process's file-handle cac
 (``broker.storage.handles``) until it is closed, so it still reads the file it was cut from (a
 deleted file stays readable while open), and the descriptor is neither evicted nor reused
 meanwhile. Slices of one segment share its one descriptor.
+
+Pinned descriptors cannot be evicted, so slices draw on a broker-wide budget of them
+(``FileHandleCache.pin_slice``): whoever cuts a slice must close it on every path (sent, send
+failed, peer gone, cancelled), or the budget shrinks for every other fetch.
 """
 
 from __future__ import annotations

@@ -11,6 +11,18 @@ its number be reused under the user's feet.
 The capacity follows RLIMIT_NOFILE (half the soft limit: the rest is for connections,
 checkpoints and index writes); :func:`raise_open_file_limit` lifts the soft limit to the hard one
 at broker start, as far as the operator allows.
+
+Pins normally last one read or one append. A fetch answer's file slices (``file_slice.py``) pin
+their segment's descriptor until the answer has been sent, so one fetch of N partitions would pin
+N descriptors, and the cache cannot evict a pinned one: a fetch of 256 partitions under
+RLIMIT_NOFILE=256 once took every descriptor the process had. Slices therefore draw on a budget
+(:attr:`FileHandleCache.slice_budget`, half the capacity: the other half stays free for appends,
+reads and the files of the rest of the broker). The budget counts *descriptors* pinned by slices,
+so any number of fetches answering the same partition cost one. :meth:`FileHandleCache.pin_slice`
+never blocks: it says None when the budget is spent, and the fetch answers that partition without
+records this time. A caller may go over the budget (``over_budget``) for the one slice that keeps
+a fetch answer from being empty; each connection has at most one answer in flight, so that is at
+most one descriptor per connection with a fetch in flight.
 """
 
 from __future__ import annotations
@@ -24,7 +36,14 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-__all__ = ["HANDLES", "FileHandleCache", "TooManyOpenFilesError", "open_file_limit", "raise_open_file_limit"]
+__all__ = [
+    "HANDLES",
+    "FileHandleCache",
+    "TooManyOpenFilesError",
+    "open_file_limit",
+    "raise_open_file_limit",
+    "slice_budget_for",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,12 +84,18 @@ def capacity_for(soft_limit: int) -> int:
     return max(_MIN_CAPACITY, min(soft_limit // 2, soft_limit - _RESERVED))
 
 
+def slice_budget_for(capacity: int) -> int:
+    """Descriptors that file slices may keep pinned: half the cache, at least one."""
+    return max(1, capacity // 2)
+
+
 class _Entry:
-    __slots__ = ("closing", "fd", "pins")
+    __slots__ = ("closing", "fd", "pins", "slices")
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.pins = 0
+        self.pins = 0  # every pin, slices' included
+        self.slices = 0  # pins held by file slices
         self.closing = False
 
 
@@ -82,15 +107,77 @@ class FileHandleCache:
         self._lock = threading.Lock()
         self._open: OrderedDict[object, _Entry] = OrderedDict()
         self.opened = 0  # descriptors opened over the cache's life (tests and diagnostics)
+        self._sliced = 0  # descriptors pinned by at least one file slice (or reserved for one)
+        self.slice_refusals = 0  # pin_slice calls answered None: the budget was spent
 
     def __len__(self) -> int:
         return len(self._open)
+
+    @property
+    def slice_budget(self) -> int:
+        return slice_budget_for(self.capacity)
+
+    @property
+    def sliced(self) -> int:
+        """Descriptors pinned by file slices now."""
+        return self._sliced
 
     def set_capacity(self, capacity: int) -> None:
         with self._lock:
             self.capacity = max(1, capacity)
             doomed = self._evict(self.capacity)
         _close_all(doomed)
+
+    def shed_idle(self) -> int:
+        """Close every descriptor no one is using (when the process is out of descriptors and
+        something else needs one, e.g. accepting a connection); returns how many were closed."""
+        with self._lock:
+            doomed = self._evict(0)
+        _close_all(doomed)
+        return len(doomed)
+
+    def pin_slice(self, owner: object, opener: Callable[[], int], *, over_budget: bool = False) -> int | None:
+        """The owner's descriptor, pinned for a file slice until :meth:`unpin_slice`; None when
+        slices already pin ``slice_budget`` descriptors (of other owners) and not ``over_budget``.
+
+        Never blocks on the budget. Raises OSError when the file cannot be opened (EBADF when it
+        is being closed: its segment was deleted or replaced).
+        """
+        with self._lock:
+            entry = self._open.get(owner)
+            if entry is not None and entry.slices:  # already counted: another slice costs nothing
+                if entry.closing:
+                    raise OSError(errno.EBADF, "the file was closed")
+                self._open.move_to_end(owner)
+                entry.pins += 1
+                entry.slices += 1
+                return entry.fd
+            if self._sliced >= self.slice_budget and not over_budget:
+                self.slice_refusals += 1
+                return None
+            self._sliced += 1  # reserved before the lock is let go: the open happens outside it
+        try:
+            fd = self._acquire(owner, opener)
+        except BaseException:
+            with self._lock:
+                self._sliced -= 1
+            raise
+        with self._lock:
+            entry = self._open[owner]  # present: pinned by the acquire
+            entry.slices += 1
+            if entry.slices > 1:
+                self._sliced -= 1  # another thread counted this descriptor meanwhile
+        return fd
+
+    def unpin_slice(self, owner: object) -> None:
+        """Undo one :meth:`pin_slice`."""
+        with self._lock:
+            entry = self._open.get(owner)
+            if entry is not None and entry.slices:
+                entry.slices -= 1
+                if entry.slices == 0:
+                    self._sliced -= 1
+        self._release(owner)
 
     @contextmanager
     def use(self, owner: object, opener: Callable[[], int]) -> Iterator[int]:
@@ -161,7 +248,7 @@ class FileHandleCache:
         return entry.fd
 
     def _release(self, owner: object) -> None:
-        doomed: int | None = None
+        doomed: list[int] = []
         with self._lock:
             entry = self._open.get(owner)
             if entry is None:
@@ -169,25 +256,27 @@ class FileHandleCache:
             entry.pins -= 1
             if entry.closing and entry.pins == 0:
                 del self._open[owner]
-                doomed = entry.fd
-        if doomed is not None:
-            _close(doomed)
+                doomed.append(entry.fd)
+            elif len(self._open) > self.capacity:
+                # Pins let the cache grow past its capacity (a pinned descriptor cannot be
+                # evicted); give the surplus back as soon as it is idle, not at the next open,
+                # which may never come while the process is out of descriptors.
+                doomed = self._evict(self.capacity)
+        _close_all(doomed)
 
     def _evict(self, keep: int) -> list[int]:
         """Take least recently used, unpinned descriptors out until at most `keep` remain (lock
         held); the caller closes them after releasing the lock."""
-        doomed: list[int] = []
-        if len(self._open) <= keep:
-            return doomed
-        for owner in list(self._open):
-            if len(self._open) <= keep:
-                break
-            entry = self._open[owner]
-            if entry.pins:
-                continue
-            del self._open[owner]
-            doomed.append(entry.fd)
-        return doomed
+        excess = len(self._open) - keep
+        if excess <= 0:
+            return []
+        victims: list[object] = []
+        for owner, entry in self._open.items():  # oldest first; stops as soon as enough are found
+            if not entry.pins:
+                victims.append(owner)
+                if len(victims) == excess:
+                    break
+        return [self._open.pop(owner).fd for owner in victims]
 
 
 def _close_all(fds: list[int]) -> None:

@@ -8,13 +8,43 @@ returned whole even if it is larger, so a consumer is never stuck behind a big b
 Record data is never read into memory here: the answer carries each partition's batches as a
 FileSlice (a descriptor, a position and a length), which the connection sends from the file.
 
+Each slice keeps its segment's descriptor pinned until it is sent (so retention or compaction
+cannot close or swap the file under a length already encoded), and pinned descriptors come from a
+broker-wide budget (``broker.storage.handles``): a fetch of hundreds of partitions must not take
+every descriptor the process may open. A partition whose slice gets no pin is answered with no
+records this time (error NONE, its high watermark and log start as usual), exactly as a partition
+past ``fetch.max.bytes`` is, and the client fetches it again. Two rules keep that from stalling
+anyone:
+
+- *No livelock*: the first partition with data to be pinned may go over the budget, so an answer
+  carries data whenever any partition has some (as KIP-74 returns the first batch even above
+  ``fetch.max.bytes``). A connection has one answer in flight, so this costs at most one
+  descriptor per connection.
+- *No starvation*: pins are handed out from a random partition on, not in request order. The byte
+  limits still follow request order (KIP-74: clients rotate their partition lists, as librdkafka
+  and the Java consumer do), but the pin budget is shared by every connection and can bind far
+  below ``fetch.max.bytes``; without fetch sessions (whose partition order Kafka rotates) the
+  broker cannot tell which partitions a client saw last, and a random start gives each partition
+  with data the same chance, for clients that do not rotate too.
+
+An OSError while reading or opening a slice answers that partition, not the connection: a segment
+that vanished between the read and the slice (retention, compaction, a topic deleted by a worker
+thread) is read once more from the log as it is now, which answers its data, OFFSET_OUT_OF_RANGE
+(retention moved the log start past the fetch offset, as Kafka answers) or the error of a
+partition no longer hosted; any other failure (EIO, EMFILE, a file removed behind the log's back)
+is KAFKA_STORAGE_ERROR, as Kafka answers an IOException, logged through the repeat limiter.
+
 Fetch sessions (KIP-227) are not kept: the response's session id 0 tells clients to send full
 fetch requests, which every client supports.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
+import random
 import uuid
+from collections.abc import Callable
 from typing import cast
 
 import trio
@@ -25,16 +55,29 @@ from broker.protocol.messages import FetchRequest, FetchResponse, Records
 from broker.replication.partition import Partition
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from broker.server.log_limits import limiter
 from broker.storage import ReadResult
 from broker.storage.file_slice import FileSlice
 
 PartitionData = FetchResponse.PartitionData
+# The partition hosted under a name and index now (raises KafkaError when there is none).
+Lookup = Callable[[str, int], Partition]
+
+log = logging.getLogger(__name__)
+_limited = limiter(log)
+
+# Where the pins of an answer start among its partitions with data: ``rotation(n)`` in [0, n).
+rotation: Callable[[int], int] = random.randrange
+# A slice's segment went between the read and the slice: read again.
+_VANISHED = frozenset({errno.ENOENT, errno.EBADF})
+_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class _Wanted:
     """One requested partition, resolved once, read on every pass."""
 
-    __slots__ = ("topic_name", "topic_id", "request", "partition", "error", "read_error")
+    __slots__ = ("topic_name", "topic_id", "request", "partition", "error", "read_error", "read_max_bytes",
+                 "min_one_batch")
 
     def __init__(
         self,
@@ -50,6 +93,8 @@ class _Wanted:
         self.partition = partition
         self.error = error
         self.read_error = ErrorCode.NONE  # of the latest read
+        self.read_max_bytes = 0  # the limits of the latest read, to read again alike
+        self.min_one_batch = False
 
 
 def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
@@ -83,7 +128,7 @@ def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
     return wanted
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int) -> tuple[list[ReadResult | None], int, bool]:
+def _read_all(wanted: list[_Wanted], max_bytes: int, lookup: Lookup) -> tuple[list[ReadResult | None], int, bool]:
     """Find every partition's batches once (nothing is read into memory); returns where they
     lie (None for a partition in error), the bytes found and whether any partition has an
     error (which ends the long poll, as in Kafka)."""
@@ -98,38 +143,102 @@ def _read_all(wanted: list[_Wanted], max_bytes: int) -> tuple[list[ReadResult | 
             continue
         result: ReadResult | None = None
         budget = min(w.request.partition_max_bytes, max_bytes - total)
+        w.read_max_bytes, w.min_one_batch = max(budget, 0), total == 0
         try:
             if budget > 0 or total == 0:
-                result = w.partition.read(w.request.fetch_offset, max(budget, 0), min_one_batch=(total == 0))
+                result = w.partition.read(w.request.fetch_offset, w.read_max_bytes, min_one_batch=w.min_one_batch)
                 total += result.length
         except KafkaError as exc:
             w.read_error = exc.code
+            any_error = True
+        except OSError as exc:  # reading batch headers (EIO, EMFILE, a file gone): this partition only
+            w.read_error = _read_failed(w, exc, lookup)
             any_error = True
         out.append(result)
     return out, total, any_error
 
 
-def _answers(wanted: list[_Wanted], reads: list[ReadResult | None]) -> list[PartitionData]:
+def _answers(wanted: list[_Wanted], reads: list[ReadResult | None], lookup: Lookup) -> list[PartitionData]:
     """The partition answers, each record set a FileSlice of its segment file (the server
     sends it from the file and closes it; see :func:`close_slices`). No await may come between
     the read and this call: the log could change in between."""
-    out: list[PartitionData] = []
+    slices: list[FileSlice | None] = [None] * len(wanted)
     try:
-        for w, result in zip(wanted, reads, strict=True):
-            out.append(_answer(w, result))
+        _cut_slices(wanted, reads, slices, lookup)
+        return [_answer(w, piece) for w, piece in zip(wanted, slices, strict=True)]
     except BaseException:
-        for part in out:
-            if isinstance(part.records, FileSlice):
-                part.records.close()
+        for piece in slices:
+            if piece is not None:
+                piece.close()
         raise
-    return out
 
 
-def _answer(w: _Wanted, result: ReadResult | None) -> PartitionData:
+def _cut_slices(wanted: list[_Wanted], reads: list[ReadResult | None], slices: list[FileSlice | None],
+                lookup: Lookup) -> None:
+    """Fill ``slices`` with a pinned slice for each partition that has data and gets a pin (see
+    the module's docstring): from a random one on, the first over the budget if it must be."""
+    with_data = [i for i, result in enumerate(reads) if result is not None and result.length > 0]
+    if not with_data:
+        return
+    start = rotation(len(with_data))
+    answered = False
+    for i in with_data[start:] + with_data[:start]:
+        w = wanted[i]
+        result = reads[i]
+        assert result is not None
+        try:
+            piece = _open_slice(w, result, lookup, over_budget=not answered)
+        except KafkaError as exc:  # read again after the segment vanished: the log's answer now
+            w.read_error = exc.code
+            continue
+        except OSError as exc:
+            w.read_error = _read_failed(w, exc, lookup)
+            if exc.errno in _OUT_OF_FILES:
+                return  # the rest would fail alike: answered without records, fetched again
+            continue
+        if piece is not None:
+            slices[i] = piece
+            answered = True
+
+
+def _open_slice(w: _Wanted, result: ReadResult, lookup: Lookup, *, over_budget: bool) -> FileSlice | None:
+    """The read's slice; None when the budget is spent (never when ``over_budget``) or when a
+    read made again finds no data. Raises KafkaError (the answer of a read made again) or
+    OSError."""
+    try:
+        return result.open_slice(within_budget=not over_budget)
+    except OSError as exc:
+        if exc.errno not in _VANISHED:
+            raise
+    # The segment was deleted or replaced between the read and now (retention, the cleaner, a
+    # topic deleted in a worker thread): read once more from the log as it is now. A second
+    # failure is a storage error.
+    if w.partition is None or _hosted(w, lookup) is not w.partition:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    again = w.partition.read(w.request.fetch_offset, w.read_max_bytes, min_one_batch=w.min_one_batch)
+    return again.open_slice(within_budget=not over_budget)
+
+
+def _hosted(w: _Wanted, lookup: Lookup) -> Partition | None:
+    try:
+        return lookup(w.topic_name, w.request.partition)
+    except KafkaError:
+        return None
+
+
+def _read_failed(w: _Wanted, exc: OSError, lookup: Lookup) -> ErrorCode:
+    """The error code for a partition whose read or slice failed with ``exc``."""
+    if _hosted(w, lookup) is not w.partition:
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # deleted meanwhile: its files went with it
+    _limited.error("fetch read failed", "fetch of %s-%d at offset %d answered KAFKA_STORAGE_ERROR: %s",
+                   w.topic_name, w.request.partition, w.request.fetch_offset, exc)
+    return ErrorCode.KAFKA_STORAGE_ERROR
+
+
+def _answer(w: _Wanted, records: FileSlice | None) -> PartitionData:
     if w.partition is None:
         return PartitionData(partition_index=w.request.partition, error_code=w.error,
                              high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
-    records: FileSlice | None = result.open_slice() if result is not None else None
     return PartitionData(
         partition_index=w.request.partition,
         error_code=w.read_error,
@@ -154,10 +263,11 @@ def close_slices(response: FetchResponse) -> None:
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     wanted = _resolve(ctx, request)
+    lookup = ctx.services.replicas.get
     max_bytes = min(request.max_bytes, ctx.config.fetch_max_bytes) if ctx.version >= 3 else ctx.config.fetch_max_bytes
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
-        reads, total, any_error = _read_all(wanted, max_bytes)
+        reads, total, any_error = _read_all(wanted, max_bytes, lookup)
         if total >= request.min_bytes or any_error or trio.current_time() >= deadline:
             break
         appended = trio.Event()
@@ -171,7 +281,7 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             for w in wanted:
                 if w.partition is not None:
                     w.partition.remove_waiter(appended)
-    parts = _answers(wanted, reads)
+    parts = _answers(wanted, reads, lookup)
     # Group the partition answers back under their topics, in request order.
     responses: list[FetchResponse.FetchableTopicResponse] = []
     index = 0
