@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
@@ -9,7 +10,8 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 from broker.storage import LogConfig
 
-__all__ = ["validate_topic_configs", "describe_topic_configs", "ConfigSource", "TOPIC_CONFIG_NAMES"]
+__all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "ConfigSource", "Synonym", "broker_synonyms",
+           "describe_topic_configs", "topic_config_synonyms", "validate_topic_configs"]
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS)
 
@@ -17,9 +19,10 @@ TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_
 class ConfigSource:
     """DescribeConfigs config_source values (Kafka's ConfigSource ids)."""
 
-    TOPIC_CONFIG = 1
+    TOPIC_CONFIG = 1  # DYNAMIC_TOPIC_CONFIG: a topic's own override
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    GROUP_CONFIG = 8  # DYNAMIC_GROUP_CONFIG: a group's own override (Kafka 4.x)
 
 
 def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig) -> dict[str, str]:
@@ -40,12 +43,108 @@ def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConf
     return out
 
 
+# A synonym as DescribeConfigs lists it: (name, value, source).
+Synonym = tuple[str, str, int]
+
+# The broker keys behind one broker config, in Kafka's order (DynamicBrokerConfig's synonyms):
+# the precise key first, then the coarser units that supply it when it is unset.
+_BROKER_KEY_SYNONYMS: dict[str, tuple[str, ...]] = {
+    "log.retention.ms": ("log.retention.ms", "log.retention.minutes", "log.retention.hours"),
+    "log.roll.ms": ("log.roll.ms", "log.roll.hours"),
+    "log.roll.jitter.ms": ("log.roll.jitter.ms", "log.roll.jitter.hours"),
+    "log.flush.interval.ms": ("log.flush.interval.ms", "log.flush.scheduler.interval.ms"),
+}
+# Kafka's defaults where they differ from the effective default Causeway applies: these precise
+# keys have none in Kafka (null), their coarse units carry it. DescribeConfigs lists no
+# DEFAULT_CONFIG synonym for a null default.
+_KAFKA_BROKER_DEFAULTS: dict[str, str | None] = {
+    "log.retention.ms": None,
+    "log.retention.minutes": None,
+    "log.retention.hours": "168",
+    "log.roll.ms": None,
+    "log.roll.hours": "168",
+    "log.roll.jitter.ms": None,
+    "log.roll.jitter.hours": "0",
+    "log.flush.interval.ms": None,
+}
+# Topic configs Causeway keeps passively whose default comes from a broker key in Kafka, so that
+# DescribeConfigs names it (ServerTopicConfigSynonyms). Those without one list no broker synonym.
+_PASSIVE_BROKER_SYNONYMS: dict[str, str] = {
+    "compression.gzip.level": "compression.gzip.level",
+    "compression.lz4.level": "compression.lz4.level",
+    "compression.zstd.level": "compression.zstd.level",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "local.retention.bytes": "log.local.retention.bytes",
+    "local.retention.ms": "log.local.retention.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "preallocate": "log.preallocate",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "unclean.leader.election.enable": "unclean.leader.election.enable",
+}
+# Topic configs Kafka 4.0 removed. Still accepted and kept (a topic copied from a 3.x cluster
+# carries them, and the deprecated timestamp key is still honoured), but listed only when set,
+# as a Kafka 4.x broker never lists them.
+REMOVED_IN_KAFKA_4 = frozenset({"message.downconversion.enable", "message.timestamp.difference.max.ms"})
+
+
+@functools.cache
+def _defaults() -> BrokerConfig:
+    """A broker with nothing set: the source of every DEFAULT_CONFIG value."""
+    return BrokerConfig.from_properties({})
+
+
+def _broker_default(key: str) -> str | None:
+    if key in _KAFKA_BROKER_DEFAULTS:
+        return _KAFKA_BROKER_DEFAULTS[key]
+    try:
+        return _defaults().value_text(key)
+    except KeyError:
+        return None
+
+
+def broker_synonyms(key: str, broker: BrokerConfig) -> list[Synonym]:
+    """The synonyms of broker key ``key`` as Kafka lists them: the statically set keys, then the
+    defaults, each in synonym order, dropping those before ``key`` itself (a coarse unit's
+    default is listed only after a value of ``key``)."""
+    keys = _BROKER_KEY_SYNONYMS.get(key, (key,))
+    found: list[Synonym] = [(k, broker.value_text(k) or "", ConfigSource.STATIC_BROKER_CONFIG)
+                            for k in keys if k in broker.explicit]
+    for k in keys:
+        default = _broker_default(k)
+        if default is not None:
+            found.append((k, default, ConfigSource.DEFAULT_CONFIG))
+    while found and found[0][0] != key:
+        found.pop(0)
+    return found
+
+
+def topic_config_synonyms(name: str, overrides: Mapping[str, str], broker: BrokerConfig) -> list[Synonym]:
+    """The synonyms of topic config ``name``: the topic's override, then the broker keys that
+    supply its default (``DEFAULT_CONFIG:log.cleanup.policy=delete``), as Kafka lists them."""
+    found: list[Synonym] = []
+    if name in overrides:
+        found.append((name, overrides[name], ConfigSource.TOPIC_CONFIG))
+    broker_key = TOPIC_CONFIG_SYNONYMS.get(name) or _PASSIVE_BROKER_SYNONYMS.get(name)
+    if broker_key is not None:
+        if name in TOPIC_CONFIG_SYNONYMS:
+            found += broker_synonyms(broker_key, broker)
+        else:  # a broker key Causeway does not take: Kafka's default stands behind it, if any
+            default = _KAFKA_BROKER_DEFAULTS.get(broker_key, PASSIVE_TOPIC_CONFIGS[name])
+            if default is not None:
+                found.append((broker_key, default, ConfigSource.DEFAULT_CONFIG))
+    return found
+
+
 def describe_topic_configs(
     overrides: Mapping[str, str], broker: BrokerConfig
 ) -> list[tuple[str, str, int]]:
     """Every topic config with its effective value and source, sorted by name."""
     rows: list[tuple[str, str, int]] = []
     for name in sorted(TOPIC_CONFIG_NAMES):
+        if name in REMOVED_IN_KAFKA_4 and name not in overrides:
+            continue
         if name in overrides:
             rows.append((name, overrides[name], ConfigSource.TOPIC_CONFIG))
             continue

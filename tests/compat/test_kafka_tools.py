@@ -142,13 +142,22 @@ def test_kafka_topics_create_describe_alter_list_delete(causeway: BrokerProcess)
     assert missing.returncode == 1 and f"Topic '{topic}' does not exist as expected" in missing.stdout
 
 
-@pytest.mark.xfail(strict=True, reason="DescribeTopicPartitions (API 75) is not implemented: Kafka 4.x's "
-                   "kafka-topics --describe falls back to Metadata and prints 'Elr: N/A' where Kafka prints the "
-                   "(empty) eligible leader replicas")
 def test_kafka_topics_describe_uses_describe_topic_partitions(causeway: BrokerProcess) -> None:
-    create_topic(causeway, "tools-elr", 1)
+    """Kafka 4.x's tool describes through DescribeTopicPartitions (KIP-966) and prints the eligible
+    leader replicas: empty lists, as Kafka 4.3.1 prints them (`Elr: ` where a broker without the API
+    gets `Elr: N/A`). Five partitions, more than one page of the tool's cursor when it pages."""
+    create_topic(causeway, "tools-elr", 5)
+    run = tool("kafka-topics", causeway, "--describe", "--topic", "tools-elr")
+    partition_lines = [line for line in run.stdout.splitlines() if "Partition: " in line]
+    assert [line.rstrip("\n").split("\t")[-2:] for line in partition_lines] == [["Elr: ", "LastKnownElr: "]] * 5, \
+        run.stdout
     _, partitions = describe_topic(causeway, "tools-elr")
-    assert partitions[0]["Elr"] != "N/A" and partitions[0]["LastKnownElr"] != "N/A", partitions
+    assert [(p["Partition"], p["Elr"], p["LastKnownElr"]) for p in partitions] == [
+        (str(i), "", "") for i in range(5)], partitions
+    # The whole cluster, paged: every topic this module created is listed once.
+    everything = tool("kafka-topics", causeway, "--describe", "--exclude-internal")
+    summaries = [line.split("\t")[0] for line in everything.stdout.splitlines() if line.startswith("Topic: ")]
+    assert "Topic: tools-elr" in summaries and len(summaries) == len(set(summaries)), everything.stdout
 
 
 # --- kafka-configs ------------------------------------------------------------------------------------------
@@ -166,9 +175,12 @@ def test_kafka_configs_describe_and_alter_topic_configs(causeway: BrokerProcess)
     described = tool("kafka-configs", causeway, "--describe", *entity)
     assert described.lines[0] == f"Dynamic configs for topic {topic} are:"
     assert sorted(line.strip() for line in described.lines[1:]) == [
-        "cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete}",
+        "cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact,delete, "
+        "DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        # log.retention.ms has no default in Kafka (log.retention.hours carries it): no broker synonym.
         "retention.ms=7200000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=7200000}",
-        "segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576}",
+        "segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576, "
+        "DEFAULT_CONFIG:log.segment.bytes=1073741824}",
     ]
     # The broker holds it, as any other client sees.
     admin = AdminClient({"bootstrap.servers": causeway.bootstrap})
@@ -188,9 +200,6 @@ def test_kafka_configs_describe_and_alter_topic_configs(causeway: BrokerProcess)
     assert unknown.returncode == 1 and "Unknown topic config name: no.such.config" in unknown.stderr, unknown.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="DescribeConfigs synonyms for a topic config name the topic key "
-                   "(DEFAULT_CONFIG:cleanup.policy) where Kafka names the broker key that supplies the default "
-                   "(DEFAULT_CONFIG:log.cleanup.policy), and drop that broker-level synonym under a topic override")
 def test_kafka_configs_synonyms_name_the_broker_keys(causeway: BrokerProcess) -> None:
     topic = "tools-synonyms"
     create_topic(causeway, topic, 1)
@@ -201,6 +210,36 @@ def test_kafka_configs_synonyms_name_the_broker_keys(causeway: BrokerProcess) ->
     assert "cleanup.policy=delete sensitive=false synonyms={DEFAULT_CONFIG:log.cleanup.policy=delete}" in lines
     assert ("segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576, "
             "DEFAULT_CONFIG:log.segment.bytes=1073741824}") in lines
+    assert "retention.ms=604800000 sensitive=false synonyms={}" in lines  # log.retention.ms: no default
+    assert "segment.ms=604800000 sensitive=false synonyms={}" in lines
+    assert ("file.delete.delay.ms=60000 sensitive=false synonyms={DEFAULT_CONFIG:log.segment.delete.delay.ms=60000}"
+            in lines)
+    assert "compression.zstd.level=3 sensitive=false synonyms={DEFAULT_CONFIG:compression.zstd.level=3}" in lines
+    # Kafka 4.0 removed these topic configs: a 4.x broker does not list them.
+    names = {line.split("=", 1)[0] for line in lines[1:]}
+    assert not names & {"message.downconversion.enable", "message.timestamp.difference.max.ms"}, names
+
+
+def test_kafka_configs_synonyms_name_a_static_broker_setting(tmp_path: Path, kafka_jars: None) -> None:
+    """A key set in the broker's file is listed between the override and Kafka's default, as Kafka
+    4.3.1 lists `STATIC_BROKER_CONFIG:log.segment.bytes=2097152` (its own broker, one more start)."""
+    broker = BrokerProcess(tmp_path / "broker", overrides=("log.segment.bytes=2097152",
+                                                            "log.cleanup.policy=compact")).start()
+    try:
+        create_topic(broker, "tools-static", 1)
+        entity = ("--entity-type", "topics", "--entity-name", "tools-static")
+        tool("kafka-configs", broker, "--alter", *entity, "--add-config", "segment.bytes=1048576")
+        lines = [line.strip() for line in tool("kafka-configs", broker, "--describe", *entity, "--all").lines]
+        assert ("segment.bytes=1048576 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:segment.bytes=1048576, "
+                "STATIC_BROKER_CONFIG:log.segment.bytes=2097152, DEFAULT_CONFIG:log.segment.bytes=1073741824}") in lines
+        assert ("cleanup.policy=compact sensitive=false synonyms={STATIC_BROKER_CONFIG:log.cleanup.policy=compact, "
+                "DEFAULT_CONFIG:log.cleanup.policy=delete}") in lines
+        brokers = [line.strip() for line in tool("kafka-configs", broker, "--describe", "--entity-type", "brokers",
+                                                 "--entity-name", "0", "--all").lines]
+        assert ("log.segment.bytes=2097152 sensitive=false synonyms={STATIC_BROKER_CONFIG:log.segment.bytes=2097152, "
+                "DEFAULT_CONFIG:log.segment.bytes=1073741824}") in brokers
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
 
 
 # --- console producer and consumer, consumer groups ---------------------------------------------------------
@@ -290,10 +329,9 @@ def test_kafka_consumer_groups_list_describe_reset_delete(causeway: BrokerProces
     assert group not in [listing.group_id for listing in remaining]
 
 
-@pytest.mark.xfail(strict=True, reason="DescribeConfigs for a GROUP resource (type 32, Kafka 4.x group configs) "
-                   "is refused as INVALID_REQUEST 'Unsupported resource type 32', so kafka-configs --entity-type "
-                   "groups exits 1 with a stack trace")
-def test_kafka_configs_describe_group_configs(causeway: BrokerProcess) -> None:
+def test_kafka_configs_group_configs(causeway: BrokerProcess) -> None:
+    """Kafka 4.x group configs (ConfigResource GROUP): described with Kafka's keys, defaults and
+    synonyms, altered and validated as Kafka 4.3.1 does, kept for a group that does not exist yet."""
     topic, group = "tools-group-configs", "tools-group-configs-group"
     create_topic(causeway, topic, 1)
     consumer = Consumer({"bootstrap.servers": causeway.bootstrap, "group.id": group})
@@ -301,8 +339,37 @@ def test_kafka_configs_describe_group_configs(causeway: BrokerProcess) -> None:
         consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)  # the group now exists
     finally:
         consumer.close()
-    run = tool("kafka-configs", causeway, "--describe", "--entity-type", "groups", "--entity-name", group, ok=False)
-    assert run.returncode == 0 and run.lines == [f"Dynamic configs for group {group} are:"], run.stdout + run.stderr
+    entity = ("--entity-type", "groups", "--entity-name", group)
+    assert tool("kafka-configs", causeway, "--describe", *entity).lines == [f"Dynamic configs for group {group} are:"]
+    everything = [line.strip() for line in tool("kafka-configs", causeway, "--describe", *entity, "--all").lines]
+    assert everything[0] == f"All configs for group {group} are:" and len(everything) == 18, everything
+    assert ("consumer.session.timeout.ms=45000 sensitive=false "
+            "synonyms={DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}") in everything
+    assert ("share.auto.offset.reset=latest sensitive=false synonyms={DEFAULT_CONFIG:share.auto.offset.reset=latest}"
+            in everything)
+
+    altered = tool("kafka-configs", causeway, "--alter", *entity, "--add-config", "consumer.session.timeout.ms=50000")
+    assert altered.lines == [f"Completed updating config for group {group}."]
+    assert [line.strip() for line in tool("kafka-configs", causeway, "--describe", *entity).lines] == [
+        f"Dynamic configs for group {group} are:",
+        "consumer.session.timeout.ms=50000 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:consumer.session.timeout.ms"
+        "=50000, DEFAULT_CONFIG:group.consumer.session.timeout.ms=45000}"]
+    # Kafka's checks, in Kafka's words.
+    low = tool("kafka-configs", causeway, "--alter", *entity, "--add-config", "consumer.session.timeout.ms=1", ok=False)
+    assert low.returncode == 1 and ("consumer.session.timeout.ms must be greater than or equal to "
+                                    "group.consumer.min.session.timeout.ms") in low.stderr, low.stderr
+    unknown = tool("kafka-configs", causeway, "--alter", *entity, "--add-config", "no.such=1", ok=False)
+    assert unknown.returncode == 1 and "Unknown group config name: no.such" in unknown.stderr, unknown.stderr
+    tool("kafka-configs", causeway, "--alter", *entity, "--delete-config", "consumer.session.timeout.ms")
+    assert tool("kafka-configs", causeway, "--describe", *entity).lines == [f"Dynamic configs for group {group} are:"]
+
+    # Like Kafka, a group's configs may be set before the group exists.
+    ahead = ("--entity-type", "groups", "--entity-name", "tools-group-not-yet")
+    tool("kafka-configs", causeway, "--alter", *ahead, "--add-config", "share.delivery.count.limit=7")
+    held = [line.strip() for line in tool("kafka-configs", causeway, "--describe", *ahead).lines]
+    assert held == ["Dynamic configs for group tools-group-not-yet are:",
+                    "share.delivery.count.limit=7 sensitive=false synonyms={DYNAMIC_GROUP_CONFIG:share.delivery.count"
+                    ".limit=7, DEFAULT_CONFIG:group.share.delivery.count.limit=5}"], held
 
 
 # --- kafka-delete-records, kafka-get-offsets ----------------------------------------------------------------
@@ -353,17 +420,20 @@ def test_kafka_producer_perf_test_idempotent(causeway: BrokerProcess) -> None:
     assert sum(high - low for low, high in ends) == count, ends
 
 
-@pytest.mark.xfail(strict=True, reason="FindCoordinator(key_type=TRANSACTION) answers the retriable "
-                   "COORDINATOR_NOT_AVAILABLE ('transactions are not supported yet'), so a transactional producer "
-                   "retries every 100 ms until max.block.ms (60 s by default) and dies of a TimeoutException "
-                   "instead of failing at once with a clear error")
-def test_transactional_producer_works_or_fails_at_once(causeway: BrokerProcess) -> None:
+def test_transactional_producer_fails_at_once_naming_the_reason(causeway: BrokerProcess) -> None:
+    """Causeway has no transaction coordinator: FindCoordinator(TRANSACTION) answers the final
+    UNSUPPORTED_VERSION with a message, so the Java producer stops at once and says why, instead of
+    retrying COORDINATOR_NOT_AVAILABLE until max.block.ms (60 s by default)."""
     create_topic(causeway, "tools-tx", 1)
-    # max.block.ms bounds the test today; the fixed broker answers (or refuses) well within it.
+    # max.block.ms (60 s by default) would be the wait if the answer were retriable; the test's own
+    # bound is the tool's timeout, not a duration asserted here.
     run = run_tool("kafka-producer-perf-test", "--topic", "tools-tx", "--num-records", "10", "--record-size", "10",
                    "--throughput", "-1", "--transactional-id", "tools-tx",
-                   "--command-property", f"bootstrap.servers={causeway.bootstrap}", "max.block.ms=5000")
-    assert run.returncode == 0 or "Could not find a coordinator with type TRANSACTION" in run.stderr, run.stderr
+                   "--command-property", f"bootstrap.servers={causeway.bootstrap}")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert ("Could not find a coordinator with type TRANSACTION with key tools-tx due to unexpected error: "
+            "Causeway does not support transactions yet") in run.stderr, run.stderr
+    assert "TimeoutException" not in run.stderr, run.stderr
 
 
 # --- the Kafka peer itself ----------------------------------------------------------------------------------

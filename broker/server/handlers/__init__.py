@@ -10,6 +10,7 @@ from broker.server.handlers import (
     api_versions,
     cluster,
     configs,
+    describe_topic_partitions,
     fetch,
     groups,
     init_producer_id,
@@ -29,6 +30,7 @@ HANDLERS: dict[int, ApiHandler] = {
     for h in (
         api_versions.HANDLER,
         metadata.HANDLER,
+        describe_topic_partitions.HANDLER,
         produce.HANDLER,
         fetch.HANDLER,
         list_offsets.HANDLER,

@@ -1,7 +1,9 @@
 """Config administration: DescribeConfigs, AlterConfigs, IncrementalAlterConfigs.
 
-Topic configs are per-topic overrides kept by the controller. Broker configs are static (from
-the properties file and flags) and described read-only; changing them at run time is refused.
+Topic configs are per-topic overrides kept by the controller. Group configs (Kafka 4.x's GROUP
+resource) are per-group overrides kept beside it (broker.server.group_configs). Broker configs are
+static (from the properties file and flags) and described read-only; changing them at run time is
+refused. Synonyms are listed as Kafka lists them: the override, then the broker keys behind it.
 """
 
 from __future__ import annotations
@@ -20,11 +22,15 @@ from broker.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from broker.server.context import RequestContext
+from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group_configs
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import (
     TOPIC_CONFIG_NAMES,
     ConfigSource,
+    Synonym,
+    broker_synonyms,
     describe_topic_configs,
+    topic_config_synonyms,
     validate_topic_configs,
 )
 
@@ -32,6 +38,7 @@ from broker.server.topic_configs import (
 TOPIC = 2
 BROKER = 4
 BROKER_LOGGER = 8
+GROUP = 32
 
 # IncrementalAlterConfigs operations.
 SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
@@ -39,19 +46,37 @@ _LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.rep
                            "leader.replication.throttled.replicas"})
 
 Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
+# (name, value, source, synonyms): one described config.
+Row = tuple[str, str | None, int, list[Synonym]]
 
 
-def _broker_rows(config: BrokerConfig) -> list[tuple[str, str | None, int]]:
+def _broker_rows(config: BrokerConfig) -> list[Row]:
     from broker.config import _KEYS  # the one table of broker keys
 
-    rows = []
+    rows: list[Row] = []
     for spec in _KEYS:
         source = ConfigSource.STATIC_BROKER_CONFIG if spec.name in config.explicit else ConfigSource.DEFAULT_CONFIG
-        rows.append((spec.name, config.value_text(spec.name), source))
+        rows.append((spec.name, config.value_text(spec.name), source, broker_synonyms(spec.name, config)))
     return rows
 
 
-def _describe_one(
+def _topic_rows(overrides: Mapping[str, str], config: BrokerConfig) -> list[Row]:
+    return [(name, value, source, topic_config_synonyms(name, overrides, config))
+            for name, value, source in describe_topic_configs(overrides, config)]
+
+
+def _group_rows(overrides: Mapping[str, str]) -> list[Row]:
+    rows: list[Row] = []
+    for name in sorted(GROUP_CONFIGS):
+        key = GROUP_CONFIGS[name]
+        synonyms: list[Synonym] = [(key.broker_key, key.default, ConfigSource.DEFAULT_CONFIG)]
+        if name in overrides:
+            synonyms.insert(0, (name, overrides[name], ConfigSource.GROUP_CONFIG))
+        rows.append((name, overrides.get(name, key.default), synonyms[0][2], synonyms))
+    return rows
+
+
+async def _describe_one(
     ctx: RequestContext,
     resource: DescribeConfigsRequest.DescribeConfigsResource,
     include_synonyms: bool,
@@ -63,7 +88,7 @@ def _describe_one(
         resource_name=resource.resource_name,
         configs=[],
     )
-    rows: list[tuple[str, str | None, int]]
+    rows: list[Row]
     read_only = False
     if resource.resource_type == TOPIC:
         topic = ctx.services.controller.topics().get(resource.resource_name)
@@ -71,7 +96,7 @@ def _describe_one(
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = f"Topic '{resource.resource_name}' does not exist."
             return result
-        rows = list(describe_topic_configs(topic.configs, config))
+        rows = _topic_rows(topic.configs, config)
     elif resource.resource_type == BROKER:
         if resource.resource_name not in ("", str(config.broker_id)):
             result.error_code = ErrorCode.INVALID_REQUEST
@@ -79,13 +104,25 @@ def _describe_one(
             return result
         rows = _broker_rows(config)
         read_only = True
+    elif resource.resource_type == GROUP:
+        # As Kafka: a group's configs are described whether or not the group exists.
+        if not resource.resource_name:
+            result.error_code = ErrorCode.INVALID_REQUEST
+            result.error_message = "Group name must not be empty"
+            return result
+        try:
+            overrides = await store_for(ctx.services.controller, config).get(resource.resource_name)
+        except KafkaError as exc:
+            result.error_code, result.error_message = exc.code, exc.message or None
+            return result
+        rows = _group_rows(overrides)
     else:
         result.error_code = ErrorCode.INVALID_REQUEST
         result.error_message = f"Unsupported resource type {resource.resource_type}"
         return result
     keys = resource.configuration_keys
     wanted = None if keys is None else set(keys)
-    for name, value, source in rows:
+    for name, value, source, synonyms in rows:
         if wanted is not None and name not in wanted:
             continue
         entry = Entry(
@@ -98,14 +135,15 @@ def _describe_one(
             synonyms=[],
         )
         if include_synonyms:
-            entry.synonyms = [DescribeConfigsResponse.DescribeConfigsSynonym(name=name, value=value, source=source)]
+            entry.synonyms = [DescribeConfigsResponse.DescribeConfigsSynonym(name=n, value=v, source=src)
+                              for n, v, src in synonyms]
         result.configs.append(entry)
     return result
 
 
 async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsResponse:
     synonyms = ctx.version >= 1 and request.include_synonyms
-    return DescribeConfigsResponse(results=[_describe_one(ctx, r, synonyms) for r in request.resources])
+    return DescribeConfigsResponse(results=[await _describe_one(ctx, r, synonyms) for r in request.resources])
 
 
 async def _apply_topic_configs(
@@ -123,11 +161,30 @@ def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
     return dict(topic.configs)
 
 
-def _refuse_non_topic(resource_type: int) -> None:
+def _refuse_unalterable(resource_type: int) -> None:
     if resource_type == BROKER:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker configs are static in Causeway; restart with new values")
-    if resource_type != TOPIC:
+    if resource_type not in (TOPIC, GROUP):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource_type}")
+
+
+async def _current(ctx: RequestContext, resource_type: int, name: str) -> dict[str, str]:
+    """The resource's overrides now (a topic must exist; a group need not, as in Kafka)."""
+    if resource_type == GROUP:
+        if not name:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
+        return await store_for(ctx.services.controller, ctx.config).get(name)
+    return _topic_overrides(ctx, name)
+
+
+async def _apply(ctx: RequestContext, resource_type: int, name: str, overrides: Mapping[str, str | None],
+                 validate_only: bool) -> None:
+    if resource_type == GROUP:
+        validated = validate_group_configs(overrides)
+        if not validate_only:
+            await store_for(ctx.services.controller, ctx.config).set(name, validated)
+    else:
+        await _apply_topic_configs(ctx, name, overrides, validate_only)  # type: ignore[arg-type]
 
 
 async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsResponse:
@@ -137,11 +194,11 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
             error_code=ErrorCode.NONE, resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         try:
-            _refuse_non_topic(resource.resource_type)
-            _topic_overrides(ctx, resource.resource_name)  # existence check
+            _refuse_unalterable(resource.resource_type)
+            await _current(ctx, resource.resource_type, resource.resource_name)  # existence check
             # AlterConfigs replaces the whole set of overrides.
             new = {c.name: c.value for c in resource.configs}
-            await _apply_topic_configs(ctx, resource.resource_name, new, request.validate_only)  # type: ignore[arg-type]
+            await _apply(ctx, resource.resource_type, resource.resource_name, new, request.validate_only)
         except KafkaError as exc:
             response.error_code = exc.code
             response.error_message = exc.message or None
@@ -158,12 +215,18 @@ async def incremental_alter_configs(
             error_code=ErrorCode.NONE, resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         try:
-            _refuse_non_topic(resource.resource_type)
-            overrides = _topic_overrides(ctx, resource.resource_name)
-            effective = {name: value for name, value, _ in describe_topic_configs(overrides, ctx.config)}
+            kind, name = resource.resource_type, resource.resource_name
+            _refuse_unalterable(kind)
+            overrides = await _current(ctx, kind, name)
+            if kind == GROUP:
+                known, what = frozenset(GROUP_CONFIGS), "group"
+                effective = {k: overrides.get(k, key.default) for k, key in GROUP_CONFIGS.items()}
+            else:
+                known, what = TOPIC_CONFIG_NAMES, "topic"
+                effective = {n: value for n, value, _ in describe_topic_configs(overrides, ctx.config)}
             for op in resource.configs:
-                if op.name not in TOPIC_CONFIG_NAMES:
-                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {op.name}")
+                if op.name not in known:
+                    raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {what} config name: {op.name}")
                 if op.config_operation == SET:
                     if op.value is None:
                         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value for {op.name}")
@@ -171,7 +234,7 @@ async def incremental_alter_configs(
                 elif op.config_operation == DELETE:
                     overrides.pop(op.name, None)
                 elif op.config_operation in (APPEND, SUBTRACT):
-                    if op.name not in _LIST_CONFIGS:
+                    if kind == GROUP or op.name not in _LIST_CONFIGS:
                         raise KafkaError(ErrorCode.INVALID_CONFIG, f"{op.name} is not a list config")
                     items = [x for x in overrides.get(op.name, effective.get(op.name, "")).split(",") if x]
                     change = [x for x in (op.value or "").split(",") if x]
@@ -182,7 +245,7 @@ async def incremental_alter_configs(
                     overrides[op.name] = ",".join(items)
                 else:
                     raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unknown config operation {op.config_operation}")
-            await _apply_topic_configs(ctx, resource.resource_name, overrides, request.validate_only)
+            await _apply(ctx, kind, name, overrides, request.validate_only)
         except KafkaError as exc:
             response.error_code = exc.code
             response.error_message = exc.message or None

@@ -32,6 +32,9 @@ __all__ = ["HANDLERS"]
 
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
+# Why a transactional producer is refused, in the words a client shows its user.
+TRANSACTIONS_UNSUPPORTED = ("Causeway does not support transactions yet (no transaction coordinator): "
+                            "produce without transactional.id; idempotence works")
 # Authorized-operations bitfield "not requested", as Kafka reports it.
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
@@ -54,9 +57,14 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                 key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
                 error_message=f"unknown coordinator key type {request.key_type}"))
         elif request.key_type != GROUP_KEY_TYPE:
+            # No transaction coordinator exists. COORDINATOR_NOT_AVAILABLE would be retried by
+            # every client until its deadline (60 s in the Java producer); UNSUPPORTED_VERSION is
+            # final, and the Java producer fails at once showing this message (Redpanda answers
+            # the same with transactions disabled). librdkafka retries every error here but an
+            # authorization failure, so its init_transactions() ends at its own timeout.
             results.append(FindCoordinatorResponse.Coordinator(
-                key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE,
-                error_message="transactions are not supported yet"))
+                key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.UNSUPPORTED_VERSION,
+                error_message=TRANSACTIONS_UNSUPPORTED))
         elif endpoint is None or ctx.services.groups is None:
             results.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE))

@@ -11,8 +11,11 @@ from broker.server.handlers.base import ApiHandler
 
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
-        # Transactions need a transaction coordinator, which does not exist yet.
-        return InitProducerIdResponse(error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        # Transactions need a transaction coordinator, which does not exist yet. The answer must
+        # be final: the Java producer retries COORDINATOR_NOT_AVAILABLE until max.block.ms and
+        # fails at once on UNSUPPORTED_VERSION. Clients reach this only past FindCoordinator,
+        # which already refuses transactional ids with the reason (this response has no message).
+        return InitProducerIdResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1)
     producer_id = await ctx.services.controller.allocate_producer_id()
     return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
 
