@@ -15,19 +15,44 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import importlib
 import logging
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import trio
-
-from broker.config import BrokerConfig, ConfigError, StartupError, ignored_keys, load_properties, parse_overrides
+if TYPE_CHECKING:
+    from broker.config import BrokerConfig
 
 __all__ = ["main"]
 
 log = logging.getLogger("causeway")
+
+# The commands other modules register, in the order `causeway --help` lists them, with the help
+# line each module gives its command. Only the module of the command being run is imported (its
+# imports, trio and the protocol among them, cost most of a second); the others appear as
+# placeholders with the same help line, so `causeway --help` reads as before.
+# tests/unit/deploy/test_cli_lazy.py checks these lines against the modules.
+_COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+    ("deploy.launch_cli", (
+        ("up", "start every cluster, WAN link and mirror of a topology file"),
+        ("status", "endpoints and health of a running topology"),
+        ("down", "stop everything `causeway up` started"),
+    )),
+    ("deploy.mirror_cli", (("mirror", "copy topics from one cluster to another (MirrorMaker 2 conventions)"),)),
+    ("deploy.topics_cli", (("topics", "list, create, describe, alter and delete topics (like kafka-topics)"),)),
+    ("deploy.groups_cli", (
+        ("groups", "list, describe, reset and delete consumer groups (like kafka-consumer-groups)"),
+    )),
+    ("deploy.console_cli", (
+        ("produce", "records from stdin, one per line (like kafka-console-producer)"),
+        ("consume", "records to stdout (like kafka-console-consumer)"),
+    )),
+    ("deploy.topology_cli", (("topology", "check, explain or draw a topology file"),)),
+    ("deploy.wan_cli", (("wan", "run the WAN-link emulator (Toxiproxy HTTP API)"),)),
+)
 
 
 def _setup_logging(level: str) -> None:
@@ -39,6 +64,8 @@ def _setup_logging(level: str) -> None:
 
 
 def _broker_config(args: argparse.Namespace) -> BrokerConfig:
+    from broker.config import BrokerConfig, ignored_keys, load_properties, parse_overrides
+
     props: dict[str, str] = {}
     if args.config is not None:
         props.update(load_properties(Path(args.config)))
@@ -57,6 +84,8 @@ def _broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 async def _serve_until_signalled(config: BrokerConfig, initial_topics: dict[str, int], banner: bool) -> None:
+    import trio
+
     from broker.server.broker import RunningBroker, run_broker
 
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
@@ -101,7 +130,9 @@ def _add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `causeway` parser: every command's module registers its own (command None), or only
+    the module of `command` does and the rest are placeholders with their help lines."""
     parser = argparse.ArgumentParser(prog="causeway", description="Causeway: Kafka-compatible brokers and mirrors")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -114,19 +145,24 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="a standalone broker with a 'demo' topic on 127.0.0.1:9092")
     _add_broker_arguments(demo)
 
-    from deploy import console_cli, groups_cli, launch_cli, mirror_cli, topics_cli, topology_cli, wan_cli
-
-    launch_cli.register(commands)
-    mirror_cli.register(commands)
-    topics_cli.register(commands)
-    groups_cli.register(commands)
-    console_cli.register(commands)
-    topology_cli.register(commands)
-    wan_cli.register(commands)
+    for module, entries in _COMMAND_MODULES:
+        if command is None or any(name == command for name, _ in entries):
+            importlib.import_module(module).register(commands)
+        else:
+            for name, help_text in entries:
+                commands.add_parser(name, help=help_text)
     return parser
 
 
+def _command_in(argv: Sequence[str]) -> str:
+    """The command word of `argv`: its first argument that is not an option (the top-level
+    parser has no option that takes a value); "" when there is none."""
+    return next((arg for arg in argv if not arg.startswith("-")), "")
+
+
 def _parse_topics(items: Sequence[str]) -> dict[str, int]:
+    from broker.config import ConfigError
+
     topics: dict[str, int] = {}
     for item in items:
         name, _, count = item.partition(":")
@@ -140,6 +176,10 @@ def _parse_topics(items: Sequence[str]) -> dict[str, int]:
 def _run_unwrapped(*args: object) -> None:
     """trio.run, re-raising a start-up failure by itself rather than inside the nurseries'
     exception groups, so `main` can print it as one clear line."""
+    import trio
+
+    from broker.config import ConfigError, StartupError
+
     try:
         trio.run(*args)  # type: ignore[arg-type]
     except BaseExceptionGroup as group:
@@ -152,12 +192,14 @@ def _run_unwrapped(*args: object) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    parser = build_parser(_command_in(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
     _setup_logging(getattr(args, "log_level", "info"))
     if hasattr(args, "func"):
         # Commands that register themselves (deploy/*_cli.py) run their own function.
         return int(args.func(args))
+    from broker.config import ConfigError, StartupError  # the broker commands' errors
+
     try:
         if args.command == "demo":
             args.data_dir = args.data_dir or Path(".causeway/demo")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from broker.protocol.messages import REQUESTS, RESPONSES, ApiKey
+from broker.protocol.schema import Message
 
 __all__ = ["API_SPECS", "ApiKey", "ApiSpec"]
 
@@ -13,8 +13,8 @@ __all__ = ["API_SPECS", "ApiKey", "ApiSpec"]
 @dataclass(frozen=True, slots=True)
 class ApiSpec:
     api_key: ApiKey
-    request: Any  # a generated message class
-    response: Any
+    request: type[Message]  # a generated message class
+    response: type[Message]
     min_version: int
     max_version: int
     flexible_version: int | None
@@ -45,9 +45,9 @@ API_SPECS: dict[int, ApiSpec] = {
         api_key=ApiKey(key),
         request=request,
         response=RESPONSES[key],
-        min_version=request.MIN_VERSION,  # type: ignore[attr-defined]
-        max_version=request.MAX_VERSION,  # type: ignore[attr-defined]
-        flexible_version=request.FLEXIBLE_VERSION,  # type: ignore[attr-defined]
+        min_version=request.MIN_VERSION,
+        max_version=request.MAX_VERSION,
+        flexible_version=request.FLEXIBLE_VERSION,
     )
     for key, request in REQUESTS.items()
 }

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
 
 from broker.protocol.api import API_SPECS
 from broker.protocol.primitives import Reader, Writer
+from broker.protocol.schema import Message
 
 __all__ = [
     "RequestHeader",
@@ -79,7 +79,7 @@ def encode_response_frame(
     return out
 
 
-def encode_response(correlation_id: int, header_version: int, message: Any, version: int) -> bytearray:
+def encode_response(correlation_id: int, header_version: int, message: Message, version: int) -> bytearray:
     """A whole response frame for `message`, encoded straight into one buffer.
 
     Writing the body after a reserved size field saves the copy that prepending would cost;

@@ -8,12 +8,12 @@ only what the handlers implement.
 from __future__ import annotations
 
 import logging
-from typing import Any
+from typing import cast
 
 from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ErrorCode, ProtocolError
 from broker.protocol.headers import decode_request_header, encode_response
-from broker.protocol.messages import ApiVersionsResponse
+from broker.protocol.messages import ApiVersionsResponse, FetchResponse
 from broker.protocol.spliced import Splice, encode_response_parts
 from broker.server.connection import ConnectionInfo
 from broker.server.context import BrokerServices, RequestContext
@@ -77,7 +77,7 @@ class Dispatcher:
                 return encode_response_parts(header.correlation_id, header_version, response,
                                              header.api_version)
             except BaseException:
-                close_slices(response)
+                close_slices(cast(FetchResponse, response))  # the fetch handler's answer
                 raise
         return encode_response(header.correlation_id, header_version, response, header.api_version)
 
@@ -90,5 +90,5 @@ class Dispatcher:
         return encode_response(correlation_id, 0, response, 0)
 
     @property
-    def api_versions(self) -> list[Any]:
+    def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]:
         return self._api_versions

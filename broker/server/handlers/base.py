@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from broker.protocol.api import ApiKey
+from broker.protocol.schema import Message
 from broker.server.context import RequestContext
 
 __all__ = ["ApiHandler"]
@@ -17,5 +18,7 @@ class ApiHandler:
     api_key: ApiKey
     min_version: int
     max_version: int
-    # Takes the decoded request, returns the response message, or None for no response.
-    handle: Callable[[RequestContext, Any], Awaitable[Any | None]]
+    # Takes the decoded request, returns the response message, or None for no response. The
+    # request stays Any: each handler takes its own request class, which a parameter typed
+    # Message would not accept.
+    handle: Callable[[RequestContext, Any], Awaitable[Message | None]]
