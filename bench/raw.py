@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from bench.clients import Throughput
+from broker.address import parse_host_port
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
@@ -45,13 +46,8 @@ def _exactly(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def produce(bootstrap: str, topic: str, count: int, size: int, *, per_batch: int = 1000,
-            in_flight: int = 8, compression: int = 0, mixed: bool = False) -> Throughput:
-    """Send `count` records of `size` bytes as batches of `per_batch`, acks=1.
-
-    `compression` is the batch's codec (0 none ... 4 zstd); `mixed` draws each record's size
-    from size/2 to 3*size/2 (mean exactly `size`), so that no two neighbours need be alike.
-    """
+def build(size: int, *, per_batch: int = 1000, compression: int = 0, mixed: bool = False) -> bytes:
+    """The batch `produce` sends: `per_batch` records of `size` bytes (see `produce`)."""
     rng = random.Random(size)
     sizes = [size] * per_batch
     if mixed:  # pairs size+d, size-d, shuffled: the batch holds the same bytes as with one size
@@ -66,13 +62,28 @@ def produce(bootstrap: str, topic: str, count: int, size: int, *, per_batch: int
     for n in sizes:
         starts.append(starts[-1] + n)
     values = [text[a:b] for a, b in zip(starts, starts[1:], strict=False)]
-    batch = build_batch([Record(None, v) for v in values], compression=compression)
+    # Timestamps as a producer's: now, a few milliseconds apart (so a broker bounding them with
+    # log.message.timestamp.*.max.ms accepts them, and reads each).
+    now = int(time.time() * 1000)
+    batch = build_batch([Record(None, v, timestamp=now + i // 10) for i, v in enumerate(values)],
+                        compression=compression)
+    return batch
+
+
+def produce(bootstrap: str, topic: str, count: int, size: int, *, per_batch: int = 1000,
+            in_flight: int = 8, compression: int = 0, mixed: bool = False) -> Throughput:
+    """Send `count` records of `size` bytes as batches of `per_batch`, acks=1.
+
+    `compression` is the batch's codec (0 none ... 4 zstd); `mixed` draws each record's size
+    from size/2 to 3*size/2 (mean exactly `size`), so that no two neighbours need be alike.
+    """
+    batch = build(size, per_batch=per_batch, compression=compression, mixed=mixed)
     request = ProduceRequest(acks=1, timeout_ms=30_000, topic_data=[ProduceRequest.TopicProduceData(
         name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
     body = bytes(request.encode(PRODUCE_VERSION))
     requests = count // per_batch
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port))) as sock:
+    host, port = parse_host_port(bootstrap, "bootstrap")
+    with socket.create_connection((host, port)) as sock:
         start = time.perf_counter()
         sent = received = 0
         while received < requests:
@@ -91,11 +102,11 @@ def produce(bootstrap: str, topic: str, count: int, size: int, *, per_batch: int
 
 def fetch(bootstrap: str, topic: str, count: int, size: int, *, max_bytes: int = 8 << 20) -> Throughput:
     """Read `count` records back from offset 0 with FetchRequests of up to `max_bytes`."""
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = parse_host_port(bootstrap, "bootstrap")
     offset = 0
     records = 0
     correlation = 0
-    with socket.create_connection((host, int(port))) as sock:
+    with socket.create_connection((host, port)) as sock:
         start = time.perf_counter()
         while records < count:
             request = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, topics=[
@@ -127,13 +138,13 @@ def stalled_fetches_rss(bootstrap: str, topic: str, pid: int, *, clients: int = 
         FetchRequest.FetchTopic(topic=topic, partitions=[
             FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=max_bytes)])])
     frame = _frame(ApiKey.FETCH, FETCH_VERSION, bytes(request.encode(FETCH_VERSION)), 1)
-    host, port = bootstrap.rsplit(":", 1)
+    host, port = parse_host_port(bootstrap, "bootstrap")
     socks: list[socket.socket] = []
     try:
         for _ in range(clients):
             sock = socket.socket()
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect((host, int(port)))
+            sock.connect((host, port))
             sock.sendall(frame)
             socks.append(sock)
         peak = rss_bytes(pid)

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.address import parse_host_port
+
 __all__ = [
     "BrokerConfig",
     "ConfigError",
@@ -117,9 +119,10 @@ def _str(key: str, value: str) -> str:
 
 
 def _host_port(key: str, value: str) -> str:
-    host, sep, port = value.strip().rpartition(":")
-    if not sep or not port.isdigit() or int(port) > 65535:
-        raise ConfigError(f"{key}: '{value}' is not of the form HOST:PORT")
+    try:
+        parse_host_port(value.strip(), key)
+    except ValueError:
+        raise ConfigError(f"{key}: '{value}' is not of the form HOST:PORT") from None
     return value.strip()
 
 
@@ -186,10 +189,11 @@ _KEYS: tuple[_Key, ...] = (
         "log_message_timestamp_type",
     ),
     # How far a CreateTime record's timestamp may lie before or after the broker's clock
-    # (KIP-937); the deprecated difference key applies to a side left at its default.
+    # (KIP-937; the after default is Kafka 4.0's); the difference key (removed in Kafka 4.0,
+    # still honoured) applies to a side left at its default.
     _Key("log.message.timestamp.before.max.ms", _int_parser(0), str(LONG_MAX),
          "log_message_timestamp_before_max_ms"),
-    _Key("log.message.timestamp.after.max.ms", _int_parser(0), str(LONG_MAX),
+    _Key("log.message.timestamp.after.max.ms", _int_parser(0), "3600000",
          "log_message_timestamp_after_max_ms"),
     _Key("log.message.timestamp.difference.max.ms", _int_parser(0), str(LONG_MAX),
          "log_message_timestamp_difference_max_ms"),
@@ -300,6 +304,10 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str | None] = {
 # Kafka's defaults. Accepting them matters: tools that copy topic configs between clusters (a
 # mirror, a migration script) send them all.
 PASSIVE_TOPIC_CONFIGS: dict[str, str] = {
+    # Codec levels (KIP-390): they matter only when a broker recompresses, which Causeway does not.
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.zstd.level": "3",
     "file.delete.delay.ms": "60000",
     "follower.replication.throttled.replicas": "",
     "leader.replication.throttled.replicas": "",
@@ -310,6 +318,8 @@ PASSIVE_TOPIC_CONFIGS: dict[str, str] = {
     "min.cleanable.dirty.ratio": "0.5",
     "min.compaction.lag.ms": "0",
     "preallocate": "false",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
     "remote.storage.enable": "false",
     "segment.jitter.ms": "0",
     "unclean.leader.election.enable": "false",

@@ -22,7 +22,9 @@ bounded (`MAX_DECOMPRESSED_BYTES`, `MAX_RATIO`): a few KB of zstd can claim giga
 
 from __future__ import annotations
 
+import array
 import struct
+import sys
 import threading
 from typing import cast
 
@@ -33,10 +35,13 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, Compression, TimestampType
 
 __all__ = [
+    "DEFAULT_AFTER_MAX_MS",
+    "LONG_MAX",
     "MAX_DECOMPRESSED_BYTES",
     "MAX_RATIO",
     "RATIO_FLOOR_BYTES",
     "check_batch",
+    "check_produced",
     "check_timestamps",
     "check_transactional",
     "effective_timestamp_bounds",
@@ -45,6 +50,8 @@ __all__ = [
 Buffer = bytes | bytearray | memoryview
 
 LONG_MAX = 2**63 - 1
+# Kafka 4.0's default for message.timestamp.after.max.ms (KIP-1030; Long.MAX_VALUE before).
+DEFAULT_AFTER_MAX_MS = 3_600_000
 NO_TIMESTAMP = -1
 
 # A batch whose records decompress to more than this is refused (MESSAGE_TOO_LARGE). Kafka has
@@ -85,6 +92,11 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHead
     length below a header). The CRC is the caller's check (it is CORRUPT_MESSAGE, retriable:
     damage in transit); everything here is the producer's fault and not retriable.
     """
+    _check_header(buf, pos, header)
+    _check_records(buf, pos, header, deltas=False)
+
+
+def _check_header(buf: Buffer, pos: int, header: BatchHeader) -> None:
     end = pos + header.size
     if end > len(buf):
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
@@ -108,9 +120,20 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHead
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"Invalid sequence number {header.base_sequence} in record batch with "
                          f"producerId {header.producer_id}")
-    data, start, stop = _records(buf, pos, header, codec)
-    if not _framing_ok(data, start, stop, count):
-        _walk_precisely(data, start, stop, count)  # raises, naming the first bad record
+
+
+def check_produced(buf: Buffer, pos: int, header: BatchHeader, *, transactional: bool, now_ms: int,
+                   before_max_ms: int, after_max_ms: int) -> None:
+    """Everything a broker checks in a produced batch: `check_batch`, `check_transactional`
+    and `check_timestamps` (bounds as LogConfig resolves them; LONG_MAX for none, as for a
+    LogAppendTime topic), with one walk over the records for all of them."""
+    check_transactional(header, transactional=transactional)
+    if not _timestamps_bounded(header, before_max_ms, after_max_ms):
+        check_batch(buf, pos, header)
+        return
+    _check_header(buf, pos, header)
+    found = _check_records(buf, pos, header, deltas=True)
+    _check_deltas(buf, pos, header, found, now_ms, before_max_ms, after_max_ms)
 
 
 def check_transactional(header: BatchHeader, *, transactional: bool) -> None:
@@ -124,11 +147,14 @@ def check_transactional(header: BatchHeader, *, transactional: bool) -> None:
 
 
 def effective_timestamp_bounds(before_max_ms: int, after_max_ms: int, difference_max_ms: int) -> tuple[int, int]:
-    """(before, after) as Kafka 3.6+ resolves them (KIP-937): the deprecated
-    `message.timestamp.difference.max.ms` applies to a side whose new key is left at its
-    default (Long.MAX_VALUE)."""
+    """(before, after) as Kafka resolves them (KIP-937): the deprecated
+    `message.timestamp.difference.max.ms` (removed in Kafka 4.0, still honoured here), when
+    set, applies to a side whose own key is left at its default (before: Long.MAX_VALUE;
+    after: one hour since Kafka 4.0)."""
+    if difference_max_ms == LONG_MAX:
+        return before_max_ms, after_max_ms
     before = before_max_ms if before_max_ms != LONG_MAX else difference_max_ms
-    after = after_max_ms if after_max_ms != LONG_MAX else difference_max_ms
+    after = after_max_ms if after_max_ms != DEFAULT_AFTER_MAX_MS else difference_max_ms
     return before, after
 
 
@@ -138,12 +164,32 @@ def check_timestamps(buf: Buffer, pos: int, header: BatchHeader, *, now_ms: int,
     `now_ms - before_max_ms` or later than `now_ms + after_max_ms`, as Kafka's LogValidator.
 
     Only for topics with message.timestamp.type=CreateTime (with LogAppendTime the broker sets
-    the time). Free when both bounds are Long.MAX_VALUE (Kafka's default); otherwise the
-    header's timestamps are checked first, then each record's (one more walk, which decodes
-    the timestamp delta of each record). `check_batch` must have passed.
+    the time). Free when both bounds are Long.MAX_VALUE; otherwise every record's timestamp
+    delta is read (runs of equal-length records with one-byte deltas at C speed, other records
+    one by one). `check_batch` must have passed; `check_produced` does both in one walk.
     """
-    if before_max_ms >= LONG_MAX and after_max_ms >= LONG_MAX:
+    if not _timestamps_bounded(header, before_max_ms, after_max_ms):
         return
+    found = _check_records(buf, pos, header, deltas=True)
+    _check_deltas(buf, pos, header, found, now_ms, before_max_ms, after_max_ms)
+
+
+def _timestamps_bounded(header: BatchHeader, before_max_ms: int, after_max_ms: int) -> bool:
+    return before_max_ms < LONG_MAX or after_max_ms < LONG_MAX
+
+
+def _check_records(buf: Buffer, pos: int, header: BatchHeader, *, deltas: bool) -> tuple[int, int] | None:
+    """Prove the records frame as declared (raising INVALID_RECORD otherwise); with `deltas`,
+    return their (lowest, highest) timestamp delta when the fast walk could read them."""
+    data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
+    found = _fast_walk(data, start, stop, header.records_count, deltas)
+    if found is None:
+        _walk_precisely(data, start, stop, header.records_count)  # raises, naming the first bad record
+    return found
+
+
+def _check_deltas(buf: Buffer, pos: int, header: BatchHeader, found: tuple[int, int] | None, now_ms: int,
+                  before_max_ms: int, after_max_ms: int) -> None:
     low = now_ms - before_max_ms if before_max_ms < LONG_MAX else None
     high = now_ms + after_max_ms if after_max_ms < LONG_MAX else None
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
@@ -152,18 +198,16 @@ def check_timestamps(buf: Buffer, pos: int, header: BatchHeader, *, now_ms: int,
         return
     _check_one_timestamp(header.base_timestamp, 0, low, high)
     _check_one_timestamp(header.max_timestamp, header.last_offset_delta, low, high)
-    if header.base_timestamp == NO_TIMESTAMP:
+    base = header.base_timestamp
+    if base == NO_TIMESTAMP:
         return
+    if found is not None and (low is None or base + found[0] >= low) and (high is None or base + found[1] <= high):
+        return
+    # Out of range, or deltas the fast walk does not read: find which record, and say so.
     data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
-    bounds = _timestamp_delta_bounds(data, start, stop)
-    if bounds is not None:
-        base = header.base_timestamp
-        if (low is None or base + bounds[0] >= low) and (high is None or base + bounds[1] <= high):
-            return
-    # Out of range, or records the fast walk does not read: find which record, and say so.
     lowest, highest = _timestamp_delta_range(data, start, stop)
-    _check_one_timestamp(header.base_timestamp + lowest[0], lowest[1], low, high)
-    _check_one_timestamp(header.base_timestamp + highest[0], highest[1], low, high)
+    _check_one_timestamp(base + lowest[0], lowest[1], low, high)
+    _check_one_timestamp(base + highest[0], highest[1], low, high)
 
 
 def _check_one_timestamp(timestamp: int, offset: int, low: int | None, high: int | None) -> None:
@@ -192,6 +236,9 @@ Records = bytes | bytearray
 # length varint, indexed by the varint's 7 or 14 payload bits.
 _SIZE1 = tuple(((v >> 1) ^ -(v & 1)) + 1 for v in range(1 << 7))
 _SIZE2 = tuple(((v >> 1) ^ -(v & 1)) + 2 for v in range(1 << 14))
+# The same for a timestamp delta's value.
+_ZIGZAG1 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 7))
+_ZIGZAG2 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 14))
 _MIN_RUN = 8  # a run shorter than this is walked record by record
 _PLAIN_FIRST = 32  # records walked one by one before looking for a run again (doubles to 1024)
 
@@ -202,6 +249,8 @@ def _records(buf: Buffer, pos: int, header: BatchHeader, codec: int) -> tuple[Re
     compare element by element; of bytes, with memcmp)."""
     start, end = pos + BATCH_HEADER_SIZE, pos + header.size
     if codec != Compression.NONE:
+        # No cache across calls: a buffer at a reused address with a forged equal CRC would
+        # be taken for the last one. check_produced walks once; check_timestamps decompresses again.
         return _decompress(codec, memoryview(buf)[start:end], header.records_count)
     if isinstance(buf, memoryview):
         return bytes(buf[start:end]), 0, end - start
@@ -270,9 +319,19 @@ def _period_repeats(data: Records, start: int, period: int, most: int) -> int:
 def _framing_ok(data: Records, start: int, end: int, count: int) -> bool:
     """Whether data[start:end] is exactly `count` records with one- or two-byte lengths of at
     least the smallest record body. False means "not proven", not "invalid"."""
+    return _fast_walk(data, start, end, count, False) is not None
+
+
+def _fast_walk(data: Records, start: int, end: int, count: int, deltas: bool) -> tuple[int, int] | None:
+    """The fast walk: None unless data[start:end] is proven to be exactly `count` records (with
+    one- or two-byte lengths of at least the smallest record body). With `deltas`, it also
+    returns bounds (lowest, highest) of the records' timestamp deltas: exact for runs of
+    equal-length records, +-8192 for the others, or None when a delta does not fit in two
+    bytes; without, it returns (0, 0)."""
     if count * _MIN_RECORD > end - start:
-        return False
+        return None
     size1, size2 = _SIZE1, _SIZE2
+    lowest, highest = (1 << 63), -(1 << 63)
     p, n = start, 0
     plain = _PLAIN_FIRST
     try:
@@ -283,9 +342,14 @@ def _framing_ok(data: Records, start: int, end: int, count: int) -> bool:
             else:
                 size, two = size2[(b & 0x7F) | (data[p + 1] << 7)], True  # IndexError: 3+ bytes
             if size < _MIN_RECORD + two:
-                return False
+                return None
             run = _run_length(data, p, size, two, min(count - n, (end - p) // size))
             if run:
+                if deltas:
+                    found = _run_deltas(data, p + 2 + two, size, run)
+                    if found is None:
+                        return None
+                    lowest, highest = min(lowest, found[0]), max(highest, found[1])
                 n += run
                 p += run * size
                 plain = _PLAIN_FIRST
@@ -293,25 +357,92 @@ def _framing_ok(data: Records, start: int, end: int, count: int) -> bool:
             stretch = min(plain, count - n)
             plain = min(plain * 2, 1024)  # runs are not coming: look for them less often
             first = p
-            for _ in range(stretch):
-                b = data[p]
-                if b < 0x80:
-                    size = size1[b]
-                    if size < _MIN_RECORD:
-                        return False
-                else:
-                    size = size2[(b & 0x7F) | (data[p + 1] << 7)]
-                    if size < _MIN_RECORD + 1:
-                        return False
-                p += size
+            if deltas:
+                # Only each delta's width is looked at here: one or two bytes means within
+                # +-8191 ms of the base, which clears any window wider than that (a window
+                # narrower than 8 s makes the caller read the exact deltas).
+                for _ in range(stretch):
+                    b = data[p]
+                    if b < 0x80:
+                        size, q = size1[b], p + 2  # past the length and the attributes byte
+                        if size < _MIN_RECORD:
+                            return None
+                    else:
+                        size, q = size2[(b & 0x7F) | (data[p + 1] << 7)], p + 3
+                        if size < _MIN_RECORD + 1:
+                            return None
+                    if data[q] >= 0x80 and data[q + 1] >= 0x80:
+                        return None  # a delta of three bytes or more
+                    p += size
+                lowest, highest = min(lowest, -_TWO_BYTE_DELTA), max(highest, _TWO_BYTE_DELTA)
+            else:
+                for _ in range(stretch):
+                    b = data[p]
+                    if b < 0x80:
+                        size = size1[b]
+                        if size < _MIN_RECORD:
+                            return None
+                    else:
+                        size = size2[(b & 0x7F) | (data[p + 1] << 7)]
+                        if size < _MIN_RECORD + 1:
+                            return None
+                    p += size
             n += stretch
             if n < count and p - first <= end - p:
+                # The same records again (their deltas too): nothing new for the bounds.
                 repeats = _period_repeats(data, first, p - first, min((count - n) // stretch, (end - p) // (p - first)))
                 n += repeats * stretch
                 p += repeats * (p - first)
     except IndexError:
-        return False
-    return p == end
+        return None
+    if p != end:
+        return None
+    return (lowest, highest) if deltas else (0, 0)
+
+
+# Each one-byte zigzag varint mapped to its value + 64 (0..127), order kept: min() and max() of
+# the translated bytes give a run's extreme deltas at C speed.
+_ORDERED1 = bytes(((v >> 1) ^ -(v & 1)) + 64 for v in range(128)) + bytes(128)
+_EVEN = bytes(range(0, 256, 2))  # deleting these leaves the odd bytes (negative deltas)
+_TWO_BYTE_DELTA = 8192  # a two-byte zigzag varint holds -8192 .. 8191
+
+
+def _run_deltas(data: Records, first_delta: int, size: int, run: int) -> tuple[int, int] | None:
+    """(lowest, highest) timestamp delta of `run` records of `size` bytes whose first delta
+    byte is at `first_delta`: one strided slice when every delta is one byte."""
+    last = first_delta + (run - 1) * size
+    column = data[first_delta : last + 1 : size]
+    if max(column) < 0x80:
+        ordered = column.translate(_ORDERED1)
+        return min(ordered) - 64, max(ordered) - 64
+    if min(column) >= 0x80 and not column.translate(None, _EVEN):
+        # Every delta two bytes long and not negative (even zigzag values), as a producer's
+        # batch spanning 32 ms to 8 s has: the pairs (second byte, first byte) as big-endian
+        # 16-bit numbers sort as the deltas do; the array's min() and max() run in C.
+        second = data[first_delta + 1 : last + 2 : size]
+        if max(second) < 0x80:
+            pairs = bytearray(2 * run)
+            pairs[0::2] = second
+            pairs[1::2] = column
+            keys = array.array("H", pairs)
+            if sys.byteorder == "little":
+                keys.byteswap()
+            lo, hi = min(keys), max(keys)
+            return (((lo >> 8) << 7) | (lo & 0x7F)) >> 1, (((hi >> 8) << 7) | (hi & 0x7F)) >> 1
+    lowest, highest = (1 << 63), -(1 << 63)
+    zig1, zig2 = _ZIGZAG1, _ZIGZAG2
+    for i in range(run):  # rare: deltas of mixed widths or signs
+        q = first_delta + i * size
+        t = data[q]
+        if t < 0x80:
+            delta = zig1[t]
+        else:
+            u = data[q + 1]
+            if u >= 0x80:
+                return None
+            delta = zig2[(t & 0x7F) | (u << 7)]
+        lowest, highest = min(lowest, delta), max(highest, delta)
+    return lowest, highest
 
 
 def _walk_precisely(data: Records, start: int, end: int, count: int) -> None:
@@ -351,36 +482,6 @@ def _varint(data: Records, p: int, end: int, index: int) -> tuple[int, int]:
             return value, p
         shift += 7
     raise KafkaError(ErrorCode.INVALID_RECORD, f"malformed length varint of record {index}")
-
-
-_ZIGZAG1 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 7))
-_ZIGZAG2 = tuple((v >> 1) ^ -(v & 1) for v in range(1 << 14))
-
-
-def _timestamp_delta_bounds(data: Records, start: int, end: int) -> tuple[int, int] | None:
-    """(lowest, highest) timestamp delta of the records in data[start:end], for records with
-    one- or two-byte lengths and deltas within +-8191 ms (what producers send); None for
-    anything else, which `_timestamp_delta_range` then reads. Framing already checked."""
-    size1, size2, zig1, zig2 = _SIZE1, _SIZE2, _ZIGZAG1, _ZIGZAG2
-    lowest, highest = 1 << 63, -(1 << 63)
-    p = start
-    try:
-        while p < end:
-            b = data[p]
-            if b < 0x80:
-                size, q = size1[b], p + 2  # past the length and the record's attributes byte
-            else:
-                size, q = size2[(b & 0x7F) | (data[p + 1] << 7)], p + 3
-            t = data[q]
-            delta = zig1[t] if t < 0x80 else zig2[(t & 0x7F) | (data[q + 1] << 7)]
-            if delta < lowest:
-                lowest = delta
-            if delta > highest:
-                highest = delta
-            p += size
-    except IndexError:
-        return None
-    return lowest, highest
 
 
 def _timestamp_delta_range(data: Records, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.validation import effective_timestamp_bounds
+from broker.protocol.validation import DEFAULT_AFTER_MAX_MS, effective_timestamp_bounds
 
 __all__ = ["LogConfig"]
 
@@ -82,7 +82,7 @@ class LogConfig:
     max_message_bytes: int = 1048588
     message_timestamp_type: str = "CreateTime"
     message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = LONG_MAX
+    message_timestamp_after_max_ms: int = DEFAULT_AFTER_MAX_MS  # Kafka 4.0's: one hour
     message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated by KIP-937, still honoured
     cleanup_policy: str = "delete"
     delete_retention_ms: int = 86400000

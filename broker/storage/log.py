@@ -27,7 +27,7 @@ from broker.protocol.records import (
     set_log_append_time,
     split_batches,
 )
-from broker.protocol.validation import check_batch, check_timestamps, check_transactional
+from broker.protocol.validation import LONG_MAX, check_produced
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import LeaderEpochCache
 from broker.storage.file_slice import FileSlice
@@ -82,11 +82,13 @@ class ReadResult:
             return b""
         return self.segment.read(self.position, self.length)
 
-    def open_slice(self) -> FileSlice | None:
-        """The bytes as a :class:`FileSlice` on its own descriptor; None when there are none."""
+    def open_slice(self, *, within_budget: bool = False) -> FileSlice | None:
+        """The bytes as a :class:`FileSlice` on its own descriptor; None when there are none
+        (or, ``within_budget``, when the budget of pinned descriptors is spent: see
+        :meth:`LogSegment.slice`)."""
         if self.segment is None or self.length <= 0:
             return None
-        return self.segment.slice(self.position, self.length)
+        return self.segment.slice(self.position, self.length, within_budget=within_budget)
 
 
 class Log:
@@ -246,13 +248,11 @@ class Log:
             if not batch_crc_ok(buf, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
             # What Kafka's LogValidator refuses: codec, counts, framing, decompressibility,
-            # attributes (broker/protocol/validation.py), then the config-dependent rules.
-            check_batch(buf, pos, header)
-            check_transactional(header, transactional=transactional)
-            if not self.config.log_append_time:
-                check_timestamps(buf, pos, header, now_ms=now_ms,
-                                 before_max_ms=self.config.timestamp_before_max_ms,
-                                 after_max_ms=self.config.timestamp_after_max_ms)
+            # attributes, the transactional bit, timestamps (broker/protocol/validation.py).
+            unbounded = self.config.log_append_time  # the broker sets the time: nothing to check
+            check_produced(buf, pos, header, transactional=transactional, now_ms=now_ms,
+                           before_max_ms=LONG_MAX if unbounded else self.config.timestamp_before_max_ms,
+                           after_max_ms=LONG_MAX if unbounded else self.config.timestamp_after_max_ms)
             if self.config.compacts and not header.is_control:
                 # As Kafka does, and only for compacted topics: records are read to refuse
                 # one without a key, which compaction could never resolve.

@@ -215,17 +215,18 @@ class LogSegment:
     def read(self, position: int, length: int) -> bytes:
         return self._pread(length, position)
 
-    def slice(self, position: int, length: int) -> FileSlice:
+    def slice(self, position: int, length: int, *, within_budget: bool = False) -> FileSlice | None:
         """``length`` bytes from ``position``, with the descriptor pinned until the slice is
         closed: it stays readable (and never means another file) while the slice is sent,
-        even if the segment is deleted or replaced meanwhile."""
-        pin = self.pinned_fd()
-        fd = pin.__enter__()
+        even if the segment is deleted or replaced meanwhile.
 
-        def unpin() -> None:
-            pin.__exit__(None, None, None)
-
-        return FileSlice(fd, position, length, unpin)
+        Slices draw on the broker-wide budget of pinned descriptors (``handles.py``); with
+        ``within_budget`` the answer is None, at once, when it is spent.
+        """
+        fd = HANDLES.pin_slice(self, self._open_file, over_budget=not within_budget)
+        if fd is None:
+            return None
+        return FileSlice(fd, position, length, lambda: HANDLES.unpin_slice(self))
 
     def iter_headers(self, start: int = 0, end: int | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """(position, header) of each batch from `start` (a batch boundary) to `end`."""

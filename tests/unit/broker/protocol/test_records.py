@@ -7,6 +7,7 @@ import crc32c
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from kafka.record import default_records
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
@@ -270,7 +271,6 @@ def test_damaged_batches_fail_only_with_kafka_errors(noise: bytes, where: int) -
 
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4])
 def test_batches_built_by_kafka_python_decode(codec: Compression) -> None:
-    default_records = pytest.importorskip("kafka.record.default_records")
     builder = default_records.DefaultRecordBatchBuilder(
         magic=2, compression_type=int(codec), is_transactional=False, producer_id=5, producer_epoch=1,
         base_sequence=0, batch_size=1 << 20,
@@ -287,7 +287,6 @@ def test_batches_built_by_kafka_python_decode(codec: Compression) -> None:
 
 @pytest.mark.parametrize("codec", [Compression.NONE, Compression.GZIP, Compression.SNAPPY, Compression.LZ4])
 def test_batches_we_build_are_read_by_kafka_python(codec: Compression) -> None:
-    default_records = pytest.importorskip("kafka.record.default_records")
     records = [Record(b"k%d" % i, b"v" * i, headers=[("h", b"x")], timestamp=50 + i) for i in range(10)]
     batch = default_records.DefaultRecordBatch(build_batch(records, base_offset=7, compression=codec))
     assert batch.validate_crc()

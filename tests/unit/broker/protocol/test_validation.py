@@ -266,9 +266,12 @@ def test_no_timestamp_and_log_append_time_batches() -> None:
 
 
 def test_kip_937_resolution() -> None:
-    assert effective_timestamp_bounds(LONG_MAX, LONG_MAX, 5) == (5, 5)
-    assert effective_timestamp_bounds(7, LONG_MAX, 5) == (7, 5)
-    assert effective_timestamp_bounds(LONG_MAX, 9, LONG_MAX) == (LONG_MAX, 9)
+    hour = validation.DEFAULT_AFTER_MAX_MS
+    assert effective_timestamp_bounds(LONG_MAX, hour, LONG_MAX) == (LONG_MAX, hour)  # Kafka 4's defaults
+    assert effective_timestamp_bounds(LONG_MAX, hour, 5) == (5, 5)  # the old key, where the new are default
+    assert effective_timestamp_bounds(7, hour, 5) == (7, 5)
+    assert effective_timestamp_bounds(LONG_MAX, 9, 5) == (5, 9)
+    assert effective_timestamp_bounds(LONG_MAX, LONG_MAX, LONG_MAX) == (LONG_MAX, LONG_MAX)
 
 
 # -- properties ------------------------------------------------------------------------------
@@ -353,3 +356,35 @@ def test_timestamp_deltas_of_every_width(spread: int) -> None:
         with pytest.raises(KafkaError) as info:
             ts_check(batch, before, after)
         assert info.value.code == ErrorCode.INVALID_TIMESTAMP
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-3 * HOUR, 3 * HOUR), min_size=1, max_size=150),
+    st.sampled_from([None, 0, 100, 7000]),  # None: sizes vary; else every value this long
+    st.sampled_from(CODECS),
+    st.sampled_from([(HOUR, HOUR), (LONG_MAX, HOUR), (HOUR, LONG_MAX), (10, 10), (LONG_MAX, 4000)]),
+    st.sampled_from([None, 50, 5000]),
+)
+def test_check_produced_agrees_with_reading_every_record(offsets: list[int], size: int | None, codec: Compression,
+                                                          bounds: tuple[int, int], spread: int | None) -> None:
+    """Whatever the mix of delta widths, runs and codecs, check_produced refuses exactly the
+    batches with a record timestamp outside the window, as reading every record says."""
+    if spread is not None:  # deltas of a few ms or s, not negative: one- and two-byte columns
+        offsets = [o % spread for o in offsets]
+    recs = [Record(None, b"v" * (size if size is not None else (i * 37) % 300), timestamp=NOW + o)
+            for i, o in enumerate(offsets)]
+    batch = build_batch(recs, compression=codec, base_timestamp=NOW + offsets[0])
+    before, after = bounds
+    _, decoded = decode_batch(batch)
+    inside = all((before == LONG_MAX or r.timestamp >= NOW - before)
+                 and (after == LONG_MAX or r.timestamp <= NOW + after) for r in decoded)
+    header = read_batch_header(batch)
+    try:
+        validation.check_produced(batch, 0, header, transactional=False, now_ms=NOW, before_max_ms=before,
+                                  after_max_ms=after)
+    except KafkaError as exc:
+        assert exc.code == ErrorCode.INVALID_TIMESTAMP
+        assert not inside
+        return
+    assert inside
