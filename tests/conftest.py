@@ -1,4 +1,9 @@
-"""Fixtures shared by every test folder."""
+"""Fixtures shared by every test folder.
+
+Fake time: request ``autojump_clock`` (pytest-trio's fixture, ``MockClock(autojump_threshold=0)``);
+a trio test that takes it runs on that clock, so sleeps, timeouts and backoff cost no real time.
+It is the one such fixture: test files do not define their own.
+"""
 
 from __future__ import annotations
 

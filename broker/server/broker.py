@@ -20,16 +20,16 @@ from broker.config import BrokerConfig, ListenerSpec, StartupError
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
 from broker.coordinator.coordinator import GroupCoordinator
+from broker.coordinator.offsets_store import OffsetsStore
 from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
-from broker.server.connection import ConnectionInfo, ConnectionLimits, serve_connection
-from broker.server.context import BrokerServices, now_ms
+from broker.server.connection import ConnectionLimits, serve_connection
+from broker.server.context import BrokerServices, ConnectionInfo, now_ms
 from broker.server.dispatch import Dispatcher
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
-from broker.server.offsets_store import OffsetsStore
 from broker.storage import LogManager, cleaner
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 

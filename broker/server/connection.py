@@ -38,6 +38,7 @@ import trio
 
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
+from broker.server.context import ConnectionInfo
 from broker.server.log_limits import limiter
 from broker.server.sending import SendStalled, SliceTruncated, close_parts, send_bytes, send_parts
 
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from broker.server.dispatch import Dispatcher, Response
     from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 
-__all__ = ["ConnectionInfo", "ConnectionLimits", "serve_connection"]
+__all__ = ["ConnectionLimits", "serve_connection"]
 
 log = logging.getLogger(__name__)
 _limited = limiter(log)
@@ -57,13 +58,6 @@ RECEIVE_CHUNK = 256 * 1024
 _FETCH = 1  # api key: the only request abandoned when its peer goes away (it only reads)
 # Security protocols whose listeners hand record data to the kernel with sendfile (no TLS layer).
 _SENDFILE_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
-
-
-@dataclass(frozen=True, slots=True)
-class ConnectionInfo:
-    listener_name: str
-    peer: str
-    security_protocol: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,9 @@
-"""What a request handler sees: the broker's parts and the request's origin."""
+"""What a request handler sees: the broker's parts and the request's origin.
+
+This module sits below everything else in the server: the connection loop, the dispatcher and
+the handlers all import it, and it imports none of them, so they never import each other in a
+circle.
+"""
 
 from __future__ import annotations
 
@@ -10,24 +15,36 @@ from broker.protocol.headers import RequestHeader
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
-    from broker.controller.standalone import StandaloneController
+    from broker.controller.base import Controller
     from broker.coordinator.coordinator import GroupCoordinator
     from broker.replication.replica_manager import ReplicaManager
-    from broker.server.connection import ConnectionInfo
 
-__all__ = ["BrokerServices", "RequestContext", "now_ms"]
+__all__ = ["BrokerServices", "ConnectionInfo", "RequestContext", "now_ms"]
 
 
 def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+@dataclass(frozen=True, slots=True)
+class ConnectionInfo:
+    """Where a request came from: the listener it arrived on and the peer's address."""
+
+    listener_name: str
+    peer: str
+    security_protocol: str
+
+
 @dataclass(slots=True)
 class BrokerServices:
-    """The long-lived parts of a running broker that handlers use."""
+    """The long-lived parts of a running broker that handlers use.
+
+    ``controller`` is the :class:`~broker.controller.base.Controller` protocol, not a particular
+    controller: handlers work the same whether metadata lives in the data dir or in ZooKeeper.
+    """
 
     config: BrokerConfig
-    controller: StandaloneController
+    controller: Controller
     replicas: ReplicaManager
     groups: GroupCoordinator | None = None
 

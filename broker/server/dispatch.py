@@ -1,8 +1,8 @@
 """Route each request frame to its handler and encode the answer.
 
 The supported version range of each API is declared next to its handler (see
-``broker.server.handlers``); ApiVersions reports exactly those ranges, so clients negotiate
-only what the handlers implement.
+``broker.server.handlers``); ApiVersions reports exactly those ranges (an answer built once,
+with that table), so clients negotiate only what the handlers implement.
 """
 
 from __future__ import annotations
@@ -11,16 +11,15 @@ import logging
 from typing import cast
 
 from broker.protocol.api import API_SPECS, ApiKey
-from broker.protocol.errors import ErrorCode, ProtocolError
+from broker.protocol.errors import ProtocolError
 from broker.protocol.headers import decode_request_header, encode_response
-from broker.protocol.messages import ApiVersionsResponse, FetchResponse
+from broker.protocol.messages import FetchResponse
 from broker.protocol.spliced import Splice, encode_response_parts
-from broker.server.connection import ConnectionInfo
-from broker.server.context import BrokerServices, RequestContext
-from broker.server.handlers import HANDLERS
+from broker.server.context import BrokerServices, ConnectionInfo, RequestContext
+from broker.server.handlers import ANSWER, HANDLERS
 from broker.server.handlers.fetch import close_slices
 
-__all__ = ["Dispatcher", "Response", "supported_api_versions"]
+__all__ = ["Dispatcher", "Response"]
 
 # An encoded response: one buffer, or (for fetch) bytes with file slices between them.
 Response = bytearray | list[bytearray | Splice]
@@ -28,20 +27,9 @@ Response = bytearray | list[bytearray | Splice]
 log = logging.getLogger(__name__)
 
 
-def supported_api_versions() -> list[ApiVersionsResponse.ApiVersion]:
-    """One entry per API this broker serves, with the versions its handler implements."""
-    return [
-        ApiVersionsResponse.ApiVersion(
-            api_key=int(key), min_version=handler.min_version, max_version=handler.max_version
-        )
-        for key, handler in sorted(HANDLERS.items())
-    ]
-
-
 class Dispatcher:
     def __init__(self, services: BrokerServices) -> None:
         self._services = services
-        self._api_versions = supported_api_versions()
 
     async def handle(self, frame: memoryview, connection: ConnectionInfo) -> Response | None:
         """Answer one request frame; None when the request wants no answer (acks=0 produce).
@@ -82,13 +70,5 @@ class Dispatcher:
         return encode_response(header.correlation_id, header_version, response, header.api_version)
 
     def _unsupported_api_versions(self, correlation_id: int) -> bytearray:
-        # KIP-511: a client that sent a newer ApiVersions than we know gets error 35 in a v0
-        # response that still lists our versions, and retries with a version we support.
-        response = ApiVersionsResponse(
-            error_code=ErrorCode.UNSUPPORTED_VERSION, api_keys=self._api_versions
-        )
-        return encode_response(correlation_id, 0, response, 0)
-
-    @property
-    def api_versions(self) -> list[ApiVersionsResponse.ApiVersion]:
-        return self._api_versions
+        # KIP-511: answered as v0 (header and body), whatever version was asked for.
+        return encode_response(correlation_id, 0, ANSWER.unsupported_version, 0)

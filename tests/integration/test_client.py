@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from functools import partial
 
+import confluent_kafka
 import pytest
 import trio
 
@@ -328,7 +329,6 @@ async def test_backoff_against_a_port_nothing_listens_on() -> None:
 
 @pytest.mark.compat
 async def test_fetch_what_confluent_kafka_produced(broker: BrokerProcess) -> None:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
         await admin.create_topics(client, {"ck": 1})
         expected = []
@@ -357,7 +357,6 @@ async def test_fetch_what_confluent_kafka_produced(broker: BrokerProcess) -> Non
 
 @pytest.mark.compat
 async def test_confluent_kafka_reads_what_we_produced(broker: BrokerProcess) -> None:
-    confluent_kafka = pytest.importorskip("confluent_kafka")
     async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
         await admin.create_topics(client, {"ours": 1})
         producer = await init_idempotent_producer(client)

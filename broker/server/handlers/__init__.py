@@ -23,23 +23,26 @@ from broker.server.handlers import (
 )
 from broker.server.handlers.base import ApiHandler
 
-__all__ = ["HANDLERS", "ApiHandler"]
+__all__ = ["ANSWER", "HANDLERS", "ApiHandler"]
 
-HANDLERS: dict[int, ApiHandler] = {
-    int(h.api_key): h
-    for h in (
-        api_versions.HANDLER,
-        metadata.HANDLER,
-        describe_topic_partitions.HANDLER,
-        produce.HANDLER,
-        fetch.HANDLER,
-        list_offsets.HANDLER,
-        leader_epoch.HANDLER,
-        init_producer_id.HANDLER,
-        cluster.HANDLER,
-        *topics.HANDLERS,
-        *configs.HANDLERS,
-        *groups.HANDLERS,
-        *offsets.HANDLERS,
-    )
-}
+# Every API but ApiVersions, whose answer lists them all.
+_SERVED: tuple[ApiHandler, ...] = (
+    metadata.HANDLER,
+    describe_topic_partitions.HANDLER,
+    produce.HANDLER,
+    fetch.HANDLER,
+    list_offsets.HANDLER,
+    leader_epoch.HANDLER,
+    init_producer_id.HANDLER,
+    cluster.HANDLER,
+    *topics.HANDLERS,
+    *configs.HANDLERS,
+    *groups.HANDLERS,
+    *offsets.HANDLERS,
+)
+
+# The ApiVersions answer, built once from the table below: what the dispatcher routes to is
+# exactly what clients are told they may use.
+ANSWER = api_versions.ApiVersionsAnswer(_SERVED)
+
+HANDLERS: dict[int, ApiHandler] = {int(h.api_key): h for h in (ANSWER.handler, *_SERVED)}

@@ -17,11 +17,6 @@ from broker.protocol.errors import ErrorCode, KafkaError
 PROTOCOLS = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 class Store:
     """Collects what the coordinator writes to __consumer_offsets."""
 

@@ -22,11 +22,6 @@ from broker.protocol.messages import ConsumerProtocolSubscription
 from broker.protocol.primitives import Writer
 
 
-@pytest.fixture
-def autojump_clock() -> trio.testing.MockClock:
-    return trio.testing.MockClock(autojump_threshold=0)
-
-
 def subscription(*topics: str) -> bytes:
     w = Writer()
     w.int16(0)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 
 from broker.config import BrokerConfig
-from broker.controller.standalone import StandaloneController
+from broker.controller.base import Controller
 from broker.coordinator.coordinator import OFFSETS_TOPIC
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_batch, split_batches
 from broker.replication.replica_manager import ReplicaManager
-from broker.server.context import now_ms
 from broker.storage import Log
 
 __all__ = ["OffsetsStore"]
@@ -22,7 +22,7 @@ READ_CHUNK = 4 << 20
 
 
 class OffsetsStore:
-    def __init__(self, config: BrokerConfig, controller: StandaloneController, replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, controller: Controller, replicas: ReplicaManager) -> None:
         self._config = config
         self._controller = controller
         self._replicas = replicas
@@ -48,8 +48,9 @@ class OffsetsStore:
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         """Write records to one partition; acknowledged once in the log (one replica here)."""
-        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=now_ms())
-        self._replicas.get(OFFSETS_TOPIC, partition).append(batch, now_ms=now_ms())
+        now_ms = time.time_ns() // 1_000_000
+        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=now_ms)
+        self._replicas.get(OFFSETS_TOPIC, partition).append(batch, now_ms=now_ms)
 
     def replay(self) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Every record of every partition, oldest first within each partition."""
