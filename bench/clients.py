@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -30,6 +31,16 @@ def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
         future.result(timeout=30)
 
 
+def produce_when_queued(producer: Producer, topic: str, *args: Any, **kwargs: Any) -> None:
+    """`producer.produce(...)`, waiting for deliveries while its local queue is full."""
+    while True:
+        try:
+            producer.produce(topic, *args, **kwargs)
+            return
+        except BufferError:
+            producer.poll(0.01)
+
+
 def produce(bootstrap: str, topic: str, count: int, size: int, *, acks: str = "1") -> Throughput:
     """Send ``count`` records of ``size`` bytes as fast as librdkafka batches them."""
     producer = Producer(
@@ -53,12 +64,7 @@ def produce(bootstrap: str, topic: str, count: int, size: int, *, acks: str = "1
 
     start = time.perf_counter()
     for _ in range(count):
-        while True:
-            try:
-                producer.produce(topic, payload, on_delivery=on_delivery)
-                break
-            except BufferError:
-                producer.poll(0.01)
+        produce_when_queued(producer, topic, payload, on_delivery=on_delivery)
         producer.poll(0)
     remaining = producer.flush(120)
     elapsed = time.perf_counter() - start

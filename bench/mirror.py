@@ -83,13 +83,8 @@ def baseline(source: str, target: str, topic: str, count: int, size: int) -> Cop
         for msg in consumer.consume(num_messages=10_000, timeout=1.0):
             if msg.error() is not None:
                 continue
-            while True:
-                try:
-                    producer.produce(f"copy.{topic}", msg.value(), msg.key(), partition=msg.partition(),
-                                     timestamp=msg.timestamp()[1], headers=msg.headers())
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+            clients.produce_when_queued(producer, f"copy.{topic}", msg.value(), msg.key(), partition=msg.partition(),
+                                        timestamp=msg.timestamp()[1], headers=msg.headers())
             seen += 1
         producer.poll(0)
     if producer.flush(120):

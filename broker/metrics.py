@@ -16,13 +16,14 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, start_http_server
 
+from broker.address import parse_host_port
+
 __all__ = [
     "MetricsServer",
     "QUARANTINED_BYTES",
     "QUARANTINED_RECORDS",
     "QUARANTINED_SEGMENTS",
     "RECOVERY_CUTS",
-    "parse_host_port",
     "serve_metrics",
     "track_open_segment_files",
 ]
@@ -58,11 +59,6 @@ OPEN_SEGMENT_FILES = Gauge(
 
 def track_open_segment_files(count: Callable[[], int]) -> None:
     OPEN_SEGMENT_FILES.set_function(lambda: float(count()))
-
-
-def parse_host_port(text: str) -> tuple[str, int]:
-    host, _, port = text.rpartition(":")
-    return host.strip("[]"), int(port)
 
 
 @dataclass

@@ -27,8 +27,9 @@ import random
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import trio
 
@@ -47,6 +48,7 @@ from broker.client import (
 )
 from broker.client.connection import ClientError, unwrap_single_exception
 from broker.protocol.records import Compression, Record, TimestampType, build_batch, decode_batch, split_batches
+from broker.tasks import gather
 
 __all__ = ["kafka_partition", "murmur2", "register"]
 
@@ -236,29 +238,12 @@ async def _produce(args: argparse.Namespace, props: dict[str, str]) -> int:
                 by_partition.setdefault(partition, []).append(record)
             if by_partition:
                 sticky = (sticky + 1) % count
-                await _each(send, by_partition.items())
+                await gather([partial(send, partition, records) for partition, records in by_partition.items()],
+                             collect=(KafkaError, ClientError))
             if bad_line is not None:
                 raise bad_line
             if not chunk:
                 return 0
-
-
-async def _each(run: Callable[[int, list[Record]], Awaitable[None]], items: Iterable[tuple[int, list[Record]]]
-                ) -> None:
-    """`run(*item)` for every item concurrently; the first failure is raised once all ended."""
-    errors: list[Exception] = []
-
-    async def guarded(partition: int, records: list[Record]) -> None:
-        try:
-            await run(partition, records)
-        except (KafkaError, ClientError) as exc:
-            errors.append(exc)
-
-    async with trio.open_nursery() as nursery:
-        for partition, records in items:
-            nursery.start_soon(guarded, partition, records)
-    if errors:
-        raise errors[0]
 
 
 # -- consume ----------------------------------------------------------------------------------

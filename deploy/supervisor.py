@@ -28,6 +28,7 @@ from pathlib import Path
 
 import trio
 
+from broker.retry import Backoff
 from deploy.process_identity import Identity, identity_of
 
 __all__ = ["ProcessSpec", "Supervised", "StartFailed", "supervise", "log_tail"]
@@ -36,6 +37,8 @@ log = logging.getLogger(__name__)
 
 INITIAL_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 30.0
+# No jitter: one supervisor per child, so nothing restarts in step with it.
+RESTART_BACKOFF = Backoff(initial_s=INITIAL_BACKOFF_S, max_s=MAX_BACKOFF_S, jitter=0.0)
 STABLE_AFTER_S = 60.0  # a child up this long resets the backoff
 STOP_GRACE_S = 20.0
 
@@ -200,7 +203,7 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
     Raises StartFailed when the first start fails (so `up` can report it); later failures are
     retried with backoff and counted in `state.restarts`.
     """
-    backoff = INITIAL_BACKOFF_S
+    failures = 0  # restarts since the child last stayed up for STABLE_AFTER_S
     first = True
     while True:
         try:
@@ -208,9 +211,10 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
         except StartFailed:
             if first:
                 raise
-            log.warning("%s failed to restart; retrying in %.1f s", state.spec.name, backoff)
-            await trio.sleep(backoff)
-            backoff = min(backoff * 2, MAX_BACKOFF_S)
+            failures += 1
+            pause = RESTART_BACKOFF.delay(failures)
+            log.warning("%s failed to restart; retrying in %.1f s", state.spec.name, pause)
+            await trio.sleep(pause)
             continue
         started_at = trio.current_time()
         failed: Exception | None = None
@@ -244,8 +248,8 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
         else:
             log.warning("%s (pid %s) exited with %s; restarting", state.spec.name, state.pid, code)
         if trio.current_time() - started_at > STABLE_AFTER_S:
-            backoff = INITIAL_BACKOFF_S
-        await trio.sleep(backoff)
-        backoff = min(backoff * 2, MAX_BACKOFF_S)
+            failures = 0
+        failures += 1
+        await trio.sleep(RESTART_BACKOFF.delay(failures))
         state.restarts += 1
         state._changed()

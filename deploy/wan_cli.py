@@ -7,12 +7,12 @@ import functools
 import json
 import signal
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from broker.tasks import leaves
 from deploy.wan.errors import ApiError
 from deploy.wan.http import REQUEST_TIMEOUT_SECONDS
 from deploy.wan.proxy import format_hostport, split_hostport
@@ -113,11 +113,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         trio.run(_serve_until_signalled, host, port, proxies, args.request_timeout)
     except (ApiError, OSError, BaseExceptionGroup) as error:
-        leaves = list(_leaves(error))
-        if not all(isinstance(leaf, ApiError | OSError) for leaf in leaves):
+        failures = leaves(error)
+        if not all(isinstance(leaf, ApiError | OSError) for leaf in failures):
             raise
         code = 1
-        for leaf in leaves:
+        for leaf in failures:
             if isinstance(leaf, ApiError):
                 where = f"{args.config}: " if args.config is not None else ""
                 print(f"causeway wan: {where}{leaf.message}", file=sys.stderr)
@@ -127,10 +127,3 @@ def run(args: argparse.Namespace) -> int:
         return code
     return 0
 
-
-def _leaves(error: BaseException) -> Iterator[BaseException]:
-    if isinstance(error, BaseExceptionGroup):
-        for inner in error.exceptions:
-            yield from _leaves(inner)
-    else:
-        yield error

@@ -31,6 +31,7 @@ import trio
 from broker.client import Backoff, Client, ClientError, KafkaError, TopicPartition, admin, open_client
 from broker.client.admin import EARLIEST, NewTopic
 from broker.client.produce import init_idempotent_producer
+from broker.retry import retry, worth_reporting
 from broker.storage.checkpoints import write_atomically
 from mirror.config import INTERNAL_TOPICS, MirrorConfig
 from mirror.fetcher import FetchLane, FetchSettings
@@ -124,19 +125,18 @@ class Mirror:
         """Run `step` until it succeeds, with backoff (at most `max_pause_s`) between attempts;
         a failure shows in the status under `what` until then."""
         failures = 0
-        while True:
-            try:
-                await step()
-            except (ClientError, KafkaError) as exc:
-                failures += 1
-                self.problems[what] = str(exc)
-                if failures in (1, 10) or failures % 100 == 0:
-                    log.warning("%s failed (%s); attempt %d, retrying with backoff", what, exc, failures)
-                await trio.sleep(min(max_pause_s, RETRY.delay(failures)))
-                continue
-            if self.problems.pop(what, None) is not None:
-                log.info("%s works again after %d failed attempts", what, failures)
-            return
+
+        def failed(exc: Exception, count: int) -> None:
+            nonlocal failures
+            failures = count
+            self.problems[what] = str(exc)
+            if worth_reporting(count):
+                log.warning("%s failed (%s); attempt %d, retrying with backoff", what, exc, count)
+
+        await retry(step, retriable=(ClientError, KafkaError), backoff=RETRY, on_failure=failed,
+                    deadline=math.inf, max_pause_s=max_pause_s)
+        if self.problems.pop(what, None) is not None:
+            log.info("%s works again after %d failed attempts", what, failures)
 
     async def every(self, what: str, interval_s: float, step: Callable[[], Awaitable[object]]) -> None:
         """Run `step` now and every `interval_s` until cancelled (a failed run retried sooner)."""

@@ -25,6 +25,7 @@ import trio
 from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.retry import worth_reporting
 from mirror.partition import PARK_BACKOFF, Chunk, PartitionMirror
 
 __all__ = ["FetchLane", "FetchSettings"]
@@ -126,7 +127,7 @@ class FetchLane:
         if unreachable and unreachable == len(results):
             self.failures += 1
             message = next(iter(results.values())).error_message or "no answer"
-            if self.failures in (1, 10) or self.failures % 100 == 0:
+            if worth_reporting(self.failures):
                 log.warning("source unreachable (%s); attempt %d, retrying with backoff", message, self.failures)
             self.last_error = message
         elif unreachable == 0:

@@ -45,6 +45,7 @@ from broker.protocol.records import (
     stamp_producer,
 )
 from broker.protocol.validation import check_batch
+from broker.retry import worth_reporting
 from mirror.offset_sync import SyncEmitter
 
 __all__ = ["Chunk", "PartitionMirror", "ProducerIdentity"]
@@ -411,7 +412,7 @@ class PartitionMirror:
                     await producer.renewed.wait()
                 continue
             if is_retriable(code):
-                if failures in (3, 30) or failures % 300 == 0:
+                if worth_reporting(failures, first=3):
                     log.warning("%s: %s (attempt %d); retrying", _name(self.source), self.error, failures)
                 await trio.sleep(backoff.delay(failures))
                 continue

@@ -13,22 +13,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import trio
 
 from broker.client.cluster import Client, TopicMetadata, TopicPartition
-from broker.client.connection import ConnectionFailed, check_error
+from broker.client.connection import ConnectionFailed, Message, check_error
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     CreatePartitionsRequest,
-    CreatePartitionsResponse,
     CreateTopicsRequest,
-    CreateTopicsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
-    DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
@@ -36,6 +34,8 @@ from broker.protocol.messages import (
     ListOffsetsRequest,
     ListOffsetsResponse,
 )
+from broker.retry import retry
+from broker.tasks import gather
 
 __all__ = [
     "EARLIEST",
@@ -127,19 +127,13 @@ async def _retrying(client: Client, timeout_s: float | None, attempt: Callable[[
     """Run `attempt(remaining_s)` again after a retriable KafkaError, with fresh metadata and
     backoff, until the deadline; then (or for any other error) raise."""
     deadline = trio.current_time() + (client.request_timeout_s if timeout_s is None else timeout_s)
-    failures = 0
-    while True:
-        try:
-            return await attempt(max(0.0, deadline - trio.current_time()))
-        except KafkaError as exc:
-            if exc.code not in _RETRIED:
-                raise
-            failures += 1
-            pause = client.backoff.delay(failures)
-            if trio.current_time() + pause >= deadline:
-                raise
-            client.invalidate_metadata()
-            await trio.sleep(pause)
+    return await retry(
+        lambda: attempt(max(0.0, deadline - trio.current_time())),
+        retriable=lambda exc: isinstance(exc, KafkaError) and exc.code in _RETRIED,
+        backoff=client.backoff,
+        on_failure=lambda exc, failures: client.invalidate_metadata(),
+        deadline=deadline,
+    )
 
 
 # -- topics ---------------------------------------------------------------------------------
@@ -174,16 +168,8 @@ async def create_topics(
         timeout_ms=timeout_ms,
         validate_only=validate_only,
     )
-
-    async def attempt(remaining: float) -> None:
-        response: CreateTopicsResponse = await client.request_controller(request, timeout_s=remaining)
-        for result in response.topics:
-            if exist_ok and result.error_code == ErrorCode.TOPIC_ALREADY_EXISTS:
-                continue
-            check_error(result.error_code, f"create topic {result.name!r}", result.error_message)
-
-    await _retrying(client, timeout_s, attempt)
-    client.invalidate_metadata(specs)
+    await _change_topics(client, request, lambda r: r.topics, "create topic", specs, timeout_s,
+                         tolerated=ErrorCode.TOPIC_ALREADY_EXISTS if exist_ok else None)
 
 
 async def delete_topics(
@@ -193,23 +179,15 @@ async def delete_topics(
     for the first topic that failed."""
     names = list(names)
     timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
-
-    async def attempt(remaining: float) -> None:
-        # v6 names topics in structs (name or id); v0-5 by a list of names. The version is
-        # known only once connected, so fill both: each version encodes the one it has.
-        request = DeleteTopicsRequest(
-            topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
-            topic_names=list(names),
-            timeout_ms=timeout_ms,
-        )
-        response: DeleteTopicsResponse = await client.request_controller(request, timeout_s=remaining)
-        for result in response.responses:
-            if missing_ok and result.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
-                continue
-            check_error(result.error_code, f"delete topic {result.name!r}", result.error_message)
-
-    await _retrying(client, timeout_s, attempt)
-    client.invalidate_metadata(names)
+    # v6 names topics in structs (name or id); v0-5 by a list of names. The version is known
+    # only once connected, so fill both: each version encodes the one it has.
+    request = DeleteTopicsRequest(
+        topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
+        topic_names=list(names),
+        timeout_ms=timeout_ms,
+    )
+    await _change_topics(client, request, lambda r: r.responses, "delete topic", names, timeout_s,
+                         tolerated=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if missing_ok else None)
 
 
 async def describe_topics(
@@ -270,14 +248,31 @@ async def create_partitions(
         timeout_ms=timeout_ms,
         validate_only=validate_only,
     )
+    await _change_topics(client, request, lambda r: r.results, "create partitions for", counts, timeout_s)
+
+
+async def _change_topics(
+    client: Client,
+    request: Message,
+    results_of: Callable[[Any], Iterable[Any]],
+    what: str,
+    names: Iterable[str],
+    timeout_s: float | None,
+    *,
+    tolerated: ErrorCode | None = None,
+) -> None:
+    """Send a topic change to the controller, retried as `_retrying` does; raise KafkaError
+    for the first of `results_of(response)` (each with name, error code and message) that
+    failed other than with `tolerated`. The topics' metadata is fetched again afterwards."""
 
     async def attempt(remaining: float) -> None:
-        response: CreatePartitionsResponse = await client.request_controller(request, timeout_s=remaining)
-        for result in response.results:
-            check_error(result.error_code, f"create partitions for {result.name!r}", result.error_message)
+        response = await client.request_controller(request, timeout_s=remaining)
+        for result in results_of(response):
+            if result.error_code != tolerated:
+                check_error(result.error_code, f"{what} {result.name!r}", result.error_message)
 
     await _retrying(client, timeout_s, attempt)
-    client.invalidate_metadata(counts)
+    client.invalidate_metadata(names)
 
 
 # -- configs --------------------------------------------------------------------------------
@@ -372,41 +367,56 @@ async def _config_request(
 # -- offsets --------------------------------------------------------------------------------
 
 
-async def _ask_leaders(
+async def _per_leader(
     client: Client,
     partitions: Iterable[TopicPartition],
-    remaining: float,
-    ask_leader: Callable[[int, list[TopicPartition], float], Awaitable[None]],
-) -> None:
-    """Call `ask_leader(node_id, its partitions, deadline)` for each leader of `partitions`, the
-    leaders concurrently. Raises the first KafkaError or ConnectionFailed, after all answered."""
-    deadline = trio.current_time() + remaining
-    leaders = await client.leaders_for(partitions, timeout_s=remaining)
-    by_leader: dict[int, list[TopicPartition]] = {}
-    for tp, leader in leaders.items():
-        if isinstance(leader, KafkaError):
-            raise leader
-        by_leader.setdefault(leader.node_id, []).append(tp)
-    errors: list[Exception] = []
+    timeout_s: float | None,
+    what: str,
+    request_for: Callable[[list[TopicPartition], float], Message],
+    value_of: Callable[[Any], T],
+) -> dict[TopicPartition, T]:
+    """Send `request_for(its partitions, remaining_s)` to each leader of `partitions`, the
+    leaders concurrently, retried as `_retrying` does, and map each partition to `value_of` its
+    part of the answer (a response with `topics[].name` and `topics[].partitions[]` carrying
+    `partition_index` and `error_code`, as ListOffsets and DeleteRecords have). Raises KafkaError
+    (naming `what` and the partition) for the first partition with an error, or ConnectionFailed,
+    after all answered; KafkaError when a partition is missing from the answers."""
+    wanted = list(partitions)
 
-    async def ask(node_id: int, tps: list[TopicPartition]) -> None:
-        try:
-            await ask_leader(node_id, tps, deadline)
-        except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
-            errors.append(exc)
+    async def ask(node_id: int, tps: list[TopicPartition], remaining: float,
+                  deadline: float) -> dict[TopicPartition, T]:
+        response = await client.request(
+            node_id, request_for(tps, remaining), timeout_s=max(0.0, deadline - trio.current_time())
+        )
+        out: dict[TopicPartition, T] = {}
+        for topic in response.topics:
+            for part in topic.partitions:
+                check_error(part.error_code, f"{what} of {topic.name}-{part.partition_index}")
+                out[TopicPartition(topic.name, part.partition_index)] = value_of(part)
+        return out
 
-    async with trio.open_nursery() as nursery:
-        for node_id, tps in by_leader.items():
-            nursery.start_soon(ask, node_id, tps)
-    if errors:
-        raise errors[0]
+    async def attempt(remaining: float) -> dict[TopicPartition, T]:
+        deadline = trio.current_time() + remaining
+        leaders = await client.leaders_for(wanted, timeout_s=remaining)
+        by_leader: dict[int, list[TopicPartition]] = {}
+        for tp, leader in leaders.items():
+            if isinstance(leader, KafkaError):
+                raise leader
+            by_leader.setdefault(leader.node_id, []).append(tp)
+        answers = await gather([partial(ask, node_id, tps, remaining, deadline) for node_id, tps in by_leader.items()],
+                               collect=(KafkaError, ConnectionFailed))
+        return _all_answered(wanted, {tp: value for answer in answers for tp, value in answer.items()})
+
+    return await _retrying(client, timeout_s, attempt)
 
 
-def _by_topic(tps: Iterable[TopicPartition]) -> dict[str, list[TopicPartition]]:
-    topics: dict[str, list[TopicPartition]] = {}
+def _by_topic(tps: Iterable[TopicPartition], topic: Callable[..., T], partition: Callable[[TopicPartition], Any]
+              ) -> list[T]:
+    """A request's topic list: one `topic(name=, partitions=[partition(tp), ...])` per topic."""
+    grouped: dict[str, list[TopicPartition]] = {}
     for tp in tps:
-        topics.setdefault(tp.topic, []).append(tp)
-    return topics
+        grouped.setdefault(tp.topic, []).append(tp)
+    return [topic(name=name, partitions=[partition(tp) for tp in group]) for name, group in grouped.items()]
 
 
 def _all_answered(wanted: Iterable[TopicPartition], out: Mapping[TopicPartition, T]) -> dict[TopicPartition, T]:
@@ -430,38 +440,21 @@ async def list_offsets(
     Raises KafkaError for the first partition with an error.
     """
 
-    async def attempt(remaining: float) -> dict[TopicPartition, ListedOffset]:
-        out: dict[TopicPartition, ListedOffset] = {}
+    def partition(tp: TopicPartition) -> ListOffsetsRequest.ListOffsetsPartition:
+        return ListOffsetsRequest.ListOffsetsPartition(partition_index=tp.partition, timestamp=specs[tp])
 
-        async def ask_leader(node_id: int, tps: list[TopicPartition], deadline: float) -> None:
-            request = ListOffsetsRequest(
-                replica_id=-1,
-                isolation_level=isolation_level,
-                topics=[
-                    ListOffsetsRequest.ListOffsetsTopic(name=t, partitions=[
-                        ListOffsetsRequest.ListOffsetsPartition(partition_index=tp.partition, timestamp=specs[tp])
-                        for tp in group])
-                    for t, group in _by_topic(tps).items()
-                ],
-                timeout_ms=int(remaining * 1000),
-            )
-            response: ListOffsetsResponse = await client.request(
-                node_id, request, timeout_s=max(0.0, deadline - trio.current_time())
-            )
-            for topic in response.topics:
-                for part in topic.partitions:
-                    check_error(part.error_code, f"list offsets of {topic.name}-{part.partition_index}")
-                    offset = part.offset
-                    if part.old_style_offsets and offset <= 0:  # v0 answers with a list
-                        offset = part.old_style_offsets[0]
-                    out[TopicPartition(topic.name, part.partition_index)] = ListedOffset(
-                        offset, part.timestamp, part.leader_epoch
-                    )
+    def request_for(tps: list[TopicPartition], remaining: float) -> ListOffsetsRequest:
+        topics = _by_topic(tps, ListOffsetsRequest.ListOffsetsTopic, partition)
+        return ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=topics,
+                                  timeout_ms=int(remaining * 1000))
 
-        await _ask_leaders(client, specs, remaining, ask_leader)
-        return _all_answered(specs, out)
+    def listed(part: ListOffsetsResponse.ListOffsetsPartitionResponse) -> ListedOffset:
+        offset = part.offset
+        if part.old_style_offsets and offset <= 0:  # v0 answers with a list
+            offset = part.old_style_offsets[0]
+        return ListedOffset(offset, part.timestamp, part.leader_epoch)
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _per_leader(client, specs, timeout_s, "list offsets", request_for, listed)
 
 
 async def delete_records(
@@ -473,28 +466,14 @@ async def delete_records(
     Raises KafkaError (OFFSET_OUT_OF_RANGE, ...) for the first partition that failed.
     """
 
-    async def attempt(remaining: float) -> dict[TopicPartition, int]:
-        out: dict[TopicPartition, int] = {}
+    def partition(tp: TopicPartition) -> DeleteRecordsRequest.DeleteRecordsPartition:
+        return DeleteRecordsRequest.DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
 
-        async def ask_leader(node_id: int, tps: list[TopicPartition], deadline: float) -> None:
-            request = DeleteRecordsRequest(
-                topics=[
-                    DeleteRecordsRequest.DeleteRecordsTopic(name=t, partitions=[
-                        DeleteRecordsRequest.DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
-                        for tp in group])
-                    for t, group in _by_topic(tps).items()
-                ],
-                timeout_ms=int(remaining * 1000),
-            )
-            response: DeleteRecordsResponse = await client.request(
-                node_id, request, timeout_s=max(0.0, deadline - trio.current_time())
-            )
-            for topic in response.topics:
-                for part in topic.partitions:
-                    check_error(part.error_code, f"delete records of {topic.name}-{part.partition_index}")
-                    out[TopicPartition(topic.name, part.partition_index)] = part.low_watermark
+    def request_for(tps: list[TopicPartition], remaining: float) -> DeleteRecordsRequest:
+        topics = _by_topic(tps, DeleteRecordsRequest.DeleteRecordsTopic, partition)
+        return DeleteRecordsRequest(topics=topics, timeout_ms=int(remaining * 1000))
 
-        await _ask_leaders(client, before, remaining, ask_leader)
-        return _all_answered(before, out)
+    def low_watermark(part: DeleteRecordsResponse.DeleteRecordsPartitionResult) -> int:
+        return part.low_watermark
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _per_leader(client, before, timeout_s, "delete records", request_for, low_watermark)

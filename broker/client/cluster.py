@@ -20,6 +20,7 @@ from typing import Any, NamedTuple
 
 import trio
 
+from broker.address import parse_host_port
 from broker.client.connection import (
     DEFAULT_MAX_FRAME_SIZE,
     BrokerConnection,
@@ -32,6 +33,7 @@ from broker.client.connection import (
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import MetadataRequest, MetadataResponse
+from broker.retry import Backoff
 
 __all__ = [
     "Backoff",
@@ -53,30 +55,6 @@ DEFAULT_VERSION_CAPS: Mapping[int, int] = {ApiKey.FETCH: 12}
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Reconnect backoff: `initial_s` after the first failure, doubling up to `max_s`, each
-    delay multiplied by a random factor in [1 - jitter, 1 + jitter] so that many clients do
-    not retry in step (Kafka: reconnect.backoff.ms, reconnect.backoff.max.ms)."""
-
-    initial_s: float = 0.05
-    max_s: float = 1.0
-    jitter: float = 0.2
-
-    def __post_init__(self) -> None:
-        if not (0 < self.initial_s <= self.max_s) or not 0 <= self.jitter < 1:
-            raise ValueError(f"bad backoff {self}: need 0 < initial_s <= max_s and 0 <= jitter < 1")
-
-    def delay(self, failures: int, rng: random.Random | None = None) -> float:
-        """The wait after `failures` consecutive failures (0 failures: no wait)."""
-        if failures <= 0:
-            return 0.0
-        # Capping the exponent first keeps 2**n finite however long a peer stays down.
-        base = min(self.max_s, self.initial_s * 2.0 ** min(failures - 1, 62))
-        factor = 1.0 + self.jitter * (2.0 * (rng or random).random() - 1.0)
-        return base * factor
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,7 +117,7 @@ class ClientStatistics:
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
     """"host:port,host:port" (or a list of "host:port") as (host, port) pairs.
 
-    Raises ValueError on an entry without a numeric port. IPv6 hosts go in brackets.
+    Raises ValueError on an entry without a host or a port 0..65535. IPv6 hosts go in brackets.
     """
     items = bootstrap.split(",") if isinstance(bootstrap, str) else list(bootstrap)
     out: list[tuple[str, int]] = []
@@ -147,10 +125,10 @@ def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
         item = item.strip()
         if not item:
             continue
-        host, sep, port = item.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"bootstrap address {item!r} is not host:port")
-        out.append((host.strip("[]"), int(port)))
+        host, port = parse_host_port(item, "bootstrap address")
+        if not host:
+            raise ValueError(f"bootstrap address {item!r} has no host")
+        out.append((host, port))
     if not out:
         raise ValueError("empty bootstrap list")
     return out

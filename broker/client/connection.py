@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any, ClassVar, Protocol
+from typing import Any
 
 import trio
 
@@ -31,6 +31,7 @@ from broker.protocol.frames import NEED_DATA, FrameReader
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
 from broker.protocol.primitives import Reader
+from broker.protocol.schema import Message
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -51,14 +52,6 @@ CLIENT_SOFTWARE_VERSION = "0.1.0"
 _RECEIVE_SIZE = 256 * 1024
 _API_VERSIONS_FIRST = 3  # the version a client sends first (KIP-511 made v3 the usual opener)
 _INT32_MAX = 2**31 - 1
-
-
-class Message(Protocol):
-    """Any generated request class of broker.protocol.messages."""
-
-    API_KEY: ClassVar[int]
-
-    def encode(self, version: int) -> bytearray: ...
 
 
 class ClientError(Exception):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TypeAlias, TypeVar
 
 import trio
@@ -47,6 +48,7 @@ from broker.protocol.messages import (
     OffsetFetchResponse,
 )
 from broker.protocol.primitives import Reader
+from broker.tasks import gather
 
 __all__ = [
     "CommittedOffset",
@@ -72,7 +74,6 @@ _COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR
 _COORDINATOR_ERRORS = _COORDINATOR_MOVED | {ErrorCode.COORDINATOR_LOAD_IN_PROGRESS}
 
 T = TypeVar("T")
-K = TypeVar("K")
 _Answer: TypeAlias = T | KafkaError  # a group's result, or the error the broker gave for it
 
 # group id -> coordinator, per client; dropped with the client.
@@ -241,26 +242,17 @@ async def list_groups(client: Client, *, timeout_s: float | None = None) -> list
     async def attempt(remaining: float) -> list[GroupListing]:
         deadline = trio.current_time() + remaining
         metadata = await client.refresh_metadata([], timeout_s=remaining)  # brokers only
-        found: dict[str, GroupListing] = {}
-        errors: list[Exception] = []
 
-        async def ask(node_id: int) -> None:
-            try:
-                response: ListGroupsResponse = await client.request(
-                    node_id, ListGroupsRequest(), timeout_s=max(0.0, deadline - trio.current_time())
-                )
-                check_error(response.error_code, f"list groups on broker {node_id}")
-            except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
-                errors.append(exc)
-                return
-            for g in response.groups:
-                found[g.group_id] = GroupListing(g.group_id, g.protocol_type, g.group_state)
+        async def ask(node_id: int) -> list[GroupListing]:
+            response: ListGroupsResponse = await client.request(
+                node_id, ListGroupsRequest(), timeout_s=max(0.0, deadline - trio.current_time())
+            )
+            check_error(response.error_code, f"list groups on broker {node_id}")
+            return [GroupListing(g.group_id, g.protocol_type, g.group_state) for g in response.groups]
 
-        async with trio.open_nursery() as nursery:
-            for node_id in metadata.brokers:
-                nursery.start_soon(ask, node_id)
-        if errors:
-            raise errors[0]
+        listings = await gather([partial(ask, node_id) for node_id in metadata.brokers],
+                                collect=(KafkaError, ConnectionFailed))
+        found = {g.group_id: g for listing in listings for g in listing}
         return [found[g] for g in sorted(found)]
 
     return await _retrying(client, timeout_s, attempt)
@@ -361,7 +353,7 @@ async def _per_coordinator(
         async def locate(group_id: str) -> None:
             coordinators[group_id] = await find_coordinator(client, group_id, timeout_s=remaining)
 
-        await _for_each(pending, locate)
+        await gather([partial(locate, g) for g in pending], collect=(KafkaError, ConnectionFailed))
         by_node: dict[int, list[str]] = {}
         for group_id in pending:
             by_node.setdefault(coordinators[group_id].node_id, []).append(group_id)
@@ -388,30 +380,13 @@ async def _per_coordinator(
                     continue
                 results[group_id] = answer
 
-        await _for_each(list(by_node), ask_node)
+        await gather([partial(ask_node, node) for node in by_node], collect=(KafkaError, ConnectionFailed))
         if retry:
             raise retry[0]  # _retrying asks again for the groups still without an answer
 
     if wanted:
         await _retrying(client, timeout_s, attempt)
     return {g: results[g] for g in wanted}
-
-
-async def _for_each(items: Iterable[K], run: Callable[[K], Awaitable[None]]) -> None:
-    """`run(item)` for every item concurrently; the first failure is raised once all ended."""
-    errors: list[Exception] = []
-
-    async def guarded(item: K) -> None:
-        try:
-            await run(item)
-        except (KafkaError, ConnectionFailed) as exc:  # raised below, outside the nursery
-            errors.append(exc)
-
-    async with trio.open_nursery() as nursery:
-        for item in items:
-            nursery.start_soon(guarded, item)
-    if errors:
-        raise errors[0]
 
 
 # -- offsets ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from broker.client.connection import ConnectionFailed, RequestTimeout, check_err
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from broker.protocol.records import Compression, Record, build_batch, read_batch_header, split_batches, stamp_producer
+from broker.retry import retry
 
 __all__ = [
     "IdempotentProducer",
@@ -180,23 +181,22 @@ async def produce(
         timeout_s = client.request_timeout_s + timeout_ms / 1000
     deadline = trio.current_time() + timeout_s
     tp = TopicPartition(topic, partition)
-    attempt = 0
-    while True:
-        attempt += 1
+
+    async def attempt() -> ProduceResult:
         remaining = max(0.0, deadline - trio.current_time())
         result = (
             await produce_batches(client, {tp: batches}, acks=acks, timeout_ms=timeout_ms, timeout_s=remaining)
         )[tp]
-        retry = is_retriable(result.error) and result.error not in _NOT_RESENT
-        if not retry:
-            break
-        client.invalidate_metadata([topic])
-        pause = client.backoff.delay(attempt)
-        if trio.current_time() + pause >= deadline:
-            break
-        await trio.sleep(pause)
-    result.raise_for_error()
-    return result
+        result.raise_for_error()
+        return result
+
+    return await retry(
+        attempt,
+        retriable=lambda exc: isinstance(exc, KafkaError) and is_retriable(exc.code) and exc.code not in _NOT_RESENT,
+        backoff=client.backoff,
+        on_failure=lambda exc, failures: client.invalidate_metadata([topic]),
+        deadline=deadline,
+    )
 
 
 def _stamp(batch: Buffer, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:

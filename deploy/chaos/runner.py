@@ -31,9 +31,11 @@ from pathlib import Path
 import trio
 from toxiproxy import Toxiproxy  # type: ignore[import-untyped]
 
+from broker.address import parse_host_port
 from broker.client import Client, ConnectionFailed, KafkaError, admin, init_idempotent_producer, open_client
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import DecodedRecord
+from broker.tasks import leaves
 from deploy.chaos.checker import Report, check
 from deploy.chaos.faults import LINK_FAULTS, Applied, LinkProxy, Step, call_blocking, make_schedule, run_schedule
 from deploy.chaos.payload import read_payload
@@ -220,10 +222,10 @@ class Rig:
         match = WAN_READY.match(await wan.start(self.nursery))
         assert match is not None
         self.wan_api = match.group(1)
-        host, _, port = self.wan_api.rpartition(":")
+        host, port = parse_host_port(self.wan_api, "emulator API")
         # toxiproxy-python keeps its API address in class attributes: one emulator at a time.
         server = Toxiproxy()
-        server.update_api_consumer(host, int(port))
+        server.update_api_consumer(host, port)
 
         p = self.ports
         source_argv = _cli("broker", "--data-dir", str(self.work_dir / "source"),
@@ -410,15 +412,8 @@ async def run_scenario(scenario: Scenario, *, seed: int, work_dir: Path) -> Scen
                     nursery.cancel_scope.cancel()
     except Exception as exc:  # reported in the result: one scenario's failure must not stop a matrix
         log.exception("scenario %s failed", scenario.name)
-        result.error = "; ".join(f"{type(e).__name__}: {e}" for e in _leaves(exc))
+        result.error = "; ".join(f"{type(e).__name__}: {e}" for e in leaves(exc))
     return result
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    """The exceptions inside (nested) exception groups, or `exc` itself."""
-    if isinstance(exc, BaseExceptionGroup):
-        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
-    return [exc]
 
 
 async def _exercise(rig: Rig, result: ScenarioResult) -> None:

@@ -25,6 +25,7 @@ from broker.client.admin import EARLIEST, LATEST
 from broker.client.produce import IdempotentProducer
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.records import DecodedRecord, Record, decode_batch, split_batches
+from broker.retry import retry, worth_reporting
 from deploy.chaos.payload import make_record
 
 __all__ = [
@@ -128,27 +129,35 @@ async def produce_sequenced(
 async def _send_until_acked(producer: IdempotentProducer, topic: str, partition: int, records: Sequence[Record],
                             stats: ProducerStats, give_up_after_s: float, send_timeout_s: float) -> str | None:
     """None once acknowledged, else the reason it never was."""
-    deadline = trio.current_time() + give_up_after_s
-    failures = 0
-    while True:
+
+    async def send() -> None:
         stats.attempts += 1
-        try:
-            await producer.send(topic, partition, records, timeout_s=send_timeout_s)
-            return None
-        except KafkaError as exc:
-            if not (is_retriable(exc.code) or exc.code in _AGAIN):
-                return str(exc)
-            reason = str(exc)
-        except ConnectionFailed as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-        failures += 1
+        await producer.send(topic, partition, records, timeout_s=send_timeout_s)
+
+    def failed(exc: Exception, failures: int) -> None:
         stats.retries += 1
-        pause = _RETRY.delay(failures)
-        if trio.current_time() + pause > deadline:
-            return f"unacknowledged for {give_up_after_s:.0f}s; last error {reason}"
-        if failures in (1, 10) or failures % 50 == 0:
-            log.info("producer: partition %d send failed (%s); attempt %d", partition, reason, failures)
-        await trio.sleep(pause)
+        if worth_reporting(failures):
+            log.info("producer: partition %d send failed (%s); attempt %d", partition, _reason(exc), failures)
+
+    try:
+        await retry(send, retriable=_may_pass, backoff=_RETRY, on_failure=failed,
+                    deadline=trio.current_time() + give_up_after_s)
+        return None
+    except (KafkaError, ConnectionFailed) as exc:
+        if not _may_pass(exc):
+            return str(exc)
+        return f"unacknowledged for {give_up_after_s:.0f}s; last error {_reason(exc)}"
+
+
+def _may_pass(exc: Exception) -> bool:
+    """A send failure worth another attempt with the same records."""
+    if isinstance(exc, KafkaError):
+        return is_retriable(exc.code) or exc.code in _AGAIN
+    return isinstance(exc, ConnectionFailed)
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) if isinstance(exc, KafkaError) else f"{type(exc).__name__}: {exc}"
 
 
 # -- reading back -------------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from broker.address import parse_host_port
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from deploy.launcher.launch import STATE_FILE
@@ -247,9 +248,9 @@ def _is_launcher(identity: Identity) -> bool:
 
 def broker_answers(address: str, timeout_s: float = 2.0) -> bool:
     """Whether a Kafka broker at `address` answers an ApiVersions v0 request."""
-    host, _, port = address.rpartition(":")
     try:
-        with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        host, port = parse_host_port(address)
+        with socket.create_connection((host, port), timeout=timeout_s) as sock:
             body = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 0, 1, "causeway-status"), 1)
             sock.sendall(struct.pack(">i", len(body)) + body)
             head = sock.recv(8)

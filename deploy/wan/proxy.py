@@ -28,6 +28,8 @@ from typing import Any, Final
 
 import trio
 
+from broker.address import format_host_port as format_hostport
+from broker.address import parse_host_port
 from deploy.wan.errors import PROXY_EXISTS, PROXY_NOT_FOUND, TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, bad_request
 from deploy.wan.toxics import (
     MAX_NAME,
@@ -58,49 +60,20 @@ ACCEPT_RETRY_SECONDS: Final = 0.1
 
 
 def split_hostport(text: str, what: str = "address") -> tuple[str, int]:
-    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)``.
+    """``"host:port"`` or ``"[v6]:port"`` to ``(host, port)`` (`broker.address.parse_host_port`).
 
-    Error handling: raises :class:`ApiError` (400) when there is no port or it is not 0..65535.
+    Error handling: raises :class:`ApiError` (400) when there is no port, it is not 0..65535, or
+    the host is one no resolver could take.
     """
-    if text.startswith("["):
-        host, _, rest = text[1:].partition("]")
-        if not rest.startswith(":"):
-            raise bad_request(f"{what} {text!r} must be HOST:PORT")
-        port_text = rest[1:]
-    else:
-        host, sep, port_text = text.rpartition(":")
-        if not sep:
-            raise bad_request(f"{what} {text!r} must be HOST:PORT")
-    if not port_text.isascii() or not port_text.isdigit() or len(port_text) > 5 or not 0 <= int(port_text) <= 65535:
-        raise bad_request(f"{what} {_short(text)} has a bad port")
-    _check_host(host, text, what)
-    return host, int(port_text)
+    try:
+        return parse_host_port(text, what)
+    except ValueError as error:
+        raise bad_request(str(error)) from None
 
 
 def _short(text: str) -> str:
     shown = repr(text)
     return shown if len(shown) <= 80 else shown[:77] + "..."
-
-
-def _check_host(host: str, text: str, what: str) -> None:
-    """Refuse a host no resolver could take, here rather than on a later connection: a name
-    that cannot be encoded (a label over 63 characters raised UnicodeError inside a connection
-    task and took the emulator down), control characters, or over 253 characters."""
-    if len(host) > 253 or any(ord(c) < 0x21 or c == "\x7f" for c in host):
-        raise bad_request(f"{what} {_short(text)} has a bad host")
-    try:
-        ipaddress.ip_address(host)
-        return
-    except ValueError:
-        pass
-    try:
-        host.encode("idna")
-    except UnicodeError:
-        raise bad_request(f"{what} {_short(text)} has a bad host") from None
-
-
-def format_hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _canonical_listen(text: str) -> str:

@@ -50,7 +50,7 @@ def test_parse_bootstrap(text: str | list[str], expected: list[tuple[str, int]])
     assert parse_bootstrap(text) == expected
 
 
-@pytest.mark.parametrize("text", ["", "host", "host:", ":9092", "host:port"])
+@pytest.mark.parametrize("text", ["", "host", "host:", ":9092", "host:port", "host:70000", "a b:1", "[::1]9092"])
 def test_parse_bootstrap_rejects(text: str) -> None:
     with pytest.raises(ValueError):
         parse_bootstrap(text)
