@@ -315,6 +315,8 @@ PASSIVE_TOPIC_CONFIGS: dict[str, str] = {
     "local.retention.ms": "-2",
     "max.compaction.lag.ms": "9223372036854775807",
     "message.downconversion.enable": "true",
+    # Deprecated in Kafka 3.0 and ignored there (the format is always v2), removed in 4.0.
+    "message.format.version": "3.0-IV1",
     "min.cleanable.dirty.ratio": "0.5",
     "min.compaction.lag.ms": "0",
     "preallocate": "false",

@@ -50,7 +50,9 @@ class OffsetsStore:
         """Write records to one partition; acknowledged once in the log (one replica here)."""
         now_ms = time.time_ns() // 1_000_000
         batch = build_batch([Record(key, value) for key, value in records], base_timestamp=now_ms)
-        self._replicas.get(OFFSETS_TOPIC, partition).append(batch, now_ms=now_ms)
+        replica = self._replicas.get(OFFSETS_TOPIC, partition)
+        # At flush.messages, a commit is answered after its fsync (in a worker thread).
+        await replica.wait_flushed(replica.append(batch, now_ms=now_ms))
 
     def replay(self) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Every record of every partition, oldest first within each partition."""

@@ -73,6 +73,22 @@ class Partition:
             self._wake()
         return result
 
+    async def wait_flushed(self, result: AppendResult) -> None:
+        """When `result`'s append reached flush.messages, return once it is fsynced.
+
+        Kafka's append flushes inline, so a produce at flush.messages is acknowledged after
+        the fsync. Here the fsync runs in a worker thread (broker/storage/flusher.py) while the
+        event loop serves everyone else; only this request waits. Raises KAFKA_STORAGE_ERROR
+        when the disk refuses (the records are in the log, as after a Kafka flush failure)."""
+        scheduler = self.log.scheduler
+        if not result.needs_flush or scheduler is None:
+            return
+        root = self.log.directory.parent
+        try:
+            await scheduler.flush(self.log, result.last_offset + 1)
+        except OSError as exc:
+            raise self._health.failed(root, exc, f"flushing {self.topic}-{self.index}") from exc
+
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
         """Read committed batches for a consumer (never past the high watermark)."""
         return self.log.read(

@@ -10,7 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 
@@ -31,6 +31,7 @@ from broker.server.dispatch import Dispatcher
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.storage import LogManager, cleaner
+from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 
 __all__ = ["RunningBroker", "run_broker"]
@@ -68,16 +69,17 @@ def _advertised(config: BrokerConfig, bound: list[BoundListener]) -> tuple[Liste
     return tuple(out)
 
 
-async def _every(interval_ms: int, job_name: str, job: Callable[[], object]) -> None:
-    """Run a housekeeping job every ``interval_ms`` on the broker's own thread, between requests.
+async def _every(interval_ms: int, job_name: str, job: Callable[[], Awaitable[object]]) -> None:
+    """Run a housekeeping job every ``interval_ms``.
 
-    Logs are not thread-safe, and these jobs are short (unlinking segments, writing three small
-    checkpoint files); the cleaner is the one job whose heavy part runs in a worker thread.
+    Logs are not thread-safe: each job changes them on the broker's own thread, between
+    requests, and leaves its disk waits (fsyncs, checkpoint files, unlinking deleted segments)
+    to worker threads (broker/storage/flusher.py), so the event loop never waits on the disk.
     """
     while True:
         await trio.sleep(interval_ms / 1000)
         try:
-            job()
+            await job()
         except OSError as exc:
             # A full or failing disk (ENOSPC, EIO): one line per try, the disk is the news, not
             # a traceback (appends report the dir themselves, see replication/dir_health.py).
@@ -129,6 +131,9 @@ async def run_broker(
             raise StartupError(f"loading the logs of {', '.join(map(str, config.log_dirs))} failed: "
                                f"{emfile_advice()}") from exc
         raise
+    # From here on the logs leave fsyncs, epoch checkpoints and unlinks to worker threads.
+    flusher = Flusher()
+    logs.use_flusher(flusher)
     metrics_server: MetricsServer | None = None
     try:
         if config.metrics_listener is not None:
@@ -172,12 +177,17 @@ async def run_broker(
                 config.listeners, on_connection)
             advertised = _advertised(config, bound)
             controller.register_local_broker(BrokerInfo(config.broker_id, advertised, config.rack))
-            nursery.start_soon(_every, config.log_retention_check_interval_ms, "retention",
-                               lambda: logs.apply_retention(now_ms()))
+            nursery.start_soon(flusher.run)
+
+            async def retention() -> None:
+                # Detaches expired segments here; the flusher unlinks their files in a worker.
+                logs.apply_retention(now_ms())
+
+            nursery.start_soon(_every, config.log_retention_check_interval_ms, "retention", retention)
             nursery.start_soon(_every, config.log_flush_offset_checkpoint_interval_ms, "checkpoint",
-                               logs.checkpoint)
+                               logs.checkpoint_in_thread)
             flush_interval = min(config.log_flush_scheduler_interval_ms, 1000)
-            nursery.start_soon(_every, flush_interval, "flush", lambda: logs.flush_due(now_ms()))
+            nursery.start_soon(_every, flush_interval, "flush", lambda: logs.flush_due_in_thread(now_ms()))
             if config.log_cleaner_enable:
                 nursery.start_soon(_compact_forever, logs, config.log_cleaner_backoff_ms)
             log.info("broker %d of cluster %s serving %s", config.broker_id, controller.cluster_id,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import logging
+import re
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
@@ -14,6 +16,12 @@ __all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "ConfigSource", "Synonym"
            "describe_topic_configs", "topic_config_synonyms", "validate_topic_configs"]
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS)
+
+log = logging.getLogger(__name__)
+
+# message.format.version takes a Kafka release (MetadataVersion): 0.8.0 to 0.11.0, then 1.0 to
+# 3.x, optionally with its inter-broker protocol step (`3.0-IV1`).
+_MESSAGE_FORMAT_VERSION = re.compile(r"^(0\.(8|9|10|11)\.\d|[123]\.\d{1,2})(-IV\d+)?$")
 
 
 class ConfigSource:
@@ -36,11 +44,25 @@ def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConf
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
         if value is None:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}")
+        if name == "message.format.version":
+            _check_message_format_version(value)
         out[name] = value
     acted_on = {k: v for k, v in out.items() if k in TOPIC_CONFIG_SYNONYMS}
     # Parsing into a LogConfig is the one check of every value; it raises INVALID_CONFIG.
     LogConfig.from_topic_configs(acted_on, broker_log_config(broker))
     return out
+
+
+def _check_message_format_version(value: str) -> None:
+    """Kafka 3.x accepts any release name here and ignores it (inter-broker protocol 3.0 and
+    later always write the v2 format); Kafka 4.0 removed the key. Do as 3.x did: refuse what is
+    not a release, keep the rest, say it has no effect."""
+    if not _MESSAGE_FORMAT_VERSION.match(value):
+        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration message.format.version: "
+                                                   f"Version {value} is not a valid version")
+    log.warning("Topic configuration message.format.version with value `%s` is ignored: the message format is "
+                "always v2 (as with inter-broker protocol 3.0 and later). This configuration is deprecated "
+                "and was removed in Apache Kafka 4.0.", value)
 
 
 # A synonym as DescribeConfigs lists it: (name, value, source).
@@ -86,7 +108,8 @@ _PASSIVE_BROKER_SYNONYMS: dict[str, str] = {
 # Topic configs Kafka 4.0 removed. Still accepted and kept (a topic copied from a 3.x cluster
 # carries them, and the deprecated timestamp key is still honoured), but listed only when set,
 # as a Kafka 4.x broker never lists them.
-REMOVED_IN_KAFKA_4 = frozenset({"message.downconversion.enable", "message.timestamp.difference.max.ms"})
+REMOVED_IN_KAFKA_4 = frozenset({"message.downconversion.enable", "message.format.version",
+                                "message.timestamp.difference.max.ms"})
 
 
 @functools.cache

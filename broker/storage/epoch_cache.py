@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from broker.protocol.records import BatchHeader
@@ -16,15 +18,38 @@ from broker.storage.checkpoints import CheckpointError, read_pairs, write_checkp
 
 log = logging.getLogger(__name__)
 
-__all__ = ["LeaderEpochCache", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET"]
+__all__ = ["EpochSnapshot", "LeaderEpochCache", "UNDEFINED_EPOCH", "UNDEFINED_OFFSET"]
 
 UNDEFINED_EPOCH = -1
 UNDEFINED_OFFSET = -1
 
 
+@dataclass(frozen=True, slots=True)
+class EpochSnapshot:
+    """The entries as they stood at one change, to be written by :meth:`LeaderEpochCache.write`."""
+
+    version: int
+    entries: tuple[tuple[int, int], ...]
+
+
 class LeaderEpochCache:
-    def __init__(self, path: Path) -> None:
+    """Entries in memory, changed on the owner's thread, and the checkpoint file.
+
+    With ``deferred`` writes (the broker's logs), a change only marks the cache dirty and the
+    owner writes a :meth:`snapshot` from a worker thread (with the log's flush, before the
+    recovery point moves past the change, and at each offset checkpoint): the checkpoint costs
+    two fsyncs, which must not stall the event loop on every new leader epoch. What a crash
+    leaves unwritten is rebuilt from the batches recovery scans (every batch carries its
+    leader's epoch), as Kafka's segment recovery does. Without ``deferred`` (a log used on its
+    own, in tools and tests) every change is written at once.
+    """
+
+    def __init__(self, path: Path, *, deferred: bool = False) -> None:
         self.path = path
+        self.deferred = deferred
+        self._version = 0  # bumped by every change
+        self._written = 0  # the version on disk
+        self._write_lock = threading.Lock()  # one writer of the file at a time (shared .tmp name)
         # True when the file was damaged: the owner rebuilds the entries from the batch headers
         # (every batch carries the epoch of the leader that wrote it), as Kafka's recovery does.
         self.needs_rebuild = False
@@ -48,6 +73,9 @@ class LeaderEpochCache:
         if epoch < 0 or (self.entries and epoch <= self.entries[-1][0]):
             return
         self.entries.append((epoch, start_offset))
+        if self.deferred:
+            self._changed()
+            return
         try:
             self.flush()
         except OSError:
@@ -73,7 +101,7 @@ class LeaderEpochCache:
         kept = [(e, o) for e, o in self.entries if o < end_offset]
         if kept != self.entries:
             self.entries = kept
-            self.flush()
+            self._changed()
 
     def truncate_from_start(self, start_offset: int) -> None:
         """The log now starts at `start_offset`: older epochs collapse into one entry there."""
@@ -84,7 +112,7 @@ class LeaderEpochCache:
         updated = [(self.entries[last][0], start_offset), *self.entries[last + 1 :]]
         if updated != self.entries:
             self.entries = updated
-            self.flush()
+            self._changed()
 
     def rebuild(self, headers: Iterable[BatchHeader]) -> None:
         """Entries from the leader epochs stamped on the log's batches (in log order): an entry
@@ -98,5 +126,30 @@ class LeaderEpochCache:
         self.needs_rebuild = False
         self.flush()
 
+    def _changed(self) -> None:
+        self._version += 1
+        if not self.deferred:
+            self.flush()
+
+    @property
+    def dirty(self) -> bool:
+        return self._version != self._written
+
+    def snapshot(self) -> EpochSnapshot | None:
+        """What to write, when something changed since the last write (owner's thread)."""
+        if not self.dirty:
+            return None
+        return EpochSnapshot(self._version, tuple(self.entries))
+
+    def write(self, snapshot: EpochSnapshot) -> None:
+        """Write `snapshot` unless a newer one is on disk already (any thread; blocking)."""
+        with self._write_lock:
+            if snapshot.version <= self._written:
+                return
+            write_checkpoint(self.path, snapshot.entries)
+            self._written = snapshot.version
+
     def flush(self) -> None:
-        write_checkpoint(self.path, self.entries)
+        """Write the entries now (blocking)."""
+        self._version += 1
+        self.write(EpochSnapshot(self._version, tuple(self.entries)))

@@ -13,8 +13,10 @@ import os
 import re
 import shutil
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
@@ -29,13 +31,14 @@ from broker.protocol.records import (
 )
 from broker.protocol.validation import LONG_MAX, check_produced
 from broker.storage.config import LogConfig
-from broker.storage.epoch_cache import LeaderEpochCache
+from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.quarantine import Cut, keep_cut
-from broker.storage.segment import LogSegment, RecoveryResult
+from broker.storage.segment import LogSegment, RecoveryResult, UnflushedIndexes
 
-__all__ = ["AppendResult", "Log", "ReadResult", "parse_partition_dir"]
+__all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors",
+           "parse_partition_dir"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +64,54 @@ class AppendResult:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     duplicate: bool = False
+    # flush.messages was reached and the flush was left to the log's scheduler: the caller
+    # awaits it (in a worker thread) before acknowledging, as Kafka's append flushes inline.
+    needs_flush: bool = False
+
+
+class RecordErrors(KafkaError):
+    """Records of a batch refused one by one (KIP-467): Produce v8+ answers each one's index in
+    its batch and message in `record_errors`, so a client fails only those records."""
+
+    def __init__(self, code: ErrorCode, errors: Sequence[tuple[int, str]]) -> None:
+        # Kafka's InvalidRecordException text (LogValidator.processRecordErrors).
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        super().__init__(code, f"One or more records have been rejected due to {len(errors)} record errors in "
+                               f"total, and only showing the first three errors at most: [{shown}]")
+        self.record_errors = list(errors)
+
+
+class FlushScheduler(Protocol):
+    """Where a log sends the blocking work the event loop must not do (broker/storage/flusher.py):
+    the fsync of finished segments after a roll, and the unlinking of deleted segments."""
+
+    def request(self, log: Log, upto: int) -> None: ...
+
+    def discard(self, segments: list[LogSegment]) -> None: ...
+
+    async def flush(self, log: Log, upto: int | None = None, *, now_ms: int | None = None) -> None: ...
+
+
+@dataclass(slots=True)
+class FlushJob:
+    """What one flush makes durable, taken on the log's thread (:meth:`Log.begin_flush`) and
+    run in any thread (:meth:`run`); :meth:`Log.end_flush` then moves the recovery point."""
+
+    upto: int
+    segments: list[tuple[LogSegment, UnflushedIndexes]]
+    epochs: EpochSnapshot | None
+    epoch_cache: LeaderEpochCache
+    truncations: int
+    done: bool = field(default=False)
+
+    def run(self) -> None:
+        """fsync the segment files, append their new index entries and write the leader epoch
+        checkpoint. Blocking; touches only files and thread-safe state."""
+        for segment, indexes in self.segments:
+            segment.sync(indexes)
+        if self.epochs is not None:
+            self.epoch_cache.write(self.epochs)
+        self.done = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +154,10 @@ class Log:
         self.recovery_point = 0
         self.producers = ProducerStateManager()
         self.epochs = LeaderEpochCache(directory / "leader-epoch-checkpoint")
-        self._unflushed_messages = 0
         self._last_flush_ms: int | None = None
+        self._scheduler: FlushScheduler | None = None
+        self._truncations = 0  # a flush taken before a truncation must not move the recovery point
+        self.closed = False
         self.cleaned_up_to = 0  # offsets below this have been through the cleaner (compaction)
         self.tombstones_expire_at: int | None = None  # when a kept tombstone becomes removable
 
@@ -141,6 +194,13 @@ class Log:
             if stem.isdigit() and len(stem) == 20 and int(stem) not in present:
                 orphan.unlink()
         recovery = recovery_point if recovery_point is not None else -1
+        # (epoch, first offset) of every batch recovery checks: the epoch checkpoint may lag them.
+        seen_epochs: list[tuple[int, int]] = []
+
+        def note_epoch(header: BatchHeader) -> None:
+            if not seen_epochs or header.partition_leader_epoch > seen_epochs[-1][0]:
+                seen_epochs.append((header.partition_leader_epoch, header.base_offset))
+
         for i, base in enumerate(bases):
             segment = LogSegment(directory, base, index_max_bytes=config.segment_index_bytes, create=False)
             segment._index_interval = config.index_interval_bytes
@@ -158,7 +218,7 @@ class Log:
             if clean:
                 segment.load(trust_indexes=True, before_cut=before_cut)
             else:
-                segment.recover(check_crc=True, before_cut=before_cut)
+                segment.recover(check_crc=True, before_cut=before_cut, on_batch=note_epoch)
             self.segments.append(segment)
             if cuts and cuts[0].later_segments:
                 break
@@ -167,12 +227,27 @@ class Log:
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
         if self.epochs.needs_rebuild:
             self.epochs.rebuild(h for segment in self.segments for _, h in segment.iter_headers())
+        else:
+            self._recover_epochs(seen_epochs)
         self.epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()
         self.high_watermark = self.log_end_offset
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self
+
+    def _recover_epochs(self, seen: list[tuple[int, int]]) -> None:
+        """Epochs of the batches past the recovery point, which the checkpoint may not hold yet
+        (the broker writes it with the flush that moves the recovery point), as Kafka's segment
+        recovery assigns them. Written once, at the end."""
+        deferred, self.epochs.deferred = self.epochs.deferred, True
+        try:
+            for epoch, start_offset in seen:
+                self.epochs.assign(epoch, start_offset)
+        finally:
+            self.epochs.deferred = deferred
+        if self.epochs.dirty:
+            self.epochs.flush()
 
     def _keep_cut(self, segment: LogSegment, result: RecoveryResult, later: list[int]) -> Cut:
         """Quarantine what recovery is about to cut from `segment` (and the `later` segments),
@@ -198,6 +273,21 @@ class Log:
             for _, header in segment.iter_headers():
                 if header.has_producer_id:
                     self.producers.update(header, header.base_offset, header.max_timestamp)
+
+    # -- the flush scheduler -------------------------------------------------------------
+
+    @property
+    def scheduler(self) -> FlushScheduler | None:
+        return self._scheduler
+
+    @scheduler.setter
+    def scheduler(self, scheduler: FlushScheduler | None) -> None:
+        """With a scheduler (the broker's), nothing here blocks on the disk but the write itself:
+        the fsync of a rolled segment, the leader epoch checkpoint and the unlinking of deleted
+        segments go to it, and flush.messages is left to the caller (`AppendResult.needs_flush`).
+        Without one (a log used on its own) all of that happens inline, as it always did."""
+        self._scheduler = scheduler
+        self.epochs.deferred = scheduler is not None
 
     # -- offsets -------------------------------------------------------------------------
 
@@ -257,8 +347,13 @@ class Log:
                 # As Kafka does, and only for compacted topics: records are read to refuse
                 # one without a key, which compaction could never resolve.
                 _, decoded = decode_batch(buf, pos)
-                if any(r.key is None for r in decoded):
-                    raise KafkaError(ErrorCode.INVALID_RECORD, "Compacted topic cannot accept message without key")
+                keyless = [i for i, r in enumerate(decoded) if r.key is None]
+                if keyless:
+                    # Each record is named by its index in its batch (KIP-467), as Kafka does.
+                    where = self.directory.name
+                    raise RecordErrors(ErrorCode.INVALID_RECORD, [
+                        (i, f"Compacted topic cannot accept message without key in topic partition {where}")
+                        for i in keyless])
             original = self.producers.check(header, pending)
             if original is not None:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
@@ -283,10 +378,19 @@ class Log:
         self.active.append(buf, assigned, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
         for _, header in assigned:
             self.producers.update(header, header.base_offset, header.max_timestamp)
-        self._unflushed_messages += next_offset - first_offset
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush()
-        return AppendResult(first_offset, next_offset - 1, log_append_time, self.log_start_offset)
+        needs_flush = False
+        if self.unflushed_messages >= self.config.flush_messages:
+            if self._scheduler is None:
+                self.flush()
+            else:
+                needs_flush = True
+        return AppendResult(first_offset, next_offset - 1, log_append_time, self.log_start_offset,
+                            needs_flush=needs_flush)
+
+    @property
+    def unflushed_messages(self) -> int:
+        """Offsets appended past the recovery point (Kafka's unflushedMessages)."""
+        return self.log_end_offset - self.recovery_point
 
     def _maybe_roll(self, incoming: int, now_ms: int) -> None:
         active = self.active
@@ -302,12 +406,18 @@ class Log:
         if self.active.size == 0:
             return self.active
         # Flush the finished segment, as Kafka does at a roll: the recovery point moves past it,
-        # so a crash later re-checks only the active segment.
+        # so a crash later re-checks only the active segment. With a scheduler the fsync runs in
+        # a worker thread after the swap (Kafka schedules it too: flushUptoOffsetExclusive), and
+        # the recovery point moves when it has completed; until then recovery re-checks both.
         self.active.seal()
-        self.active.flush()
-        self.recovery_point = max(self.recovery_point, self.log_end_offset)
-        segment = self._new_segment(self.log_end_offset)
+        base = self.log_end_offset
+        if self._scheduler is None:
+            self.active.flush()
+            self.recovery_point = max(self.recovery_point, base)
+        segment = self._new_segment(base)
         self.segments.append(segment)
+        if self._scheduler is not None:
+            self._scheduler.request(self, base)
         return segment
 
     # -- reading -------------------------------------------------------------------------
@@ -415,7 +525,11 @@ class Log:
             if not predicate(self.segments[0], nxt):  # type: ignore[operator]
                 break
             segment = self.segments.pop(0)
-            segment.delete()
+            if self._scheduler is None:
+                segment.delete()
+            else:
+                segment.detach()  # off the list now; the scheduler unlinks its files in a worker
+                self._scheduler.discard([segment])
             deleted += 1
         if deleted:
             self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
@@ -456,6 +570,9 @@ class Log:
         """Remove everything at or after `offset` (a follower cutting a divergent tail)."""
         if offset >= self.log_end_offset:
             return
+        self._truncations += 1
+        # Unlinked inline, not by the scheduler: a later roll may create a segment of the same
+        # base offset, whose files a late unlink would remove.
         while len(self.segments) > 1 and self.active.base_offset >= offset:
             self.segments.pop().delete()
         self.active.truncate_to(offset)
@@ -466,28 +583,47 @@ class Log:
 
     # -- durability ----------------------------------------------------------------------
 
-    def flush(self, now_ms: int | None = None) -> None:
-        """fsync every segment with unflushed data; advances the recovery point."""
-        for segment in self.segments:
-            if segment.next_offset > self.recovery_point:
-                segment.flush()
-        self.recovery_point = self.log_end_offset
-        self._unflushed_messages = 0
+    def begin_flush(self, upto: int | None = None, now_ms: int | None = None) -> FlushJob:
+        """What must be made durable for the recovery point to reach `upto` (the log end offset
+        by default): the segments holding unflushed offsets below it (or index entries not yet
+        written), and the leader epoch checkpoint when it changed. Taken on the log's thread;
+        the job may then run in a worker while appends go on."""
+        upto = self.log_end_offset if upto is None else min(upto, self.log_end_offset)
+        work = [(s, s.take_unflushed()) for s in self.segments
+                if s.base_offset < upto and (s.next_offset > self.recovery_point or s.has_unflushed_indexes)]
         if now_ms is not None:
             self._last_flush_ms = now_ms
+        return FlushJob(upto, work, self.epochs.snapshot(), self.epochs, self._truncations)
 
-    def flush_if_due(self, now_ms: int) -> bool:
-        """Flush when flush.ms has passed since the last flush and there is something to flush."""
-        if self.config.flush_ms >= 2**62 or self._unflushed_messages == 0:
+    def end_flush(self, job: FlushJob) -> None:
+        """The job has run: move the recovery point to what it made durable (not when the log
+        was truncated meanwhile: the truncation moved it back already)."""
+        if job.done and job.truncations == self._truncations:
+            self.recovery_point = max(self.recovery_point, min(job.upto, self.log_end_offset))
+
+    def flush(self, now_ms: int | None = None) -> None:
+        """fsync every segment with unflushed data; advances the recovery point (blocking)."""
+        job = self.begin_flush(now_ms=now_ms)
+        job.run()
+        self.end_flush(job)
+
+    def flush_due(self, now_ms: int) -> bool:
+        """Whether flush.ms has passed since the last flush and there is something to flush."""
+        if self.config.flush_ms >= 2**62 or self.unflushed_messages == 0:
             return False
         if self._last_flush_ms is None:
             self._last_flush_ms = now_ms
-        if now_ms - self._last_flush_ms >= self.config.flush_ms:
+        return now_ms - self._last_flush_ms >= self.config.flush_ms
+
+    def flush_if_due(self, now_ms: int) -> bool:
+        """Flush (blocking) when :meth:`flush_due`."""
+        if self.flush_due(now_ms):
             self.flush(now_ms)
             return True
         return False
 
     def close(self) -> None:
+        self.closed = True
         for segment in self.segments:
             segment.close()
 

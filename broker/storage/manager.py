@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import logging
 import shutil
+import threading
+from dataclasses import dataclass
 from pathlib import Path
+
+import trio
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.checkpoints import CheckpointError, read_offsets, write_offsets
 from broker.storage.config import LogConfig
+from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
+from broker.storage.flusher import Flusher
 from broker.storage.lock import LogDirLock
 from broker.storage.log import Log, parse_partition_dir
 
@@ -32,6 +38,15 @@ def _read_or_forget(path: Path, consequence: str) -> dict[tuple[str, int], int]:
         return {}
 
 
+@dataclass(frozen=True, slots=True)
+class Checkpoints:
+    """The offsets of every log as they stood at one moment, taken on the loop and written by
+    :meth:`LogManager.write_checkpoints` in a worker thread."""
+
+    files: tuple[tuple[Path, dict[tuple[str, int], int]], ...]
+    epochs: tuple[tuple[LeaderEpochCache, EpochSnapshot], ...]
+
+
 class LogManager:
     def __init__(self, log_dirs: list[Path], default_config: LogConfig) -> None:
         if not log_dirs:
@@ -41,6 +56,19 @@ class LogManager:
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
         self._locks: list[LogDirLock] = []
+        self.flusher: Flusher | None = None
+        self._checkpoint_lock = threading.Lock()  # one writer of the checkpoint files at a time
+
+    def use_flusher(self, flusher: Flusher) -> None:
+        """From now on every log leaves its blocking disk work to `flusher` (worker threads)."""
+        self.flusher = flusher
+        for partition_log in self._logs.values():
+            partition_log.scheduler = flusher
+
+    def _own(self, partition_log: Log) -> Log:
+        if self.flusher is not None:
+            partition_log.scheduler = self.flusher
+        return partition_log
 
     def lock_dirs(self) -> None:
         """Lock every log dir (Kafka's `.lock`) for this process's life, before anything in them
@@ -109,7 +137,7 @@ class LogManager:
         for d in self._dir_of.values():
             counts[d] += 1
         root = min(self.log_dirs, key=lambda d: counts[d])
-        created = Log.open(root / f"{topic}-{partition}", config, recovery_point=0)
+        created = self._own(Log.open(root / f"{topic}-{partition}", config, recovery_point=0))
         self._logs[key] = created
         self._dir_of[key] = root
         return created
@@ -136,7 +164,7 @@ class LogManager:
         existing = self._logs.get(key)
         if existing is not None:
             return existing
-        self._logs[key] = opened
+        self._logs[key] = self._own(opened)
         self._dir_of[key] = root
         return opened
 
@@ -158,12 +186,35 @@ class LogManager:
         return dict(self._logs)
 
     def checkpoint(self) -> None:
-        """Write the three offset checkpoints of every log dir."""
+        """Write the three offset checkpoints of every log dir (blocking)."""
+        self.write_checkpoints(self.take_checkpoints())
+
+    def take_checkpoints(self) -> Checkpoints:
+        """What :meth:`write_checkpoints` writes, as it stands now (on the logs' thread)."""
+        files: list[tuple[Path, dict[tuple[str, int], int]]] = []
         for root in self.log_dirs:
             keys = [k for k, d in self._dir_of.items() if d == root]
-            write_offsets(root / RECOVERY_POINT_FILE, {k: self._logs[k].recovery_point for k in keys})
-            write_offsets(root / LOG_START_FILE, {k: self._logs[k].log_start_offset for k in keys})
-            write_offsets(root / REPLICATION_FILE, {k: self._logs[k].high_watermark for k in keys})
+            files.append((root / RECOVERY_POINT_FILE, {k: self._logs[k].recovery_point for k in keys}))
+            files.append((root / LOG_START_FILE, {k: self._logs[k].log_start_offset for k in keys}))
+            files.append((root / REPLICATION_FILE, {k: self._logs[k].high_watermark for k in keys}))
+        # Leader epoch checkpoints changed since their last write (deferred by the logs).
+        epochs = [(lg.epochs, snap) for lg in self._logs.values() if (snap := lg.epochs.snapshot()) is not None]
+        return Checkpoints(tuple(files), tuple(epochs))
+
+    def write_checkpoints(self, checkpoints: Checkpoints) -> None:
+        """Write what :meth:`take_checkpoints` took (any thread; blocking: each file is fsynced)."""
+        with self._checkpoint_lock:
+            for path, offsets in checkpoints.files:
+                write_offsets(path, offsets)
+        for cache, snapshot in checkpoints.epochs:
+            try:
+                cache.write(snapshot)
+            except FileNotFoundError:
+                pass  # the partition was deleted meanwhile
+
+    async def checkpoint_in_thread(self) -> None:
+        """:meth:`checkpoint` with the writing in a worker thread."""
+        await trio.to_thread.run_sync(self.write_checkpoints, self.take_checkpoints())
 
     def apply_retention(self, now_ms: int) -> int:
         deleted = 0
@@ -175,10 +226,21 @@ class LogManager:
         return deleted
 
     def flush_due(self, now_ms: int) -> int:
+        """Flush (blocking) every log whose flush.ms has passed; returns how many."""
         return sum(1 for partition_log in self._logs.values() if partition_log.flush_if_due(now_ms))
+
+    async def flush_due_in_thread(self, now_ms: int) -> int:
+        """:meth:`flush_due` with the fsyncs in worker threads (through the flusher)."""
+        flusher = self.flusher or Flusher()
+        due = [lg for lg in self._logs.values() if lg.flush_due(now_ms)]
+        for partition_log in due:
+            await flusher.flush(partition_log, now_ms=now_ms)
+        return len(due)
 
     def close(self) -> None:
         """Flush every log, write the checkpoints (a clean stop needs no recovery), close."""
+        if self.flusher is not None:
+            self.flusher.delete_discarded_now()
         for partition_log in self._logs.values():
             partition_log.flush()
         self.checkpoint()

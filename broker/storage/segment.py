@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -64,6 +65,14 @@ class LogSegment:
         self.offset_of_max_timestamp = -1
         self.created_ms: int | None = None
         self._bytes_since_index = 0
+        # Index entries are written to their files by flushes that may run in a worker thread
+        # (see `take_unflushed` / `sync`), while the loop may rewrite the same files (recovery,
+        # truncation) or retire the segment (deletion, compaction). The lock orders those writes;
+        # a flush taken before a rewrite (`_index_generation` moved) or after retirement writes
+        # nothing, so stale entries never land in a rewritten or replaced index file.
+        self._index_lock = threading.Lock()
+        self._index_generation = 0
+        self.retired = False  # deleted, replaced by the cleaner or closed: nothing to flush
         if create:
             self.offset_index.path.touch()
             self.time_index.path.touch()
@@ -111,13 +120,15 @@ class LogSegment:
                 log.warning("rebuilding indexes of %s: %s", self.path, exc)
         return self.recover(check_crc=False, before_cut=before_cut)
 
-    def recover(self, *, check_crc: bool = True, before_cut: BeforeCut | None = None) -> RecoveryResult:
+    def recover(self, *, check_crc: bool = True, before_cut: BeforeCut | None = None,
+                on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
         """Scan every batch, rebuild both indexes, and cut the file at the first bad batch.
 
         A batch is bad when its header is short or malformed, it runs past the end of the file,
         its offsets go backwards, or (with `check_crc`) its CRC does not match: what a torn
         write leaves behind. `before_cut` sees the result before the file is cut, so the caller
-        can keep what is cut off; without it the cut is only logged.
+        can keep what is cut off; without it the cut is only logged. `on_batch` sees the
+        header of every batch kept, in order.
         """
         self.offset_index.keys.clear()
         self.offset_index.values.clear()
@@ -151,6 +162,8 @@ class LogSegment:
                         reason = f"CRC mismatch in the batch at position {pos}"
                         break
                 self._index(header, pos)
+                if on_batch is not None:
+                    on_batch(header)
                 pos += header.size
                 valid_end = pos
                 batches += 1
@@ -163,10 +176,12 @@ class LogSegment:
                                 valid_end, reason)
                 os.ftruncate(fd, valid_end)
                 self.size = valid_end
-        self.offset_index.rewrite()
-        self.time_index.rewrite()
-        self.offset_index._pending.clear()
-        self.time_index._pending.clear()
+        with self._index_lock:
+            self._index_generation += 1
+            self.offset_index.rewrite()
+            self.time_index.rewrite()
+            self.offset_index._pending.clear()
+            self.time_index._pending.clear()
         return result
 
     # -- appending -----------------------------------------------------------------------
@@ -263,7 +278,9 @@ class LogSegment:
         with self.pinned_fd() as fd:
             os.ftruncate(fd, position)
         self.size = position
-        self.offset_index.truncate_to_position(position)
+        with self._index_lock:
+            self._index_generation += 1
+            self.offset_index.truncate_to_position(position)
         # Rebuild the rest of the in-memory state from what remains.
         self.recover(check_crc=False)
         return removed
@@ -278,25 +295,101 @@ class LogSegment:
     def index_full(self) -> bool:
         return self.offset_index.full or self.time_index.full
 
+    @property
+    def has_unflushed_indexes(self) -> bool:
+        return bool(self.offset_index._pending or self.time_index._pending)
+
+    def take_unflushed(self) -> UnflushedIndexes:
+        """The index entries made since the last flush, handed to :meth:`sync` (on the thread
+        that owns the segment: appends add entries there)."""
+        taken = UnflushedIndexes(self._index_generation, bytes(self.offset_index._pending),
+                                 bytes(self.time_index._pending))
+        self.offset_index._pending.clear()
+        self.time_index._pending.clear()
+        return taken
+
+    def sync(self, indexes: UnflushedIndexes) -> None:
+        """fsync the segment file and append `indexes` to the index files, fsynced. Safe in a
+        worker thread while the owner goes on appending: only the file is touched, through a
+        pinned descriptor, and a segment retired meanwhile (deleted, compacted) is skipped."""
+        if self.retired:
+            return
+        try:
+            # fsync through a descriptor opened after the write still flushes it: dirty pages
+            # belong to the file, not to the descriptor that wrote them.
+            with self.pinned_fd() as fd:
+                os.fsync(fd)
+        except OSError:
+            if self.retired:  # deleted or replaced while we waited: nothing left to make durable
+                return
+            raise
+        for index, data in ((self.offset_index, indexes.offset_entries), (self.time_index, indexes.time_entries)):
+            if data:
+                self._append_index(index.path, data, indexes.generation)
+
+    def _append_index(self, path: Path, data: bytes, generation: int) -> None:
+        with self._index_lock:
+            if self.retired or generation != self._index_generation:
+                return  # the file was rewritten from memory meanwhile; it holds these entries
+            try:
+                # No O_CREAT: a file deleted meanwhile (the cleaner replaces indexes) stays gone.
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return
+            try:
+                os.write(fd, data)
+            except BaseException:
+                os.close(fd)
+                raise
+        try:
+            os.fsync(fd)  # outside the lock: the loop may rewrite the file while this waits
+        finally:
+            os.close(fd)
+
     def flush(self) -> None:
-        # fsync through a descriptor opened after the write still flushes it: dirty pages
-        # belong to the file, not to the descriptor that wrote them.
-        with self.pinned_fd() as fd:
-            os.fsync(fd)
-        self.offset_index.flush()
-        self.time_index.flush()
+        """fsync the file and write the index entries made since the last flush (blocking)."""
+        self.sync(self.take_unflushed())
 
     def close(self) -> None:
-        self.offset_index.flush()
-        self.time_index.flush()
+        if not self.retired:
+            self.flush_indexes()
+        self.retired = True
         HANDLES.close(self)
+
+    def flush_indexes(self) -> None:
+        taken = self.take_unflushed()
+        for index, data in ((self.offset_index, taken.offset_entries), (self.time_index, taken.time_entries)):
+            if data:
+                self._append_index(index.path, data, taken.generation)
 
     def close_quietly(self) -> None:
         """Close the file without touching the index files (they are being replaced)."""
+        with self._index_lock:
+            self.retired = True
         HANDLES.close(self)
 
-    def delete(self) -> None:
+    def detach(self) -> None:
+        """Retire the segment ahead of :meth:`delete_files` (which may run in a worker thread):
+        in-flight flushes stop writing to it. The descriptor closes once no fetch slice pins it."""
+        with self._index_lock:
+            self.retired = True
         HANDLES.close(self)
+
+    def delete_files(self) -> None:
+        """Unlink the segment's three files (after :meth:`detach`; blocking, thread-safe)."""
         self.path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+
+    def delete(self) -> None:
+        self.detach()
+        self.delete_files()
+
+
+@dataclass(frozen=True, slots=True)
+class UnflushedIndexes:
+    """Index entries made since a segment's last flush: what :meth:`LogSegment.sync` appends."""
+
+    generation: int
+    offset_entries: bytes
+    time_entries: bytes

@@ -12,12 +12,24 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.server.context import RequestContext, now_ms
 from broker.server.handlers.base import ApiHandler
+from broker.storage.log import RecordErrors
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
+RecordError = ProduceResponse.BatchIndexAndErrorMessage
 
 
 def _error(index: int, code: ErrorCode, message: str | None = None) -> PartitionResponse:
     return PartitionResponse(index=index, error_code=code, base_offset=-1, error_message=message)
+
+
+def _refused(index: int, exc: KafkaError) -> PartitionResponse:
+    """The answer for a refused append; records refused one by one are named (KIP-467, v8+:
+    older versions drop the fields), so a client fails only those records."""
+    response = _error(index, exc.code, exc.message or None)
+    if isinstance(exc, RecordErrors):
+        response.record_errors = [RecordError(batch_index=i, batch_index_error_message=m)
+                                  for i, m in exc.record_errors]
+    return response
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
@@ -59,8 +71,9 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                         )
                 result = partition.append(data.records, now_ms=timestamp,
                                           transactional=request.transactional_id is not None)
+                await partition.wait_flushed(result)
             except KafkaError as exc:
-                partitions.append(_error(data.index, exc.code, exc.message or None))
+                partitions.append(_refused(data.index, exc))
                 continue
             partitions.append(
                 PartitionResponse(
