@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench import ceiling, clients, groups, raw
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 
 @contextmanager

@@ -25,11 +25,12 @@ from pathlib import Path
 
 from bench import ceiling, raw
 from bench.clients import Throughput, create_topic
+from broker.clock import now_ms
 from broker.protocol import validation
 from broker.protocol.records import Compression, read_batch_header
 from broker.storage.config import LogConfig
 from broker.storage.log import Log
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[1]
 WORKLOADS = [(size, codec, mixed) for size in (100, 1024)
@@ -89,7 +90,7 @@ def append_cost_us(batch: bytes, config: LogConfig, repeat: int = 5, number: int
             for _ in range(repeat):
                 start = time.perf_counter()
                 for _ in range(number):
-                    log.append_as_leader(batch, leader_epoch=0, now_ms=int(time.time() * 1000))
+                    log.append_as_leader(batch, leader_epoch=0, now_ms=now_ms())
                 best = min(best, (time.perf_counter() - start) / number)
         finally:
             log.close()
@@ -106,7 +107,7 @@ def validation_cost_us(batch: bytes, *, before_max_ms: int, after_max_ms: int | 
         if after_max_ms is None:
             validation.check_batch(batch, 0, header)
         else:
-            validation.check_produced(batch, 0, header, transactional=False, now_ms=int(time.time() * 1000),
+            validation.check_produced(batch, 0, header, transactional=False, now_ms=now_ms(),
                                       before_max_ms=before_max_ms, after_max_ms=after_max_ms)
 
     return min(timeit.repeat(once, number=number, repeat=repeat)) / number * 1e6

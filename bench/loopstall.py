@@ -28,7 +28,7 @@ from pathlib import Path
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 SEGMENT_BYTES = 4 << 20
 

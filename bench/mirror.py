@@ -33,9 +33,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import ceiling, clients
 from bench.clients import Throughput as Copy
+from deploy.broker_process import BrokerProcess
 from deploy.launcher.launch import free_port, link_toxics, wan_request
 from deploy.launcher.plan import LinkPlan
-from tests.support.broker import BrokerProcess
 
 PARTITIONS = 4
 ROOT = Path(__file__).resolve().parents[1]

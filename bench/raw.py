@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bench.clients import Throughput
 from broker.address import parse_host_port
+from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
@@ -64,7 +65,7 @@ def build(size: int, *, per_batch: int = 1000, compression: int = 0, mixed: bool
     values = [text[a:b] for a, b in zip(starts, starts[1:], strict=False)]
     # Timestamps as a producer's: now, a few milliseconds apart (so a broker bounding them with
     # log.message.timestamp.*.max.ms accepts them, and reads each).
-    now = int(time.time() * 1000)
+    now = now_ms()
     batch = build_batch([Record(None, v, timestamp=now + i // 10) for i, v in enumerate(values)],
                         compression=compression)
     return batch
@@ -132,7 +133,7 @@ def stalled_fetches_rss(bootstrap: str, topic: str, pid: int, *, clients: int = 
     Each client shrinks its receive buffer so that what stays behind is what the broker holds.
     RSS is read from /proc until it has not grown for `settle_s` (bounded at 60 s).
     """
-    from tests.support.broker import rss_bytes
+    from deploy.broker_process import rss_bytes
 
     request = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, topics=[
         FetchRequest.FetchTopic(topic=topic, partitions=[
@@ -166,7 +167,7 @@ def main() -> None:
     """Stalled-fetch RSS and fetch throughput on a fresh broker: the figures of BENCHMARKS.md's
     "Fetch memory" section (python -m bench.raw)."""
     from bench.clients import create_topic
-    from tests.support.broker import BrokerProcess, rss_bytes
+    from deploy.broker_process import BrokerProcess, rss_bytes
 
     parser = argparse.ArgumentParser(prog="python -m bench.raw")
     parser.add_argument("--clients", type=int, default=12)

@@ -14,7 +14,6 @@ down at start or at any time: every loop retries with backoff and says what it w
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import time
@@ -28,19 +27,21 @@ from typing import Any
 
 import trio
 
+from broker.atomic_file import write_atomically
 from broker.client import Backoff, Client, ClientError, KafkaError, TopicPartition, admin, open_client
 from broker.client.admin import EARLIEST, NewTopic
 from broker.client.produce import init_idempotent_producer
+from broker.clock import now_ms
 from broker.retry import retry, worth_reporting
-from broker.storage.checkpoints import write_atomically
 from mirror.config import INTERNAL_TOPICS, MirrorConfig
 from mirror.fetcher import FetchLane, FetchSettings
 from mirror.formats import Heartbeat, OffsetSync, decode_position, encode_position
-from mirror.groups import run_group_checkpoints
+from mirror.groups import GroupMirroring, run_group_checkpoints
 from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
 from mirror.offset_sync import SyncStore
 from mirror.partition import PartitionMirror, ProducerIdentity
 from mirror.recopy import check_target_ends, remote_topic_missing, target_went_back
+from mirror.status import ClusterRef, MirrorEvent, MirrorStatus, PartitionStatus
 from mirror.topics import COMPACTED, append, ensure_topic, read_whole_topic
 
 __all__ = ["Mirror", "run_mirror"]
@@ -93,11 +94,14 @@ class Mirror:
     problems: dict[str, str] = field(default_factory=dict)  # loop -> its last error
     # Problems already dealt with: shown until their time (time.monotonic()) passes.
     handled: dict[str, tuple[str, float]] = field(default_factory=dict)
-    events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
+    events: deque[MirrorEvent] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     nursery: trio.Nursery | None = None  # where re-copies run
-    started_ms: int = field(default_factory=lambda: int(time.time() * 1000))
+    started_ms: int = field(default_factory=now_ms)
     group_checkpoints: int = 0
     stop_requested: trio.Event = field(default_factory=trio.Event)
+    # One status file write at a time: the every-second one and the last one on stop share a
+    # temporary file name, and each writes in a worker thread.
+    status_lock: trio.Lock = field(default_factory=trio.Lock)
 
     def __post_init__(self) -> None:
         self.policy = ReplicationPolicy(identity=self.config.naming == "identity", separator=self.config.separator)
@@ -112,7 +116,7 @@ class Mirror:
     def event(self, message: str) -> None:
         """Something an operator should know happened (a gap, a re-copy, a topic gone): kept in
         the status's `events` (the newest EVENTS_KEPT)."""
-        self.events.append({"time_ms": int(time.time() * 1000), "message": message})
+        self.events.append(MirrorEvent(time_ms=now_ms(), message=message))
 
     def report_handled(self, what: str, message: str) -> None:
         """A problem the mirror has dealt with: logged, an event, and in `problems` for a while."""
@@ -184,8 +188,9 @@ class Mirror:
 
     # -- status --------------------------------------------------------------------------
 
-    def status(self) -> dict[str, Any]:
-        partitions = []
+    def report(self) -> MirrorStatus:
+        """What the status file shows, as of now (taken on the event loop: a consistent view)."""
+        partitions: list[PartitionStatus] = []
         problems = dict(self.problems)
         now = time.monotonic()
         for what, (message, until) in list(self.handled.items()):
@@ -197,13 +202,13 @@ class Mirror:
             name = f"{tp.topic}-{tp.partition}"
             if pm.recopy is not None and pm.lag == 0 and pm.written_through + 1 >= pm.recopy_until:
                 pm.recopy = None  # caught up with nothing left to write
-            partitions.append({
-                "topic": tp.topic, "partition": tp.partition, "remote_topic": pm.target.topic,
-                "position": pm.written_through + 1, "source_end": pm.high_watermark, "lag": pm.lag,
-                "latency_ms": pm.latency_ms, "records": pm.records, "bytes": pm.bytes,
-                "error": pm.error or pm.recopy, "parked": pm.parked, "gaps": list(pm.gaps),
-                "lost": pm.lost, "recopy": pm.recopy,
-            })
+            partitions.append(PartitionStatus(
+                topic=tp.topic, partition=tp.partition, remote_topic=pm.target.topic,
+                position=pm.written_through + 1, source_end=pm.high_watermark, lag=pm.lag,
+                latency_ms=pm.latency_ms, records=pm.records, bytes=pm.bytes,
+                error=pm.error or pm.recopy, parked=pm.parked, gaps=list(pm.gaps),
+                lost=pm.lost, recopy=pm.recopy,
+            ))
             if pm.parked and pm.error is not None:
                 problems[f"parked {name}"] = pm.error  # which batch and why: nothing passes it
             if pm.recopy is not None:
@@ -213,22 +218,40 @@ class Mirror:
         unreachable = [lane.last_error for lane in self.lanes if lane.last_error]
         if unreachable:
             problems["source"] = unreachable[0]
-        return {
-            "name": self.config.display_name,
-            "source": {"alias": self.source_alias, "bootstrap": self.config.source.bootstrap},
-            "target": {"alias": self.target_alias, "bootstrap": self.config.target.bootstrap},
-            "state": self.state,
-            "updated_ms": int(time.time() * 1000),
-            "topics": dict(sorted(self.topics.items())),
-            "lag": sum(p["lag"] for p in partitions),
-            "records": sum(p["records"] for p in partitions),
-            "max_latency_ms": max((pm.latency_ms for pm in self.partitions.values() if pm.latency_ms is not None),
-                                  default=None),
-            "group_checkpoints": self.group_checkpoints,
-            "problems": problems,
-            "partitions": partitions,
-            "events": list(self.events),
-        }
+        return MirrorStatus(
+            name=self.config.display_name,
+            source=ClusterRef(alias=self.source_alias, bootstrap=self.config.source.bootstrap),
+            target=ClusterRef(alias=self.target_alias, bootstrap=self.config.target.bootstrap),
+            state=self.state,
+            updated_ms=now_ms(),
+            topics=dict(sorted(self.topics.items())),
+            lag=sum(p.lag for p in partitions),
+            records=sum(p.records for p in partitions),
+            max_latency_ms=max((pm.latency_ms for pm in self.partitions.values() if pm.latency_ms is not None),
+                               default=None),
+            group_checkpoints=self.group_checkpoints,
+            problems=problems,
+            partitions=partitions,
+            events=list(self.events),
+        )
+
+    def status(self) -> dict[str, Any]:
+        """:meth:`report` as plain data, by the status file's field names."""
+        return self.report().model_dump()
+
+    def groups_view(self) -> GroupMirroring:
+        """What consumer-group checkpointing needs of this mirror, and nothing else."""
+        config = self.config
+        return GroupMirroring(
+            source=self.source, target=self.target, target_alias=self.target_alias,
+            checkpoints_topic=self.policy.checkpoints_topic(self.source_alias), groups=config.groups,
+            checkpoints_s=config.checkpoints_s, sync_offsets=config.sync_group_offsets,
+            sync_offsets_s=config.sync_group_offsets_s, remote_topic=self.topics.get,
+            translate=self.syncs.translate, every=self.every, written=self._count_group_checkpoints,
+        )
+
+    def _count_group_checkpoints(self, count: int) -> None:
+        self.group_checkpoints += count
 
 
 async def run_mirror(config: MirrorConfig, *, status_file: Path | None = None,
@@ -268,7 +291,7 @@ async def _supervise(mirror: Mirror, task_status: trio.TaskStatus[Mirror]) -> No
         mirror.state = "stopped"
         if was_running:
             await _final_flush(mirror)
-        _write_status(mirror)
+        await _write_status(mirror)
         log.info("mirror %s stopped", name)
         outer.cancel_scope.cancel()
 
@@ -341,7 +364,7 @@ async def _run(mirror: Mirror) -> None:
         if mirror.config.heartbeats_s > 0:
             nursery.start_soon(mirror.every, "heartbeats", mirror.config.heartbeats_s, partial(_heartbeat, mirror))
         if mirror.config.checkpoints_s > 0:
-            nursery.start_soon(run_group_checkpoints, mirror)
+            nursery.start_soon(run_group_checkpoints, mirror.groups_view())
         await mirror.every("topic discovery", mirror.config.refresh_topics_s, partial(_discover, mirror, nursery))
 
 
@@ -433,7 +456,7 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, r
                 forgotten[p] = stored
                 mirror.event(f"{topic}-{p}: the remote topic {remote} was missing at the target although "
                              f"source offsets up to {stored} had been copied; copying from the log start again")
-                log.error("%s", mirror.events[-1]["message"])
+                log.error("%s", mirror.events[-1].message)
     unknown = [TopicPartition(topic, p) for p in partitions if (topic, p) not in mirror.stored_positions]
     earliest = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in unknown}) if unknown else {}
     for p in partitions:
@@ -509,7 +532,7 @@ async def _final_flush(mirror: Mirror) -> None:
 
 
 async def _heartbeat(mirror: Mirror) -> None:
-    beat = Heartbeat(mirror.source_alias, mirror.target_alias, int(time.time() * 1000))
+    beat = Heartbeat(mirror.source_alias, mirror.target_alias, now_ms())
     await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())],
                  timeout_s=max(1.0, 5 * mirror.config.heartbeats_s))
 
@@ -517,10 +540,15 @@ async def _heartbeat(mirror: Mirror) -> None:
 # -- status --------------------------------------------------------------------------------
 
 
-def _write_status(mirror: Mirror) -> None:
-    if mirror.status_file is not None:
+async def _write_status(mirror: Mirror) -> None:
+    """Rewrite the status file: the snapshot is taken here, on the loop; the write (fsync,
+    rename, fsync of the directory) waits on the disk in a worker thread."""
+    if mirror.status_file is None:
+        return
+    async with mirror.status_lock:
+        text = mirror.report().to_json()
         try:
-            write_atomically(mirror.status_file, json.dumps(mirror.status(), indent=1) + "\n")
+            await trio.to_thread.run_sync(write_atomically, mirror.status_file, text)
         except OSError as exc:
             log.warning("cannot write the status file %s: %s", mirror.status_file, exc)
 
@@ -530,14 +558,14 @@ async def _status_loop(mirror: Mirror) -> None:
     last_records = 0
     while True:
         await trio.sleep(STATUS_INTERVAL_S)
-        _write_status(mirror)
+        await _write_status(mirror)
         now = trio.current_time()
         if now - last_summary >= SUMMARY_INTERVAL_S:
-            status = mirror.status()
-            rate = (status["records"] - last_records) / (now - last_summary)
+            status = mirror.report()
+            rate = (status.records - last_records) / (now - last_summary)
             log.info("mirror %s: %s; %d partitions, %d records (%.0f/s), lag %d, latency %s ms%s",
-                     status["name"], status["state"], len(status["partitions"]), status["records"], rate,
-                     status["lag"], status["max_latency_ms"],
-                     "; problems: " + "; ".join(f"{k}: {v}" for k, v in status["problems"].items())
-                     if status["problems"] else "")
-            last_summary, last_records = now, status["records"]
+                     status.name, status.state, len(status.partitions), status.records, rate,
+                     status.lag, status.max_latency_ms,
+                     "; problems: " + "; ".join(f"{k}: {v}" for k, v in status.problems.items())
+                     if status.problems else "")
+            last_summary, last_records = now, status.records

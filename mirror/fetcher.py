@@ -122,7 +122,7 @@ class FetchLane:
             # This partition alone waits before it is asked for again; the others keep flowing.
             pm.fetch_failures += 1
             pm.retry_at = trio.current_time() + self.backoff.delay(pm.fetch_failures)
-            pm.error = f"fetch from {tp.topic}-{tp.partition}: {_code_name(code)}" + (
+            pm.error = f"fetch from {tp.topic}-{tp.partition}: {ErrorCode(code).name}" + (
                 f" ({part.error_message})" if part.error_message else "")
         if unreachable and unreachable == len(results):
             self.failures += 1
@@ -173,10 +173,3 @@ class FetchLane:
         log.error("%s", message)
         pm.gaps.append(message)
         del pm.gaps[:-10]
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"

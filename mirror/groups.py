@@ -13,57 +13,75 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
-from broker.client import KafkaError, TopicPartition
+from broker.client import Client, KafkaError, TopicPartition
 from broker.client.groups import commit_offsets, describe_groups, fetch_offsets, list_groups
 from broker.protocol.errors import ErrorCode
-from mirror.config import INTERNAL_GROUPS
+from mirror.config import INTERNAL_GROUPS, Patterns
 from mirror.formats import Checkpoint
 from mirror.topics import append
 
-if TYPE_CHECKING:
-    from mirror.daemon import Mirror
-
-__all__ = ["checkpoint_groups", "run_group_checkpoints"]
+__all__ = ["GroupMirroring", "checkpoint_groups", "run_group_checkpoints"]
 
 log = logging.getLogger(__name__)
 
 _INACTIVE = frozenset({"Empty", "Dead", ""})
 
 
-async def run_group_checkpoints(mirror: Mirror) -> None:
+@dataclass(frozen=True)
+class GroupMirroring:
+    """What checkpointing consumer groups needs of a mirror (mirror/daemon.py builds it with
+    `Mirror.groups_view()`): its clients, its settings, and a few of its answers."""
+
+    source: Client
+    target: Client
+    target_alias: str
+    checkpoints_topic: str  # `<source>.checkpoints.internal` on the target
+    groups: Patterns
+    checkpoints_s: float  # emit.checkpoints.interval.seconds
+    sync_offsets: bool  # sync.group.offsets.enabled
+    sync_offsets_s: float  # sync.group.offsets.interval.seconds
+    remote_topic: Callable[[str], str | None]  # a source topic's remote name, None when not mirrored
+    # (topic, partition, upstream offset) -> downstream offset, None when no sync is at or below
+    translate: Callable[[str, int, int], int | None]
+    # Runs a step now and every interval, retrying failures and showing them in the status.
+    every: Callable[[str, float, Callable[[], Awaitable[object]]], Awaitable[None]]
+    written: Callable[[int], None] = lambda count: None  # told how many checkpoints were written
+
+
+async def run_group_checkpoints(view: GroupMirroring) -> None:
     emitted: dict[tuple[str, str, int], Checkpoint] = {}
     last_sync = -math.inf
 
     async def step() -> None:
         nonlocal last_sync
-        sync_due = (mirror.config.sync_group_offsets
-                    and trio.current_time() - last_sync >= mirror.config.sync_group_offsets_s)
-        await checkpoint_groups(mirror, emitted, sync=sync_due)
+        sync_due = view.sync_offsets and trio.current_time() - last_sync >= view.sync_offsets_s
+        await checkpoint_groups(view, emitted, sync=sync_due)
         if sync_due:
             last_sync = trio.current_time()
 
-    await mirror.every("group checkpoints", mirror.config.checkpoints_s, step)
+    await view.every("group checkpoints", view.checkpoints_s, step)
 
 
-async def checkpoint_groups(mirror: Mirror, emitted: dict[tuple[str, str, int], Checkpoint], *,
+async def checkpoint_groups(view: GroupMirroring, emitted: dict[tuple[str, str, int], Checkpoint], *,
                             sync: bool) -> list[Checkpoint]:
     """One pass: translate, write the checkpoints that changed, and (`sync`) commit them to idle
     groups at the target. Returns the checkpoints written."""
-    groups = [g.group_id for g in await list_groups(mirror.source)
-              if g.protocol_type in ("consumer", "") and mirror.config.groups.matches(g.group_id, INTERNAL_GROUPS)]
+    groups = [g.group_id for g in await list_groups(view.source)
+              if g.protocol_type in ("consumer", "") and view.groups.matches(g.group_id, INTERNAL_GROUPS)]
     fresh: list[Checkpoint] = []
     current: dict[str, list[Checkpoint]] = {}
     for group in sorted(groups):
-        offsets = await fetch_offsets(mirror.source, group)
+        offsets = await fetch_offsets(view.source, group)
         for tp, committed in sorted(offsets.items()):
-            remote = mirror.topics.get(tp.topic)
+            remote = view.remote_topic(tp.topic)
             if remote is None or committed.offset < 0:
                 continue
-            downstream = mirror.syncs.translate(tp.topic, tp.partition, committed.offset)
+            downstream = view.translate(tp.topic, tp.partition, committed.offset)
             if downstream is None:
                 continue
             checkpoint = Checkpoint(group, remote, tp.partition, committed.offset, downstream,
@@ -73,24 +91,23 @@ async def checkpoint_groups(mirror: Mirror, emitted: dict[tuple[str, str, int], 
             if emitted.get(key) != checkpoint:
                 fresh.append(checkpoint)
     if fresh:
-        await append(mirror.target, mirror.policy.checkpoints_topic(mirror.source_alias),
-                     [(c.key(), c.value()) for c in fresh])
+        await append(view.target, view.checkpoints_topic, [(c.key(), c.value()) for c in fresh])
         for c in fresh:
             emitted[(c.group, c.topic, c.partition)] = c
-        mirror.group_checkpoints += len(fresh)
+        view.written(len(fresh))
     if sync and current:
-        await _sync_offsets(mirror, current)
+        await _sync_offsets(view, current)
     return fresh
 
 
-async def _sync_offsets(mirror: Mirror, current: dict[str, list[Checkpoint]]) -> None:
-    described = await describe_groups(mirror.target, list(current))
+async def _sync_offsets(view: GroupMirroring, current: dict[str, list[Checkpoint]]) -> None:
+    described = await describe_groups(view.target, list(current))
     for group, checkpoints in current.items():
         description = described.get(group)
         state = description.state if description is not None else ""
         if state not in _INACTIVE:
             continue  # consumers are live at the target: their offsets are theirs
-        existing = await fetch_offsets(mirror.target, group)
+        existing = await fetch_offsets(view.target, group)
         updates = {}
         for c in checkpoints:
             tp = TopicPartition(c.topic, c.partition)
@@ -100,8 +117,8 @@ async def _sync_offsets(mirror: Mirror, current: dict[str, list[Checkpoint]]) ->
         if not updates:
             continue
         try:
-            await commit_offsets(mirror.target, group, updates)
-            log.info("group %s at %s: offsets synced for %d partitions", group, mirror.target_alias, len(updates))
+            await commit_offsets(view.target, group, updates)
+            log.info("group %s at %s: offsets synced for %d partitions", group, view.target_alias, len(updates))
         except KafkaError as exc:
             if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS,
                             ErrorCode.ILLEGAL_GENERATION):

@@ -23,7 +23,6 @@ which hands the partition to `on_target_went_back` (mirror/recopy.py re-copies i
 from __future__ import annotations
 
 import logging
-import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +30,7 @@ from dataclasses import dataclass, field
 import trio
 
 from broker.client import Backoff, Client, TopicPartition, produce_batches
+from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.records import (
     BATCH_HEADER_SIZE,
@@ -343,7 +343,7 @@ class PartitionMirror:
             self.records += last_delta + 1
             self.bytes += len(batch)
             if header.timestamp_type == TimestampType.CREATE_TIME and header.max_timestamp >= 0:
-                self.latency_ms = max(0, int(time.time() * 1000) - header.max_timestamp)
+                self.latency_ms = max(0, now_ms() - header.max_timestamp)
             if base >= 0:
                 if self.expected_next_downstream >= 0 and base != self.expected_next_downstream:
                     self._note_foreign_writes(base)
@@ -398,7 +398,7 @@ class PartitionMirror:
                 self.error, self.parked, self.park_failures = None, False, 0
                 return result.base_offset if code == ErrorCode.NONE else -1
             failures += 1
-            name = _code_name(code)
+            name = ErrorCode(code).name
             self.error = f"{name} writing to {_name(self.target)}" + (
                 f": {result.error_message}" if result.error_message else "")
             if code in REFUSED_AS_INVALID:
@@ -443,10 +443,3 @@ def _trimmed(data: memoryview, pos: int, first: int) -> tuple[bytearray, int, in
 
 def _name(tp: TopicPartition) -> str:
     return f"{tp.topic}-{tp.partition}"
-
-
-def _code_name(code: int) -> str:
-    try:
-        return ErrorCode(code).name
-    except ValueError:
-        return f"error {code}"

@@ -3,11 +3,11 @@ whole (they are small and compacted), append records to one."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 
 from broker.client import Client, TopicMetadata, TopicPartition, admin, decode_records, fetch, produce
 from broker.client.admin import EARLIEST, LATEST, NewTopic
+from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import DecodedRecord, Record, build_batch
 
@@ -70,5 +70,5 @@ async def append(client: Client, topic: str, records: Sequence[tuple[bytes, byte
     if records:
         # Stamped now (CreateTime): a timestamp of 0 is refused by a target that bounds timestamps
         # (message.timestamp.before.max.ms) and is at once past any time-based retention.
-        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=int(time.time() * 1000))
+        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=now_ms())
         await produce(client, topic, partition, batch, acks=-1, timeout_s=timeout_s)

@@ -10,7 +10,6 @@ topic is not retried (it is an answer).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,6 +19,8 @@ import trio
 
 from broker.client.cluster import Client, TopicMetadata, TopicPartition
 from broker.client.connection import ConnectionFailed, Message, check_error
+from broker.protocol.constants import EARLIEST, LATEST, AlterConfigOp, ConfigSource
+from broker.protocol.constants import ConfigResourceType as ConfigResource  # the admin API's name
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     CreatePartitionsRequest,
@@ -56,9 +57,6 @@ __all__ = [
     "list_topics",
 ]
 
-EARLIEST = -2  # ListOffsets: the log start offset
-LATEST = -1  # ListOffsets: the log end offset (high watermark for consumers)
-
 T = TypeVar("T")
 
 # Errors that say "ask again (elsewhere) shortly". Narrower than Kafka's retriable set: an
@@ -77,21 +75,6 @@ _RETRIED = frozenset(
         ErrorCode.THROTTLING_QUOTA_EXCEEDED,
     }
 )
-
-
-class ConfigResource(enum.IntEnum):
-    TOPIC = 2
-    BROKER = 4
-
-
-class ConfigSource(enum.IntEnum):
-    UNKNOWN = 0
-    DYNAMIC_TOPIC_CONFIG = 1
-    DYNAMIC_BROKER_CONFIG = 2
-    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    DYNAMIC_BROKER_LOGGER_CONFIG = 6
 
 
 @dataclass(frozen=True, slots=True)
@@ -326,7 +309,6 @@ async def alter_configs(
 
     Raises KafkaError (INVALID_CONFIG, UNKNOWN_TOPIC_OR_PARTITION, ...).
     """
-    set_op, delete_op = 0, 1
     request = IncrementalAlterConfigsRequest(
         resources=[
             IncrementalAlterConfigsRequest.AlterConfigsResource(
@@ -334,7 +316,7 @@ async def alter_configs(
                 resource_name=name,
                 configs=[
                     IncrementalAlterConfigsRequest.AlterableConfig(
-                        name=k, config_operation=delete_op if v is None else set_op, value=v
+                        name=k, config_operation=AlterConfigOp.DELETE if v is None else AlterConfigOp.SET, value=v
                     )
                     for k, v in updates.items()
                 ],

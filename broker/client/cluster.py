@@ -262,11 +262,11 @@ class Client:
             if topic is None or tp.partition not in topic.partitions:
                 code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 if topic is not None and topic.error not in (ErrorCode.NONE, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                    code = _known_code(topic.error)
+                    code = ErrorCode(topic.error)
                 out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
             else:
                 part = topic.partitions[tp.partition]
-                code = _known_code(part.error) if part.error != ErrorCode.NONE else ErrorCode.LEADER_NOT_AVAILABLE
+                code = ErrorCode(part.error) if part.error != ErrorCode.NONE else ErrorCode.LEADER_NOT_AVAILABLE
                 out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
         return out
 
@@ -474,13 +474,6 @@ class Client:
         ) as conn:
             task_status.started(conn)
             await conn.wait_closed()
-
-
-def _known_code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR
 
 
 def _metadata_from_response(response: MetadataResponse) -> ClusterMetadata:

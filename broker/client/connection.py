@@ -91,13 +91,7 @@ def check_error(code: int, context: str, message: str | None = None) -> None:
     """
     if code == ErrorCode.NONE:
         return
-    try:
-        known = ErrorCode(code)
-        text = context
-    except ValueError:
-        known = ErrorCode.UNKNOWN_SERVER_ERROR
-        text = f"{context} (error code {code})"
-    raise KafkaError(known, f"{text}: {message}" if message else text)
+    raise KafkaError(ErrorCode(code), f"{context}: {message}" if message else context)
 
 
 class _Pending:

@@ -171,7 +171,7 @@ async def fetch(
             fail_all(tps, exc)
             return
         if response.error_code != ErrorCode.NONE:
-            fail_all(tps, KafkaError(_code(response.error_code), f"fetch from node {node_id}"))
+            fail_all(tps, KafkaError(ErrorCode(response.error_code), f"fetch from node {node_id}"))
             return
         wanted = set(tps)
         for topic in response.responses:
@@ -199,10 +199,3 @@ async def fetch(
         for node_id, tps in by_leader.items():
             nursery.start_soon(fetch_from, node_id, tps)
     return {tp: results[tp] for tp in positions}
-
-
-def _code(value: int) -> ErrorCode:
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR

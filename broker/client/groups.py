@@ -29,6 +29,7 @@ import trio
 from broker.client.admin import _retrying
 from broker.client.cluster import BrokerInfo, Client, TopicPartition
 from broker.client.connection import ConnectionFailed, check_error
+from broker.protocol.constants import CoordinatorType
 from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
 from broker.protocol.messages import (
     ConsumerProtocolAssignment,
@@ -67,7 +68,6 @@ __all__ = [
 ]
 
 CONSUMER_PROTOCOL = "consumer"  # the protocol type of Kafka consumers' groups
-_GROUP_KEY_TYPE = 0  # FindCoordinator key type for consumer groups (1 is transactions)
 
 # The coordinator moved, is starting, or is not elected yet: look it up again and retry.
 _COORDINATOR_MOVED = frozenset({ErrorCode.NOT_COORDINATOR, ErrorCode.COORDINATOR_NOT_AVAILABLE})
@@ -183,7 +183,7 @@ async def find_coordinator(client: Client, group_id: str, *, timeout_s: float | 
     if known is not None:
         return known
     # v4+ names keys in a batch, v0-3 one key: fill both, each version encodes its own.
-    request = FindCoordinatorRequest(key=group_id, key_type=_GROUP_KEY_TYPE, coordinator_keys=[group_id])
+    request = FindCoordinatorRequest(key=group_id, key_type=CoordinatorType.GROUP, coordinator_keys=[group_id])
 
     async def attempt(remaining: float) -> BrokerInfo:
         response: FindCoordinatorResponse = await client.request_any(request, timeout_s=remaining)
@@ -275,7 +275,7 @@ async def describe_groups(
         response: DescribeGroupsResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
         out: dict[str, _Answer[GroupDescription]] = {}
         for group in response.groups:
-            code = _known_code(group.error_code)
+            code = ErrorCode(group.error_code)
             if code == ErrorCode.NONE:
                 out[group.group_id] = _description(group, coordinator)
             else:
@@ -322,7 +322,7 @@ async def delete_groups(
         )
         out: dict[str, _Answer[ErrorCode]] = {}
         for result in response.results:
-            code = _known_code(result.error_code)
+            code = ErrorCode(result.error_code)
             # Coordinator errors are raised so that they are retried; the others are answers.
             if code in _COORDINATOR_ERRORS:
                 out[result.group_id] = KafkaError(code, f"delete group {result.group_id!r}")
@@ -519,7 +519,7 @@ async def commit_offsets(
         for topic in response.topics:
             for p in topic.partitions:
                 answered.add(TopicPartition(topic.name, p.partition_index))
-                code = _known_code(p.error_code)
+                code = ErrorCode(p.error_code)
                 if code == ErrorCode.NONE:
                     continue
                 what = f"commit offset of {topic.name}-{p.partition_index} for group {group_id!r}"
@@ -563,17 +563,10 @@ async def delete_offsets(
         response: OffsetDeleteResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
         check_error(response.error_code, f"delete offsets of group {group_id!r}")
         codes = {
-            TopicPartition(t.name, p.partition_index): _known_code(p.error_code)
+            TopicPartition(t.name, p.partition_index): ErrorCode(p.error_code)
             for t in response.topics
             for p in t.partitions
         }
         return {tp: codes.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in wanted}
 
     return await _ask_coordinator(client, group_id, timeout_s, ask)
-
-
-def _known_code(code: int) -> ErrorCode:
-    try:
-        return ErrorCode(code)
-    except ValueError:
-        return ErrorCode.UNKNOWN_SERVER_ERROR

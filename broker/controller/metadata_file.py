@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from broker.atomic_file import write_atomically
 from broker.config import StartupError
 from broker.controller.model import PartitionInfo, TopicInfo, validate_topic_name
-from broker.storage.checkpoints import write_atomically
 
 __all__ = ["FORMAT_VERSION", "StoredMetadata", "decode", "encode", "read", "write"]
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 
 import trio
 
+from broker.atomic_file import write_atomically
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file
 from broker.controller.base import MetadataListener
@@ -29,7 +30,6 @@ from broker.controller.model import (
     validate_topic_name,
 )
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.storage.checkpoints import write_atomically
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
 

@@ -18,13 +18,13 @@ State transitions, as Kafka's classic protocol has them:
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 
 import trio
 
+from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.coordinator.group import Group, GroupState, Member, Reply
 from broker.coordinator.offsets_records import (
@@ -92,10 +92,6 @@ class MemberIdRequired(KafkaError):
     def __init__(self, member_id: str) -> None:
         super().__init__(ErrorCode.MEMBER_ID_REQUIRED, "rejoin with the member id given")
         self.member_id = member_id
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def _mapped(exc: KafkaError, table: dict[ErrorCode, ErrorCode]) -> KafkaError:
@@ -479,7 +475,7 @@ class GroupCoordinator:
                 member.sync = None
         now = trio.current_time()
         was_empty = group.state == GroupState.EMPTY
-        group.transition(GroupState.PREPARING_REBALANCE, _wall_ms())
+        group.transition(GroupState.PREPARING_REBALANCE, now_ms())
         timeout = group.max_rebalance_timeout_ms() / 1000
         if was_empty:
             group.rebalance_started_empty = True
@@ -514,13 +510,13 @@ class GroupCoordinator:
         if group.is_empty:
             group.protocol_name = None
             group.leader_id = None
-            group.transition(GroupState.EMPTY, _wall_ms())
+            group.transition(GroupState.EMPTY, now_ms())
             await self._write_group_quietly(group)
             return
         group.protocol_name = group.select_protocol()
         if group.leader_id not in group.members:
             group.leader_id = next(iter(group.members))
-        group.transition(GroupState.COMPLETING_REBALANCE, _wall_ms())
+        group.transition(GroupState.COMPLETING_REBALANCE, now_ms())
         log.info("group %s: generation %d with %d members, protocol %s", group.group_id, group.generation,
                  len(group.members), group.protocol_name)
         for member in group.members.values():
@@ -585,7 +581,7 @@ class GroupCoordinator:
                     self._prepare_rebalance(group, f"storing the assignment failed: {exc}")
                 raise
             if group.state == GroupState.COMPLETING_REBALANCE and group.generation == generation:
-                group.transition(GroupState.STABLE, _wall_ms())
+                group.transition(GroupState.STABLE, now_ms())
                 deadline = trio.current_time()
                 for m in group.members.values():
                     if m.sync is not None:
@@ -737,7 +733,7 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} does not exist")
         if group.state != GroupState.EMPTY:
             raise KafkaError(ErrorCode.NON_EMPTY_GROUP, f"group {group_id} has {len(group.members)} members")
-        group.transition(GroupState.DEAD, _wall_ms())
+        group.transition(GroupState.DEAD, now_ms())
         records: list[tuple[bytes, bytes | None]] = [
             (OffsetCommitKey(group_id, t, p).encode(), None) for t, p in group.offsets
         ]
@@ -745,7 +741,7 @@ class GroupCoordinator:
         try:
             await self._store(group_id, records)
         except KafkaError as exc:
-            group.transition(GroupState.EMPTY, _wall_ms())
+            group.transition(GroupState.EMPTY, now_ms())
             raise _mapped(exc, _GROUP_WRITE_ERRORS) from exc
         del self.groups[group_id]
 
@@ -781,7 +777,7 @@ class GroupCoordinator:
     async def _expire_offsets(self) -> None:
         """Drop offsets past offsets.retention.minutes; an empty group left with no offsets
         is deleted too (Dead, with a tombstone for its metadata), as Kafka does."""
-        now = _wall_ms()
+        now = now_ms()
         for group in list(self.groups.values()):
             if group.state == GroupState.DEAD:
                 continue

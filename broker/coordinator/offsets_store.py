@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator
 
+from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.controller.base import Controller
 from broker.coordinator.coordinator import OFFSETS_TOPIC
@@ -48,11 +48,11 @@ class OffsetsStore:
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
         """Write records to one partition; acknowledged once in the log (one replica here)."""
-        now_ms = time.time_ns() // 1_000_000
-        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=now_ms)
+        timestamp = now_ms()
+        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=timestamp)
         replica = self._replicas.get(OFFSETS_TOPIC, partition)
         # At flush.messages, a commit is answered after its fsync (in a worker thread).
-        await replica.wait_flushed(replica.append(batch, now_ms=now_ms))
+        await replica.wait_flushed(replica.append(batch, now_ms=timestamp))
 
     def replay(self) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Every record of every partition, oldest first within each partition."""

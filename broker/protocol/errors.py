@@ -2,6 +2,9 @@
 
 `ErrorCode` carries Kafka's own names (upper snake case of the Java exception names in
 `org.apache.kafka.common.protocol.Errors`) so a log line reads the same as a Kafka one.
+`ErrorCode(n)` is the one int -> code conversion: a code this side does not know becomes
+UNKNOWN_SERVER_ERROR that still names the number it was. `is_retriable` is the one
+retriable set, for the client, the mirror and the tools alike.
 """
 
 from __future__ import annotations
@@ -140,6 +143,19 @@ class ErrorCode(enum.IntEnum):
     DUPLICATE_VOTER = 126
     VOTER_NOT_FOUND = 127
 
+    @classmethod
+    def _missing_(cls, value: object) -> ErrorCode | None:
+        """`ErrorCode(n)` for a code this side does not know (a newer peer's): as Kafka's
+        `Errors.forCode`, it reads as UNKNOWN_SERVER_ERROR, so it compares, hashes and encodes
+        as -1 and is not retriable. It keeps the number the peer sent in its name, so a message
+        built from it still shows that number."""
+        if not isinstance(value, int):
+            return None  # not a code at all: ValueError, as for any enum
+        unknown = int.__new__(cls, cls.UNKNOWN_SERVER_ERROR.value)
+        unknown._name_ = f"UNKNOWN_SERVER_ERROR (error code {value})"
+        unknown._value_ = cls.UNKNOWN_SERVER_ERROR.value
+        return unknown
+
 
 # The codes whose Java exception extends RetriableException: a client may retry the same request.
 _RETRIABLE = frozenset(
@@ -177,14 +193,6 @@ _RETRIABLE = frozenset(
         ErrorCode.TRANSACTION_ABORTABLE,
     }
 )
-
-
-def error_code(value: int) -> ErrorCode | int:
-    """The named code for `value`, or the bare int when a newer peer sent a code we do not know."""
-    try:
-        return ErrorCode(value)
-    except ValueError:
-        return value
 
 
 def is_retriable(code: int) -> bool:

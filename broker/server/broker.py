@@ -16,6 +16,7 @@ from functools import partial
 
 import trio
 
+from broker.clock import now_ms
 from broker.config import BrokerConfig, ListenerSpec, StartupError
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
@@ -26,7 +27,7 @@ from broker.metrics import MetricsServer, serve_metrics, track_open_segment_file
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
 from broker.server.connection import ConnectionLimits, serve_connection
-from broker.server.context import BrokerServices, ConnectionInfo, now_ms
+from broker.server.context import BrokerServices, ConnectionInfo
 from broker.server.dispatch import Dispatcher
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool

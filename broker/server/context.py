@@ -7,7 +7,6 @@ circle.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,11 +18,7 @@ if TYPE_CHECKING:
     from broker.coordinator.coordinator import GroupCoordinator
     from broker.replication.replica_manager import ReplicaManager
 
-__all__ = ["BrokerServices", "ConnectionInfo", "RequestContext", "now_ms"]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
+__all__ = ["BrokerServices", "ConnectionInfo", "RequestContext"]
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import trio
 
+from broker.atomic_file import write_atomically
 from broker.config import BrokerConfig
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.storage.checkpoints import write_atomically
 
 __all__ = ["GROUP_CONFIGS", "GroupConfigKey", "GroupConfigStore", "store_for", "validate_group_configs"]
 

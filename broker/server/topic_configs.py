@@ -8,11 +8,12 @@ import re
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
+from broker.protocol.constants import ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 from broker.storage import LogConfig
 
-__all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "ConfigSource", "Synonym", "broker_synonyms",
+__all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_synonyms",
            "describe_topic_configs", "topic_config_synonyms", "validate_topic_configs"]
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS)
@@ -22,15 +23,6 @@ log = logging.getLogger(__name__)
 # message.format.version takes a Kafka release (MetadataVersion): 0.8.0 to 0.11.0, then 1.0 to
 # 3.x, optionally with its inter-broker protocol step (`3.0-IV1`).
 _MESSAGE_FORMAT_VERSION = re.compile(r"^(0\.(8|9|10|11)\.\d|[123]\.\d{1,2})(-IV\d+)?$")
-
-
-class ConfigSource:
-    """DescribeConfigs config_source values (Kafka's ConfigSource ids)."""
-
-    TOPIC_CONFIG = 1  # DYNAMIC_TOPIC_CONFIG: a topic's own override
-    STATIC_BROKER_CONFIG = 4
-    DEFAULT_CONFIG = 5
-    GROUP_CONFIG = 8  # DYNAMIC_GROUP_CONFIG: a group's own override (Kafka 4.x)
 
 
 def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig) -> dict[str, str]:

@@ -7,17 +7,17 @@ fsync, rename, fsync of the directory, so a crash leaves the old file or the new
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+from broker.atomic_file import write_atomically
 
 __all__ = [
     "CheckpointError",
     "read_checkpoint",
     "read_offsets",
     "read_pairs",
-    "write_atomically",
     "write_checkpoint",
     "write_offsets",
 ]
@@ -27,21 +27,6 @@ VERSION = 0
 
 class CheckpointError(Exception):
     """A checkpoint file that does not parse; the message names the file and line."""
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Replace `path` with `text` so that a crash leaves the old content or the new, whole."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def write_checkpoint(path: Path, entries: Iterable[tuple[object, ...]]) -> None:

@@ -14,7 +14,6 @@ The reader reads partitions from their log start to the end offset seen when it 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -23,6 +22,7 @@ import trio
 from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch
 from broker.client.admin import EARLIEST, LATEST
 from broker.client.produce import IdempotentProducer
+from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.records import DecodedRecord, Record, decode_batch, split_batches
 from broker.retry import retry, worth_reporting
@@ -40,9 +40,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-# Send failures worth another attempt with the same records: Kafka's retriable codes, plus the
-# two the client reports when it could not tell whether the write landed.
-_AGAIN = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
 _RETRY = Backoff(initial_s=0.05, max_s=1.0, jitter=0.2)
 
 
@@ -108,8 +105,8 @@ async def produce_sequenced(
             # Pace by the schedule, not by the last send: a stall is followed by a catch-up.
             await trio.sleep_until(started + batch_number * interval)
             seqs = range(first, min(first + workload.batch_size, total))
-            now_ms = int(time.time() * 1000)
-            records = [make_record(workload.run, partition, s, timestamp_ms=now_ms, keys=workload.keys) for s in seqs]
+            stamp = now_ms()
+            records = [make_record(workload.run, partition, s, timestamp_ms=stamp, keys=workload.keys) for s in seqs]
             error = await _send_until_acked(producer, workload.topic, partition, records, stats,
                                             give_up_after_s, send_timeout_s)
             if error is not None:
@@ -152,7 +149,7 @@ async def _send_until_acked(producer: IdempotentProducer, topic: str, partition:
 def _may_pass(exc: Exception) -> bool:
     """A send failure worth another attempt with the same records."""
     if isinstance(exc, KafkaError):
-        return is_retriable(exc.code) or exc.code in _AGAIN
+        return is_retriable(exc.code)  # NETWORK_EXCEPTION and REQUEST_TIMED_OUT among them
     return isinstance(exc, ConnectionFailed)
 
 
@@ -226,7 +223,7 @@ async def read_partition(client: Client, topic: str, partition: int, *, max_roun
                 return out
             part = (await fetch(client, {tp: position}, max_wait_ms=0))[tp]
             if part.error != ErrorCode.NONE:
-                if is_retriable(part.error) or part.error in _AGAIN:
+                if is_retriable(part.error):
                     await trio.sleep(0.1)
                     continue
                 raise KafkaError(ErrorCode(part.error), f"reading {topic}-{partition} at {position}: "

@@ -14,17 +14,26 @@ import select
 import signal
 import socket
 import struct
-import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from broker.address import parse_host_port
+from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from deploy.launcher.launch import STATE_FILE
+from deploy.launcher.state_file import (
+    LaunchStateFile,
+    MirrorRecord,
+    ProcessRecord,
+    StateFileError,
+    WanRecord,
+    parse_state,
+)
 from deploy.process_identity import Identity, find_marked, identity_of, is_running, parent_of
+from mirror.status import MirrorStatus, StatusFileError, read_status
 
 __all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
            "status", "stop", "stop_report"]
@@ -35,19 +44,10 @@ STOP_TIMEOUT_S = 60.0
 MIRROR_STATUS_STALE_S = 30.0
 
 
-class StateFileError(Exception):
-    """The state file exists but cannot be used: it names the file and what to do."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
 # -- the state file ----------------------------------------------------------------------------
 
 
-def read_state(state_dir: Path) -> dict[str, Any] | None:
+def read_state(state_dir: Path) -> LaunchStateFile | None:
     """The launcher's state file, checked; None when there is none.
 
     Raises StateFileError for a file that cannot be read, is not JSON, or lacks a field
@@ -60,101 +60,23 @@ def read_state(state_dir: Path) -> dict[str, Any] | None:
         return None
     except OSError as exc:
         raise StateFileError(path, f"cannot be read: {exc.strerror or exc}") from None
-    if not raw.strip():
-        raise StateFileError(path, "is empty")
-    try:
-        loaded = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise StateFileError(path, "is not text (binary content)") from None
-    except ValueError as exc:
-        raise StateFileError(path, f"is not valid JSON ({exc})") from None
-    problem = _state_problem(loaded)
-    if problem is not None:
-        raise StateFileError(path, f"is not a launcher state file: {problem}")
-    assert isinstance(loaded, dict)
-    return loaded
-
-
-def _state_problem(doc: object) -> str | None:
-    """What is wrong with a loaded state document, by field path, or None."""
-    if not isinstance(doc, dict):
-        return f"expected a JSON object, found {type(doc).__name__}"
-    problem = _fields(doc, "", {"name": str}) or _process_fields(doc, "")
-    if problem:
-        return problem
-    wan = doc.get("wan")
-    if not isinstance(wan, dict):
-        return "wan: expected an object"
-    problem = _fields(wan, "wan.", {"api": str}) or _process_fields(wan, "wan.")
-    if problem:
-        return problem
-    proxies = wan.get("proxies", [])
-    if not isinstance(proxies, list) or not all(isinstance(p, str) for p in proxies):
-        return "wan.proxies: expected a list of names"
-    for section in ("clusters", "mirrors"):
-        if not isinstance(doc.get(section, {}), dict):
-            return f"{section}: expected an object"
-    for name, cluster in doc.get("clusters", {}).items():
-        where = f"clusters.{name}."
-        if not isinstance(cluster, dict):
-            return f"{where[:-1]}: expected an object"
-        problem = _fields(cluster, where, {"datacenter": str, "bootstrap": str, "brokers": list})
-        if problem:
-            return problem
-        if not isinstance(cluster.get("wan", {}), dict):
-            return f"{where}wan: expected an object"
-        for i, broker in enumerate(cluster["brokers"]):
-            if not isinstance(broker, dict):
-                return f"{where}brokers[{i}]: expected an object"
-            problem = _process_fields(broker, f"{where}brokers[{i}].")
-            if problem:
-                return problem
-    for name, mirror in doc.get("mirrors", {}).items():
-        where = f"mirrors.{name}."
-        if not isinstance(mirror, dict):
-            return f"{where[:-1]}: expected an object"
-        problem = (_fields(mirror, where, {"source": str, "target": str, "status_file": str})
-                   or _process_fields(mirror, where))
-        if problem:
-            return problem
-    return None
-
-
-def _fields(doc: dict[str, Any], where: str, expected: dict[str, type]) -> str | None:
-    for key, kind in expected.items():
-        if key not in doc:
-            return f"{where}{key}: missing"
-        if not isinstance(doc[key], kind):
-            return f"{where}{key}: expected {kind.__name__}, found {type(doc[key]).__name__}"
-    return None
-
-
-def _process_fields(doc: dict[str, Any], where: str) -> str | None:
-    pid = doc.get("pid")
-    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0):
-        return f"{where}pid: expected a positive integer or null, found {pid!r:.40}"
-    start = doc.get("start_time")
-    if start is not None and (isinstance(start, bool) or not isinstance(start, int)):
-        return f"{where}start_time: expected an integer, found {start!r:.40}"
-    cmdline = doc.get("cmdline")
-    if cmdline is not None and (not isinstance(cmdline, list) or not all(isinstance(a, str) for a in cmdline)):
-        return f"{where}cmdline: expected a list of strings"
-    restarts = doc.get("restarts", 0)
-    if isinstance(restarts, bool) or not isinstance(restarts, int):
-        return f"{where}restarts: expected an integer, found {restarts!r:.40}"
-    return None
+    return parse_state(path, raw)
 
 
 # -- which processes are ours ------------------------------------------------------------------
 
 
-def owned(entry: dict[str, Any]) -> Identity | None:
+def owned(entry: ProcessRecord | dict[str, Any]) -> Identity | None:
     """The running process a state entry records, if (and only if) it is that very process:
     same pid, start time and command line. An entry without a start time proves nothing."""
-    pid, start, cmdline = entry.get("pid"), entry.get("start_time"), entry.get("cmdline")
-    if not isinstance(pid, int) or not isinstance(start, int) or not isinstance(cmdline, list):
+    if isinstance(entry, dict):
+        try:
+            entry = ProcessRecord.model_validate(entry)
+        except ValueError:
+            return None
+    if entry.pid is None or entry.start_time is None or entry.cmdline is None:
         return None
-    recorded = Identity(pid, start, tuple(cmdline))
+    recorded = Identity(entry.pid, entry.start_time, tuple(entry.cmdline))
     return recorded if recorded.is_current() else None
 
 
@@ -163,12 +85,12 @@ def alive(pid: int | None) -> bool:
     return pid is not None and pid > 0 and is_running(pid)
 
 
-def _recorded(state: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def _recorded(state: LaunchStateFile) -> list[tuple[str, ProcessRecord]]:
     """Every process the state file records, children first (mirrors, brokers, emulator)."""
-    entries = [(f"mirror {n}", m) for n, m in state.get("mirrors", {}).items()]
-    entries += [(f"broker {n}", b) for n, c in state.get("clusters", {}).items() for b in c["brokers"]]
-    if state["wan"].get("pid") is not None:
-        entries.append(("wan emulator", state["wan"]))
+    entries: list[tuple[str, ProcessRecord]] = [(f"mirror {n}", m) for n, m in state.mirrors.items()]
+    entries += [(f"broker {n}", b) for n, c in state.clusters.items() for b in c.brokers]
+    if state.wan.pid is not None:
+        entries.append(("wan emulator", state.wan))
     return entries
 
 
@@ -189,20 +111,20 @@ class Running:
         return lines + [f"{label} (pid {identity.pid})" for label, identity in self.children]
 
 
-def find_running(state_dir: Path, state: dict[str, Any] | None) -> Running:
+def find_running(state_dir: Path, state: LaunchStateFile | None) -> Running:
     """The launcher and children of `state_dir` that run now. `state` may be None (no file, or a
     damaged one): processes are then found by the state dir in their environment alone."""
     found = Running()
     if state is not None:
         found.launcher = owned(state)
-        if found.launcher is None and state.get("pid") and alive(state["pid"]):
-            found.strangers.append(("launcher", state["pid"]))
+        if found.launcher is None and state.pid and alive(state.pid):
+            found.strangers.append(("launcher", state.pid))
         for label, entry in _recorded(state):
             identity = owned(entry)
             if identity is not None:
                 found.children.append((label, identity))
-            elif entry.get("pid") and alive(entry["pid"]):
-                found.strangers.append((label, entry["pid"]))
+            elif entry.pid and alive(entry.pid):
+                found.strangers.append((label, entry.pid))
     known = {identity.pid for _, identity in found.children}
     for identity in find_marked(state_dir):
         if identity.pid not in known:
@@ -278,22 +200,20 @@ def status(state_dir: Path) -> dict[str, Any]:
                                   "strangers": [f"{label} (pid {pid})" for label, pid in found.strangers],
                                   "clusters": {}, "mirrors": {}, "wan": {}}
         if state is not None:
-            report.update(name=state["name"], pid=state["pid"], stale=True)
+            report.update(name=state.name, pid=state.pid, stale=True)
         return report
     ours = {identity.pid for _, identity in found.children}
     clusters = {}
-    for name, cluster in state["clusters"].items():
-        brokers = [{"id": b.get("id", 0), "pid": b["pid"], "restarts": b.get("restarts", 0)}
-                   for b in cluster["brokers"]]
-        healthy = all(b["pid"] in ours for b in brokers) and broker_answers(cluster["bootstrap"])
-        clusters[name] = {"datacenter": cluster["datacenter"], "bootstrap": cluster["bootstrap"],
-                          "wan": cluster.get("wan", {}), "healthy": healthy, "brokers": brokers}
-    wan = _wan_status(state["wan"], ours)
+    for name, cluster in state.clusters.items():
+        brokers = [{"id": b.id, "pid": b.pid, "restarts": b.restarts} for b in cluster.brokers]
+        healthy = all(b["pid"] in ours for b in brokers) and broker_answers(cluster.bootstrap)
+        clusters[name] = {"datacenter": cluster.datacenter, "bootstrap": cluster.bootstrap,
+                          "wan": cluster.wan, "healthy": healthy, "brokers": brokers}
+    wan = _wan_status(state.wan, ours)
     processes = {identity.pid: identity for _, identity in found.children}
-    mirrors = {name: _mirror_status(m, processes.get(m.get("pid", 0)))
-               for name, m in state.get("mirrors", {}).items()}
+    mirrors = {name: _mirror_status(m, processes.get(m.pid or 0)) for name, m in state.mirrors.items()}
     return {
-        "name": state["name"],
+        "name": state.name,
         "running": True,
         "healthy": (all(c["healthy"] for c in clusters.values()) and wan["healthy"]
                     and all(m["healthy"] for m in mirrors.values())),
@@ -304,17 +224,17 @@ def status(state_dir: Path) -> dict[str, Any]:
     }
 
 
-def _wan_status(wan: dict[str, Any], ours: set[int]) -> dict[str, Any]:
+def _wan_status(wan: WanRecord, ours: set[int]) -> dict[str, Any]:
     """The emulator (or external Toxiproxy) answers, and every link proxy is there and enabled."""
-    out: dict[str, Any] = {"api": wan["api"], "pid": wan.get("pid"), "restarts": wan.get("restarts", 0)}
+    out: dict[str, Any] = {"api": wan.api, "pid": wan.pid, "restarts": wan.restarts}
     problems: list[str] = []
-    if wan.get("pid") is not None and wan["pid"] not in ours:
+    if wan.pid is not None and wan.pid not in ours:
         problems.append("the WAN emulator is not running")
-    proxies = _http_json(f"http://{wan['api']}/proxies")
+    proxies = _http_json(f"http://{wan.api}/proxies")
     if not isinstance(proxies, dict):
-        problems.append(f"the WAN API at {wan['api']} does not answer")
+        problems.append(f"the WAN API at {wan.api} does not answer")
     else:
-        for name in wan.get("proxies", []):
+        for name in wan.proxies:
             proxy = proxies.get(name)
             if not isinstance(proxy, dict):
                 problems.append(f"link proxy {name} is missing")
@@ -332,55 +252,55 @@ def _http_json(url: str) -> object:
         return None
 
 
-def _mirror_status(mirror: dict[str, Any], process: Identity | None) -> dict[str, Any]:
+def _mirror_status(mirror: MirrorRecord, process: Identity | None) -> dict[str, Any]:
     """What the launcher knows of a mirror, with what the daemon last reported of itself.
 
     Healthy means: running, reporting (its status file is fresh), and no problem reported, in
     particular none reaching its source: a mirror that cannot fetch is not "lag 0".
     """
-    out: dict[str, Any] = {k: mirror.get(k) for k in ("source", "target", "pid", "restarts", "log")}
+    out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "pid": mirror.pid,
+                           "restarts": mirror.restarts, "log": mirror.log}
     running = process is not None
     out["alive"] = running
-    report = _read_mirror_report(Path(mirror["status_file"]))
-    if report is not None and process is not None:
-        updated = report.get("updated_ms")
-        if not isinstance(updated, int) or updated < (time.time() - process.age_s()) * 1000:
-            report = None  # written by an earlier process: says nothing about this one
     reasons: list[str] = []
+    try:
+        report = read_status(Path(mirror.status_file))
+    except StatusFileError as exc:
+        report = None
+        if running:
+            reasons.append(str(exc))  # the mirror writes it whole (atomically): damaged by someone else
+    if report is not None and process is not None and report.updated_ms < now_ms() - process.age_s() * 1000:
+        report = None  # written by an earlier process: says nothing about this one
     if process is None:
         reasons.append("not running")
     if report is None:
         if process is None or process.age_s() > MIRROR_STATUS_STALE_S:
             reasons.append("no status reported")
     else:
-        partitions = [p for p in report.get("partitions", []) if isinstance(p, dict)]
-        problems: dict[str, Any] = report["problems"] if isinstance(report.get("problems"), dict) else {}
-        out.update(state=report.get("state"), lag=report.get("lag"), records=report.get("records"),
-                   max_latency_ms=report.get("max_latency_ms"), problems=problems, topics=report.get("topics"),
-                   updated_ms=report.get("updated_ms"),
-                   partitions=[{k: p.get(k) for k in ("topic", "partition", "remote_topic", "position",
-                                                      "source_end", "lag", "latency_ms", "error")}
-                               for p in partitions])
-        # Starting and waiting states are fine until they fail: a failure shows in `problems`.
-        if report.get("state") == "stopped":
-            reasons.append("stopped")
-        if "source" in problems:
-            reasons.append(f"cannot reach its source {mirror.get('source')}: {problems['source']}")
-        reasons += [f"{what}: {text}" for what, text in problems.items() if what != "source"]
-        updated = report.get("updated_ms")
-        if running and (not isinstance(updated, int) or time.time() * 1000 - updated > MIRROR_STATUS_STALE_S * 1000):
-            reasons.append(f"its status file has not been updated for over {MIRROR_STATUS_STALE_S:.0f} s")
+        reasons += _report_reasons(mirror, report, running)
+        out.update(state=report.state, lag=report.lag, records=report.records,
+                   max_latency_ms=report.max_latency_ms, problems=report.problems, topics=report.topics,
+                   updated_ms=report.updated_ms,
+                   partitions=[p.model_dump(include={"topic", "partition", "remote_topic", "position",
+                                                     "source_end", "lag", "latency_ms", "error"})
+                               for p in report.partitions])
     out["healthy"] = not reasons
     out["unhealthy_because"] = reasons
     return out
 
 
-def _read_mirror_report(path: Path) -> dict[str, Any] | None:
-    try:
-        report = json.loads(path.read_bytes())
-    except (OSError, ValueError):
-        return None
-    return report if isinstance(report, dict) else None
+def _report_reasons(mirror: MirrorRecord, report: MirrorStatus, running: bool) -> list[str]:
+    """Why a mirror's own report says it is unhealthy (nothing: it is fine)."""
+    reasons: list[str] = []
+    # Starting and waiting states are fine until they fail: a failure shows in `problems`.
+    if report.state == "stopped":
+        reasons.append("stopped")
+    if "source" in report.problems:
+        reasons.append(f"cannot reach its source {mirror.source}: {report.problems['source']}")
+    reasons += [f"{what}: {text}" for what, text in report.problems.items() if what != "source"]
+    if running and now_ms() - report.updated_ms > MIRROR_STATUS_STALE_S * 1000:
+        reasons.append(f"its status file has not been updated for over {MIRROR_STATUS_STALE_S:.0f} s")
+    return reasons
 
 
 # -- down --------------------------------------------------------------------------------------

@@ -29,8 +29,17 @@ from typing import Any
 
 import trio
 
-from broker.storage.checkpoints import write_atomically
+from broker.atomic_file import write_atomically
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
+from deploy.launcher.state_file import (
+    STATE_FORMAT,
+    BrokerRecord,
+    ClusterRecord,
+    LaunchStateFile,
+    MirrorRecord,
+    ProcessRecord,
+    WanRecord,
+)
 from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
 from deploy.supervisor import ProcessSpec, Supervised, supervise
 
@@ -39,7 +48,6 @@ __all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan", 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
-STATE_FORMAT = 2  # 2: every process with its start time and command line
 BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
 WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
 MIRROR_READY = re.compile(r"^causeway mirror ready: ")
@@ -91,46 +99,68 @@ class LaunchState:
     def proxies(self) -> list[str]:
         return list(self.links)
 
-    def to_json(self) -> dict[str, Any]:
-        wan: dict[str, Any] = {"api": self.wan_api, "proxies": self.proxies}
-        wan.update(_process(self.wan) if self.wan else {"pid": None})
-        return {
-            "format": STATE_FORMAT,
-            "name": self.plan.name,
-            **_identity_json(self.identity),
-            "wan": wan,
-            "clusters": {
-                name: {
-                    "datacenter": c.plan.datacenter,
-                    "bootstrap": c.bootstrap,
-                    "wan": c.wan,
-                    "brokers": [{"id": 0, **_process(c.broker), "log": str(c.broker.spec.log_path)}],
-                }
+    # Set by every child's start and exit: the state file is rewritten (off the loop) by
+    # `keep_saved`. A trio.Event, replaced once seen, so changes while a write runs are not lost.
+    _changed: trio.Event = field(default_factory=trio.Event)
+    _save_lock: trio.Lock = field(default_factory=trio.Lock)
+
+    def snapshot(self) -> LaunchStateFile:
+        """The state file's content as of now (taken on the event loop: a consistent view)."""
+        wan = WanRecord(api=self.wan_api, proxies=self.proxies,
+                        **(_process(self.wan).model_dump() if self.wan else {}))
+        return LaunchStateFile(
+            format=STATE_FORMAT,
+            name=self.plan.name,
+            **_identity(self.identity).model_dump(exclude={"restarts"}),
+            wan=wan,
+            clusters={
+                name: ClusterRecord(
+                    datacenter=c.plan.datacenter, bootstrap=c.bootstrap, wan=dict(c.wan),
+                    brokers=[BrokerRecord(id=0, log=str(c.broker.spec.log_path), **_process(c.broker).model_dump())],
+                )
                 for name, c in self.clusters.items()
             },
-            "mirrors": {
-                name: {
-                    "source": m.plan.source, "target": m.plan.target,
-                    "source_bootstrap": m.source_bootstrap, "target_bootstrap": m.target_bootstrap,
-                    **_process(m.process), "log": str(m.process.spec.log_path),
-                    "config": str(m.config_file), "status_file": str(m.status_file),
-                }
+            mirrors={
+                name: MirrorRecord(
+                    source=m.plan.source, target=m.plan.target,
+                    source_bootstrap=m.source_bootstrap, target_bootstrap=m.target_bootstrap,
+                    log=str(m.process.spec.log_path), config=str(m.config_file), status_file=str(m.status_file),
+                    **_process(m.process).model_dump(),
+                )
                 for name, m in self.mirrors.items()
             },
-        }
+        )
 
-    def save(self) -> None:
-        write_atomically(self.state_dir / STATE_FILE, json.dumps(self.to_json(), indent=2) + "\n")
+    def changed(self, _child: Supervised | None = None) -> None:
+        """A child started or exited (the supervisor's `on_change`): save soon, off the loop."""
+        self._changed.set()
+
+    async def save(self) -> None:
+        """Rewrite the state file now: snapshot here, the write (fsync, rename, fsync of the
+        directory) in a worker thread. One write at a time: they share a temporary file."""
+        async with self._save_lock:
+            text = self.snapshot().to_json()
+            await trio.to_thread.run_sync(write_atomically, self.state_dir / STATE_FILE, text)
+
+    async def keep_saved(self) -> None:
+        """Save after every change until cancelled; changes during a write make one more."""
+        while True:
+            await self._changed.wait()
+            self._changed = trio.Event()
+            try:
+                await self.save()
+            except OSError as exc:
+                log.warning("cannot write the state file in %s: %s", self.state_dir, exc)
 
 
-def _identity_json(identity: Identity | None) -> dict[str, Any]:
+def _identity(identity: Identity | None) -> ProcessRecord:
     if identity is None:
-        return {"pid": None}
-    return {"pid": identity.pid, "start_time": identity.start_time, "cmdline": list(identity.cmdline)}
+        return ProcessRecord()
+    return ProcessRecord(pid=identity.pid, start_time=identity.start_time, cmdline=list(identity.cmdline))
 
 
-def _process(supervised: Supervised) -> dict[str, Any]:
-    return {**_identity_json(supervised.identity), "restarts": supervised.restarts}
+def _process(supervised: Supervised) -> ProcessRecord:
+    return _identity(supervised.identity).model_copy(update={"restarts": supervised.restarts})
 
 
 def _spec(state_dir: Path, name: str, argv: list[str], log_path: Path, ready: re.Pattern[str]) -> ProcessSpec:
@@ -189,7 +219,7 @@ def _broker_spec(
                  BROKER_READY)
 
 
-def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
+async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
     """The mirror runs in the target's datacenter: it reads the source through the WAN link's
     proxy (the source's WAN listener for that datacenter) and writes to the target locally."""
     source, target = state.clusters[mirror.source], state.clusters[mirror.target]
@@ -201,12 +231,13 @@ def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
               "source": {"alias": mirror.source, "bootstrap": source_bootstrap},
               "target": {"alias": mirror.target, "bootstrap": target.bootstrap},
               **mirror.settings}
-    write_atomically(config_file, json.dumps(config, indent=2) + "\n")  # JSON is YAML
+    text = json.dumps(config, indent=2) + "\n"  # JSON is YAML
+    await trio.to_thread.run_sync(write_atomically, config_file, text)
     status_file = directory / f"{mirror.name}.status.json"
     argv = _cli("mirror", "--config", str(config_file), "--status-file", str(status_file))
     log_path = state.state_dir / "logs" / f"mirror-{mirror.name}.log"
     process = Supervised(_spec(state.state_dir, f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
-                         on_change=lambda _s: state.save())
+                         on_change=state.changed)
     return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process)
 
 
@@ -238,12 +269,13 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
 async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.TaskStatus[LaunchState]) -> None:
     plan, state_dir = state.plan, state.state_dir
     async with trio.open_nursery() as nursery:
+        nursery.start_soon(state.keep_saved)
         if toxiproxy is not None:
             state.wan_api = toxiproxy
         else:
             state.wan = Supervised(_spec(state_dir, "wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
                                          state_dir / "logs" / "wan.log", WAN_READY),
-                                   on_change=lambda _s: state.save(), on_ready=partial(_restore_links, state))
+                                   on_change=state.changed, on_ready=partial(_restore_links, state))
             ready = await nursery.start(supervise, state.wan)
             match = WAN_READY.match(ready)
             assert match is not None
@@ -252,7 +284,7 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
             local_port = cluster.port or free_port()
             wan_ports = {dc: (free_port(), free_port()) for dc in cluster.remote_datacenters}
             supervised = Supervised(_broker_spec(state_dir, cluster, local_port, wan_ports),
-                                    on_change=lambda _s: state.save())
+                                    on_change=state.changed)
             state.clusters[cluster.name] = ClusterState(
                 cluster, f"127.0.0.1:{local_port}", {dc: f"127.0.0.1:{proxy}" for dc, (_, proxy) in wan_ports.items()},
                 supervised)
@@ -266,10 +298,10 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
                 state.links[name] = (body, toxics)
             log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)
         for mirror in plan.mirrors:
-            state.mirrors[mirror.name] = _mirror_state(state, mirror)
+            state.mirrors[mirror.name] = await _mirror_state(state, mirror)
             await nursery.start(supervise, state.mirrors[mirror.name].process)
             log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
-        state.save()
+        await state.save()  # before `up` says ready: `status` and `down` find what runs
         task_status.started(state)
 
 

@@ -19,9 +19,9 @@ from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.client import TopicPartition, fetch, open_client
+from broker.client.partitioner import kafka_partition
 from broker.protocol.records import Compression, split_batches
 from deploy.cli import main
-from deploy.console_cli import kafka_partition
 from tests.support.broker import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]

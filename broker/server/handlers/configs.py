@@ -12,6 +12,7 @@ from collections.abc import Mapping
 
 from broker.config import BrokerConfig
 from broker.protocol.api import ApiKey
+from broker.protocol.constants import AlterConfigOp, ConfigResourceType, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterConfigsRequest,
@@ -26,7 +27,6 @@ from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import (
     TOPIC_CONFIG_NAMES,
-    ConfigSource,
     Synonym,
     broker_synonyms,
     describe_topic_configs,
@@ -34,14 +34,6 @@ from broker.server.topic_configs import (
     validate_topic_configs,
 )
 
-# ConfigResource.Type ids.
-TOPIC = 2
-BROKER = 4
-BROKER_LOGGER = 8
-GROUP = 32
-
-# IncrementalAlterConfigs operations.
-SET, DELETE, APPEND, SUBTRACT = 0, 1, 2, 3
 _LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
                            "leader.replication.throttled.replicas"})
 
@@ -90,21 +82,21 @@ async def _describe_one(
     )
     rows: list[Row]
     read_only = False
-    if resource.resource_type == TOPIC:
+    if resource.resource_type == ConfigResourceType.TOPIC:
         topic = ctx.services.controller.topics().get(resource.resource_name)
         if topic is None:
             result.error_code = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             result.error_message = f"Topic '{resource.resource_name}' does not exist."
             return result
         rows = _topic_rows(topic.configs, config)
-    elif resource.resource_type == BROKER:
+    elif resource.resource_type == ConfigResourceType.BROKER:
         if resource.resource_name not in ("", str(config.broker_id)):
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unexpected broker id {resource.resource_name}"
             return result
         rows = _broker_rows(config)
         read_only = True
-    elif resource.resource_type == GROUP:
+    elif resource.resource_type == ConfigResourceType.GROUP:
         # As Kafka: a group's configs are described whether or not the group exists.
         if not resource.resource_name:
             result.error_code = ErrorCode.INVALID_REQUEST
@@ -162,15 +154,15 @@ def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
 
 
 def _refuse_unalterable(resource_type: int) -> None:
-    if resource_type == BROKER:
+    if resource_type == ConfigResourceType.BROKER:
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker configs are static in Causeway; restart with new values")
-    if resource_type not in (TOPIC, GROUP):
+    if resource_type not in (ConfigResourceType.TOPIC, ConfigResourceType.GROUP):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource_type}")
 
 
 async def _current(ctx: RequestContext, resource_type: int, name: str) -> dict[str, str]:
     """The resource's overrides now (a topic must exist; a group need not, as in Kafka)."""
-    if resource_type == GROUP:
+    if resource_type == ConfigResourceType.GROUP:
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
         return await store_for(ctx.services.controller, ctx.config).get(name)
@@ -179,7 +171,7 @@ async def _current(ctx: RequestContext, resource_type: int, name: str) -> dict[s
 
 async def _apply(ctx: RequestContext, resource_type: int, name: str, overrides: Mapping[str, str | None],
                  validate_only: bool) -> None:
-    if resource_type == GROUP:
+    if resource_type == ConfigResourceType.GROUP:
         validated = validate_group_configs(overrides)
         if not validate_only:
             await store_for(ctx.services.controller, ctx.config).set(name, validated)
@@ -218,7 +210,7 @@ async def incremental_alter_configs(
             kind, name = resource.resource_type, resource.resource_name
             _refuse_unalterable(kind)
             overrides = await _current(ctx, kind, name)
-            if kind == GROUP:
+            if kind == ConfigResourceType.GROUP:
                 known, what = frozenset(GROUP_CONFIGS), "group"
                 effective = {k: overrides.get(k, key.default) for k, key in GROUP_CONFIGS.items()}
             else:
@@ -227,18 +219,18 @@ async def incremental_alter_configs(
             for op in resource.configs:
                 if op.name not in known:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {what} config name: {op.name}")
-                if op.config_operation == SET:
+                if op.config_operation == AlterConfigOp.SET:
                     if op.value is None:
                         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value for {op.name}")
                     overrides[op.name] = op.value
-                elif op.config_operation == DELETE:
+                elif op.config_operation == AlterConfigOp.DELETE:
                     overrides.pop(op.name, None)
-                elif op.config_operation in (APPEND, SUBTRACT):
-                    if kind == GROUP or op.name not in _LIST_CONFIGS:
+                elif op.config_operation in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
+                    if kind == ConfigResourceType.GROUP or op.name not in _LIST_CONFIGS:
                         raise KafkaError(ErrorCode.INVALID_CONFIG, f"{op.name} is not a list config")
                     items = [x for x in overrides.get(op.name, effective.get(op.name, "")).split(",") if x]
                     change = [x for x in (op.value or "").split(",") if x]
-                    if op.config_operation == APPEND:
+                    if op.config_operation == AlterConfigOp.APPEND:
                         items += [x for x in change if x not in items]
                     else:
                         items = [x for x in items if x not in change]

@@ -6,6 +6,7 @@ from __future__ import annotations
 from broker.coordinator.coordinator import GroupCoordinator, MemberIdRequired
 from broker.coordinator.group import GroupState
 from broker.protocol.api import ApiKey
+from broker.protocol.constants import CoordinatorType
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     DeleteGroupsRequest,
@@ -30,8 +31,6 @@ from broker.server.handlers.base import ApiHandler
 
 __all__ = ["HANDLERS"]
 
-GROUP_KEY_TYPE = 0
-TRANSACTION_KEY_TYPE = 1
 # Why a transactional producer is refused, in the words a client shows its user.
 TRANSACTIONS_UNSUPPORTED = ("Causeway does not support transactions yet (no transaction coordinator): "
                             "produce without transactional.id; idempotence works")
@@ -52,11 +51,11 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
     endpoint = me.endpoint(ctx.connection.listener_name) if me is not None else None
     results = []
     for key in keys:
-        if request.key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE):
+        if request.key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
             results.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
                 error_message=f"unknown coordinator key type {request.key_type}"))
-        elif request.key_type != GROUP_KEY_TYPE:
+        elif request.key_type != CoordinatorType.GROUP:
             # No transaction coordinator exists. COORDINATOR_NOT_AVAILABLE would be retried by
             # every client until its deadline (60 s in the Java producer); UNSUPPORTED_VERSION is
             # final, and the Java producer fails at once showing this message (Redpanda answers

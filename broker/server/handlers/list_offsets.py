@@ -3,16 +3,11 @@
 from __future__ import annotations
 
 from broker.protocol.api import ApiKey
+from broker.protocol.constants import EARLIEST, EARLIEST_LOCAL, LATEST, LATEST_TIERED, MAX_TIMESTAMP
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-
-LATEST = -1
-EARLIEST = -2
-MAX_TIMESTAMP = -3
-EARLIEST_LOCAL = -4
-LATEST_TIERED = -5
 
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import time
-
+from broker.clock import now_ms
 from broker.coordinator.coordinator import GroupCoordinator
 from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.protocol.api import ApiKey
@@ -23,6 +22,7 @@ __all__ = ["HANDLERS"]
 
 # OffsetCommit v2-v4 carry a retention time; -1 means "the broker's default".
 DEFAULT_RETENTION = -1
+LONG_MAX = 2**63 - 1
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -33,7 +33,7 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
 
 
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     topics = ctx.services.controller.topics()
     max_metadata = ctx.config.offset_metadata_max_bytes
     errors: dict[tuple[str, int], ErrorCode] = {}
@@ -50,7 +50,9 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
             else:
                 expire = -1
                 if 2 <= ctx.version <= 4 and request.retention_time_ms != DEFAULT_RETENTION:
-                    expire = now + request.retention_time_ms
+                    # The peer picks the retention: near 2**63 the sum would not fit the record's
+                    # int64 (found by deploy/fuzz), so it saturates: kept as long as can be said.
+                    expire = min(now + request.retention_time_ms, LONG_MAX)
                 commit_ts = p.commit_timestamp if ctx.version == 1 and p.commit_timestamp >= 0 else now
                 accepted[tp] = OffsetCommitValue(p.committed_offset, metadata, commit_ts,
                                                  p.committed_leader_epoch if ctx.version >= 6 else -1, expire)

@@ -6,11 +6,12 @@ batch headers and CRCs, the producer's sequence, patches base offsets and writes
 
 from __future__ import annotations
 
+from broker.clock import now_ms
 from broker.controller.model import is_internal_topic
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ProduceRequest, ProduceResponse
-from broker.server.context import RequestContext, now_ms
+from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.storage.log import RecordErrors
 

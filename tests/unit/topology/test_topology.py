@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from deploy import topology_cli
+from deploy.cli import topology as topology_cli
 from topology import TopologyError, load_topology
 from topology.graph import arrivals, explain, to_dot, to_mermaid
 from topology.units import parse_bandwidth, parse_duration_ms

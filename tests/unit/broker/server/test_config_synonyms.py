@@ -8,9 +8,10 @@ from __future__ import annotations
 import pytest
 
 from broker.config import BrokerConfig
+from broker.protocol.constants import ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.server.group_configs import GROUP_CONFIGS, validate_group_configs
-from broker.server.topic_configs import ConfigSource, broker_synonyms, describe_topic_configs, topic_config_synonyms
+from broker.server.topic_configs import broker_synonyms, describe_topic_configs, topic_config_synonyms
 
 TOPIC, STATIC, DEFAULT = ConfigSource.TOPIC_CONFIG, ConfigSource.STATIC_BROKER_CONFIG, ConfigSource.DEFAULT_CONFIG
 PLAIN = BrokerConfig.from_properties({})

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import subprocess
 import sys
 from functools import partial
@@ -14,6 +13,7 @@ from typing import Any
 
 import trio
 
+from deploy.cli.command import run, until_signalled
 from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
 from deploy.launcher.launch import STATE_FILE, LaunchState, run_plan
 from deploy.launcher.plan import LaunchPlan
@@ -59,21 +59,17 @@ def _print_endpoints(state: LaunchState) -> None:
 
 
 async def _foreground(plan: LaunchPlan, state_dir: Path, detached: bool, toxiproxy: str | None) -> None:
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            state: LaunchState = await nursery.start(partial(run_plan, plan, state_dir, toxiproxy=toxiproxy))
-            _print_endpoints(state)
-            print(f"{READY_MARK} {state_dir}", flush=True)
-            if detached:
-                # The parent has what it waited for; from now on, output goes to the log only.
-                log = os.open(state_dir / "logs" / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-                os.dup2(log, 1)
-                os.dup2(log, 2)
-            else:
-                print("Ctrl-C stops everything.", flush=True)
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+    async with until_signalled() as stop:
+        state: LaunchState = await stop.nursery.start(partial(run_plan, plan, state_dir, toxiproxy=toxiproxy))
+        _print_endpoints(state)
+        print(f"{READY_MARK} {state_dir}", flush=True)
+        if detached:
+            # The parent has what it waited for; from now on, output goes to the log only.
+            log = os.open(state_dir / "logs" / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+            os.dup2(log, 1)
+            os.dup2(log, 2)
+        else:
+            print("Ctrl-C stops everything.", flush=True)
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -90,13 +86,9 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     if args.detach:
         return _detach(args, state_dir)
-    try:
-        trio.run(_foreground, plan, state_dir, args.child, args.toxiproxy)
-    except StartFailed as exc:
-        print(f"causeway: could not start {exc}", file=sys.stderr)
-        print("causeway: everything started before it was stopped", file=sys.stderr)
-        return 1
-    return 0
+    return run("causeway up", lambda: trio.run(_foreground, plan, state_dir, args.child, args.toxiproxy),
+               errors=[(StartFailed, 1, lambda exc: f"causeway: could not start {exc}\n"
+                                                    "causeway: everything started before it was stopped")])
 
 
 def _refusal_to_start(name: str, state_dir: Path) -> str | None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,8 @@ from typing import Any
 import trio
 
 from broker.tasks import leaves
+from deploy.cli.command import UsageError, until_signalled
+from deploy.cli.command import run as run_command
 from deploy.wan.errors import ApiError
 from deploy.wan.http import REQUEST_TIMEOUT_SECONDS
 from deploy.wan.proxy import format_hostport, split_hostport
@@ -77,53 +78,48 @@ def _positive_seconds(text: str) -> float:
 
 
 def _load_config(path: Path) -> list[dict[str, Any]]:
+    """The --config file's proxies; UsageError (exit 2) when it cannot be read or is not a list."""
     try:
         value = json.loads(path.read_text(encoding="utf-8"))
     except OSError as error:
-        raise ValueError(f"{path}: cannot read: {error.strerror or error}") from None
+        raise UsageError(f"{path}: cannot read: {error.strerror or error}") from None
     except ValueError as error:
-        raise ValueError(f"{path}: not valid JSON: {error}") from None
+        raise UsageError(f"{path}: not valid JSON: {error}") from None
     if not isinstance(value, list) or not all(isinstance(entry, dict) for entry in value):
-        raise ValueError(f"{path}: expected a JSON list of proxy objects")
+        raise UsageError(f"{path}: expected a JSON list of proxy objects")
     return value
 
 
 async def _serve_until_signalled(host: str, port: int, proxies: list[dict[str, Any]], request_timeout_s: float) -> None:
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            bound_host, bound_port = await nursery.start(functools.partial(serve_wan, host, port, proxies=proxies,
-                                                                         request_timeout_s=request_timeout_s))
-            print(f"causeway wan ready: http://{format_hostport(bound_host, bound_port)}", flush=True)
-            async for _ in signals:
-                nursery.cancel_scope.cancel()
-                break
+    async with until_signalled() as stop:
+        bound_host, bound_port = await stop.nursery.start(functools.partial(serve_wan, host, port, proxies=proxies,
+                                                                          request_timeout_s=request_timeout_s))
+        print(f"causeway wan ready: http://{format_hostport(bound_host, bound_port)}", flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the emulator until SIGINT or SIGTERM. Returns 0 then; 2 for a bad config file, 1 when
     the API or a configured proxy cannot listen."""
     host, port = args.api
-    proxies: list[dict[str, Any]] = []
-    if args.config is not None:
-        try:
-            proxies = _load_config(args.config)
-        except ValueError as error:
-            print(f"causeway wan: {error}", file=sys.stderr)
-            return 2
-    try:
-        trio.run(_serve_until_signalled, host, port, proxies, args.request_timeout)
-    except (ApiError, OSError, BaseExceptionGroup) as error:
-        failures = leaves(error)
-        if not all(isinstance(leaf, ApiError | OSError) for leaf in failures):
-            raise
-        code = 1
-        for leaf in failures:
-            if isinstance(leaf, ApiError):
-                where = f"{args.config}: " if args.config is not None else ""
-                print(f"causeway wan: {where}{leaf.message}", file=sys.stderr)
-                code = 2 if leaf.status == 400 else code
-            else:
-                print(f"causeway wan: cannot listen on {format_hostport(host, port)}: {leaf}", file=sys.stderr)
-        return code
-    return 0
 
+    def body() -> int:
+        proxies = _load_config(args.config) if args.config is not None else []
+        try:
+            trio.run(_serve_until_signalled, host, port, proxies, args.request_timeout)
+        except (ApiError, OSError, BaseExceptionGroup) as error:
+            # Every proxy that cannot be created is named, not only the first.
+            failures = leaves(error)
+            if not all(isinstance(leaf, ApiError | OSError) for leaf in failures):
+                raise
+            code = 1
+            for leaf in failures:
+                if isinstance(leaf, ApiError):
+                    where = f"{args.config}: " if args.config is not None else ""
+                    print(f"causeway wan: {where}{leaf.message}", file=sys.stderr)
+                    code = 2 if leaf.status == 400 else code
+                else:
+                    print(f"causeway wan: cannot listen on {format_hostport(host, port)}: {leaf}", file=sys.stderr)
+            return code
+        return 0
+
+    return run_command("causeway wan", body)

@@ -40,7 +40,7 @@ from broker.client import (
     list_groups,
     open_client,
 )
-from broker.client.connection import ClientError
+from deploy.cli.command import Refused, UsageError, run
 
 __all__ = ["register"]
 
@@ -48,14 +48,6 @@ PROG = "causeway groups"
 # Kafka's rule for --reset-offsets: only a group nobody consumes in may be moved.
 _INACTIVE = frozenset({"Empty", "Dead"})
 _RESET_SCENARIOS = ("to_earliest", "to_latest", "to_offset", "shift_by", "to_datetime")
-
-
-class UsageError(Exception):
-    """A command line that cannot be run as given (exit 2)."""
-
-
-class Refused(Exception):
-    """The cluster is not in a state that allows the action (exit 1)."""
 
 
 def parse_topic_spec(spec: str) -> tuple[str, list[int] | None]:
@@ -366,18 +358,11 @@ def check_arguments(args: argparse.Namespace) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    try:
+    def body() -> int:
         check_arguments(args)
         return trio.run(_run, args)
-    except UsageError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 2
-    except (KafkaError, Refused) as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    except ClientError as exc:
-        print(f"Error: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
-        return 1
+
+    return run(PROG, body, bootstrap=args.bootstrap_server)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import logging
-import signal
-import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from deploy.cli.command import run, until_signalled
 from mirror.config import MirrorConfig, load_mirror_config
 from topology import TopologyError
 
 __all__ = ["register"]
-
-log = logging.getLogger("causeway.mirror")
 
 
 def register(commands: Any) -> None:
@@ -31,28 +28,16 @@ def register(commands: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        config = load_mirror_config(args.config)
-    except TopologyError as exc:
-        print(f"causeway mirror: {args.config} is not a valid mirror config:\n{exc}", file=sys.stderr)
-        return 2
-    try:
-        trio.run(_serve, config, args.status_file)
-    except KeyboardInterrupt:
-        return 130
-    return 0
+    return run("causeway mirror", lambda: trio.run(_serve, load_mirror_config(args.config), args.status_file),
+               errors=[(TopologyError, 2,
+                        lambda exc: f"causeway mirror: {args.config} is not a valid mirror config:\n{exc}")])
 
 
 async def _serve(config: MirrorConfig, status_file: Path | None) -> None:
     from mirror.daemon import run_mirror
 
-    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with trio.open_nursery() as nursery:
-            mirror = await nursery.start(lambda task_status: run_mirror(config, status_file=status_file,
-                                                                        task_status=task_status))
-            # One machine-readable line on stdout: launchers and tests wait for it.
-            print(f"causeway mirror ready: {config.display_name}", flush=True)
-            async for signum in signals:
-                log.info("received %s; stopping the mirror", signal.Signals(signum).name)
-                mirror.stop()  # positions are checkpointed once more before it returns
-                break
+    async with until_signalled("stopping the mirror") as stop:
+        mirror = await stop.nursery.start(partial(run_mirror, config, status_file=status_file))
+        stop.on_signal = mirror.stop  # positions are checkpointed once more before it returns
+        # One machine-readable line on stdout: launchers and tests wait for it.
+        print(f"causeway mirror ready: {config.display_name}", flush=True)

@@ -14,13 +14,12 @@ Kafka's error names and exit 1.
 from __future__ import annotations
 
 import argparse
-import sys
 from collections.abc import Sequence
 
 import trio
 
-from broker.client import KafkaError, admin, open_client
-from broker.client.connection import ClientError
+from broker.client import admin, open_client
+from deploy.cli.command import UsageError, run
 
 __all__ = ["register"]
 
@@ -30,7 +29,7 @@ def _configs(items: Sequence[str]) -> dict[str, str]:
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise SystemExit(f"causeway topics: --config wants KEY=VALUE, got {item!r}")
+            raise UsageError(f"--config wants KEY=VALUE, got {item!r}")
         out[key.strip()] = value.strip()
     return out
 
@@ -73,18 +72,13 @@ async def _run(args: argparse.Namespace) -> None:
 
 
 def _main(args: argparse.Namespace) -> int:
-    if (args.create or args.alter or args.delete) and not args.topic:
-        print("causeway topics: --topic is required with --create, --alter and --delete", file=sys.stderr)
-        return 2
-    try:
+    def body() -> None:
+        if (args.create or args.alter or args.delete) and not args.topic:
+            raise UsageError("--topic is required with --create, --alter and --delete")
+        _configs(args.config)  # a bad --config is refused before connecting
         trio.run(_run, args)
-    except KafkaError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
-    except ClientError as exc:
-        print(f"Error: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
-        return 1
-    return 0
+
+    return run("causeway topics", body, bootstrap=args.bootstrap_server)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

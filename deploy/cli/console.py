@@ -24,9 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import random
-import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -46,15 +44,17 @@ from broker.client import (
     open_client,
     produce,
 )
-from broker.client.connection import ClientError, unwrap_single_exception
+from broker.client.batching import DEFAULT_BATCH_BYTES, size_batches
+from broker.client.connection import ClientError
+from broker.client.partitioner import kafka_partition
+from broker.clock import now_ms
 from broker.protocol.records import Compression, Record, TimestampType, build_batch, decode_batch, split_batches
 from broker.tasks import gather
+from deploy.cli.command import Refused, UsageError, run, until_signalled
 
-__all__ = ["kafka_partition", "murmur2", "register"]
+__all__ = ["register"]
 
 _READ_SIZE = 1 << 20
-_DEFAULT_BATCH_BYTES = 512 * 1024  # under Kafka's default max.message.bytes (1 MiB) with room to spare
-_RECORD_OVERHEAD = 24  # a record's framing, roughly, for sizing batches
 
 _PRODUCER_PROPERTIES = {"parse.key": "false", "key.separator": "\t", "ignore.error": "false"}
 _CONSUMER_PROPERTIES = {
@@ -69,14 +69,6 @@ _CONSUMER_PROPERTIES = {
     "headers.separator": ",",
     "null.literal": "null",
 }
-
-
-class UsageError(Exception):
-    """A command line that cannot be run as given (exit 2)."""
-
-
-class Refused(Exception):
-    """Input or cluster state that stops the command (exit 1)."""
 
 
 def parse_properties(items: Sequence[str], known: Mapping[str, str], command: str) -> dict[str, str]:
@@ -100,40 +92,6 @@ def _flag(props: Mapping[str, str], key: str) -> bool:
     if value not in ("true", "false"):
         raise UsageError(f"property {key} must be true or false, not {props[key]!r}")
     return value == "true"
-
-
-# -- partitioning (as Kafka's Java producer, so keys land where Java clients put them) ----------------
-
-
-def murmur2(data: bytes) -> int:
-    """Kafka's murmur2 hash (org.apache.kafka.common.utils.Utils.murmur2), as a signed int32."""
-    m, mask = 0x5BD1E995, 0xFFFFFFFF
-    length = len(data)
-    h = (0x9747B28C ^ length) & mask
-    end = length - length % 4
-    for i in range(0, end, 4):
-        k = int.from_bytes(data[i : i + 4], "little")
-        k = (k * m) & mask
-        k ^= k >> 24
-        k = (k * m) & mask
-        h = ((h * m) & mask) ^ k
-    rest = length % 4
-    if rest == 3:
-        h ^= data[end + 2] << 16
-    if rest >= 2:
-        h ^= data[end + 1] << 8
-    if rest >= 1:
-        h ^= data[end]
-        h = (h * m) & mask
-    h ^= h >> 13
-    h = (h * m) & mask
-    h ^= h >> 15
-    return h - (1 << 32) if h & 0x80000000 else h
-
-
-def kafka_partition(key: bytes, partitions: int) -> int:
-    """The partition Kafka's default partitioner picks for a keyed record."""
-    return (murmur2(key) & 0x7FFFFFFF) % partitions
 
 
 # -- produce ----------------------------------------------------------------------------------
@@ -171,20 +129,6 @@ def line_to_record(line: bytes, number: int, *, parse_key: bool, separator: byte
     return Record(key, value, timestamp=timestamp)
 
 
-def _batches(records: list[Record], max_bytes: int) -> list[list[Record]]:
-    """Consecutive runs of records of at most `max_bytes` (roughly, before compression)."""
-    out: list[list[Record]] = [[]]
-    size = 0
-    for r in records:
-        n = len(r.key or b"") + len(r.value or b"") + _RECORD_OVERHEAD
-        if out[-1] and size + n > max_bytes:
-            out.append([])
-            size = 0
-        out[-1].append(r)
-        size += n
-    return [b for b in out if b]
-
-
 async def _produce(args: argparse.Namespace, props: dict[str, str]) -> int:
     parse_key = _flag(props, "parse.key")
     ignore_error = _flag(props, "ignore.error")
@@ -204,7 +148,7 @@ async def _produce(args: argparse.Namespace, props: dict[str, str]) -> int:
         sticky = random.randrange(count)  # records without a key: one partition per batch, in turn
 
         async def send(partition: int, records: list[Record]) -> None:
-            for batch in _batches(records, args.max_batch_bytes):
+            for batch in size_batches(records, args.max_batch_bytes):
                 if producer is not None:
                     await producer.send(args.topic, partition, batch, compression=compression)
                 else:
@@ -218,7 +162,7 @@ async def _produce(args: argparse.Namespace, props: dict[str, str]) -> int:
             # a file or a busy pipe goes in large batches.
             chunk = await trio.to_thread.run_sync(os.read, stdin, _READ_SIZE, abandon_on_cancel=True)
             lines = splitter.feed(chunk) if chunk else splitter.finish()
-            now = int(time.time() * 1000)
+            now = now_ms()
             by_partition: dict[int, list[Record]] = {}
             bad_line: Refused | None = None
             for line in lines:
@@ -391,33 +335,23 @@ async def _consume(args: argparse.Namespace, props: dict[str, str]) -> int:
         state = ConsumeState(dict(start), dict(start))
         # Signals stay caught until the end, commit included: the first one stops the reading,
         # later ones (`timeout` sends SIGTERM twice) must not kill the commit that follows.
-        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-            try:
-                with unwrap_single_exception():
-                    async with trio.open_nursery() as nursery:
-
-                        async def stop_on_signal() -> None:
-                            async for _ in signals:
-                                nursery.cancel_scope.cancel()
-                                return
-
-                        async def consume() -> None:
-                            await _consume_loop(client, args, state, formatter, write)
-                            nursery.cancel_scope.cancel()
-
-                        nursery.start_soon(stop_on_signal)
-                        nursery.start_soon(consume)
-            except BrokenPipeError:
-                # The reader went away (`| head`): a normal end. Later writes (at exit) go nowhere.
-                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            finally:
-                print(f"Processed a total of {state.count} messages", file=sys.stderr)
+        async with until_signalled() as stop:
+            with trio.CancelScope() as reading:
+                stop.on_signal = reading.cancel
+                try:
+                    await _consume_loop(client, args, state, formatter, write)
+                except BrokenPipeError:
+                    # The reader went away (`| head`): a normal end. Later writes (at exit) go nowhere.
+                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                finally:
+                    print(f"Processed a total of {state.count} messages", file=sys.stderr)
             if args.group:
                 # Partitions read past where they started; the others keep what the group had.
                 done = {tp: offset for tp, offset in state.printed_until.items()
                         if offset != start[tp] and offset != committed.get(tp)}
                 if done:
                     await commit_offsets(client, args.group, done)
+            stop.finish()
     return 0
 
 
@@ -426,24 +360,12 @@ async def _consume(args: argparse.Namespace, props: dict[str, str]) -> int:
 
 def _run(command: Callable[[argparse.Namespace, dict[str, str]], Awaitable[int]], known: Mapping[str, str],
          name: str) -> Callable[[argparse.Namespace], int]:
-    def main(args: argparse.Namespace) -> int:
-        try:
-            props = parse_properties(args.property, known, name)
-            _check(args, name)
-            return trio.run(command, args, props)
-        except UsageError as exc:
-            print(f"causeway {name}: {exc}", file=sys.stderr)
-            return 2
-        except (KafkaError, Refused) as exc:
-            print(f"Error: {exc}", file=sys.stderr)
-            return 1
-        except ClientError as exc:
-            print(f"Error: cannot reach {args.bootstrap_server}: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            return 130
+    def body(args: argparse.Namespace) -> int:
+        props = parse_properties(args.property, known, name)
+        _check(args, name)
+        return trio.run(command, args, props)
 
-    return main
+    return lambda args: run(f"causeway {name}", partial(body, args), bootstrap=args.bootstrap_server)
 
 
 def _check(args: argparse.Namespace, name: str) -> None:
@@ -492,8 +414,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     p.add_argument("--acks", default="all", choices=["all", "-1", "1", "0"])
     p.add_argument("--idempotence", action=argparse.BooleanOptionalAction, default=None,
                    help="producer id and sequence numbers, so retries never duplicate (default: on with acks all)")
-    p.add_argument("--max-batch-bytes", type=int, default=_DEFAULT_BATCH_BYTES, metavar="N",
-                   help=f"most bytes of records per batch (default {_DEFAULT_BATCH_BYTES})")
+    p.add_argument("--max-batch-bytes", type=int, default=DEFAULT_BATCH_BYTES, metavar="N",
+                   help=f"most bytes of records per batch (default {DEFAULT_BATCH_BYTES})")
     p.add_argument("--request-timeout", type=float, default=30.0, metavar="S",
                    help="seconds per request (default 30)")
     p.set_defaults(func=_run(_produce, _PRODUCER_PROPERTIES, "produce"))

@@ -1,0 +1,32 @@
+"""Replace a small file atomically: a crash leaves the old content or the new, whole.
+
+Temporary file beside it, fsync, rename over it, fsync of the directory (so the rename itself
+survives a crash). Blocking for as long as the disk takes: from trio, call it in a worker thread
+(``await trio.to_thread.run_sync(write_atomically, path, text)``).
+
+It sits at the top of ``broker`` so every side may use it: storage checkpoints, the controller's
+metadata, the server's group configs, and the mirror's and launcher's status and state files.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+__all__ = ["write_atomically"]
+
+
+def write_atomically(path: Path, content: str | bytes) -> None:
+    """Replace `path` with `content` (text is written as UTF-8). Raises OSError."""
+    data = content.encode("utf-8") if isinstance(content, str) else content
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

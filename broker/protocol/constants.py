@@ -1,0 +1,70 @@
+"""Numbers the Kafka protocol gives a meaning to, named once for the client and the broker.
+
+Each carries the name Kafka's Java code gives it, so a log line or a test reads as Kafka's
+would. Error codes are in `broker.protocol.errors`.
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = [
+    "EARLIEST",
+    "EARLIEST_LOCAL",
+    "LATEST",
+    "LATEST_TIERED",
+    "MAX_TIMESTAMP",
+    "AlterConfigOp",
+    "ConfigResourceType",
+    "ConfigSource",
+    "CoordinatorType",
+]
+
+# ListOffsets: the special timestamps a partition's request may carry instead of a time
+# (ListOffsetsRequest's *_TIMESTAMP constants).
+LATEST = -1  # the log end (the high watermark, or the last stable offset, for consumers)
+EARLIEST = -2  # the log start offset
+MAX_TIMESTAMP = -3  # the offset of the record with the largest timestamp (KIP-734)
+EARLIEST_LOCAL = -4  # the first offset still on local disk (KIP-405; all of it here)
+LATEST_TIERED = -5  # the last offset moved to remote storage (KIP-1005; none here)
+
+
+class CoordinatorType(enum.IntEnum):
+    """FindCoordinator's key_type: which coordinator a key names."""
+
+    GROUP = 0
+    TRANSACTION = 1
+
+
+class ConfigResourceType(enum.IntEnum):
+    """DescribeConfigs / AlterConfigs resource_type (Kafka's ConfigResource.Type ids)."""
+
+    UNKNOWN = 0
+    TOPIC = 2
+    BROKER = 4
+    BROKER_LOGGER = 8
+    CLIENT_METRICS = 16
+    GROUP = 32  # a consumer group's own configs (KIP-848, Kafka 4.x)
+
+
+class ConfigSource(enum.IntEnum):
+    """DescribeConfigs config_source: where a value comes from (DescribeConfigsResponse's ids)."""
+
+    UNKNOWN = 0
+    TOPIC_CONFIG = 1  # a topic's own override (the admin API's DYNAMIC_TOPIC_CONFIG)
+    DYNAMIC_BROKER_CONFIG = 2
+    DYNAMIC_DEFAULT_BROKER_CONFIG = 3
+    STATIC_BROKER_CONFIG = 4
+    DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8  # a group's own override (the admin API's DYNAMIC_GROUP_CONFIG, Kafka 4.x)
+
+
+class AlterConfigOp(enum.IntEnum):
+    """IncrementalAlterConfigs config_operation (Kafka's AlterConfigOp.OpType ids)."""
+
+    SET = 0
+    DELETE = 1
+    APPEND = 2
+    SUBTRACT = 3

@@ -1,0 +1,97 @@
+"""What a mirror reports of itself: the status file `causeway mirror --status-file` rewrites every
+second, and that `causeway status` reads back (deploy/launcher/control.py).
+
+One model for both sides, so the writer and the reader cannot drift apart on a field name. The
+reader is another process, possibly of another version: fields it does not know are ignored
+(`extra="ignore"`), and what it needs is checked when it reads (`read_status`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = ["ClusterRef", "MirrorEvent", "MirrorStatus", "PartitionStatus", "StatusFileError", "read_status"]
+
+#: The status file is a few KB per hundred partitions; anything far larger is not ours.
+MAX_STATUS_BYTES = 16 * 1024 * 1024
+
+
+class StatusFileError(Exception):
+    """A status file that cannot be used: the message names the file and what is wrong."""
+
+
+class _Report(BaseModel):
+    # strict: a field of the wrong JSON type is an error, not silently converted.
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+
+class ClusterRef(_Report):
+    alias: str
+    bootstrap: str
+
+
+class MirrorEvent(_Report):
+    """Something an operator should know happened (a gap, a re-copy, a topic gone)."""
+
+    time_ms: int
+    message: str
+
+
+class PartitionStatus(_Report):
+    topic: str
+    partition: int
+    remote_topic: str
+    position: int  # next source offset to copy
+    source_end: int  # the source's high watermark as last seen; -1 before the first fetch
+    lag: int
+    latency_ms: int | None = None
+    records: int = 0
+    bytes: int = 0
+    error: str | None = None  # parked or re-copying: why
+    parked: bool = False
+    gaps: list[str] = Field(default_factory=list)
+    lost: str | None = None
+    recopy: str | None = None
+
+
+class MirrorStatus(_Report):
+    name: str
+    source: ClusterRef
+    target: ClusterRef
+    state: str  # starting, waiting for the target/source, running, stopped
+    updated_ms: int
+    topics: dict[str, str] = Field(default_factory=dict)  # source topic -> remote topic
+    lag: int = 0
+    records: int = 0
+    max_latency_ms: int | None = None
+    group_checkpoints: int = 0
+    problems: dict[str, str] = Field(default_factory=dict)  # what -> its last error
+    partitions: list[PartitionStatus] = Field(default_factory=list)
+    events: list[MirrorEvent] = Field(default_factory=list)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=1) + "\n"
+
+
+def read_status(path: Path) -> MirrorStatus | None:
+    """The status a mirror last wrote to `path`; None when there is none yet.
+
+    Raises StatusFileError naming the file and the first bad field for anything else.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_STATUS_BYTES + 1)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StatusFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if len(raw) > MAX_STATUS_BYTES:
+        raise StatusFileError(f"{path}: larger than {MAX_STATUS_BYTES} bytes: not a mirror status file")
+    try:
+        return MirrorStatus.model_validate_json(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
+        raise StatusFileError(f"{path}: not a mirror status file: {where}: {first['msg']}") from None
