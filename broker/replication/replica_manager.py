@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
@@ -56,9 +58,10 @@ class ReplicaManager:
         self._logs = logs
         self._defaults = broker_log_config(config)
         self._partitions: dict[tuple[str, int], Partition] = {}
-        # Metadata changes are applied one at a time: a topic's partitions are being created in
-        # worker threads while another request may grow or delete the same topic.
-        self._apply_lock = trio.Lock()
+        # Changes to one topic are applied one at a time: its partitions are being created in
+        # worker threads while another request may grow or delete the same topic. Other topics
+        # go ahead meanwhile: a small CreateTopics never waits behind a creation of thousands.
+        self._topic_locks: dict[str, trio.Lock] = {}
         self.health = DirHealth()
 
     def get(self, topic: str, partition: int) -> Partition:
@@ -80,8 +83,19 @@ class ReplicaManager:
 
     # -- MetadataListener ----------------------------------------------------------------
 
+    @asynccontextmanager
+    async def _changing(self, name: str) -> AsyncIterator[None]:
+        lock = self._topic_locks.setdefault(name, trio.Lock())
+        try:
+            async with lock:
+                yield
+        finally:
+            # Forget the lock once nobody holds or waits for it: topic names come from peers.
+            if not lock.locked() and lock.statistics().tasks_waiting == 0:
+                self._topic_locks.pop(name, None)
+
     async def on_topic_changed(self, topic: TopicInfo) -> None:
-        async with self._apply_lock:
+        async with self._changing(topic.name):
             await self._apply(topic)
 
     async def _apply(self, topic: TopicInfo) -> None:
@@ -128,7 +142,7 @@ class ReplicaManager:
                                                      is_leader=is_leader, health=self.health)
 
     async def on_topic_deleted(self, topic: TopicInfo) -> None:
-        async with self._apply_lock:
+        async with self._changing(topic.name):
             doomed: list[Log] = []
             for info in topic.partitions:
                 self._partitions.pop((topic.name, info.partition), None)

@@ -230,8 +230,10 @@ async def _watch_for_close(sock: trio.socket.SocketType, abandon: trio.CancelSco
 
     The connection is muted while a request is in flight, so nothing else reads: a readable
     socket means either end of stream, a reset, or the peer's next request already on its way.
-    Peeking tells them apart without taking any bytes; a peer with a request queued is alive,
-    and its bytes are left for the loop to read after this answer.
+    Peeking tells them apart without taking any bytes. A peer with a request queued behind the
+    poll may still close before the poll ends, and the socket then stays readable without the
+    end of stream being visible behind the queued bytes; the kernel's TCP state says it (the
+    peer's FIN turns ours into CLOSE_WAIT, a reset into CLOSE), so it is asked twice a second.
     """
     await trio.lowlevel.wait_readable(sock)
     try:
@@ -241,7 +243,27 @@ async def _watch_for_close(sock: trio.socket.SocketType, abandon: trio.CancelSco
     if not peeked:
         abandon.cancel()
         return
-    await trio.sleep_forever()
+    if not hasattr(socket, "TCP_INFO"):
+        await trio.sleep_forever()
+    while True:
+        await trio.sleep(_PEER_STATE_CHECK_S)
+        if _peer_has_closed(sock):
+            abandon.cancel()
+            return
+
+
+# How often a long poll with a request queued behind it asks whether its peer went away.
+_PEER_STATE_CHECK_S = 0.5
+_TCP_CLOSE, _TCP_CLOSE_WAIT = 7, 8  # tcpi_state values (include/net/tcp_states.h)
+
+
+def _peer_has_closed(sock: trio.socket.SocketType) -> bool:
+    """Whether the peer has closed or reset the connection, from the first byte of tcp_info."""
+    try:
+        info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+    except OSError:
+        return True  # the socket is gone
+    return bool(info) and info[0] in (_TCP_CLOSE, _TCP_CLOSE_WAIT)
 
 
 async def _send_spliced(stream: trio.abc.Stream, parts: list[bytearray | Splice], use_sendfile: bool,

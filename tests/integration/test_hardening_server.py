@@ -18,7 +18,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
-from broker.protocol.messages import FetchRequest, ProduceRequest
+from broker.protocol.messages import ApiVersionsRequest, FetchRequest, ProduceRequest
 from broker.protocol.records import Record, build_batch
 from tests.support.broker import BrokerProcess, fd_count, rss_bytes
 from tests.support.polling import wait_until
@@ -188,6 +188,23 @@ def test_a_peer_that_closes_during_a_long_poll_is_let_go_at_once(start) -> None:
         sock.close()
     wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
                what="the broker to close its end of the abandoned long polls (no CLOSE_WAIT)", timeout_s=20)
+    # The same with a request queued behind each poll before the client closes: the queued bytes
+    # keep the socket readable, so the end of stream hides behind them (found by deploy/fuzz).
+    queued = [_connect(broker) for _ in range(3)]
+    ports = {sock.getsockname()[1] for sock in queued}
+    for sock in queued:
+        sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=2**31 - 1, min_bytes=1 << 30))
+    wait_until(polling, what="the broker to read every long poll")
+    behind = _frame(ApiKey.API_VERSIONS, 3, bytes(ApiVersionsRequest(client_software_name="x",
+                                                                     client_software_version="1").encode(3)))
+    for sock in queued:
+        sock.sendall(behind)
+    wait_until(lambda: all(rx == len(behind) for _, rx in _broker_sides(broker.port, ports).values()),
+               what="the queued requests to wait in the broker's receive queues")
+    for sock in queued:
+        sock.close()
+    wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
+               what="the broker to close the long polls with requests queued behind them", timeout_s=20)
     # A long poll whose client stays still works, and is answered when data comes.
     with _connect(broker) as sock:
         sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=30_000))

@@ -157,9 +157,20 @@ def test_a_large_creation_leaves_the_broker_answering_and_survives_a_restart(bro
             else:
                 assert p.error_code == ErrorCode.NONE
                 assert (broker.data_dir / f"wide-{p.partition_index}").exists(), p
+        # A small creation of another topic does not queue behind the large one (found by
+        # deploy/fuzz: every admin request used to wait for the whole creation).
+        small = CreateTopicsRequest(
+            topics=[CreateTopicsRequest.CreatableTopic(name="small", num_partitions=1, replication_factor=1)],
+            timeout_ms=120_000,
+        )
+        other.sendall(frame(ApiKey.CREATE_TOPICS, 4, bytes(small.encode(4)), 4))
+        reply = read_frame(other)
+        assert struct.unpack(">i", reply[:4])[0] == 4
+        made = CreateTopicsResponse.decode(reply[4:], 4).topics[0]
+        assert (made.name, made.error_code) == ("small", ErrorCode.NONE)
         with selectors.DefaultSelector() as sel:
             sel.register(creating, selectors.EVENT_READ)
-            assert not sel.select(timeout=0), "CreateTopics answered before the concurrent ApiVersions"
+            assert not sel.select(timeout=0), "the large CreateTopics answered before the concurrent requests"
         answer = read_frame(creating)
     result = CreateTopicsResponse.decode(answer[4:], 4).topics[0]
     assert (result.name, result.error_code) == ("wide", ErrorCode.NONE)

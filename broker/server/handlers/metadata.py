@@ -6,7 +6,7 @@ import logging
 
 from broker.controller.model import TopicInfo, validate_topic_name
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
 from broker.protocol.messages import MetadataRequest, MetadataResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
@@ -82,6 +82,10 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
             version < 4 or request.allow_auto_topic_creation
         )
         for wanted in request.topics:
+            if wanted.name is None and version < 12:
+                # v10-11 carry topic ids but cannot answer by id: a topic's name may not be null
+                # in their response, so Kafka refuses the request (found by deploy/fuzz).
+                raise ProtocolError(f"topic name is null in Metadata v{version}; lookup by topic id needs v12")
             if wanted.name is None:
                 found = controller.topic_by_id(wanted.topic_id)
                 if found is None:

@@ -1,0 +1,132 @@
+"""`python -m deploy.fuzz [--bootstrap HOST:PORT] [--frames N] [--seed S]`: fuzz a broker with
+mutated Kafka frames and judge it; one summary line, exit 1 when the broker failed.
+
+Without --bootstrap the fuzzer starts its own `causeway broker` on a fresh data dir and a free
+loopback port, watches it through /proc and its log, and stops it at the end (a clean stop is
+part of the verdict).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from deploy.fuzz.run import FuzzOptions, run_fuzz
+from deploy.fuzz.wire import LoopbackOnly
+
+__all__ = ["main"]
+
+READY = re.compile(r"^causeway broker \d+ ready: (?:[A-Za-z0-9_]+://)?(\S+?)(?:,|$)")
+
+
+def _start_broker(work_dir: Path, overrides: list[str]) -> tuple[subprocess.Popen[str], str, Path]:
+    data_dir, log_path = work_dir / "data", work_dir / "broker.log"
+    # `causeway broker`, through deploy.cli's main (what the console script calls).
+    cmd = [sys.executable, "-c", "import sys; from deploy.cli import main; sys.exit(main())",
+           "broker", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]
+    for item in overrides:
+        cmd += ["--override", item]
+    with log_path.open("a") as log:
+        broker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
+                                  cwd=Path(__file__).resolve().parents[2])
+    assert broker.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(broker.stdout, selectors.EVENT_READ)
+        line = broker.stdout.readline() if sel.select(timeout=60) else ""
+    match = READY.match(line.strip())
+    if not match:
+        broker.kill()
+        broker.wait()
+        raise RuntimeError(f"the broker did not get ready (first line {line!r}); see {log_path}")
+    return broker, match.group(1), log_path
+
+
+def _stop_broker(broker: subprocess.Popen[str]) -> int:
+    broker.send_signal(signal.SIGTERM)
+    try:
+        return broker.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        broker.kill()
+        broker.wait()
+        return -9
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m deploy.fuzz",
+        description="Send mutated Kafka frames (every API the broker serves, every version; lengths, counts, "
+                    "headers, sizes and record batches tampered with) over many pipelined connections, then "
+                    "check that the broker lives, holds bounded memory and descriptors, and serves a real "
+                    "client.")
+    parser.add_argument("--bootstrap", metavar="HOST:PORT",
+                        help="a running broker on this machine (default: start one)")
+    parser.add_argument("--frames", type=int, default=50_000, help="frames to send (default 50000)")
+    parser.add_argument("--seed", type=int, default=1, help="the run's seed: same seed, same frames (default 1)")
+    parser.add_argument("--connections", type=int, default=128, help="connections open at once (default 128)")
+    parser.add_argument("--time-limit", type=float, default=1800.0, metavar="SECONDS",
+                        help="stop sending after this long, and fail (default 1800)")
+    parser.add_argument("--check-every", type=int, default=20_000, metavar="FRAMES",
+                        help="frames between /proc samples and ApiVersions probes (default 20000)")
+    parser.add_argument("--pid", type=int, help="the broker's pid (default: found from the listening port)")
+    parser.add_argument("--log", type=Path, help="the broker's log, scanned for internal errors")
+    parser.add_argument("--rss-growth-limit", type=float, default=256.0, metavar="MIB",
+                        help="fail when RSS grows more than this over its baseline (default 256)")
+    parser.add_argument("--no-round-trip", action="store_true", help="skip the confluent-kafka round trip")
+    parser.add_argument("--replay", type=int, metavar="CONNECTION",
+                        help="send only this connection's frames (from a report), and print them")
+    parser.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
+                        help="broker config for the broker the fuzzer starts (repeatable)")
+    parser.add_argument("--work-dir", type=Path, help="data dir and log of the broker the fuzzer starts "
+                                                      "(default: a new temporary directory, removed on success)")
+    parser.add_argument("--quiet", action="store_true", help="print only the summary line")
+    args = parser.parse_args(argv)
+
+    progress = None if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    broker = None
+    work_dir: Path | None = None
+    bootstrap, log_path, pid = args.bootstrap, args.log, args.pid
+    if bootstrap is None:
+        work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="causeway-fuzz-"))
+        work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            broker, bootstrap, log_path = _start_broker(work_dir, args.override)
+        except RuntimeError as exc:
+            print(f"fuzz: {exc}", file=sys.stderr)
+            return 1
+        pid = broker.pid
+    options = FuzzOptions(
+        bootstrap=bootstrap, frames=args.frames, seed=args.seed, connections=args.connections,
+        time_limit_s=args.time_limit, check_every=args.check_every, pid=pid, log_path=log_path,
+        rss_growth_limit_mib=args.rss_growth_limit, round_trip=not args.no_round_trip, replay=args.replay)
+    try:
+        result = run_fuzz(options, progress=progress)
+    except LoopbackOnly as exc:
+        print(f"fuzz: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        code = _stop_broker(broker) if broker is not None else 0
+    if broker is not None and code != 0 and result.passed:
+        result.failures.append(f"the broker did not stop cleanly (exit {code}); see {log_path}")
+    print(result.summary(), flush=True)
+    if not result.passed:
+        details = result.details()
+        if details:
+            print(details, file=sys.stderr)
+        if work_dir is not None:
+            print(f"fuzz: the broker's data and log are kept in {work_dir}", file=sys.stderr)
+    elif work_dir is not None and args.work_dir is None:
+        shutil.rmtree(work_dir, ignore_errors=True)
+    return 0 if result.passed else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

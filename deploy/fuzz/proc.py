@@ -1,0 +1,103 @@
+"""What /proc says about the broker under attack: alive, resident memory, open descriptors.
+
+The fuzzer may be pointed at a broker it did not start; when that broker is a local process
+of the same user, its pid is found from the listening socket's inode (/proc/net/tcp{,6}, then
+the /proc/<pid>/fd links that name it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Descriptors", "alive", "close_wait_peers", "descriptors", "listener_pid", "rss_bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class Descriptors:
+    sockets: int
+    files: int  # everything else: log segments, indexes, pipes, epoll
+
+    @property
+    def total(self) -> int:
+        return self.sockets + self.files
+
+
+def alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def rss_bytes(pid: int) -> int:
+    with open(f"/proc/{pid}/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def descriptors(pid: int) -> Descriptors:
+    sockets = files = 0
+    fd_dir = f"/proc/{pid}/fd"
+    for name in os.listdir(fd_dir):
+        try:
+            target = os.readlink(f"{fd_dir}/{name}")
+        except OSError:
+            continue  # closed while we looked
+        if target.startswith("socket:"):
+            sockets += 1
+        else:
+            files += 1
+    return Descriptors(sockets, files)
+
+
+def _listening_inodes(port: int) -> set[str]:
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            local, state, inode = parts[1], parts[3], parts[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(inode)
+    return inodes
+
+
+def close_wait_peers(port: int) -> list[int]:
+    """Peer ports of the connections to local `port` that the peer closed and this side has
+    not (TCP state CLOSE_WAIT): what a server still holds for clients that are gone."""
+    peers = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            local, remote, state = parts[1], parts[2], parts[3]
+            if state == "08" and int(local.rsplit(":", 1)[1], 16) == port:  # 08: CLOSE_WAIT
+                peers.append(int(remote.rsplit(":", 1)[1], 16))
+    return peers
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of the local process listening on `port`, if this user can see it."""
+    wanted = {f"socket:[{inode}]" for inode in _listening_inodes(port)}
+    if not wanted:
+        return None
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in wanted:
+                    return int(entry)
+        except OSError:
+            continue  # another user's process, or gone
+    return None

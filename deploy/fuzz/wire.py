@@ -1,0 +1,84 @@
+"""One well-formed request and its answer over a blocking socket, with a deadline.
+
+What the fuzzer needs besides its hostile traffic: set up its topics, learn their ids, and
+check between bursts that the broker still answers an ApiVersions request, and how fast.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import time
+from typing import Any
+
+from broker.protocol.api import API_SPECS, ApiKey
+from broker.protocol.errors import ProtocolError
+from broker.protocol.headers import RequestHeader, encode_request_header
+from broker.protocol.messages import ApiVersionsRequest
+from broker.protocol.primitives import Reader
+
+__all__ = ["LoopbackOnly", "call", "loopback_address", "ping"]
+
+
+class LoopbackOnly(ValueError):
+    """The fuzzer attacks brokers on this machine only."""
+
+
+def loopback_address(bootstrap: str) -> tuple[str, int]:
+    """`host:port` as a (host, port) pair, refused unless every address of host is loopback."""
+    host, _, port_text = bootstrap.rpartition(":")
+    host = host.strip("[]")
+    if not host or not port_text.isdigit():
+        raise ValueError(f"expected HOST:PORT, got {bootstrap!r}")
+    port = int(port_text)
+    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    for info in infos:
+        address = ipaddress.ip_address(info[4][0])
+        if not address.is_loopback:
+            raise LoopbackOnly(f"{bootstrap} resolves to {address}, which is not a loopback address; "
+                               "the fuzzer only attacks brokers on this machine")
+    return str(infos[0][4][0]), port
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            raise ConnectionError("the broker closed the connection")
+        buf += chunk
+    return bytes(buf)
+
+
+def call(address: tuple[str, int], message: Any, version: int, *, timeout_s: float = 10.0,
+         correlation_id: int = 1) -> Any:
+    """Send `message` (a generated request) at `version`; return the decoded response.
+    Raises OSError (ConnectionError, TimeoutError) on any failure."""
+    spec = API_SPECS[message.API_KEY]
+    header = encode_request_header(RequestHeader(message.API_KEY, version, correlation_id, "causeway-fuzz"),
+                                   spec.request_header_version(version))
+    payload = header + bytes(message.encode(version))
+    with socket.create_connection(address, timeout=timeout_s) as sock:
+        sock.sendall(struct.pack(">i", len(payload)) + payload)
+        (size,) = struct.unpack(">i", _exactly(sock, 4))
+        reply = _exactly(sock, size)
+    try:
+        r = Reader(reply)
+        if r.int32() != correlation_id:
+            raise ConnectionError("the answer carries another correlation id")
+        if spec.response_header_version(version) >= 1:
+            r.skip_tagged_fields()
+        return spec.response.decode_from(r, version)
+    except ProtocolError as exc:  # an OSError, like every other way this request can fail
+        raise ConnectionError(f"the answer to {spec.name} v{version} does not decode: {exc}") from None
+
+
+def ping(address: tuple[str, int], *, timeout_s: float = 10.0) -> float:
+    """Seconds an ApiVersions round trip on a new connection takes; raises OSError when none."""
+    start = time.monotonic()
+    response = call(address, ApiVersionsRequest(client_software_name="causeway-fuzz",
+                                                client_software_version="1"), 3, timeout_s=timeout_s)
+    if response.error_code != 0 or not any(k.api_key == ApiKey.API_VERSIONS for k in response.api_keys):
+        raise ConnectionError(f"ApiVersions answered error {response.error_code}")
+    return time.monotonic() - start
