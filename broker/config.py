@@ -2,7 +2,9 @@
 
 A broker is configured the way Kafka is: a ``server.properties``-style file plus ``key=value``
 overrides, using Kafka's key names and Kafka's defaults. The result is one frozen
-:class:`BrokerConfig`, built once at start-up.
+:class:`BrokerConfig`, built once at start-up: a pydantic model whose fields carry Kafka's key as
+their alias and, in their annotation, how that key's text is parsed and bounded, so each key is
+named once.
 
 Keys that Kafka knows but Causeway has no use for (thread-pool sizes, socket buffer sizes, ...)
 are accepted and reported by :func:`ignored_keys`, so an existing ``server.properties`` works
@@ -16,11 +18,23 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from broker.address import parse_host_port
 
 __all__ = [
+    "BROKER_KEYS",
     "BrokerConfig",
     "ConfigError",
     "ListenerSpec",
@@ -118,6 +132,14 @@ def _str(key: str, value: str) -> str:
     return value.strip()
 
 
+def _optional_listeners(key: str, value: str) -> tuple[ListenerSpec, ...] | None:
+    return parse_listeners(key, value) if value.strip() else None
+
+
+def _log_dirs(key: str, value: str) -> tuple[Path, ...]:
+    return tuple(Path(p.strip()) for p in value.split(",") if p.strip())
+
+
 def _host_port(key: str, value: str) -> str:
     try:
         parse_host_port(value.strip(), key)
@@ -132,107 +154,6 @@ def _cleanup_policy(key: str, value: str) -> str:
         raise ConfigError(f"{key}: '{value}' must be delete, compact or both")
     return ",".join(parts)
 
-
-@dataclass(frozen=True, slots=True)
-class _Key:
-    name: str
-    parse: Callable[[str, str], Any]
-    default: str | None
-    field: str
-
-
-# Every key Causeway honours: Kafka's name, how to parse it, Kafka's default (as text, parsed like
-# user input so defaults obey the same rules), and the BrokerConfig field it fills.
-_KEYS: tuple[_Key, ...] = (
-    _Key("node.id", _int_parser(-1, 2**31 - 1), "0", "broker_id"),
-    _Key("listeners", _str, "PLAINTEXT://:9092", "listeners_text"),
-    _Key("advertised.listeners", _str, None, "advertised_listeners_text"),
-    _Key(
-        "listener.security.protocol.map",
-        _str,
-        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
-        "listener_security_protocol_map_text",
-    ),
-    _Key("inter.broker.listener.name", _str, None, "inter_broker_listener_name"),
-    _Key("broker.rack", _str, None, "rack"),
-    _Key("log.dirs", _str, "/tmp/kafka-logs", "log_dirs_text"),
-    _Key("num.partitions", _int_parser(1, 2**31 - 1), "1", "num_partitions"),
-    # Partition bounds (KIP-578's names; Kafka's default is unbounded, Causeway's is not: every
-    # partition holds an open segment file and memory). A CreateTopics or CreatePartitions that
-    # would pass them is refused with POLICY_VIOLATION.
-    _Key("max.broker.partitions", _int_parser(1, 2**31 - 1), "10000", "max_broker_partitions"),
-    _Key("max.partitions", _int_parser(1, 2**31 - 1), str(2**31 - 1), "max_partitions"),
-    _Key("max.partitions.per.request", _int_parser(1, 2**31 - 1), "5000", "max_partitions_per_request"),
-    _Key("default.replication.factor", _int_parser(1, 32767), "1", "default_replication_factor"),
-    _Key("auto.create.topics.enable", _parse_bool, "true", "auto_create_topics_enable"),
-    _Key("delete.topic.enable", _parse_bool, "true", "delete_topic_enable"),
-    _Key("log.segment.bytes", _int_parser(14, 2**31 - 1), "1073741824", "log_segment_bytes"),
-    _Key("log.roll.ms", _int_parser(1), str(168 * 3600 * 1000), "log_roll_ms"),
-    _Key("log.index.size.max.bytes", _int_parser(4, 2**31 - 1), "10485760", "log_index_size_max_bytes"),
-    _Key("log.index.interval.bytes", _int_parser(0, 2**31 - 1), "4096", "log_index_interval_bytes"),
-    _Key("log.retention.ms", _int_parser(-1), str(168 * 3600 * 1000), "log_retention_ms"),
-    _Key("log.retention.bytes", _int_parser(-1), "-1", "log_retention_bytes"),
-    _Key("log.retention.check.interval.ms", _int_parser(1), "300000", "log_retention_check_interval_ms"),
-    _Key("log.flush.interval.messages", _int_parser(1), str(LONG_MAX), "log_flush_interval_messages"),
-    _Key("log.flush.interval.ms", _int_parser(0), str(LONG_MAX), "log_flush_interval_ms"),
-    _Key("log.flush.scheduler.interval.ms", _int_parser(0), str(LONG_MAX), "log_flush_scheduler_interval_ms"),
-    _Key(
-        "log.flush.offset.checkpoint.interval.ms",
-        _int_parser(0, 2**31 - 1),
-        "60000",
-        "log_flush_offset_checkpoint_interval_ms",
-    ),
-    _Key(
-        "log.message.timestamp.type",
-        _choice_parser("CreateTime", "LogAppendTime"),
-        "CreateTime",
-        "log_message_timestamp_type",
-    ),
-    # How far a CreateTime record's timestamp may lie before or after the broker's clock
-    # (KIP-937; the after default is Kafka 4.0's); the difference key (removed in Kafka 4.0,
-    # still honoured) applies to a side left at its default.
-    _Key("log.message.timestamp.before.max.ms", _int_parser(0), str(LONG_MAX),
-         "log_message_timestamp_before_max_ms"),
-    _Key("log.message.timestamp.after.max.ms", _int_parser(0), "3600000",
-         "log_message_timestamp_after_max_ms"),
-    _Key("log.message.timestamp.difference.max.ms", _int_parser(0), str(LONG_MAX),
-         "log_message_timestamp_difference_max_ms"),
-    _Key("log.cleanup.policy", _cleanup_policy, "delete", "log_cleanup_policy"),
-    _Key("log.cleaner.delete.retention.ms", _int_parser(0), "86400000", "log_cleaner_delete_retention_ms"),
-    _Key("log.cleaner.enable", _parse_bool, "true", "log_cleaner_enable"),
-    _Key("log.cleaner.backoff.ms", _int_parser(0), "15000", "log_cleaner_backoff_ms"),
-    _Key("message.max.bytes", _int_parser(0, 2**31 - 1), "1048588", "message_max_bytes"),
-    _Key("min.insync.replicas", _int_parser(1, 2**31 - 1), "1", "min_insync_replicas"),
-    _Key("compression.type", _str, "producer", "compression_type"),
-    _Key("socket.request.max.bytes", _int_parser(1, 2**31 - 1), "104857600", "socket_request_max_bytes"),
-    # Kafka's default is -1 (unbounded). Causeway bounds the bytes held for requests that are
-    # still arriving, across all connections, so that many clients each announcing a huge frame
-    # cannot exhaust memory; 0 picks twice socket.request.max.bytes.
-    _Key("queued.max.request.bytes", _int_parser(-1), "0", "queued_max_request_bytes"),
-    _Key("connections.max.idle.ms", _int_parser(-1), "600000", "connections_max_idle_ms"),
-    # Causeway's own (Kafka has no such bound): once a request's first bytes are in, the rest
-    # must arrive within this, or the connection is closed; -1 turns it off.
-    _Key("causeway.request.arrival.timeout.ms", _int_parser(-1), "60000", "request_arrival_timeout_ms"),
-    # Causeway's own: repeated per-connection warnings are logged once per window, then summarised.
-    _Key("causeway.log.repeat.window.ms", _int_parser(1), "60000", "log_repeat_window_ms"),
-    _Key("fetch.max.bytes", _int_parser(1024, 2**31 - 1), "57671680", "fetch_max_bytes"),
-    _Key("cluster.id", _str, None, "cluster_id"),
-    # The group coordinator (consumer groups and committed offsets).
-    _Key("offsets.topic.num.partitions", _int_parser(1, 2**31 - 1), "50", "offsets_topic_num_partitions"),
-    _Key("offsets.topic.segment.bytes", _int_parser(1, 2**31 - 1), "104857600", "offsets_topic_segment_bytes"),
-    _Key("offsets.retention.minutes", _int_parser(1, 2**31 - 1), "10080", "offsets_retention_minutes"),
-    _Key("offsets.retention.check.interval.ms", _int_parser(1), "600000", "offsets_retention_check_interval_ms"),
-    _Key("offset.metadata.max.bytes", _int_parser(0, 2**31 - 1), "4096", "offset_metadata_max_bytes"),
-    _Key("group.initial.rebalance.delay.ms", _int_parser(0, 2**31 - 1), "3000", "group_initial_rebalance_delay_ms"),
-    _Key("group.min.session.timeout.ms", _int_parser(0, 2**31 - 1), "6000", "group_min_session_timeout_ms"),
-    _Key("group.max.session.timeout.ms", _int_parser(0, 2**31 - 1), "1800000", "group_max_session_timeout_ms"),
-    _Key("group.max.size", _int_parser(1, 2**31 - 1), str(2**31 - 1), "group_max_size"),
-    # Causeway's own keys (no Kafka equivalent), under a prefix of their own. HOST:PORT where the
-    # broker serves Prometheus metrics over HTTP (/metrics); unset: no metrics endpoint.
-    _Key("causeway.metrics.listener", _host_port, None, "metrics_listener"),
-)
-
-_KEY_BY_NAME = {k.name: k for k in _KEYS}
 
 # Kafka's older names for the same settings: a file may use either.
 _ALIASES = {
@@ -328,68 +249,190 @@ PASSIVE_TOPIC_CONFIGS: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class BrokerConfig:
-    """The broker's configuration, parsed and checked. Build it with :meth:`from_properties`."""
 
-    broker_id: int
-    listeners_text: str
-    advertised_listeners_text: str | None
-    listener_security_protocol_map_text: str
-    inter_broker_listener_name: str | None
-    rack: str | None
-    log_dirs_text: str
-    num_partitions: int
-    max_broker_partitions: int
-    max_partitions: int
-    max_partitions_per_request: int
-    default_replication_factor: int
-    auto_create_topics_enable: bool
-    delete_topic_enable: bool
-    log_segment_bytes: int
-    log_roll_ms: int
-    log_index_size_max_bytes: int
-    log_index_interval_bytes: int
-    log_retention_ms: int
-    log_retention_bytes: int
-    log_retention_check_interval_ms: int
-    log_flush_interval_messages: int
-    log_flush_interval_ms: int
-    log_flush_scheduler_interval_ms: int
-    log_flush_offset_checkpoint_interval_ms: int
-    log_message_timestamp_type: str
-    log_message_timestamp_before_max_ms: int
-    log_message_timestamp_after_max_ms: int
-    log_message_timestamp_difference_max_ms: int
-    log_cleanup_policy: str
-    log_cleaner_delete_retention_ms: int
-    log_cleaner_enable: bool
-    log_cleaner_backoff_ms: int
-    message_max_bytes: int
-    min_insync_replicas: int
-    compression_type: str
-    socket_request_max_bytes: int
-    queued_max_request_bytes: int
-    connections_max_idle_ms: int
-    request_arrival_timeout_ms: int
-    log_repeat_window_ms: int
-    fetch_max_bytes: int
-    cluster_id: str | None
-    offsets_topic_num_partitions: int
-    offsets_topic_segment_bytes: int
-    offsets_retention_minutes: int
-    offsets_retention_check_interval_ms: int
-    offset_metadata_max_bytes: int
-    group_initial_rebalance_delay_ms: int
-    group_min_session_timeout_ms: int
-    group_max_session_timeout_ms: int
-    group_max_size: int
-    metrics_listener: str | None
+class _Parse:
+    """Annotation metadata: how a key's text (or a default given in code) becomes a field value.
+
+    ``as_text``: the field holds a structure built from the text (listeners, directories), and
+    DescribeConfigs reports the text as given rather than a rendering of the structure.
+    """
+
+    def __init__(self, parse: Callable[[str, str], Any], *, as_text: bool = False) -> None:
+        self.parse = parse
+        self.as_text = as_text
+
+    def __call__(self, key: str, value: object) -> Any:
+        if value is None or not isinstance(value, str | int):
+            return value  # unset (None) or already built
+        if isinstance(value, bool):  # a default such as True: checked as its Kafka text "true"
+            value = "true" if value else "false"
+        return self.parse(key, str(value))
+
+
+def _int(low: int, high: int = LONG_MAX) -> _Parse:
+    return _Parse(_int_parser(low, high))
+
+
+def _text(default: str) -> Any:
+    """A default given as Kafka's text for a field that holds what it parses to: validation
+    (validate_default) parses it like user input, so it is typed Any here."""
+    return default
+
+
+_STR = _Parse(_str)
+_BOOL = _Parse(_parse_bool)
+INT_MAX = 2**31 - 1
+
+
+class BrokerConfig(BaseModel):
+    """The broker's configuration, parsed and checked. Build it with :meth:`from_properties`.
+
+    Every field's alias is the Kafka key (Causeway's own keys under ``causeway.``) and its default
+    is Kafka's, parsed like user input so defaults obey the same rules.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    broker_id: Annotated[int, _int(-1, INT_MAX)] = Field(default=0, alias="node.id")
+    listeners: Annotated[tuple[ListenerSpec, ...], _Parse(parse_listeners, as_text=True)] = Field(
+        default=_text("PLAINTEXT://:9092"), alias="listeners")
+    # Unset: clients are told the listeners' own addresses (see `advertised_listeners`).
+    advertised: Annotated[tuple[ListenerSpec, ...] | None, _Parse(_optional_listeners, as_text=True)] = Field(
+        default=None, alias="advertised.listeners")
+    security_protocols: Annotated[dict[str, str], _Parse(lambda _key, text: _parse_protocol_map(text),
+                                                         as_text=True)] = Field(
+        default=_text("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
+        alias="listener.security.protocol.map")
+    inter_broker_listener_name: Annotated[str | None, _STR] = Field(default=None, alias="inter.broker.listener.name")
+    rack: Annotated[str | None, _STR] = Field(default=None, alias="broker.rack")
+    log_dirs: Annotated[tuple[Path, ...], _Parse(_log_dirs, as_text=True)] = Field(
+        default=_text("/tmp/kafka-logs"), alias="log.dirs")
+    num_partitions: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="num.partitions")
+    # Partition bounds (KIP-578's names; Kafka's default is unbounded, Causeway's is not: every
+    # partition holds an open segment file and memory). A CreateTopics or CreatePartitions that
+    # would pass them is refused with POLICY_VIOLATION.
+    max_broker_partitions: Annotated[int, _int(1, INT_MAX)] = Field(default=10000, alias="max.broker.partitions")
+    max_partitions: Annotated[int, _int(1, INT_MAX)] = Field(default=INT_MAX, alias="max.partitions")
+    max_partitions_per_request: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=5000, alias="max.partitions.per.request")
+    default_replication_factor: Annotated[int, _int(1, 32767)] = Field(default=1, alias="default.replication.factor")
+    auto_create_topics_enable: Annotated[bool, _BOOL] = Field(default=True, alias="auto.create.topics.enable")
+    delete_topic_enable: Annotated[bool, _BOOL] = Field(default=True, alias="delete.topic.enable")
+    log_segment_bytes: Annotated[int, _int(14, INT_MAX)] = Field(default=1073741824, alias="log.segment.bytes")
+    log_roll_ms: Annotated[int, _int(1)] = Field(default=168 * 3600 * 1000, alias="log.roll.ms")
+    log_index_size_max_bytes: Annotated[int, _int(4, INT_MAX)] = Field(
+        default=10485760, alias="log.index.size.max.bytes")
+    log_index_interval_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=4096, alias="log.index.interval.bytes")
+    log_retention_ms: Annotated[int, _int(-1)] = Field(default=168 * 3600 * 1000, alias="log.retention.ms")
+    log_retention_bytes: Annotated[int, _int(-1)] = Field(default=-1, alias="log.retention.bytes")
+    log_retention_check_interval_ms: Annotated[int, _int(1)] = Field(
+        default=300000, alias="log.retention.check.interval.ms")
+    log_flush_interval_messages: Annotated[int, _int(1)] = Field(default=LONG_MAX, alias="log.flush.interval.messages")
+    log_flush_interval_ms: Annotated[int, _int(0)] = Field(default=LONG_MAX, alias="log.flush.interval.ms")
+    log_flush_scheduler_interval_ms: Annotated[int, _int(0)] = Field(
+        default=LONG_MAX, alias="log.flush.scheduler.interval.ms")
+    log_flush_offset_checkpoint_interval_ms: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=60000, alias="log.flush.offset.checkpoint.interval.ms")
+    log_message_timestamp_type: Annotated[str, _Parse(_choice_parser("CreateTime", "LogAppendTime"))] = Field(
+        default="CreateTime", alias="log.message.timestamp.type")
+    # How far a CreateTime record's timestamp may lie before or after the broker's clock
+    # (KIP-937; the after default is Kafka 4.0's); the difference key (removed in Kafka 4.0,
+    # still honoured) applies to a side left at its default.
+    log_message_timestamp_before_max_ms: Annotated[int, _int(0)] = Field(
+        default=LONG_MAX, alias="log.message.timestamp.before.max.ms")
+    log_message_timestamp_after_max_ms: Annotated[int, _int(0)] = Field(
+        default=3600000, alias="log.message.timestamp.after.max.ms")
+    log_message_timestamp_difference_max_ms: Annotated[int, _int(0)] = Field(
+        default=LONG_MAX, alias="log.message.timestamp.difference.max.ms")
+    log_cleanup_policy: Annotated[str, _Parse(_cleanup_policy)] = Field(default="delete", alias="log.cleanup.policy")
+    log_cleaner_delete_retention_ms: Annotated[int, _int(0)] = Field(
+        default=86400000, alias="log.cleaner.delete.retention.ms")
+    log_cleaner_enable: Annotated[bool, _BOOL] = Field(default=True, alias="log.cleaner.enable")
+    log_cleaner_backoff_ms: Annotated[int, _int(0)] = Field(default=15000, alias="log.cleaner.backoff.ms")
+    message_max_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=1048588, alias="message.max.bytes")
+    min_insync_replicas: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="min.insync.replicas")
+    compression_type: Annotated[str, _STR] = Field(default="producer", alias="compression.type")
+    socket_request_max_bytes: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=104857600, alias="socket.request.max.bytes")
+    # Kafka's default is -1 (unbounded). Causeway bounds the bytes held for requests that are
+    # still arriving, across all connections, so that many clients each announcing a huge frame
+    # cannot exhaust memory; 0 picks twice socket.request.max.bytes.
+    queued_max_request_bytes: Annotated[int, _int(-1)] = Field(default=0, alias="queued.max.request.bytes")
+    connections_max_idle_ms: Annotated[int, _int(-1)] = Field(default=600000, alias="connections.max.idle.ms")
+    # Causeway's own (Kafka has no such bound): once a request's first bytes are in, the rest
+    # must arrive within this, or the connection is closed; -1 turns it off.
+    request_arrival_timeout_ms: Annotated[int, _int(-1)] = Field(
+        default=60000, alias="causeway.request.arrival.timeout.ms")
+    # Causeway's own: repeated per-connection warnings are logged once per window, then summarised.
+    log_repeat_window_ms: Annotated[int, _int(1)] = Field(default=60000, alias="causeway.log.repeat.window.ms")
+    fetch_max_bytes: Annotated[int, _int(1024, INT_MAX)] = Field(default=57671680, alias="fetch.max.bytes")
+    cluster_id: Annotated[str | None, _STR] = Field(default=None, alias="cluster.id")
+    # The group coordinator (consumer groups and committed offsets).
+    offsets_topic_num_partitions: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=50, alias="offsets.topic.num.partitions")
+    offsets_topic_segment_bytes: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=104857600, alias="offsets.topic.segment.bytes")
+    offsets_retention_minutes: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=10080, alias="offsets.retention.minutes")
+    offsets_retention_check_interval_ms: Annotated[int, _int(1)] = Field(
+        default=600000, alias="offsets.retention.check.interval.ms")
+    offset_metadata_max_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=4096, alias="offset.metadata.max.bytes")
+    group_initial_rebalance_delay_ms: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=3000, alias="group.initial.rebalance.delay.ms")
+    group_min_session_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=6000, alias="group.min.session.timeout.ms")
+    group_max_session_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=1800000, alias="group.max.session.timeout.ms")
+    group_max_size: Annotated[int, _int(1, INT_MAX)] = Field(default=INT_MAX, alias="group.max.size")
+    # Causeway's own keys (no Kafka equivalent), under a prefix of their own. HOST:PORT where the
+    # broker serves Prometheus metrics over HTTP (/metrics); unset: no metrics endpoint.
+    metrics_listener: Annotated[str | None, _Parse(_host_port)] = Field(default=None, alias="causeway.metrics.listener")
+
     # What the user actually set, by canonical key, for DescribeConfigs (STATIC_BROKER_CONFIG).
-    explicit: Mapping[str, str]
-    listeners: tuple[ListenerSpec, ...]
-    advertised_listeners: tuple[ListenerSpec, ...]
-    security_protocols: Mapping[str, str]
+    _explicit: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _parse(cls, value: object, info: ValidationInfo) -> Any:
+        field = cls.model_fields[info.field_name or ""]
+        for meta in field.metadata:
+            if isinstance(meta, _Parse):
+                return meta(field.alias or "", value)
+        return value
+
+    @field_validator("queued_max_request_bytes")
+    @classmethod
+    def _queued_holds_one_request(cls, value: int, info: ValidationInfo) -> int:
+        largest = info.data.get("socket_request_max_bytes")
+        if largest is None:  # that key failed to parse and is reported instead
+            return value
+        if value == 0:
+            return 2 * int(largest)
+        if value != -1 and value < largest:
+            raise ConfigError(
+                "queued.max.request.bytes: must be at least socket.request.max.bytes "
+                f"({largest}) so that one maximal request fits"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _listeners_agree(self) -> BrokerConfig:
+        listener_names = {spec.name for spec in self.listeners}
+        for spec in self.listeners:
+            if spec.name not in self.security_protocols:
+                raise ConfigError(
+                    f"listeners: listener {spec.name} has no entry in listener.security.protocol.map"
+                )
+        for spec in self.advertised_listeners:
+            if spec.name not in listener_names:
+                raise ConfigError(
+                    f"advertised.listeners: {spec.name} is not one of the listeners "
+                    f"({', '.join(sorted(listener_names))})"
+                )
+        ibl = self.inter_broker_listener_name
+        if ibl is not None and ibl.upper() not in listener_names:
+            raise ConfigError(f"inter.broker.listener.name: {ibl} is not one of the listeners")
+        return self
 
     @classmethod
     def from_properties(cls, props: Mapping[str, str]) -> BrokerConfig:
@@ -403,7 +446,7 @@ class BrokerConfig:
         for key, value in given.items():
             if key in _ALIASES or key in _IGNORED_KAFKA_KEYS:
                 continue
-            if key not in _KEY_BY_NAME:
+            if key not in _FIELD_BY_KEY:
                 raise ConfigError(_unknown_key_message(key))
             canonical[key] = value
         # An older alias applies only where the precise key is absent; _ALIASES lists the
@@ -415,51 +458,22 @@ class BrokerConfig:
                 if scale is not None and value.strip() != "-1":
                     value = str(_int_parser(0)(alias, value) * scale)
                 canonical[target] = value
-        values: dict[str, Any] = {}
-        for entry in _KEYS:
-            text = canonical.get(entry.name, entry.default)
-            values[entry.field] = None if text is None else entry.parse(entry.name, text)
-
-        listeners = parse_listeners("listeners", values["listeners_text"])
-        advertised_text = values["advertised_listeners_text"]
-        advertised = (
-            parse_listeners("advertised.listeners", advertised_text) if advertised_text else listeners
-        )
-        protocols = _parse_protocol_map(values["listener_security_protocol_map_text"])
-        listener_names = {spec.name for spec in listeners}
-        for spec in listeners:
-            if spec.name not in protocols:
-                raise ConfigError(
-                    f"listeners: listener {spec.name} has no entry in listener.security.protocol.map"
-                )
-        for spec in advertised:
-            if spec.name not in listener_names:
-                raise ConfigError(
-                    f"advertised.listeners: {spec.name} is not one of the listeners "
-                    f"({', '.join(sorted(listener_names))})"
-                )
-        ibl = values["inter_broker_listener_name"]
-        if ibl is not None and ibl.upper() not in listener_names:
-            raise ConfigError(f"inter.broker.listener.name: {ibl} is not one of the listeners")
-        if values["queued_max_request_bytes"] == 0:
-            values["queued_max_request_bytes"] = 2 * values["socket_request_max_bytes"]
-        queued = values["queued_max_request_bytes"]
-        if queued != -1 and queued < values["socket_request_max_bytes"]:
-            raise ConfigError(
-                "queued.max.request.bytes: must be at least socket.request.max.bytes "
-                f"({values['socket_request_max_bytes']}) so that one maximal request fits"
-            )
-        return cls(
-            **values,
-            explicit=dict(canonical),
-            listeners=listeners,
-            advertised_listeners=advertised,
-            security_protocols=protocols,
-        )
+        try:
+            config = cls.model_validate(canonical)
+        except ValidationError as exc:
+            raise _config_error(exc) from None
+        config._explicit = dict(canonical)
+        return config
 
     @property
-    def log_dirs(self) -> tuple[Path, ...]:
-        return tuple(Path(p.strip()) for p in self.log_dirs_text.split(",") if p.strip())
+    def explicit(self) -> Mapping[str, str]:
+        """The keys the user set (aliases resolved to their canonical key), with their text."""
+        return self._explicit
+
+    @property
+    def advertised_listeners(self) -> tuple[ListenerSpec, ...]:
+        """``advertised.listeners``, or the listeners themselves when it is unset."""
+        return self.advertised or self.listeners
 
     def advertised_for(self, listener_name: str) -> ListenerSpec:
         """The address clients of ``listener_name`` are told to use."""
@@ -472,9 +486,16 @@ class BrokerConfig:
         raise KeyError(listener_name)
 
     def value_text(self, key: str) -> str | None:
-        """A broker key's effective value as text, as DescribeConfigs reports it."""
-        spec = _KEY_BY_NAME[key]
-        value = getattr(self, spec.field)
+        """A broker key's effective value as text, as DescribeConfigs reports it.
+
+        Raises KeyError for a key that is not a broker key Causeway honours.
+        """
+        name = _FIELD_BY_KEY[key]
+        field = type(self).model_fields[name]
+        if any(isinstance(meta, _Parse) and meta.as_text for meta in field.metadata):
+            text = self._explicit.get(key, field.default)
+            return None if text is None else str(text).strip()
+        value = getattr(self, name)
         if value is None:
             return None
         if isinstance(value, bool):
@@ -496,13 +517,29 @@ class BrokerConfig:
         return out
 
 
+# Kafka key -> BrokerConfig field, and every key Causeway honours in the model's order.
+_FIELD_BY_KEY: dict[str, str] = {field.alias or name: name for name, field in BrokerConfig.model_fields.items()}
+BROKER_KEYS: tuple[str, ...] = tuple(_FIELD_BY_KEY)
+
+
+def _config_error(exc: ValidationError) -> ConfigError:
+    """The first problem pydantic collected, as the ConfigError our parsers raised (its message
+    names the key), or one naming the key pydantic stopped at."""
+    first = exc.errors()[0]
+    cause = (first.get("ctx") or {}).get("error")
+    if isinstance(cause, ConfigError):
+        return cause
+    key = ".".join(str(part) for part in first["loc"]) or "config"
+    return ConfigError(f"{key}: {first['msg']}")
+
+
 def ignored_keys(props: Mapping[str, str]) -> list[str]:
     """Keys of ``props`` that Kafka knows but Causeway does not act on."""
     return sorted(k.strip() for k in props if k.strip() in _IGNORED_KAFKA_KEYS)
 
 
 def _unknown_key_message(key: str) -> str:
-    known = list(_KEY_BY_NAME) + list(_ALIASES) + sorted(_IGNORED_KAFKA_KEYS)
+    known = list(BROKER_KEYS) + list(_ALIASES) + sorted(_IGNORED_KAFKA_KEYS)
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"{key}: unknown broker config{hint}"

@@ -1,10 +1,17 @@
-"""A partition log's configuration: Kafka's topic-level config keys with Kafka's defaults."""
+"""A partition log's configuration: Kafka's topic-level config keys with Kafka's defaults.
+
+One pydantic model names each setting once: the field is ours, its validation alias is Kafka's
+topic config name, its annotation says how a Kafka text value is parsed and bounded. (A validation
+alias rather than an alias: code builds a LogConfig by field name, and type checkers then see the
+field names as the constructor's keywords.)
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.validation import DEFAULT_AFTER_MAX_MS, effective_timestamp_bounds
@@ -14,7 +21,21 @@ __all__ = ["LogConfig"]
 LONG_MAX = 2**63 - 1
 
 
-def _long(lo: int) -> Callable[[str, str], int]:
+class _Parse:
+    """Annotation metadata: how a topic config's text (or a value given in code) becomes a field.
+
+    Raises KafkaError(INVALID_CONFIG) naming the Kafka key; pydantic lets it through unwrapped
+    because it is not a ValueError.
+    """
+
+    def __init__(self, parse: Callable[[str, str], Any]) -> None:
+        self.parse = parse
+
+    def __call__(self, key: str, value: object) -> Any:
+        return self.parse(key, value if isinstance(value, str) else str(value))
+
+
+def _long(lo: int) -> _Parse:
     def parse(key: str, text: str) -> int:
         try:
             value = int(text.strip())
@@ -25,17 +46,17 @@ def _long(lo: int) -> Callable[[str, str], int]:
             raise KafkaError(ErrorCode.INVALID_CONFIG,
                              f"Invalid value {text} for configuration {key}: must be at least {lo}")
         return value
-    return parse
+    return _Parse(parse)
 
 
-def _choice(*allowed: str) -> Callable[[str, str], str]:
+def _choice(*allowed: str) -> _Parse:
     def parse(key: str, text: str) -> str:
         value = text.strip()
         if value not in allowed:
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {text} for configuration {key}: "
                              f"must be one of {', '.join(allowed)}")
         return value
-    return parse
+    return _Parse(parse)
 
 
 def _cleanup_policy(key: str, text: str) -> str:
@@ -46,48 +67,44 @@ def _cleanup_policy(key: str, text: str) -> str:
     return ",".join(parts)
 
 
-# Topic config key -> (field, parser). The one table that maps Kafka's names to ours.
-_PARSERS: dict[str, tuple[str, Callable[[str, str], Any]]] = {
-    "segment.bytes": ("segment_bytes", _long(14)),
-    "segment.ms": ("segment_ms", _long(1)),
-    "segment.index.bytes": ("segment_index_bytes", _long(4)),
-    "index.interval.bytes": ("index_interval_bytes", _long(0)),
-    "retention.ms": ("retention_ms", _long(-1)),
-    "retention.bytes": ("retention_bytes", _long(-1)),
-    "flush.messages": ("flush_messages", _long(1)),
-    "flush.ms": ("flush_ms", _long(0)),
-    "max.message.bytes": ("max_message_bytes", _long(0)),
-    "message.timestamp.type": ("message_timestamp_type", _choice("CreateTime", "LogAppendTime")),
-    "message.timestamp.before.max.ms": ("message_timestamp_before_max_ms", _long(0)),
-    "message.timestamp.after.max.ms": ("message_timestamp_after_max_ms", _long(0)),
-    "message.timestamp.difference.max.ms": ("message_timestamp_difference_max_ms", _long(0)),
-    "cleanup.policy": ("cleanup_policy", _cleanup_policy),
-    "delete.retention.ms": ("delete_retention_ms", _long(0)),
-    "min.insync.replicas": ("min_insync_replicas", _long(1)),
-    "compression.type": ("compression_type",
-                         _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")),
-}
+class LogConfig(BaseModel):
+    """Built from Kafka-named topic configs (:meth:`from_topic_configs`) or, in code, by field name."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=False)
 
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    segment_bytes: int = 1073741824
-    segment_ms: int = 604800000
-    segment_index_bytes: int = 10485760
-    index_interval_bytes: int = 4096
-    retention_ms: int = 604800000
-    retention_bytes: int = -1
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
-    max_message_bytes: int = 1048588
-    message_timestamp_type: str = "CreateTime"
-    message_timestamp_before_max_ms: int = LONG_MAX
-    message_timestamp_after_max_ms: int = DEFAULT_AFTER_MAX_MS  # Kafka 4.0's: one hour
-    message_timestamp_difference_max_ms: int = LONG_MAX  # deprecated by KIP-937, still honoured
-    cleanup_policy: str = "delete"
-    delete_retention_ms: int = 86400000
-    min_insync_replicas: int = 1
-    compression_type: str = "producer"
+    segment_bytes: Annotated[int, _long(14)] = Field(default=1073741824, validation_alias="segment.bytes")
+    segment_ms: Annotated[int, _long(1)] = Field(default=604800000, validation_alias="segment.ms")
+    segment_index_bytes: Annotated[int, _long(4)] = Field(default=10485760, validation_alias="segment.index.bytes")
+    index_interval_bytes: Annotated[int, _long(0)] = Field(default=4096, validation_alias="index.interval.bytes")
+    retention_ms: Annotated[int, _long(-1)] = Field(default=604800000, validation_alias="retention.ms")
+    retention_bytes: Annotated[int, _long(-1)] = Field(default=-1, validation_alias="retention.bytes")
+    flush_messages: Annotated[int, _long(1)] = Field(default=LONG_MAX, validation_alias="flush.messages")
+    flush_ms: Annotated[int, _long(0)] = Field(default=LONG_MAX, validation_alias="flush.ms")
+    max_message_bytes: Annotated[int, _long(0)] = Field(default=1048588, validation_alias="max.message.bytes")
+    message_timestamp_type: Annotated[str, _choice("CreateTime", "LogAppendTime")] = Field(
+        default="CreateTime", validation_alias="message.timestamp.type")
+    message_timestamp_before_max_ms: Annotated[int, _long(0)] = Field(
+        default=LONG_MAX, validation_alias="message.timestamp.before.max.ms")
+    # Kafka 4.0's default: one hour.
+    message_timestamp_after_max_ms: Annotated[int, _long(0)] = Field(
+        default=DEFAULT_AFTER_MAX_MS, validation_alias="message.timestamp.after.max.ms")
+    # Deprecated by KIP-937, still honoured.
+    message_timestamp_difference_max_ms: Annotated[int, _long(0)] = Field(
+        default=LONG_MAX, validation_alias="message.timestamp.difference.max.ms")
+    cleanup_policy: Annotated[str, _Parse(_cleanup_policy)] = Field(default="delete", validation_alias="cleanup.policy")
+    delete_retention_ms: Annotated[int, _long(0)] = Field(default=86400000, validation_alias="delete.retention.ms")
+    min_insync_replicas: Annotated[int, _long(1)] = Field(default=1, validation_alias="min.insync.replicas")
+    compression_type: Annotated[str, _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")] = Field(
+        default="producer", validation_alias="compression.type")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _parse(cls, value: object, info: ValidationInfo) -> Any:
+        name = info.field_name or ""
+        for meta in cls.model_fields[name].metadata:
+            if isinstance(meta, _Parse):
+                return meta(_KEY_OF_FIELD.get(name, name), value)
+        return value
 
     @classmethod
     def from_topic_configs(cls, configs: Mapping[str, str], defaults: LogConfig) -> LogConfig:
@@ -96,13 +113,10 @@ class LogConfig:
         Keys logs do not act on are ignored here (the caller validates names). Raises
         KafkaError(INVALID_CONFIG) naming the key whose value does not parse.
         """
-        changes: dict[str, Any] = {}
-        for key, text in configs.items():
-            entry = _PARSERS.get(key)
-            if entry is not None:
-                name, parse = entry
-                changes[name] = parse(key, text)
-        return replace(defaults, **changes)
+        given = {_FIELD_OF_KEY[key]: text for key, text in configs.items() if key in _FIELD_OF_KEY}
+        if not given:
+            return defaults
+        return cls.model_validate({**defaults.model_dump(), **given})
 
     @property
     def timestamp_before_max_ms(self) -> int:
@@ -130,4 +144,8 @@ class LogConfig:
         return "compact" in self.cleanup_policy.split(",")
 
 
-assert {name for name, _ in _PARSERS.values()} == {f.name for f in fields(LogConfig)}
+# Field -> the Kafka topic config name it is set by, and back: the names a log acts on.
+_KEY_OF_FIELD: dict[str, str] = {name: field.validation_alias for name, field in LogConfig.model_fields.items()
+                                 if isinstance(field.validation_alias, str)}
+_FIELD_OF_KEY: dict[str, str] = {key: name for name, key in _KEY_OF_FIELD.items()}
+assert len(_FIELD_OF_KEY) == len(LogConfig.model_fields)

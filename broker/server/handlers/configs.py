@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.config import BrokerConfig
+from broker.config import BROKER_KEYS, BrokerConfig
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import AlterConfigOp, ConfigResourceType, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -43,12 +43,10 @@ Row = tuple[str, str | None, int, list[Synonym]]
 
 
 def _broker_rows(config: BrokerConfig) -> list[Row]:
-    from broker.config import _KEYS  # the one table of broker keys
-
     rows: list[Row] = []
-    for spec in _KEYS:
-        source = ConfigSource.STATIC_BROKER_CONFIG if spec.name in config.explicit else ConfigSource.DEFAULT_CONFIG
-        rows.append((spec.name, config.value_text(spec.name), source, broker_synonyms(spec.name, config)))
+    for key in BROKER_KEYS:
+        source = ConfigSource.STATIC_BROKER_CONFIG if key in config.explicit else ConfigSource.DEFAULT_CONFIG
+        rows.append((key, config.value_text(key), source, broker_synonyms(key, config)))
     return rows
 
 

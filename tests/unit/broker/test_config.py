@@ -2,7 +2,17 @@ from pathlib import Path
 
 import pytest
 
-from broker.config import BrokerConfig, ConfigError, ignored_keys, load_properties, parse_listeners
+from broker.config import (
+    BROKER_KEYS,
+    TOPIC_CONFIG_SYNONYMS,
+    BrokerConfig,
+    ConfigError,
+    ignored_keys,
+    load_properties,
+    parse_listeners,
+)
+from broker.protocol.errors import KafkaError
+from broker.storage import LogConfig
 
 
 def test_defaults_are_kafkas() -> None:
@@ -85,3 +95,49 @@ def test_topic_defaults_follow_broker_keys() -> None:
     assert defaults["retention.ms"] == "1000"
     assert defaults["max.message.bytes"] == "2000"
     assert defaults["cleanup.policy"] == "delete"
+
+
+def test_every_broker_key_is_named_once_and_topic_synonyms_exist() -> None:
+    # The model is the one table: each field's alias is its Kafka key, and the keys DescribeConfigs
+    # lists as topic-config synonyms are among them.
+    assert len(BROKER_KEYS) == len(set(BROKER_KEYS)) == len(BrokerConfig.model_fields)
+    assert {key for key in TOPIC_CONFIG_SYNONYMS.values() if key is not None} <= set(BROKER_KEYS)
+    with pytest.raises(ConfigError, match="log_dirs: unknown broker config"):
+        BrokerConfig.from_properties({"log_dirs": "/x"})  # field names are not keys
+
+
+def test_describe_reports_text_as_given_and_sources() -> None:
+    config = BrokerConfig.from_properties(
+        {
+            "listeners": " plaintext://127.0.0.1:9092 ",
+            "log.dir": "/data/a, /data/b",
+            "log.retention.minutes": "3",
+            "auto.create.topics.enable": "FALSE",
+            "num.partitions": " 05",
+        }
+    )
+    assert config.value_text("listeners") == "plaintext://127.0.0.1:9092"
+    assert config.value_text("log.dirs") == "/data/a, /data/b"
+    assert config.value_text("advertised.listeners") is None
+    assert config.value_text("listener.security.protocol.map").startswith("PLAINTEXT:PLAINTEXT,")
+    assert config.value_text("log.retention.ms") == "180000"
+    assert config.value_text("auto.create.topics.enable") == "false"
+    assert config.value_text("num.partitions") == "5"
+    assert config.value_text("queued.max.request.bytes") == str(2 * 104857600)
+    assert set(config.explicit) == {"listeners", "log.dirs", "log.retention.ms", "auto.create.topics.enable",
+                                    "num.partitions"}
+    with pytest.raises(KeyError):
+        config.value_text("log.retention.hours")
+
+
+def test_log_config_parses_topic_configs_by_kafka_name() -> None:
+    defaults = LogConfig(segment_bytes=300)
+    config = LogConfig.from_topic_configs({"retention.ms": " 5", "cleanup.policy": "delete,compact",
+                                           "preallocate": "true"}, defaults)
+    assert (config.segment_bytes, config.retention_ms, config.cleanup_policy) == (300, 5, "compact,delete")
+    assert config.compacts and config.deletes
+    assert LogConfig.from_topic_configs({}, defaults) is defaults
+    with pytest.raises(KafkaError, match="Invalid value 13 for configuration segment.bytes: must be at least 14"):
+        LogConfig.from_topic_configs({"segment.bytes": "13"}, defaults)
+    with pytest.raises(KafkaError, match="configuration compression.type: must be one of producer"):
+        LogConfig.from_topic_configs({"compression.type": "lzma"}, defaults)
