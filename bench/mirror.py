@@ -34,8 +34,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench import ceiling, clients
 from bench.clients import Throughput as Copy
 from deploy.broker_process import BrokerProcess
-from deploy.launcher.launch import free_port, link_toxics, wan_request
+from deploy.launcher.launch import free_port, link_toxics
 from deploy.launcher.plan import LinkPlan
+from deploy.wan.client import WanClient
 
 PARTITIONS = 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -142,10 +143,8 @@ def link_ceiling_mb_s(api: str, toxics: list[dict[str, Any]], total_bytes: int =
     emulated link itself delivers, the mirror's ceiling over it."""
     server = socket.create_server(("127.0.0.1", 0))
     proxy = free_port()
-    wan_request(api, "POST", "/proxies", {"name": "ceiling", "listen": f"127.0.0.1:{proxy}",
-                                   "upstream": f"127.0.0.1:{server.getsockname()[1]}"})
-    for toxic in toxics:
-        wan_request(api, "POST", "/proxies/ceiling/toxics", toxic)
+    WanClient(api).create_proxy("ceiling", f"127.0.0.1:{proxy}", f"127.0.0.1:{server.getsockname()[1]}").add_toxics(
+        toxics)
     received = 0
 
     def sink() -> None:
@@ -178,12 +177,10 @@ def over_wan(count: int, size: int, tmp: Path, rate_mbit: int = 100, latency_ms:
                  "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN:PLAINTEXT", "inter.broker.listener.name=LOCAL")
     with wan_emulator() as api, brokers(tmp / "wan", overrides) as (source, target):
         local_bootstrap = source.listeners["LOCAL"]
-        wan_request(api, "POST", "/proxies", {"name": "link", "listen": f"127.0.0.1:{proxy}",
-                                              "upstream": f"127.0.0.1:{wan}"})
+        link_proxy = WanClient(api).create_proxy("link", f"127.0.0.1:{proxy}", f"127.0.0.1:{wan}")
         # The toxics `causeway up` gives a link of this latency and bandwidth.
         toxics = link_toxics(LinkPlan("a", "b", latency_ms, 0, rate_mbit * 1_000_000 // 8))
-        for toxic in toxics:
-            wan_request(api, "POST", "/proxies/link/toxics", toxic)
+        link_proxy.add_toxics(toxics)
         link = link_ceiling_mb_s(api, toxics)
         clients.create_topic(local_bootstrap, "wan", PARTITIONS)
         clients.produce(local_bootstrap, "wan", count, size)

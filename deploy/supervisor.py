@@ -11,6 +11,10 @@ A child dies with its supervisor: it is forked from the trio thread with a paren
 The signal fires when the *thread* that forked exits, which is why the fork happens here and not
 in one of trio's worker threads (`trio.lowlevel.open_process` forks in one, and those exit after
 a few idle seconds). The trio thread lives as long as every supervisor running in it.
+
+`hold` and `release` stop a supervised child on purpose and start it again (the chaos rig's
+process faults): a held child is not restarted behind its caller's back, and its stop is no
+restart in `Supervised.restarts`, which counts only the children that died on their own.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import trio
 from broker.retry import Backoff
 from deploy.process_identity import Identity, identity_of
 
-__all__ = ["ProcessSpec", "Supervised", "StartFailed", "supervise", "log_tail"]
+__all__ = ["ProcessSpec", "Supervised", "StartFailed", "hold", "log_tail", "release", "supervise"]
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +83,12 @@ class Supervised:
     healthy: bool = False
     on_change: Callable[[Supervised], None] | None = None
     on_ready: Callable[[Supervised], Awaitable[None]] | None = None
+    # The supervisor's side of `hold`/`release`: the running child, set when held (released by
+    # setting it), set once a held child is gone, and set while the child is healthy.
+    _process: _Child | None = field(default=None, repr=False)
+    _held: trio.Event | None = field(default=None, repr=False)
+    _gone: trio.Event = field(default_factory=trio.Event, repr=False)
+    _up: trio.Event = field(default_factory=trio.Event, repr=False)
 
     def _changed(self) -> None:
         if self.on_change is not None:
@@ -153,7 +163,7 @@ def _spawn(spec: ProcessSpec) -> _Child:
 
 async def _start(state: Supervised) -> tuple[_Child, bytes]:
     spec = state.spec
-    process = _spawn(spec)
+    process = state._process = _spawn(spec)
     # Recorded now, while the unreaped child holds its pid: nothing else can have it.
     state.pid = process.pid
     state.identity = identity_of(process.pid)
@@ -206,6 +216,10 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
     failures = 0  # restarts since the child last stayed up for STABLE_AFTER_S
     first = True
     while True:
+        if state._held is not None:  # stopped on purpose (`hold`): down until `release`
+            state._gone.set()
+            await state._held.wait()
+            state._held = None
         try:
             process, rest = await _start(state)
         except StartFailed:
@@ -229,6 +243,7 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
                     failed = exc
                 else:
                     state.healthy = True
+                    state._up.set()
                     state._changed()
                     if first:
                         task_status.started(state.ready_line)
@@ -238,7 +253,11 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
         finally:
             await _stop(process)
             state.healthy = False
+            if state._up.is_set():
+                state._up = trio.Event()
             state._changed()
+        if state._held is not None and failed is None:
+            continue  # stopped by `hold`: no restart, no backoff
         if failed is not None:
             if first:
                 raise StartFailed(state.spec.name, f"not ready after its ready line: {failed}",
@@ -253,3 +272,33 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
         await trio.sleep(RESTART_BACKOFF.delay(failures))
         state.restarts += 1
         state._changed()
+
+
+async def hold(state: Supervised, *, hard: bool = False) -> None:
+    """Stop the supervised child on purpose and keep it down until `release`: SIGKILL when
+    `hard` (a crash: no chance to flush), else SIGTERM (a clean shutdown; SIGKILL after
+    STOP_GRACE_S). Returns once the child is gone. Raises RuntimeError if already held."""
+    if state._held is not None:
+        raise RuntimeError(f"{state.spec.name} is already held down")
+    state._held = trio.Event()
+    gone = state._gone = trio.Event()
+    process = state._process
+    if process is not None and process.returncode is None:
+        process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+        with trio.move_on_after(STOP_GRACE_S):
+            await gone.wait()
+        if not gone.is_set():
+            process.send_signal(signal.SIGKILL)
+    await gone.wait()
+
+
+async def release(state: Supervised) -> str:
+    """Start a child held down by `hold` again; returns its ready line once it is healthy
+    (a start that fails is retried with the supervisor's backoff: bound this with a deadline)."""
+    held = state._held
+    if held is None:
+        raise RuntimeError(f"{state.spec.name} is not held down")
+    up = state._up
+    held.set()
+    await up.wait()
+    return state.ready_line

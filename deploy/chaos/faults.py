@@ -1,7 +1,7 @@
 """Named faults with bounded durations, and a seeded schedule of them.
 
-Link faults act on the WAN link's proxy through toxiproxy-python, so they work the same against
-Causeway's emulator (`causeway wan`) and against a real Toxiproxy:
+Link faults act on the WAN link's proxy through the Toxiproxy API (deploy.wan.client), so they
+work the same against Causeway's emulator (`causeway wan`) and against a real Toxiproxy:
 
     latency      latency ± jitter, both directions
     bandwidth    a rate cap (KB/s) on what the source sends back
@@ -58,11 +58,12 @@ T = TypeVar("T")
 
 
 class LinkProxy(Protocol):
-    """The part of toxiproxy-python's Proxy that faults use."""
+    """The part of deploy.wan.client.WanProxy (named as toxiproxy-python's Proxy) that faults use."""
 
     name: str
 
-    def add_toxic(self, **kwargs: Any) -> None: ...
+    def add_toxic(self, *, name: str, type: str, stream: str = ...,  # noqa: A002 - the API's word
+                  toxicity: float = ..., attributes: dict[str, Any] | None = ...) -> None: ...
     def destroy_toxic(self, toxic_name: str) -> bool: ...
     def disable(self) -> None: ...
     def enable(self) -> None: ...
@@ -162,7 +163,7 @@ def make_schedule(seed: int, faults: Sequence[str], steps: int, window_s: float,
 
 
 async def call_blocking(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """toxiproxy-python blocks (requests without a timeout): run it in a thread, bounded."""
+    """A WAN API call blocks (one HTTP request): run it in a thread, bounded."""
     with trio.fail_after(API_TIMEOUT_S):
         return await trio.to_thread.run_sync(functools.partial(fn, *args, **kwargs), abandon_on_cancel=True)
 

@@ -1,10 +1,10 @@
 """One chaos scenario, end to end, with real processes; and a matrix of them.
 
-A scenario starts a rig: the WAN emulator (`causeway wan`), a source broker with a LOCAL listener
-and a WAN listener that advertises the link proxy's address, a target broker, and a mirror
-(`causeway mirror`) that reaches the source only through the proxy, so faults on the proxy hit
-its fetches. Then it produces numbered records to the source (locally, as the source datacenter's
-applications do) while a seeded schedule of faults runs, heals, waits (bounded, polling the
+A scenario starts a rig with the launcher (`chaos_plan`, as `causeway up` would run it): the WAN
+emulator, a source broker with a LOCAL listener and a WAN listener that advertises the link
+proxy's address, a target broker, and a mirror that reaches the source only through the proxy,
+so faults on the proxy hit its fetches. Then it produces numbered records to the source (locally,
+as the source datacenter's applications do) while a seeded schedule of faults runs, heals, waits (bounded, polling the
 target's end offsets and last records) until the mirror has caught up, reads both sides whole
 and checks them (`deploy.chaos.checker`).
 
@@ -18,26 +18,20 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import shutil
-import signal
-import socket
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import trio
-from toxiproxy import Toxiproxy  # type: ignore[import-untyped]
 
-from broker.address import parse_host_port
 from broker.client import Client, ConnectionFailed, KafkaError, admin, init_idempotent_producer, open_client
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import DecodedRecord
 from broker.tasks import leaves
 from deploy.chaos.checker import Report, check
-from deploy.chaos.faults import LINK_FAULTS, Applied, LinkProxy, Step, call_blocking, make_schedule, run_schedule
+from deploy.chaos.faults import API_TIMEOUT_S, LINK_FAULTS, Applied, Step, make_schedule, run_schedule
 from deploy.chaos.payload import read_payload
 from deploy.chaos.workload import (
     ProducerStats,
@@ -48,9 +42,13 @@ from deploy.chaos.workload import (
     read_partition,
     read_topic,
 )
-from deploy.supervisor import ProcessSpec, Supervised, supervise
+from deploy.launcher.launch import LaunchState, run_plan
+from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan
+from deploy.supervisor import Supervised, hold, release
+from deploy.wan.client import WanClient, WanProxy
 
-__all__ = ["MATRIX", "PROFILE", "Rig", "Scenario", "ScenarioResult", "format_table", "run_matrix", "run_scenario"]
+__all__ = ["MATRIX", "PROFILE", "Rig", "Scenario", "ScenarioResult", "chaos_plan", "format_table", "run_matrix",
+           "run_scenario"]
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +57,6 @@ TARGET_ALIAS = "west"
 TOPIC = "orders"
 REMOTE_TOPIC = f"{SOURCE_ALIAS}.{TOPIC}"
 POSITIONS_TOPIC = f"mm2-offsets.{SOURCE_ALIAS}.internal"
-
-BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
-WAN_READY = re.compile(r"^causeway wan ready: http://(\S+)$")
-MIRROR_READY = re.compile(r"^causeway mirror ready: ")
 
 
 @dataclass(frozen=True)
@@ -113,168 +107,101 @@ MATRIX: tuple[Scenario, ...] = (
 )
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the kernel's pick for port 0); allocated once, so a
-    restarted process comes back on the same address."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
+MIRROR = "chaos"
+LINK = f"{SOURCE_ALIAS}-to-{TARGET_ALIAS}"  # the launcher's proxy for the source's WAN listener
+START_TIMEOUT_S = 120.0  # a process fault's restart, retried with the supervisor's backoff
 
 
-def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-m", "deploy.cli", *args]
-
-
-class Service:
-    """One child process under `deploy.supervisor.supervise`, startable and stoppable at will.
-
-    A child that dies on its own is restarted by the supervisor and counted in
-    `unexpected_restarts`; `stop` and `kill` end it for good until the next `start`.
-    """
-
-    def __init__(self, spec: ProcessSpec) -> None:
-        self.spec = spec
-        self.state: Supervised | None = None
-        self.unexpected_restarts = 0
-        self._scope: trio.CancelScope | None = None
-        self._finished: trio.Event | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._finished is not None and not self._finished.is_set()
-
-    @property
-    def pid(self) -> int | None:
-        return self.state.pid if self.state is not None and self.running else None
-
-    async def start(self, nursery: trio.Nursery) -> str:
-        """Start the child and return its ready line; raises deploy.supervisor.StartFailed."""
-        if self.running:
-            raise RuntimeError(f"{self.spec.name} is already running")
-        ready: str = await nursery.start(self._run)
-        return ready
-
-    async def _run(self, *, task_status: trio.TaskStatus[str]) -> None:
-        state = self.state = Supervised(self.spec)
-        finished = self._finished = trio.Event()
-        try:
-            with trio.CancelScope() as scope:
-                self._scope = scope
-                await supervise(state, task_status=task_status)
-        finally:
-            self.unexpected_restarts += state.restarts
-            finished.set()
-
-    async def stop(self) -> None:
-        """SIGTERM, a grace period, SIGKILL (the supervisor's stop); returns once it is gone."""
-        if self._scope is not None and self._finished is not None:
-            self._scope.cancel()
-            with trio.CancelScope(shield=True):
-                await self._finished.wait()
-
-    async def kill(self) -> None:
-        """SIGKILL: a crash, no chance to flush or checkpoint; returns once it is gone."""
-        pid = self.pid
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL)
-        await self.stop()
+def chaos_plan(scenario: Scenario) -> LaunchPlan:
+    """The rig as a launch plan: the source cluster in one datacenter, the target in the other,
+    the link between them, and the mirror in the target's datacenter reading the source through
+    the link (the launcher gives the source a WAN listener advertising the link proxy)."""
+    return LaunchPlan(
+        name="chaos",
+        clusters=(
+            ClusterPlan(SOURCE_ALIAS, SOURCE_ALIAS, topics={TOPIC: scenario.partitions},
+                        remote_datacenters=(TARGET_ALIAS,)),
+            ClusterPlan(TARGET_ALIAS, TARGET_ALIAS),
+        ),
+        links=(LinkPlan(SOURCE_ALIAS, TARGET_ALIAS, latency_ms=scenario.link_latency_ms),),
+        mirrors=(MirrorPlan(MIRROR, SOURCE_ALIAS, TARGET_ALIAS, {
+            "topics": {"include": [re.escape(TOPIC)]},
+            "refresh.topics.interval.seconds": 0.5,
+            "offset.flush.interval.ms": scenario.flush_interval_ms,
+            "emit.heartbeats.interval.seconds": 1,
+        }),),
+    )
 
 
 @dataclass
 class Rig:
-    """The processes of one scenario and the link between the datacenters."""
+    """The processes of one scenario and the link between the datacenters: `chaos_plan` run by
+    the launcher (deploy.launcher.launch.run_plan) in `work_dir`. Process faults stop a child
+    through the supervisor's `hold` and start it through `release`, so the supervisor never
+    undoes a fault by restarting the child behind the rig's back; any other restart is a
+    process that died on its own (`unexpected_restarts`)."""
 
     scenario: Scenario
     work_dir: Path
     nursery: trio.Nursery
-    ports: dict[str, int] = field(default_factory=dict)
-    services: dict[str, Service] = field(default_factory=dict)
-    wan_api: str = ""
-    proxy: LinkProxy | None = None
+    launched: LaunchState | None = None
     # Per mirror crash, per partition: the source offset the restarted mirror resumes from.
     resume_points: list[dict[int, int]] = field(default_factory=list)
     _crashed: bool = False
+    _scope: trio.CancelScope | None = None
+    _stopped: trio.Event = field(default_factory=trio.Event)
 
     @property
-    def link(self) -> LinkProxy:
-        assert self.proxy is not None, "the rig is not up"
-        return self.proxy
+    def state(self) -> LaunchState:
+        assert self.launched is not None, "the rig is not up"
+        return self.launched
+
+    @property
+    def link(self) -> WanProxy:
+        return WanClient(self.state.wan_api, timeout_s=API_TIMEOUT_S).proxy(LINK)
 
     @property
     def source_local(self) -> str:
-        return f"127.0.0.1:{self.ports['source']}"
+        return self.state.clusters[SOURCE_ALIAS].bootstrap
 
     @property
     def source_via_link(self) -> str:
-        return f"127.0.0.1:{self.ports['proxy']}"
+        return self.state.clusters[SOURCE_ALIAS].wan[TARGET_ALIAS]
 
     @property
     def target_local(self) -> str:
-        return f"127.0.0.1:{self.ports['target']}"
+        return self.state.clusters[TARGET_ALIAS].bootstrap
 
-    def _spec(self, name: str, argv: list[str], ready: re.Pattern[str]) -> ProcessSpec:
-        return ProcessSpec(name, argv, self.work_dir / "logs" / f"{name}.log", ready)
+    def processes(self) -> dict[str, Supervised]:
+        state = self.state
+        out = {"source": state.clusters[SOURCE_ALIAS].broker, "target": state.clusters[TARGET_ALIAS].broker,
+               "mirror": state.mirrors[MIRROR].process}
+        if state.wan is not None:
+            out["wan"] = state.wan
+        return out
 
     async def up(self) -> None:
-        """Start everything, in dependency order. Raises StartFailed naming what did not start."""
-        self.ports = {name: free_port() for name in ("source", "source_wan", "proxy", "target")}
-        wan = self.services["wan"] = Service(self._spec("wan", _cli("wan", "--api", "127.0.0.1:0"), WAN_READY))
-        match = WAN_READY.match(await wan.start(self.nursery))
-        assert match is not None
-        self.wan_api = match.group(1)
-        host, port = parse_host_port(self.wan_api, "emulator API")
-        # toxiproxy-python keeps its API address in class attributes: one emulator at a time.
-        server = Toxiproxy()
-        server.update_api_consumer(host, port)
+        """Start everything (the launcher's order). Raises StartFailed naming what did not start."""
+        self.launched = await self.nursery.start(self._launch)
 
-        p = self.ports
-        source_argv = _cli("broker", "--data-dir", str(self.work_dir / "source"),
-                           "--override", f"listeners=LOCAL://127.0.0.1:{p['source']},WAN://127.0.0.1:{p['source_wan']}",
-                           "--override",
-                           f"advertised.listeners=LOCAL://127.0.0.1:{p['source']},WAN://127.0.0.1:{p['proxy']}",
-                           "--override", "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN:PLAINTEXT",
-                           "--override", "inter.broker.listener.name=LOCAL",
-                           "--topic", f"{TOPIC}:{self.scenario.partitions}")
-        self.services["source"] = Service(self._spec("source-broker", source_argv, BROKER_READY))
-        target_argv = _cli("broker", "--data-dir", str(self.work_dir / "target"), "--listen", self.target_local)
-        self.services["target"] = Service(self._spec("target-broker", target_argv, BROKER_READY))
-        await self.start_broker("source")
-        await self.start_broker("target")
-
-        self.proxy = await call_blocking(server.create, upstream=f"127.0.0.1:{p['source_wan']}",
-                                 name=f"{SOURCE_ALIAS}-to-{TARGET_ALIAS}", listen=self.source_via_link)
-        if self.scenario.link_latency_ms:
-            for stream in ("downstream", "upstream"):
-                await call_blocking(self.link.add_toxic, name=f"link_latency_{stream}", type="latency", stream=stream,
-                            attributes={"latency": self.scenario.link_latency_ms, "jitter": 0})
-
-        config = {
-            "name": "chaos",
-            "source": {"alias": SOURCE_ALIAS, "bootstrap": self.source_via_link},
-            "target": {"alias": TARGET_ALIAS, "bootstrap": self.target_local},
-            "topics": {"include": [re.escape(TOPIC)]},
-            "refresh.topics.interval.seconds": 0.5,
-            "offset.flush.interval.ms": self.scenario.flush_interval_ms,
-            "emit.heartbeats.interval.seconds": 1,
-        }
-        config_file = self.work_dir / "mirror.yaml"
-        config_file.write_text(json.dumps(config, indent=2) + "\n")  # noqa: ASYNC240 - small, once
-        mirror_argv = _cli("mirror", "--config", str(config_file),
-                           "--status-file", str(self.work_dir / "mirror-status.json"))
-        self.services["mirror"] = Service(self._spec("mirror", mirror_argv, MIRROR_READY))
-        await self.start_mirror()
+    async def _launch(self, *, task_status: trio.TaskStatus[LaunchState]) -> None:
+        try:
+            with trio.CancelScope() as self._scope:
+                await run_plan(chaos_plan(self.scenario), self.work_dir, task_status=task_status)
+        finally:
+            self._stopped.set()
 
     async def down(self) -> None:
-        """Stop everything (mirror first); safe to call whatever state the rig is in."""
-        for name in ("mirror", "target", "source", "wan"):
-            service = self.services.get(name)
-            if service is not None:
-                await service.stop()
+        """Stop everything and wait until it has stopped; safe whatever state the rig is in."""
+        if self._scope is not None:
+            self._scope.cancel()
+            with trio.CancelScope(shield=True):
+                await self._stopped.wait()
 
     # -- what faults act on (deploy.chaos.faults.FaultTarget) ------------------------------------
 
     async def crash_mirror(self) -> None:
-        await self.services["mirror"].kill()
+        await hold(self.processes()["mirror"], hard=True)
         self._crashed = True
 
     async def start_mirror(self) -> None:
@@ -282,14 +209,15 @@ class Rig:
             # The mirror is down, so its positions cannot move: the restart resumes from these.
             self.resume_points.append(await self.stored_positions())
             self._crashed = False
-        await self.services["mirror"].start(self.nursery)
+        with trio.fail_after(START_TIMEOUT_S):
+            await release(self.processes()["mirror"])
 
     async def stop_broker(self, side: str, *, hard: bool) -> None:
-        service = self.services[side]
-        await (service.kill() if hard else service.stop())
+        await hold(self.processes()[side], hard=hard)
 
     async def start_broker(self, side: str) -> None:
-        await self.services[side].start(self.nursery)
+        with trio.fail_after(START_TIMEOUT_S):
+            await release(self.processes()[side])
 
     async def stored_positions(self) -> dict[int, int]:
         """Where a mirror starting now resumes, per partition: just after its checkpointed
@@ -309,7 +237,9 @@ class Rig:
         return {p: stored[p] + 1 if p in stored else 0 for p in range(self.scenario.partitions)}
 
     def unexpected_restarts(self) -> dict[str, int]:
-        return {name: s.unexpected_restarts for name, s in self.services.items() if s.unexpected_restarts}
+        if self.launched is None:
+            return {}
+        return {name: p.restarts for name, p in self.processes().items() if p.restarts}
 
 
 def _decode_position(key: bytes | None, value: bytes | None) -> tuple[int, int] | None:

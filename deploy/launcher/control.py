@@ -8,13 +8,11 @@ processes whose launcher is gone (orphans) and processes a damaged state file no
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import signal
 import socket
 import struct
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from deploy.launcher.state_file import (
     parse_state,
 )
 from deploy.process_identity import Identity, find_marked, identity_of, is_running, parent_of
+from deploy.wan.client import WanApiError, WanClient
 from mirror.status import MirrorStatus, StatusFileError, read_status
 
 __all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
@@ -230,7 +229,7 @@ def _wan_status(wan: WanRecord, ours: set[int]) -> dict[str, Any]:
     problems: list[str] = []
     if wan.pid is not None and wan.pid not in ours:
         problems.append("the WAN emulator is not running")
-    proxies = _http_json(f"http://{wan.api}/proxies")
+    proxies = _wan_proxies(wan.api)
     if not isinstance(proxies, dict):
         problems.append(f"the WAN API at {wan.api} does not answer")
     else:
@@ -244,11 +243,10 @@ def _wan_status(wan: WanRecord, ours: set[int]) -> dict[str, Any]:
     return out
 
 
-def _http_json(url: str) -> object:
+def _wan_proxies(api: str) -> object:
     try:
-        with urllib.request.urlopen(url, timeout=2) as reply:
-            return json.loads(reply.read(4 * 1024 * 1024))
-    except (OSError, ValueError):
+        return WanClient(api, timeout_s=2).proxies()
+    except (OSError, ValueError, WanApiError):
         return None
 
 

@@ -20,8 +20,6 @@ import os
 import re
 import socket
 import sys
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -42,8 +40,9 @@ from deploy.launcher.state_file import (
 )
 from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
 from deploy.supervisor import ProcessSpec, Supervised, supervise
+from deploy.wan.client import WanApiError, WanClient
 
-__all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan", "wan_request"]
+__all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -168,17 +167,6 @@ def _spec(state_dir: Path, name: str, argv: list[str], log_path: Path, ready: re
     return ProcessSpec(name, argv, log_path, ready, env={STATE_DIR_ENV: str(state_dir.resolve())})
 
 
-def wan_request(api: str, method: str, path: str, body: object) -> Any:
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(f"http://{api}{path}", method=method, data=data,
-                                     headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(request, timeout=30) as reply:
-            return json.loads(reply.read() or b"null")
-    except urllib.error.HTTPError as exc:
-        raise RuntimeError(f"WAN emulator refused {method} {path}: {exc.read().decode(errors='replace')}") from None
-
-
 def link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
     toxics: list[dict[str, Any]] = []
     for stream in ("downstream", "upstream"):
@@ -259,8 +247,8 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
             with trio.CancelScope(shield=True):
                 for name in state.proxies:
                     try:
-                        await trio.to_thread.run_sync(wan_request, toxiproxy, "DELETE", f"/proxies/{name}", None)
-                    except (RuntimeError, OSError) as exc:
+                        await trio.to_thread.run_sync(WanClient(toxiproxy).delete_proxy, name)
+                    except (WanApiError, OSError) as exc:
                         log.warning("could not remove proxy %s from %s: %s", name, toxiproxy, exc)
         # Everything this launcher started has stopped (the nursery waited for it): say so.
         (state_dir / STATE_FILE).unlink(missing_ok=True)
@@ -306,9 +294,8 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
 
 
 async def _make_link(api: str, body: dict[str, Any], toxics: list[dict[str, Any]]) -> None:
-    await trio.to_thread.run_sync(wan_request, api, "POST", "/proxies", body)
-    for toxic in toxics:
-        await trio.to_thread.run_sync(wan_request, api, "POST", f"/proxies/{body['name']}/toxics", toxic)
+    proxy = await trio.to_thread.run_sync(partial(WanClient(api).create_proxy, **body))
+    await trio.to_thread.run_sync(proxy.add_toxics, toxics)
 
 
 async def _restore_links(state: LaunchState, wan: Supervised) -> None:

@@ -92,15 +92,11 @@ async def test_up_status_restart_and_down(tmp_path: Path) -> None:
 async def test_an_external_toxiproxy_serves_the_links(tmp_path: Path) -> None:
     """Pointed at a running Toxiproxy API (here Causeway's emulator in this process, standing in
     for the real one), the launcher starts no emulator, makes its proxies there, removes them."""
-    import json
-    import urllib.request
-
     from deploy.wan import serve_wan
+    from deploy.wan.client import WanClient
 
     def proxies(api: str) -> dict[str, object]:
-        with urllib.request.urlopen(f"http://{api}/proxies", timeout=10) as reply:
-            loaded: dict[str, object] = json.loads(reply.read())
-            return loaded
+        return WanClient(api, timeout_s=10).proxies()
 
     async with trio.open_nursery() as outer:
         host, port = await outer.start(serve_wan, "127.0.0.1", 0)
