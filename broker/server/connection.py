@@ -55,7 +55,11 @@ _limited = limiter(log)
 
 # How much to ask the socket for at once. Large produce requests arrive in chunks of this size.
 RECEIVE_CHUNK = 256 * 1024
-_FETCH = 1  # api key: the only request abandoned when its peer goes away (it only reads)
+# Requests that may wait long for something else to happen (a fetch's long poll, a JoinGroup or
+# SyncGroup parked until the group's rebalance), by api key: abandoned when their peer goes away,
+# so a gone client never holds a socket and its descriptor for the rest of the wait. The group
+# coordinator forgets an abandoned join or sync and leaves the member to its session timeout.
+_WAITING_REQUESTS = frozenset({1, 11, 14})  # Fetch, JoinGroup, SyncGroup
 # Security protocols whose listeners hand record data to the kernel with sendfile (no TLS layer).
 _SENDFILE_PROTOCOLS = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
@@ -195,8 +199,10 @@ async def _receive(
 
 async def _handle(stream: trio.abc.Stream, dispatcher: Dispatcher, frame: memoryview,
                   info: ConnectionInfo) -> Response | None:
-    """Answer one frame. A fetch is abandoned (raising _PeerGone) if its peer goes away."""
-    if not (isinstance(stream, trio.SocketStream) and len(frame) >= 2 and frame[0] == 0 and frame[1] == _FETCH):
+    """Answer one frame. A request that may wait long is abandoned (raising _PeerGone) if its
+    peer goes away meanwhile."""
+    if not (isinstance(stream, trio.SocketStream) and len(frame) >= 2 and frame[0] == 0
+            and frame[1] in _WAITING_REQUESTS):
         return await dispatcher.handle(frame, info)
     result: Response | None = None
     error: Exception | None = None

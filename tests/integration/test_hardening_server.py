@@ -7,6 +7,7 @@ data arriving, the broker's own log.
 
 from __future__ import annotations
 
+import os
 import re
 import socket
 import struct
@@ -18,7 +19,13 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
-from broker.protocol.messages import ApiVersionsRequest, FetchRequest, ProduceRequest
+from broker.protocol.messages import (
+    ApiVersionsRequest,
+    FetchRequest,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    ProduceRequest,
+)
 from broker.protocol.records import Record, build_batch
 from tests.support.broker import BrokerProcess, fd_count, rss_bytes
 from tests.support.polling import wait_until
@@ -298,3 +305,66 @@ def test_a_flood_of_hostile_connections_writes_a_bounded_log(start) -> None:  # 
     grown = text.count("\n") - before
     assert grown < 60, f"{grown} log lines for {attacks} hostile connections"
     assert broker.proc is not None and broker.proc.poll() is None
+
+
+def _broker_sockets_without_a_connection(pid: int) -> int:
+    """The broker's sockets that no longer appear in the kernel's TCP tables: a connection its
+    peer reset, still held open by the broker."""
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    for table in ("/proc/net/tcp", "/proc/net/tcp6", "/proc/net/unix"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                inode_field = fields[6] if table.endswith("unix") else fields[9]
+                inodes.discard(int(inode_field))
+    return len(inodes)
+
+
+def test_group_joins_whose_peers_went_away_let_go_of_their_sockets(start) -> None:  # type: ignore[no-untyped-def]
+    # A JoinGroup parks until the group's rebalance completes (here: a long initial delay). A
+    # client that closes or resets meanwhile used to leave the broker holding its socket (in
+    # CLOSE_WAIT, or out of the TCP tables after a reset) for the rest of the wait (found by
+    # deploy/fuzz).
+    broker = start("group.initial.rebalance.delay.ms=600000")
+    pid = _pid(broker)
+    baseline = _broker_sockets_without_a_connection(pid)
+
+    def parked_join(group: str) -> socket.socket:
+        sock = _connect(broker)
+        request = JoinGroupRequest(group_id=group, session_timeout_ms=30_000, rebalance_timeout_ms=600_000,
+                                   member_id="", protocol_type="consumer",
+                                   protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
+        sock.sendall(_frame(ApiKey.JOIN_GROUP, 6, bytes(request.encode(6)), 1))
+        answer = _read_frame(sock)  # v4+: MEMBER_ID_REQUIRED with the id to join with
+        request.member_id = JoinGroupResponse.decode(answer[5:], 6).member_id
+        sock.sendall(_frame(ApiKey.JOIN_GROUP, 6, bytes(request.encode(6)), 2))
+        return sock
+
+    closed = [parked_join(f"closed-{i}") for i in range(3)]
+    reset = [parked_join(f"reset-{i}") for i in range(3)]
+    ports = {sock.getsockname()[1] for sock in closed}
+
+    def parked() -> bool:  # the broker has read every second JoinGroup and answered none yet
+        sides = _broker_sides(broker.port, ports | {sock.getsockname()[1] for sock in reset})
+        return len(sides) == 6 and all(rx == 0 for _, rx in sides.values()) and not any(map(_pending, closed + reset))
+
+    wait_until(parked, what="the broker to park every JoinGroup")
+    for sock in closed:
+        sock.close()
+    for sock in reset:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
+        sock.close()
+    wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
+               what="the broker to close the joins whose clients closed (no CLOSE_WAIT)", timeout_s=20)
+    wait_until(lambda: _broker_sockets_without_a_connection(pid) <= baseline,
+               what="the broker to close the joins whose clients reset", timeout_s=20)
+    log = broker.log_path.read_text()
+    assert "internal error" not in log and "Traceback" not in log, log[-3000:]
