@@ -7,6 +7,7 @@ real processes and the records come from librdkafka.
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -194,9 +195,12 @@ async def test_loops_are_not_mirrored_back_and_internal_topics_stay(east: Broker
 
 
 async def test_a_target_down_at_start_is_waited_for(east: BrokerProcess, tmp_path: Path) -> None:
-    from deploy.launcher.launch import free_port
-
-    port = free_port()
+    # The port is reserved by a socket bound without listening: connections to it are refused
+    # (the target is down), and no other process can take it before the late broker binds it.
+    reserved = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    reserved.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    reserved.bind(("127.0.0.1", 0))
+    port = reserved.getsockname()[1]
     west = BrokerProcess(tmp_path / "late-west")
     config = mirror_config_from_data({
         "source": {"alias": "east", "bootstrap": east.bootstrap},
@@ -207,11 +211,13 @@ async def test_a_target_down_at_start_is_waited_for(east: BrokerProcess, tmp_pat
         async with running(config) as mirror:
             await wait_for(lambda: "target west" in mirror.status()["problems"], what="the target reported down")
             assert mirror.status()["state"] == "waiting for the target"
+            reserved.close()
             await trio.to_thread.run_sync(lambda: west.start(port=port))
             await wait_for_end_offsets(west.bootstrap, "east.orders", {0: 10, 1: 10, 2: 10})
             await wait_for(lambda: mirror.status()["state"] == "running" and not mirror.status()["problems"],
                            what="the problem cleared")
     finally:
+        reserved.close()
         if west.proc is not None:
             west.stop()
 
