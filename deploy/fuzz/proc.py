@@ -8,8 +8,11 @@ the /proc/<pid>/fd links that name it).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+from deploy.broker_process import rss_bytes
 
 __all__ = ["Descriptors", "alive", "close_wait_peers", "descriptors", "listener_pid", "rss_bytes"]
 
@@ -34,11 +37,6 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
-def rss_bytes(pid: int) -> int:
-    with open(f"/proc/{pid}/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
 def descriptors(pid: int) -> Descriptors:
     sockets = files = 0
     fd_dir = f"/proc/{pid}/fd"
@@ -54,8 +52,9 @@ def descriptors(pid: int) -> Descriptors:
     return Descriptors(sockets, files)
 
 
-def _listening_inodes(port: int) -> set[str]:
-    inodes = set()
+def _tcp_sockets(port: int) -> Iterator[tuple[str, int, str]]:
+    """(state, peer port, inode) of every TCP socket on local `port`, from /proc/net/tcp{,6};
+    states are the kernel's hex codes (0A LISTEN, 08 CLOSE_WAIT)."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -63,27 +62,18 @@ def _listening_inodes(port: int) -> set[str]:
             continue
         for line in lines:
             parts = line.split()
-            local, state, inode = parts[1], parts[3], parts[9]
-            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
-                inodes.add(inode)
-    return inodes
+            if int(parts[1].rsplit(":", 1)[1], 16) == port:
+                yield parts[3], int(parts[2].rsplit(":", 1)[1], 16), parts[9]
+
+
+def _listening_inodes(port: int) -> set[str]:
+    return {inode for state, _, inode in _tcp_sockets(port) if state == "0A"}
 
 
 def close_wait_peers(port: int) -> list[int]:
     """Peer ports of the connections to local `port` that the peer closed and this side has
     not (TCP state CLOSE_WAIT): what a server still holds for clients that are gone."""
-    peers = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            local, remote, state = parts[1], parts[2], parts[3]
-            if state == "08" and int(local.rsplit(":", 1)[1], 16) == port:  # 08: CLOSE_WAIT
-                peers.append(int(remote.rsplit(":", 1)[1], 16))
-    return peers
+    return [peer for state, peer, _ in _tcp_sockets(port) if state == "08"]
 
 
 def listener_pid(port: int) -> int | None:

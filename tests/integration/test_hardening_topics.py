@@ -4,7 +4,6 @@ answering, and Kafka's internal topics cannot be deleted, repartitioned, written
 
 from __future__ import annotations
 
-import os
 import selectors
 import socket
 import struct
@@ -26,14 +25,10 @@ from broker.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
 )
-from tests.support.broker import BrokerProcess, rss_bytes
+from tests.support.broker import BrokerProcess, fd_count, rss_bytes
 from tests.support.polling import wait_until
 
 MiB = 1024 * 1024
-
-
-def fd_count(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def admin(broker: BrokerProcess) -> AdminClient:
