@@ -27,7 +27,7 @@ from pathlib import Path
 from deploy.supervisor import log_tail
 
 __all__ = ["READY", "START_TIMEOUT_S", "BrokerProcess", "broker_command", "fd_count", "parse_ready_line",
-           "rss_bytes"]
+           "rss_bytes", "stop_process"]
 
 READY = re.compile(r"^causeway broker (\d+) ready: (.+)$")
 START_TIMEOUT_S = 60.0
@@ -134,13 +134,7 @@ class BrokerProcess:
         """SIGTERM and wait: the clean shutdown path. Returns the exit code."""
         if self.proc is None:
             return 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=STOP_TIMEOUT_S)
-        finally:
-            if self.proc.poll() is None:
-                self.proc.kill()
-                self.proc.wait()
+        code = stop_process(self.proc, STOP_TIMEOUT_S)
         self.proc = None
         return code
 
@@ -158,6 +152,16 @@ class BrokerProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+def stop_process(proc: subprocess.Popen[str], timeout_s: float) -> int:
+    """SIGTERM, wait up to ``timeout_s``, then SIGKILL; the exit code (negative when killed)."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
 
 
 def rss_bytes(pid: int) -> int:

@@ -10,7 +10,6 @@ metadata log. Stop = SIGTERM (Kafka's controlled shutdown), SIGKILL if it linger
 from __future__ import annotations
 
 import base64
-import signal
 import socket
 import struct
 import subprocess
@@ -23,6 +22,7 @@ from types import TracebackType
 
 from bench.peers.cache import peer
 from bench.peers.tools import java_command, main_class
+from deploy.broker_process import stop_process
 
 LOG4J2_BROKER = Path(__file__).with_name("broker-log4j2.properties")
 # A broker that keeps a small heap beside Causeway on two shared cores.
@@ -159,12 +159,7 @@ class KafkaBroker:
     def stop(self) -> int:
         if self.proc is None:
             return 0
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        code = stop_process(self.proc, STOP_TIMEOUT_S)
         self.proc = None
         return code
 
