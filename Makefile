@@ -5,8 +5,11 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip
 STAMP  := $(VENV)/.installed
 # Debian packages the tests drive: kcat is one of the real clients that judge the broker; Maven
-# and Java fetch and run Apache Kafka's own tools (make peers). Each entry is PACKAGE[:COMMAND].
-SYSTEM_PACKAGES := kcat maven:mvn openjdk-17-jre-headless:java
+# and Java fetch and run Apache Kafka's own tools (make peers; the JDK's javac builds the small
+# Java programs under bench/peers, such as MM2's offset translation); zookeeper is the coordination
+# service of ZooKeeper-mode clusters (deploy/zookeeper). Each entry is PACKAGE[:COMMAND], where
+# COMMAND may be an absolute path to a file the package installs (zookeeper puts none on PATH).
+SYSTEM_PACKAGES := kcat maven:mvn openjdk-17-jdk-headless:javac zookeeper:/usr/share/java/zookeeper.jar
 
 .PHONY: install up test peers test-fast chaos fuzz system-deps constraints lint typecheck bench clean
 
@@ -15,14 +18,14 @@ $(BIN)/python:
 	$(PIP) install --quiet --upgrade pip
 
 $(STAMP): $(BIN)/python pyproject.toml constraints.txt
-	$(PIP) install --quiet --constraint constraints.txt --editable '.[test,dev]'
+	$(PIP) install --quiet --constraint constraints.txt --editable '.[test,dev,pipeline]'
 	touch $@
 
 install: $(STAMP)
 
 # Installs the Debian packages the tests need when run as root; otherwise says what is missing.
 system-deps:
-	@missing=""; for e in $(SYSTEM_PACKAGES); do command -v $${e##*:} >/dev/null 2>&1 || missing="$$missing $${e%%:*}"; done; \
+	@missing=""; for e in $(SYSTEM_PACKAGES); do c=$${e##*:}; { case $$c in /*) [ -e $$c ];; *) command -v $$c >/dev/null 2>&1;; esac; } || missing="$$missing $${e%%:*}"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "installing system packages:$$missing"; \
@@ -71,7 +74,7 @@ bench: install
 constraints:
 	rm -rf /tmp/causeway-pin && $(PYTHON) -m venv /tmp/causeway-pin
 	/tmp/causeway-pin/bin/pip install --quiet --upgrade pip
-	/tmp/causeway-pin/bin/pip install --quiet '.[test,dev]'
+	/tmp/causeway-pin/bin/pip install --quiet '.[test,dev,pipeline]'
 	( echo '# Exact versions for every Python dependency, so a fresh machine installs what CI tested.'; \
 	  echo '# Regenerate with: make constraints'; \
 	  /tmp/causeway-pin/bin/pip freeze --exclude causeway | sort -f ) > constraints.txt

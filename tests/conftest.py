@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import BrokerProcess
+from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 
 @pytest.fixture
@@ -25,3 +26,11 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         if process.proc is not None:
             code = process.stop()
             assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture
+def zookeeper(tmp_path: Path) -> Iterator[ZooKeeperServer]:
+    """A real single-node ZooKeeper on a free loopback port, its data in tmp_path/zookeeper;
+    `.connect` is "127.0.0.1:PORT" (tests/support/zookeeper.py)."""
+    with zookeeper_server(tmp_path / "zookeeper") as server:
+        yield server
