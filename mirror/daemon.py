@@ -533,8 +533,8 @@ async def _final_flush(mirror: Mirror) -> None:
 
 async def _heartbeat(mirror: Mirror) -> None:
     beat = Heartbeat(mirror.source_alias, mirror.target_alias, now_ms())
-    await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())],
-                 timeout_s=max(1.0, 5 * mirror.config.heartbeats_s))
+    with trio.fail_after(max(1.0, 5 * mirror.config.heartbeats_s)):  # the client says what timed out
+        await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())])
 
 
 # -- status --------------------------------------------------------------------------------

@@ -65,10 +65,10 @@ async def read_whole_topic(client: Client, topic: str, *, max_rounds: int = 100_
 
 
 async def append(client: Client, topic: str, records: Sequence[tuple[bytes, bytes | None]], *,
-                 partition: int = 0, timeout_s: float | None = None) -> None:
+                 partition: int = 0) -> None:
     """Write (key, value) records to one partition in one batch, acks=all; raises KafkaError."""
     if records:
         # Stamped now (CreateTime): a timestamp of 0 is refused by a target that bounds timestamps
         # (message.timestamp.before.max.ms) and is at once past any time-based retention.
         batch = build_batch([Record(key, value) for key, value in records], base_timestamp=now_ms())
-        await produce(client, topic, partition, batch, acks=-1, timeout_s=timeout_s)
+        await produce(client, topic, partition, batch, acks=-1)

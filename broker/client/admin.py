@@ -4,8 +4,9 @@ Each function takes a `Client`, sends the Kafka request to the broker that must 
 (the controller for topic changes, the leader for offsets and record deletion, any broker for
 descriptions), and raises `KafkaError` carrying the broker's error code, with the topic or
 resource named in its message, when anything failed. Retriable errors (NOT_CONTROLLER,
-LEADER_NOT_AVAILABLE, ...) are retried with fresh metadata until the timeout; an unknown
-topic is not retried (it is an answer).
+LEADER_NOT_AVAILABLE, ...) are retried with fresh metadata until the deadline (the caller's
+cancel scope, or the client's request timeout when it set none); an unknown topic is not
+retried (it is an answer). Requests that carry a timeout to the broker carry what is left.
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
-import trio
-
 from broker.client.cluster import Client, TopicMetadata, TopicPartition
 from broker.client.connection import ConnectionFailed, Message, check_error
+from broker.client.deadline import wire_timeout_ms
 from broker.protocol.constants import EARLIEST, LATEST, AlterConfigOp, ConfigSource
 from broker.protocol.constants import ConfigResourceType as ConfigResource  # the admin API's name
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -106,17 +106,22 @@ class ListedOffset:
     leader_epoch: int = -1
 
 
-async def _retrying(client: Client, timeout_s: float | None, attempt: Callable[[float], Awaitable[T]]) -> T:
-    """Run `attempt(remaining_s)` again after a retriable KafkaError, with fresh metadata and
-    backoff, until the deadline; then (or for any other error) raise."""
-    deadline = trio.current_time() + (client.request_timeout_s if timeout_s is None else timeout_s)
-    return await retry(
-        lambda: attempt(max(0.0, deadline - trio.current_time())),
-        retriable=lambda exc: isinstance(exc, KafkaError) and exc.code in _RETRIED,
-        backoff=client.backoff,
-        on_failure=lambda exc, failures: client.invalidate_metadata(),
-        deadline=deadline,
-    )
+async def _retrying(client: Client, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+    """Run `attempt()` again after a retriable KafkaError, with fresh metadata and backoff,
+    until the call's deadline; then (or for any other error) raise."""
+    with client.deadline(what):
+        return await retry(
+            attempt,
+            retriable=lambda exc: isinstance(exc, KafkaError) and exc.code in _RETRIED,
+            backoff=client.backoff,
+            on_failure=lambda exc, failures: client.invalidate_metadata(),
+        )
+
+
+def _timeout_ms(client: Client) -> int:
+    """The timeout a request carries to the broker: the request timeout, cut to what is left of
+    the call's deadline."""
+    return wire_timeout_ms(int(client.request_timeout_s * 1000))
 
 
 # -- topics ---------------------------------------------------------------------------------
@@ -128,7 +133,6 @@ async def create_topics(
     *,
     exist_ok: bool = False,
     validate_only: bool = False,
-    timeout_s: float | None = None,
 ) -> None:
     """Create topics: name -> partition count, or name -> NewTopic (replication, configs).
 
@@ -137,53 +141,50 @@ async def create_topics(
     may have been created.
     """
     specs = {name: spec if isinstance(spec, NewTopic) else NewTopic(spec) for name, spec in topics.items()}
-    timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
-    request = CreateTopicsRequest(
-        topics=[
-            CreateTopicsRequest.CreatableTopic(
-                name=name,
-                num_partitions=spec.partitions,
-                replication_factor=spec.replication_factor,
-                configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in spec.configs.items()],
-            )
-            for name, spec in specs.items()
-        ],
-        timeout_ms=timeout_ms,
-        validate_only=validate_only,
-    )
-    await _change_topics(client, request, lambda r: r.topics, "create topic", specs, timeout_s,
+    creatable = [
+        CreateTopicsRequest.CreatableTopic(
+            name=name,
+            num_partitions=spec.partitions,
+            replication_factor=spec.replication_factor,
+            configs=[CreateTopicsRequest.CreatableTopicConfig(name=k, value=v) for k, v in spec.configs.items()],
+        )
+        for name, spec in specs.items()
+    ]
+
+    def request() -> CreateTopicsRequest:
+        return CreateTopicsRequest(topics=creatable, timeout_ms=_timeout_ms(client), validate_only=validate_only)
+
+    await _change_topics(client, request, lambda r: r.topics, "create topic", specs,
                          tolerated=ErrorCode.TOPIC_ALREADY_EXISTS if exist_ok else None)
 
 
-async def delete_topics(
-    client: Client, names: Iterable[str], *, missing_ok: bool = False, timeout_s: float | None = None
-) -> None:
+async def delete_topics(client: Client, names: Iterable[str], *, missing_ok: bool = False) -> None:
     """Delete topics. Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION unless `missing_ok`, ...)
     for the first topic that failed."""
     names = list(names)
-    timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
-    # v6 names topics in structs (name or id); v0-5 by a list of names. The version is known
-    # only once connected, so fill both: each version encodes the one it has.
-    request = DeleteTopicsRequest(
-        topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
-        topic_names=list(names),
-        timeout_ms=timeout_ms,
-    )
-    await _change_topics(client, request, lambda r: r.responses, "delete topic", names, timeout_s,
+
+    def request() -> DeleteTopicsRequest:
+        # v6 names topics in structs (name or id); v0-5 by a list of names. The version is known
+        # only once connected, so fill both: each version encodes the one it has.
+        return DeleteTopicsRequest(
+            topics=[DeleteTopicsRequest.DeleteTopicState(name=n) for n in names],
+            topic_names=list(names),
+            timeout_ms=_timeout_ms(client),
+        )
+
+    await _change_topics(client, request, lambda r: r.responses, "delete topic", names,
                          tolerated=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if missing_ok else None)
 
 
-async def describe_topics(
-    client: Client, names: Iterable[str] | None = None, *, timeout_s: float | None = None
-) -> dict[str, TopicMetadata]:
+async def describe_topics(client: Client, names: Iterable[str] | None = None) -> dict[str, TopicMetadata]:
     """Metadata of the named topics (all topics when None), partitions with leaders and ISR.
 
     Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION, ...) for a named topic that has an error.
     """
     wanted = None if names is None else list(names)
 
-    async def attempt(remaining: float) -> dict[str, TopicMetadata]:
-        metadata = await client.refresh_metadata(wanted, timeout_s=remaining)
+    async def attempt() -> dict[str, TopicMetadata]:
+        metadata = await client.refresh_metadata(wanted)
         if wanted is None:
             return dict(metadata.topics)
         out: dict[str, TopicMetadata] = {}
@@ -195,15 +196,13 @@ async def describe_topics(
             out[name] = topic
         return out
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _retrying(client, "describe topics", attempt)
 
 
-async def list_topics(
-    client: Client, *, include_internal: bool = False, timeout_s: float | None = None
-) -> dict[str, int]:
+async def list_topics(client: Client, *, include_internal: bool = False) -> dict[str, int]:
     """Every topic's partition count (internal topics such as __consumer_offsets only when
     asked). Raises ConnectionFailed when no broker answers in time."""
-    topics = await describe_topics(client, None, timeout_s=timeout_s)
+    topics = await describe_topics(client, None)
     return {
         name: t.partition_count
         for name, t in sorted(topics.items())
@@ -211,50 +210,43 @@ async def list_topics(
     }
 
 
-async def create_partitions(
-    client: Client,
-    counts: Mapping[str, int],
-    *,
-    validate_only: bool = False,
-    timeout_s: float | None = None,
-) -> None:
+async def create_partitions(client: Client, counts: Mapping[str, int], *, validate_only: bool = False) -> None:
     """Raise topics' partition counts to the given totals.
 
     Raises KafkaError (INVALID_PARTITIONS when a count is not above the current one,
     UNKNOWN_TOPIC_OR_PARTITION, ...) for the first topic that failed.
     """
-    timeout_ms = int(1000 * (client.request_timeout_s if timeout_s is None else timeout_s))
-    request = CreatePartitionsRequest(
-        topics=[
-            CreatePartitionsRequest.CreatePartitionsTopic(name=n, count=c, assignments=None) for n, c in counts.items()
-        ],
-        timeout_ms=timeout_ms,
-        validate_only=validate_only,
-    )
-    await _change_topics(client, request, lambda r: r.results, "create partitions for", counts, timeout_s)
+    changes = [CreatePartitionsRequest.CreatePartitionsTopic(name=n, count=c, assignments=None)
+               for n, c in counts.items()]
+
+    def request() -> CreatePartitionsRequest:
+        return CreatePartitionsRequest(topics=changes, timeout_ms=_timeout_ms(client), validate_only=validate_only)
+
+    await _change_topics(client, request, lambda r: r.results, "create partitions for", counts)
 
 
 async def _change_topics(
     client: Client,
-    request: Message,
+    request: Callable[[], Message],
     results_of: Callable[[Any], Iterable[Any]],
     what: str,
     names: Iterable[str],
-    timeout_s: float | None,
     *,
     tolerated: ErrorCode | None = None,
 ) -> None:
-    """Send a topic change to the controller, retried as `_retrying` does; raise KafkaError
+    """Send a topic change (`request()`, built for each attempt so that its timeout_ms is what
+    is left of the deadline) to the controller, retried as `_retrying` does; raise KafkaError
     for the first of `results_of(response)` (each with name, error code and message) that
     failed other than with `tolerated`. The topics' metadata is fetched again afterwards."""
 
-    async def attempt(remaining: float) -> None:
-        response = await client.request_controller(request, timeout_s=remaining)
+    async def attempt() -> None:
+        response = await client.request_controller(request())
         for result in results_of(response):
             if result.error_code != tolerated:
                 check_error(result.error_code, f"{what} {result.name!r}", result.error_message)
 
-    await _retrying(client, timeout_s, attempt)
+    names = list(names)
+    await _retrying(client, f"{what} {', '.join(map(repr, names))}", attempt)
     client.invalidate_metadata(names)
 
 
@@ -267,7 +259,6 @@ async def describe_configs(
     *,
     resource: ConfigResource = ConfigResource.TOPIC,
     keys: Iterable[str] | None = None,
-    timeout_s: float | None = None,
 ) -> dict[str, ConfigEntry]:
     """The configs of a topic (or, with resource=BROKER, of broker `name`, its node id),
     all or only `keys`. Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
@@ -279,8 +270,8 @@ async def describe_configs(
         ]
     )
 
-    async def attempt(remaining: float) -> dict[str, ConfigEntry]:
-        response: DescribeConfigsResponse = await _config_request(client, resource, name, request, remaining)
+    async def attempt() -> dict[str, ConfigEntry]:
+        response: DescribeConfigsResponse = await _config_request(client, resource, name, request)
         out: dict[str, ConfigEntry] = {}
         for result in response.results:
             what = f"describe configs of {resource.name.lower()} {name!r}"
@@ -292,7 +283,7 @@ async def describe_configs(
                 out[c.name] = ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive)
         return out
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _retrying(client, f"describe configs of {resource.name.lower()} {name!r}", attempt)
 
 
 async def alter_configs(
@@ -302,7 +293,6 @@ async def alter_configs(
     *,
     resource: ConfigResource = ConfigResource.TOPIC,
     validate_only: bool = False,
-    timeout_s: float | None = None,
 ) -> None:
     """Set (value) or remove (None, back to the default) configs of a topic or broker,
     leaving the others as they are (IncrementalAlterConfigs).
@@ -325,12 +315,12 @@ async def alter_configs(
         validate_only=validate_only,
     )
 
-    async def attempt(remaining: float) -> None:
-        response: IncrementalAlterConfigsResponse = await _config_request(client, resource, name, request, remaining)
+    async def attempt() -> None:
+        response: IncrementalAlterConfigsResponse = await _config_request(client, resource, name, request)
         for result in response.responses:
             check_error(result.error_code, f"alter configs of {resource.name.lower()} {name!r}", result.error_message)
 
-    await _retrying(client, timeout_s, attempt)
+    await _retrying(client, f"alter configs of {resource.name.lower()} {name!r}", attempt)
 
 
 async def _config_request(
@@ -338,12 +328,11 @@ async def _config_request(
     resource: ConfigResource,
     name: str,
     request: DescribeConfigsRequest | IncrementalAlterConfigsRequest,
-    timeout_s: float,
 ) -> Any:
     # A broker's own configs are answered by that broker; topic configs by any.
     if resource == ConfigResource.BROKER and name.isdigit():
-        return await client.request(int(name), request, timeout_s=timeout_s)
-    return await client.request_any(request, timeout_s=timeout_s)
+        return await client.request(int(name), request)
+    return await client.request_any(request)
 
 
 # -- offsets --------------------------------------------------------------------------------
@@ -352,12 +341,11 @@ async def _config_request(
 async def _per_leader(
     client: Client,
     partitions: Iterable[TopicPartition],
-    timeout_s: float | None,
     what: str,
-    request_for: Callable[[list[TopicPartition], float], Message],
+    request_for: Callable[[list[TopicPartition], int], Message],
     value_of: Callable[[Any], T],
 ) -> dict[TopicPartition, T]:
-    """Send `request_for(its partitions, remaining_s)` to each leader of `partitions`, the
+    """Send `request_for(its partitions, timeout_ms left)` to each leader of `partitions`, the
     leaders concurrently, retried as `_retrying` does, and map each partition to `value_of` its
     part of the answer (a response with `topics[].name` and `topics[].partitions[]` carrying
     `partition_index` and `error_code`, as ListOffsets and DeleteRecords have). Raises KafkaError
@@ -365,11 +353,8 @@ async def _per_leader(
     after all answered; KafkaError when a partition is missing from the answers."""
     wanted = list(partitions)
 
-    async def ask(node_id: int, tps: list[TopicPartition], remaining: float,
-                  deadline: float) -> dict[TopicPartition, T]:
-        response = await client.request(
-            node_id, request_for(tps, remaining), timeout_s=max(0.0, deadline - trio.current_time())
-        )
+    async def ask(node_id: int, tps: list[TopicPartition]) -> dict[TopicPartition, T]:
+        response = await client.request(node_id, request_for(tps, _timeout_ms(client)))
         out: dict[TopicPartition, T] = {}
         for topic in response.topics:
             for part in topic.partitions:
@@ -377,19 +362,18 @@ async def _per_leader(
                 out[TopicPartition(topic.name, part.partition_index)] = value_of(part)
         return out
 
-    async def attempt(remaining: float) -> dict[TopicPartition, T]:
-        deadline = trio.current_time() + remaining
-        leaders = await client.leaders_for(wanted, timeout_s=remaining)
+    async def attempt() -> dict[TopicPartition, T]:
+        leaders = await client.leaders_for(wanted)
         by_leader: dict[int, list[TopicPartition]] = {}
         for tp, leader in leaders.items():
             if isinstance(leader, KafkaError):
                 raise leader
             by_leader.setdefault(leader.node_id, []).append(tp)
-        answers = await gather([partial(ask, node_id, tps, remaining, deadline) for node_id, tps in by_leader.items()],
+        answers = await gather([partial(ask, node_id, tps) for node_id, tps in by_leader.items()],
                                collect=(KafkaError, ConnectionFailed))
         return _all_answered(wanted, {tp: value for answer in answers for tp, value in answer.items()})
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _retrying(client, what, attempt)
 
 
 def _by_topic(tps: Iterable[TopicPartition], topic: Callable[..., T], partition: Callable[[TopicPartition], Any]
@@ -413,7 +397,6 @@ async def list_offsets(
     specs: Mapping[TopicPartition, int],
     *,
     isolation_level: int = 0,
-    timeout_s: float | None = None,
 ) -> dict[TopicPartition, ListedOffset]:
     """For each partition: EARLIEST (log start), LATEST (log end; the last stable offset with
     isolation_level 1), or a timestamp in ms (the first offset whose timestamp is at or after
@@ -425,10 +408,9 @@ async def list_offsets(
     def partition(tp: TopicPartition) -> ListOffsetsRequest.ListOffsetsPartition:
         return ListOffsetsRequest.ListOffsetsPartition(partition_index=tp.partition, timestamp=specs[tp])
 
-    def request_for(tps: list[TopicPartition], remaining: float) -> ListOffsetsRequest:
+    def request_for(tps: list[TopicPartition], timeout_ms: int) -> ListOffsetsRequest:
         topics = _by_topic(tps, ListOffsetsRequest.ListOffsetsTopic, partition)
-        return ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=topics,
-                                  timeout_ms=int(remaining * 1000))
+        return ListOffsetsRequest(replica_id=-1, isolation_level=isolation_level, topics=topics, timeout_ms=timeout_ms)
 
     def listed(part: ListOffsetsResponse.ListOffsetsPartitionResponse) -> ListedOffset:
         offset = part.offset
@@ -436,12 +418,10 @@ async def list_offsets(
             offset = part.old_style_offsets[0]
         return ListedOffset(offset, part.timestamp, part.leader_epoch)
 
-    return await _per_leader(client, specs, timeout_s, "list offsets", request_for, listed)
+    return await _per_leader(client, specs, "list offsets", request_for, listed)
 
 
-async def delete_records(
-    client: Client, before: Mapping[TopicPartition, int], *, timeout_s: float | None = None
-) -> dict[TopicPartition, int]:
+async def delete_records(client: Client, before: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
     """Delete every record below `before[tp]` (-1: the high watermark) in each partition;
     returns each partition's new log start offset (low watermark).
 
@@ -451,11 +431,11 @@ async def delete_records(
     def partition(tp: TopicPartition) -> DeleteRecordsRequest.DeleteRecordsPartition:
         return DeleteRecordsRequest.DeleteRecordsPartition(partition_index=tp.partition, offset=before[tp])
 
-    def request_for(tps: list[TopicPartition], remaining: float) -> DeleteRecordsRequest:
+    def request_for(tps: list[TopicPartition], timeout_ms: int) -> DeleteRecordsRequest:
         topics = _by_topic(tps, DeleteRecordsRequest.DeleteRecordsTopic, partition)
-        return DeleteRecordsRequest(topics=topics, timeout_ms=int(remaining * 1000))
+        return DeleteRecordsRequest(topics=topics, timeout_ms=timeout_ms)
 
     def low_watermark(part: DeleteRecordsResponse.DeleteRecordsPartitionResult) -> int:
         return part.low_watermark
 
-    return await _per_leader(client, before, timeout_s, "delete records", request_for, low_watermark)
+    return await _per_leader(client, before, "delete records", request_for, low_watermark)

@@ -7,14 +7,16 @@ a request in flight) is not tried again before a backoff delay that doubles with
 up to a cap, with jitter; a request that succeeds resets it. So a dead peer costs a bounded
 number of attempts per unit of time whatever the callers do.
 
-Every call has a deadline: the client's request timeout unless the caller gives another.
+Every call has a deadline: the caller's cancel scope (`trio.fail_after`), or the client's request
+timeout when no scope sets one. Retries and backoff stop at that deadline with the last real
+error (`RequestTimeout` or `ConnectionFailed` naming the broker), never a bare TooSlowError.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -30,6 +32,7 @@ from broker.client.connection import (
     open_connection,
     unwrap_single_exception,
 )
+from broker.client.deadline import timeout_error
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import MetadataRequest, MetadataResponse
@@ -194,9 +197,7 @@ class Client:
         else:
             self._stale_topics.update(topics)
 
-    async def refresh_metadata(
-        self, topics: Iterable[str] | None = None, *, timeout_s: float | None = None
-    ) -> ClusterMetadata:
+    async def refresh_metadata(self, topics: Iterable[str] | None = None) -> ClusterMetadata:
         """Fetch metadata from any reachable broker and return it.
 
         `topics` None asks for every topic and replaces the cached view; a list asks for those
@@ -209,7 +210,7 @@ class Client:
             topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names],
             allow_auto_topic_creation=False,
         )
-        response: MetadataResponse = await self.request_any(request, timeout_s=timeout_s)
+        response: MetadataResponse = await self.request_any(request)
         fresh = _metadata_from_response(response)
         if names is not None:
             merged = dict(self._metadata.topics)
@@ -225,21 +226,19 @@ class Client:
             self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
         return fresh
 
-    async def leader_for(self, tp: TopicPartition, *, timeout_s: float | None = None) -> BrokerInfo:
+    async def leader_for(self, tp: TopicPartition) -> BrokerInfo:
         """The broker leading `tp`, refreshing metadata when it is unknown or stale.
 
         Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) for a topic or partition the cluster
         does not have, KafkaError(LEADER_NOT_AVAILABLE) when the partition has no leader,
         ConnectionFailed when metadata cannot be fetched in time.
         """
-        found = (await self.leaders_for([tp], timeout_s=timeout_s))[tp]
+        found = (await self.leaders_for([tp]))[tp]
         if isinstance(found, KafkaError):
             raise found
         return found
 
-    async def leaders_for(
-        self, tps: Iterable[TopicPartition], *, timeout_s: float | None = None
-    ) -> dict[TopicPartition, BrokerInfo | KafkaError]:
+    async def leaders_for(self, tps: Iterable[TopicPartition]) -> dict[TopicPartition, BrokerInfo | KafkaError]:
         """The leader of each partition, with at most one metadata refresh (for the topics
         whose leaders are unknown, or all of them when metadata is stale). A partition without
         a usable leader maps to the KafkaError saying why. Raises ConnectionFailed when a
@@ -251,7 +250,7 @@ class Client:
             if self._metadata_stale or tp.topic in self._stale_topics or self._known_leader(tp) is None
         ]
         if missing:
-            await self.refresh_metadata(sorted({tp.topic for tp in missing}), timeout_s=timeout_s)
+            await self.refresh_metadata(sorted({tp.topic for tp in missing}))
         out: dict[TopicPartition, BrokerInfo | KafkaError] = {}
         for tp in wanted:
             broker = self._known_leader(tp)
@@ -277,13 +276,7 @@ class Client:
     # -- requests ---------------------------------------------------------------------
 
     async def request(
-        self,
-        node_id: int,
-        msg: Message,
-        *,
-        max_version: int | None = None,
-        timeout_s: float | None = None,
-        idempotent: bool = True,
+        self, node_id: int, msg: Message, *, max_version: int | None = None, idempotent: bool = True
     ) -> Any:
         """Send `msg` to broker `node_id` and return its decoded response.
 
@@ -293,52 +286,43 @@ class Client:
         ConnectionFailed / RequestTimeout when the deadline passes, KafkaError for
         UNSUPPORTED_VERSION. Error codes inside the response are the caller's.
         """
-        deadline = self._deadline(timeout_s)
-        broker = self._metadata.brokers.get(node_id)
-        if broker is None:
-            with trio.move_on_at(deadline):
-                await self.refresh_metadata(timeout_s=max(0.0, deadline - trio.current_time()))
+        with self.deadline(type(msg).__name__):
             broker = self._metadata.brokers.get(node_id)
             if broker is None:
-                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker with node id {node_id} in metadata")
-        peer = self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
-        return await self._request_peers([peer], msg, deadline, max_version, idempotent)
+                await self.refresh_metadata()
+                broker = self._metadata.brokers.get(node_id)
+                if broker is None:
+                    raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker with node id {node_id} in metadata")
+            peer = self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
+            return await self._request_peers([peer], msg, max_version, idempotent)
 
-    async def request_any(
-        self,
-        msg: Message,
-        *,
-        max_version: int | None = None,
-        timeout_s: float | None = None,
-        idempotent: bool = True,
-    ) -> Any:
+    async def request_any(self, msg: Message, *, max_version: int | None = None, idempotent: bool = True) -> Any:
         """Send `msg` to any reachable broker (connected ones first, then the others that
         metadata names, then the bootstrap list) and return its response. Raises as `request`.
         """
-        return await self._request_peers(self._candidates(), msg, self._deadline(timeout_s), max_version, idempotent)
+        with self.deadline(type(msg).__name__):
+            return await self._request_peers(self._candidates(), msg, max_version, idempotent)
 
-    async def request_controller(
-        self, msg: Message, *, max_version: int | None = None, timeout_s: float | None = None
-    ) -> Any:
+    async def request_controller(self, msg: Message, *, max_version: int | None = None) -> Any:
         """Send `msg` to the controller named by metadata (any broker when none is named, as
         KRaft brokers forward admin requests). Not resent after a failure in flight."""
-        deadline = self._deadline(timeout_s)
-        if self._metadata_stale or self._metadata.controller_id < 0:
-            await self.refresh_metadata(timeout_s=max(0.0, deadline - trio.current_time()))
-        controller = self._metadata.brokers.get(self._metadata.controller_id)
-        if controller is None:
-            return await self._request_peers(self._candidates(), msg, deadline, max_version, False)
-        peer = self._peers.setdefault(controller.address, _Peer(controller.host, controller.port))
-        return await self._request_peers([peer], msg, deadline, max_version, False)
+        with self.deadline(type(msg).__name__):
+            if self._metadata_stale or self._metadata.controller_id < 0:
+                await self.refresh_metadata()
+            controller = self._metadata.brokers.get(self._metadata.controller_id)
+            if controller is None:
+                return await self._request_peers(self._candidates(), msg, max_version, False)
+            peer = self._peers.setdefault(controller.address, _Peer(controller.host, controller.port))
+            return await self._request_peers([peer], msg, max_version, False)
 
-    async def connection(self, node_id: int, *, timeout_s: float | None = None) -> BrokerConnection:
+    async def connection(self, node_id: int) -> BrokerConnection:
         """The (negotiated) connection to broker `node_id`, opened if need be."""
-        deadline = self._deadline(timeout_s)
         broker = self._metadata.brokers.get(node_id)
         if broker is None:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker with node id {node_id} in metadata")
         peer = self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
-        return await self._connect(peer, deadline)
+        with self.deadline(f"connect to node {node_id}"):
+            return await self._connect(peer)
 
     def statistics(self) -> ClientStatistics:
         conns = [p.connection for p in self._peers.values() if p.connection is not None and not p.connection.closed]
@@ -357,8 +341,15 @@ class Client:
 
     # -- internals --------------------------------------------------------------------
 
-    def _deadline(self, timeout_s: float | None) -> float:
-        return trio.current_time() + (self.request_timeout_s if timeout_s is None else timeout_s)
+    def deadline(self, what: str, *, extra_s: float = 0.0) -> AbstractContextManager[trio.CancelScope]:
+        """A call's deadline as a cancel scope: the caller's (`trio.fail_after` around the call),
+        or the request timeout plus `extra_s` from now when the caller set none. The deadline
+        passing where nothing more telling is said raises RequestTimeout naming `what`."""
+
+        def passed(seconds: float) -> RequestTimeout:
+            return RequestTimeout(f"{what}: no answer within {seconds:.3g}s")
+
+        return timeout_error(passed, default_s=self.request_timeout_s + extra_s)
 
     def _candidates(self) -> list[_Peer]:
         known = [self._peers[b.address] for b in self._metadata.brokers.values() if b.address in self._peers]
@@ -380,8 +371,9 @@ class Client:
         return ordered
 
     async def _request_peers(
-        self, peers: Sequence[_Peer], msg: Message, deadline: float, max_version: int | None, idempotent: bool
+        self, peers: Sequence[_Peer], msg: Message, max_version: int | None, idempotent: bool
     ) -> Any:
+        deadline = trio.current_effective_deadline()
         last_error: ConnectionFailed | None = None
         # Each pass either makes a request or fails one connect per peer; between passes it
         # sleeps until the earliest backoff expires, so the loop cannot spin. The deadline ends it.
@@ -390,14 +382,12 @@ class Client:
                 if trio.current_time() >= deadline:
                     break
                 try:
-                    conn = await self._connect(peer, deadline)
+                    conn = await self._connect(peer)
                 except ConnectionFailed as exc:
                     last_error = exc
                     continue
                 try:
-                    response = await conn.request(
-                        msg, max_version=max_version, timeout_s=max(0.0, deadline - trio.current_time())
-                    )
+                    response = await conn.request(msg, max_version=max_version)
                 except ConnectionFailed as exc:
                     if peer.counted_loss is not conn:  # one lost connection is one failure,
                         peer.counted_loss = conn  # however many requests it took down with it
@@ -413,11 +403,11 @@ class Client:
             now = trio.current_time()
             if now >= deadline or self._closed:
                 break
-            wake = min(p.next_attempt_at for p in peers)
+            # A peer never marked as failing would make its wake-up lie in the past: never spin.
+            wake = max(min(p.next_attempt_at for p in peers), now + self.backoff.initial_s)
             if wake >= deadline:
                 break
-            # A peer never marked as failing would make `wake` lie in the past: never spin.
-            await trio.sleep_until(max(wake, now + self.backoff.initial_s))
+            await trio.sleep_until(wake)
         if last_error is None:
             last_error = RequestTimeout(f"{type(msg).__name__}: deadline passed before it could be sent")
         raise last_error
@@ -427,13 +417,20 @@ class Client:
         peer.last_error = error
         peer.next_attempt_at = trio.current_time() + self.backoff.delay(peer.failures, self._rng)
 
-    async def _connect(self, peer: _Peer, deadline: float) -> BrokerConnection:
+    async def _connect(self, peer: _Peer) -> BrokerConnection:
         """The peer's live connection, or a new one once its backoff has passed.
 
-        Raises ConnectionFailed when the connect fails or cannot start before `deadline`.
+        Raises ConnectionFailed when the connect fails or cannot start before the deadline.
         """
         address = f"{peer.host}:{peer.port}"
-        with trio.move_on_at(deadline) as scope:
+
+        def passed(seconds: float) -> RequestTimeout:
+            error = RequestTimeout(f"connect to {address}: deadline passed")
+            self._record_failure(peer, error)
+            return error
+
+        with timeout_error(passed) as scope:
+            deadline = scope.deadline
             async with peer.lock:
                 if self._closed:
                     raise ConnectionFailed("client closed")
@@ -455,10 +452,6 @@ class Client:
                     raise ConnectionFailed(f"{address}: {exc}") from exc
                 peer.connection = conn
                 return conn
-        assert scope.cancelled_caught
-        error = RequestTimeout(f"connect to {address}: deadline passed")
-        self._record_failure(peer, error)
-        raise error
 
     async def _run_connection(
         self, host: str, port: int, *, task_status: trio.TaskStatus[BrokerConnection] = trio.TASK_STATUS_IGNORED

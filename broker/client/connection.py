@@ -10,6 +10,12 @@ On connect the client asks for the broker's API versions (ApiVersions v3, fallin
 for brokers that predate KIP-511) and afterwards sends each API at the highest version both
 sides implement, optionally capped by the caller.
 
+Deadlines: a request takes no timeout argument. It is bounded by the caller's cancel scope
+(`trio.fail_after`) and by the connection's request timeout (Kafka's request.timeout.ms) plus
+the time the request itself asks the broker to wait (a Fetch's max_wait_ms, a timeout_ms,
+JoinGroup's rebalance_timeout_ms), whichever ends first; either way a request that gets no
+answer in time raises `RequestTimeout` naming the API and the broker (see `deadline`).
+
 Failure model: any transport error, a malformed answer or a request that gets no answer within
 its timeout closes the whole connection and fails every request in flight with
 `ConnectionFailed` (or its subclass `RequestTimeout`). A request whose outcome is unknown is
@@ -25,6 +31,7 @@ from typing import Any
 
 import trio
 
+from broker.client.deadline import timeout_error
 from broker.protocol.api import API_SPECS, ApiKey, ApiSpec
 from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
@@ -92,6 +99,16 @@ def check_error(code: int, context: str, message: str | None = None) -> None:
     if code == ErrorCode.NONE:
         return
     raise KafkaError(ErrorCode(code), f"{context}: {message}" if message else context)
+
+
+# Fields by which a request asks the broker to hold it before answering (a Fetch's long poll,
+# an acks=all produce's or a topic change's wait, a JoinGroup's rebalance): the answer may come
+# that much later than usual, so the request's own bound grows by it, as Kafka's clients do.
+_WAIT_FIELDS = ("max_wait_ms", "timeout_ms", "rebalance_timeout_ms")
+
+
+def _broker_wait_s(msg: Message) -> float:
+    return max(0, *(getattr(msg, name, 0) or 0 for name in _WAIT_FIELDS)) / 1000
 
 
 class _Pending:
@@ -170,49 +187,41 @@ class BrokerConnection:
             )
         return version
 
-    async def request(
-        self,
-        msg: Message,
-        *,
-        max_version: int | None = None,
-        version: int | None = None,
-        timeout_s: float | None = None,
-    ) -> Any:
+    async def request(self, msg: Message, *, max_version: int | None = None, version: int | None = None) -> Any:
         """Send `msg` and return the decoded response (the matching generated class).
 
         The version is negotiated (see `version_for`) unless `version` is given. A
         ProduceRequest with acks=0 gets no answer from Kafka: it returns None once sent.
 
         Raises ConnectionFailed when the connection is or becomes unusable, RequestTimeout
-        after `timeout_s` (default: the connection's request timeout) without an answer, and
-        KafkaError(UNSUPPORTED_VERSION) when no version is common. Error codes inside the
-        response are the caller's to read. If the calling task is cancelled while waiting,
-        the answer is read and dropped and the connection stays usable.
+        when no answer came by the caller's deadline or within the connection's request
+        timeout (plus the wait the request asks for), and KafkaError(UNSUPPORTED_VERSION) when
+        no version is common. Error codes inside the response are the caller's to read. If the
+        calling task is cancelled otherwise (not by a deadline) while waiting, the answer is
+        read and dropped and the connection stays usable.
         """
         api_key = msg.API_KEY
         spec = API_SPECS[api_key]
         if version is None:
             version = self.version_for(api_key, max_version)
-        body = await self._roundtrip(msg, spec, version, timeout_s)
+        body = await self._roundtrip(msg, spec, version)
         return None if body is None else self._decode(spec, version, body)
 
-    async def _roundtrip(
-        self, msg: Message, spec: ApiSpec, version: int, timeout_s: float | None
-    ) -> memoryview | None:
+    async def _roundtrip(self, msg: Message, spec: ApiSpec, version: int) -> memoryview | None:
         """Send `msg` at `version`; the response body (after its header), or None for acks=0."""
         expects_response = not (spec.api_key == ApiKey.PRODUCE and getattr(msg, "acks", -1) == 0)
-        timeout = self.request_timeout_s if timeout_s is None else timeout_s
-        with trio.move_on_after(timeout) as scope:
+
+        def no_answer(seconds: float) -> RequestTimeout:
+            # The broker's answers to later requests can no longer be trusted to arrive.
+            error = RequestTimeout(f"{spec.name} v{version} to {self.address}: no answer within {seconds:.3g}s")
+            self._fail(error)
+            return error
+
+        with timeout_error(no_answer, at_most_s=self.request_timeout_s + _broker_wait_s(msg)):
             pending = await self._send(msg, spec, version, expects_response)
             if pending is None:
                 return None
             await pending.done.wait()
-        if scope.cancelled_caught:
-            error = RequestTimeout(
-                f"{spec.name} v{version} to {self.address}: no answer within {timeout:g}s"
-            )
-            self._fail(error)
-            raise error
         assert pending is not None
         if pending.error is not None:
             raise pending.error
@@ -301,22 +310,26 @@ class BrokerConnection:
         head.done.set()
 
     async def _read_loop(self) -> None:
-        with self._reader_scope:
-            try:
-                while True:
-                    data = await self._stream.receive_some(_RECEIVE_SIZE)
-                    if not data:
-                        self._fail(ConnectionFailed(f"connection to {self.address} closed by the broker"))
-                        break
-                    self._frames.feed(data)
-                    while (frame := self._frames.next_frame()) is not NEED_DATA:
-                        self._deliver(frame)
-            except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                self._fail(ConnectionFailed(f"connection to {self.address} lost: {exc!r}"))
-            except ProtocolError as exc:
-                self._fail(ConnectionFailed(f"bad answer from {self.address}: {exc}"))
-        self._fail(ConnectionFailed(f"connection to {self.address} closed"))
-        await trio.aclose_forcefully(self._stream)
+        # The reader lives as long as the connection and is ended only by closing it (which
+        # `open_connection` does on exit): the deadline of the task that opened the connection
+        # must not cancel it, nor add its Cancelled to the handshake's RequestTimeout.
+        with trio.CancelScope(shield=True):
+            with self._reader_scope:
+                try:
+                    while True:
+                        data = await self._stream.receive_some(_RECEIVE_SIZE)
+                        if not data:
+                            self._fail(ConnectionFailed(f"connection to {self.address} closed by the broker"))
+                            break
+                        self._frames.feed(data)
+                        while (frame := self._frames.next_frame()) is not NEED_DATA:
+                            self._deliver(frame)
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
+                    self._fail(ConnectionFailed(f"connection to {self.address} lost: {exc!r}"))
+                except ProtocolError as exc:
+                    self._fail(ConnectionFailed(f"bad answer from {self.address}: {exc}"))
+            self._fail(ConnectionFailed(f"connection to {self.address} closed"))
+            await trio.aclose_forcefully(self._stream)
 
     async def _negotiate_versions(self) -> None:
         """Ask for the broker's versions with ApiVersions v3. A broker that does not know v3
@@ -327,26 +340,28 @@ class BrokerConnection:
             client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION
         )
         version = _API_VERSIONS_FIRST
-        body = await self._roundtrip(request, spec, version, None)
+        body = await self._roundtrip(request, spec, version)
         assert body is not None
         if len(body) >= 2 and int.from_bytes(body[:2], "big", signed=True) == ErrorCode.UNSUPPORTED_VERSION:
             listed: ApiVersionsResponse = self._decode(spec, 0, body)
             theirs = {k.api_key: (k.min_version, k.max_version) for k in listed.api_keys}
             version = pick_version((0, _API_VERSIONS_FIRST - 1), theirs.get(ApiKey.API_VERSIONS)) or 0
-            body = await self._roundtrip(request, spec, version, None)
+            body = await self._roundtrip(request, spec, version)
             assert body is not None
         response: ApiVersionsResponse = self._decode(spec, version, body)
         check_error(response.error_code, f"ApiVersions v{version} to {self.address}")
         self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
 
-async def _connect(host: str, port: int, timeout_s: float) -> trio.SocketStream:
+async def _connect(host: str, port: int, connect_timeout_s: float) -> trio.SocketStream:
     address = f"{host}:{port}"
+
+    def no_answer(seconds: float) -> ConnectionFailed:
+        return ConnectionFailed(f"connect to {address}: no answer within {seconds:.3g}s")
+
     try:
-        with trio.fail_after(timeout_s):
+        with timeout_error(no_answer, at_most_s=connect_timeout_s):
             return await trio.open_tcp_stream(host, port)
-    except trio.TooSlowError:
-        raise ConnectionFailed(f"connect to {address}: no answer within {timeout_s:g}s") from None
     except OSError as exc:
         raise ConnectionFailed(f"connect to {address} failed: {exc}") from exc
 

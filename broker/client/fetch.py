@@ -15,6 +15,7 @@ import trio
 
 from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import ConnectionFailed, RequestTimeout
+from broker.client.deadline import wire_timeout_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse
 from broker.protocol.records import DecodedRecord, decode_batch, split_batches
@@ -104,24 +105,35 @@ async def fetch(
     max_bytes: int = 50 * 1024 * 1024,
     partition_max_bytes: int = 1024 * 1024,
     isolation_level: int = READ_UNCOMMITTED,
-    timeout_s: float | None = None,
 ) -> dict[TopicPartition, FetchedPartition]:
     """Fetch from each partition's leader starting at `positions[tp]`; one request per leader,
     the leaders concurrently. Uses Fetch v4..v12, without fetch sessions.
 
     `max_wait_ms`/`min_bytes`: how long the broker may hold the answer waiting for data;
     `max_bytes` bounds a whole answer, `partition_max_bytes` each partition's share (the
-    broker still returns at least one batch when the first is bigger). `timeout_s` bounds the
-    call (default: the client's request timeout plus max_wait_ms).
+    broker still returns at least one batch when the first is bigger). The caller's deadline
+    bounds the call (default: the client's request timeout plus max_wait_ms) and the broker's
+    wait (max_wait_ms is cut to what is left of it).
 
     Never raises for a partition's failure: its result carries the error code
     (OFFSET_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, or
     NETWORK_EXCEPTION / REQUEST_TIMED_OUT when the leader could not be reached in time);
     errors that suggest a moved leader make the next call refresh metadata.
     """
-    if timeout_s is None:
-        timeout_s = client.request_timeout_s + max_wait_ms / 1000
-    deadline = trio.current_time() + timeout_s
+    with client.deadline("Fetch", extra_s=max_wait_ms / 1000):
+        return await _fetch(client, positions, wire_timeout_ms(max_wait_ms), min_bytes, max_bytes,
+                            partition_max_bytes, isolation_level)
+
+
+async def _fetch(
+    client: Client,
+    positions: Mapping[TopicPartition, int],
+    max_wait_ms: int,
+    min_bytes: int,
+    max_bytes: int,
+    partition_max_bytes: int,
+    isolation_level: int,
+) -> dict[TopicPartition, FetchedPartition]:
     results: dict[TopicPartition, FetchedPartition] = {}
 
     def fail_all(tps: list[TopicPartition], exc: Exception) -> None:
@@ -133,7 +145,7 @@ async def fetch(
             results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message=str(exc))
 
     try:
-        leaders = await client.leaders_for(positions, timeout_s=timeout_s)
+        leaders = await client.leaders_for(positions)
     except ConnectionFailed as exc:
         fail_all(list(positions), exc)
         return results
@@ -163,9 +175,7 @@ async def fetch(
             topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
         )
         try:
-            response: FetchResponse = await client.request(
-                node_id, request, max_version=12, timeout_s=max(0.0, deadline - trio.current_time())
-            )
+            response: FetchResponse = await client.request(node_id, request, max_version=12)
         except (ConnectionFailed, KafkaError) as exc:
             client.invalidate_metadata({tp.topic for tp in tps})
             fail_all(tps, exc)

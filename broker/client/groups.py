@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeAlias, TypeVar
 
-import trio
-
 from broker.client.admin import _retrying
 from broker.client.cluster import BrokerInfo, Client, TopicPartition
 from broker.client.connection import ConnectionFailed, check_error
@@ -170,7 +168,7 @@ def forget_coordinator(client: Client, group_id: str) -> None:
     _cache(client).pop(group_id, None)
 
 
-async def find_coordinator(client: Client, group_id: str, *, timeout_s: float | None = None) -> BrokerInfo:
+async def find_coordinator(client: Client, group_id: str) -> BrokerInfo:
     """The broker coordinating `group_id` (FindCoordinator), cached per client and group.
 
     Retries COORDINATOR_NOT_AVAILABLE, COORDINATOR_LOAD_IN_PROGRESS and NOT_COORDINATOR with
@@ -185,8 +183,8 @@ async def find_coordinator(client: Client, group_id: str, *, timeout_s: float | 
     # v4+ names keys in a batch, v0-3 one key: fill both, each version encodes its own.
     request = FindCoordinatorRequest(key=group_id, key_type=CoordinatorType.GROUP, coordinator_keys=[group_id])
 
-    async def attempt(remaining: float) -> BrokerInfo:
-        response: FindCoordinatorResponse = await client.request_any(request, timeout_s=remaining)
+    async def attempt() -> BrokerInfo:
+        response: FindCoordinatorResponse = await client.request_any(request)
         if response.coordinators:
             found = next((c for c in response.coordinators if c.key == group_id), response.coordinators[0])
             code, message = found.error_code, found.error_message
@@ -197,7 +195,7 @@ async def find_coordinator(client: Client, group_id: str, *, timeout_s: float | 
         check_error(code, f"find coordinator of group {group_id!r}", message)
         return broker
 
-    broker = await _retrying(client, timeout_s, attempt)
+    broker = await _retrying(client, f"find coordinator of group {group_id!r}", attempt)
     cache[group_id] = broker
     return broker
 
@@ -205,17 +203,16 @@ async def find_coordinator(client: Client, group_id: str, *, timeout_s: float | 
 async def _ask_coordinator(
     client: Client,
     group_id: str,
-    timeout_s: float | None,
-    ask: Callable[[BrokerInfo, float], Awaitable[T]],
+    what: str,
+    ask: Callable[[BrokerInfo], Awaitable[T]],
 ) -> T:
-    """Run `ask(coordinator, remaining_s)` against the group's coordinator, looking it up again
-    and retrying when `ask` raises a coordinator error, until the deadline."""
+    """Run `ask(coordinator)` against the group's coordinator, looking it up again and
+    retrying when `ask` raises a coordinator error, until the deadline."""
 
-    async def attempt(remaining: float) -> T:
-        deadline = trio.current_time() + remaining
-        coordinator = await find_coordinator(client, group_id, timeout_s=remaining)
+    async def attempt() -> T:
+        coordinator = await find_coordinator(client, group_id)
         try:
-            return await ask(coordinator, max(0.0, deadline - trio.current_time()))
+            return await ask(coordinator)
         except KafkaError as exc:
             if exc.code in _COORDINATOR_MOVED or exc.code == ErrorCode.BROKER_NOT_AVAILABLE:
                 forget_coordinator(client, group_id)
@@ -224,13 +221,13 @@ async def _ask_coordinator(
             forget_coordinator(client, group_id)
             raise
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _retrying(client, f"{what} of group {group_id!r}", attempt)
 
 
 # -- groups -----------------------------------------------------------------------------------
 
 
-async def list_groups(client: Client, *, timeout_s: float | None = None) -> list[GroupListing]:
+async def list_groups(client: Client) -> list[GroupListing]:
     """Every group of the cluster, sorted by id: ListGroups to every broker, since each lists
     only the groups it coordinates.
 
@@ -239,14 +236,11 @@ async def list_groups(client: Client, *, timeout_s: float | None = None) -> list
     listing with a broker missing would be silently incomplete.
     """
 
-    async def attempt(remaining: float) -> list[GroupListing]:
-        deadline = trio.current_time() + remaining
-        metadata = await client.refresh_metadata([], timeout_s=remaining)  # brokers only
+    async def attempt() -> list[GroupListing]:
+        metadata = await client.refresh_metadata([])  # brokers only
 
         async def ask(node_id: int) -> list[GroupListing]:
-            response: ListGroupsResponse = await client.request(
-                node_id, ListGroupsRequest(), timeout_s=max(0.0, deadline - trio.current_time())
-            )
+            response: ListGroupsResponse = await client.request(node_id, ListGroupsRequest())
             check_error(response.error_code, f"list groups on broker {node_id}")
             return [GroupListing(g.group_id, g.protocol_type, g.group_state) for g in response.groups]
 
@@ -255,12 +249,10 @@ async def list_groups(client: Client, *, timeout_s: float | None = None) -> list
         found = {g.group_id: g for listing in listings for g in listing}
         return [found[g] for g in sorted(found)]
 
-    return await _retrying(client, timeout_s, attempt)
+    return await _retrying(client, "list groups", attempt)
 
 
-async def describe_groups(
-    client: Client, group_ids: Iterable[str], *, timeout_s: float | None = None
-) -> dict[str, GroupDescription]:
+async def describe_groups(client: Client, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
     """Each group's state, protocol and members with their decoded assignments: one
     DescribeGroups per coordinator, the coordinators concurrently.
 
@@ -270,9 +262,9 @@ async def describe_groups(
     the deadline), ConnectionFailed when a coordinator cannot be reached in time.
     """
 
-    async def ask(coordinator: BrokerInfo, groups: list[str], remaining: float) -> dict[str, _Answer[GroupDescription]]:
+    async def ask(coordinator: BrokerInfo, groups: list[str]) -> dict[str, _Answer[GroupDescription]]:
         request = DescribeGroupsRequest(groups=groups, include_authorized_operations=False)
-        response: DescribeGroupsResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
+        response: DescribeGroupsResponse = await client.request(coordinator.node_id, request)
         out: dict[str, _Answer[GroupDescription]] = {}
         for group in response.groups:
             code = ErrorCode(group.error_code)
@@ -282,7 +274,7 @@ async def describe_groups(
                 out[group.group_id] = KafkaError(code, f"describe group {group.group_id!r}")
         return out
 
-    return await _per_coordinator(client, group_ids, timeout_s, ask)
+    return await _per_coordinator(client, group_ids, "describe groups", ask)
 
 
 def _description(group: DescribeGroupsResponse.DescribedGroup, coordinator: BrokerInfo) -> GroupDescription:
@@ -303,9 +295,7 @@ def _description(group: DescribeGroupsResponse.DescribedGroup, coordinator: Brok
     )
 
 
-async def delete_groups(
-    client: Client, group_ids: Iterable[str], *, timeout_s: float | None = None
-) -> dict[str, ErrorCode]:
+async def delete_groups(client: Client, group_ids: Iterable[str]) -> dict[str, ErrorCode]:
     """Delete groups (their committed offsets go with them): one DeleteGroups per coordinator.
     Each group's outcome: ErrorCode.NONE, NON_EMPTY_GROUP (it has active members),
     GROUP_ID_NOT_FOUND, GROUP_AUTHORIZATION_FAILED, ...
@@ -314,11 +304,11 @@ async def delete_groups(
     ConnectionFailed when a coordinator cannot be reached in time.
     """
 
-    async def ask(coordinator: BrokerInfo, groups: list[str], remaining: float) -> dict[str, _Answer[ErrorCode]]:
+    async def ask(coordinator: BrokerInfo, groups: list[str]) -> dict[str, _Answer[ErrorCode]]:
         # Not resent after a lost connection: a second try would report GROUP_ID_NOT_FOUND
         # for a group the first one deleted.
         response: DeleteGroupsResponse = await client.request(
-            coordinator.node_id, DeleteGroupsRequest(groups_names=groups), timeout_s=remaining, idempotent=False
+            coordinator.node_id, DeleteGroupsRequest(groups_names=groups), idempotent=False
         )
         out: dict[str, _Answer[ErrorCode]] = {}
         for result in response.results:
@@ -330,28 +320,27 @@ async def delete_groups(
                 out[result.group_id] = code
         return out
 
-    return await _per_coordinator(client, group_ids, timeout_s, ask)
+    return await _per_coordinator(client, group_ids, "delete groups", ask)
 
 
 async def _per_coordinator(
     client: Client,
     group_ids: Iterable[str],
-    timeout_s: float | None,
-    ask: Callable[[BrokerInfo, list[str], float], Awaitable[dict[str, _Answer[T]]]],
+    what: str,
+    ask: Callable[[BrokerInfo, list[str]], Awaitable[dict[str, _Answer[T]]]],
 ) -> dict[str, T]:
-    """Find each group's coordinator, then `ask(coordinator, its groups, remaining_s)` once per
+    """Find each group's coordinator, then `ask(coordinator, its groups)` once per
     coordinator, concurrently. Groups whose answer is a coordinator error are looked up and asked
     again (with backoff, until the deadline); any other error is raised."""
     wanted = list(dict.fromkeys(group_ids))
     results: dict[str, T] = {}
 
-    async def attempt(remaining: float) -> None:
-        deadline = trio.current_time() + remaining
+    async def attempt() -> None:
         pending = [g for g in wanted if g not in results]
         coordinators: dict[str, BrokerInfo] = {}
 
         async def locate(group_id: str) -> None:
-            coordinators[group_id] = await find_coordinator(client, group_id, timeout_s=remaining)
+            coordinators[group_id] = await find_coordinator(client, group_id)
 
         await gather([partial(locate, g) for g in pending], collect=(KafkaError, ConnectionFailed))
         by_node: dict[int, list[str]] = {}
@@ -362,7 +351,7 @@ async def _per_coordinator(
         async def ask_node(node_id: int) -> None:
             groups = by_node[node_id]
             try:
-                answers = await ask(coordinators[groups[0]], groups, max(0.0, deadline - trio.current_time()))
+                answers = await ask(coordinators[groups[0]], groups)
             except (KafkaError, ConnectionFailed):
                 for group_id in groups:
                     forget_coordinator(client, group_id)
@@ -385,7 +374,7 @@ async def _per_coordinator(
             raise retry[0]  # _retrying asks again for the groups still without an answer
 
     if wanted:
-        await _retrying(client, timeout_s, attempt)
+        await _retrying(client, what, attempt)
     return {g: results[g] for g in wanted}
 
 
@@ -396,8 +385,6 @@ async def fetch_offsets(
     client: Client,
     group_id: str,
     partitions: Iterable[TopicPartition] | None = None,
-    *,
-    timeout_s: float | None = None,
 ) -> dict[TopicPartition, CommittedOffset]:
     """The group's committed offsets (OffsetFetch): of every partition it committed when
     `partitions` is None, else of those. Partitions with no committed offset are omitted, so
@@ -437,8 +424,8 @@ async def fetch_offsets(
         require_stable=False,
     )
 
-    async def ask(coordinator: BrokerInfo, remaining: float) -> dict[TopicPartition, CommittedOffset]:
-        response: OffsetFetchResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
+    async def ask(coordinator: BrokerInfo) -> dict[TopicPartition, CommittedOffset]:
+        response: OffsetFetchResponse = await client.request(coordinator.node_id, request)
         what = f"fetch offsets of group {group_id!r}"
         # (topic, partition, offset, leader epoch, metadata, error code)
         rows: list[tuple[str, int, int, int, str | None, int]]
@@ -465,15 +452,13 @@ async def fetch_offsets(
             out[TopicPartition(topic, partition)] = CommittedOffset(offset, epoch, metadata or "")
         return out
 
-    return await _ask_coordinator(client, group_id, timeout_s, ask)
+    return await _ask_coordinator(client, group_id, "fetch offsets", ask)
 
 
 async def commit_offsets(
     client: Client,
     group_id: str,
     offsets: Mapping[TopicPartition, int | CommittedOffset],
-    *,
-    timeout_s: float | None = None,
 ) -> None:
     """Commit offsets for a group from outside it (OffsetCommit with generation -1 and no
     member id), as AdminClient.alterConsumerGroupOffsets and `kafka-consumer-groups
@@ -512,9 +497,9 @@ async def commit_offsets(
         topics=[OffsetCommitRequest.OffsetCommitRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
     )
 
-    async def ask(coordinator: BrokerInfo, remaining: float) -> None:
+    async def ask(coordinator: BrokerInfo) -> None:
         # Resending the same offsets after a lost connection commits the same thing again.
-        response: OffsetCommitResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
+        response: OffsetCommitResponse = await client.request(coordinator.node_id, request)
         answered = set()
         for topic in response.topics:
             for p in topic.partitions:
@@ -530,15 +515,13 @@ async def commit_offsets(
         if missing:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"commit for group {group_id!r}: no answer for {missing}")
 
-    await _ask_coordinator(client, group_id, timeout_s, ask)
+    await _ask_coordinator(client, group_id, "commit offsets", ask)
 
 
 async def delete_offsets(
     client: Client,
     group_id: str,
     partitions: Iterable[TopicPartition],
-    *,
-    timeout_s: float | None = None,
 ) -> dict[TopicPartition, ErrorCode]:
     """Delete the group's committed offsets of `partitions` (OffsetDelete); each partition's
     outcome: ErrorCode.NONE, or GROUP_SUBSCRIBED_TO_TOPIC when a live member of the group
@@ -559,8 +542,8 @@ async def delete_offsets(
         topics=[OffsetDeleteRequest.OffsetDeleteRequestTopic(name=t, partitions=ps) for t, ps in topics.items()],
     )
 
-    async def ask(coordinator: BrokerInfo, remaining: float) -> dict[TopicPartition, ErrorCode]:
-        response: OffsetDeleteResponse = await client.request(coordinator.node_id, request, timeout_s=remaining)
+    async def ask(coordinator: BrokerInfo) -> dict[TopicPartition, ErrorCode]:
+        response: OffsetDeleteResponse = await client.request(coordinator.node_id, request)
         check_error(response.error_code, f"delete offsets of group {group_id!r}")
         codes = {
             TopicPartition(t.name, p.partition_index): ErrorCode(p.error_code)
@@ -569,4 +552,4 @@ async def delete_offsets(
         }
         return {tp: codes.get(tp, ErrorCode.UNKNOWN_SERVER_ERROR) for tp in wanted}
 
-    return await _ask_coordinator(client, group_id, timeout_s, ask)
+    return await _ask_coordinator(client, group_id, "delete offsets", ask)

@@ -15,6 +15,7 @@ import trio
 
 from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
+from broker.client.deadline import wire_timeout_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from broker.protocol.records import Compression, Record, build_batch, read_batch_header, split_batches, stamp_producer
@@ -69,15 +70,14 @@ async def produce_batches(
     *,
     acks: int = -1,
     timeout_ms: int = 30000,
-    timeout_s: float | None = None,
     transactional_id: str | None = None,
 ) -> dict[TopicPartition, ProduceResult]:
     """Send each partition's record batches (bytes, one or more whole batches) to its leader,
     one request per leader, the leaders concurrently; one attempt, no resend.
 
     `acks`: 0 (no answer), 1 (leader), -1 (all in-sync replicas). `timeout_ms` is the broker's
-    wait for replication; `timeout_s` bounds the whole call (default: the client's request
-    timeout plus `timeout_ms`).
+    wait for replication, at most what is left of the caller's deadline; the call ends at that
+    deadline (default: the client's request timeout plus `timeout_ms`).
 
     Never raises for a partition's failure: its result carries the error code. A partition
     whose leader is unknown gets the lookup's code (UNKNOWN_TOPIC_OR_PARTITION,
@@ -87,15 +87,19 @@ async def produce_batches(
     """
     if acks not in (0, 1, -1):
         raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
-    if timeout_s is None:
-        timeout_s = client.request_timeout_s + timeout_ms / 1000
-    deadline = trio.current_time() + timeout_s
+    with client.deadline("Produce", extra_s=timeout_ms / 1000):
+        return await _produce_batches(client, batches, acks, wire_timeout_ms(timeout_ms),
+                                      transactional_id)
+
+
+async def _produce_batches(
+    client: Client, batches: Mapping[TopicPartition, Buffer], acks: int, timeout_ms: int, transactional_id: str | None
+) -> dict[TopicPartition, ProduceResult]:
     results: dict[TopicPartition, ProduceResult] = {}
     try:
-        leaders = await client.leaders_for(batches, timeout_s=timeout_s)
+        leaders = await client.leaders_for(batches)
     except ConnectionFailed as exc:
-        code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
-        return {tp: ProduceResult(tp.topic, tp.partition, code, error_message=str(exc)) for tp in batches}
+        return {tp: _failed(tp, exc) for tp in batches}
     by_leader: dict[int, list[TopicPartition]] = {}
     for tp, leader in leaders.items():
         if isinstance(leader, KafkaError):
@@ -116,13 +120,10 @@ async def produce_batches(
         )
         idempotent = _carries_producer_id(batches[tp] for tp in tps)
         try:
-            response: ProduceResponse | None = await client.request(
-                node_id, request, timeout_s=max(0.0, deadline - trio.current_time()), idempotent=idempotent
-            )
+            response: ProduceResponse | None = await client.request(node_id, request, idempotent=idempotent)
         except ConnectionFailed as exc:
-            code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
             for tp in tps:
-                results[tp] = ProduceResult(tp.topic, tp.partition, code, error_message=str(exc))
+                results[tp] = _failed(tp, exc)
             return
         except KafkaError as exc:  # e.g. no common version, broker gone from metadata
             for tp in tps:
@@ -159,6 +160,12 @@ async def produce_batches(
     return {tp: results[tp] for tp in batches}
 
 
+def _failed(tp: TopicPartition, exc: ConnectionFailed) -> ProduceResult:
+    """The result of a write whose leader could not be reached or did not answer in time."""
+    code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+    return ProduceResult(tp.topic, tp.partition, code, error_message=str(exc))
+
+
 async def produce(
     client: Client,
     topic: str,
@@ -167,36 +174,34 @@ async def produce(
     *,
     acks: int = -1,
     timeout_ms: int = 30000,
-    timeout_s: float | None = None,
 ) -> ProduceResult:
     """Send record batches (bytes) to one partition and return the broker's answer.
 
     Retries retriable errors (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) with fresh
-    metadata and backoff until `timeout_s` (default: client request timeout + timeout_ms);
+    metadata and backoff until the caller's deadline (default: client request timeout +
+    timeout_ms);
     a connection lost in flight is retried only for batches with a producer id.
     Raises KafkaError with the partition's error code (NETWORK_EXCEPTION or
     REQUEST_TIMED_OUT when the leader could not be reached or did not answer).
     """
-    if timeout_s is None:
-        timeout_s = client.request_timeout_s + timeout_ms / 1000
-    deadline = trio.current_time() + timeout_s
     tp = TopicPartition(topic, partition)
 
     async def attempt() -> ProduceResult:
-        remaining = max(0.0, deadline - trio.current_time())
-        result = (
-            await produce_batches(client, {tp: batches}, acks=acks, timeout_ms=timeout_ms, timeout_s=remaining)
-        )[tp]
+        result = (await produce_batches(client, {tp: batches}, acks=acks, timeout_ms=timeout_ms))[tp]
         result.raise_for_error()
         return result
 
-    return await retry(
-        attempt,
-        retriable=lambda exc: isinstance(exc, KafkaError) and is_retriable(exc.code) and exc.code not in _NOT_RESENT,
-        backoff=client.backoff,
-        on_failure=lambda exc, failures: client.invalidate_metadata([topic]),
-        deadline=deadline,
-    )
+    with client.deadline(f"produce to {topic}-{partition}", extra_s=timeout_ms / 1000):
+        return await retry(
+            attempt,
+            retriable=_worth_resending,
+            backoff=client.backoff,
+            on_failure=lambda exc, failures: client.invalidate_metadata([topic]),
+        )
+
+
+def _worth_resending(exc: Exception) -> bool:
+    return isinstance(exc, KafkaError) and is_retriable(exc.code) and exc.code not in _NOT_RESENT
 
 
 def _stamp(batch: Buffer, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:
@@ -233,7 +238,6 @@ class IdempotentProducer:
         records: Sequence[Record],
         *,
         compression: int = Compression.NONE,
-        timeout_s: float | None = None,
     ) -> ProduceResult:
         """Build one batch of `records` and write it exactly once.
 
@@ -252,11 +256,9 @@ class IdempotentProducer:
                 producer_epoch=self.producer_epoch,
                 base_sequence=sequence,
             )
-            return await self._send_locked(tp, batch, len(records), sequence, timeout_s)
+            return await self._send_locked(tp, batch, len(records), sequence)
 
-    async def send_batch(
-        self, topic: str, partition: int, batch: Buffer, *, timeout_s: float | None = None
-    ) -> ProduceResult:
+    async def send_batch(self, topic: str, partition: int, batch: Buffer) -> ProduceResult:
         """Write one existing RecordBatch v2 (e.g. fetched elsewhere) exactly once: its producer
         id, epoch and base sequence are replaced by this producer's (CRC recomputed).
 
@@ -270,22 +272,20 @@ class IdempotentProducer:
         async with self._locks.setdefault(tp, trio.Lock()):
             sequence = self._sequences.get(tp, 0)
             stamped = _stamp(batch, self.producer_id, self.producer_epoch, sequence)
-            return await self._send_locked(tp, stamped, count, sequence, timeout_s)
+            return await self._send_locked(tp, stamped, count, sequence)
 
-    async def _send_locked(
-        self, tp: TopicPartition, batch: bytes, count: int, sequence: int, timeout_s: float | None
-    ) -> ProduceResult:
-        result = await produce(self.client, tp.topic, tp.partition, batch, acks=-1, timeout_s=timeout_s)
+    async def _send_locked(self, tp: TopicPartition, batch: bytes, count: int, sequence: int) -> ProduceResult:
+        result = await produce(self.client, tp.topic, tp.partition, batch, acks=-1)
         self._sequences[tp] = (sequence + count) % _SEQUENCE_MOD
         return result
 
 
-async def init_idempotent_producer(client: Client, *, timeout_s: float | None = None) -> IdempotentProducer:
+async def init_idempotent_producer(client: Client) -> IdempotentProducer:
     """Get a producer id and epoch from the cluster (InitProducerId) and return a producer.
 
     Raises KafkaError for an error answer, ConnectionFailed when no broker answers in time.
     """
     request = InitProducerIdRequest(transactional_id=None, transaction_timeout_ms=2**31 - 1)
-    response: InitProducerIdResponse = await client.request_any(request, timeout_s=timeout_s)
+    response: InitProducerIdResponse = await client.request_any(request)
     check_error(response.error_code, "InitProducerId")
     return IdempotentProducer(client, response.producer_id, response.producer_epoch)

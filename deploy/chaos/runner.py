@@ -224,11 +224,13 @@ class Rig:
         position in `mm2-offsets.<source>.internal` (Kafka Connect's JSON offset records), or at
         the source's log start (0 here) when it has none."""
         async with open_client(self.target_local, client_id="chaos-positions", request_timeout_s=10) as client:
-            described = await admin.describe_topics(client, [POSITIONS_TOPIC])
+            with trio.fail_after(10):  # not the whole scenario's deadline: a dead target says so soon
+                described = await admin.describe_topics(client, [POSITIONS_TOPIC])
             records = []
             if POSITIONS_TOPIC in described:
                 for p in range(described[POSITIONS_TOPIC].partition_count):
-                    records += await read_partition(client, POSITIONS_TOPIC, p, timeout_s=30)
+                    with trio.fail_after(30):
+                        records += await read_partition(client, POSITIONS_TOPIC, p)
         stored: dict[int, int] = {}
         for r in records:
             position = _decode_position(r.key, r.value)
@@ -351,7 +353,8 @@ async def _exercise(rig: Rig, result: ScenarioResult) -> None:
     run = f"{scenario.name}-{result.seed}"
     workload = Workload(TOPIC, scenario.partitions, scenario.records, scenario.rate, run)
     async with open_client(rig.source_local, client_id="chaos-producer", request_timeout_s=10) as source:
-        producer = await init_idempotent_producer(source, timeout_s=30)
+        with trio.fail_after(30):
+            producer = await init_idempotent_producer(source)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(produce_sequenced, producer, workload, result.producer)
             nursery.start_soon(run_schedule, result.schedule, rig, result.applied)
@@ -376,8 +379,10 @@ async def _wait_caught_up(rig: Rig, source: Client, scenario: Scenario) -> float
     record (its end offset at least the source's, its last record the same one); returns when
     that happened (trio time), or None after `catch_up_timeout_s`. Order is kept by a correct
     mirror, so the last record arriving means the mirror has reached the source's end."""
-    source_ends = await end_offsets(source, TOPIC, scenario.partitions, timeout_s=30)
-    source_last = await last_records(source, TOPIC, source_ends, timeout_s=30)
+    with trio.fail_after(30):
+        source_ends = await end_offsets(source, TOPIC, scenario.partitions)
+    with trio.fail_after(30):
+        source_last = await last_records(source, TOPIC, source_ends)
 
     def identity(record: DecodedRecord | None) -> tuple[str, int, int] | None:
         if record is None:
@@ -390,9 +395,11 @@ async def _wait_caught_up(rig: Rig, source: Client, scenario: Scenario) -> float
         with trio.move_on_after(scenario.catch_up_timeout_s):
             while True:
                 try:
-                    ends = await end_offsets(target, REMOTE_TOPIC, scenario.partitions, timeout_s=5)
+                    with trio.fail_after(5):
+                        ends = await end_offsets(target, REMOTE_TOPIC, scenario.partitions)
                     if all(ends[p] >= source_ends[p] for p in source_ends):
-                        last = await last_records(target, REMOTE_TOPIC, ends, timeout_s=5)
+                        with trio.fail_after(5):
+                            last = await last_records(target, REMOTE_TOPIC, ends)
                         if all(identity(last[p]) == wanted[p] for p in wanted):
                             return trio.current_time()
                 except (KafkaError, ConnectionFailed) as exc:  # e.g. the remote topic not made yet

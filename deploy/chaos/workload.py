@@ -41,6 +41,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _RETRY = Backoff(initial_s=0.05, max_s=1.0, jitter=0.2)
+READ_PARTITION_TIMEOUT_S = 120.0  # reading one partition back to check it
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ async def _send_until_acked(producer: IdempotentProducer, topic: str, partition:
 
     async def send() -> None:
         stats.attempts += 1
-        await producer.send(topic, partition, records, timeout_s=send_timeout_s)
+        with trio.fail_after(send_timeout_s):  # the client raises what timed out, naming the broker
+            await producer.send(topic, partition, records)
 
     def failed(exc: Exception, failures: int) -> None:
         stats.retries += 1
@@ -160,22 +162,21 @@ def _reason(exc: Exception) -> str:
 # -- reading back -------------------------------------------------------------------------------
 
 
-async def end_offsets(client: Client, topic: str, partitions: int, *, timeout_s: float | None = None) -> dict[int, int]:
+async def end_offsets(client: Client, topic: str, partitions: int) -> dict[int, int]:
     """Each partition's log end offset. Raises KafkaError or ConnectionFailed."""
     tps = {TopicPartition(topic, p): LATEST for p in range(partitions)}
-    listed = await admin.list_offsets(client, tps, timeout_s=timeout_s)
+    listed = await admin.list_offsets(client, tps)
     return {tp.partition: listed[tp].offset for tp in tps}
 
 
-async def last_records(client: Client, topic: str, ends: dict[int, int], *,
-                       timeout_s: float | None = None) -> dict[int, DecodedRecord | None]:
+async def last_records(client: Client, topic: str, ends: dict[int, int]) -> dict[int, DecodedRecord | None]:
     """The record just below each given end offset (None when there is none or it could not be
     read this time). Never raises for one partition's failure."""
     positions = {TopicPartition(topic, p): end - 1 for p, end in ends.items() if end > 0}
     out: dict[int, DecodedRecord | None] = dict.fromkeys(ends)
     if not positions:
         return out
-    fetched = await fetch(client, positions, max_wait_ms=0, timeout_s=timeout_s)
+    fetched = await fetch(client, positions, max_wait_ms=0)
     for tp, part in fetched.items():
         if part.error != ErrorCode.NONE:
             continue
@@ -202,41 +203,44 @@ def _decode(data: bytes | bytearray | memoryview, from_offset: int) -> list[Deco
     return out
 
 
-async def read_partition(client: Client, topic: str, partition: int, *, max_rounds: int = 100_000,
-                         timeout_s: float = 120.0) -> list[DecodedRecord]:
+async def read_partition(client: Client, topic: str, partition: int, *,
+                         max_rounds: int = 100_000) -> list[DecodedRecord]:
     """Every record from the log start to the end offset (as listed when the read began), in
     offset order.
 
     Retriable fetch errors are retried (briefly paused) up to `max_rounds` fetches; raises
-    KafkaError for another error code or when the rounds run out, trio.TooSlowError after
-    `timeout_s`.
+    KafkaError for another error code or when the rounds run out. The caller's cancel scope
+    bounds the read.
     """
     tp = TopicPartition(topic, partition)
-    with trio.fail_after(timeout_s):
-        listed = await admin.list_offsets(client, {tp: EARLIEST})
-        start = listed[tp].offset
-        end = (await admin.list_offsets(client, {tp: LATEST}))[tp].offset
-        out: list[DecodedRecord] = []
-        position = start
-        for _ in range(max_rounds):
-            if position >= end:
-                return out
-            part = (await fetch(client, {tp: position}, max_wait_ms=0))[tp]
-            if part.error != ErrorCode.NONE:
-                if is_retriable(part.error):
-                    await trio.sleep(0.1)
-                    continue
-                raise KafkaError(ErrorCode(part.error), f"reading {topic}-{partition} at {position}: "
-                                                        f"{part.error_message or ''}")
-            following = part.next_offset
-            if following is None:  # nothing whole came back: a batch larger than the fetch size
-                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"{topic}-{partition} at {position}")
-            out.extend(r for r in _decode(part.records, position) if r.offset < end)
-            position = following
-        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition} did not end after {max_rounds} fetches")
+    listed = await admin.list_offsets(client, {tp: EARLIEST})
+    start = listed[tp].offset
+    end = (await admin.list_offsets(client, {tp: LATEST}))[tp].offset
+    out: list[DecodedRecord] = []
+    position = start
+    for _ in range(max_rounds):
+        if position >= end:
+            return out
+        part = (await fetch(client, {tp: position}, max_wait_ms=0))[tp]
+        if part.error != ErrorCode.NONE:
+            if is_retriable(part.error):
+                await trio.sleep(0.1)
+                continue
+            raise KafkaError(ErrorCode(part.error), f"reading {topic}-{partition} at {position}: "
+                                                    f"{part.error_message or ''}")
+        following = part.next_offset
+        if following is None:  # nothing whole came back: a batch larger than the fetch size
+            raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"{topic}-{partition} at {position}")
+        out.extend(r for r in _decode(part.records, position) if r.offset < end)
+        position = following
+    raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition} did not end after {max_rounds} fetches")
 
 
-async def read_topic(client: Client, topic: str, partitions: int, *,
-                     timeout_s: float = 120.0) -> dict[int, list[DecodedRecord]]:
-    """`read_partition` for partitions 0..partitions-1, one after another."""
-    return {p: await read_partition(client, topic, p, timeout_s=timeout_s) for p in range(partitions)}
+async def read_topic(client: Client, topic: str, partitions: int) -> dict[int, list[DecodedRecord]]:
+    """`read_partition` for partitions 0..partitions-1, one after another, each within
+    READ_PARTITION_TIMEOUT_S (after that it raises what timed out)."""
+    out: dict[int, list[DecodedRecord]] = {}
+    for p in range(partitions):
+        with trio.fail_after(READ_PARTITION_TIMEOUT_S):
+            out[p] = await read_partition(client, topic, p)
+    return out

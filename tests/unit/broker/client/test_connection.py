@@ -181,7 +181,8 @@ async def test_timeout_closes_the_connection_and_fails_requests_in_flight() -> N
 
             async def waiting() -> None:
                 try:
-                    await conn.request(MetadataRequest(topics=None), timeout_s=60)
+                    # acks=all with a 60 s broker-side wait: bounded by 60.2 s, not 0.2 s
+                    await conn.request(ProduceRequest(acks=-1, timeout_ms=60_000))
                 except ConnectionFailed as exc:
                     outcomes.append(exc)
 
