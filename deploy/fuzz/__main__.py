@@ -1,62 +1,26 @@
 """`python -m deploy.fuzz [--bootstrap HOST:PORT] [--frames N] [--seed S]`: fuzz a broker with
 mutated Kafka frames and judge it; one summary line, exit 1 when the broker failed.
 
-Without --bootstrap the fuzzer starts its own `causeway broker` on a fresh data dir and a free
-loopback port, watches it through /proc and its log, and stops it at the end (a clean stop is
-part of the verdict).
+Without --bootstrap the fuzzer starts its own `causeway broker` (a `deploy.broker_process`
+BrokerProcess: a fresh data dir, a free loopback port, ready once it prints its ready line),
+watches it through /proc and its log, and stops it at the end (a clean stop is part of the
+verdict).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
-import selectors
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
+from deploy.broker_process import BrokerProcess
 from deploy.fuzz.run import FuzzOptions, run_fuzz
 from deploy.fuzz.wire import LoopbackOnly
 
 __all__ = ["main"]
-
-READY = re.compile(r"^causeway broker \d+ ready: (?:[A-Za-z0-9_]+://)?(\S+?)(?:,|$)")
-
-
-def _start_broker(work_dir: Path, overrides: list[str]) -> tuple[subprocess.Popen[str], str, Path]:
-    data_dir, log_path = work_dir / "data", work_dir / "broker.log"
-    # `causeway broker`, through deploy.cli's main (what the console script calls).
-    cmd = [sys.executable, "-c", "import sys; from deploy.cli import main; sys.exit(main())",
-           "broker", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]
-    for item in overrides:
-        cmd += ["--override", item]
-    with log_path.open("a") as log:
-        broker = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True,
-                                  cwd=Path(__file__).resolve().parents[2])
-    assert broker.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(broker.stdout, selectors.EVENT_READ)
-        line = broker.stdout.readline() if sel.select(timeout=60) else ""
-    match = READY.match(line.strip())
-    if not match:
-        broker.kill()
-        broker.wait()
-        raise RuntimeError(f"the broker did not get ready (first line {line!r}); see {log_path}")
-    return broker, match.group(1), log_path
-
-
-def _stop_broker(broker: subprocess.Popen[str]) -> int:
-    broker.send_signal(signal.SIGTERM)
-    try:
-        return broker.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        broker.kill()
-        broker.wait()
-        return -9
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,12 +60,14 @@ def main(argv: list[str] | None = None) -> int:
     if bootstrap is None:
         work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="causeway-fuzz-"))
         work_dir.mkdir(parents=True, exist_ok=True)
+        broker = BrokerProcess(work_dir / "broker", overrides=tuple(args.override))  # its log: broker.log
         try:
-            broker, bootstrap, log_path = _start_broker(work_dir, args.override)
+            broker.start()
         except RuntimeError as exc:
             print(f"fuzz: {exc}", file=sys.stderr)
             return 1
-        pid = broker.pid
+        assert broker.proc is not None
+        bootstrap, log_path, pid = broker.bootstrap, broker.log_path, broker.proc.pid
     options = FuzzOptions(
         bootstrap=bootstrap, frames=args.frames, seed=args.seed, connections=args.connections,
         time_limit_s=args.time_limit, check_every=args.check_every, pid=pid, log_path=log_path,
@@ -112,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fuzz: {exc}", file=sys.stderr)
         return 2
     finally:
-        code = _stop_broker(broker) if broker is not None else 0
+        code = broker.stop() if broker is not None else 0
     if broker is not None and code != 0 and result.passed:
         result.failures.append(f"the broker did not stop cleanly (exit {code}); see {log_path}")
     print(result.summary(), flush=True)

@@ -11,10 +11,15 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from deploy.broker_process import rss_bytes
 
-__all__ = ["Descriptors", "alive", "close_wait_peers", "descriptors", "listener_pid", "rss_bytes"]
+__all__ = ["ESTABLISHED", "CLOSE_WAIT", "LISTEN", "Descriptors", "TcpSocket", "alive", "close_wait_peers",
+           "descriptors", "listener_pid", "rss_bytes", "tcp_sockets"]
+
+# The kernel's TCP states, as /proc/net/tcp{,6} write them (hex).
+ESTABLISHED, CLOSE_WAIT, LISTEN = 0x01, 0x08, 0x0A
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,9 +57,15 @@ def descriptors(pid: int) -> Descriptors:
     return Descriptors(sockets, files)
 
 
-def _tcp_sockets(port: int) -> Iterator[tuple[str, int, str]]:
-    """(state, peer port, inode) of every TCP socket on local `port`, from /proc/net/tcp{,6};
-    states are the kernel's hex codes (0A LISTEN, 08 CLOSE_WAIT)."""
+class TcpSocket(NamedTuple):
+    state: int  # ESTABLISHED, CLOSE_WAIT, LISTEN, ...
+    peer_port: int
+    receive_queue: int  # bytes received and not yet read by the process
+    inode: str
+
+
+def tcp_sockets(port: int) -> Iterator[TcpSocket]:
+    """Every TCP socket on local `port`, from /proc/net/tcp{,6}."""
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
             lines = Path(table).read_text().splitlines()[1:]
@@ -63,17 +74,18 @@ def _tcp_sockets(port: int) -> Iterator[tuple[str, int, str]]:
         for line in lines:
             parts = line.split()
             if int(parts[1].rsplit(":", 1)[1], 16) == port:
-                yield parts[3], int(parts[2].rsplit(":", 1)[1], 16), parts[9]
+                yield TcpSocket(int(parts[3], 16), int(parts[2].rsplit(":", 1)[1], 16),
+                                int(parts[4].split(":")[1], 16), parts[9])
 
 
 def _listening_inodes(port: int) -> set[str]:
-    return {inode for state, _, inode in _tcp_sockets(port) if state == "0A"}
+    return {s.inode for s in tcp_sockets(port) if s.state == LISTEN}
 
 
 def close_wait_peers(port: int) -> list[int]:
     """Peer ports of the connections to local `port` that the peer closed and this side has
     not (TCP state CLOSE_WAIT): what a server still holds for clients that are gone."""
-    return [peer for state, peer, _ in _tcp_sockets(port) if state == "08"]
+    return [s.peer_port for s in tcp_sockets(port) if s.state == CLOSE_WAIT]
 
 
 def listener_pid(port: int) -> int | None:

@@ -8,15 +8,13 @@ from __future__ import annotations
 
 import ipaddress
 import socket
-import struct
 import time
 from typing import Any
 
 from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ProtocolError
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ApiVersionsRequest
-from broker.protocol.primitives import Reader
+from deploy import kafka_socket
 
 __all__ = ["LoopbackOnly", "call", "loopback_address", "ping"]
 
@@ -41,37 +39,16 @@ def loopback_address(bootstrap: str) -> tuple[str, int]:
     return str(infos[0][4][0]), port
 
 
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            raise ConnectionError("the broker closed the connection")
-        buf += chunk
-    return bytes(buf)
-
-
 def call(address: tuple[str, int], message: Any, version: int, *, timeout_s: float = 10.0,
          correlation_id: int = 1) -> Any:
-    """Send `message` (a generated request) at `version`; return the decoded response.
-    Raises OSError (ConnectionError, TimeoutError) on any failure."""
-    spec = API_SPECS[message.API_KEY]
-    header = encode_request_header(RequestHeader(message.API_KEY, version, correlation_id, "causeway-fuzz"),
-                                   spec.request_header_version(version))
-    payload = header + bytes(message.encode(version))
-    with socket.create_connection(address, timeout=timeout_s) as sock:
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        (size,) = struct.unpack(">i", _exactly(sock, 4))
-        reply = _exactly(sock, size)
+    """Send `message` (a generated request) at `version` on a new connection; return the decoded
+    response. Raises OSError (ConnectionError, TimeoutError) on any failure."""
     try:
-        r = Reader(reply)
-        if r.int32() != correlation_id:
-            raise ConnectionError("the answer carries another correlation id")
-        if spec.response_header_version(version) >= 1:
-            r.skip_tagged_fields()
-        return spec.response.decode_from(r, version)
+        return kafka_socket.ask(address, message, version, correlation_id=correlation_id, timeout_s=timeout_s,
+                                client_id="causeway-fuzz")
     except ProtocolError as exc:  # an OSError, like every other way this request can fail
-        raise ConnectionError(f"the answer to {spec.name} v{version} does not decode: {exc}") from None
+        name = API_SPECS[message.API_KEY].name
+        raise ConnectionError(f"the answer to {name} v{version} does not decode: {exc}") from None
 
 
 def ping(address: tuple[str, int], *, timeout_s: float = 10.0) -> float:

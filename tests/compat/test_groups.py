@@ -349,37 +349,16 @@ class Wire:
     """Requests by hand over one socket, for what real clients never send."""
 
     def __init__(self, bootstrap: str) -> None:
-        import socket
+        from tests.support.wire import connect
 
-        host, port = bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock = connect(bootstrap, timeout_s=30)
         self.correlation = 0
 
     def call(self, request: Any, version: int) -> Any:
-        import struct
+        from tests.support.wire import call
 
-        from broker.protocol.api import API_SPECS
-        from broker.protocol.headers import RequestHeader, encode_request_header
-
-        spec = API_SPECS[request.API_KEY]
         self.correlation += 1
-        header = RequestHeader(spec.api_key, version, self.correlation, "wire-test")
-        payload = encode_request_header(header, spec.request_header_version(version)) + bytes(
-            request.encode(version))
-        self.sock.sendall(struct.pack(">i", len(payload)) + payload)
-
-        def exactly(n: int) -> bytes:
-            out = b""
-            while len(out) < n:
-                chunk = self.sock.recv(n - len(out))
-                assert chunk, "the broker closed the connection"
-                out += chunk
-            return out
-
-        frame = exactly(struct.unpack(">i", exactly(4))[0])
-        assert struct.unpack(">i", frame[:4])[0] == self.correlation
-        skip = 4 + (1 if spec.response_header_version(version) == 1 else 0)
-        return spec.response.decode(frame[skip:], version)
+        return call(self.sock, request, version, self.correlation)
 
     def close(self) -> None:
         self.sock.close()

@@ -3,8 +3,6 @@ deprecated topic config ``message.format.version`` accepted and ignored, as Kafk
 
 from __future__ import annotations
 
-import socket
-import struct
 import time
 import uuid
 
@@ -12,12 +10,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.protocol.records import Record, build_batch
 from tests.support.broker import BrokerProcess
+from tests.support.wire import ask
 
 pytestmark = pytest.mark.compat
 TIMEOUT_S = 30.0
@@ -79,15 +76,8 @@ def test_librdkafka_fails_only_the_keyless_records_of_a_batch(broker: BrokerProc
 def produce_raw(bootstrap: str, topic: str, batch: bytes, version: int) -> ProduceResponse.PartitionProduceResponse:
     request = ProduceRequest(acks=1, timeout_ms=10_000, topic_data=[ProduceRequest.TopicProduceData(
         name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
-    header = encode_request_header(RequestHeader(ApiKey.PRODUCE, version, 1, "kip-467"), 2 if version >= 9 else 1)
-    body = header + bytes(request.encode(version))
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
-        sock.sendall(struct.pack(">i", len(body)) + body)
-        with sock.makefile("rb") as stream:
-            frame = stream.read(struct.unpack(">i", stream.read(4))[0])
-    skip = 5 if version >= 9 else 4  # correlation id, and the flexible header's tag buffer
-    return ProduceResponse.decode(memoryview(frame)[skip:], version).responses[0].partition_responses[0]
+    response: ProduceResponse = ask(bootstrap, request, version, timeout_s=TIMEOUT_S)
+    return response.responses[0].partition_responses[0]
 
 
 @pytest.mark.parametrize("version", [8, 9, 11])

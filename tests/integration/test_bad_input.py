@@ -3,7 +3,6 @@ connection, keeps serving everyone else, and holds bounded memory."""
 
 from __future__ import annotations
 
-import socket
 import struct
 
 from broker.protocol.api import ApiKey
@@ -11,51 +10,20 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ApiVersionsResponse, MetadataRequest, MetadataResponse
 from tests.support.broker import BrokerProcess, rss_bytes
+from tests.support.wire import ask, connect, read_frame_or_none, request_frame
 
 MiB = 1024 * 1024
 
 
-def connect(broker: BrokerProcess) -> socket.socket:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=30)
-    return sock
-
-
-def request_frame(key: int, version: int, body: bytes, correlation_id: int = 1, header_version: int = 1) -> bytes:
-    payload = encode_request_header(RequestHeader(key, version, correlation_id, "test"), header_version) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def read_frame(sock: socket.socket) -> bytes | None:
-    """One response frame, or None when the broker closed the connection."""
-    def exactly(n: int) -> bytes | None:
-        out = b""
-        while len(out) < n:
-            chunk = sock.recv(n - len(out))
-            if not chunk:
-                return None
-            out += chunk
-        return out
-
-    size = exactly(4)
-    if size is None:
-        return None
-    return exactly(struct.unpack(">i", size)[0])
-
-
 def metadata_works(broker: BrokerProcess) -> bool:
-    with connect(broker) as sock:
-        sock.sendall(request_frame(ApiKey.METADATA, 1, bytes(MetadataRequest(topics=None).encode(1)), 9))
-        frame = read_frame(sock)
-    assert frame is not None
-    assert struct.unpack(">i", frame[:4])[0] == 9
-    return bool(MetadataResponse.decode(frame[4:], 1).brokers)
+    metadata: MetadataResponse = ask(broker.bootstrap, MetadataRequest(topics=None), 1, correlation_id=9, timeout_s=30)
+    return bool(metadata.brokers)
 
 
 def test_unknown_api_versions_version_gets_error_35_in_a_v0_reply(broker: BrokerProcess) -> None:
-    with connect(broker) as sock:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
         sock.sendall(request_frame(ApiKey.API_VERSIONS, 99, b"", correlation_id=77))
-        frame = read_frame(sock)
+        frame = read_frame_or_none(sock)
     assert frame is not None
     assert struct.unpack(">i", frame[:4])[0] == 77
     reply = ApiVersionsResponse.decode(frame[4:], 0)
@@ -65,16 +33,16 @@ def test_unknown_api_versions_version_gets_error_35_in_a_v0_reply(broker: Broker
 
 
 def test_unknown_api_key_closes_only_that_connection(broker: BrokerProcess) -> None:
-    with connect(broker) as sock:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
         sock.sendall(request_frame(999, 0, b"junk"))
-        assert read_frame(sock) is None
+        assert read_frame_or_none(sock) is None
     assert metadata_works(broker)
 
 
 def test_oversized_frame_is_refused_before_its_body(broker: BrokerProcess) -> None:
-    with connect(broker) as sock:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
         sock.sendall(struct.pack(">i", 2**31 - 1))
-        assert read_frame(sock) is None
+        assert read_frame_or_none(sock) is None
     assert metadata_works(broker)
 
 
@@ -91,7 +59,7 @@ def test_many_connections_claiming_90_mib_each_hold_bounded_memory(broker: Broke
     socks = []
     try:
         for _ in range(40):  # 40 x 90 MiB = 3.5 GiB claimed
-            sock = connect(broker)
+            sock = connect(broker.bootstrap, timeout_s=30)
             sock.sendall(struct.pack(">i", 90 * MiB) + header + b"\x00" * 65536)
             socks.append(sock)
         # A request on a fresh connection still gets its answer while the hogs wait.

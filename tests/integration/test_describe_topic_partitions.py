@@ -4,13 +4,11 @@ partition limit, errors for missing topics and bad cursors, empty eligible-leade
 from __future__ import annotations
 
 import socket
-import struct
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import (
     ApiVersionsRequest,
     ApiVersionsResponse,
@@ -18,6 +16,7 @@ from broker.protocol.messages import (
     DescribeTopicPartitionsResponse,
 )
 from tests.support.broker import BrokerProcess
+from tests.support.wire import call, connect, decode_response, message_frame, read_frame
 
 Request = DescribeTopicPartitionsRequest
 Response = DescribeTopicPartitionsResponse
@@ -26,23 +25,13 @@ Response = DescribeTopicPartitionsResponse
 ALL_TOPIC_OPERATIONS = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))  # READ .. ALTER_CONFIGS
 
 
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        assert chunk, "broker closed the connection"
-        out += chunk
-    return out
-
-
 def describe(sock: socket.socket, request: Request) -> Response:
     """One DescribeTopicPartitions v0 round trip (flexible: header v2 out, header v1 back)."""
-    payload = encode_request_header(RequestHeader(ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 7, "test"), 2)
-    payload += bytes(request.encode(0))
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-    frame = _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
-    assert struct.unpack(">i", frame[:4])[0] == 7 and frame[4] == 0  # correlation id, no tagged fields
-    return Response.decode(frame[5:], 0)
+    sock.sendall(message_frame(request, 0, 7))
+    frame = read_frame(sock)
+    assert frame[4] == 0  # no tagged fields
+    response: Response = decode_response(frame, ApiKey.DESCRIBE_TOPIC_PARTITIONS, 0, 7)  # checks correlation id 7
+    return response
 
 
 def walk(sock: socket.socket, names: list[str], limit: int) -> tuple[list[list[tuple[str, int]]], list[Response]]:
@@ -65,14 +54,10 @@ def test_pages_follow_kafkas_cursor(broker: BrokerProcess) -> None:
     for future in admin.create_topics([NewTopic("dtp-a", 3, 1), NewTopic("dtp-b", 2, 1),
                                        NewTopic("dtp-c", 1, 1)]).values():
         future.result(timeout=30)
-    host, port = broker.bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
         # Advertised, so Kafka 4.x's admin client uses it rather than Metadata.
-        versions = bytes(ApiVersionsRequest().encode(0))
-        payload = encode_request_header(RequestHeader(ApiKey.API_VERSIONS, 0, 1, "test"), 1) + versions
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
-        offered = {k.api_key: (k.min_version, k.max_version) for k in ApiVersionsResponse.decode(frame[4:], 0).api_keys}
+        versions: ApiVersionsResponse = call(sock, ApiVersionsRequest(), 0, 1)
+        offered = {k.api_key: (k.min_version, k.max_version) for k in versions.api_keys}
         assert offered[ApiKey.DESCRIBE_TOPIC_PARTITIONS] == (0, 0)
 
         # Asked out of order, with a topic that does not exist: answered sorted, two partitions a page;

@@ -11,37 +11,15 @@ seed 1 found it). Kafka refuses such a request; so does Causeway, as a request i
 
 from __future__ import annotations
 
-import socket
-import struct
 import uuid
 from typing import Any
 
-from broker.protocol.api import API_SPECS
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ApiVersionsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest
-from broker.protocol.primitives import Reader
 from deploy.fuzz.run import _ERROR_RECORD
 from tests.support.broker import BrokerProcess
+from tests.support.wire import ask, connect, exchange
 
 LONG_MAX = 2**63 - 1
-
-
-def exchange(sock: socket.socket, message: Any, version: int, correlation_id: int) -> Any:
-    """One request and its answer on an open connection; None when the broker closed it."""
-    spec = API_SPECS[message.API_KEY]
-    header = encode_request_header(RequestHeader(message.API_KEY, version, correlation_id, "findings"),
-                                   spec.request_header_version(version))
-    payload = header + bytes(message.encode(version))
-    sock.sendall(struct.pack(">i", len(payload)) + payload)
-    size_bytes = sock.recv(4, socket.MSG_WAITALL)
-    if len(size_bytes) < 4:
-        return None
-    reply = sock.recv(struct.unpack(">i", size_bytes)[0], socket.MSG_WAITALL)
-    r = Reader(reply)
-    assert r.int32() == correlation_id
-    if spec.response_header_version(version) >= 1:
-        r.skip_tagged_fields()
-    return spec.response.decode_from(r, version)
 
 
 def commit(retention_ms: int, offset: int) -> OffsetCommitRequest:
@@ -52,19 +30,15 @@ def commit(retention_ms: int, offset: int) -> OffsetCommitRequest:
 
 
 def fetched_offset(broker: BrokerProcess) -> int:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        reply = exchange(sock, OffsetFetchRequest(group_id="retained", topics=[
-            OffsetFetchRequest.OffsetFetchRequestTopic(name="t", partition_indexes=[0])]), 3, 1)
-    assert reply is not None
+    reply = ask(broker.bootstrap, OffsetFetchRequest(group_id="retained", topics=[
+        OffsetFetchRequest.OffsetFetchRequestTopic(name="t", partition_indexes=[0])]), 3, timeout_s=30)
     return int(reply.topics[0].partitions[0].committed_offset)
 
 
 def test_a_retention_time_near_the_int64_limit_is_committed_not_an_internal_error(tmp_path: Any) -> None:
     broker = BrokerProcess(tmp_path / "broker", topics=("t:1",)).start()
     try:
-        host, port = broker.bootstrap.rsplit(":", 1)
-        with socket.create_connection((host, int(port)), timeout=30) as sock:
+        with connect(broker.bootstrap, timeout_s=30) as sock:
             for i, retention in enumerate((LONG_MAX, LONG_MAX - 1, 2**62)):
                 for version in (2, 3, 4):
                     reply = exchange(sock, commit(retention, 100 + i), version, 10 * i + version)
@@ -82,13 +56,12 @@ def test_a_retention_time_near_the_int64_limit_is_committed_not_an_internal_erro
 
 
 def test_metadata_by_topic_id_before_v12_is_refused_without_an_internal_error(broker: BrokerProcess) -> None:
-    host, port = broker.bootstrap.rsplit(":", 1)
     by_id = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(topic_id=uuid.uuid4(), name=None)],
                             allow_auto_topic_creation=False)
     for version in (10, 11):
-        with socket.create_connection((host, int(port)), timeout=30) as sock:
+        with connect(broker.bootstrap, timeout_s=30) as sock:
             assert exchange(sock, by_id, version, 1) is None  # refused: the connection is closed
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
         reply = exchange(sock, by_id, 12, 2)  # v12 answers by id: unknown here
     assert reply is not None and reply.topics[0].error_code == 100  # UNKNOWN_TOPIC_ID
     errors = [line for line in broker.log_path.read_text().splitlines() if _ERROR_RECORD.match(line)]

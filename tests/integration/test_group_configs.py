@@ -3,13 +3,7 @@ kept across a restart, and a damaged store refused with a message naming it whil
 
 from __future__ import annotations
 
-import socket
-import struct
-from typing import Any
-
-from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import (
     DescribeConfigsRequest,
     DescribeConfigsResponse,
@@ -17,31 +11,11 @@ from broker.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from tests.support.broker import BrokerProcess
+from tests.support.wire import ask
 
 GROUP = 32
 DYNAMIC_GROUP_CONFIG, DEFAULT_CONFIG = 8, 5
 SET, DELETE = 0, 1
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = sock.recv(n - len(out))
-        assert chunk, "broker closed the connection"
-        out += chunk
-    return out
-
-
-def call(broker: BrokerProcess, key: ApiKey, version: int, request: Any) -> Any:
-    spec = API_SPECS[key]
-    host, port = broker.bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
-        payload = encode_request_header(RequestHeader(key, version, 3, "test"), spec.request_header_version(version))
-        payload += bytes(request.encode(version))
-        sock.sendall(struct.pack(">i", len(payload)) + payload)
-        frame = _exactly(sock, struct.unpack(">i", _exactly(sock, 4))[0])
-    body = 5 if spec.response_header_version(version) == 1 else 4  # correlation id (+ no tagged fields)
-    return spec.response.decode(frame[body:], version)
 
 
 def alter(broker: BrokerProcess, group: str, *ops: tuple[str, int, str | None]) -> tuple[int, str | None]:
@@ -49,7 +23,7 @@ def alter(broker: BrokerProcess, group: str, *ops: tuple[str, int, str | None]) 
     request = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
         resource_type=GROUP, resource_name=group,
         configs=[op(name=n, config_operation=o, value=v) for n, o, v in ops])])
-    response: IncrementalAlterConfigsResponse = call(broker, ApiKey.INCREMENTAL_ALTER_CONFIGS, 1, request)
+    response: IncrementalAlterConfigsResponse = ask(broker.bootstrap, request, 1, timeout_s=30)
     (result,) = response.responses
     return result.error_code, result.error_message
 
@@ -57,7 +31,7 @@ def alter(broker: BrokerProcess, group: str, *ops: tuple[str, int, str | None]) 
 def describe(broker: BrokerProcess, group: str) -> DescribeConfigsResponse.DescribeConfigsResult:
     request = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
         resource_type=GROUP, resource_name=group, configuration_keys=None)], include_synonyms=True)
-    response: DescribeConfigsResponse = call(broker, ApiKey.DESCRIBE_CONFIGS, 4, request)
+    response: DescribeConfigsResponse = ask(broker.bootstrap, request, 4, timeout_s=30)
     (result,) = response.results
     return result
 
@@ -102,4 +76,4 @@ def test_a_damaged_store_is_refused_by_name_and_the_broker_serves_on(broker: Bro
     # Everything else is served as before.
     broker_configs = DescribeConfigsRequest(resources=[DescribeConfigsRequest.DescribeConfigsResource(
         resource_type=4, resource_name="", configuration_keys=["log.segment.bytes"])], include_synonyms=True)
-    assert call(broker, ApiKey.DESCRIBE_CONFIGS, 4, broker_configs).results[0].error_code == ErrorCode.NONE
+    assert ask(broker.bootstrap, broker_configs, 4, timeout_s=30).results[0].error_code == ErrorCode.NONE

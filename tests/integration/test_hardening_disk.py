@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import errno
 import os
-import socket
-import struct
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,11 +16,10 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 from tests.support.broker import BrokerProcess
+from tests.support.wire import call, connect
 
 FILLER_BYTES = 2 * 1024 * 1024
 VALUE_BYTES = 16 * 1024
@@ -102,24 +99,10 @@ def commit_offset(broker: BrokerProcess, group: str, offset: int) -> int:
             name="fill", partitions=[OffsetCommitRequest.OffsetCommitRequestPartition(
                 partition_index=0, committed_offset=offset, committed_metadata="")])],
     )
-    body = bytes(request.encode(2))
-    host, port = broker.bootstrap.rsplit(":", 1)
     codes = []
-    with socket.create_connection((host, int(port)), timeout=30) as sock:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
         for correlation_id in (1, 2):
-            payload = encode_request_header(RequestHeader(ApiKey.OFFSET_COMMIT, 2, correlation_id, "t"), 1) + body
-            sock.sendall(struct.pack(">i", len(payload)) + payload)
-            size = b""
-            while len(size) < 4:
-                chunk = sock.recv(4 - len(size))
-                assert chunk, "the broker closed the connection"
-                size += chunk
-            frame = b""
-            while len(frame) < struct.unpack(">i", size)[0]:
-                chunk = sock.recv(struct.unpack(">i", size)[0] - len(frame))
-                assert chunk, "the broker closed the connection"
-                frame += chunk
-            response = OffsetCommitResponse.decode(frame[4:], 2)
+            response: OffsetCommitResponse = call(sock, request, 2, correlation_id)
             codes.append(response.topics[0].partitions[0].error_code)
     assert codes[0] == codes[1]
     return codes[0]

@@ -14,8 +14,6 @@ keeps accepting connections and logs no traceback.
 
 from __future__ import annotations
 
-import socket
-import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -25,12 +23,11 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
-from broker.protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from broker.protocol.messages import ApiVersionsRequest, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from broker.protocol.records import Record, build_batch, split_batches
 from tests.support.broker import BrokerProcess, fd_count
+from tests.support.wire import call, connect
 
 TOPIC = "wide"
 PARTITIONS = 300
@@ -42,41 +39,17 @@ MAX_FETCHES = 400  # per raw fetcher: the loop always ends
 FETCH_VERSION = 11  # topic names, and a response header of just the correlation id
 
 
-def _frame(key: int, version: int, body: bytes, correlation_id: int) -> bytes:
-    header = encode_request_header(RequestHeader(key, version, correlation_id, "fd-attack"), 1)
-    return struct.pack(">i", len(header) + len(body)) + header + body
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(min(n - len(buf), 1 << 20))
-            assert chunk, "the broker closed the connection"
-            buf += chunk
-        return bytes(buf)
-
-    return exactly(struct.unpack(">i", exactly(4))[0])
-
-
-def _connect(broker: BrokerProcess) -> socket.socket:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=60)
-    return sock
-
-
 def _produce(broker: BrokerProcess) -> dict[int, int]:
     """ROUNDS batches of PER_BATCH records in every partition; the end offset of each."""
     ends = dict.fromkeys(range(PARTITIONS), 0)
-    with _connect(broker) as sock:
+    with connect(broker.bootstrap) as sock:
         for r in range(ROUNDS):
             request = ProduceRequest(acks=1, timeout_ms=30_000, topic_data=[ProduceRequest.TopicProduceData(
                 name=TOPIC, partition_data=[
                     ProduceRequest.PartitionProduceData(index=p, records=build_batch(
                         [Record(None, b"p%d-r%d-%d" % (p, r, i)) for i in range(PER_BATCH)]))
                     for p in range(PARTITIONS)])])
-            sock.sendall(_frame(ApiKey.PRODUCE, 8, bytes(request.encode(8)), r))
-            response = ProduceResponse.decode(_read_frame(sock)[4:], 8)
+            response: ProduceResponse = call(sock, request, 8, r)
             for topic in response.responses:
                 for part in topic.partition_responses:
                     assert part.error_code == 0, (part.index, part.error_code)
@@ -92,7 +65,7 @@ def _fetch_everything(broker: BrokerProcess, ends: dict[int, int]) -> tuple[int,
     """
     positions = dict.fromkeys(ends, 0)
     records = 0
-    with _connect(broker) as sock:
+    with connect(broker.bootstrap) as sock:
         for n in range(MAX_FETCHES):
             if all(positions[p] >= ends[p] for p in ends):
                 return records, n
@@ -100,8 +73,7 @@ def _fetch_everything(broker: BrokerProcess, ends: dict[int, int]) -> tuple[int,
                 FetchRequest.FetchTopic(topic=TOPIC, partitions=[
                     FetchRequest.FetchPartition(partition=p, fetch_offset=positions[p], partition_max_bytes=1 << 20)
                     for p in sorted(ends)])])
-            sock.sendall(_frame(ApiKey.FETCH, FETCH_VERSION, bytes(request.encode(FETCH_VERSION)), n))
-            response = FetchResponse.decode(_read_frame(sock)[4:], FETCH_VERSION)
+            response: FetchResponse = call(sock, request, FETCH_VERSION, n)
             assert response.error_code == 0
             for topic in response.responses:
                 for part in topic.partitions:
@@ -177,8 +149,7 @@ def test_fetching_hundreds_of_partitions_at_once_stays_under_the_open_file_limit
     assert broker.proc.poll() is None, "the broker died"
     assert peak[0] < NOFILE, f"the broker reached {peak[0]} descriptors under a limit of {NOFILE}"
     # It still accepts and answers connections.
-    with _connect(broker) as sock:
-        sock.sendall(_frame(ApiKey.API_VERSIONS, 0, b"", 99))
-        assert struct.unpack(">i", _read_frame(sock)[:4])[0] == 99
+    with connect(broker.bootstrap) as sock:
+        call(sock, ApiVersionsRequest(), 0, 99)  # answers correlation id 99
     log = broker.log_path.read_text()
     assert "Traceback" not in log and "internal error" not in log, log[-3000:]

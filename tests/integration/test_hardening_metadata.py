@@ -5,13 +5,12 @@ the intact file, put back, starts the broker with its topics."""
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, broker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,7 +24,7 @@ DAMAGE = {
 
 
 def start_and_fail(data_dir: Path) -> subprocess.CompletedProcess[str]:
-    cmd = [sys.executable, "-m", "deploy.cli", "broker", "--data-dir", str(data_dir), "--listen", "127.0.0.1:0"]
+    cmd = broker_command(data_dir, listen="127.0.0.1:0")
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
 
 

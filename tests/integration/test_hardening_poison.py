@@ -8,7 +8,6 @@ real clients produce, with every codec, still goes in.
 
 from __future__ import annotations
 
-import socket
 import struct
 import time
 from collections.abc import Iterator
@@ -19,12 +18,11 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.protocol.records import BATCH_HEADER_SIZE, Compression, Record, build_batch
 from tests.support.broker import BrokerProcess
+from tests.support.wire import call, connect
 
 TOPIC = "poison"
 PRODUCE_VERSION = 9
@@ -63,8 +61,7 @@ class RawProducer:
     """ProduceRequests over one socket, one at a time; answers (error code, message, offset)."""
 
     def __init__(self, broker: BrokerProcess) -> None:
-        host, port = broker.bootstrap.rsplit(":", 1)
-        self.sock = socket.create_connection((host, int(port)), timeout=30)
+        self.sock = connect(broker.bootstrap, timeout_s=30)
         self.correlation = 0
 
     def send(self, batch: bytes, *, topic: str = TOPIC,
@@ -73,21 +70,9 @@ class RawProducer:
             ProduceRequest.TopicProduceData(name=topic, partition_data=[
                 ProduceRequest.PartitionProduceData(index=0, records=batch)])])
         self.correlation += 1
-        header = encode_request_header(RequestHeader(ApiKey.PRODUCE, PRODUCE_VERSION, self.correlation, "poison"), 2)
-        body = header + bytes(request.encode(PRODUCE_VERSION))
-        self.sock.sendall(struct.pack(">i", len(body)) + body)
-        frame = self._exactly(struct.unpack(">i", self._exactly(4))[0])
-        assert struct.unpack(">i", frame[:4])[0] == self.correlation
-        part = ProduceResponse.decode(memoryview(frame)[5:], PRODUCE_VERSION).responses[0].partition_responses[0]
+        response: ProduceResponse = call(self.sock, request, PRODUCE_VERSION, self.correlation)
+        part = response.responses[0].partition_responses[0]
         return part.error_code, part.error_message, part.base_offset
-
-    def _exactly(self, n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = self.sock.recv(n - len(out))
-            assert chunk, "the broker closed the connection"
-            out += chunk
-        return out
 
     def close(self) -> None:
         self.sock.close()

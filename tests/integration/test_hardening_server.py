@@ -17,37 +17,19 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from broker.protocol.api import ApiKey
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import (
     ApiVersionsRequest,
     FetchRequest,
     JoinGroupRequest,
-    JoinGroupResponse,
     ProduceRequest,
 )
 from broker.protocol.records import Record, build_batch
+from deploy.fuzz.proc import CLOSE_WAIT, ESTABLISHED, tcp_sockets
 from tests.support.broker import BrokerProcess, fd_count, rss_bytes
 from tests.support.polling import wait_until
+from tests.support.wire import call, connect, message_frame, read_frame
 
 TOPIC = "hardening"
-
-
-def _frame(key: int, version: int, body: bytes, correlation_id: int = 1) -> bytes:
-    header = encode_request_header(RequestHeader(key, version, correlation_id, "attacker"), 2)
-    return struct.pack(">i", len(header) + len(body)) + header + body
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        buf = bytearray()
-        while len(buf) < n:
-            chunk = sock.recv(n - len(buf))
-            assert chunk, "the broker closed the connection"
-            buf += chunk
-        return bytes(buf)
-
-    return exactly(struct.unpack(">i", exactly(4))[0])
 
 
 def _fill(bootstrap: str, megabytes: int) -> None:
@@ -55,28 +37,23 @@ def _fill(bootstrap: str, megabytes: int) -> None:
     batch = build_batch([Record(None, b"v" * 1000) for _ in range(1000)])
     request = ProduceRequest(acks=1, timeout_ms=30_000, topic_data=[ProduceRequest.TopicProduceData(
         name=TOPIC, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
-    frame = _frame(ApiKey.PRODUCE, 9, bytes(request.encode(9)))
-    host, port = bootstrap.rsplit(":", 1)
-    with socket.create_connection((host, int(port))) as sock:
+    frame = message_frame(request, 9)
+    with _connect(bootstrap) as sock:
         for _ in range(megabytes):
             sock.sendall(frame)
-            _read_frame(sock)
+            read_frame(sock)
 
 
 def _fetch_frame(*, offset: int, max_bytes: int, max_wait_ms: int, min_bytes: int = 1) -> bytes:
     request = FetchRequest(replica_id=-1, max_wait_ms=max_wait_ms, min_bytes=min_bytes, max_bytes=max_bytes, topics=[
         FetchRequest.FetchTopic(topic=TOPIC, partitions=[
             FetchRequest.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=max_bytes)])])
-    return _frame(ApiKey.FETCH, 12, bytes(request.encode(12)))
+    return message_frame(request, 12)
 
 
-def _connect(broker: BrokerProcess, *, rcvbuf: int | None = None) -> socket.socket:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    sock = socket.socket()
-    if rcvbuf is not None:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-    sock.connect((host, int(port)))
-    return sock
+def _connect(bootstrap: str, *, rcvbuf: int | None = None) -> socket.socket:
+    """A blocking socket (no timeout): `_closed_by_peer` and `_pending` peek without waiting."""
+    return connect(bootstrap, timeout_s=None, rcvbuf=rcvbuf)
 
 
 def _closed_by_peer(sock: socket.socket) -> bool:
@@ -97,21 +74,9 @@ def _pending(sock: socket.socket) -> bool:
         return False
 
 
-_ESTABLISHED, _CLOSE_WAIT = 0x01, 0x08
-
-
 def _broker_sides(broker_port: int, client_ports: set[int]) -> dict[int, tuple[int, int]]:
-    """client port -> (TCP state, receive queue) of the broker's socket to it, from /proc/net/tcp."""
-    found: dict[int, tuple[int, int]] = {}
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            fields = line.split()
-            local_port = int(fields[1].rsplit(":", 1)[1], 16)
-            remote_port = int(fields[2].rsplit(":", 1)[1], 16)
-            if local_port == broker_port and remote_port in client_ports:
-                found[remote_port] = (int(fields[3], 16), int(fields[4].split(":")[1], 16))
-    return found
+    """client port -> (TCP state, receive queue) of the broker's socket to it, from the kernel's TCP tables."""
+    return {s.peer_port: (s.state, s.receive_queue) for s in tcp_sockets(broker_port) if s.peer_port in client_ports}
 
 
 def _pid(broker: BrokerProcess) -> int:
@@ -141,7 +106,7 @@ def test_clients_that_never_read_hold_no_fetch_memory_and_are_disconnected(start
     pid = _pid(broker)
     _fill(broker.bootstrap, 64)
     baseline_rss, baseline_fds = rss_bytes(pid), fd_count(pid)
-    clients = [_connect(broker, rcvbuf=4096) for _ in range(12)]
+    clients = [_connect(broker.bootstrap, rcvbuf=4096) for _ in range(12)]
     peak = baseline_rss
     try:
         for sock in clients:
@@ -171,9 +136,9 @@ def test_clients_that_never_read_hold_no_fetch_memory_and_are_disconnected(start
     assert peak - baseline_rss < 100 * 2**20, f"RSS grew by {(peak - baseline_rss) / 2**20:.0f} MiB"
     assert broker.proc is not None and broker.proc.poll() is None
     # A reading client still gets the same data.
-    with _connect(broker) as sock:
+    with _connect(broker.bootstrap) as sock:
         sock.sendall(_fetch_frame(offset=0, max_bytes=4 << 20, max_wait_ms=500))
-        assert len(_read_frame(sock)) > 4_000_000
+        assert len(read_frame(sock)) > 4_000_000
 
 
 def test_a_peer_that_closes_during_a_long_poll_is_let_go_at_once(start) -> None:  # type: ignore[no-untyped-def]
@@ -181,45 +146,44 @@ def test_a_peer_that_closes_during_a_long_poll_is_let_go_at_once(start) -> None:
     # keep the request and a CLOSE_WAIT socket until max_wait_ms (days).
     broker = start()
     _fill(broker.bootstrap, 1)
-    pollers = [_connect(broker) for _ in range(5)]
+    pollers = [_connect(broker.bootstrap) for _ in range(5)]
     ports = {sock.getsockname()[1] for sock in pollers}
     for sock in pollers:
         sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=2**31 - 1, min_bytes=1 << 30))
 
     def polling() -> bool:  # the broker's sockets to the pollers have taken the requests in
         sides = _broker_sides(broker.port, ports)
-        return len(sides) == len(ports) and all(st == _ESTABLISHED and rx == 0 for st, rx in sides.values())
+        return len(sides) == len(ports) and all(st == ESTABLISHED and rx == 0 for st, rx in sides.values())
 
     wait_until(polling, what="the broker to read every long poll")
     for sock in pollers:
         sock.close()
-    wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
+    wait_until(lambda: not any(st == CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
                what="the broker to close its end of the abandoned long polls (no CLOSE_WAIT)", timeout_s=20)
     # The same with a request queued behind each poll before the client closes: the queued bytes
     # keep the socket readable, so the end of stream hides behind them (found by deploy/fuzz).
-    queued = [_connect(broker) for _ in range(3)]
+    queued = [_connect(broker.bootstrap) for _ in range(3)]
     ports = {sock.getsockname()[1] for sock in queued}
     for sock in queued:
         sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=2**31 - 1, min_bytes=1 << 30))
     wait_until(polling, what="the broker to read every long poll")
-    behind = _frame(ApiKey.API_VERSIONS, 3, bytes(ApiVersionsRequest(client_software_name="x",
-                                                                     client_software_version="1").encode(3)))
+    behind = message_frame(ApiVersionsRequest(client_software_name="x", client_software_version="1"), 3)
     for sock in queued:
         sock.sendall(behind)
     wait_until(lambda: all(rx == len(behind) for _, rx in _broker_sides(broker.port, ports).values()),
                what="the queued requests to wait in the broker's receive queues")
     for sock in queued:
         sock.close()
-    wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
+    wait_until(lambda: not any(st == CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
                what="the broker to close the long polls with requests queued behind them", timeout_s=20)
     # A long poll whose client stays still works, and is answered when data comes.
-    with _connect(broker) as sock:
+    with _connect(broker.bootstrap) as sock:
         sock.sendall(_fetch_frame(offset=1000, max_bytes=1 << 20, max_wait_ms=30_000))
         _fill(broker.bootstrap, 1)
-        assert len(_read_frame(sock)) > 1_000_000
+        assert len(read_frame(sock)) > 1_000_000
     # A fetch that does not parse is still a protocol error (the connection closes with a
     # warning), not an internal one, though fetches now run beside their peer's watcher.
-    with _connect(broker) as sock:
+    with _connect(broker.bootstrap) as sock:
         frame = _fetch_frame(offset=0, max_bytes=1 << 20, max_wait_ms=0)
         sock.sendall(struct.pack(">i", len(frame) - 10) + frame[4:-6])
         sock.settimeout(10)
@@ -235,7 +199,7 @@ def test_trickling_huge_frames_hold_nothing_hostage_and_are_cut_off(start) -> No
     # trickle, and the broker closes them when causeway.request.arrival.timeout.ms passes.
     broker = start("causeway.request.arrival.timeout.ms=5000", "message.max.bytes=4000000")
     events: list[str] = []
-    tricklers = [_connect(broker) for _ in range(2)]
+    tricklers = [_connect(broker.bootstrap) for _ in range(2)]
     try:
         for sock in tricklers:
             # The largest frame socket.request.max.bytes allows: two fill queued.max.request.bytes.
@@ -287,10 +251,9 @@ def test_a_flood_of_hostile_connections_writes_a_bounded_log(start) -> None:  # 
     # Each hostile connection used to write its own warning: 122 MB of log in ten minutes.
     broker = start("causeway.log.repeat.window.ms=1000")
     before = broker.log_path.read_text().count("\n")
-    host, port = broker.bootstrap.rsplit(":", 1)
     attacks = 3000
     for _ in range(attacks):
-        with socket.create_connection((host, int(port))) as sock:
+        with _connect(broker.bootstrap) as sock:
             sock.sendall(b"\xff\xff\xff\xff")  # a negative frame size: a protocol error
     summary = re.compile(r"\.\.\. and ([\d,]+) more like this \(protocol error\)")
 
@@ -338,14 +301,12 @@ def test_group_joins_whose_peers_went_away_let_go_of_their_sockets(start) -> Non
     baseline = _broker_sockets_without_a_connection(pid)
 
     def parked_join(group: str) -> socket.socket:
-        sock = _connect(broker)
+        sock = _connect(broker.bootstrap)
         request = JoinGroupRequest(group_id=group, session_timeout_ms=30_000, rebalance_timeout_ms=600_000,
                                    member_id="", protocol_type="consumer",
                                    protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=b"")])
-        sock.sendall(_frame(ApiKey.JOIN_GROUP, 6, bytes(request.encode(6)), 1))
-        answer = _read_frame(sock)  # v4+: MEMBER_ID_REQUIRED with the id to join with
-        request.member_id = JoinGroupResponse.decode(answer[5:], 6).member_id
-        sock.sendall(_frame(ApiKey.JOIN_GROUP, 6, bytes(request.encode(6)), 2))
+        request.member_id = call(sock, request, 6, 1).member_id  # v4+: MEMBER_ID_REQUIRED with the id to join with
+        sock.sendall(message_frame(request, 6, 2))
         return sock
 
     closed = [parked_join(f"closed-{i}") for i in range(3)]
@@ -362,7 +323,7 @@ def test_group_joins_whose_peers_went_away_let_go_of_their_sockets(start) -> Non
     for sock in reset:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))  # close with RST
         sock.close()
-    wait_until(lambda: not any(st == _CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
+    wait_until(lambda: not any(st == CLOSE_WAIT for st, _ in _broker_sides(broker.port, ports).values()),
                what="the broker to close the joins whose clients closed (no CLOSE_WAIT)", timeout_s=20)
     wait_until(lambda: _broker_sockets_without_a_connection(pid) <= baseline,
                what="the broker to close the joins whose clients reset", timeout_s=20)

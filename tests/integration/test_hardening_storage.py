@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -20,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.records import read_batch_header, split_batches
-from tests.support.broker import BrokerProcess, fd_count
+from tests.support.broker import BrokerProcess, broker_command, fd_count
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -100,8 +99,7 @@ def test_a_second_broker_on_a_live_data_dir_is_refused_and_nothing_is_lost(tmp_p
         holder = first.proc.pid
 
         second = subprocess.run(
-            [sys.executable, "-m", "deploy.cli", "broker", "--data-dir", str(data), "--listen", "127.0.0.1:0"],
-            cwd=REPO, capture_output=True, text=True, timeout=60,
+            broker_command(data, listen="127.0.0.1:0"), cwd=REPO, capture_output=True, text=True, timeout=60,
         )
         assert second.returncode != 0
         assert second.stdout == "", "the second broker must never say it is ready"

@@ -5,8 +5,6 @@ answering, and Kafka's internal topics cannot be deleted, repartitioned, written
 from __future__ import annotations
 
 import selectors
-import socket
-import struct
 from pathlib import Path
 
 import pytest
@@ -15,9 +13,8 @@ from confluent_kafka.admin import AdminClient, NewPartitions, NewTopic
 
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
-from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import (
-    ApiVersionsResponse,
+    ApiVersionsRequest,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -27,6 +24,7 @@ from broker.protocol.messages import (
 )
 from tests.support.broker import BrokerProcess, fd_count, rss_bytes
 from tests.support.polling import wait_until
+from tests.support.wire import ask, call, connect, decode_response, message_frame, read_frame
 
 MiB = 1024 * 1024
 
@@ -43,36 +41,6 @@ def error_of(future: object) -> KafkaError:
     return error
 
 
-def frame(key: int, version: int, body: bytes, correlation_id: int) -> bytes:
-    payload = encode_request_header(RequestHeader(key, version, correlation_id, "test"), 1) + body
-    return struct.pack(">i", len(payload)) + payload
-
-
-def read_frame(sock: socket.socket) -> bytes:
-    def exactly(n: int) -> bytes:
-        out = b""
-        while len(out) < n:
-            chunk = sock.recv(n - len(out))
-            assert chunk, "the broker closed the connection"
-            out += chunk
-        return out
-
-    return exactly(struct.unpack(">i", exactly(4))[0])
-
-
-def connect(broker: BrokerProcess) -> socket.socket:
-    host, port = broker.bootstrap.rsplit(":", 1)
-    return socket.create_connection((host, int(port)), timeout=120)
-
-
-def roundtrip(broker: BrokerProcess, key: int, version: int, body: bytes) -> bytes:
-    with connect(broker) as sock:
-        sock.sendall(frame(key, version, body, 7))
-        reply = read_frame(sock)
-    assert struct.unpack(">i", reply[:4])[0] == 7
-    return reply[4:]
-
-
 def test_absurd_partition_counts_are_refused_at_no_cost(broker: BrokerProcess) -> None:
     # librdkafka refuses counts above 100,000 itself: a hostile client sends the frames directly.
     client = admin(broker)
@@ -85,15 +53,14 @@ def test_absurd_partition_counts_are_refused_at_no_cost(broker: BrokerProcess) -
         topics=[CreateTopicsRequest.CreatableTopic(name="huge", num_partitions=500_000, replication_factor=1)],
         timeout_ms=30_000,
     )
-    created = CreateTopicsResponse.decode(roundtrip(broker, ApiKey.CREATE_TOPICS, 4, bytes(create.encode(4))), 4)
+    created: CreateTopicsResponse = ask(broker.bootstrap, create, 4, correlation_id=7, timeout_s=120)
     assert created.topics[0].error_code == ErrorCode.POLICY_VIOLATION
     assert "max.partitions.per.request=5000" in (created.topics[0].error_message or "")
     grow = CreatePartitionsRequest(
         topics=[CreatePartitionsRequest.CreatePartitionsTopic(name="small", count=500_000, assignments=None)],
         timeout_ms=30_000,
     )
-    grown = CreatePartitionsResponse.decode(
-        roundtrip(broker, ApiKey.CREATE_PARTITIONS, 1, bytes(grow.encode(1))), 1)
+    grown: CreatePartitionsResponse = ask(broker.bootstrap, grow, 1, correlation_id=7, timeout_s=120)
     assert grown.results[0].error_code == ErrorCode.POLICY_VIOLATION
     assert "max.partitions.per.request=5000" in (grown.results[0].error_message or "")
 
@@ -129,23 +96,19 @@ def test_a_large_creation_leaves_the_broker_answering_and_survives_a_restart(bro
         topics=[CreateTopicsRequest.CreatableTopic(name="wide", num_partitions=count, replication_factor=1)],
         timeout_ms=120_000,
     )
-    with connect(broker) as creating, connect(broker) as other:
-        creating.sendall(frame(ApiKey.CREATE_TOPICS, 4, bytes(request.encode(4)), 1))
+    with connect(broker.bootstrap, timeout_s=120) as creating, connect(broker.bootstrap, timeout_s=120) as other:
+        creating.sendall(message_frame(request, 4, 1))
         # The creation is under way once its first partition directories exist...
         wait_until(lambda: (broker.data_dir / "wide-0").exists(), what="the first partition of 'wide'")
         # ... and while it runs, another client's ApiVersions is answered: its answer arrives
         # before the CreateTopics answer does (an event loop blocked by the creation would
         # answer the CreateTopics first).
-        other.sendall(frame(ApiKey.API_VERSIONS, 0, b"", 2))
-        reply = read_frame(other)
-        assert struct.unpack(">i", reply[:4])[0] == 2
-        assert ApiVersionsResponse.decode(reply[4:], 0).error_code == ErrorCode.NONE
+        assert call(other, ApiVersionsRequest(), 0, 2).error_code == ErrorCode.NONE
         # Metadata asked meanwhile names a leader only for partitions whose log exists: the rest
         # are LEADER_NOT_AVAILABLE, so no client sends a produce that would find no partition.
         asked = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name="wide")])
-        other.sendall(frame(ApiKey.METADATA, 8, bytes(asked.encode(8)), 3))
-        reply = read_frame(other)
-        partitions = MetadataResponse.decode(reply[4:], 8).topics[0].partitions
+        metadata: MetadataResponse = call(other, asked, 8, 3)
+        partitions = metadata.topics[0].partitions
         for p in partitions:
             if p.leader_id == -1:
                 assert p.error_code == ErrorCode.LEADER_NOT_AVAILABLE
@@ -158,16 +121,13 @@ def test_a_large_creation_leaves_the_broker_answering_and_survives_a_restart(bro
             topics=[CreateTopicsRequest.CreatableTopic(name="small", num_partitions=1, replication_factor=1)],
             timeout_ms=120_000,
         )
-        other.sendall(frame(ApiKey.CREATE_TOPICS, 4, bytes(small.encode(4)), 4))
-        reply = read_frame(other)
-        assert struct.unpack(">i", reply[:4])[0] == 4
-        made = CreateTopicsResponse.decode(reply[4:], 4).topics[0]
+        made = call(other, small, 4, 4).topics[0]
         assert (made.name, made.error_code) == ("small", ErrorCode.NONE)
         with selectors.DefaultSelector() as sel:
             sel.register(creating, selectors.EVENT_READ)
             assert not sel.select(timeout=0), "the large CreateTopics answered before the concurrent requests"
         answer = read_frame(creating)
-    result = CreateTopicsResponse.decode(answer[4:], 4).topics[0]
+    result = decode_response(answer, ApiKey.CREATE_TOPICS, 4, 1).topics[0]
     assert (result.name, result.error_code) == ("wide", ErrorCode.NONE)
     assert sum(1 for p in broker.data_dir.iterdir() if p.name.startswith("wide-")) == count
 

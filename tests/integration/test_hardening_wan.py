@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import re
 import selectors
 import signal
 import socket
@@ -27,11 +26,11 @@ import pytest
 from deploy.cli import main
 from deploy.launcher.control import alive
 from deploy.launcher.control import status as status_of
+from deploy.launcher.launch import WAN_READY
 from tests.integration.test_launch_cli import _produce, _read
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-READY = re.compile(r"^causeway wan ready: http://(\S+)$")
 
 
 class Echo:
@@ -71,7 +70,7 @@ def wan(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ)
         assert sel.select(timeout=60), "no ready line from causeway wan"
-    match = READY.match(proc.stdout.readline().strip())
+    match = WAN_READY.match(proc.stdout.readline().strip())
     assert match, (tmp_path / "wan.log").read_text()
     try:
         yield proc, match.group(1)

@@ -6,6 +6,6 @@ tests import it from here as before.
 
 from __future__ import annotations
 
-from deploy.broker_process import READY, START_TIMEOUT_S, BrokerProcess, fd_count, rss_bytes
+from deploy.broker_process import READY, START_TIMEOUT_S, BrokerProcess, broker_command, fd_count, rss_bytes
 
-__all__ = ["READY", "START_TIMEOUT_S", "BrokerProcess", "fd_count", "rss_bytes"]
+__all__ = ["READY", "START_TIMEOUT_S", "BrokerProcess", "broker_command", "fd_count", "rss_bytes"]
