@@ -24,8 +24,13 @@ __all__ = [
     "QUARANTINED_RECORDS",
     "QUARANTINED_SEGMENTS",
     "RECOVERY_CUTS",
+    "LOG_TRUNCATIONS",
+    "TRUNCATED_RECORDS",
     "serve_metrics",
     "track_open_segment_files",
+    "ISR_EXPANDS",
+    "ISR_SHRINKS",
+    "track_replication",
 ]
 
 log = logging.getLogger(__name__)
@@ -51,6 +56,16 @@ RECOVERY_CUTS = Counter(
     "(intact batches followed the damage).",
     ["topic", "partition", "kind"],
 )
+LOG_TRUNCATIONS = Counter(
+    "causeway_log_truncations",
+    "Truncations of a follower's divergent log tail (KIP-101/279); what they cut is in quarantine.",
+    ["topic", "partition"],
+)
+TRUNCATED_RECORDS = Counter(
+    "causeway_log_truncated_records",
+    "Records a follower's truncation moved from its log to the partition's quarantine directory.",
+    ["topic", "partition"],
+)
 OPEN_SEGMENT_FILES = Gauge(
     "causeway_log_open_segment_files",
     "Segment files the broker holds open (bounded by half the open-file limit).",
@@ -59,6 +74,22 @@ OPEN_SEGMENT_FILES = Gauge(
 
 def track_open_segment_files(count: Callable[[], int]) -> None:
     OPEN_SEGMENT_FILES.set_function(lambda: float(count()))
+
+
+ISR_SHRINKS = Counter("causeway_isr_shrinks", "ISR shrinks written for partitions this broker leads "
+                                              "(Kafka's IsrShrinksPerSec).")
+ISR_EXPANDS = Counter("causeway_isr_expands", "ISR expansions written for partitions this broker leads "
+                                              "(Kafka's IsrExpandsPerSec).")
+UNDER_REPLICATED = Gauge("causeway_under_replicated_partitions", "Partitions this broker leads whose ISR is "
+                                                                 "smaller than their replicas (Kafka's "
+                                                                 "UnderReplicatedPartitions).")
+UNDER_MIN_ISR = Gauge("causeway_under_min_isr_partitions", "Partitions this broker leads whose ISR is below "
+                                                           "min.insync.replicas (Kafka's UnderMinIsrPartitionCount).")
+
+
+def track_replication(under_replicated: Callable[[], int], under_min_isr: Callable[[], int]) -> None:
+    UNDER_REPLICATED.set_function(lambda: float(under_replicated()))
+    UNDER_MIN_ISR.set_function(lambda: float(under_min_isr()))
 
 
 @dataclass

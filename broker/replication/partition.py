@@ -1,43 +1,124 @@
-"""A partition replica hosted by this broker: its log, its leader epoch, its high watermark.
+"""A partition replica hosted by this broker: its log, its role, and as leader its ISR and
+high watermark (Kafka's Partition.scala).
 
-For now every replica is a leader of a one-replica ISR (standalone mode), so the high watermark
-follows the log end offset after each append. Followers, ISR changes and ``acks=all`` waiting on
-other replicas arrive with the ZooKeeper controller.
+As leader it tracks each follower's log end offset and the last time it was caught up (Kafka's
+``lastCaughtUpTimeMs``), moves the high watermark to the smallest log end offset in the ISR
+(never backwards), asks the controller to shrink or expand the ISR through an
+:class:`~broker.replication.isr.IsrChannel` (KIP-497: while a change is in flight the high
+watermark counts the maximal ISR, the union of the old and the new), and wakes ``acks=all``
+produces waiting for the high watermark to pass their batches. A standalone broker leads an ISR
+of one: the high watermark follows the log end offset after each append, nothing waits.
+
+As follower it holds the leader's id and epoch; its log is written by the fetcher
+(broker/replication/fetcher.py) and its high watermark is the leader's, capped by its own log end.
 
 Fetches that found too little data wait on the partitions they asked for: they register a
-``trio.Event`` here and every append sets the events registered at that moment.
+``trio.Event`` here, set by every append and every move of the high watermark.
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass
+from typing import Any
+
 import trio
 
+from broker import metrics
+from broker.controller.model import PartitionInfo
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.dir_health import DirHealth
+from broker.replication.isr import IsrChannel
 from broker.storage import AppendResult, Log, ReadResult
 
-__all__ = ["Partition"]
+__all__ = ["FollowerState", "Partition", "monotonic_ms"]
+
+log = logging.getLogger(__name__)
+
+ZERO_UUID = uuid.UUID(int=0)
+# Codes with which the controller refuses an ISR change because this leader's view is stale:
+# no retry until its next LeaderAndIsr (Kafka's handling of AlterPartition errors).
+_STALE = frozenset({ErrorCode.FENCED_LEADER_EPOCH, ErrorCode.INVALID_UPDATE_VERSION})
+
+Spawn = Callable[[Callable[[], Coroutine[Any, Any, None]]], None]
+
+
+def monotonic_ms() -> int:
+    """The clock of followers' fetch times and ISR lag: trio's (monotonic; a wall-clock step
+    must not push every follower out of the ISR, and tests run it on a fake clock)."""
+    return int(trio.current_time() * 1000)
+
+
+@dataclass(slots=True)
+class FollowerState:
+    """What the leader knows of one follower (Kafka's Replica state)."""
+
+    log_end_offset: int = -1  # unknown until its first fetch in this leader epoch
+    last_caught_up_ms: int = 0
+    last_fetch_leader_end: int = -1  # the leader's log end at the follower's previous fetch
+    last_fetch_ms: int = 0
 
 
 class Partition:
     def __init__(self, topic: str, index: int, log: Log, *, leader_epoch: int, is_leader: bool,
-                 health: DirHealth | None = None) -> None:
+                 health: DirHealth | None = None, broker_id: int = 0, topic_id: uuid.UUID = ZERO_UUID,
+                 replicas: Sequence[int] | None = None, isr: Sequence[int] | None = None,
+                 leader_id: int | None = None, partition_epoch: int = 0) -> None:
         self.topic = topic
+        self.topic_id = topic_id
         self._health = health if health is not None else DirHealth()
         self.index = index
         self.log = log
+        self.broker_id = broker_id
         self.leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
         self.is_leader = is_leader
+        self.leader_id: int | None = broker_id if is_leader else leader_id
+        self.replicas: tuple[int, ...] = tuple(replicas) if replicas is not None else (broker_id,)
+        self.isr: tuple[int, ...] = tuple(isr) if isr is not None else (broker_id,)
+        self.followers: dict[int, FollowerState] = {}
+        self.leader_epoch_start_offset = log.log_end_offset
+        # An ISR change sent to the controller and not answered yet (KIP-497), and whether the
+        # controller refused one as stale (then nothing is tried until the next LeaderAndIsr).
+        self.pending_isr: tuple[int, ...] | None = None
+        self.isr_change_refused = False
+        self.isr_channel: IsrChannel | None = None
+        self.spawn: Spawn | None = None  # runs an ISR change in the replica manager's nursery
+        self._generation = 0  # bumped by every role or epoch change: stale answers are dropped
+        self._demotions = 0  # times this replica stopped leading: acks=all waits end with it
         self._waiters: set[trio.Event] = set()
+        # Set when the high watermark, ISR or role changes; made only when an acks=all produce
+        # waits, so a standalone append allocates nothing for it.
+        self._changed: trio.Event | None = None
         if is_leader:
-            log.high_watermark = log.log_end_offset
+            self._reset_followers(0)
+            if self.maximal_isr == (broker_id,):
+                log.high_watermark = log.log_end_offset
 
     def __repr__(self) -> str:
-        return f"Partition({self.topic}-{self.index}, epoch={self.leader_epoch})"
+        role = "leader" if self.is_leader else f"follower of {self.leader_id}"
+        return f"Partition({self.topic}-{self.index}, epoch={self.leader_epoch}, {role}, isr={list(self.isr)})"
 
     @property
     def high_watermark(self) -> int:
         return int(self.log.high_watermark)
+
+    @property
+    def under_replicated(self) -> bool:
+        return self.is_leader and len(self.isr) < len(self.replicas)
+
+    @property
+    def under_min_isr(self) -> bool:
+        return self.is_leader and len(self.isr) < self.log.config.min_insync_replicas
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the high watermark counts: with a change in flight, the old and new together."""
+        if self.pending_isr is None:
+            return self.isr
+        return tuple(sorted(set(self.isr) | set(self.pending_isr)))
 
     def check_leader_epoch(self, current_leader_epoch: int) -> None:
         """Fence a client that has newer or older metadata than ours (KIP-320).
@@ -49,6 +130,58 @@ class Partition:
         if current_leader_epoch > self.leader_epoch:
             raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
         raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+
+    # -- role changes ----------------------------------------------------------------------
+
+    def make_leader(self, info: PartitionInfo, now_ms: int) -> None:
+        """Lead with the controller's state: its epoch, replicas and ISR (Kafka's makeLeader).
+        The high watermark stays where it was and moves as followers report their offsets."""
+        new_epoch = info.leader_epoch != self.leader_epoch or not self.is_leader
+        self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
+        self.replicas = tuple(info.replicas)
+        self.isr = tuple(info.isr)
+        self.pending_isr = None
+        self.isr_change_refused = False
+        if new_epoch:
+            self.leader_epoch_start_offset = self.log.log_end_offset
+            self._reset_followers(now_ms)
+        else:
+            self.followers = {r: self.followers.get(r, FollowerState()) for r in self.replicas if r != self.broker_id}
+        self.is_leader = True
+        self.leader_id = self.broker_id
+        self._generation += 1
+        self.log.high_watermark = min(self.log.high_watermark, self.log.log_end_offset)
+        self.maybe_increment_high_watermark()
+        self._signal()
+
+    def make_follower(self, info: PartitionInfo) -> None:
+        """Follow ``info.leader`` (Kafka's makeFollower): produces are refused from now on and
+        every acks=all produce still waiting is answered NOT_LEADER_OR_FOLLOWER."""
+        self.leader_epoch = info.leader_epoch
+        self.partition_epoch = info.partition_epoch
+        self.replicas = tuple(info.replicas)
+        self.isr = tuple(info.isr)
+        self.make_offline(info.leader if info.leader >= 0 else None)
+
+    def make_offline(self, leader_id: int | None = None) -> None:
+        """Stop leading (a follower, or a replica the controller stopped)."""
+        if self.is_leader:
+            self._demotions += 1
+        self.is_leader = False
+        self.leader_id = leader_id
+        self.pending_isr = None
+        self.followers = {}
+        self._generation += 1
+        self._signal()
+
+    def _reset_followers(self, now_ms: int) -> None:
+        # Followers in the ISR count as caught up now, the others never were (Kafka's
+        # resetReplicaState on becoming leader); their log ends are unknown until they fetch.
+        self.followers = {r: FollowerState(last_caught_up_ms=now_ms if r in self.isr else 0)
+                          for r in self.replicas if r != self.broker_id}
+
+    # -- the leader's append and the high watermark -----------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
                transactional: bool = False) -> AppendResult:
@@ -67,11 +200,174 @@ class Partition:
         except OSError as exc:
             raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
         self._health.succeeded(root)
-        if not result.duplicate:
-            # A one-replica ISR: everything appended is committed.
-            self.log.high_watermark = self.log.log_end_offset
-            self._wake()
+        if not result.duplicate and not self.maybe_increment_high_watermark():
+            self._wake()  # the high watermark stayed (followers must fetch it): wake long polls anyway
         return result
+
+    def maybe_increment_high_watermark(self) -> bool:
+        """Move the high watermark to the smallest log end offset of the maximal ISR, if that is
+        higher (Kafka's maybeIncrementLeaderHW); True when it moved."""
+        if not self.is_leader:
+            return False
+        new = self.log.log_end_offset
+        if self.pending_isr is not None or len(self.isr) > 1:  # an ISR of one: the log end itself
+            for replica in self.maximal_isr:
+                if replica != self.broker_id:
+                    state = self.followers.get(replica)
+                    new = min(new, state.log_end_offset if state is not None else -1)
+        if new <= self.log.high_watermark:
+            return False
+        self.log.high_watermark = new
+        self._wake()
+        self._signal()
+        return True
+
+    async def wait_for_high_watermark(self, required_offset: int) -> ErrorCode:
+        """Wait until the high watermark reaches ``required_offset`` (an acks=all produce whose
+        last batch ends there), as Kafka's DelayedProduce: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        when it got there with an ISR below min.insync.replicas, NOT_LEADER_OR_FOLLOWER when
+        this replica stopped leading meanwhile. The caller bounds the wait (a cancel scope)."""
+        demotions = self._demotions
+        while True:
+            if not self.is_leader or self._demotions != demotions:
+                return ErrorCode.NOT_LEADER_OR_FOLLOWER
+            if self.high_watermark >= required_offset:
+                if len(self.isr) < self.log.config.min_insync_replicas:
+                    return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+                return ErrorCode.NONE
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+    def _signal(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    # -- followers' fetches (on the leader) ------------------------------------------------
+
+    def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
+        """A follower fetched from ``fetch_offset``: that is its log end offset now (Kafka's
+        updateFollowerFetchState). May expand the ISR and move the high watermark.
+
+        Raises KafkaError(NOT_LEADER_OR_FOLLOWER) when this replica does not lead or
+        ``replica_id`` is not one of the partition's assigned replicas."""
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER, f"broker {self.broker_id} does not lead "
+                                                              f"{self.topic}-{self.index}")
+        state = self.followers.get(replica_id)
+        if state is None:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"replica {replica_id} is not an assigned replica of {self.topic}-{self.index} "
+                             f"({list(self.replicas)})")
+        leader_end = self.log.log_end_offset
+        if not self.log.log_start_offset <= fetch_offset <= leader_end:
+            return  # answered OFFSET_OUT_OF_RANGE by the read: not a position to record (as Kafka)
+        if fetch_offset >= leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, now_ms)
+        elif fetch_offset >= state.last_fetch_leader_end:
+            state.last_caught_up_ms = max(state.last_caught_up_ms, state.last_fetch_ms)
+        state.log_end_offset = fetch_offset
+        state.last_fetch_leader_end = leader_end
+        state.last_fetch_ms = now_ms
+        self.maybe_expand_isr(replica_id)
+        self.maybe_increment_high_watermark()
+
+    def read(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
+        """Read committed batches for a consumer (never past the high watermark)."""
+        return self.log.read(
+            fetch_offset, max_bytes, upper_bound=self.log.high_watermark, min_one_batch=min_one_batch
+        )
+
+    def read_for_follower(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
+        """Read for a follower: up to the log end, past the high watermark."""
+        return self.log.read(fetch_offset, max_bytes, min_one_batch=min_one_batch)
+
+    # -- ISR changes ---------------------------------------------------------------------
+
+    def _can_change_isr(self) -> bool:
+        return (self.is_leader and self.isr_channel is not None and self.spawn is not None
+                and self.pending_isr is None and not self.isr_change_refused)
+
+    def maybe_expand_isr(self, replica_id: int) -> None:
+        """Add a follower caught up to the high watermark within this leader epoch."""
+        if replica_id in self.isr or not self._can_change_isr():
+            return
+        state = self.followers[replica_id]
+        end = state.log_end_offset
+        if end >= self.log.high_watermark and end >= self.leader_epoch_start_offset:
+            self._alter_isr(tuple(sorted((*self.isr, replica_id))), f"replica {replica_id} caught up to {end}")
+
+    def out_of_sync_replicas(self, now_ms: int, max_lag_ms: int) -> list[int]:
+        """ISR followers behind the log end and not caught up for ``max_lag_ms`` (Kafka's
+        getOutOfSyncReplicas)."""
+        end = self.log.log_end_offset
+        out = []
+        for replica in self.isr:
+            state = self.followers.get(replica)
+            if replica == self.broker_id or state is None:
+                continue
+            if state.log_end_offset != end and now_ms - state.last_caught_up_ms > max_lag_ms:
+                out.append(replica)
+        return out
+
+    def maybe_shrink_isr(self, now_ms: int, max_lag_ms: int) -> None:
+        if not self._can_change_isr():
+            return
+        lagging = self.out_of_sync_replicas(now_ms, max_lag_ms)
+        if lagging:
+            new_isr = tuple(r for r in self.isr if r not in lagging)
+            details = ", ".join(f"{r} (log end {self.followers[r].log_end_offset}, caught up "
+                                f"{now_ms - self.followers[r].last_caught_up_ms} ms ago)" for r in lagging)
+            self._alter_isr(new_isr, f"out of sync past replica.lag.time.max.ms={max_lag_ms}: {details}; "
+                                     f"leader log end {self.log.log_end_offset}")
+
+    def _alter_isr(self, new_isr: tuple[int, ...], why: str) -> None:
+        assert self.spawn is not None and self.isr_channel is not None
+        self.pending_isr = new_isr
+        generation = self._generation
+        channel = self.isr_channel
+        log.info("%s-%d: ISR %s -> %s (%s)", self.topic, self.index, list(self.isr), list(new_isr), why)
+
+        async def send() -> None:
+            try:
+                written = await channel.alter_partition(self.topic, self.topic_id, self.index, self.leader_epoch,
+                                                        new_isr, self.partition_epoch)
+            except KafkaError as exc:
+                if generation != self._generation:
+                    return
+                self.pending_isr = None
+                if exc.code in _STALE:
+                    self.isr_change_refused = True
+                    log.warning("%s-%d: the controller refused ISR %s (%s): waiting for its next LeaderAndIsr",
+                                self.topic, self.index, list(new_isr), exc)
+                else:
+                    log.warning("%s-%d: ISR change to %s failed (%s); tried again at the next check",
+                                self.topic, self.index, list(new_isr), exc)
+                self._signal()
+                return
+            except Exception as exc:  # noqa: BLE001 - a lost controller connection: try again later
+                if generation == self._generation:
+                    self.pending_isr = None
+                    log.warning("%s-%d: ISR change to %s failed (%s); tried again at the next check",
+                                self.topic, self.index, list(new_isr), exc)
+                    self._signal()
+                return
+            if generation != self._generation:
+                return  # the role or epoch changed meanwhile: the LeaderAndIsr state rules
+            if len(written.isr) < len(self.isr):
+                metrics.ISR_SHRINKS.inc()
+            elif len(written.isr) > len(self.isr):
+                metrics.ISR_EXPANDS.inc()
+            self.isr = tuple(written.isr)
+            self.partition_epoch = written.partition_epoch
+            self.pending_isr = None
+            self.maybe_increment_high_watermark()
+            self._signal()
+
+        self.spawn(send)
+
+    # -- long polls ------------------------------------------------------------------------
 
     async def wait_flushed(self, result: AppendResult) -> None:
         """When `result`'s append reached flush.messages, return once it is fsynced.
@@ -89,17 +385,15 @@ class Partition:
         except OSError as exc:
             raise self._health.failed(root, exc, f"flushing {self.topic}-{self.index}") from exc
 
-    def read(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
-        """Read committed batches for a consumer (never past the high watermark)."""
-        return self.log.read(
-            fetch_offset, max_bytes, upper_bound=self.log.high_watermark, min_one_batch=min_one_batch
-        )
-
     def add_waiter(self, event: trio.Event) -> None:
         self._waiters.add(event)
 
     def remove_waiter(self, event: trio.Event) -> None:
         self._waiters.discard(event)
+
+    def wake_fetches(self) -> None:
+        """Wake long polls waiting on this partition (the follower's fetcher appended)."""
+        self._wake()
 
     def _wake(self) -> None:
         if self._waiters:

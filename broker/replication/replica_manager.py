@@ -1,19 +1,33 @@
-"""The partitions this broker hosts, kept in step with the controller's metadata."""
+"""The partitions this broker hosts, kept in step with the controller's metadata.
+
+Standalone, the controller's topic changes (:meth:`ReplicaManager.on_topic_changed`) create the
+logs and every replica leads an ISR of one. In ZooKeeper mode the controller's LeaderAndIsr
+decides (:meth:`ReplicaManager.apply_leader_and_isr`, Kafka's becomeLeaderOrFollower): each
+partition becomes leader (its ISR from the controller) or follower (fetched from its leader by
+a :class:`~broker.replication.fetcher.Fetcher`, one per source broker), fenced by controller
+epoch and leader epoch; StopReplica stops (and may delete) a replica. The replica manager's own
+task tree (:meth:`ReplicaManager.run`) holds the fetchers, the ISR changes sent to the
+controller and the periodic ISR shrink check (every half ``replica.lag.time.max.ms``).
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
 import trio
 
+from broker import metrics
 from broker.config import BrokerConfig
-from broker.controller.model import TopicInfo
+from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.dir_health import DirHealth
-from broker.replication.partition import Partition
+from broker.replication.fetcher import Fetcher, FetcherSettings
+from broker.replication.isr import IsrChannel
+from broker.replication.partition import Partition, monotonic_ms
 from broker.storage import Log, LogConfig, LogManager
 
 __all__ = ["ReplicaManager", "broker_log_config", "CREATE_CHUNK"]
@@ -63,6 +77,61 @@ class ReplicaManager:
         # go ahead meanwhile: a small CreateTopics never waits behind a creation of thousands.
         self._topic_locks: dict[str, trio.Lock] = {}
         self.health = DirHealth()
+        self._zk_mode = config.zookeeper_connect is not None
+        # LeaderAndIsr and StopReplica are applied one at a time (Kafka's replicaStateChangeLock).
+        self._state_lock = trio.Lock()
+        self._controller_epoch = -1
+        self._isr_channel: IsrChannel | None = None
+        self._nursery: trio.Nursery | None = None
+        self._fetchers: dict[int, Fetcher] = {}
+        self._topic_ids: dict[uuid.UUID, str] = {}
+        self._topic_configs: dict[str, LogConfig] = {}  # from the controller's topic changes
+        self._listener_name = config.inter_broker_listener_name or config.listeners[0].name
+        metrics.track_replication(lambda: sum(p.under_replicated for p in list(self._partitions.values())),
+                                  lambda: sum(p.under_min_isr for p in list(self._partitions.values())))
+        self.fetcher_settings = FetcherSettings(
+            config.broker_id, max_bytes=config.replica_fetch_max_bytes, wait_max_ms=config.replica_fetch_wait_max_ms,
+            min_bytes=config.replica_fetch_min_bytes, backoff_ms=config.replica_fetch_backoff_ms)
+
+    # -- the task tree -------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the fetchers, ISR changes and the ISR shrink check until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            for partition in self._partitions.values():
+                partition.spawn = self._spawn
+            nursery.start_soon(self._check_isr_forever)
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._nursery = None
+                nursery.cancel_scope.cancel()
+
+    def _spawn(self, job: Callable[[], Awaitable[None]]) -> None:
+        if self._nursery is not None:
+            self._nursery.start_soon(job)
+
+    def set_isr_channel(self, channel: IsrChannel) -> None:
+        """Where leaders send ISR changes (ZooKeeper mode: AlterPartition to the controller)."""
+        self._isr_channel = channel
+        for partition in self._partitions.values():
+            partition.isr_channel = channel
+
+    async def _check_isr_forever(self) -> None:
+        """Shrink the ISR of led partitions whose followers lag (Kafka's isr-expiration task,
+        every half of replica.lag.time.max.ms)."""
+        lag_ms = self._config.replica_lag_time_max_ms
+        while True:
+            await trio.sleep(lag_ms / 2 / 1000)
+            self.check_isr(monotonic_ms())
+
+    def check_isr(self, now: int) -> None:
+        lag_ms = self._config.replica_lag_time_max_ms
+        for partition in list(self._partitions.values()):
+            if partition.is_leader and len(partition.isr) > 1:
+                partition.maybe_shrink_isr(now, lag_ms)
 
     def get(self, topic: str, partition: int) -> Partition:
         """The hosted partition. Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) when absent."""
@@ -77,6 +146,13 @@ class ReplicaManager:
 
     def partitions(self) -> list[Partition]:
         return list(self._partitions.values())
+
+    def name_of(self, topic_id: uuid.UUID) -> str | None:
+        """The name of a hosted topic by its id (follower fetches v13+)."""
+        return self._topic_ids.get(topic_id)
+
+    def fetcher_for(self, broker_id: int) -> Fetcher | None:
+        return self._fetchers.get(broker_id)
 
     def log_config_for(self, topic: TopicInfo) -> LogConfig:
         return LogConfig.from_topic_configs(topic.configs, self._defaults)
@@ -95,6 +171,15 @@ class ReplicaManager:
                 self._topic_locks.pop(name, None)
 
     async def on_topic_changed(self, topic: TopicInfo) -> None:
+        if self._zk_mode:
+            # Roles and logs come from LeaderAndIsr; a topic change brings its configs.
+            config = self.log_config_for(topic)
+            self._topic_configs[topic.name] = config
+            for info in topic.partitions:
+                existing = self._partitions.get((topic.name, info.partition))
+                if existing is not None:
+                    existing.log.update_config(config)
+            return
         async with self._changing(topic.name):
             await self._apply(topic)
 
@@ -114,7 +199,7 @@ class ReplicaManager:
             try:
                 # Loaded at start (LogManager.load_all) or earlier: no file work left.
                 self._host(topic.name, info.partition, self._logs.get(topic.name, info.partition),
-                           config, info.leader_epoch, info.leader == me)
+                           config, info.leader_epoch, info.leader == me, topic.topic_id)
             except KafkaError:
                 missing.append(info)
         for start in range(0, len(missing), CREATE_CHUNK):
@@ -131,21 +216,205 @@ class ReplicaManager:
                 adopted = self._logs.adopt(topic.name, index, root, new_log)
                 if adopted is not new_log:
                     new_log.close()
-                self._host(topic.name, index, adopted, config, info.leader_epoch, info.leader == me)
+                self._host(topic.name, index, adopted, config, info.leader_epoch, info.leader == me, topic.topic_id)
         if missing:
             log.info("created %d partition logs of %s", len(missing), topic.name)
 
     def _host(self, topic: str, index: int, partition_log: Log, config: LogConfig, leader_epoch: int,
-              is_leader: bool) -> None:
+              is_leader: bool, topic_id: uuid.UUID, info: PartitionInfo | None = None) -> Partition:
         partition_log.update_config(config)
-        self._partitions[(topic, index)] = Partition(topic, index, partition_log, leader_epoch=leader_epoch,
-                                                     is_leader=is_leader, health=self.health)
+        me = self._config.broker_id
+        partition = Partition(
+            topic, index, partition_log, leader_epoch=leader_epoch, is_leader=is_leader, health=self.health,
+            broker_id=me, topic_id=topic_id,
+            replicas=info.replicas if info is not None else None, isr=info.isr if info is not None else None,
+            leader_id=info.leader if info is not None else None,
+            partition_epoch=info.partition_epoch if info is not None else 0)
+        partition.isr_channel = self._isr_channel
+        partition.spawn = self._spawn if self._nursery is not None else None
+        self._partitions[(topic, index)] = partition
+        self._topic_ids[topic_id] = topic
+        return partition
+
+    async def _logs_for(self, topic: str, indexes: list[int], config: LogConfig) -> dict[int, Log]:
+        """The logs of `indexes`, loaded at start or created now (in worker threads, in chunks)."""
+        found: dict[int, Log] = {}
+        missing = []
+        for index in indexes:
+            try:
+                found[index] = self._logs.get(topic, index)
+            except KafkaError:
+                missing.append(index)
+        for start in range(0, len(missing), CREATE_CHUNK):
+            chunk = missing[start:start + CREATE_CHUNK]
+            roots = self._logs.place(len(chunk))
+            wanted = [(root, topic, index) for root, index in zip(roots, chunk, strict=True)]
+            try:
+                opened = await trio.to_thread.run_sync(_open_logs, wanted, config)
+            except OSError as exc:
+                log.error("creating partitions of %s failed: %s", topic, exc)
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                                 f"creating the logs of {topic} failed: {exc.strerror or exc}") from exc
+            for (root, _, index), new_log in zip(wanted, opened, strict=True):
+                adopted = self._logs.adopt(topic, index, root, new_log)
+                if adopted is not new_log:
+                    new_log.close()
+                found[index] = adopted
+        return found
+
+    # -- LeaderAndIsr and StopReplica (ZooKeeper mode) ------------------------------------------
+
+    async def apply_leader_and_isr(
+        self, controller_id: int, controller_epoch: int,
+        states: Sequence[tuple[str, uuid.UUID, PartitionInfo, bool]],
+        brokers: Mapping[int, BrokerInfo],
+    ) -> dict[tuple[str, int], ErrorCode]:
+        """Become leader or follower of each partition as the controller says (Kafka's
+        becomeLeaderOrFollower). Per partition: STALE_CONTROLLER_EPOCH when ``controller_epoch``
+        is older than the newest seen; FENCED_LEADER_EPOCH (and nothing changes) when the leader
+        epoch is older than the partition's; UNKNOWN_TOPIC_OR_PARTITION (ignored) when this
+        broker is not one of its replicas; NONE otherwise. The log is created when missing.
+        A new leader stops fetching the partition first; a new follower stops serving produces
+        (waiting acks=all produces get NOT_LEADER_OR_FOLLOWER), then truncates by
+        OffsetForLeaderEpoch against its leader and fetches from it. ``brokers`` gives the
+        leaders' addresses (the inter-broker listener)."""
+        results: dict[tuple[str, int], ErrorCode] = {}
+        async with self._state_lock:
+            if controller_epoch < self._controller_epoch:
+                log.warning("ignored LeaderAndIsr from controller %d with epoch %d: the newest seen is %d",
+                            controller_id, controller_epoch, self._controller_epoch)
+                return {(name, info.partition): ErrorCode.STALE_CONTROLLER_EPOCH for name, _, info, _ in states}
+            self._controller_epoch = controller_epoch
+            me = self._config.broker_id
+            accepted: list[tuple[str, uuid.UUID, PartitionInfo]] = []
+            for name, topic_id, info, _is_new in states:
+                key = (name, info.partition)
+                if me not in info.replicas:
+                    log.warning("ignored LeaderAndIsr for %s-%d: broker %d is not one of its replicas %s",
+                                name, info.partition, me, list(info.replicas))
+                    results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                existing = self._partitions.get(key)
+                if existing is not None and info.leader_epoch < existing.leader_epoch:
+                    log.warning("ignored LeaderAndIsr for %s-%d: leader epoch %d is older than %d", name,
+                                info.partition, info.leader_epoch, existing.leader_epoch)
+                    results[key] = ErrorCode.FENCED_LEADER_EPOCH
+                    continue
+                if (existing is not None and info.leader_epoch == existing.leader_epoch
+                        and info.partition_epoch <= existing.partition_epoch and self._serving(existing, info)):
+                    results[key] = ErrorCode.NONE  # nothing new (a repeated request)
+                    continue
+                accepted.append((name, topic_id, info))
+            by_topic: dict[str, list[tuple[uuid.UUID, PartitionInfo]]] = {}
+            for name, topic_id, info in accepted:
+                by_topic.setdefault(name, []).append((topic_id, info))
+            for name, entries in by_topic.items():
+                config = self._topic_configs.get(name, self._defaults)
+                try:
+                    logs = await self._logs_for(name, [info.partition for _, info in entries], config)
+                except KafkaError as exc:
+                    for _, info in entries:
+                        results[(name, info.partition)] = exc.code
+                    continue
+                for topic_id, info in entries:
+                    results[(name, info.partition)] = await self._become(
+                        name, topic_id, info, logs[info.partition], config, brokers)
+        return results
+
+    def _serving(self, partition: Partition, info: PartitionInfo) -> bool:
+        """Whether `partition` already plays the role `info` gives it (leads, or is fetched
+        from that leader)."""
+        if info.leader == self._config.broker_id:
+            return partition.is_leader
+        fetcher = self._fetchers.get(info.leader)
+        return fetcher is not None and fetcher.follows((partition.topic, partition.index))
+
+    async def _become(self, name: str, topic_id: uuid.UUID, info: PartitionInfo, partition_log: Log,
+                      config: LogConfig, brokers: Mapping[int, BrokerInfo]) -> ErrorCode:
+        me = self._config.broker_id
+        key = (name, info.partition)
+        partition = self._partitions.get(key)
+        if partition is None:
+            partition = self._host(name, info.partition, partition_log, config, info.leader_epoch, False,
+                                   topic_id, info)
+        # Whatever it becomes, no fetcher may append to it meanwhile (and none mid-truncation).
+        await self._stop_fetching(key)
+        if info.leader == me:
+            partition.make_leader(info, monotonic_ms())
+            log.info("%s-%d: leader in epoch %d, ISR %s, log end %d, high watermark %d", name, info.partition,
+                     info.leader_epoch, list(info.isr), partition.log.log_end_offset, partition.high_watermark)
+            return ErrorCode.NONE
+        partition.make_follower(info)
+        leader = brokers.get(info.leader)
+        endpoint = leader.endpoint(self._listener_name) if leader is not None else None
+        if endpoint is None:
+            log.warning("%s-%d: follower in epoch %d, leader %d has no %s endpoint (not alive?): not fetching",
+                        name, info.partition, info.leader_epoch, info.leader, self._listener_name)
+            return ErrorCode.NONE
+        (await self._fetcher(info.leader, endpoint.host, endpoint.port)).add(partition)
+        log.info("%s-%d: follower of broker %d in epoch %d", name, info.partition, info.leader, info.leader_epoch)
+        return ErrorCode.NONE
+
+    async def _fetcher(self, source: int, host: str, port: int) -> Fetcher:
+        fetcher = self._fetchers.get(source)
+        if fetcher is not None and (fetcher.host, fetcher.port) != (host, port):
+            # The leader came back at another address: the old fetcher's partitions move over,
+            # once no truncation of theirs is under way.
+            moving = [p for k in fetcher.partitions() if (p := await fetcher.remove(k)) is not None]
+            fetcher.stop()
+            del self._fetchers[source]
+            fetcher = None
+        else:
+            moving = []
+        if fetcher is None:
+            fetcher = Fetcher(self.fetcher_settings, source, host, port)
+            self._fetchers[source] = fetcher
+            if self._nursery is None:
+                raise RuntimeError("ReplicaManager.run is not running: followers cannot fetch")
+            self._nursery.start_soon(fetcher.run)
+        for partition in moving:
+            fetcher.add(partition)
+        return fetcher
+
+    async def _stop_fetching(self, key: tuple[str, int]) -> None:
+        for source, fetcher in list(self._fetchers.items()):
+            if fetcher.follows(key):
+                await fetcher.remove(key)
+            if not fetcher.partitions() and self._fetchers.get(source) is fetcher:
+                fetcher.stop()
+                del self._fetchers[source]
+
+    async def stop_replica(self, topic: str, partition: int, *, delete: bool) -> ErrorCode:
+        """Stop fetching or leading the replica (Kafka's StopReplica); with `delete` its log goes
+        too (in a worker thread). A replica not hosted here is answered NONE, as in Kafka."""
+        key = (topic, partition)
+        async with self._state_lock:
+            await self._stop_fetching(key)
+            hosted = self._partitions.get(key)
+            if hosted is not None:
+                hosted.make_offline()
+            if not delete:
+                return ErrorCode.NONE
+            self._partitions.pop(key, None)
+            detached = self._logs.detach(topic, partition)
+            if detached is not None:
+                await trio.to_thread.run_sync(_delete_logs, [detached])
+                log.info("deleted replica %s-%d", topic, partition)
+        return ErrorCode.NONE
 
     async def on_topic_deleted(self, topic: TopicInfo) -> None:
         async with self._changing(topic.name):
             doomed: list[Log] = []
+            self._topic_configs.pop(topic.name, None)
             for info in topic.partitions:
-                self._partitions.pop((topic.name, info.partition), None)
+                key = (topic.name, info.partition)
+                if self._fetchers:
+                    await self._stop_fetching(key)  # no fetcher may append to a log being deleted
+                hosted = self._partitions.pop(key, None)
+                if hosted is not None:
+                    hosted.make_offline()
+                    if self._topic_ids.get(hosted.topic_id) == topic.name:
+                        del self._topic_ids[hosted.topic_id]
                 detached = self._logs.detach(topic.name, info.partition)
                 if detached is not None:
                     doomed.append(detached)

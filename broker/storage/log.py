@@ -36,8 +36,9 @@ from broker.storage.file_slice import FileSlice
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.quarantine import Cut, keep_cut
 from broker.storage.segment import LogSegment, RecoveryResult, UnflushedIndexes
+from broker.storage.truncation import Truncation, keep_truncated
 
-__all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors",
+__all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors", "TruncationPlan",
            "parse_partition_dir"]
 
 log = logging.getLogger(__name__)
@@ -140,6 +141,54 @@ class ReadResult:
         if self.segment is None or self.length <= 0:
             return None
         return self.segment.slice(self.position, self.length, within_budget=within_budget)
+
+
+@dataclass(slots=True)
+class TruncationPlan:
+    """A truncation planned by :meth:`Log.plan_truncation`; :meth:`run` does its file work."""
+
+    directory: Path
+    topic: str
+    partition: int
+    offset: int  # the log ends here afterwards (or, `fully`, starts here)
+    reason: str
+    previous_end: int
+    quarantine_from: int  # the first offset that goes
+    last: LogSegment  # the segment that keeps its head (unused when `fully`)
+    position: int  # where `last` is cut
+    doomed: list[LogSegment]  # whole segments that go (already retired)
+    fully: bool = False
+    has_data: bool = True
+    cut: Truncation | None = None
+    done: bool = False
+
+    def run(self) -> Truncation | None:
+        """Quarantine what goes and cut the files (blocking: copies, renames, fsyncs; any thread,
+        while the log's thread leaves the partition alone)."""
+        whole = [(s.base_offset, s.path) for s in self.doomed]
+        if self.fully:
+            if self.has_data:
+                self.cut = keep_truncated(self.directory, self.topic, self.partition, offset=self.quarantine_from,
+                                          previous_end=self.previous_end, reason=self.reason, tail=None, whole=whole)
+            else:
+                for segment in self.doomed:
+                    segment.delete_files()
+            self.done = True
+            return self.cut
+        last = self.last
+        with last.pinned_fd() as fd:
+            tail = (last.path, fd, self.position, last.size) if self.position < last.size else None
+            self.cut = keep_truncated(self.directory, self.topic, self.partition, offset=self.offset,
+                                      previous_end=self.previous_end, reason=self.reason, tail=tail, whole=whole)
+        if last.base_offset > self.offset:
+            last.detach()
+            last.delete_files()
+        elif last.base_offset == self.offset and last.size > 0:
+            last.truncate_to(last.base_offset)
+        elif self.position < last.size:
+            last.truncate_to(self.offset)
+        self.done = True
+        return self.cut
 
 
 class Log:
@@ -387,6 +436,79 @@ class Log:
         return AppendResult(first_offset, next_offset - 1, log_append_time, self.log_start_offset,
                             needs_flush=needs_flush)
 
+    def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult | None:
+        """Append batches fetched from the leader as they are: their offsets, leader epochs and
+        timestamps are the leader's (nothing is patched), the leader epoch cache follows each
+        batch's partition leader epoch, producer state follows the batches (so a producer's
+        retry finds its batch here after a leader change), and segments roll as usual.
+
+        `records` must hold whole batches (the fetcher drops a partial last one). Raises
+        KafkaError: CORRUPT_MESSAGE (malformed, CRC mismatch), UNKNOWN_SERVER_ERROR naming
+        both offsets when the first batch does not start at the log end offset or the batches
+        are out of order (Kafka's UnexpectedAppendOffsetException). Nothing is written unless
+        every batch passes. Returns None when `records` holds no batch.
+        """
+        buf = records if isinstance(records, bytes) else bytes(records)
+        batches = split_batches(buf)
+        if not batches:
+            return None
+        first = batches[0][1]
+        if first.base_offset < self.log_end_offset <= first.last_offset and self._is_empty():
+            # The leader's log start lies inside its first batch (DeleteRecords moved it there):
+            # an empty log starts at that batch, as Kafka's follower does.
+            self._restart_empty_at(first.base_offset)
+        expected = self.log_end_offset
+        for pos, header in batches:
+            if header.base_offset != expected:
+                raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                                 f"{self.directory.name}: follower append of a batch at offset {header.base_offset}, "
+                                 f"expected the log end offset {expected}")
+            if header.last_offset_delta < 0 or not batch_crc_ok(buf, pos, header):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"{self.directory.name}: fetched batch at offset {header.base_offset} is corrupt")
+            expected = header.last_offset + 1
+        first_offset = batches[0][1].base_offset
+        # Runs of batches that fit the segment size, rolling between them as the leader did.
+        start = 0
+        while start < len(batches):
+            run_start = batches[start][0]
+            end = start + 1
+            room = max(self.config.segment_bytes - self.active.size, 0)
+            while end < len(batches) and batches[end][0] + batches[end][1].size - run_start <= room:
+                end += 1
+            run_end = batches[end - 1][0] + batches[end - 1][1].size
+            self._maybe_roll(run_end - run_start, now_ms)
+            chunk = [(pos - run_start, header) for pos, header in batches[start:end]]
+            for _, header in chunk:
+                # The epoch first, as for the leader: no batch lands without its entry.
+                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self.active.append(buf[run_start:run_end], chunk, index_interval_bytes=self.config.index_interval_bytes,
+                               now_ms=now_ms)
+            for _, header in chunk:
+                self.producers.update(header, header.base_offset, header.max_timestamp)
+            start = end
+        if self.unflushed_messages >= self.config.flush_messages:
+            if self._scheduler is None:
+                self.flush()
+            else:
+                self._scheduler.request(self, self.log_end_offset)
+        return AppendResult(first_offset, expected - 1, -1, self.log_start_offset)
+
+    def _is_empty(self) -> bool:
+        return len(self.segments) == 1 and self.active.size == 0
+
+    def _restart_empty_at(self, offset: int) -> None:
+        """An empty log starts over at `offset` (no data: nothing to quarantine)."""
+        self._truncations += 1
+        self.active.detach()
+        self.active.delete_files()
+        self.segments = [self._new_segment(offset)]
+        self.log_start_offset = offset
+        self.epochs.truncate_from_end(-1)
+        self.producers.producers.clear()
+        self.high_watermark = min(self.high_watermark, offset)
+        self.recovery_point = offset
+
     @property
     def unflushed_messages(self) -> int:
         """Offsets appended past the recovery point (Kafka's unflushedMessages)."""
@@ -566,16 +688,81 @@ class Log:
             deleted += self._delete_segments(over)
         return deleted
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove everything at or after `offset` (a follower cutting a divergent tail)."""
-        if offset >= self.log_end_offset:
-            return
+    def truncate_to(self, offset: int, *, reason: str = "divergent tail") -> Truncation | None:
+        """Remove everything at or after `offset` (a follower cutting a divergent tail).
+
+        A batch that straddles `offset` goes too (the log then ends at its base offset), as
+        Kafka's segment truncation does: a log holds whole batches only. What is removed is
+        moved to the partition's quarantine directory, logged and counted
+        (broker/storage/truncation.py), never deleted. Blocking (copies and fsyncs): the broker
+        runs the three steps itself, the file work in a worker thread (:meth:`plan_truncation`).
+        Returns what was cut, None when nothing was.
+        """
+        plan = self.plan_truncation(offset, reason=reason)
+        if plan is None:
+            return None
+        plan.run()
+        return self.finish_truncation(plan)
+
+    def truncate_fully_and_start_at(self, offset: int, *, reason: str) -> Truncation | None:
+        """Empty the log and start it at `offset` (a follower whose fetch offset is below the
+        leader's log start, Kafka's truncateFullyAndStartAt). Every segment is quarantined.
+        Blocking, like :meth:`truncate_to`."""
+        plan = self.plan_truncation(offset, reason=reason, fully=True)
+        assert plan is not None
+        plan.run()
+        return self.finish_truncation(plan)
+
+    def plan_truncation(self, offset: int, *, reason: str, fully: bool = False) -> TruncationPlan | None:
+        """Step one of a truncation, on the log's thread: where to cut, which segments go. They
+        are retired at once (in-flight flushes write nothing to them). Step two,
+        :meth:`TruncationPlan.run`, does the file work (in a worker thread: the copy to
+        quarantine, renames, cutting the file); step three, :meth:`finish_truncation`, back on the
+        log's thread, changes the segment list and offsets. Nothing else may append to the log
+        meanwhile (a follower's partition is the fetcher's alone). None: nothing to cut."""
+        topic, partition = parse_partition_dir(self.directory.name) or (self.directory.name, -1)
+        if fully:
+            doomed = list(self.segments)
+            plan = TruncationPlan(self.directory, topic, partition, offset, reason, self.log_end_offset,
+                                  self.log_start_offset, doomed[0], 0, doomed, fully=True,
+                                  has_data=self.log_end_offset > self.log_start_offset or self.active.size > 0)
+        else:
+            if offset >= self.log_end_offset:
+                return None
+            offset = max(offset, 0)
+            found = self.segments[self._segment_for(offset)].find(offset)
+            if found is not None:
+                offset = min(offset, found[1].base_offset)
+            keep = [s for s in self.segments if s.base_offset < offset] or [self.segments[0]]
+            last = keep[-1]
+            position = last.position_of(offset) if last.base_offset < offset else 0
+            plan = TruncationPlan(self.directory, topic, partition, offset, reason, self.log_end_offset, offset,
+                                  last, position, self.segments[len(keep):])
+        self._truncations += 1  # a flush taken before now must not move the recovery point
+        for segment in plan.doomed:
+            segment.detach()
+        return plan
+
+    def finish_truncation(self, plan: TruncationPlan) -> Truncation | None:
+        """Step three (see :meth:`plan_truncation`): the log as the truncation left it."""
+        assert plan.done, "TruncationPlan.run has not completed"
         self._truncations += 1
-        # Unlinked inline, not by the scheduler: a later roll may create a segment of the same
-        # base offset, whose files a late unlink would remove.
-        while len(self.segments) > 1 and self.active.base_offset >= offset:
-            self.segments.pop().delete()
-        self.active.truncate_to(offset)
+        doomed = {id(s) for s in plan.doomed}
+        self.segments = [s for s in self.segments if id(s) not in doomed]
+        if plan.fully or plan.last.base_offset > plan.offset:
+            # The whole log went, or its first segment started past the new end: start over.
+            self.segments = [self._new_segment(plan.offset)]
+            self.log_start_offset = plan.offset
+        if plan.fully:
+            self.epochs.truncate_from_end(-1)
+            self.producers.producers.clear()
+            self.high_watermark = plan.offset
+            self.recovery_point = plan.offset
+        else:
+            self._after_truncation()
+        return plan.cut
+
+    def _after_truncation(self) -> None:
         self.epochs.truncate_from_end(self.log_end_offset)
         self.producers.truncate_after(self.log_end_offset)
         self.high_watermark = min(self.high_watermark, self.log_end_offset)

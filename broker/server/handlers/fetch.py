@@ -34,6 +34,15 @@ thread) is read once more from the log as it is now, which answers its data, OFF
 partition no longer hosted; any other failure (EIO, EMFILE, a file removed behind the log's back)
 is KAFKA_STORAGE_ERROR, as Kafka answers an IOException, logged through the repeat limiter.
 
+A fetch with a replica id (``replica_id`` up to v14, ``replica_state.replica_id`` from v15) is a
+follower's, as in Kafka's ReplicaManager.fetchMessages: it reads up to the log end (not the high
+watermark), its fetch offset becomes the follower's log end offset on the leader (which may move
+the high watermark, wake acks=all produces and add the follower to the ISR), and it is refused
+with NOT_LEADER_OR_FOLLOWER when this broker does not lead the partition or the replica is not
+one of its assigned replicas, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when its
+``current_leader_epoch`` is older / newer than the leader's. A consumer's fetch from a replica that
+does not lead is NOT_LEADER_OR_FOLLOWER too.
+
 Fetch sessions (KIP-227) are not kept: the response's session id 0 tells clients to send full
 fetch requests, which every client supports.
 """
@@ -52,7 +61,7 @@ import trio
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse, Records
-from broker.replication.partition import Partition
+from broker.replication.partition import Partition, monotonic_ms
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.log_limits import limiter
@@ -77,7 +86,7 @@ class _Wanted:
     """One requested partition, resolved once, read on every pass."""
 
     __slots__ = ("topic_name", "topic_id", "request", "partition", "error", "read_error", "read_max_bytes",
-                 "min_one_batch")
+                 "min_one_batch", "follower")
 
     def __init__(
         self,
@@ -95,9 +104,52 @@ class _Wanted:
         self.read_error = ErrorCode.NONE  # of the latest read
         self.read_max_bytes = 0  # the limits of the latest read, to read again alike
         self.min_one_batch = False
+        self.follower = False  # a follower's fetch: read up to the log end
+
+    def read(self) -> ReadResult:
+        assert self.partition is not None
+        read = self.partition.read_for_follower if self.follower else self.partition.read
+        return read(self.request.fetch_offset, self.read_max_bytes, min_one_batch=self.min_one_batch)
+
+
+def replica_id_of(request: FetchRequest, version: int) -> int:
+    """The fetching replica's broker id; negative for a consumer."""
+    return request.replica_state.replica_id if version >= 15 else request.replica_id
+
+
+def _resolve_follower(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[_Wanted]:
+    """A follower's fetch: partitions by the replica manager's own names and ids (a follower
+    may fetch before this broker's metadata lists the topic), each fetch offset recorded."""
+    replicas = ctx.services.replicas
+    by_id = ctx.version >= 13
+    timestamp = monotonic_ms()
+    wanted: list[_Wanted] = []
+    for fetch_topic in request.topics:
+        name = replicas.name_of(fetch_topic.topic_id) if by_id else fetch_topic.topic
+        for fp in fetch_topic.partitions:
+            partition: Partition | None = None
+            error = ErrorCode.NONE
+            if name is None:
+                error = ErrorCode.UNKNOWN_TOPIC_ID
+            else:
+                try:
+                    partition = replicas.get(name, fp.partition)
+                    partition.check_leader_epoch(fp.current_leader_epoch)
+                    partition.update_follower_fetch(replica_id, fp.fetch_offset, timestamp)
+                except KafkaError as exc:
+                    error = exc.code
+                    partition = None
+            topic_id = partition.topic_id if partition is not None else fetch_topic.topic_id
+            w = _Wanted(name or "", topic_id, fp, partition, error)
+            w.follower = True
+            wanted.append(w)
+    return wanted
 
 
 def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
+    replica_id = replica_id_of(request, ctx.version)
+    if replica_id >= 0:
+        return _resolve_follower(ctx, request, replica_id)
     controller = ctx.services.controller
     replicas = ctx.services.replicas
     by_id = ctx.version >= 13
@@ -121,6 +173,8 @@ def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
                 try:
                     partition = replicas.get(name, fp.partition)
                     partition.check_leader_epoch(fp.current_leader_epoch)
+                    if not partition.is_leader:
+                        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 except KafkaError as exc:
                     error = exc.code
                     partition = None
@@ -146,7 +200,7 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, lookup: Lookup) -> tuple[li
         w.read_max_bytes, w.min_one_batch = max(budget, 0), total == 0
         try:
             if budget > 0 or total == 0:
-                result = w.partition.read(w.request.fetch_offset, w.read_max_bytes, min_one_batch=w.min_one_batch)
+                result = w.read()
                 total += result.length
         except KafkaError as exc:
             w.read_error = exc.code
@@ -215,7 +269,7 @@ def _open_slice(w: _Wanted, result: ReadResult, lookup: Lookup, *, over_budget: 
     # failure is a storage error.
     if w.partition is None or _hosted(w, lookup) is not w.partition:
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
-    again = w.partition.read(w.request.fetch_offset, w.read_max_bytes, min_one_batch=w.min_one_batch)
+    again = w.read()
     return again.open_slice(within_budget=not over_budget)
 
 

@@ -2,15 +2,27 @@
 
 No record is decoded here: each partition's records go to ``Partition.append`` which checks
 batch headers and CRCs, the producer's sequence, patches base offsets and writes.
+
+``acks=all`` (-1), as Kafka's DelayedProduce: refused with NOT_ENOUGH_REPLICAS before appending
+when the ISR is smaller than ``min.insync.replicas``; otherwise every partition of the request is
+appended first, then the answer waits, for all of them at once, until each one's high watermark
+passes its batches (the ISR has them), at most the request's ``timeout_ms``: a partition still
+waiting then is answered REQUEST_TIMED_OUT, one whose ISR fell below ``min.insync.replicas``
+meanwhile NOT_ENOUGH_REPLICAS_AFTER_APPEND, one whose replica stopped leading
+NOT_LEADER_OR_FOLLOWER. With an ISR of one (a standalone broker) the high watermark passes the
+batches at the append and nothing waits.
 """
 
 from __future__ import annotations
+
+import trio
 
 from broker.clock import now_ms
 from broker.controller.model import is_internal_topic
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ProduceRequest, ProduceResponse
+from broker.replication.partition import Partition
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.storage.log import RecordErrors
@@ -33,11 +45,30 @@ def _refused(index: int, exc: KafkaError) -> PartitionResponse:
     return response
 
 
+async def _wait_for_replicas(waits: list[tuple[PartitionResponse, Partition, int]], timeout_ms: int) -> None:
+    """Wait until each partition's high watermark reaches its required offset, all at once,
+    at most ``timeout_ms``; sets each answer's error code (REQUEST_TIMED_OUT when unfinished)."""
+    finished: set[int] = set()
+
+    async def wait_one(i: int, response: PartitionResponse, partition: Partition, required: int) -> None:
+        response.error_code = await partition.wait_for_high_watermark(required)
+        finished.add(i)
+
+    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+        async with trio.open_nursery() as nursery:
+            for i, (response, partition, required) in enumerate(waits):
+                nursery.start_soon(wait_one, i, response, partition, required)
+    for i, (response, _, _) in enumerate(waits):
+        if i not in finished:
+            response.error_code = ErrorCode.REQUEST_TIMED_OUT
+
+
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
     acks = request.acks
     replicas = ctx.services.replicas
     timestamp = now_ms()
     responses: list[ProduceResponse.TopicProduceResponse] = []
+    waits: list[tuple[PartitionResponse, Partition, int]] = []
     for topic_data in request.topic_data:
         partitions: list[PartitionResponse] = []
         topic = ctx.services.controller.topics().get(topic_data.name)
@@ -62,8 +93,10 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                 continue
             try:
                 partition = replicas.get(topic_data.name, data.index)
+                if not partition.is_leader:
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 if acks == -1:
-                    isr = len(topic.partitions[data.index].isr)
+                    isr = len(partition.isr)
                     min_isr = partition.log.config.min_insync_replicas
                     if isr < min_isr:
                         raise KafkaError(
@@ -76,18 +109,21 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             except KafkaError as exc:
                 partitions.append(_refused(data.index, exc))
                 continue
-            partitions.append(
-                PartitionResponse(
-                    index=data.index,
-                    error_code=ErrorCode.NONE,
-                    base_offset=result.first_offset,
-                    log_append_time_ms=result.log_append_time,
-                    log_start_offset=result.log_start_offset,
-                )
+            answer = PartitionResponse(
+                index=data.index,
+                error_code=ErrorCode.NONE,
+                base_offset=result.first_offset,
+                log_append_time_ms=result.log_append_time,
+                log_start_offset=result.log_start_offset,
             )
+            partitions.append(answer)
+            if acks == -1 and partition.high_watermark <= result.last_offset:
+                waits.append((answer, partition, result.last_offset + 1))
         responses.append(
             ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
         )
+    if waits:
+        await _wait_for_replicas(waits, request.timeout_ms)
     if acks == 0:
         return None  # the client expects no answer at all
     return ProduceResponse(responses=responses)
