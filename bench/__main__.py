@@ -45,27 +45,26 @@ def main() -> None:
     disk = ceiling.file_append_mb_s((1 << 30) // scale)
     print(f"ceiling: loopback TCP {tcp:,.0f} MB/s, file append {disk:,.0f} MB/s", flush=True)
 
-    rows = []
+    rows: list[tuple[str, clients.Throughput]] = []
+
+    def measured(row: str, label: str, figure: clients.Throughput) -> None:
+        rows.append((row, figure))
+        print(f"{label}: {figure.rates}", flush=True)
+
     with broker() as bootstrap:
         for size, count in ((100, 2_000_000 // scale), (1024, 500_000 // scale)):
             topic = f"bench-{size}"
             clients.create_topic(bootstrap, topic)
-            prod = clients.produce(bootstrap, topic, count, size)
-            rows.append((f"produce {size} B, acks=1", prod))
-            print(f"produce {size} B: {prod.records_per_s:,.0f} rec/s, {prod.mb_per_s:,.1f} MB/s", flush=True)
-            cons = clients.consume(bootstrap, topic, count, size)
-            rows.append((f"consume {size} B", cons))
-            print(f"consume {size} B: {cons.records_per_s:,.0f} rec/s, {cons.mb_per_s:,.1f} MB/s", flush=True)
+            measured(f"produce {size} B, acks=1", f"produce {size} B", clients.produce(bootstrap, topic, count, size))
+            measured(f"consume {size} B", f"consume {size} B", clients.consume(bootstrap, topic, count, size))
         for size in (100, 1024):
             topic = f"bench-raw-{size}"
             clients.create_topic(bootstrap, topic)
             count = (5_000_000 if size == 100 else 1_000_000) // scale
-            ingest = raw.produce(bootstrap, topic, count, size)
-            rows.append((f"broker ingest {size} B (pre-built batches of 1000)", ingest))
-            print(f"broker ingest {size} B: {ingest.records_per_s:,.0f} rec/s, {ingest.mb_per_s:,.1f} MB/s", flush=True)
-            out = raw.fetch(bootstrap, topic, count, size)
-            rows.append((f"broker fetch {size} B (raw FetchRequests)", out))
-            print(f"broker fetch {size} B: {out.records_per_s:,.0f} rec/s, {out.mb_per_s:,.1f} MB/s", flush=True)
+            measured(f"broker ingest {size} B (pre-built batches of 1000)", f"broker ingest {size} B",
+                     raw.produce(bootstrap, topic, count, size))
+            measured(f"broker fetch {size} B (raw FetchRequests)", f"broker fetch {size} B",
+                     raw.fetch(bootstrap, topic, count, size))
         clients.create_topic(bootstrap, "bench-latency")
         p50, p99 = clients.produce_latency(bootstrap, "bench-latency", rate=1000, seconds=10 / scale)
         print(f"produce latency at 1000 rec/s, acks=all: p50 {p50:.2f} ms, p99 {p99:.2f} ms", flush=True)

@@ -24,6 +24,11 @@ class Throughput:
     def mb_per_s(self) -> float:
         return self.records * self.record_size / self.seconds / 1e6
 
+    @property
+    def rates(self) -> str:
+        """Both rates as the benchmarks print them: "N rec/s, M MB/s"."""
+        return f"{self.records_per_s:,.0f} rec/s, {self.mb_per_s:,.1f} MB/s"
+
 
 def create_topic(bootstrap: str, topic: str, partitions: int = 1) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})

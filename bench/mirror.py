@@ -37,6 +37,7 @@ from deploy.broker_process import BrokerProcess
 from deploy.launcher.launch import free_port, link_toxics
 from deploy.launcher.plan import LinkPlan
 from deploy.wan.client import WanClient
+from deploy.wan.process import WanProcess
 
 PARTITIONS = 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,22 +123,6 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
     return Copy(count, size, elapsed)
 
 
-@contextmanager
-def wan_emulator() -> Iterator[str]:
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "wan", "--api", "127.0.0.1:0"], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        match = re.match(r"^causeway wan ready: http://(\S+)$", line.strip())
-        if not match:
-            raise RuntimeError(f"WAN emulator did not start: {line!r}")
-        yield match.group(1)
-    finally:
-        proc.terminate()
-        proc.wait(30)
-
-
 def link_ceiling_mb_s(api: str, toxics: list[dict[str, Any]], total_bytes: int = 30_000_000) -> float:
     """MB/s of raw bytes through one connection of a proxy with the link's toxics: what the
     emulated link itself delivers, the mirror's ceiling over it."""
@@ -175,7 +160,8 @@ def over_wan(count: int, size: int, tmp: Path, rate_mbit: int = 100, latency_ms:
     overrides = (f"listeners=LOCAL://127.0.0.1:{local},WAN://127.0.0.1:{wan}",
                  f"advertised.listeners=LOCAL://127.0.0.1:{local},WAN://127.0.0.1:{proxy}",
                  "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN:PLAINTEXT", "inter.broker.listener.name=LOCAL")
-    with wan_emulator() as api, brokers(tmp / "wan", overrides) as (source, target):
+    with WanProcess() as emulator, brokers(tmp / "wan", overrides) as (source, target):
+        api = emulator.api
         local_bootstrap = source.listeners["LOCAL"]
         link_proxy = WanClient(api).create_proxy("link", f"127.0.0.1:{proxy}", f"127.0.0.1:{wan}")
         # The toxics `causeway up` gives a link of this latency and bandwidth.
@@ -211,8 +197,7 @@ def main() -> None:
             for name, copy in ((f"confluent-kafka consume->produce loop, {size} B", base),
                                (f"causeway mirror, {size} B", mirror)):
                 rows.append((name, copy))
-                print(f"{name}: {copy.records_per_s:,.0f} rec/s, {copy.mb_per_s:,.1f} MB/s "
-                      f"({copy.records:,} records in {copy.seconds:.1f} s)", flush=True)
+                print(f"{name}: {copy.rates} ({copy.records:,} records in {copy.seconds:.1f} s)", flush=True)
         wan_count = 300_000 // scale
         wan, capacity = over_wan(wan_count, 1024, tmp)
         print(f"causeway mirror over 100 Mbit/s (12.5 MB/s), 40 ms one way: {wan.mb_per_s:,.1f} MB/s; the link "

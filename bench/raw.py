@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import random
 import socket
-import struct
 import tempfile
 import time
 from pathlib import Path
@@ -19,32 +18,13 @@ from bench.clients import Throughput
 from broker.address import parse_host_port
 from broker.clock import now_ms
 from broker.protocol.api import ApiKey
-from broker.protocol.headers import RequestHeader, encode_request_header
-from broker.protocol.messages import FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
+from broker.protocol.messages import FetchRequest, ProduceRequest
 from broker.protocol.records import Record, build_batch, split_batches
+from deploy.kafka_socket import connect, decode_response, read_frame, request_frame
 
 PRODUCE_VERSION = 9
 FETCH_VERSION = 12
-
-
-def _frame(key: int, version: int, body: bytes, correlation_id: int) -> bytes:
-    header = encode_request_header(RequestHeader(key, version, correlation_id, "bench"), 2)
-    return struct.pack(">i", len(header) + len(body)) + header + body
-
-
-def _read_frame(sock: socket.socket) -> bytes:
-    size = struct.unpack(">i", _exactly(sock, 4))[0]
-    return _exactly(sock, size)
-
-
-def _exactly(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("broker closed the connection")
-        buf += chunk
-    return bytes(buf)
+CLIENT_ID = "bench"
 
 
 def build(size: int, *, per_batch: int = 1000, compression: int = 0, mixed: bool = False) -> bytes:
@@ -83,16 +63,15 @@ def produce(bootstrap: str, topic: str, count: int, size: int, *, per_batch: int
         name=topic, partition_data=[ProduceRequest.PartitionProduceData(index=0, records=batch)])])
     body = bytes(request.encode(PRODUCE_VERSION))
     requests = count // per_batch
-    host, port = parse_host_port(bootstrap, "bootstrap")
-    with socket.create_connection((host, port)) as sock:
+    with connect(parse_host_port(bootstrap, "bootstrap"), timeout_s=None) as sock:
         start = time.perf_counter()
         sent = received = 0
         while received < requests:
             while sent < requests and sent - received < in_flight:
-                sock.sendall(_frame(ApiKey.PRODUCE, PRODUCE_VERSION, body, sent))
+                sock.sendall(request_frame(ApiKey.PRODUCE, PRODUCE_VERSION, body, sent, client_id=CLIENT_ID))
                 sent += 1
-            reply = _read_frame(sock)
-            response = ProduceResponse.decode(memoryview(reply)[5:], PRODUCE_VERSION)
+            # The broker answers a connection's requests in order: the next answer is `received`'s.
+            response = decode_response(read_frame(sock), ApiKey.PRODUCE, PRODUCE_VERSION, received)
             code = response.responses[0].partition_responses[0].error_code
             if code:
                 raise RuntimeError(f"produce failed with error {code}")
@@ -103,20 +82,20 @@ def produce(bootstrap: str, topic: str, count: int, size: int, *, per_batch: int
 
 def fetch(bootstrap: str, topic: str, count: int, size: int, *, max_bytes: int = 8 << 20) -> Throughput:
     """Read `count` records back from offset 0 with FetchRequests of up to `max_bytes`."""
-    host, port = parse_host_port(bootstrap, "bootstrap")
     offset = 0
     records = 0
     correlation = 0
-    with socket.create_connection((host, port)) as sock:
+    with connect(parse_host_port(bootstrap, "bootstrap"), timeout_s=None) as sock:
         start = time.perf_counter()
         while records < count:
             request = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, topics=[
                 FetchRequest.FetchTopic(topic=topic, partitions=[
                     FetchRequest.FetchPartition(partition=0, fetch_offset=offset, partition_max_bytes=max_bytes)])])
-            sock.sendall(_frame(ApiKey.FETCH, FETCH_VERSION, bytes(request.encode(FETCH_VERSION)), correlation))
+            sock.sendall(request_frame(ApiKey.FETCH, FETCH_VERSION, bytes(request.encode(FETCH_VERSION)), correlation,
+                                       client_id=CLIENT_ID))
+            response = decode_response(read_frame(sock), ApiKey.FETCH, FETCH_VERSION, correlation)
             correlation += 1
-            reply = _read_frame(sock)
-            data = FetchResponse.decode(memoryview(reply)[5:], FETCH_VERSION).responses[0].partitions[0].records
+            data = response.responses[0].partitions[0].records
             if not data:
                 raise RuntimeError(f"fetch at offset {offset} returned nothing")
             for _, header in split_batches(data, allow_partial_tail=True):
@@ -138,14 +117,12 @@ def stalled_fetches_rss(bootstrap: str, topic: str, pid: int, *, clients: int = 
     request = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, topics=[
         FetchRequest.FetchTopic(topic=topic, partitions=[
             FetchRequest.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=max_bytes)])])
-    frame = _frame(ApiKey.FETCH, FETCH_VERSION, bytes(request.encode(FETCH_VERSION)), 1)
-    host, port = parse_host_port(bootstrap, "bootstrap")
+    frame = request_frame(ApiKey.FETCH, FETCH_VERSION, bytes(request.encode(FETCH_VERSION)), 1, client_id=CLIENT_ID)
+    address = parse_host_port(bootstrap, "bootstrap")
     socks: list[socket.socket] = []
     try:
         for _ in range(clients):
-            sock = socket.socket()
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            sock.connect((host, port))
+            sock = connect(address, timeout_s=None, rcvbuf=4096)
             sock.sendall(frame)
             socks.append(sock)
         peak = rss_bytes(pid)
@@ -188,11 +165,9 @@ def main() -> None:
                 topic = f"fetch-{size}"
                 create_topic(process.bootstrap, topic)
                 ingest = produce(process.bootstrap, topic, count, size)
-                print(f"broker ingest {size} B: {ingest.records_per_s:,.0f} rec/s, {ingest.mb_per_s:,.1f} MB/s",
-                      flush=True)
+                print(f"broker ingest {size} B: {ingest.rates}", flush=True)
                 out = fetch(process.bootstrap, topic, count, size)
-                print(f"broker fetch {size} B: {out.records_per_s:,.0f} rec/s, {out.mb_per_s:,.1f} MB/s",
-                      flush=True)
+                print(f"broker fetch {size} B: {out.rates}", flush=True)
         finally:
             process.stop()
 

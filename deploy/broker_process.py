@@ -20,14 +20,14 @@ import selectors
 import signal
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from deploy.supervisor import log_tail
 
 __all__ = ["READY", "START_TIMEOUT_S", "BrokerProcess", "broker_command", "fd_count", "parse_ready_line",
-           "rss_bytes", "stop_process"]
+           "read_ready_line", "rss_bytes", "stop_process"]
 
 READY = re.compile(r"^causeway broker (\d+) ready: (.+)$")
 START_TIMEOUT_S = 60.0
@@ -114,17 +114,12 @@ class BrokerProcess:
         return self
 
     def _read_ready_line(self) -> str:
-        assert self.proc is not None and self.proc.stdout is not None
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout=START_TIMEOUT_S):
-                self.kill()
-                raise RuntimeError(f"broker not ready in {START_TIMEOUT_S}s; log:\n{self.log_tail()}")
-        line = self.proc.stdout.readline()
-        if not line:
-            code = self.proc.wait()
-            raise RuntimeError(f"broker exited with {code} before it was ready; log:\n{self.log_tail()}")
-        return line
+        assert self.proc is not None
+        try:
+            return read_ready_line(self.proc, "broker", START_TIMEOUT_S, self.log_tail)
+        except RuntimeError:
+            self.proc = None  # killed or exited, and waited for
+            raise
 
     @property
     def port(self) -> int:
@@ -152,6 +147,24 @@ class BrokerProcess:
 
     def log_tail(self, lines: int = 40) -> str:
         return log_tail(self.log_path, lines)
+
+
+def read_ready_line(proc: subprocess.Popen[str], what: str, timeout_s: float, log_tail: Callable[[], str]) -> str:
+    """The first line `proc` prints on its stdout (a pipe): its ready line, waited for up to
+    `timeout_s`. Raises RuntimeError naming `what`, with `log_tail()`, when it exits first, or
+    when it stays silent (then it is killed); either way the process has been waited for."""
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=timeout_s):
+            proc.kill()
+            proc.wait()
+            raise RuntimeError(f"{what} not ready in {timeout_s}s; log:\n{log_tail()}")
+    line = proc.stdout.readline()
+    if not line:
+        code = proc.wait()
+        raise RuntimeError(f"{what} exited with {code} before it was ready; log:\n{log_tail()}")
+    return line
 
 
 def stop_process(proc: subprocess.Popen[str], timeout_s: float) -> int:

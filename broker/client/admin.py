@@ -363,12 +363,9 @@ async def _per_leader(
         return out
 
     async def attempt() -> dict[TopicPartition, T]:
-        leaders = await client.leaders_for(wanted)
-        by_leader: dict[int, list[TopicPartition]] = {}
-        for tp, leader in leaders.items():
-            if isinstance(leader, KafkaError):
-                raise leader
-            by_leader.setdefault(leader.node_id, []).append(tp)
+        by_leader, leaderless = await client.partitions_by_leader(wanted)
+        if leaderless:
+            raise next(iter(leaderless.values()))  # the first partition without a leader, as asked
         answers = await gather([partial(ask, node_id, tps) for node_id, tps in by_leader.items()],
                                collect=(KafkaError, ConnectionFailed))
         return _all_answered(wanted, {tp: value for answer in answers for tp, value in answer.items()})

@@ -269,6 +269,21 @@ class Client:
                 out[tp] = KafkaError(code, f"{tp.topic}-{tp.partition}")
         return out
 
+    async def partitions_by_leader(
+        self, tps: Iterable[TopicPartition]
+    ) -> tuple[dict[int, list[TopicPartition]], dict[TopicPartition, KafkaError]]:
+        """`leaders_for`, grouped for one request per broker: the partitions each leader leads
+        (by node id), and the partitions without a usable leader with the KafkaError saying why.
+        Raises ConnectionFailed when a needed refresh fails."""
+        by_leader: dict[int, list[TopicPartition]] = {}
+        leaderless: dict[TopicPartition, KafkaError] = {}
+        for tp, leader in (await self.leaders_for(tps)).items():
+            if isinstance(leader, KafkaError):
+                leaderless[tp] = leader
+            else:
+                by_leader.setdefault(leader.node_id, []).append(tp)
+        return by_leader, leaderless
+
     def _known_leader(self, tp: TopicPartition) -> BrokerInfo | None:
         leader = self._metadata.leader(tp)
         return None if leader is None else self._metadata.brokers.get(leader)

@@ -145,16 +145,12 @@ async def _fetch(
             results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message=str(exc))
 
     try:
-        leaders = await client.leaders_for(positions)
+        by_leader, leaderless = await client.partitions_by_leader(positions)
     except ConnectionFailed as exc:
         fail_all(list(positions), exc)
         return results
-    by_leader: dict[int, list[TopicPartition]] = {}
-    for tp, leader in leaders.items():
-        if isinstance(leader, KafkaError):
-            fail_all([tp], leader)
-        else:
-            by_leader.setdefault(leader.node_id, []).append(tp)
+    for tp, error in leaderless.items():
+        fail_all([tp], error)
 
     async def fetch_from(node_id: int, tps: list[TopicPartition]) -> None:
         topics: dict[str, list[FetchRequest.FetchPartition]] = {}

@@ -97,15 +97,11 @@ async def _produce_batches(
 ) -> dict[TopicPartition, ProduceResult]:
     results: dict[TopicPartition, ProduceResult] = {}
     try:
-        leaders = await client.leaders_for(batches)
+        by_leader, leaderless = await client.partitions_by_leader(batches)
     except ConnectionFailed as exc:
         return {tp: _failed(tp, exc) for tp in batches}
-    by_leader: dict[int, list[TopicPartition]] = {}
-    for tp, leader in leaders.items():
-        if isinstance(leader, KafkaError):
-            results[tp] = ProduceResult(tp.topic, tp.partition, leader.code, error_message=leader.message)
-        else:
-            by_leader.setdefault(leader.node_id, []).append(tp)
+    for tp, error in leaderless.items():
+        results[tp] = ProduceResult(tp.topic, tp.partition, error.code, error_message=error.message)
 
     async def send(node_id: int, tps: list[TopicPartition]) -> None:
         topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}

@@ -424,9 +424,7 @@ class Log:
         # The epoch first, as Kafka does: when its checkpoint cannot be written (a full disk)
         # nothing is appended, rather than a batch the producer is told failed.
         self.epochs.assign(leader_epoch, first_offset)
-        self.active.append(buf, assigned, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
-        for _, header in assigned:
-            self.producers.update(header, header.base_offset, header.max_timestamp)
+        self._write(buf, assigned, now_ms)
         needs_flush = False
         if self.unflushed_messages >= self.config.flush_messages:
             if self._scheduler is None:
@@ -482,10 +480,7 @@ class Log:
             for _, header in chunk:
                 # The epoch first, as for the leader: no batch lands without its entry.
                 self.epochs.assign(header.partition_leader_epoch, header.base_offset)
-            self.active.append(buf[run_start:run_end], chunk, index_interval_bytes=self.config.index_interval_bytes,
-                               now_ms=now_ms)
-            for _, header in chunk:
-                self.producers.update(header, header.base_offset, header.max_timestamp)
+            self._write(buf[run_start:run_end], chunk, now_ms)
             start = end
         if self.unflushed_messages >= self.config.flush_messages:
             if self._scheduler is None:
@@ -508,6 +503,13 @@ class Log:
         self.producers.producers.clear()
         self.high_watermark = min(self.high_watermark, offset)
         self.recovery_point = offset
+
+    def _write(self, buf: bytes | bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int) -> None:
+        """Batches (at their positions in `buf`) into the active segment, and into their
+        producers' state: the same step for a leader's append and a follower's."""
+        self.active.append(buf, batches, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
+        for _, header in batches:
+            self.producers.update(header, header.base_offset, header.max_timestamp)
 
     @property
     def unflushed_messages(self) -> int:

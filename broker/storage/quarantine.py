@@ -217,11 +217,37 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_manifest(cut: Cut) -> None:
-    """A plain-text note in the quarantine directory: what each file is and what to do with it."""
+def segment_files(log_file: Path) -> list[Path]:
+    """A segment's `.log` and its two indexes, those of them that exist."""
+    return [p for p in (log_file, log_file.with_suffix(".index"), log_file.with_suffix(".timeindex")) if p.exists()]
+
+
+def write_manifest(destination: Path, head: list[str], moved_bytes: int, tail: str | None,
+                   whole_segments: list[Path], advice: list[str]) -> None:
+    """A plain-text note in the quarantine directory: what was cut and why (`head`), what each
+    file is (`tail`, the line for the copied tail of a cut segment), and what to do (`advice`)."""
+    lines = [*head, f"bytes moved: {moved_bytes}", "files:"]
+    if tail is not None:
+        lines.append(f"  {tail}")
+    lines += [f"  {path.name}: a whole later segment, with its indexes" for path in whole_segments]
+    lines += ["", *advice]
+    (destination / MANIFEST).write_text("\n".join(lines) + "\n")
+
+
+def move_in(destination: Path, paths: list[Path], partition_dir: Path) -> None:
+    """Move whole segment files into `destination` by rename (same file system, atomic per
+    file), then make the moves and the new directory durable."""
+    for path in paths:
+        os.replace(path, destination / path.name)
+    fsync_dir(destination)
+    fsync_dir(destination.parent)
+    fsync_dir(partition_dir)
+
+
+def _write_cut_manifest(cut: Cut) -> None:
     assert cut.destination is not None
     s = cut.survey
-    lines = [
+    head = [
         f"partition: {cut.partition}",
         f"kind: {'mid-log corruption (intact batches followed the damage)' if cut.mid_log else 'torn tail'}",
         f"cut at offset: {cut.cut_offset}",
@@ -229,21 +255,14 @@ def write_manifest(cut: Cut) -> None:
         f"damaged batch claims: first offset {cut.damage.claimed_first}, {cut.damage.claimed_records} records"
         if cut.damage.claimed_first is not None else "damaged batch: header unreadable",
         f"intact batches moved: {s.batches}, records {s.records}, offsets {s.first_offset}..{s.last_offset}",
-        f"bytes moved: {cut.bytes}",
-        "files:",
     ]
-    if cut.tail_bytes:
-        lines.append(f"  {cut.cut_offset:020d}.log: bytes {cut.position}.. of {cut.segment.name} "
-                     f"({cut.tail_bytes} bytes, starting with the damaged batch)")
-    for path in cut.later_segments:
-        lines.append(f"  {path.name}: a whole later segment, with its indexes")
-    lines += [
-        "",
+    tail = (f"{cut.cut_offset:020d}.log: bytes {cut.position}.. of {cut.segment.name} "
+            f"({cut.tail_bytes} bytes, starting with the damaged batch)") if cut.tail_bytes else None
+    write_manifest(cut.destination, head, cut.bytes, tail, cut.later_segments, [
         "The log continues from the cut offset without these records. Inspect the files with",
         "kafka-dump-log.sh --files <file>.log (or any RecordBatch v2 reader), re-produce what",
         "you need, then delete this directory. See the README, 'Recovery and quarantined data'.",
-    ]
-    (cut.destination / MANIFEST).write_text("\n".join(lines) + "\n")
+    ])
 
 
 def keep_cut(directory: Path, topic: str, partition: int, segment_path: Path, segment_fd: int,
@@ -259,12 +278,10 @@ def keep_cut(directory: Path, topic: str, partition: int, segment_path: Path, se
     cut.tail_bytes = segment_size - position
     tail_survey, cut.damage = survey_file(segment_path, position, cut_offset)
     cut.survey.merge(tail_survey)
-    later_files: list[list[Path]] = []
+    later_files: list[Path] = []
     for base in later:
         log_file = directory / f"{base:020d}.log"
-        files = [p for p in (log_file, log_file.with_suffix(".index"), log_file.with_suffix(".timeindex"))
-                 if p.exists()]
-        later_files.append(files)
+        later_files += segment_files(log_file)
         if log_file.exists():
             cut.later_segments.append(log_file)
             cut.later_bytes += log_file.stat().st_size
@@ -273,14 +290,8 @@ def keep_cut(directory: Path, topic: str, partition: int, segment_path: Path, se
     cut.destination = new_destination(directory)
     if cut.tail_bytes:
         copy_range(segment_fd, position, segment_size, cut.destination / f"{cut_offset:020d}.log")
-    write_manifest(cut)
-    # Whole later segments move by rename: same file system, atomic per file.
-    for files in later_files:
-        for path in files:
-            os.replace(path, cut.destination / path.name)
-    fsync_dir(cut.destination)
-    fsync_dir(cut.destination.parent)
-    fsync_dir(directory)
+    _write_cut_manifest(cut)
+    move_in(cut.destination, later_files, directory)
     _count(topic, partition, cut)
     return cut
 

@@ -15,11 +15,18 @@ Blocking (copies, renames, fsyncs): the replica manager runs truncations in a wo
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.storage.quarantine import MANIFEST, Survey, copy_range, fsync_dir, new_destination, survey_file
+from broker.storage.quarantine import (
+    Survey,
+    copy_range,
+    move_in,
+    new_destination,
+    segment_files,
+    survey_file,
+    write_manifest,
+)
 
 __all__ = ["Truncation", "keep_truncated"]
 
@@ -58,26 +65,21 @@ class Truncation:
 def _write_manifest(cut: Truncation) -> None:
     assert cut.destination is not None
     s = cut.survey
-    lines = [
+    head = [
         f"partition: {cut.partition}",
         "kind: follower truncation (the leader's log diverges from this replica's; KIP-101/279)",
         f"truncated from offset {cut.previous_end} to {cut.offset}: {cut.reason}",
         f"batches moved: {s.batches}, records {s.records}, offsets {s.first_offset}..{s.last_offset}",
-        f"bytes moved: {cut.bytes}",
-        "files:",
     ]
+    tail = None
     if cut.tail_bytes and cut.tail_segment is not None:
-        lines.append(f"  {cut.offset:020d}.log: bytes {cut.tail_position}.. of {cut.tail_segment.name} "
-                     f"({cut.tail_bytes} bytes)")
-    for path in cut.whole_segments:
-        lines.append(f"  {path.name}: a whole later segment, with its indexes")
-    lines += [
-        "",
+        tail = (f"{cut.offset:020d}.log: bytes {cut.tail_position}.. of {cut.tail_segment.name} "
+                f"({cut.tail_bytes} bytes)")
+    write_manifest(cut.destination, head, cut.bytes, tail, cut.whole_segments, [
         "These batches were never committed (the high watermark never passed them): the partition's",
         "leader does not have them. Inspect them with kafka-dump-log.sh --files <file>.log, then delete",
         "this directory. See the README, 'Recovery and quarantined data'.",
-    ]
-    (cut.destination / MANIFEST).write_text("\n".join(lines) + "\n")
+    ])
 
 
 def keep_truncated(directory: Path, topic: str, partition: int, *, offset: int, previous_end: int, reason: str,
@@ -103,14 +105,9 @@ def keep_truncated(directory: Path, topic: str, partition: int, *, offset: int, 
             cut.whole_segments.append(log_file)
             cut.whole_bytes += log_file.stat().st_size
             cut.survey.merge(survey_file(log_file, 0, base)[0])
-        moves += [p for p in (log_file, log_file.with_suffix(".index"), log_file.with_suffix(".timeindex"))
-                  if p.exists()]
+        moves += segment_files(log_file)
     _write_manifest(cut)
-    for path in moves:
-        os.replace(path, cut.destination / path.name)
-    fsync_dir(cut.destination)
-    fsync_dir(cut.destination.parent)
-    fsync_dir(directory)
+    move_in(cut.destination, moves, directory)
     _count(topic, partition, cut)
     log.warning("follower truncation: %s", cut.describe())
     return cut

@@ -136,15 +136,15 @@ class Report:
 
     @property
     def source_records(self) -> int:
-        return sum(p.source_records for p in self.partitions.values())
+        return self.total("source_records")
 
     @property
     def target_records(self) -> int:
-        return sum(p.target_records for p in self.partitions.values())
+        return self.total("target_records")
 
     @property
     def duplicate_runs(self) -> int:
-        return sum(p.duplicate_runs for p in self.partitions.values())
+        return self.total("duplicate_runs")
 
     @property
     def ok(self) -> bool:

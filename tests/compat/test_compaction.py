@@ -7,10 +7,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.broker import BrokerProcess
+from tests.support.consume import read_partition
 
 pytestmark = pytest.mark.compat
 KEYS = 10
@@ -26,22 +27,7 @@ def cleaner_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 
 
 def read_all(bootstrap: str) -> list[tuple[int, bytes, bytes | None]]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "reader", "enable.auto.commit": False,
-                         "enable.partition.eof": True})
-    consumer.assign([TopicPartition("keyed", 0, 0)])
-    out: list[tuple[int, bytes, bytes | None]] = []
-    try:
-        for _ in range(5000):  # bounded; it stops at the partition end
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                break
-            out.append((msg.offset(), msg.key(), msg.value()))
-    finally:
-        consumer.close()
-    return out
+    return [(msg.offset(), msg.key(), msg.value()) for msg in read_partition(bootstrap, "keyed")]
 
 
 def test_a_keyed_topic_is_compacted_and_stays_so_after_restart(cleaner_broker: BrokerProcess) -> None:

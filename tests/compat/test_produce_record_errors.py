@@ -3,17 +3,15 @@ deprecated topic config ``message.format.version`` accepted and ignored, as Kafk
 
 from __future__ import annotations
 
-import time
-import uuid
-
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.protocol.records import Record, build_batch
 from tests.support.broker import BrokerProcess
+from tests.support.consume import read_partition
 from tests.support.wire import ask
 
 pytestmark = pytest.mark.compat
@@ -41,23 +39,7 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]
 
 
 def read_values(bootstrap: str, topic: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                break
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
+    return [msg.value() for msg in read_partition(bootstrap, topic, timeout_s=TIMEOUT_S)]
 
 
 def test_librdkafka_fails_only_the_keyless_records_of_a_batch(broker: BrokerProcess) -> None:

@@ -3,15 +3,14 @@ threads (issue 11) loses nothing it acknowledged and restarts on a consistent lo
 
 from __future__ import annotations
 
-import time
-import uuid
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+from confluent_kafka import KafkaError, Producer
 
 from broker.storage.checkpoints import read_offsets
 from tests.support.broker import BrokerProcess
+from tests.support.consume import read_partition
 
 RECORDS = 600
 TIMEOUT_S = 30.0
@@ -34,23 +33,7 @@ def produce(bootstrap: str) -> list[int]:
 
 
 def read_all(bootstrap: str) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    consumer.assign([TopicPartition("t", 0, 0)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                assert msg.error().code() == KafkaError._PARTITION_EOF, msg.error()
-                break
-            values.append(msg.value()[:5])
-    finally:
-        consumer.close()
-    return values
+    return [msg.value()[:5] for msg in read_partition(bootstrap, "t", timeout_s=TIMEOUT_S)]
 
 
 @pytest.mark.parametrize("flush_messages", ["1", "9223372036854775807"])

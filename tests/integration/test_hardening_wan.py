@@ -12,7 +12,6 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import selectors
 import signal
 import socket
 import subprocess
@@ -26,7 +25,7 @@ import pytest
 from deploy.cli import main
 from deploy.launcher.control import alive
 from deploy.launcher.control import status as status_of
-from deploy.launcher.launch import WAN_READY
+from deploy.wan.process import WanProcess
 from tests.integration.test_launch_cli import _produce, _read
 from tests.support.polling import wait_until
 
@@ -62,21 +61,9 @@ class Echo:
 
 @pytest.fixture
 def wan(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    log = (tmp_path / "wan.log").open("w")
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "wan", "--api", "127.0.0.1:0", "--request-timeout",
-                             "1"], stdout=subprocess.PIPE, stderr=log, text=True, cwd=REPO)
-    log.close()
-    assert proc.stdout is not None
-    with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        assert sel.select(timeout=60), "no ready line from causeway wan"
-    match = WAN_READY.match(proc.stdout.readline().strip())
-    assert match, (tmp_path / "wan.log").read_text()
-    try:
-        yield proc, match.group(1)
-    finally:
-        proc.kill()
-        proc.wait()
+    with WanProcess(request_timeout_s=1, log_path=tmp_path / "wan.log") as emulator:
+        assert emulator.proc is not None
+        yield emulator.proc, emulator.api
 
 
 def call(api: str, method: str, path: str, body: str | None = None) -> tuple[int, dict[str, object]]:
@@ -213,7 +200,8 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
         doc = json.loads((state / "state.json").read_text())
         api, victim = doc["wan"]["api"], doc["wan"]["pid"]
         before = call(api, "GET", "/proxies")[1]
-        assert set(before) == {"east-to-west"}
+        links = [f"east-{broker}-to-west" for broker in (1, 2, 3)]  # one proxy per broker of east
+        assert set(before) == set(links)
 
         os.kill(victim, signal.SIGKILL)
 
@@ -235,8 +223,9 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
         wait_until(lambda: status_of(state)["healthy"], what="status to be healthy", timeout_s=60, interval_s=0.5)
 
         # Cut the link: the mirror cannot reach its source, and status says so.
-        status, _ = call(api, "POST", "/proxies/east-to-west", '{"enabled": false}')
-        assert status == 200
+        for link in links:
+            status, _ = call(api, "POST", f"/proxies/{link}", '{"enabled": false}')
+            assert status == 200
 
         def mirror_cut_off() -> bool:
             mirror = status_of(state)["mirrors"]["east-to-west"]
@@ -247,7 +236,7 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
         capsys.readouterr()
         assert main(["status", "--state-dir", str(state)]) == 2  # the command, in this process
         table = capsys.readouterr().out
-        assert "link proxy east-to-west is disabled" in table
+        assert "link proxy east-1-to-west is disabled" in table
         assert "mirror east-to-west: cannot reach its source" in table
     finally:
         assert main(["down", "--state-dir", str(state)]) == 0

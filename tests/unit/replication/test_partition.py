@@ -53,6 +53,17 @@ def leader(tmp_path: Path, nursery: trio.Nursery | None, *, isr: tuple[int, ...]
     return p, channel
 
 
+def wait_in(nursery: trio.Nursery, p: Partition, offset: int) -> list[ErrorCode]:
+    """Start an acks=all wait for `offset` in `nursery`; the list it returns gets the outcome."""
+    outcome: list[ErrorCode] = []
+
+    async def wait() -> None:
+        outcome.append(await p.wait_for_high_watermark(offset))
+
+    nursery.start_soon(wait)
+    return outcome
+
+
 def test_a_standalone_partition_commits_at_the_append(tmp_path: Path) -> None:
     log = Log.open(tmp_path / "t-0", LogConfig(), recovery_point=None)
     p = Partition("t", 0, log, leader_epoch=0, is_leader=True)
@@ -80,13 +91,8 @@ async def test_high_watermark_is_the_isr_minimum_and_never_goes_back(tmp_path: P
 async def test_acks_all_waits_for_the_isr_then_answers(tmp_path: Path) -> None:
     p, _ = leader(tmp_path, None, min_isr=2)
     result = p.append(batch(2), now_ms=NOW)
-    outcome: list[ErrorCode] = []
-
-    async def wait() -> None:
-        outcome.append(await p.wait_for_high_watermark(result.last_offset + 1))
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(wait)
+        outcome = wait_in(nursery, p, result.last_offset + 1)
         await trio.testing.wait_all_tasks_blocked()
         p.update_follower_fetch(2, 2, monotonic_ms())
         await trio.testing.wait_all_tasks_blocked()
@@ -98,13 +104,8 @@ async def test_acks_all_waits_for_the_isr_then_answers(tmp_path: Path) -> None:
 async def test_acks_all_waiters_learn_of_a_lost_leadership(tmp_path: Path) -> None:
     p, _ = leader(tmp_path, None)
     result = p.append(batch(), now_ms=NOW)
-    outcome: list[ErrorCode] = []
-
-    async def wait() -> None:
-        outcome.append(await p.wait_for_high_watermark(result.last_offset + 1))
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(wait)
+        outcome = wait_in(nursery, p, result.last_offset + 1)
         await trio.testing.wait_all_tasks_blocked()
         p.make_follower(PartitionInfo(0, 2, 6, (1, 2, 3), (2, 3), 1))
     assert outcome == [ErrorCode.NOT_LEADER_OR_FOLLOWER]
@@ -122,12 +123,7 @@ async def test_lagging_followers_leave_the_isr_and_rejoin(tmp_path: Path, autoju
         p.update_follower_fetch(3, 0, monotonic_ms())  # follower 3 stays behind
         assert p.high_watermark == 0
         result = p.append(batch(), now_ms=NOW)
-        waiting: list[ErrorCode] = []
-
-        async def wait() -> None:
-            waiting.append(await p.wait_for_high_watermark(result.last_offset + 1))
-
-        nursery.start_soon(wait)
+        waiting = wait_in(nursery, p, result.last_offset + 1)
         await trio.sleep(LAG_MS / 2 / 1000)
         p.maybe_shrink_isr(monotonic_ms(), LAG_MS)
         assert channel.calls == []  # not lagging for long enough yet
@@ -149,12 +145,7 @@ async def test_below_min_insync_after_append(tmp_path: Path, autojump_clock: tri
     async with trio.open_nursery() as nursery:
         p, channel = leader(tmp_path, nursery, isr=(1, 2), min_isr=2)
         result = p.append(batch(), now_ms=NOW)
-        waiting: list[ErrorCode] = []
-
-        async def wait() -> None:
-            waiting.append(await p.wait_for_high_watermark(result.last_offset + 1))
-
-        nursery.start_soon(wait)
+        waiting = wait_in(nursery, p, result.last_offset + 1)
         await trio.sleep(2 * LAG_MS / 1000)
         p.maybe_shrink_isr(monotonic_ms(), LAG_MS)
         await trio.testing.wait_all_tasks_blocked()

@@ -18,7 +18,6 @@ from broker.client.connection import (
 )
 from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.frames import NEED_DATA, FrameReader
 from broker.protocol.headers import RequestHeader, decode_request_header, encode_response
 from broker.protocol.messages import (
     ApiVersionsResponse,
@@ -26,6 +25,7 @@ from broker.protocol.messages import (
     MetadataResponse,
     ProduceRequest,
 )
+from tests.support.frames import request_frames
 
 
 @pytest.mark.parametrize(
@@ -98,19 +98,16 @@ class FakeBroker:
         return None
 
     async def handle(self, stream: trio.SocketStream) -> None:
-        frames = FrameReader(1 << 20)
         async with stream:
-            while data := await stream.receive_some(65536):
-                frames.feed(data)
-                while (frame := frames.next_frame()) is not NEED_DATA:
-                    header, _ = decode_request_header(frame)
-                    self.requests.append(header)
-                    reply = self.answer(header)
-                    if reply is not None and header.api_key == ApiKey.METADATA and self.gate is not None:
-                        await self.gate.wait()
-                    if reply is not None:
-                        self.answered += 1
-                        await stream.send_all(reply)
+            async for frame in request_frames(stream):
+                header, _ = decode_request_header(frame)
+                self.requests.append(header)
+                reply = self.answer(header)
+                if reply is not None and header.api_key == ApiKey.METADATA and self.gate is not None:
+                    await self.gate.wait()
+                if reply is not None:
+                    self.answered += 1
+                    await stream.send_all(reply)
 
     async def serve(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
         listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")

@@ -30,7 +30,6 @@ from broker.client import (
 )
 from broker.client.groups import decode_assignment
 from broker.protocol.api import API_SPECS, ApiKey
-from broker.protocol.frames import NEED_DATA, FrameReader
 from broker.protocol.headers import decode_request_header, encode_response
 from broker.protocol.messages import (
     ApiVersionsResponse,
@@ -44,6 +43,7 @@ from broker.protocol.messages import (
     OffsetFetchResponse,
 )
 from broker.protocol.primitives import Writer
+from tests.support.frames import request_frames
 
 # -- decoding ---------------------------------------------------------------------------------
 
@@ -125,18 +125,15 @@ class FakeCluster:
         return self.handler(node_id, api_key, request, version)
 
     async def _serve(self, node_id: int, stream: trio.SocketStream) -> None:
-        frames = FrameReader(1 << 20)
         async with stream:
-            while data := await stream.receive_some(65536):
-                frames.feed(data)
-                while (frame := frames.next_frame()) is not NEED_DATA:
-                    header, pos = decode_request_header(frame)
-                    spec = API_SPECS[header.api_key]
-                    request = spec.request.decode(frame[pos:], header.api_version)
-                    response = self._answer(node_id, header.api_key, header.api_version, request)
-                    await stream.send_all(encode_response(
-                        header.correlation_id, spec.response_header_version(header.api_version), response,
-                        header.api_version))
+            async for frame in request_frames(stream):
+                header, pos = decode_request_header(frame)
+                spec = API_SPECS[header.api_key]
+                request = spec.request.decode(frame[pos:], header.api_version)
+                response = self._answer(node_id, header.api_key, header.api_version, request)
+                await stream.send_all(encode_response(
+                    header.correlation_id, spec.response_header_version(header.api_version), response,
+                    header.api_version))
 
     async def start(self, nursery: trio.Nursery) -> None:
         for node_id in (1, 2):

@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from broker.protocol import messages
+from tools import gen_protocol
 
 INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),
@@ -51,14 +52,7 @@ def instance(top: type, cls: type, version: int, depth: int = 0) -> st.SearchStr
         if not lo <= version <= hi:
             continue
         element = kind.removeprefix("[]")
-        if element in INT_RANGES or element in (
-            "float64",
-            "bool",
-            "string",
-            "bytes",
-            "records",
-            "uuid",
-        ):
+        if element in gen_protocol.PRIMITIVES:
             item = scalar(element)
         else:
             item = instance(top, getattr(top, element), version, depth + 1)
