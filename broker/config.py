@@ -175,24 +175,14 @@ _IGNORED_KAFKA_KEYS = frozenset(
     {
         "num.network.threads",
         "num.io.threads",
-        "num.replica.fetchers",
         "num.recovery.threads.per.data.dir",
         "background.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
-        "offsets.topic.replication.factor",
         "transaction.state.log.replication.factor",
         "transaction.state.log.min.isr",
-        "zookeeper.connect",
-        "zookeeper.connection.timeout.ms",
-        "zookeeper.session.timeout.ms",
         "log.cleaner.threads",
         "log.preallocate",
-        "auto.leader.rebalance.enable",
-        "controlled.shutdown.enable",
-        "unclean.leader.election.enable",
-        "replica.lag.time.max.ms",
-        "replica.fetch.max.bytes",
         "process.roles",
         "controller.quorum.voters",
         "controller.listener.names",
@@ -376,6 +366,9 @@ class BrokerConfig(BaseModel):
         default=10080, alias="offsets.retention.minutes")
     offsets_retention_check_interval_ms: Annotated[int, _int(1)] = Field(
         default=600000, alias="offsets.retention.check.interval.ms")
+    # How long a commit (or group write) waits for the ISR of its __consumer_offsets partition.
+    offsets_commit_timeout_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=5000, alias="offsets.commit.timeout.ms")
     offset_metadata_max_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=4096, alias="offset.metadata.max.bytes")
     group_initial_rebalance_delay_ms: Annotated[int, _int(0, INT_MAX)] = Field(
         default=3000, alias="group.initial.rebalance.delay.ms")
@@ -387,6 +380,39 @@ class BrokerConfig(BaseModel):
     # Causeway's own keys (no Kafka equivalent), under a prefix of their own. HOST:PORT where the
     # broker serves Prometheus metrics over HTTP (/metrics); unset: no metrics endpoint.
     metrics_listener: Annotated[str | None, _Parse(_host_port)] = Field(default=None, alias="causeway.metrics.listener")
+    # ZooKeeper mode (unset zookeeper.connect: a standalone broker, metadata in its data dir).
+    # HOST:PORT[,HOST:PORT...][/chroot], as Kafka's.
+    zookeeper_connect: Annotated[str | None, _STR] = Field(default=None, alias="zookeeper.connect")
+    zookeeper_session_timeout_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=18000, alias="zookeeper.session.timeout.ms")
+    # Unset: the session timeout, as Kafka.
+    zookeeper_connection_timeout_ms: Annotated[int | None, _int(1, INT_MAX)] = Field(
+        default=None, alias="zookeeper.connection.timeout.ms")
+    # Replication (followers, ISR).
+    replica_lag_time_max_ms: Annotated[int, _int(1)] = Field(default=30000, alias="replica.lag.time.max.ms")
+    replica_fetch_max_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=1048576, alias="replica.fetch.max.bytes")
+    replica_fetch_wait_max_ms: Annotated[int, _int(0, INT_MAX)] = Field(default=500, alias="replica.fetch.wait.max.ms")
+    replica_fetch_min_bytes: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="replica.fetch.min.bytes")
+    replica_fetch_backoff_ms: Annotated[int, _int(0, INT_MAX)] = Field(default=1000, alias="replica.fetch.backoff.ms")
+    num_replica_fetchers: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="num.replica.fetchers")
+    # The controller.
+    unclean_leader_election_enable: Annotated[bool, _BOOL] = Field(
+        default=False, alias="unclean.leader.election.enable")
+    # Capped by the brokers alive when the topic is created, as Kafka does.
+    offsets_topic_replication_factor: Annotated[int, _int(1, 32767)] = Field(
+        default=3, alias="offsets.topic.replication.factor")
+    controlled_shutdown_enable: Annotated[bool, _BOOL] = Field(default=True, alias="controlled.shutdown.enable")
+    controlled_shutdown_max_retries: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=3, alias="controlled.shutdown.max.retries")
+    controlled_shutdown_retry_backoff_ms: Annotated[int, _int(0)] = Field(
+        default=5000, alias="controlled.shutdown.retry.backoff.ms")
+    auto_leader_rebalance_enable: Annotated[bool, _BOOL] = Field(default=True, alias="auto.leader.rebalance.enable")
+    leader_imbalance_check_interval_seconds: Annotated[int, _int(1)] = Field(
+        default=300, alias="leader.imbalance.check.interval.seconds")
+    leader_imbalance_per_broker_percentage: Annotated[int, _int(0, 100)] = Field(
+        default=10, alias="leader.imbalance.per.broker.percentage")
+    controller_socket_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=30000, alias="controller.socket.timeout.ms")
 
     # What the user actually set, by canonical key, for DescribeConfigs (STATIC_BROKER_CONFIG).
     _explicit: dict[str, str] = PrivateAttr(default_factory=dict)

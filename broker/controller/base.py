@@ -58,19 +58,24 @@ class Controller(Protocol):
         configs: Mapping[str, str],
         *,
         validate_only: bool = False,
+        assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
         """Create a topic. Raises KafkaError: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION,
         INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, POLICY_VIOLATION (max.broker.partitions,
-        max.partitions), KAFKA_STORAGE_ERROR (the metadata could not be written)."""
+        max.partitions), KAFKA_STORAGE_ERROR (the metadata could not be written).
+        ``assignments`` (partition -> replicas, the first the preferred leader) replaces the
+        controller's own assignment; INVALID_REPLICA_ASSIGNMENT when it is not valid."""
         ...
 
     async def delete_topic(self, name: str) -> None:
         """Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) for a topic that does not exist."""
         ...
 
-    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                                assignments: Sequence[Sequence[int]] | None = None) -> None:
         """Grow a topic to ``total`` partitions. Raises KafkaError(INVALID_PARTITIONS) when
-        ``total`` is not larger than the current count."""
+        ``total`` is not larger than the current count. ``assignments``: the replicas of each new
+        partition (INVALID_REPLICA_ASSIGNMENT when not valid)."""
         ...
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:

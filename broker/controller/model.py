@@ -46,6 +46,9 @@ class PartitionInfo:
     leader_epoch: int
     replicas: tuple[int, ...]
     isr: tuple[int, ...]
+    # ZooKeeper mode: the zkVersion of the partition's state znode (Kafka's partition epoch),
+    # which fences ISR changes (AlterPartition). Standalone: always 0.
+    partition_epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)

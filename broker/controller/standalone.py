@@ -29,6 +29,7 @@ from broker.controller.model import (
     is_internal_topic,
     validate_topic_name,
 )
+from broker.controller.zk.assignment import validate_assignment
 from broker.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
@@ -108,7 +109,12 @@ class StandaloneController:
         configs: Mapping[str, str],
         *,
         validate_only: bool = False,
+        assignments: Mapping[int, Sequence[int]] | None = None,
     ) -> TopicInfo:
+        if assignments:
+            # One broker: every replica must be this one (Kafka's checks and messages).
+            validate_assignment(assignments, [self._config.broker_id])
+            num_partitions, replication_factor = len(assignments), len(next(iter(assignments.values())))
         problem = validate_topic_name(name)
         if problem is not None:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
@@ -180,9 +186,18 @@ class StandaloneController:
         if self._listener is not None:
             await self._listener.on_topic_deleted(topic)
 
-    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                                assignments: Sequence[Sequence[int]] | None = None) -> None:
         topic = self._require(name)
         current = len(topic.partitions)
+        if assignments:
+            if len(assignments) != total - current:
+                raise KafkaError(ErrorCode.INVALID_REPLICA_ASSIGNMENT,
+                                 f"Increasing the number of partitions by {total - current} but "
+                                 f"{len(assignments)} assignments provided.")
+            validate_assignment({current + i: r for i, r in enumerate(assignments)}, [self._config.broker_id],
+                                expected_replication=len(topic.partitions[0].replicas) if topic.partitions else None,
+                                first_partition=current)
         if total <= current:
             raise KafkaError(
                 ErrorCode.INVALID_PARTITIONS,

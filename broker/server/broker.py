@@ -11,13 +11,16 @@ import errno
 import logging
 import socket
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from functools import partial
+from typing import TYPE_CHECKING
 
 import trio
 
 from broker.clock import now_ms
 from broker.config import BrokerConfig, ListenerSpec, StartupError
+from broker.controller.base import Controller
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
 from broker.coordinator.coordinator import GroupCoordinator
@@ -35,9 +38,15 @@ from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 
+if TYPE_CHECKING:
+    from broker.controller.zk.metadata import ZkMetadata
+
 __all__ = ["RunningBroker", "run_broker"]
 
 log = logging.getLogger(__name__)
+
+# The longest a stopping ZooKeeper-mode broker spends on its controlled shutdown.
+_CONTROLLED_SHUTDOWN_MAX_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +120,8 @@ async def run_broker(
     initial_topics: Mapping[str, int] | None = None,
     task_status: trio.TaskStatus[RunningBroker] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Run a standalone broker until cancelled.
+    """Run a broker until cancelled: standalone, or in a ZooKeeper-mode cluster when
+    ``zookeeper.connect`` is set.
 
     ``initial_topics`` (name -> partitions) are created if missing, before readiness is reported.
     Raises OSError naming the listener when an address cannot be bound, and RuntimeError when the
@@ -136,26 +146,36 @@ async def run_broker(
     flusher = Flusher()
     logs.use_flusher(flusher)
     metrics_server: MetricsServer | None = None
+    stack = AsyncExitStack()
+    zk_metadata: ZkMetadata | None = None
     try:
         if config.metrics_listener is not None:
             metrics_server = serve_metrics(config.metrics_listener)
             track_open_segment_files(lambda: len(HANDLES))
             log.info("metrics served on %s", metrics_server.url)
-        controller = StandaloneController(config)
         replicas = ReplicaManager(config, logs)
-        controller.set_listener(replicas)
-        for topic in list(controller.topics().values()):
-            await replicas.on_topic_changed(topic)
-        for name, partitions in (initial_topics or {}).items():
-            try:
-                await controller.create_topic(name, partitions, 1, {})
-            except KafkaError as exc:
-                if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
-                    raise
+        controller: Controller
+        if config.zookeeper_connect is None:
+            standalone = StandaloneController(config)
+            standalone.set_listener(replicas)
+            controller = standalone
+            for topic in list(controller.topics().values()):
+                await replicas.on_topic_changed(topic)
+            await _create_initial_topics(controller, initial_topics, 1)
+        else:
+            # ZooKeeper mode: the metadata comes from the controller (UpdateMetadata), the logs
+            # from LeaderAndIsr; nothing is created before this broker is registered. Imported
+            # here: a standalone broker never loads kazoo.
+            from broker.controller.zk.mode import zookeeper_mode
+
+            zk_metadata = await stack.enter_async_context(zookeeper_mode(config, replicas))
+            controller = zk_metadata
         offsets_store = OffsetsStore(config, controller, replicas)
-        await offsets_store.ensure_topic()
+        if zk_metadata is None:
+            await offsets_store.ensure_topic()
         groups = GroupCoordinator(config, offsets_store.append)
-        await trio.to_thread.run_sync(lambda: groups.load(list(offsets_store.replay())))
+        if zk_metadata is None:
+            await trio.to_thread.run_sync(lambda: groups.load(list(offsets_store.replay())))
         services = BrokerServices(config, controller, replicas, groups)
         dispatcher = Dispatcher(services)
         pool = RequestMemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
@@ -172,12 +192,19 @@ async def run_broker(
             await serve_connection(stream, info, dispatcher, pool, limits=limits, responses=responses)
 
         async with trio.open_nursery() as nursery:
+            await nursery.start(replicas.run)
             await nursery.start(groups.run)
             bound: list[BoundListener] = await nursery.start(
                 partial(serve_listeners, log_repeat_window_s=config.log_repeat_window_ms / 1000),
                 config.listeners, on_connection)
             advertised = _advertised(config, bound)
             controller.register_local_broker(BrokerInfo(config.broker_id, advertised, config.rack))
+            if zk_metadata is not None:
+                # Registered once the listeners serve: the controller's first requests find them.
+                await nursery.start(zk_metadata.run)
+                replicas.set_isr_channel(zk_metadata.isr_channel())
+                await _create_initial_topics(controller, initial_topics, config.default_replication_factor)
+                nursery.start_soon(zk_metadata.ensure_offsets_topic, offsets_store.ensure_topic)
             nursery.start_soon(flusher.run)
 
             async def retention() -> None:
@@ -204,8 +231,27 @@ async def run_broker(
     finally:
         if metrics_server is not None:
             metrics_server.close()
-        with trio.CancelScope(shield=True):
-            await trio.to_thread.run_sync(_close_logs, logs)
+        try:
+            if zk_metadata is not None:
+                # Leaderships move to other ISR members before this broker's session closes.
+                with trio.CancelScope(shield=True), trio.move_on_after(_CONTROLLED_SHUTDOWN_MAX_S):
+                    await zk_metadata.controlled_shutdown()
+            # Closes the ZooKeeper session (its ephemerals go at once; the client shields that
+            # itself). Not inside a shield of ours: the client's nursery must exit in its own scope.
+            await stack.aclose()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(_close_logs, logs)
+
+
+async def _create_initial_topics(controller: Controller, initial_topics: Mapping[str, int] | None,
+                                 replication_factor: int) -> None:
+    for name, partitions in (initial_topics or {}).items():
+        try:
+            await controller.create_topic(name, partitions, replication_factor, {})
+        except KafkaError as exc:
+            if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
+                raise
 
 
 def _caused_by_emfile(exc: BaseException) -> bool:

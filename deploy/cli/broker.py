@@ -1,4 +1,5 @@
-"""`causeway broker` and `causeway demo`: one standalone broker (metadata in its data dir)."""
+"""`causeway broker` and `causeway demo`: one broker, standalone (metadata in its data dir) or, with
+``--zookeeper``, one broker of a ZooKeeper-mode cluster."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ def _broker_config(args: argparse.Namespace) -> BrokerConfig:
         )
     if args.broker_id is not None:
         props["node.id"] = str(args.broker_id)
+    if getattr(args, "zookeeper", None):
+        props["zookeeper.connect"] = args.zookeeper
     for key in ignored_keys(props):
         log.warning("config %s has no effect in Causeway; ignored", key)
     return BrokerConfig.from_properties(props)
@@ -106,8 +109,13 @@ def _add_broker_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    broker = commands.add_parser("broker", help="run a standalone broker")
+    broker = commands.add_parser(
+        "broker", help="run a broker: standalone, or one of a ZooKeeper-mode cluster with --zookeeper")
     _add_broker_arguments(broker)
+    broker.add_argument(
+        "--zookeeper", metavar="HOST:PORT[,HOST:PORT...][/CHROOT]",
+        help="join the cluster coordinated by this ZooKeeper (zookeeper.connect); without it the broker is "
+             "standalone, its metadata in its data dir")
     broker.add_argument(
         "--topic", action="append", default=[], metavar="NAME[:PARTITIONS]", help="create a topic at start if missing"
     )

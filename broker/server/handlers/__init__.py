@@ -7,6 +7,7 @@ single source for both dispatch and the ApiVersions answer.
 from __future__ import annotations
 
 from broker.server.handlers import (
+    acls,
     api_versions,
     cluster,
     configs,
@@ -14,6 +15,7 @@ from broker.server.handlers import (
     fetch,
     groups,
     init_producer_id,
+    inter_broker,
     leader_epoch,
     list_offsets,
     metadata,
@@ -39,6 +41,8 @@ _SERVED: tuple[ApiHandler, ...] = (
     *configs.HANDLERS,
     *groups.HANDLERS,
     *offsets.HANDLERS,
+    # *acls.HANDLERS,
+    *inter_broker.HANDLERS,
 )
 
 # The ApiVersions answer, built once from the table below: what the dispatcher routes to is

@@ -60,19 +60,27 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
             if topic.name in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' appears twice in the request")
             seen.add(topic.name)
+            assignments: dict[int, list[int]] | None = None
             if topic.assignments:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Manual replica assignment is not supported yet")
-            partitions = config.num_partitions if topic.num_partitions == _DEFAULT else topic.num_partitions
-            factor = (
-                config.default_replication_factor
-                if topic.replication_factor == _DEFAULT
-                else topic.replication_factor
-            )
+                if topic.num_partitions != _DEFAULT or topic.replication_factor != _DEFAULT:
+                    raise KafkaError(ErrorCode.INVALID_REQUEST,
+                                     "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                                     "Both cannot be used at the same time.")
+                assignments = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+                partitions, factor = len(assignments), len(topic.assignments[0].broker_ids)
+            else:
+                partitions = config.num_partitions if topic.num_partitions == _DEFAULT else topic.num_partitions
+                factor = (
+                    config.default_replication_factor
+                    if topic.replication_factor == _DEFAULT
+                    else topic.replication_factor
+                )
             if partitions >= 1:
                 budget.take(partitions)
             overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
             created = await controller.create_topic(
-                topic.name, partitions, factor, overrides, validate_only=request.validate_only
+                topic.name, partitions, factor, overrides, validate_only=request.validate_only,
+                assignments=assignments,
             )
             budget.commit(partitions)
             result.topic_id = created.topic_id
@@ -138,8 +146,6 @@ async def create_partitions(
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
-            if topic.assignments:
-                raise KafkaError(ErrorCode.INVALID_REQUEST, "Manual replica assignment is not supported yet")
             if is_internal_topic(topic.name):
                 # A group's coordinator partition is hash(group) % partition count: more partitions
                 # would move every group away from its committed offsets.
@@ -152,7 +158,8 @@ async def create_partitions(
             if adding > 0:
                 budget.take(adding)
             await ctx.services.controller.create_partitions(
-                topic.name, topic.count, validate_only=request.validate_only
+                topic.name, topic.count, validate_only=request.validate_only,
+                assignments=[list(a.broker_ids) for a in topic.assignments] if topic.assignments else None,
             )
             budget.commit(max(adding, 0))
         except KafkaError as exc:

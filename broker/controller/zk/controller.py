@@ -1,0 +1,859 @@
+"""The elected controller of a ZooKeeper-mode cluster (Kafka's KafkaController).
+
+Every broker runs :func:`run_controller_election`: whoever creates the ephemeral ``/controller``
+znode first is the controller, until its ZooKeeper session ends. On winning it increments
+``/controller_epoch`` by a conditional write (a zombie controller's later writes and requests are
+refused by that epoch), reads the brokers, topics and partition states, and from then on reacts
+to ZooKeeper, one event at a time, as Kafka's controller event thread does:
+
+* ``/brokers/ids`` changed: a broker whose session ended (or that re-registered, a new broker
+  epoch) loses its leaderships to the next live ISR member and leaves every ISR; a new broker is
+  told the metadata and its replicas, and offline partitions it can lead get a leader again;
+* ``/brokers/topics`` changed, or a topic's assignment grew: the new partitions get their first
+  leader and ISR (the live replicas) in a new state znode;
+* ``/admin/delete_topics``: the replicas are stopped and deleted (StopReplica), then the znodes go;
+* AlterPartition from a leader (KIP-497): checked against the leader epoch and the partition
+  epoch, written, answered;
+* ControlledShutdown from a broker: its leaderships move away first.
+
+Partition state znodes are only ever written conditionally on their zkVersion, in a transaction
+that also checks ``/controller_epoch`` is still ours; the new zkVersion is the partition epoch the
+brokers receive in LeaderAndIsr and UpdateMetadata. A lost session (or a write that finds a newer
+controller) ends the term: the controller resigns and its brokers' queues are dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
+
+import trio
+
+from broker.config import BrokerConfig
+from broker.controller.model import BrokerInfo, PartitionInfo, validate_topic_name
+from broker.controller.zk import znodes
+from broker.controller.zk.channel import ControllerChannel
+from broker.controller.zk.client import (
+    CheckVersionOp,
+    CreateOp,
+    SetOp,
+    ZkBadVersion,
+    ZkClient,
+    ZkError,
+    ZkNodeExists,
+    ZkNoNode,
+    ZkSessionExpired,
+    ZnodeStat,
+)
+from broker.controller.zk.election import (
+    NO_LEADER,
+    LeaderAndIsr,
+    elect_controlled_shutdown,
+    elect_offline,
+    elect_preferred,
+    initial_leader_and_isr,
+    on_broker_loss,
+)
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import (
+    LeaderAndIsrRequest,
+    StopReplicaRequest,
+    UpdateMetadataRequest,
+)
+
+__all__ = ["ZkController", "run_controller_election", "LEADER_DURING_DELETE"]
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# UpdateMetadata marks the partitions of a deleted topic with this leader (Kafka's
+# LeaderAndIsr.LeaderDuringDelete): brokers drop them from their metadata cache.
+LEADER_DURING_DELETE = -2
+SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
+# The least time between two terms of this broker as controller.
+_MIN_TERM_S = 1.0
+
+
+class Resigned(Exception):
+    """This controller found a newer one (or lost its session); its term is over."""
+
+
+@dataclass(slots=True)
+class _Broker:
+    info: BrokerInfo
+    epoch: int  # the czxid of its registration znode (Kafka's broker epoch)
+    protocols: dict[str, str]
+
+
+@dataclass(slots=True)
+class _Partition:
+    replicas: tuple[int, ...]
+    state: LeaderAndIsr | None = None  # None: no state znode yet
+    zk_version: int = -1
+    controller_epoch: int = 0
+
+
+@dataclass(slots=True)
+class _Topic:
+    name: str
+    topic_id: uuid.UUID
+    partitions: dict[int, _Partition] = field(default_factory=dict)
+    watch: trio.CancelScope = field(default_factory=trio.CancelScope)
+
+
+class ZkController:
+    """One term of this broker as the controller; see the module docstring."""
+
+    def __init__(self, config: BrokerConfig, zk: ZkClient) -> None:
+        self._config = config
+        self._zk = zk
+        self.broker_id = config.broker_id
+        self.epoch = 0
+        self._epoch_version = -1
+        self._brokers: dict[int, _Broker] = {}
+        self._topics: dict[str, _Topic] = {}
+        self._shutting_down: set[int] = set()
+        # Topics being deleted -> the brokers whose replicas are not deleted yet.
+        self._deleting: dict[str, set[int]] = {}
+        self._jobs_send, self._jobs = trio.open_memory_channel[Callable[[], Awaitable[None]]](math.inf)
+        self._channel = ControllerChannel(request_timeout_s=config.controller_socket_timeout_ms / 1000,
+                                          client_id=f"controller-{config.broker_id}")
+        self._nursery: trio.Nursery | None = None
+        self._ready = trio.Event()
+        self._ended = trio.Event()
+
+    # -- the term ---------------------------------------------------------------------------
+
+    async def serve(self, epoch: int, epoch_version: int, *,
+                    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Act as controller with ``epoch`` until cancelled; raises Resigned when a newer
+        controller shows up."""
+        self.epoch, self._epoch_version = epoch, epoch_version
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(self._channel.run)
+                await self._failover()
+                nursery.start_soon(self._watch, znodes.BROKER_IDS, self._on_brokers)
+                nursery.start_soon(self._watch, znodes.BROKER_TOPICS, self._on_topics)
+                nursery.start_soon(self._watch, znodes.DELETE_TOPICS, self._on_delete_topics)
+                if self._config.auto_leader_rebalance_enable:
+                    nursery.start_soon(self._rebalance_forever)
+                self._ready.set()
+                task_status.started()
+                async for job in self._jobs:
+                    try:
+                        await job()
+                    except (Resigned, ZkError):
+                        raise  # the term ends (a newer controller, or ZooKeeper failing under a write)
+                    except Exception:  # noqa: BLE001 - one bad event must not stop the controller
+                        log.exception("controller %d: an event failed; carrying on", self.broker_id)
+        finally:
+            # Requests waiting on this term are answered NOT_CONTROLLER (see _call).
+            self._ended.set()
+
+    async def _call(self, job: Callable[[], Awaitable[T]]) -> T:
+        """Run ``job`` on the controller's event loop (one event at a time) and return its result."""
+        done = trio.Event()
+        box: list[Any] = []
+
+        async def run() -> None:
+            try:
+                box.append((True, await job()))
+            except (Resigned, ZkSessionExpired) as exc:
+                box.append((False, KafkaError(ErrorCode.NOT_CONTROLLER, str(exc))))
+                raise  # the term is over
+            except ZkError as exc:
+                box.append((False, KafkaError(ErrorCode.NOT_CONTROLLER, f"ZooKeeper: {exc}")))
+            except Exception as exc:  # noqa: BLE001 - handed to the caller
+                box.append((False, exc))
+            finally:
+                done.set()
+
+        await _first_of(self._ready, self._ended)
+        if self._ended.is_set():
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
+        self._jobs_send.send_nowait(run)
+        await _first_of(done, self._ended)
+        if not box:
+            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
+        ok, value = box[0]
+        if not ok:
+            raise value
+        return value  # type: ignore[no-any-return]
+
+    async def _watch(self, path: str, handle: Callable[[list[str]], Awaitable[None]]) -> None:
+        with self._zk.watch_children(path) as changes:
+            async for children in changes:
+                self._jobs_send.send_nowait(partial(handle, children))
+
+    # -- failover: read everything, tell everyone --------------------------------------------
+
+    async def _failover(self) -> None:
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
+        for broker_id in await self._zk.get_children(znodes.BROKER_IDS):
+            await self._load_broker(broker_id)
+        for name in await self._zk.get_children(znodes.BROKER_TOPICS):
+            await self._load_topic(name)
+        for broker in self._brokers.values():
+            self._add_to_channel(broker)
+        # Brokers that died while nobody was controller leave leaderships and ISRs; offline and
+        # new partitions get leaders; then everyone learns the whole state under this epoch.
+        await self._on_brokers_failed(set(), notify=False)
+        await self._elect_where_needed(notify=False)
+        self._send_leader_and_isr(self._all_partitions())
+        self._send_update_metadata(set(self._brokers), self._all_partitions())
+
+    async def _load_broker(self, child: str) -> _Broker | None:
+        path = f"{znodes.BROKER_IDS}/{child}"
+        try:
+            data, stat = await self._zk.get(path)
+            registration = znodes.parse_broker(path, data)
+        except ZkNoNode:
+            return None
+        except znodes.ZnodeError as exc:
+            log.error("ignoring broker registration: %s", exc)
+            return None
+        broker = _Broker(registration.broker_info(int(child)), stat.czxid, registration.security_protocols())
+        self._brokers[int(child)] = broker
+        return broker
+
+    async def _load_topic(self, name: str) -> _Topic | None:
+        path = f"{znodes.BROKER_TOPICS}/{name}"
+        problem = validate_topic_name(name)
+        if problem is not None:
+            log.error("ignoring znode %s: %s", path, problem)
+            return None
+        try:
+            data, _ = await self._zk.get(path)
+            assignment = znodes.parse_topic(path, data)
+        except ZkNoNode:
+            return None
+        except (znodes.ZnodeError, ValueError) as exc:
+            log.error("ignoring topic: %s", exc)
+            return None
+        topic_id = assignment.uuid()
+        if topic_id is None:
+            # A topic written by a tool without topic ids (version 1/2): give it one, as Kafka does.
+            topic_id = uuid.uuid4()
+            try:
+                _, stat = await self._zk.get(path)
+                await self._zk.set(path, znodes.encode_topic(topic_id, assignment.replicas()), version=stat.version)
+            except ZkError as exc:
+                log.warning("cannot add a topic id to %s: %s", path, exc)
+        topic = self._topics.get(name)
+        if topic is None:
+            topic = _Topic(name, topic_id)
+            self._topics[name] = topic
+            assert self._nursery is not None
+            self._nursery.start_soon(self._watch_assignment, topic)
+        for partition, replicas in assignment.replicas().items():
+            if partition in topic.partitions:
+                continue
+            entry = _Partition(tuple(replicas))
+            await self._read_state(name, partition, entry)
+            topic.partitions[partition] = entry
+        return topic
+
+    async def _read_state(self, topic: str, partition: int, entry: _Partition) -> None:
+        path = znodes.partition_state_path(topic, partition)
+        try:
+            data, stat = await self._zk.get(path)
+            state = znodes.parse_partition_state(path, data)
+        except ZkNoNode:
+            entry.state = None
+            return
+        except znodes.ZnodeError as exc:
+            # The partition is left without a leader until an operator repairs the znode.
+            log.error("partition %s-%d has no usable state: %s", topic, partition, exc)
+            entry.state = None
+            return
+        entry.state = LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr))
+        entry.zk_version = stat.version
+        entry.controller_epoch = state.controller_epoch
+        if state.controller_epoch > self.epoch:
+            raise Resigned(f"{path} was written by controller epoch {state.controller_epoch}, newer than ours "
+                           f"({self.epoch})")
+
+    async def _watch_assignment(self, topic: _Topic) -> None:
+        with topic.watch:
+            path = znodes.topic_path(topic.name)
+            # The first value too: the assignment may have grown since _load_topic read it
+            # (_on_assignment changes nothing when it did not).
+            with self._zk.watch_data(path) as changes:
+                async for data in changes:
+                    if data is not None:
+                        self._jobs_send.send_nowait(partial(self._on_assignment, topic.name))
+
+    # -- events ------------------------------------------------------------------------------
+
+    async def _on_brokers(self, children: list[str]) -> None:
+        before = {b: broker.epoch for b, broker in self._brokers.items()}
+        now: dict[int, _Broker] = {}
+        for child in children:
+            if not child.isdigit():
+                continue
+            broker = await self._load_broker(child)
+            if broker is not None:
+                now[int(child)] = broker
+        self._brokers = now
+        dead = {b for b in before if b not in now}
+        bounced = {b for b in before if b in now and now[b].epoch != before[b]}
+        new = {b for b in now if b not in before}
+        if not (dead or bounced or new):
+            return
+        log.info("brokers changed: live %s, new %s, gone %s, re-registered %s", sorted(now), sorted(new),
+                 sorted(dead), sorted(bounced))
+        for b in dead | bounced:
+            self._channel.remove_broker(b)
+            self._shutting_down.discard(b)
+        for b in new | bounced:
+            self._add_to_channel(now[b])
+        if dead or bounced:
+            await self._on_brokers_failed(dead | bounced)
+        if new or bounced:
+            await self._on_brokers_started(new | bounced)
+
+    async def _on_brokers_failed(self, failed: set[int], *, notify: bool = True) -> None:
+        """Partitions led by, or with ISR members among, brokers outside the live set (and
+        ``failed``, which may have re-registered) get a new leader and ISR."""
+        live = set(self._brokers) - failed
+        changed = []
+        for topic, p, entry in self._iter_partitions():
+            if entry.state is None:
+                continue
+            gone = (entry.state.leader != NO_LEADER and entry.state.leader not in live) or any(
+                b not in live for b in entry.state.isr)
+            if not gone:
+                continue
+            new = on_broker_loss(entry.replicas, entry.state, live, unclean=False)
+            if new is not None and new.leader == NO_LEADER and await self._unclean(topic):
+                new = on_broker_loss(entry.replicas, entry.state, live, unclean=True)
+            if new is not None and await self._write_state(topic, p, entry, new):
+                changed.append((topic, p))
+                if new.leader == NO_LEADER:
+                    log.warning("partition %s-%d is offline: no live replica in its ISR %s", topic, p, list(new.isr))
+        if notify:
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(set(self._brokers), changed)
+
+    async def _on_brokers_started(self, started: set[int]) -> None:
+        # The new brokers learn everything; the others learn the new broker list.
+        self._send_update_metadata(started, self._all_partitions())
+        self._send_update_metadata(set(self._brokers) - started, [])
+        mine = [(t, p) for t, p, entry in self._iter_partitions() if started & set(entry.replicas)]
+        self._send_leader_and_isr(mine, only=started)
+        # Deletions waiting for these brokers: their replicas go now.
+        for name, pending in list(self._deleting.items()):
+            for broker_id in sorted(pending & started):
+                self._send_stop_replica_delete(self._topics[name], broker_id)
+        await self._elect_where_needed()
+
+    async def _on_topics(self, children: list[str]) -> None:
+        new = [name for name in children if name not in self._topics]
+        for name in new:
+            topic = await self._load_topic(name)
+            if topic is not None:
+                log.info("new topic %s with %d partitions", name, len(topic.partitions))
+        if new:
+            await self._elect_where_needed()
+
+    async def _on_assignment(self, name: str) -> None:
+        if name not in self._topics or name in self._deleting:
+            return
+        before = set(self._topics[name].partitions)
+        topic = await self._load_topic(name)
+        if topic is not None and set(topic.partitions) != before:
+            log.info("topic %s grew to %d partitions", name, len(topic.partitions))
+            await self._elect_where_needed()
+
+    async def _on_delete_topics(self, children: list[str]) -> None:
+        for name in children:
+            if name in self._deleting:
+                continue
+            topic = self._topics.get(name)
+            if topic is None:
+                await self._delete_quietly(f"{znodes.DELETE_TOPICS}/{name}")
+                continue
+            await self._start_deletion(topic)
+
+    async def _start_deletion(self, topic: _Topic) -> None:
+        """Kafka's TopicDeletionManager: every replica is stopped and deleted (StopReplica with
+        delete); the topic's znodes go only once each replica's broker has answered. A broker that
+        is down meanwhile gets its StopReplica when it registers again, so no stale log of the
+        topic survives it (to be taken, say, for a new topic of the same name)."""
+        log.info("deleting topic %s", topic.name)
+        topic.watch.cancel()
+        pending = {b for entry in topic.partitions.values() for b in entry.replicas}
+        self._deleting[topic.name] = pending
+        # Clients stop seeing it now (leader -2 marks a deleted partition in UpdateMetadata).
+        self._send_update_metadata(set(self._brokers), [(topic.name, p) for p in topic.partitions], deleting=True)
+        for broker_id in sorted(pending & set(self._brokers)):
+            self._send_stop_replica_delete(topic, broker_id)
+        waiting = sorted(pending - set(self._brokers))
+        if waiting:
+            log.warning("deletion of topic %s waits for brokers %s to come back and delete their replicas",
+                        topic.name, waiting)
+        if not pending:
+            await self._finish_deletion(topic.name)
+
+    def _send_stop_replica_delete(self, topic: _Topic, broker_id: int) -> None:
+        broker = self._brokers[broker_id]
+        partitions = sorted(p for p, entry in topic.partitions.items() if broker_id in entry.replicas)
+        request = StopReplicaRequest(
+            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=broker.epoch,
+            topic_states=[StopReplicaRequest.StopReplicaTopicState(
+                topic_name=topic.name,
+                partition_states=[StopReplicaRequest.StopReplicaPartitionState(
+                    partition_index=p, leader_epoch=-2, delete_partition=True) for p in partitions])])
+
+        def answered(response: Any) -> None:
+            self._jobs_send.send_nowait(partial(self._replicas_deleted, topic.name, broker_id, response))
+
+        self._channel.send(broker_id, request, answered)
+
+    async def _replicas_deleted(self, name: str, broker_id: int, response: Any) -> None:
+        pending = self._deleting.get(name)
+        if pending is None:
+            return
+        failed = [p.partition_index for p in response.partition_errors if p.error_code]
+        if response.error_code or failed:
+            log.warning("broker %d could not delete the replicas of %s (%s); retried when it registers again",
+                        broker_id, name, ErrorCode(response.error_code).name if response.error_code else failed)
+            return
+        pending.discard(broker_id)
+        if not pending:
+            await self._finish_deletion(name)
+
+    async def _finish_deletion(self, name: str) -> None:
+        self._deleting.pop(name, None)
+        self._topics.pop(name, None)
+        await self._delete_quietly(znodes.topic_path(name), recursive=True)
+        await self._delete_quietly(znodes.topic_config_path(name))
+        await self._delete_quietly(znodes.delete_topic_path(name))
+        log.info("deleted topic %s", name)
+
+    async def _delete_quietly(self, path: str, *, recursive: bool = False) -> None:
+        try:
+            await self._zk.delete(path, recursive=recursive)
+        except ZkNoNode:
+            pass
+
+    # -- elections ---------------------------------------------------------------------------
+
+    async def _elect_where_needed(self, *, notify: bool = True) -> None:
+        """New partitions get their first state; offline ones a leader if one is eligible now."""
+        live = set(self._brokers) - self._shutting_down
+        changed: list[tuple[str, int]] = []
+        new: list[tuple[str, int]] = []
+        for topic, p, entry in self._iter_partitions():
+            if topic in self._deleting:
+                continue
+            if entry.state is None:
+                first = initial_leader_and_isr(entry.replicas, live)
+                if first is None:
+                    continue
+                if await self._create_state(topic, p, entry, first):
+                    new.append((topic, p))
+            elif entry.state.leader == NO_LEADER or entry.state.leader not in self._brokers:
+                elected = elect_offline(entry.replicas, entry.state, live, unclean=False)
+                if elected is None and await self._unclean(topic):
+                    elected = elect_offline(entry.replicas, entry.state, live, unclean=True)
+                    if elected is not None:
+                        log.warning("unclean leader election: %s-%d is led by %d, outside its ISR %s; records "
+                                    "only the old ISR had are lost", topic, p, elected.leader, list(entry.state.isr))
+                if elected is not None and await self._write_state(topic, p, entry, elected):
+                    changed.append((topic, p))
+        if notify:
+            self._send_leader_and_isr(new, is_new=True)
+            self._send_leader_and_isr(changed)
+            if new or changed:
+                self._send_update_metadata(set(self._brokers), new + changed)
+
+    async def _rebalance_forever(self) -> None:
+        """Preferred leaders take their partitions back (auto.leader.rebalance.enable): every
+        leader.imbalance.check.interval.seconds, on brokers whose share of partitions led by
+        others passes leader.imbalance.per.broker.percentage."""
+        while True:
+            await trio.sleep(self._config.leader_imbalance_check_interval_seconds)
+            self._jobs_send.send_nowait(self._rebalance)
+
+    async def _rebalance(self) -> None:
+        live = set(self._brokers) - self._shutting_down
+        preferred: dict[int, list[tuple[str, int, _Partition]]] = {}
+        for topic, p, entry in self._iter_partitions():
+            if entry.replicas and entry.state is not None:
+                preferred.setdefault(entry.replicas[0], []).append((topic, p, entry))
+        changed = []
+        for broker, partitions in preferred.items():
+            if broker not in live:
+                continue
+            elsewhere = [x for x in partitions if x[2].state is not None and x[2].state.leader != broker]
+            if len(elsewhere) * 100 <= self._config.leader_imbalance_per_broker_percentage * len(partitions):
+                continue
+            for topic, p, entry in elsewhere:
+                assert entry.state is not None
+                elected = elect_preferred(entry.replicas, entry.state, live)
+                if elected is not None and await self._write_state(topic, p, entry, elected):
+                    changed.append((topic, p))
+        if changed:
+            log.info("moved %d partitions back to their preferred leaders", len(changed))
+            self._send_leader_and_isr(changed)
+            self._send_update_metadata(set(self._brokers), changed)
+
+    async def _unclean(self, topic: str) -> bool:
+        """unclean.leader.election.enable for ``topic``: its override in ``/config/topics/<t>``,
+        else the broker's. Read only when a clean election found nobody (rare)."""
+        path = znodes.topic_config_path(topic)
+        try:
+            data, _ = await self._zk.get(path)
+            override = znodes.parse_config(path, data).get("unclean.leader.election.enable")
+        except ZkNoNode:
+            override = None
+        except znodes.ZnodeError as exc:
+            log.error("%s; using the broker's unclean.leader.election.enable", exc)
+            override = None
+        if override is not None:
+            return override.strip().lower() == "true"
+        return self._config.unclean_leader_election_enable
+
+    # -- requests from brokers ---------------------------------------------------------------
+
+    async def broker_epoch_is_current(self, broker_id: int, broker_epoch: int) -> bool:
+        broker = self._brokers.get(broker_id)
+        return broker is not None and broker.epoch == broker_epoch
+
+    async def alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int, leader_epoch: int,
+                              new_isr: Sequence[int], partition_epoch: int) -> PartitionInfo:
+        return await self._call(lambda: self._alter_partition(broker_id, topic_id, partition, leader_epoch,
+                                                              new_isr, partition_epoch))
+
+    async def _alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int, leader_epoch: int,
+                               new_isr: Sequence[int], partition_epoch: int) -> PartitionInfo:
+        topic = next((t for t in self._topics.values() if t.topic_id == topic_id), None)
+        if topic is None or topic.name in self._deleting:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
+        entry = topic.partitions.get(partition)
+        if entry is None or entry.state is None:
+            raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+        state = entry.state
+        if state.leader != broker_id:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                             f"broker {broker_id} does not lead {topic.name}-{partition}")
+        if leader_epoch < state.leader_epoch:
+            raise KafkaError(ErrorCode.FENCED_LEADER_EPOCH)
+        if leader_epoch > state.leader_epoch:
+            raise KafkaError(ErrorCode.UNKNOWN_LEADER_EPOCH)
+        if partition_epoch != entry.zk_version:
+            raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION)
+        isr = list(dict.fromkeys(new_isr))
+        if broker_id not in isr or any(b not in entry.replicas for b in isr):
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {isr} is not a set of replicas {list(entry.replicas)} "
+                                                         "that includes the leader")
+        if any(b not in self._brokers or b in self._shutting_down for b in isr if b not in state.isr):
+            raise KafkaError(ErrorCode.INELIGIBLE_REPLICA)
+        if tuple(isr) != state.isr:
+            # An ISR change keeps the leader epoch (KIP-497); the zkVersion moves on.
+            new = LeaderAndIsr(state.leader, state.leader_epoch, tuple(isr))
+            if not await self._write_state(topic.name, partition, entry, new):
+                raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION)
+            log.info("ISR of %s-%d is now %s (partition epoch %d)", topic.name, partition, isr, entry.zk_version)
+            self._send_update_metadata(set(self._brokers), [(topic.name, partition)])
+        assert entry.state is not None
+        return PartitionInfo(partition, entry.state.leader, entry.state.leader_epoch, entry.replicas,
+                             entry.state.isr, entry.zk_version)
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        return await self._call(lambda: self._controlled_shutdown(broker_id, broker_epoch))
+
+    async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        broker = self._brokers.get(broker_id)
+        if broker is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
+        if broker.epoch != broker_epoch:
+            raise KafkaError(ErrorCode.STALE_BROKER_EPOCH)
+        self._shutting_down.add(broker_id)
+        live = set(self._brokers)
+        changed = []
+        for topic, p, entry in self._iter_partitions():
+            state = entry.state
+            if state is None or broker_id not in entry.replicas:
+                continue
+            if state.leader == broker_id:
+                new = elect_controlled_shutdown(entry.replicas, state, live, self._shutting_down)
+            elif broker_id in state.isr and len(state.isr) > 1:
+                new = state.changed(state.leader, [b for b in state.isr if b != broker_id])
+            else:
+                continue
+            if new is not None and await self._write_state(topic, p, entry, new):
+                changed.append((topic, p))
+        self._send_leader_and_isr(changed)
+        self._send_update_metadata(set(self._brokers), changed)
+        # Partitions of one replica cannot move: they are not waited for (as Kafka).
+        remaining = [(t, p) for t, p, e in self._iter_partitions()
+                     if e.state is not None and e.state.leader == broker_id and len(e.replicas) > 1]
+        log.info("controlled shutdown of broker %d: %d leaderships moved, %d remain", broker_id, len(changed),
+                 len(remaining))
+        return remaining
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def _create_state(self, topic: str, partition: int, entry: _Partition, state: LeaderAndIsr) -> bool:
+        path = znodes.partition_state_path(topic, partition)
+        data = znodes.encode_partition_state(state.leader, state.leader_epoch, state.isr, self.epoch)
+        try:
+            await self._zk.ensure_path(znodes.partition_path(topic, partition))
+            await self._zk.create(path, data)
+        except ZkNodeExists:
+            # Another controller got there first: take what it wrote.
+            await self._read_state(topic, partition, entry)
+            return False
+        entry.state, entry.zk_version, entry.controller_epoch = state, 0, self.epoch
+        return True
+
+    async def _write_state(self, topic: str, partition: int, entry: _Partition, state: LeaderAndIsr) -> bool:
+        """Write ``state`` conditionally on the zkVersion we know, fenced by our controller epoch.
+
+        False when the znode moved on meanwhile (re-read: the caller's decision was made on an old
+        state and is dropped); raises Resigned when a newer controller wrote it.
+        """
+        path = znodes.partition_state_path(topic, partition)
+        data = znodes.encode_partition_state(state.leader, state.leader_epoch, state.isr, self.epoch)
+        try:
+            stat = await self._fenced_set(path, data, entry.zk_version)
+        except ZkBadVersion:
+            await self._check_still_controller()
+            await self._read_state(topic, partition, entry)
+            log.warning("state of %s-%d changed under the controller; re-read it", topic, partition)
+            return False
+        except ZkNoNode:
+            await self._read_state(topic, partition, entry)
+            return False
+        entry.state, entry.zk_version, entry.controller_epoch = state, stat.version, self.epoch
+        return True
+
+    async def _fenced_set(self, path: str, data: bytes, version: int) -> ZnodeStat:
+        """``set`` with ``version``, in one transaction with a check that ``/controller_epoch`` is
+        still at the version we wrote (Kafka's checkControllerEpoch multi-op)."""
+        results = await self._zk.transaction([CheckVersionOp(znodes.CONTROLLER_EPOCH, self._epoch_version),
+                                              SetOp(path, data, version)])
+        written = results[1]
+        assert isinstance(written, ZnodeStat)
+        return written
+
+    async def _check_still_controller(self) -> None:
+        try:
+            data, stat = await self._zk.get(znodes.CONTROLLER_EPOCH)
+        except ZkNoNode as exc:
+            raise Resigned("/controller_epoch is gone") from exc
+        if stat.version != self._epoch_version:
+            raise Resigned(f"/controller_epoch moved to {data.decode(errors='replace')}; another controller "
+                           "was elected")
+
+    # -- requests to brokers -----------------------------------------------------------------
+
+    def _add_to_channel(self, broker: _Broker) -> None:
+        listener = self._config.inter_broker_listener_name or self._config.listeners[0].name
+        endpoint = broker.info.endpoint(listener.upper()) or (broker.info.endpoints[0] if broker.info.endpoints
+                                                              else None)
+        if endpoint is None:
+            log.error("broker %d registered no endpoint; the controller cannot reach it", broker.info.broker_id)
+            return
+        self._channel.add_broker(broker.info.broker_id, endpoint.host or "127.0.0.1", endpoint.port)
+
+    def _iter_partitions(self) -> Iterable[tuple[str, int, _Partition]]:
+        """Every partition of every topic, but those of topics being deleted."""
+        for name, topic in list(self._topics.items()):
+            if name in self._deleting:
+                continue
+            for p, entry in sorted(topic.partitions.items()):
+                yield name, p, entry
+
+    def _all_partitions(self) -> list[tuple[str, int]]:
+        return [(t, p) for t, p, _ in self._iter_partitions()]
+
+    def _send_leader_and_isr(self, partitions: Sequence[tuple[str, int]], *, is_new: bool = False,
+                             only: set[int] | None = None) -> None:
+        """LeaderAndIsr to every live replica of ``partitions`` (``only`` those brokers)."""
+        by_broker: dict[int, dict[str, list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]]] = {}
+        leaders: set[int] = set()
+        for name, p in partitions:
+            topic = self._topics.get(name)
+            entry = topic.partitions.get(p) if topic is not None else None
+            if entry is None or entry.state is None:
+                continue
+            state = LeaderAndIsrRequest.LeaderAndIsrPartitionState(
+                topic_name=name, partition_index=p, controller_epoch=entry.controller_epoch,
+                leader=entry.state.leader, leader_epoch=entry.state.leader_epoch, isr=list(entry.state.isr),
+                partition_epoch=entry.zk_version, replicas=list(entry.replicas), is_new=is_new)
+            leaders.add(entry.state.leader)
+            for b in entry.replicas:
+                if b in self._brokers and (only is None or b in only):
+                    by_broker.setdefault(b, {}).setdefault(name, []).append(state)
+        for b, topics in by_broker.items():
+            live_leaders = []
+            for leader in sorted(leaders):
+                address = self._channel_address(leader)
+                if address is not None:
+                    live_leaders.append(LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
+                        broker_id=leader, host_name=address[0], port=address[1]))
+            request = LeaderAndIsrRequest(
+                controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=self._brokers[b].epoch,
+                topic_states=[LeaderAndIsrRequest.LeaderAndIsrTopicState(
+                    topic_name=name, topic_id=self._topics[name].topic_id, partition_states=states)
+                    for name, states in topics.items()],
+                live_leaders=live_leaders)
+            self._channel.send(b, request, self._leader_and_isr_answered(b))
+
+    def _leader_and_isr_answered(self, broker_id: int) -> Callable[[Any], None]:
+        def check(response: Any) -> None:
+            if response.error_code:
+                log.warning("broker %d refused LeaderAndIsr: %s", broker_id, ErrorCode(response.error_code).name)
+                return
+            for topic in response.topics:
+                for p in topic.partition_errors:
+                    if p.error_code:
+                        log.warning("broker %d: LeaderAndIsr for partition %d of topic %s: %s", broker_id,
+                                    p.partition_index, topic.topic_id, ErrorCode(p.error_code).name)
+        return check
+
+    def _channel_address(self, broker_id: int) -> tuple[str, int] | None:
+        broker = self._brokers.get(broker_id)
+        if broker is None or not broker.info.endpoints:
+            return None
+        listener = (self._config.inter_broker_listener_name or self._config.listeners[0].name).upper()
+        endpoint = broker.info.endpoint(listener) or broker.info.endpoints[0]
+        return endpoint.host, endpoint.port
+
+    def _send_update_metadata(self, targets: Iterable[int], partitions: Sequence[tuple[str, int]], *,
+                              deleting: bool = False) -> None:
+        live_brokers = [
+            UpdateMetadataRequest.UpdateMetadataBroker(
+                id=b, rack=broker.info.rack,
+                endpoints=[UpdateMetadataRequest.UpdateMetadataEndpoint(
+                    port=spec.port, host=spec.host, listener=spec.name,
+                    security_protocol=SECURITY_PROTOCOL_IDS.get(broker.protocols.get(spec.name, "PLAINTEXT"), 0))
+                    for spec in broker.info.endpoints])
+            for b, broker in sorted(self._brokers.items())]
+        topics: dict[str, list[UpdateMetadataRequest.UpdateMetadataPartitionState]] = {}
+        for name, p in partitions:
+            topic = self._topics.get(name)
+            entry = topic.partitions.get(p) if topic is not None else None
+            if entry is None or (entry.state is None and not deleting):
+                continue
+            state = entry.state or LeaderAndIsr(NO_LEADER, 0, ())
+            topics.setdefault(name, []).append(UpdateMetadataRequest.UpdateMetadataPartitionState(
+                topic_name=name, partition_index=p, controller_epoch=entry.controller_epoch,
+                leader=LEADER_DURING_DELETE if deleting else state.leader, leader_epoch=state.leader_epoch,
+                isr=list(state.isr), zk_version=entry.zk_version, replicas=list(entry.replicas),
+                offline_replicas=[b for b in entry.replicas if b not in self._brokers]))
+        for b in targets:
+            broker = self._brokers.get(b)
+            if broker is None:
+                continue
+            request = UpdateMetadataRequest(
+                controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=broker.epoch,
+                topic_states=[UpdateMetadataRequest.UpdateMetadataTopicState(
+                    topic_name=name, topic_id=self._topics[name].topic_id, partition_states=states)
+                    for name, states in topics.items()],
+                live_brokers=live_brokers)
+            self._channel.send(b, request)
+
+
+async def _first_of(*events: trio.Event) -> None:
+    """Return once any of ``events`` is set."""
+    async with trio.open_nursery() as nursery:
+        async def wait(event: trio.Event) -> None:
+            await event.wait()
+            nursery.cancel_scope.cancel()
+
+        for event in events:
+            nursery.start_soon(wait, event)
+
+
+async def run_controller_election(config: BrokerConfig, zk: ZkClient,
+                                  on_term: Callable[[ZkController | None], None]) -> None:
+    """Take part in controller elections until cancelled; ``on_term`` hears of each term this
+    broker starts (the controller) and ends (None)."""
+    with zk.watch_data(znodes.CONTROLLER) as changes:
+        async for data in changes:
+            if data is None:
+                await _election_round(config, zk, on_term)
+
+
+async def _election_round(config: BrokerConfig, zk: ZkClient,
+                          on_term: Callable[[ZkController | None], None]) -> None:
+    me = config.broker_id
+    try:
+        epoch, version = await _become_controller(zk, me)
+    except ZkNodeExists:
+        return  # someone else won; wait for its znode to go
+    except ZkError as exc:
+        log.warning("controller election failed: %s; waiting for the next one", exc)
+        return
+    except znodes.ZnodeError as exc:
+        log.error("no controller can be elected while %s; repair the znode", exc)
+        return
+    controller = ZkController(config, zk)
+    started = trio.current_time()
+    on_term(controller)
+    try:
+        await _serve_term(zk, controller, epoch, version)
+    finally:
+        on_term(None)
+    # Still our znode (we resigned on a newer epoch, the session lives on): let someone else in.
+    with trio.CancelScope(shield=True), trio.move_on_after(5):
+        try:
+            raw, _ = await zk.get(znodes.CONTROLLER)
+            if znodes.parse_controller(znodes.CONTROLLER, raw).brokerid == me:
+                await zk.delete(znodes.CONTROLLER)
+        except (ZkError, znodes.ZnodeError):
+            pass
+    # A term that ended at once (a fault that keeps recurring) is not tried again at once: the
+    # others get their chance, and nobody spins through epochs.
+    await trio.sleep_until(started + _MIN_TERM_S)
+
+
+async def _serve_term(zk: ZkClient, controller: ZkController, epoch: int, version: int) -> None:
+    try:
+        await controller.serve(epoch, version)
+    except* Resigned as group:
+        log.warning("controller %d resigns: %s", controller.broker_id, group.exceptions[0])
+    except* ZkError as group:
+        log.warning("controller %d resigns after a ZooKeeper error: %s", controller.broker_id, group.exceptions[0])
+    except* Exception as group:
+        # A bug must not take the broker down with it: another term starts from ZooKeeper's state.
+        log.error("controller %d failed and resigns", controller.broker_id, exc_info=group.exceptions[0])
+
+
+async def _become_controller(zk: ZkClient, me: int) -> tuple[int, int]:
+    """Create ``/controller`` and move ``/controller_epoch`` one up, conditionally on the version
+    read, in one transaction (Kafka's registerControllerAndIncrementControllerEpoch). Raises
+    ZkNodeExists when another broker is the controller."""
+    while True:
+        try:
+            raw, stat = await zk.get(znodes.CONTROLLER_EPOCH)
+            current, version = znodes.parse_controller_epoch(znodes.CONTROLLER_EPOCH, raw), stat.version
+        except ZkNoNode:
+            try:
+                await zk.create(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(0))
+            except ZkNodeExists:
+                pass
+            continue
+        try:
+            results = await zk.transaction([
+                CreateOp(znodes.CONTROLLER, znodes.encode_controller(me), ephemeral=True),
+                SetOp(znodes.CONTROLLER_EPOCH, znodes.encode_controller_epoch(current + 1), version)])
+        except ZkBadVersion:
+            continue  # another broker moved the epoch meanwhile: read again
+        written = results[1]
+        assert isinstance(written, ZnodeStat)
+        return current + 1, written.version
+
+

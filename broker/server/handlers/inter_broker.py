@@ -1,0 +1,200 @@
+"""The controller's requests to brokers, and the brokers' requests to the controller.
+
+To every broker (from the elected controller): LeaderAndIsr (become leader or follower, through
+the replica manager), UpdateMetadata (the metadata cache that answers clients), StopReplica
+(stop and possibly delete a replica). To the controller (from brokers): ControlledShutdown and
+AlterPartition (KIP-497 ISR changes).
+
+Each request from a controller is checked before it changes anything: the controller id and
+epoch must be ZooKeeper's current ones (STALE_CONTROLLER_EPOCH otherwise: a deposed controller,
+or a client playing controller) and the broker epoch must be this broker's registration
+(STALE_BROKER_EPOCH: a request meant for an earlier life of this broker). A standalone broker has
+no controller but itself and refuses them all the same way. Malformed requests never get here:
+the dispatcher closes the connection on what it cannot decode.
+
+Only versions that carry broker epochs and topic ids are served (Kafka's inter-broker protocol
+2.8+): LeaderAndIsr 5-7, UpdateMetadata 7-8, StopReplica 3-4, ControlledShutdown 2-3,
+AlterPartition 2-3.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from broker.controller.model import PartitionInfo
+from broker.protocol.api import ApiKey
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import (
+    AlterPartitionRequest,
+    AlterPartitionResponse,
+    ControlledShutdownRequest,
+    ControlledShutdownResponse,
+    LeaderAndIsrRequest,
+    LeaderAndIsrResponse,
+    StopReplicaRequest,
+    StopReplicaResponse,
+    UpdateMetadataRequest,
+    UpdateMetadataResponse,
+)
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+
+if TYPE_CHECKING:
+    from broker.controller.zk.metadata import ZkMetadata
+
+__all__ = ["HANDLERS"]
+
+log = logging.getLogger(__name__)
+
+
+def _zk(ctx: RequestContext) -> ZkMetadata | None:
+    # Imported here: the standalone broker never loads the ZooKeeper modules (and kazoo).
+    from broker.controller.zk.metadata import ZkMetadata
+
+    controller = ctx.services.controller
+    return controller if isinstance(controller, ZkMetadata) else None
+
+
+async def _check_controller(ctx: RequestContext, controller_id: int, controller_epoch: int, broker_epoch: int,
+                            is_kraft: bool) -> ErrorCode:
+    """NONE when the request comes from ZooKeeper's current controller to this broker's current
+    registration; the error to answer otherwise."""
+    zk = _zk(ctx)
+    if zk is None or is_kraft:
+        log.warning("refused a controller request (controller %d, epoch %d) from %s: this broker has no "
+                    "ZooKeeper controller", controller_id, controller_epoch, ctx.connection.peer)
+        return ErrorCode.STALE_CONTROLLER_EPOCH
+    code = await zk.check_controller(controller_id, controller_epoch, broker_epoch)
+    if code != ErrorCode.NONE:
+        log.warning("refused a controller request from %s: controller %d, epoch %d, broker epoch %d (%s)",
+                    ctx.connection.peer, controller_id, controller_epoch, broker_epoch, code.name)
+    return code
+
+
+# -- LeaderAndIsr ------------------------------------------------------------------------------
+
+
+def _leader_and_isr_answer(request: LeaderAndIsrRequest, code: ErrorCode,
+                           per_partition: dict[tuple[str, int], ErrorCode] | None = None) -> LeaderAndIsrResponse:
+    topics = []
+    for topic in request.topic_states:
+        errors = [
+            LeaderAndIsrResponse.LeaderAndIsrPartitionError(
+                topic_name=topic.topic_name, partition_index=p.partition_index,
+                error_code=int((per_partition or {}).get((topic.topic_name, p.partition_index), code)))
+            for p in topic.partition_states
+        ]
+        topics.append(LeaderAndIsrResponse.LeaderAndIsrTopicError(topic_id=topic.topic_id, partition_errors=errors))
+    return LeaderAndIsrResponse(error_code=int(code) if per_partition is None else 0, topics=topics)
+
+
+async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+    code = await _check_controller(ctx, request.controller_id, request.controller_epoch, request.broker_epoch,
+                                   request.is_k_raft_controller)
+    if code != ErrorCode.NONE:
+        return _leader_and_isr_answer(request, code)
+    zk = _zk(ctx)
+    assert zk is not None
+    states = []
+    for topic in request.topic_states:
+        for p in topic.partition_states:
+            info = PartitionInfo(partition=p.partition_index, leader=p.leader, leader_epoch=p.leader_epoch,
+                                 replicas=tuple(p.replicas), isr=tuple(p.isr), partition_epoch=p.partition_epoch)
+            states.append((topic.topic_name, topic.topic_id, info, p.is_new))
+    brokers = zk.brokers_for_leader_and_isr(request.live_leaders)
+    await zk.before_leader_and_isr(states)
+    results = await ctx.services.replicas.apply_leader_and_isr(
+        request.controller_id, request.controller_epoch, states, brokers)
+    return _leader_and_isr_answer(request, ErrorCode.NONE, {k: ErrorCode(v) for k, v in results.items()})
+
+
+# -- UpdateMetadata ----------------------------------------------------------------------------
+
+
+async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
+    code = await _check_controller(ctx, request.controller_id, request.controller_epoch, request.broker_epoch,
+                                   request.is_k_raft_controller)
+    if code != ErrorCode.NONE:
+        return UpdateMetadataResponse(error_code=int(code))
+    zk = _zk(ctx)
+    assert zk is not None
+    await zk.apply_update_metadata(request)
+    return UpdateMetadataResponse(error_code=0)
+
+
+# -- StopReplica -------------------------------------------------------------------------------
+
+
+async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
+    code = await _check_controller(ctx, request.controller_id, request.controller_epoch, request.broker_epoch,
+                                   request.is_k_raft_controller)
+    errors = []
+    for topic in request.topic_states:
+        for p in topic.partition_states:
+            if code == ErrorCode.NONE:
+                result = await ctx.services.replicas.stop_replica(topic.topic_name, p.partition_index,
+                                                                  delete=p.delete_partition)
+            else:
+                result = code
+            errors.append(StopReplicaResponse.StopReplicaPartitionError(
+                topic_name=topic.topic_name, partition_index=p.partition_index, error_code=int(result)))
+    return StopReplicaResponse(error_code=int(code), partition_errors=errors if code == ErrorCode.NONE else [])
+
+
+# -- ControlledShutdown (to the controller) -----------------------------------------------------
+
+
+async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
+    zk = _zk(ctx)
+    active = zk.active_controller() if zk is not None else None
+    if active is None:
+        return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    try:
+        remaining = await active.controlled_shutdown(request.broker_id, request.broker_epoch)
+    except KafkaError as exc:
+        return ControlledShutdownResponse(error_code=int(exc.code))
+    return ControlledShutdownResponse(
+        error_code=0,
+        remaining_partitions=[ControlledShutdownResponse.RemainingPartition(topic_name=t, partition_index=p)
+                              for t, p in remaining])
+
+
+# -- AlterPartition (to the controller) ---------------------------------------------------------
+
+
+async def alter_partition(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
+    zk = _zk(ctx)
+    active = zk.active_controller() if zk is not None else None
+    if active is None:
+        return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    if not await active.broker_epoch_is_current(request.broker_id, request.broker_epoch):
+        return AlterPartitionResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            new_isr = [b.broker_id for b in p.new_isr_with_epochs] if ctx.version >= 3 else list(p.new_isr)
+            answer = AlterPartitionResponse.PartitionData(partition_index=p.partition_index)
+            try:
+                state = await active.alter_partition(request.broker_id, topic.topic_id, p.partition_index,
+                                                     p.leader_epoch, new_isr, p.partition_epoch)
+            except KafkaError as exc:
+                answer.error_code = int(exc.code)
+            else:
+                answer.leader_id = state.leader
+                answer.leader_epoch = state.leader_epoch
+                answer.isr = list(state.isr)
+                answer.partition_epoch = state.partition_epoch
+            partitions.append(answer)
+        topics.append(AlterPartitionResponse.TopicData(topic_id=topic.topic_id, partitions=partitions))
+    return AlterPartitionResponse(error_code=0, topics=topics)
+
+
+HANDLERS = (
+    ApiHandler(ApiKey.LEADER_AND_ISR, 5, 7, leader_and_isr),
+    ApiHandler(ApiKey.UPDATE_METADATA, 7, 8, update_metadata),
+    ApiHandler(ApiKey.STOP_REPLICA, 3, 4, stop_replica),
+    ApiHandler(ApiKey.CONTROLLED_SHUTDOWN, 2, 3, controlled_shutdown),
+    ApiHandler(ApiKey.ALTER_PARTITION, 2, 3, alter_partition),
+)
