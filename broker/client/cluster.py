@@ -362,9 +362,19 @@ class Client:
         passing where nothing more telling is said raises RequestTimeout naming `what`."""
 
         def passed(seconds: float) -> RequestTimeout:
-            return RequestTimeout(f"{what}: no answer within {seconds:.3g}s")
+            return RequestTimeout(f"{what}: no answer within {seconds:.3g}s; {self._peer_report()}")
 
         return timeout_error(passed, default_s=self.request_timeout_s + extra_s)
+
+    def _peer_report(self) -> str:
+        """Where the client tried and what each peer last answered, for a timeout's message: a
+        deadline can pass before any attempt failed (a loaded machine), and the operator still
+        needs the addresses."""
+        failing = [f"{address}: {peer.last_error}" for address, peer in self._peers.items()
+                   if peer.last_error is not None]
+        if failing:
+            return "last errors: " + "; ".join(failing)
+        return "peers: " + ", ".join(self._peers)
 
     def _candidates(self) -> list[_Peer]:
         known = [self._peers[b.address] for b in self._metadata.brokers.values() if b.address in self._peers]
