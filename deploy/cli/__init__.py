@@ -10,6 +10,8 @@ Subcommands:
   groups             list, describe, reset, delete consumer groups (like kafka-consumer-groups)
   produce, consume   records from stdin / to stdout (like kafka-console-producer/-consumer)
   mirror             copy topics between clusters, as MirrorMaker 2
+  pipeline           Spark jobs over a cluster (export a topic to Parquet)
+  zookeeper          a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters
 
 One module per command in this package (`deploy.cli.broker`, `deploy.cli.console`, ...), each
 with a `register(subparsers)`; `deploy.cli.command` holds what they share: exceptions mapped to
@@ -33,7 +35,7 @@ __all__ = ["main"]
 # tests/unit/deploy/test_cli_lazy.py checks these lines against the modules.
 _COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.broker", (
-        ("broker", "run a standalone broker"),
+        ("broker", "run a broker: standalone, or one of a ZooKeeper-mode cluster with --zookeeper"),
         ("demo", "a standalone broker with a 'demo' topic on 127.0.0.1:9092"),
     )),
     ("deploy.cli.launch", (
@@ -52,6 +54,8 @@ _COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     )),
     ("deploy.cli.topology", (("topology", "check, explain or draw a topology file"),)),
     ("deploy.cli.wan", (("wan", "run the WAN-link emulator (Toxiproxy HTTP API)"),)),
+    ("deploy.cli.pipeline", (("pipeline", "Spark jobs over a cluster: export a topic to Parquet"),)),
+    ("deploy.cli.zookeeper", (("zookeeper", "run a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters"),)),
 )
 
 

@@ -1,0 +1,148 @@
+"""Records/s of a batch read through the Spark data source, beside librdkafka reading the same
+topic in the same run, with Spark's start-up reported apart.
+
+    python -m bench.pipeline [--records 1000000] [--partitions 2] [--value-bytes 100]
+
+Steps, one broker process for all of them: produce the topic with confluent-kafka; read it all
+with a confluent-kafka consumer (assign, from the start to each partition's end); start a local
+SparkSession (timed on its own); read the whole topic with `spark.read.format("causeway")` into
+Spark's `noop` sink twice (the first run also pays for starting the Python workers); and decode
+the same bytes with `ColumnBuilder` alone, in this process, which is the per-record part.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import tempfile
+import time
+from pathlib import Path
+
+import trio
+from confluent_kafka import Consumer, KafkaError, Producer
+from confluent_kafka import TopicPartition as CKTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from broker.client import open_client
+from deploy.broker_process import BrokerProcess
+from pipeline.columns import ColumnBuilder
+from pipeline.fetching import Chunk, fetch_range_chunks
+from pipeline.options import parse_read_options
+from pipeline.planning import OffsetRange, plan_read
+
+TOPIC = "bench-pipeline"
+
+
+def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+                         "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * value_bytes
+    for i in range(records):
+        while True:
+            try:
+                producer.produce(TOPIC, value=value, key=b"%d" % i, partition=i % partitions)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    assert producer.flush(120) == 0
+
+
+def librdkafka_read(bootstrap: str, records: int, partitions: int) -> float:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-pipeline", "enable.auto.commit": False,
+                         "enable.partition.eof": True, "fetch.max.bytes": 52428800})
+    start = time.perf_counter()
+    consumer.assign([CKTopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    seen = 0
+    eof: set[int] = set()
+    while len(eof) < partitions:
+        for msg in consumer.consume(10000, 1.0):
+            if msg.error() is not None:
+                if msg.error().code() == KafkaError._PARTITION_EOF:
+                    eof.add(msg.partition())
+                continue
+            seen += 1
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    assert seen == records, (seen, records)
+    return elapsed
+
+
+def decode_only(bootstrap: str, records: int) -> tuple[float, float]:
+    """Seconds to fetch every partition's bytes with broker.client, and to decode them to Arrow."""
+    opts = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC})
+    plan = plan_read(opts)
+    chunks: dict[OffsetRange, list[Chunk]] = {}
+
+    async def fetch_all() -> None:
+        async with open_client(bootstrap) as client:
+            for rng in plan.ranges:
+                send, receive = trio.open_memory_channel[Chunk](math.inf)
+                async with send:
+                    await fetch_range_chunks(client, rng, opts, send)
+                async with receive:
+                    chunks[rng] = [chunk async for chunk in receive]
+
+    start = time.perf_counter()
+    trio.run(fetch_all)
+    fetched = time.perf_counter() - start
+    start = time.perf_counter()
+    rows = 0
+    for rng in plan.ranges:
+        builder = ColumnBuilder(rng.topic, rng.partition, include_headers=False)
+        for chunk in chunks[rng]:
+            builder.add(chunk.records, chunk.start, chunk.end)
+            if len(builder) >= 65536:
+                rows += builder.take().num_rows
+        rows += builder.take().num_rows
+    decoded = time.perf_counter() - start
+    assert rows == records, (rows, records)
+    return fetched, decoded
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline")
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--partitions", type=int, default=2)
+    parser.add_argument("--value-bytes", type=int, default=100)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args()
+    n = args.records
+    with tempfile.TemporaryDirectory() as tmp:
+        broker = BrokerProcess(Path(tmp) / "data", log_level="warning").start()
+        try:
+            bootstrap = broker.bootstrap
+            start = time.perf_counter()
+            produce(bootstrap, n, args.partitions, args.value_bytes)
+            print(f"produced {n} records of {args.value_bytes} B in {args.partitions} partitions "
+                  f"in {time.perf_counter() - start:.1f}s")
+            rd = librdkafka_read(bootstrap, n, args.partitions)
+            print(f"librdkafka consumer:        {n / rd:12,.0f} records/s ({rd:.2f}s)")
+
+            start = time.perf_counter()
+            from pipeline.spark import session
+
+            spark = session(args.master, app_name="bench-pipeline")
+            print(f"Spark start-up:             {time.perf_counter() - start:.1f}s (not counted below)")
+            for run in (1, 2):
+                df = (spark.read.format("causeway").option("kafka.bootstrap.servers", bootstrap)
+                      .option("subscribe", TOPIC).load())
+                start = time.perf_counter()
+                df.write.format("noop").mode("overwrite").save()
+                took = time.perf_counter() - start
+                print(f"Spark read, run {run}:          {n / took:12,.0f} records/s ({took:.2f}s, {args.master})")
+            count = spark.read.format("causeway").option("kafka.bootstrap.servers", bootstrap).option(
+                "subscribe", TOPIC).load().count()
+            assert count == n, (count, n)
+            spark.stop()
+
+            fetched, decoded = decode_only(bootstrap, n)
+            print(f"broker.client fetch alone:  {n / fetched:12,.0f} records/s ({fetched:.2f}s, one thread)")
+            print(f"decode to Arrow alone:      {n / decoded:12,.0f} records/s ({decoded:.2f}s, one thread)")
+        finally:
+            broker.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,78 @@
+"""`causeway pipeline`: jobs on Spark over Kafka-compatible clusters (see pipeline/).
+
+    causeway pipeline export --bootstrap HOST:PORT --topic T --to DIR [--master local[2]]
+                             [--step-records N] [--min-partitions N] [--option KEY=VALUE]...
+
+Local mode by default; any Spark master with --master. Exit 1 with one line for a missing
+topic, an unreachable cluster or data no longer in the log; 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from deploy.cli.command import Refused, UsageError, run
+
+__all__ = ["register"]
+
+
+def _options(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _export(args: argparse.Namespace) -> int:
+    if args.step_records <= 0:
+        raise UsageError("--step-records must be positive")
+    options = _options(args.option)
+    # Spark and the pipeline are imported only when a job runs: `causeway --help` stays quick.
+    from pyspark.sql import SparkSession
+
+    from pipeline.export import export_topic
+    from pipeline.options import PipelineError
+    from pipeline.spark import session
+
+    # A session this process already runs (a notebook, a test) is used and left running.
+    owned = SparkSession.getActiveSession() is None
+    spark = session(args.master)
+    try:
+        result = export_topic(spark, args.bootstrap, args.topic, args.to, step_records=args.step_records,
+                              min_partitions=args.min_partitions, say=_say, options=options)
+    except PipelineError as exc:
+        raise Refused(str(exc)) from None
+    finally:
+        if owned:
+            spark.stop()
+    _say(f"export {args.topic}: done: {result.exported} records in {result.steps} step(s); offsets now "
+         + ", ".join(f"{p}:{o}" for p, o in sorted(result.offsets.items())))
+    return 0
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = commands.add_parser("pipeline", help="Spark jobs over a cluster: export a topic to Parquet")
+    jobs = parser.add_subparsers(dest="job", required=True)
+    export = jobs.add_parser("export", help="a topic to Parquet by date/hour; a rerun continues where it stopped")
+    export.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of the cluster")
+    export.add_argument("--topic", required=True)
+    export.add_argument("--to", required=True, help="the output directory (offsets reached are kept in it)")
+    export.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    export.add_argument("--step-records", type=int, default=1_000_000,
+                        help="offsets per partition per Spark job; each step commits (default 1000000)")
+    export.add_argument("--min-partitions", type=int, default=None, help="Spark's minPartitions for the reads")
+    export.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                        help="a read option of the data source, e.g. failOnDataLoss=false (repeatable)")
+
+    def main(args: argparse.Namespace) -> int:
+        return run("causeway pipeline export", lambda: _export(args), bootstrap=args.bootstrap)
+
+    export.set_defaults(func=main)
+

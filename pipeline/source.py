@@ -1,0 +1,148 @@
+"""`spark.read.format("causeway")` and `df.write.format("causeway")`: a PySpark 4 Python Data
+Source for any Kafka-compatible cluster, with the options and schema of Spark's Kafka source.
+
+    from pipeline.source import CausewayDataSource
+    spark.dataSource.register(CausewayDataSource)
+    df = (spark.read.format("causeway")
+          .option("kafka.bootstrap.servers", "127.0.0.1:9092")
+          .option("subscribe", "events")
+          .load())
+
+The driver plans (options checked, partitions listed, offsets resolved, ranges cut for
+`minPartitions`: `pipeline.planning`); each task fetches its range and yields Arrow record
+batches (`pipeline.fetching`). Writing produces each task's rows idempotently
+(`pipeline.producing`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+from pipeline.options import (
+    PipelineError,
+    ReadOptions,
+    WriteOptions,
+    check_write_schema,
+    parse_bool,
+    parse_read_options,
+    parse_write_options,
+)
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from pipeline.planning import OffsetRange
+
+# Spark starts a fresh Python process to create the source and another to plan each read: the
+# client, trio and the codec (a second or two to import) are imported only where they are used.
+
+__all__ = ["FORMAT", "CausewayDataSource", "RangePartition", "kafka_spark_schema"]
+
+FORMAT = "causeway"
+
+HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+
+
+def kafka_spark_schema(include_headers: bool) -> StructType:
+    """Spark's Kafka source schema (headers only with includeHeaders=true, as Spark's)."""
+    fields = [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
+    if include_headers:
+        fields.append(StructField("headers", HEADERS))
+    return StructType(fields)
+
+
+class RangePartition(InputPartition):
+    """One task's work: offsets [start, end) of one partition."""
+
+    def __init__(self, rng: OffsetRange) -> None:
+        super().__init__((rng.topic, rng.partition, rng.start, rng.end))
+        self.range = rng
+
+
+class CausewayReader(DataSourceReader):
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+
+    def partitions(self) -> list[InputPartition]:
+        from pipeline.planning import plan_read, split_ranges
+
+        plan = plan_read(self.opts)
+        return [RangePartition(r) for r in split_ranges(plan.ranges, self.opts.min_partitions)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, RangePartition):  # no ranges: Spark still runs one empty task
+            return iter(())
+        from pipeline.fetching import read_range
+
+        return read_range(partition.range, self.opts)
+
+
+@dataclass
+class WriteCommit(WriterCommitMessage):
+    records: int
+    partitions: int
+
+
+class CausewayWriter(DataSourceArrowWriter):
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
+        from pyspark import TaskContext  # a task's index picks its first null-key partition
+
+        from pipeline.producing import write_batches
+
+        context = TaskContext.get()
+        result = write_batches(iterator, self.opts, context.partitionId() if context is not None else 0)
+        return WriteCommit(result.records, result.partitions)
+
+
+class CausewayDataSource(DataSource):
+    """Register with `spark.dataSource.register(CausewayDataSource)`; then format "causeway"."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT
+
+    def schema(self) -> StructType:
+        return kafka_spark_schema(parse_bool("includeHeaders", self.options.get("includeHeaders", "false")))
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = parse_read_options(dict(self.options))
+        if schema != kafka_spark_schema(opts.include_headers):
+            raise PipelineError("format causeway has a fixed schema (Spark's Kafka source schema); "
+                                "do not pass one with .schema()")
+        return CausewayReader(opts)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
+        opts = parse_write_options(dict(self.options))
+        check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, opts)
+        return CausewayWriter(opts)

@@ -1,0 +1,39 @@
+"""One local SparkSession and one broker process for every pipeline test.
+
+Spark's start-up (a JVM, then Python workers) costs seconds, so the session is made once per
+test session and shared; tests keep apart by topic names. The broker runs its log cleaner
+often, so a compacted topic shows its gaps within a test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pyspark.sql import SparkSession
+
+from pipeline.spark import session
+from tests.support.broker import BrokerProcess
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    spark = session("local[2]", app_name="causeway-pipeline-tests")
+    yield spark
+    spark.stop()
+
+
+@pytest.fixture(scope="session")
+def pipeline_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("pipeline") / "broker",
+                            overrides=("log.cleaner.backoff.ms=100",)).start()
+    yield process
+    if process.proc is not None:
+        code = process.stop()
+        assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture
+def bootstrap(pipeline_broker: BrokerProcess) -> str:
+    return pipeline_broker.bootstrap
+
