@@ -2,7 +2,8 @@
 
 Every problem is collected, named by file, line, column and key path, before anything starts:
 dangling references (with a suggestion), a mirror between datacenters with no WAN link, clashing
-ports, replication factors above the broker count, and mirror cycles that nothing stops
+ports, replication factors (and min.insync.replicas) above the broker count, several brokers
+without ZooKeeper coordination, and mirror cycles that nothing stops
 (identity naming all the way round).
 """
 
@@ -100,11 +101,11 @@ def _semantic_problems(spec: TopologySpec, file: str, positions: Positions) -> l
                 other = ports[cluster.port]
                 problem(("clusters", name, "port"), f"port {cluster.port} is also used by cluster '{other}'")
             ports[cluster.port] = name
-        for topic, topic_spec in cluster.topics.items():
-            rf = topic_spec.replication_factor
-            if rf is not None and rf > cluster.brokers:
-                problem(("clusters", name, "topics", topic, "replication_factor"),
-                        f"replication factor {rf} is more than the cluster's {cluster.brokers} broker(s)")
+        if cluster.brokers > 1 and cluster.coordination == "standalone":
+            problem(("clusters", name, "brokers"),
+                    f"{cluster.brokers} brokers need coordination: zookeeper; a standalone cluster is one broker "
+                    "(its metadata in its own data dir)")
+        _check_replication(name, cluster, problem)
     seen_links: dict[frozenset[str], int] = {}
     for i, link in enumerate(spec.links):
         for j, dc in enumerate(link.between):
@@ -136,6 +137,42 @@ def _semantic_problems(spec: TopologySpec, file: str, positions: Positions) -> l
                     f"no WAN link between datacenters '{a}' and '{b}'; add one under links:")
     _check_cycles(spec, problem)
     return problems
+
+
+# Cluster configs that name a replica count: more than the cluster's brokers can never be met.
+_REPLICA_COUNT_CONFIGS = ("default.replication.factor", "min.insync.replicas")
+
+
+def _count(value: object) -> int | None:
+    """A config value that is a whole number (3 or "3"); None for anything else, which the
+    broker itself refuses with its own message."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def _check_replication(name: str, cluster: Cluster, problem: Callable[[tuple[str | int, ...], str], None]) -> None:
+    """Replication factors (a topic's, or the cluster's default.replication.factor that topics
+    without one get) and min.insync.replicas above the broker count: Kafka refuses such a topic
+    with INVALID_REPLICATION_FACTOR, or every acks=all write with NOT_ENOUGH_REPLICAS."""
+    for key in _REPLICA_COUNT_CONFIGS:
+        value = _count(cluster.configs.get(key))
+        if value is not None and value > cluster.brokers:
+            problem(("clusters", name, "configs", key),
+                    f"{key} {value} is more than the cluster's {cluster.brokers} broker(s)")
+    for topic, topic_spec in cluster.topics.items():
+        rf = topic_spec.replication_factor
+        if rf is not None and rf > cluster.brokers:
+            problem(("clusters", name, "topics", topic, "replication_factor"),
+                    f"replication factor {rf} is more than the cluster's {cluster.brokers} broker(s)")
+        isr = _count(topic_spec.configs.get("min.insync.replicas"))
+        if isr is not None and isr > cluster.brokers:
+            problem(("clusters", name, "topics", topic, "configs", "min.insync.replicas"),
+                    f"min.insync.replicas {isr} is more than the cluster's {cluster.brokers} broker(s)")
 
 
 def _check_cycles(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], str], None]) -> None:

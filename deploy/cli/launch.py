@@ -48,6 +48,10 @@ def _print_endpoints(state: LaunchState) -> None:
     print(f"Topology {state.plan.name}: WAN emulator (Toxiproxy API) at http://{state.wan_api}")
     for name, cluster in state.clusters.items():
         print(f"  cluster {name} (datacenter {cluster.plan.datacenter}): bootstrap {cluster.bootstrap}")
+        if len(cluster.brokers) > 1:
+            print(f"    brokers {', '.join(map(str, cluster.brokers))}")
+        if cluster.zookeeper_connect:
+            print(f"    ZooKeeper (zookeeper.connect): {cluster.zookeeper_connect}")
         for dc, address in cluster.wan.items():
             print(f"    from datacenter {dc}, through the WAN link: {address}")
     for name, mirror in state.mirrors.items():
@@ -163,11 +167,17 @@ def _status(args: argparse.Namespace) -> int:
         return code
     print(f"topology {report['name']} (launcher pid {report['pid']}), WAN API http://{report['wan']['api']}"
           + ("" if report["wan"]["healthy"] else " NOT HEALTHY"))
-    rows: list[tuple[Any, ...]] = [("CLUSTER", "DATACENTER", "BOOTSTRAP", "HEALTHY", "PIDS", "RESTARTS")]
+    rows: list[tuple[Any, ...]] = [("CLUSTER", "DATACENTER", "HEALTHY", "BROKERS", "CONTROLLER", "PARTITIONS",
+                                    "UNDER-REPLICATED", "OFFLINE", "BOOTSTRAP")]
     for name, c in report["clusters"].items():
-        rows.append((name, c["datacenter"], c["bootstrap"], "yes" if c["healthy"] else "NO",
-                     ",".join(str(b["pid"]) for b in c["brokers"]), sum(b["restarts"] for b in c["brokers"])))
+        serving = sum(b["state"] == "serving" for b in c["brokers"])
+        rows.append((name, c["datacenter"], "yes" if c["healthy"] else "NO", f"{serving}/{len(c['brokers'])}",
+                     _or_dash(c.get("controller") if c.get("controller", -1) >= 0 else None),
+                     _or_dash(c.get("partitions")), _or_dash(c.get("under_replicated_count")),
+                     _or_dash(c.get("offline_count")), c["bootstrap"]))
     _print_table(rows)
+    for name, c in report["clusters"].items():
+        _print_cluster_details(name, c)
     for problem in report["wan"]["problems"]:
         print(f"  WAN: {problem}")
     if report["mirrors"]:
@@ -187,6 +197,28 @@ def _status(args: argparse.Namespace) -> int:
         for line in problems:
             print(line)
     return code
+
+
+def _print_cluster_details(name: str, c: dict[str, Any]) -> None:
+    """Under the table: each broker, the cluster's ZooKeeper, and what is wrong with it."""
+    print(f"  cluster {name}:")
+    for b in c["brokers"]:
+        controller = " (controller)" if b["id"] == c.get("controller") and "zookeeper" in c else ""
+        print(f"    broker {b['id']}{controller}: {b['state']}, pid {b['pid']}, restarts {b['restarts']}")
+    if "zookeeper" in c:
+        zk = c["zookeeper"]
+        modes = ", ".join(f"{address} {mode or 'NOT SERVING'}" for address, mode in zk["nodes"].items())
+        print(f"    ZooKeeper {zk['connect']} (pid {zk['pid']}, restarts {zk['restarts']}): {modes}")
+    for kind, key in (("under-replicated", "under_replicated"), ("offline", "offline")):
+        listed = c.get(key, [])
+        more = c.get(f"{key}_count", 0) - len(listed)
+        for partition in listed:
+            print(f"    {kind}: {partition}")
+        if more > 0:
+            print(f"    ... and {more} more {kind} partitions")
+    for reason in c.get("unhealthy_because", []):
+        if not reason.endswith("partition(s)"):  # those are listed above
+            print(f"    NOT HEALTHY: {reason}")
 
 
 def _or_dash(value: object) -> object:

@@ -21,8 +21,10 @@ from broker.address import parse_host_port
 from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
+from deploy.launcher.cluster_view import ClusterView, read_views_sync
 from deploy.launcher.launch import STATE_FILE
 from deploy.launcher.state_file import (
+    ClusterRecord,
     LaunchStateFile,
     MirrorRecord,
     ProcessRecord,
@@ -32,6 +34,7 @@ from deploy.launcher.state_file import (
 )
 from deploy.process_identity import Identity, find_marked, identity_of, is_running, parent_of
 from deploy.wan.client import WanApiError, WanClient
+from deploy.zookeeper.four_letter import srvr
 from mirror.status import MirrorStatus, StatusFileError, read_status
 
 __all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
@@ -85,9 +88,11 @@ def alive(pid: int | None) -> bool:
 
 
 def _recorded(state: LaunchStateFile) -> list[tuple[str, ProcessRecord]]:
-    """Every process the state file records, children first (mirrors, brokers, emulator)."""
+    """Every process the state file records, children first (mirrors, brokers, ZooKeeper,
+    emulator): a broker stops while its ZooKeeper still answers."""
     entries: list[tuple[str, ProcessRecord]] = [(f"mirror {n}", m) for n, m in state.mirrors.items()]
     entries += [(f"broker {n}", b) for n, c in state.clusters.items() for b in c.brokers]
+    entries += [(f"zookeeper {n}", c.zookeeper) for n, c in state.clusters.items() if c.zookeeper is not None]
     if state.wan.pid is not None:
         entries.append(("wan emulator", state.wan))
     return entries
@@ -154,7 +159,10 @@ def _label(identity: Identity) -> str:
     """A name for a process found by its environment alone."""
     command = _subcommand(identity)
     args = list(identity.cmdline)
-    for name, flag, part in (("broker", "--data-dir", "name"), ("mirror", "--config", "stem")):
+    if any(arg.startswith("org.apache.zookeeper.server.") for arg in args):
+        return "zookeeper node"  # a JVM of `causeway zookeeper`: it inherits the mark
+    for name, flag, part in (("broker", "--data-dir", "name"), ("mirror", "--config", "stem"),
+                             ("zookeeper", "--data-dir", "name")):
         if command == name and flag in args[:-1]:
             return f"{name} {getattr(Path(args[args.index(flag) + 1]), part)}"
     return {"wan": "wan emulator", None: "process"}.get(command, command) or "process"
@@ -202,12 +210,7 @@ def status(state_dir: Path) -> dict[str, Any]:
             report.update(name=state.name, pid=state.pid, stale=True)
         return report
     ours = {identity.pid for _, identity in found.children}
-    clusters = {}
-    for name, cluster in state.clusters.items():
-        brokers = [{"id": b.id, "pid": b.pid, "restarts": b.restarts} for b in cluster.brokers]
-        healthy = all(b["pid"] in ours for b in brokers) and broker_answers(cluster.bootstrap)
-        clusters[name] = {"datacenter": cluster.datacenter, "bootstrap": cluster.bootstrap,
-                          "wan": cluster.wan, "healthy": healthy, "brokers": brokers}
+    clusters = {name: _cluster_status(cluster, ours) for name, cluster in state.clusters.items()}
     wan = _wan_status(state.wan, ours)
     processes = {identity.pid: identity for _, identity in found.children}
     mirrors = {name: _mirror_status(m, processes.get(m.pid or 0)) for name, m in state.mirrors.items()}
@@ -221,6 +224,82 @@ def status(state_dir: Path) -> dict[str, Any]:
         "mirrors": mirrors,
         "wan": wan,
     }
+
+
+#: At most this many under-replicated or offline partitions are listed by name (all are counted).
+LISTED_PARTITIONS = 20
+
+
+def _cluster_status(cluster: ClusterRecord, ours: set[int]) -> dict[str, Any]:
+    """A cluster as its processes and its brokers' own Metadata show it.
+
+    Each broker is asked separately. Its state: `down` (its process is not running), `not
+    answering`, `starting` (it answers but has not rejoined: no controller known to it yet, as
+    while a restarted broker waits for ZooKeeper to expire its previous run's session), `not
+    registered` (the controller does not list it) or `serving`. The cluster's view is the
+    controller's own answer (else any answer naming a controller). Healthy: every broker
+    serving, a ZooKeeper cluster has its ZooKeeper and a controller, and no partition is offline
+    or under-replicated; `unhealthy_because` says what is not so.
+    """
+    reasons: list[str] = []
+    listed = cluster.bootstrap.split(",")
+    addresses = [b.address or (listed[i] if i < len(listed) else listed[0]) for i, b in enumerate(cluster.brokers)]
+    answers = read_views_sync(addresses)
+    zookeeper_mode = cluster.zookeeper is not None
+    views = {b.id: a for b, a in zip(cluster.brokers, answers, strict=True) if isinstance(a, ClusterView)}
+    view = next((v for broker_id, v in views.items() if v.controller_id == broker_id), None)
+    view = view or next((v for v in views.values() if v.controller_id >= 0 or not zookeeper_mode), None)
+    brokers = []
+    for b, answer in zip(cluster.brokers, answers, strict=True):
+        if b.pid not in ours:
+            state, why = "down", "is not running"
+        elif not isinstance(answer, ClusterView):
+            state, why = "not answering", answer.removeprefix("no answer to ")
+        elif zookeeper_mode and answer.controller_id < 0:
+            state, why = "starting", "has not rejoined the cluster yet (it knows no controller)"
+        elif view is not None and b.id not in view.brokers:
+            state, why = "not registered", "is not registered with the controller"
+        else:
+            state, why = "serving", ""
+        if why:
+            reasons.append(f"broker {b.id} {why}")
+        brokers.append({"id": b.id, "pid": b.pid, "restarts": b.restarts, "state": state, "address": b.address,
+                        "log": b.log})
+    out: dict[str, Any] = {"datacenter": cluster.datacenter, "bootstrap": cluster.bootstrap, "wan": cluster.wan,
+                           "brokers": brokers}
+    if cluster.zookeeper is not None:
+        out["zookeeper"] = zookeeper = _zookeeper_status(cluster.zookeeper.connect, cluster.zookeeper, ours)
+        if not zookeeper["healthy"]:
+            reasons.append("its ZooKeeper is not serving")
+    if view is None:
+        reasons.append("no broker knows a controller" if views else "no broker answers Metadata")
+    else:
+        out.update(controller=view.controller_id, partitions=view.partitions,
+                   under_replicated_count=len(view.under_replicated), offline_count=len(view.offline),
+                   under_replicated=[str(p) for p in view.under_replicated[:LISTED_PARTITIONS]],
+                   offline=[str(p) for p in view.offline[:LISTED_PARTITIONS]])
+        if view.offline:
+            reasons.append(f"{len(view.offline)} offline partition(s)")
+        if view.under_replicated:
+            reasons.append(f"{len(view.under_replicated)} under-replicated partition(s)")
+    out.update(healthy=not reasons, unhealthy_because=reasons)
+    return out
+
+
+def _zookeeper_status(connect: str, record: ProcessRecord, ours: set[int]) -> dict[str, Any]:
+    """A cluster's ZooKeeper: its process runs and each node answers `srvr` in a serving mode."""
+    hosts, _, _chroot = connect.partition("/")
+    nodes: dict[str, str | None] = {}
+    for address in hosts.split(","):
+        try:
+            host, port = parse_host_port(address)
+        except ValueError:
+            nodes[address] = None
+            continue
+        state = srvr(host, port, timeout_s=2.0)
+        nodes[address] = state.mode if state is not None else None
+    healthy = record.pid in ours and all(mode is not None for mode in nodes.values())
+    return {"connect": connect, "pid": record.pid, "restarts": record.restarts, "nodes": nodes, "healthy": healthy}
 
 
 def _wan_status(wan: WanRecord, ours: set[int]) -> dict[str, Any]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan
+from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, TopicPlan
 from topology import TopologyError, load_topology
 from topology.errors import Problem
 
@@ -14,21 +14,17 @@ __all__ = ["plan_from_file"]
 def plan_from_file(path: Path) -> LaunchPlan:
     """Raises TopologyError for an invalid file, or for what this launcher cannot start yet."""
     topology = load_topology(path)
-    unsupported = [
-        Problem(str(path), 1, 1, f"clusters.{name}", "multi-broker and ZooKeeper clusters cannot be launched yet; "
-                "use brokers: 1 and coordination: standalone")
-        for name, c in topology.clusters.items() if c.brokers > 1 or c.coordination != "standalone"
-    ]
-    if unsupported:
-        raise TopologyError(unsupported)
     clusters = tuple(
         ClusterPlan(
             name=name,
             datacenter=cluster.datacenter,
-            topics={t: spec.partitions for t, spec in cluster.topics.items()},
+            topics={t: TopicPlan(spec.partitions, spec.replication_factor, spec.config_texts())
+                    for t, spec in cluster.topics.items()},
             broker_configs=cluster.config_texts(),
             remote_datacenters=tuple(topology.remote_datacenters(name)),
             port=cluster.port,
+            coordination=cluster.coordination,
+            brokers=cluster.brokers,
         )
         for name, cluster in topology.clusters.items()
     )

@@ -1,11 +1,19 @@
 """Bring a launch plan up on this machine, keep it up, and describe it in the state dir.
 
-One WAN emulator serves every link. Each cluster gets a broker with a LOCAL listener for its own
-datacenter and one WAN_<DC> listener per remote datacenter that reads it; that listener advertises
-the address of a proxy on the link, so a client in the remote datacenter reaches the broker only
-through the emulated WAN. Every port is allocated once, before anything starts, so a restarted
-process comes back on the same address. A restarted emulator starts empty: the launcher makes
-its proxies and toxics again before the emulator counts as up (the supervisor's `on_ready`).
+One WAN emulator serves every link. Each broker gets a LOCAL listener for its own datacenter and
+one WAN_<DC> listener per remote datacenter that reads its cluster; that listener advertises the
+address of the broker's own proxy on the link (Kafka's advertised.listeners, per listener), so a
+client in the remote datacenter reaches every broker of the cluster only through the emulated WAN.
+Every port is allocated once, before anything starts, so a restarted process comes back on the
+same address. A restarted emulator starts empty: the launcher makes its proxies and toxics again
+before the emulator counts as up (the supervisor's `on_ready`).
+
+A standalone cluster is one broker (id 0). A ZooKeeper cluster (`coordination: zookeeper`) gets
+its own ZooKeeper first, then brokers 1..N, started side by side with `zookeeper.connect` and
+`broker.id` set; it is up once every broker is ready and the cluster has a controller with every
+broker registered. Then the launcher creates the plan's topics through the admin client (with
+their replication factors and configs). On the way out the brokers stop before their ZooKeeper,
+so their controlled shutdowns can still move leaderships.
 
 Every process started here dies with the launcher (see deploy/supervisor.py) and carries
 `CAUSEWAY_STATE_DIR` in its environment; the state file records each one's pid, start time and
@@ -20,6 +28,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,6 +37,11 @@ from typing import Any
 import trio
 
 from broker.atomic_file import write_atomically
+from broker.client import ClientError, KafkaError
+from broker.tasks import gather
+from deploy.broker_process import READY as BROKER_READY
+from deploy.broker_process import broker_command
+from deploy.launcher.cluster_view import create_topics, read_view, wait_for_controller
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
 from deploy.launcher.state_file import (
     STATE_FORMAT,
@@ -37,19 +51,20 @@ from deploy.launcher.state_file import (
     MirrorRecord,
     ProcessRecord,
     WanRecord,
+    ZooKeeperRecord,
 )
 from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
-from deploy.supervisor import ProcessSpec, Supervised, supervise
+from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, supervise
 from deploy.wan.client import WanApiError, WanClient
 
-__all__ = ["STATE_FILE", "LaunchState", "free_port", "link_toxics", "run_plan"]
+__all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "free_port", "link_toxics", "run_plan"]
 
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
-BROKER_READY = re.compile(r"^causeway broker \d+ ready: ")
 WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
 MIRROR_READY = re.compile(r"^causeway mirror ready: ")
+ZOOKEEPER_READY = re.compile(r"^causeway zookeeper ready: (\S+)$")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -64,11 +79,34 @@ def _cli(*args: str) -> list[str]:
 
 
 @dataclass
+class BrokerState:
+    broker_id: int
+    local: str  # host:port of its LOCAL listener
+    wan: dict[str, str]  # remote datacenter -> host:port of this broker's proxy on the link
+    process: Supervised
+
+
+@dataclass
 class ClusterState:
     plan: ClusterPlan
-    bootstrap: str
-    wan: dict[str, str]  # remote datacenter -> proxy address its clients use
-    broker: Supervised
+    brokers: dict[int, BrokerState]  # by broker id, in id order
+    zookeeper: Supervised | None = None  # coordination: zookeeper
+    zookeeper_connect: str = ""  # zookeeper.connect, with the cluster's chroot
+
+    @property
+    def bootstrap(self) -> str:
+        """Every broker's LOCAL address: bootstrap.servers for clients in the cluster's datacenter."""
+        return ",".join(b.local for b in self.brokers.values())
+
+    @property
+    def wan(self) -> dict[str, str]:
+        """Remote datacenter -> bootstrap.servers for its clients: every broker's proxy there."""
+        return {dc: ",".join(b.wan[dc] for b in self.brokers.values()) for dc in self.plan.remote_datacenters}
+
+    @property
+    def broker(self) -> Supervised:
+        """The first broker's process (all there is of a standalone cluster)."""
+        return next(iter(self.brokers.values())).process
 
 
 @dataclass
@@ -115,7 +153,10 @@ class LaunchState:
             clusters={
                 name: ClusterRecord(
                     datacenter=c.plan.datacenter, bootstrap=c.bootstrap, wan=dict(c.wan),
-                    brokers=[BrokerRecord(id=0, log=str(c.broker.spec.log_path), **_process(c.broker).model_dump())],
+                    brokers=[BrokerRecord(id=b.broker_id, log=str(b.process.spec.log_path), address=b.local,
+                                          **_process(b.process).model_dump()) for b in c.brokers.values()],
+                    zookeeper=ZooKeeperRecord(connect=c.zookeeper_connect, log=str(c.zookeeper.spec.log_path),
+                                              **_process(c.zookeeper).model_dump()) if c.zookeeper else None,
                 )
                 for name, c in self.clusters.items()
             },
@@ -179,17 +220,18 @@ def link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
     return toxics
 
 
-def _broker_spec(
-    state_dir: Path, cluster: ClusterPlan, local_port: int, wan_ports: dict[str, tuple[int, int]]
-) -> ProcessSpec:
-    """The broker command: LOCAL plus one WAN listener per remote datacenter (bound, advertised)."""
-    listeners = [f"LOCAL://127.0.0.1:{local_port}"]
-    advertised = [f"LOCAL://127.0.0.1:{local_port}"]
+def _broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
+                 bound: dict[str, int], zookeeper_connect: str) -> ProcessSpec:
+    """The broker command: LOCAL plus one WAN listener per remote datacenter, bound on `bound`'s
+    port and advertised as this broker's proxy on the link (`proxies`); in a ZooKeeper cluster
+    with its broker.id and zookeeper.connect."""
+    listeners = [f"LOCAL://{local}"]
+    advertised = [f"LOCAL://{local}"]
     protocols = ["LOCAL:PLAINTEXT"]
-    for dc, (bound, proxy) in wan_ports.items():
+    for dc, proxy in proxies.items():
         name = listener_name(dc)
-        listeners.append(f"{name}://127.0.0.1:{bound}")
-        advertised.append(f"{name}://127.0.0.1:{proxy}")
+        listeners.append(f"{name}://127.0.0.1:{bound[dc]}")
+        advertised.append(f"{name}://{proxy}")
         protocols.append(f"{name}:PLAINTEXT")
     overrides = {
         **cluster.broker_configs,
@@ -198,13 +240,15 @@ def _broker_spec(
         "listener.security.protocol.map": ",".join(protocols),
         "inter.broker.listener.name": "LOCAL",
     }
-    argv = _cli("broker", "--data-dir", str(state_dir / "data" / cluster.name))
-    for key, value in overrides.items():
-        argv += ["--override", f"{key}={value}"]
-    for topic, partitions in cluster.topics.items():
-        argv += ["--topic", f"{topic}:{partitions}"]
-    return _spec(state_dir, f"broker {cluster.name}", argv, state_dir / "logs" / f"{cluster.name}-broker-0.log",
-                 BROKER_READY)
+    if zookeeper_connect:
+        overrides.update({"zookeeper.connect": zookeeper_connect, "broker.id": str(broker_id)})
+        data_dir = state_dir / "data" / f"{cluster.name}-broker-{broker_id}"
+        name = f"broker {broker_id} of {cluster.name}"
+    else:
+        data_dir, name = state_dir / "data" / cluster.name, f"broker {cluster.name}"
+    log_name = f"{cluster.name}-broker-{broker_id}.log"
+    argv = broker_command(data_dir, overrides=[f"{key}={value}" for key, value in overrides.items()])
+    return _spec(state_dir, name, argv, state_dir / "logs" / log_name, BROKER_READY)
 
 
 async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
@@ -255,42 +299,137 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
 
 
 async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.TaskStatus[LaunchState]) -> None:
+    # ZooKeeper and the brokers of ZooKeeper clusters run in `last`, shielded: on the way out,
+    # once the mirrors have stopped, the brokers stop in order (see _stop_in_order), then their
+    # ZooKeeper, which a stopping broker still talks to for its controlled shutdown.
+    shields: list[trio.CancelScope] = []
+    async with trio.open_nursery() as last:
+        try:
+            async with trio.open_nursery() as nursery:
+                await _start_all(state, toxiproxy, nursery, partial(_supervise_shielded, last, shields), task_status)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(ORDERED_STOP_S):
+                await gather([partial(_stop_in_order, c) for c in state.clusters.values() if c.zookeeper], collect=())
+            for scope in shields:
+                scope.cancel()
+
+
+#: The most the ordered stop of ZooKeeper clusters may take; whatever still runs then is stopped
+#: as everything else is (SIGTERM, then SIGKILL after the supervisor's grace period).
+ORDERED_STOP_S = 30.0
+
+
+async def _stop_in_order(cluster: ClusterState) -> None:
+    """Stop a ZooKeeper cluster's brokers as an operator would: every broker but the controller
+    first, side by side, so each one's controlled shutdown finds a controller that moves its
+    leaderships away; then the controller. Stopped all at once, the controller tends to go first
+    and the others retry their controlled shutdowns against nobody (controlled.shutdown.max.retries
+    x controlled.shutdown.retry.backoff.ms, 15 s by default). A cluster still starting (some
+    broker not healthy) is left to the plain stop."""
+    brokers = {b.broker_id: b.process for b in cluster.brokers.values()}
+    if not brokers or not all(p.healthy for p in brokers.values()):
+        return
+    controller = -1  # unknown: all side by side, as without an order
+    try:
+        controller = (await read_view(cluster.bootstrap, timeout_s=2.0)).controller_id
+    except (ClientError, KafkaError, OSError, trio.TooSlowError) as exc:
+        log.info("cluster %s: controller unknown (%s); stopping its brokers side by side", cluster.plan.name, exc)
+    await gather([partial(hold, p) for i, p in brokers.items() if i != controller], collect=(RuntimeError,))
+    if controller in brokers:
+        await hold(brokers[controller])
+
+
+async def _supervise_shielded(nursery: trio.Nursery, shields: list[trio.CancelScope], supervised: Supervised) -> str:
+    """`supervise(supervised)` in `nursery`, shielded from cancellation until its scope (added to
+    `shields`) is cancelled; returns the first ready line."""
+    scope = trio.CancelScope(shield=True)
+    shields.append(scope)
+
+    async def shielded(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
+        with scope:
+            await supervise(supervised, task_status=task_status)
+
+    ready: str = await nursery.start(shielded)
+    return ready
+
+
+StartLast = Callable[[Supervised], Awaitable[str]]
+
+
+async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nursery, last: StartLast,
+                     task_status: trio.TaskStatus[LaunchState]) -> None:
     plan, state_dir = state.plan, state.state_dir
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(state.keep_saved)
-        if toxiproxy is not None:
-            state.wan_api = toxiproxy
-        else:
-            state.wan = Supervised(_spec(state_dir, "wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
-                                         state_dir / "logs" / "wan.log", WAN_READY),
-                                   on_change=state.changed, on_ready=partial(_restore_links, state))
-            ready = await nursery.start(supervise, state.wan)
-            match = WAN_READY.match(ready)
-            assert match is not None
-            state.wan_api = match.group(1)
-        for cluster in plan.clusters:
-            local_port = cluster.port or free_port()
-            wan_ports = {dc: (free_port(), free_port()) for dc in cluster.remote_datacenters}
-            supervised = Supervised(_broker_spec(state_dir, cluster, local_port, wan_ports),
-                                    on_change=state.changed)
-            state.clusters[cluster.name] = ClusterState(
-                cluster, f"127.0.0.1:{local_port}", {dc: f"127.0.0.1:{proxy}" for dc, (_, proxy) in wan_ports.items()},
-                supervised)
-            await nursery.start(supervise, supervised)
-            for dc, (bound, proxy) in wan_ports.items():
-                link = plan.link(cluster.datacenter, dc)
-                name = f"{cluster.name}-to-{dc}"
-                body = {"name": name, "listen": f"127.0.0.1:{proxy}", "upstream": f"127.0.0.1:{bound}"}
-                toxics = link_toxics(link) if link is not None else []
-                await _make_link(state.wan_api, body, toxics)
-                state.links[name] = (body, toxics)
-            log.info("cluster %s up at %s", cluster.name, state.clusters[cluster.name].bootstrap)
-        for mirror in plan.mirrors:
-            state.mirrors[mirror.name] = await _mirror_state(state, mirror)
-            await nursery.start(supervise, state.mirrors[mirror.name].process)
-            log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
-        await state.save()  # before `up` says ready: `status` and `down` find what runs
-        task_status.started(state)
+    nursery.start_soon(state.keep_saved)
+    if toxiproxy is not None:
+        state.wan_api = toxiproxy
+    else:
+        state.wan = Supervised(_spec(state_dir, "wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
+                                     state_dir / "logs" / "wan.log", WAN_READY),
+                               on_change=state.changed, on_ready=partial(_restore_links, state))
+        ready = await nursery.start(supervise, state.wan)
+        match = WAN_READY.match(ready)
+        assert match is not None
+        state.wan_api = match.group(1)
+    for cluster in plan.clusters:
+        await _start_cluster(state, cluster, nursery, last)
+    for mirror in plan.mirrors:
+        state.mirrors[mirror.name] = await _mirror_state(state, mirror)
+        await nursery.start(supervise, state.mirrors[mirror.name].process)
+        log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
+    await state.save()  # before `up` says ready: `status` and `down` find what runs
+    task_status.started(state)
+
+
+async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio.Nursery, last: StartLast) -> None:
+    """A cluster's ZooKeeper (coordination: zookeeper), its brokers side by side, their WAN
+    links, then its topics once it has a controller."""
+    running = state.clusters[cluster.name] = ClusterState(cluster, {})
+    if cluster.coordination == "zookeeper":
+        await _start_zookeeper(state, running, last)
+    bound: dict[int, dict[str, int]] = {}  # broker id -> remote datacenter -> its WAN listener's port
+    brokers = running.brokers
+    for i, broker_id in enumerate(cluster.broker_ids):
+        local = f"127.0.0.1:{(cluster.port if i == 0 else None) or free_port()}"
+        bound[broker_id] = {dc: free_port() for dc in cluster.remote_datacenters}
+        proxies = {dc: f"127.0.0.1:{free_port()}" for dc in cluster.remote_datacenters}
+        spec = _broker_spec(state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
+                            running.zookeeper_connect)
+        brokers[broker_id] = BrokerState(broker_id, local, proxies, Supervised(spec, on_change=state.changed))
+    # Side by side: ZooKeeper-mode brokers wait for each other (the controller, the topics).
+    start = last if cluster.coordination == "zookeeper" else partial(nursery.start, supervise)
+    await gather([partial(start, b.process) for b in brokers.values()], collect=(StartFailed,))
+    for broker in brokers.values():
+        for dc, proxy in broker.wan.items():
+            link = state.plan.link(cluster.datacenter, dc)
+            # The single broker's proxy keeps its name (`east-to-west`): the chaos rig and
+            # operators' scripts know it.
+            name = f"{cluster.name}-to-{dc}" if broker.broker_id == 0 else f"{cluster.name}-{broker.broker_id}-to-{dc}"
+            body = {"name": name, "listen": proxy, "upstream": f"127.0.0.1:{bound[broker.broker_id][dc]}"}
+            toxics = link_toxics(link) if link is not None else []
+            await _make_link(state.wan_api, body, toxics)
+            state.links[name] = (body, toxics)
+    first_log = next(iter(brokers.values())).process.spec.log_path
+    if cluster.coordination == "zookeeper":
+        await wait_for_controller(running.bootstrap, set(brokers), what=f"cluster {cluster.name}", log_path=first_log)
+    await create_topics(running.bootstrap, cluster.topic_plans(), what=f"cluster {cluster.name}", log_path=first_log)
+    log.info("cluster %s up at %s", cluster.name, running.bootstrap)
+
+
+async def _start_zookeeper(state: LaunchState, cluster: ClusterState, last: StartLast) -> None:
+    """The cluster's own ZooKeeper, one node (`causeway zookeeper`, supervised like the rest),
+    before its brokers. Its client port is allocated once, so a restart keeps the address; the
+    cluster's chroot (/<cluster>) separates its znodes should clusters ever share an ensemble."""
+    name = cluster.plan.name
+    argv = _cli("zookeeper", "--nodes", "1", "--data-dir", str(state.state_dir / "zookeeper" / name),
+                "--port", str(free_port()))
+    cluster.zookeeper = Supervised(_spec(state.state_dir, f"zookeeper {name}", argv,
+                                         state.state_dir / "logs" / f"{name}-zookeeper.log", ZOOKEEPER_READY),
+                                   on_change=state.changed)
+    ready = await last(cluster.zookeeper)
+    match = ZOOKEEPER_READY.match(ready)
+    assert match is not None  # the supervisor matched this line already
+    cluster.zookeeper_connect = f"{match.group(1)}/{name}"
+    log.info("cluster %s: ZooKeeper at %s", name, cluster.zookeeper_connect)
 
 
 async def _make_link(api: str, body: dict[str, Any], toxics: list[dict[str, Any]]) -> None:

@@ -6,9 +6,10 @@ so it can be built and tested without a YAML file.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-__all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "listener_name"]
+__all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "TopicPlan", "listener_name"]
 
 
 def listener_name(datacenter: str) -> str:
@@ -32,14 +33,43 @@ class LinkPlan:
 
 
 @dataclass(frozen=True)
+class TopicPlan:
+    """A topic the launcher creates once the cluster is up; replication_factor None is the
+    brokers' default.replication.factor."""
+
+    partitions: int = 1
+    replication_factor: int | None = None
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class ClusterPlan:
     name: str
     datacenter: str
-    topics: dict[str, int] = field(default_factory=dict)  # name -> partitions
+    topics: Mapping[str, int | TopicPlan] = field(default_factory=dict)  # name -> partitions, or the whole plan
     broker_configs: dict[str, str] = field(default_factory=dict)
-    port: int | None = None  # the LOCAL listener's port; allocated when None
+    port: int | None = None  # the first broker's LOCAL listener port; allocated when None
     # Datacenters whose clients (mirrors) read this cluster across a WAN link.
     remote_datacenters: tuple[str, ...] = ()
+    coordination: str = "standalone"  # or "zookeeper": the cluster gets its own ZooKeeper
+    brokers: int = 1  # more than one needs coordination "zookeeper"
+
+    def __post_init__(self) -> None:
+        if self.brokers < 1:
+            raise ValueError(f"cluster {self.name}: brokers must be at least 1, not {self.brokers}")
+        if self.brokers > 1 and self.coordination != "zookeeper":
+            raise ValueError(f"cluster {self.name}: {self.brokers} brokers need coordination zookeeper")
+
+    @property
+    def broker_ids(self) -> tuple[int, ...]:
+        """A standalone cluster's one broker keeps id 0 (node.id's default, as before); the brokers
+        of a ZooKeeper cluster are 1..N, as Kafka's ZooKeeper-mode examples number them."""
+        if self.coordination != "zookeeper":
+            return (0,)
+        return tuple(range(1, self.brokers + 1))
+
+    def topic_plans(self) -> dict[str, TopicPlan]:
+        return {name: t if isinstance(t, TopicPlan) else TopicPlan(t) for name, t in self.topics.items()}
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = ["STATE_FORMAT", "BrokerRecord", "ClusterRecord", "LaunchStateFile", "MirrorRecord", "ProcessRecord",
-           "StateFileError", "WanRecord", "parse_state"]
+           "StateFileError", "WanRecord", "ZooKeeperRecord", "parse_state"]
 
 STATE_FORMAT = 2  # 2: every process with its start time and command line
 
@@ -47,6 +47,7 @@ class ProcessRecord(_Record):
 class BrokerRecord(ProcessRecord):
     id: int = 0
     log: str | None = None
+    address: str | None = None  # its LOCAL listener, host:port (older files: the bootstrap's n-th entry)
 
 
 class WanRecord(ProcessRecord):
@@ -56,11 +57,19 @@ class WanRecord(ProcessRecord):
     proxies: list[str] = Field(default_factory=list)
 
 
+class ZooKeeperRecord(ProcessRecord):
+    """A cluster's ZooKeeper (`causeway zookeeper`); `connect` ends with the cluster's chroot."""
+
+    connect: str
+    log: str | None = None
+
+
 class ClusterRecord(_Record):
     datacenter: str
     bootstrap: str
     wan: dict[str, str] = Field(default_factory=dict)  # remote datacenter -> proxy address
     brokers: list[BrokerRecord]
+    zookeeper: ZooKeeperRecord | None = None  # coordination: zookeeper only
 
 
 class MirrorRecord(ProcessRecord):
