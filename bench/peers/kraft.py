@@ -93,7 +93,7 @@ class KafkaBroker:
     overrides: dict[str, str] = field(default_factory=dict)
     profile: str = "kafka4"
     jvm_flags: Sequence[str] = BROKER_JVM_FLAGS
-    proc: subprocess.Popen[bytes] | None = None
+    proc: subprocess.Popen[str] | None = None
     port: int = 0
     controller_port: int = 0
     startup_seconds: float = 0.0
@@ -142,7 +142,8 @@ class KafkaBroker:
         cmd = java_command(target, main_class("kafka-server-start", self.profile), [str(self.config_path)],
                            jvm_flags=[*self.jvm_flags, f"-Dkafka.logs.dir={self.directory}"], log4j2=LOG4J2_BROKER)
         with (self.directory / "console.log").open("ab") as console:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
+                                         text=True)
         deadline = began + START_TIMEOUT_S
         while not api_versions_answers("127.0.0.1", self.port):
             if self.proc.poll() is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import subprocess
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -115,8 +116,20 @@ def class_data_sharing(target: Peer, main: str, jvm_flags: Sequence[str]) -> tup
     if archive.is_file():
         return [f"-XX:SharedArchiveFile={archive}"], None
     archive.parent.mkdir(exist_ok=True)
-    partial = archive.with_name(f"{archive.name}.{os.getpid()}.partial")
+    # Unique per JVM: one Python process may start several of the same tool at once.
+    partial = archive.with_name(f"{archive.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.partial")
     return [f"-XX:ArchiveClassesAtExit={partial}"], partial
+
+
+def keep_archive(partial: Path | None, clean_exit: bool) -> None:
+    """Put a dumped archive in place, only from a run that ended well: a tool that failed early
+    (a bad option) loaded few classes, and its archive would stay the tool's archive for good."""
+    if partial is None or not partial.exists():
+        return
+    if clean_exit:
+        partial.replace(partial.with_name(partial.name.split(".jsa.", 1)[0] + ".jsa"))
+    else:
+        partial.unlink(missing_ok=True)
 
 
 def run_tool(tool: str, *args: str, stdin: str | None = None, timeout: float = TOOL_TIMEOUT_S,
@@ -126,10 +139,10 @@ def run_tool(tool: str, *args: str, stdin: str | None = None, timeout: float = T
     main = main_class(tool, profile)
     sharing, partial = class_data_sharing(target, main, jvm_flags)
     cmd = java_command(target, main, args, jvm_flags=[*jvm_flags, *sharing])
+    done = None
     try:
         done = subprocess.run(cmd, input=stdin if stdin is not None else "", capture_output=True, text=True,
                               timeout=timeout)
     finally:
-        if partial is not None and partial.exists():
-            partial.replace(partial.with_name(partial.name.split(".jsa.", 1)[0] + ".jsa"))
+        keep_archive(partial, done is not None and done.returncode == 0)
     return ToolRun([tool, *args], done.returncode, done.stdout, done.stderr, cmd)

@@ -41,7 +41,7 @@ _SERVED: tuple[ApiHandler, ...] = (
     *configs.HANDLERS,
     *groups.HANDLERS,
     *offsets.HANDLERS,
-    # *acls.HANDLERS,
+    *acls.HANDLERS,
     *inter_broker.HANDLERS,
 )
 
