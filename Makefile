@@ -50,9 +50,10 @@ test-fast: install
 
 # The long chaos matrix: real processes, seeded faults over the emulated WAN link and on the
 # processes; prints one line per scenario, exits 1 on anything lost, reordered or corrupted.
-# SEED=N picks another schedule.
-chaos: install
-	$(BIN)/python -m deploy.chaos --seed $(or $(SEED),1)
+# SEED=N picks another schedule. Then Kafka's replication matrix on a 3-broker ZooKeeper cluster
+# (deploy/chaos/replication.py); MATRIX=mirror or MATRIX=replication runs one of them.
+chaos: install system-deps
+	$(BIN)/python -m deploy.chaos --matrix $(or $(MATRIX),all) --seed $(or $(SEED),1)
 
 # The long fuzz run: FRAMES mutated frames (default 1000000) of every API against a broker it
 # starts; one summary line, exit 1 if the broker died, leaked memory, sockets or files, stopped
@@ -69,6 +70,9 @@ typecheck: install
 bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.mirror
+	@if $(BIN)/python -c 'from bench.peers import peer; peer("kafka4").jars()' 2>/dev/null; \
+	then $(BIN)/python -m bench.side_by_side; \
+	else echo "bench: Apache Kafka beside Causeway skipped: the peers are not fetched (make peers)"; fi
 
 # Re-resolve the pins after changing dependencies in pyproject.toml.
 constraints:

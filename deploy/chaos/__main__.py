@@ -1,5 +1,7 @@
-"""`python -m deploy.chaos [--seed N] [--scenarios NAME ...] [--profile]`: run chaos scenarios
-with real processes and print one line per scenario; exit 1 when any fails."""
+"""`python -m deploy.chaos [--seed N] [--matrix mirror|replication|all] [--scenarios NAME ...] [--profile]`:
+run chaos scenarios with real processes and print one line per scenario; exit 1 when any fails.
+`--matrix replication` is Kafka's replication matrix on a ZooKeeper-mode cluster
+(deploy.chaos.replication)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import trio
 
+from deploy.chaos import replication
 from deploy.chaos.runner import MATRIX, PROFILE, ScenarioResult, format_table, run_matrix
 
 __all__ = ["main"]
@@ -19,6 +22,7 @@ __all__ = ["main"]
 
 def main(argv: list[str] | None = None) -> int:
     known = {s.name: s for s in (*MATRIX, *PROFILE)}
+    replicated = {s.name: s for s in (*replication.MATRIX, *replication.PROFILE)}
     parser = argparse.ArgumentParser(
         prog="python -m deploy.chaos",
         description="Fault injection over an emulated WAN link: a source broker, a target broker, the WAN "
@@ -26,7 +30,10 @@ def main(argv: list[str] | None = None) -> int:
                     "run; source and target compared per partition.")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first scenario's schedule; "
                                                              "scenario i uses seed + i (default 1)")
-    parser.add_argument("--scenarios", nargs="+", metavar="NAME", choices=sorted(known),
+    parser.add_argument("--matrix", choices=["mirror", "replication", "all"], default="mirror",
+                        help="the mirror's matrix over the WAN link (default), Kafka's replication matrix on a "
+                             "3-broker ZooKeeper cluster, or both")
+    parser.add_argument("--scenarios", nargs="+", metavar="NAME", choices=sorted({*known, *replicated}),
                         help="run only these (default: the whole matrix, or the profile with --profile)")
     parser.add_argument("--profile", action="store_true", help="the short profile that `make test` runs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -39,27 +46,46 @@ def main(argv: list[str] | None = None) -> int:
         for s in (*MATRIX, *PROFILE):
             print(f"{s.name:16} {s.steps:2d} faults from {', '.join(s.faults)}; {s.records} records "
                   f"at {s.rate:.0f}/s over {s.partitions} partitions{' (profile)' if s in PROFILE else ''}")
+        for r in (*replication.MATRIX, *replication.PROFILE):
+            print(f"{r.name:16} {r.rounds:2d} x {r.fault} of the {r.target or 'ZooKeeper node'}; 3 brokers, RF 3, "
+                  f"min.insync.replicas=2, {r.rate:.0f} records/s (replication"
+                  f"{', profile' if r in replication.PROFILE else ''})")
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.scenarios:
-        scenarios = [known[name] for name in args.scenarios]
+        scenarios = [known[name] for name in args.scenarios if name in known]
+        replicating = [replicated[name] for name in args.scenarios if name in replicated]
     else:
-        scenarios = list(PROFILE if args.profile else MATRIX)
+        scenarios = list(PROFILE if args.profile else MATRIX) if args.matrix != "replication" else []
+        replicating = (list(replication.PROFILE if args.profile else replication.MATRIX)
+                       if args.matrix != "mirror" else [])
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="causeway-chaos-"))
 
     def report(result: ScenarioResult) -> None:
         print(result.describe(), flush=True)
 
+    def report_replication(result: replication.ReplicationResult) -> None:
+        print(result.describe(), flush=True)
+
     results = trio.run(lambda: run_matrix(scenarios, seed=args.seed, work_dir=work_dir, keep=args.keep,
-                                          on_result=report))
-    print()
-    print(format_table(results))
+                                          on_result=report)) if scenarios else []
+    replicated_results = trio.run(lambda: replication.run_matrix(
+        replicating, seed=args.seed, work_dir=work_dir, keep=args.keep,
+        on_result=report_replication)) if replicating else []
+    if results:
+        print()
+        print(format_table(results))
+    if replicated_results:
+        print()
+        print(replication.format_table(replicated_results))
     failed = [r.scenario.name for r in results if not r.passed]
+    failed += [r.scenario.name for r in replicated_results if not r.passed]
+    ran = len(results) + len(replicated_results)
     if failed:
-        print(f"\n{len(failed)} of {len(results)} scenarios failed: {', '.join(failed)}; logs under {work_dir}")
+        print(f"\n{len(failed)} of {ran} scenarios failed: {', '.join(failed)}; logs under {work_dir}")
         return 1
-    print(f"\nall {len(results)} scenarios passed")
+    print(f"\nall {ran} scenarios passed")
     if args.work_dir is None and not args.keep:
         shutil.rmtree(work_dir, ignore_errors=True)
     return 0
