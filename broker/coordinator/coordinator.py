@@ -2,9 +2,12 @@
 
 Every group lives in memory; every change that must survive a restart (committed offsets, the
 group's generation, members and assignment) is written to `__consumer_offsets` before it is
-acknowledged, and read back at start. Timers (session timeouts, rebalance deadlines, the initial
-rebalance delay, offset retention) are served by one task that sleeps until the next deadline
-and is woken early when a deadline moves.
+acknowledged, and read back at start. A group lives in one partition of that topic, and the
+broker leading that partition coordinates it: groups are loaded when this broker becomes a
+partition's leader and dropped when it stops (Kafka's GroupMetadataManager load and unload).
+Timers (session timeouts, rebalance deadlines, the initial rebalance delay, offset retention)
+are served by one task that sleeps until the next deadline and is woken early when a deadline
+moves.
 
 State transitions, as Kafka's classic protocol has them:
 
@@ -19,35 +22,72 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import trio
 
 from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.coordinator.group import Group, GroupState, Member, Reply
+from broker.coordinator.loader import GroupLoader, Records
 from broker.coordinator.offsets_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     MemberMetadata,
     OffsetCommitKey,
     OffsetCommitValue,
-    decode_group_metadata,
-    decode_key,
-    decode_offset_commit,
     partition_for,
 )
-from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
+from broker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["GroupCoordinator", "JoinResult", "MemberIdRequired", "OFFSETS_TOPIC"]
+__all__ = ["GroupCoordinator", "JoinResult", "MemberIdRequired", "OFFSETS_TOPIC", "OffsetsLog"]
 
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-# Appends (key, value-or-None) records to a partition of __consumer_offsets; raises KafkaError.
+# Appends (key, value-or-None) records to a partition of __consumer_offsets and returns once the
+# ISR has them; raises KafkaError.
 AppendRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[None]]
+# The same in two steps: appends at the call (writes land in the order they were made; a refusal
+# raises KafkaError there) and returns what to await for the ISR (raises KafkaError).
+WriteRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[None]]
+# Feeds every record of one partition, up to its log end when called, to the sink (in worker
+# threads, chunk by chunk, oldest first) while `still_wanted()` is true; raises KafkaError or
+# OSError when the partition cannot be read. broker.coordinator.offsets_store implements it.
+ReplayPartition = Callable[[int, Callable[[Records], None], Callable[[], bool]], Awaitable[None]]
+
+# A load that failed (the disk, a partition deleted meanwhile) is retried while still leader.
+_LOAD_RETRY_BACKOFF_S = 1.0
+_LOAD_RETRY_BACKOFF_MAX_S = 30.0
+
+
+class OffsetsLog(Protocol):
+    """`__consumer_offsets` as the coordinator uses it (broker.coordinator.offsets_store)."""
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
+
+    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]: ...
+
+    async def replay_partition(self, partition: int, sink: Callable[[Records], None],
+                               still_wanted: Callable[[], bool]) -> None: ...
+
+    def partition_count(self) -> int | None: ...
+
+
+@dataclass(slots=True)
+class _Led:
+    """A `__consumer_offsets` partition this broker leads: its epoch, and whether its groups
+    are still being loaded."""
+
+    epoch: int
+    loading: bool = True
+    started: bool = False
+    loaded: trio.Event = field(default_factory=trio.Event)
+    tried: trio.Event = field(default_factory=trio.Event)  # the first attempt ended, loaded or not
+
 
 # What a failed write of the group's metadata becomes in a JoinGroup/SyncGroup response, and what
 # a failed offset write becomes in an OffsetCommit response: the mappings Kafka's coordinator
@@ -100,16 +140,36 @@ def _mapped(exc: KafkaError, table: dict[ErrorCode, ErrorCode]) -> KafkaError:
 
 
 class GroupCoordinator:
-    """Every consumer group of this broker (it coordinates all of them: one broker, one cluster).
+    """The consumer groups kept in the `__consumer_offsets` partitions this broker leads.
+
+    Made with `replay`, it leads no partition until told (:meth:`on_became_leader`, a
+    :class:`~broker.coordinator.leadership.LeadershipListener`): it then loads that partition's
+    groups and follows its leadership, as Kafka's GroupCoordinator does; a request for a group
+    of a partition led elsewhere answers NOT_COORDINATOR. Made without, it leads every partition
+    (tests; :meth:`load` replays the whole topic).
 
     All methods run on the broker's trio thread; `load` may run in a worker thread before `run`.
     Errors are raised as KafkaError carrying the code Kafka answers with.
     """
 
-    def __init__(self, config: BrokerConfig, append: AppendRecords) -> None:
+    @classmethod
+    def over(cls, config: BrokerConfig, store: OffsetsLog) -> GroupCoordinator:
+        """A coordinator of the partitions this broker leads, kept in `store` (the broker's
+        :class:`~broker.coordinator.offsets_store.OffsetsStore`)."""
+        return cls(config, store.append, store.replay_partition, store.partition_count, write=store.write)
+
+    def __init__(self, config: BrokerConfig, append: AppendRecords, replay: ReplayPartition | None = None,
+                 topic_partitions: Callable[[], int | None] | None = None, *,
+                 write: WriteRecords | None = None) -> None:
         self._config = config
         self._append = append
-        self.groups: dict[str, Group] = {}
+        self._write = write  # None: writes nobody waits for are awaited in place too
+        self._replay = replay
+        self._topic_partitions = topic_partitions  # the partition count of __consumer_offsets, if it exists
+        # Partition -> leadership state; None: this coordinator leads every partition.
+        self._led: dict[int, _Led] | None = None if replay is None else {}
+        self._nursery: trio.Nursery | None = None
+        self.groups: dict[str, Group] = {}  # the groups of loaded partitions only
         self._wakeup = trio.Event()
         # Protocol metadata one member may carry: its subscription must fit in the group's
         # record in __consumer_offsets, which is bounded by message.max.bytes.
@@ -118,7 +178,13 @@ class GroupCoordinator:
     # -- persistence -----------------------------------------------------------------------
 
     def partition_of(self, group_id: str) -> int:
-        return partition_for(group_id, self._config.offsets_topic_num_partitions)
+        return partition_for(group_id, self._partition_count())
+
+    def _partition_count(self) -> int:
+        # The topic's own count once it exists (Kafka reads it from the topic too): a topic made
+        # under another offsets.topic.num.partitions keeps its groups where they were written.
+        count = self._topic_partitions() if self._topic_partitions is not None else None
+        return count if count else self._config.offsets_topic_num_partitions
 
     async def _store(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
         """Append to the group's partition; disk errors become KAFKA_STORAGE_ERROR."""
@@ -127,69 +193,155 @@ class GroupCoordinator:
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
-    def load(self, records: Iterable[tuple[bytes | None, bytes | None]]) -> None:
-        """Replay `__consumer_offsets` records in log order (later records win).
+    def load(self, records: Records) -> None:
+        """Replay `__consumer_offsets` records in log order (later records win), for a
+        coordinator that leads every partition (made without `replay`): tests, and a broker
+        that reads the whole topic before it serves."""
+        loader = GroupLoader()
+        loader.apply(records)
+        # Maybe in a worker thread: members' session timers start when `run` does.
+        for group_id, group in loader.finish().items():
+            self.groups.setdefault(group_id, group)
+        log.info("loaded %d groups and %d offset commits from %s", len(self.groups), loader.offsets_loaded,
+                 OFFSETS_TOPIC)
 
-        Groups come back as they were last written: with members (Stable, each member's session
-        timer restarting when `run` starts) or without (Empty). Unreadable records are skipped
-        with a warning, never fatal.
-        """
-        loaded = 0
-        for key_bytes, value in records:
-            if key_bytes is None:
+    def _install(self, groups: dict[str, Group], partition: int) -> None:
+        """Take loaded groups on the trio thread; restored members' session timers start now."""
+        now = trio.current_time()
+        for group_id, group in groups.items():
+            if self.partition_of(group_id) != partition:
+                # Written under another partition count: this broker could never be asked for
+                # it here (FindCoordinator names the partition of the current count).
+                log.warning("group %s found in %s-%d but belongs to partition %d; not loaded", group_id,
+                            OFFSETS_TOPIC, partition, self.partition_of(group_id))
                 continue
-            try:
-                key = decode_key(key_bytes)
-                if isinstance(key, OffsetCommitKey):
-                    group = self.groups.setdefault(key.group, Group(key.group))
-                    tp = (key.topic, key.partition)
-                    if value is None:
-                        group.offsets.pop(tp, None)
-                    else:
-                        group.offsets[tp] = decode_offset_commit(value)
-                    loaded += 1
-                elif isinstance(key, GroupMetadataKey):
-                    if value is None:
-                        self._forget_metadata(key.group)
-                    else:
-                        self._restore(key.group, decode_group_metadata(value))
-            except ProtocolError as exc:
-                log.warning("skipping an unreadable %s record: %s", OFFSETS_TOPIC, exc)
+            for member in group.members.values():
+                member.heartbeat_deadline = now + member.session_timeout_ms / 1000
+            # Nothing of a loading partition is created meanwhile (its groups' requests are
+            # refused), so what is here already came from the same log: keep it.
+            self.groups.setdefault(group_id, group)
+        self._poke()
+
+    # -- leadership of __consumer_offsets partitions (Kafka's onElection / onResignation) ----
+
+    def on_became_leader(self, topic: str, partition: int, leader_epoch: int) -> None:
+        """This broker leads `partition` of `__consumer_offsets`: load its groups and offsets.
+
+        Until the load finishes, requests for its groups answer COORDINATOR_LOAD_IN_PROGRESS
+        (a heartbeat is answered NONE, as Kafka does). Returns at once; the load runs in the
+        coordinator's task tree (queued until :meth:`run` starts) with the reading in worker
+        threads. Already leading it (loaded or loading): only the epoch moves."""
+        if topic != OFFSETS_TOPIC or self._led is None:
+            return
+        led = self._led.get(partition)
+        if led is not None:
+            if leader_epoch > led.epoch:
+                led.epoch = leader_epoch
+            return
+        led = self._led[partition] = _Led(leader_epoch)
+        log.info("%s-%d: leader in epoch %d; loading its groups", OFFSETS_TOPIC, partition, leader_epoch)
+        if self._nursery is not None:
+            led.started = True
+            self._nursery.start_soon(self._load, partition, led)
+
+    def on_resigned(self, topic: str, partition: int, leader_epoch: int | None) -> None:
+        """This broker no longer leads `partition`: its groups leave memory (a load under way
+        is abandoned), members waiting in JoinGroup or SyncGroup get NOT_COORDINATOR, and every
+        later request for them too, so their clients find the new coordinator."""
+        if topic != OFFSETS_TOPIC or self._led is None:
+            return
+        led = self._led.get(partition)
+        if led is None or (leader_epoch is not None and leader_epoch < led.epoch):
+            return  # not led here, or a stale notice from before our own election
+        del self._led[partition]
+        led.loaded.set()  # nobody waits for a load that will never be taken
+        led.tried.set()
+        unloaded = 0
         for group_id, group in list(self.groups.items()):
-            if group.protocol_type is None and not group.offsets and not group.members:
-                del self.groups[group_id]  # a simple group whose offsets were all deleted
-        log.info("loaded %d groups and %d offset commits from %s", len(self.groups), loaded, OFFSETS_TOPIC)
-
-    def _forget_metadata(self, group_id: str) -> None:
-        group = self.groups.get(group_id)
-        if group is None:
-            return
-        if not group.offsets:
+            if self.partition_of(group_id) != partition:
+                continue
             del self.groups[group_id]
-            return
-        self.groups[group_id] = Group(group_id, offsets=group.offsets)
+            unloaded += 1
+            group.transition(GroupState.DEAD, now_ms())
+            group.pending.clear()
+            for member in group.members.values():
+                for waiting in (member.join, member.sync):
+                    if waiting is not None:
+                        waiting.set(ErrorCode.NOT_COORDINATOR)
+                member.join = member.sync = None
+        self._poke()
+        log.info("%s-%d: no longer leader%s; unloaded %d groups", OFFSETS_TOPIC, partition,
+                 "" if leader_epoch is None else f" (epoch {leader_epoch})", unloaded)
 
-    def _restore(self, group_id: str, meta: GroupMetadataValue) -> None:
-        old = self.groups.get(group_id)
-        group = Group(group_id, offsets=old.offsets if old is not None else {})
-        self.groups[group_id] = group
-        group.generation = meta.generation
-        group.protocol_type = meta.protocol_type or None
-        group.protocol_name = meta.protocol
-        group.state_timestamp_ms = meta.current_state_timestamp
-        for m in meta.members:
-            protocols = [(meta.protocol, m.subscription)] if meta.protocol is not None else []
-            rebalance_timeout = m.rebalance_timeout if m.rebalance_timeout >= 0 else m.session_timeout
-            group.members[m.member_id] = Member(
-                m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout,
-                rebalance_timeout, meta.protocol_type, protocols, m.assignment)
-            if m.group_instance_id is not None:
-                group.static_members[m.group_instance_id] = m.member_id
-        if group.members:
-            group.leader_id = meta.leader if meta.leader in group.members else next(iter(group.members))
-            group.state = GroupState.STABLE
-        else:
-            group.state = GroupState.EMPTY
+    async def _load(self, partition: int, led: _Led) -> None:
+        """Replay the partition into a fresh GroupLoader and take its groups, unless this broker
+        stopped leading the partition meanwhile. A failed read is retried (backing off) while
+        the partition stays led here: its groups answer COORDINATOR_LOAD_IN_PROGRESS until then."""
+        assert self._replay is not None and self._led is not None
+        backoff = _LOAD_RETRY_BACKOFF_S
+        while True:
+            if self._led.get(partition) is not led:
+                return
+            loader = GroupLoader()
+            started = trio.current_time()
+            try:
+                await self._replay(partition, loader.apply, lambda: self._led is not None
+                                   and self._led.get(partition) is led)
+            except (KafkaError, OSError) as exc:
+                led.tried.set()
+                if self._led.get(partition) is not led:
+                    return
+                log.error("%s-%d: loading its groups failed (%s); retrying in %.0f s", OFFSETS_TOPIC, partition,
+                          exc, backoff)
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, _LOAD_RETRY_BACKOFF_MAX_S)
+                continue
+            break
+        if self._led.get(partition) is not led:
+            log.info("%s-%d: load abandoned (no longer leader)", OFFSETS_TOPIC, partition)
+            return
+        groups = loader.finish()
+        self._install(groups, partition)
+        led.loading = False
+        led.loaded.set()
+        led.tried.set()
+        log.info("%s-%d: loaded %d groups and %d offset commits in %d ms (epoch %d)", OFFSETS_TOPIC, partition,
+                 len(groups), loader.offsets_loaded, int((trio.current_time() - started) * 1000), led.epoch)
+
+    async def wait_loaded(self) -> None:
+        """Return once every partition led now has been loaded (or resigned)."""
+        if self._led is None:
+            return
+        for led in list(self._led.values()):
+            await led.loaded.wait()
+
+    def led_partitions(self) -> dict[int, bool]:
+        """Partition -> loaded, for the partitions this coordinator leads (None: all, loaded)."""
+        if self._led is None:
+            return {p: True for p in range(self._partition_count())}
+        return {p: not led.loading for p, led in self._led.items()}
+
+    @property
+    def is_loading(self) -> bool:
+        return self._led is not None and any(led.loading for led in self._led.values())
+
+    def coordinator_error(self, group_id: str) -> ErrorCode:
+        """NONE when this broker coordinates `group_id` now; NOT_COORDINATOR when it does not
+        lead the group's partition; COORDINATOR_LOAD_IN_PROGRESS while it loads it."""
+        if self._led is None:
+            return ErrorCode.NONE
+        led = self._led.get(self.partition_of(group_id))
+        if led is None:
+            return ErrorCode.NOT_COORDINATOR
+        return ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if led.loading else ErrorCode.NONE
+
+    def _check_coordinator(self, group_id: str) -> None:
+        code = self.coordinator_error(group_id)
+        if code == ErrorCode.NOT_COORDINATOR:
+            raise KafkaError(code, f"this broker does not lead {OFFSETS_TOPIC}-{self.partition_of(group_id)}, "
+                                   f"where group {group_id} is kept")
+        if code != ErrorCode.NONE:
+            raise KafkaError(code, f"{OFFSETS_TOPIC}-{self.partition_of(group_id)} is being loaded")
 
     def _group_value(self, group: Group) -> GroupMetadataValue:
         return GroupMetadataValue(
@@ -216,11 +368,37 @@ class GroupCoordinator:
 
     async def _write_group_quietly(self, group: Group) -> None:
         """Persist a transition nobody waits for (a group emptied by timeouts). A failure is
-        logged: memory stays authoritative, and a restart merely sees the previous generation."""
+        logged: memory stays authoritative, and a restart merely sees the previous generation.
+        Written now; the wait for the ISR is left to a task of its own, so the timer task that
+        made the transition goes on serving every other group's deadlines meanwhile."""
+        record = (GroupMetadataKey(group.group_id).encode(), self._group_value(group).encode())
+        await self._store_quietly(group.group_id, [record], f"group {group.group_id}: storing its metadata")
+
+    async def _store_quietly(self, group_id: str, records: list[tuple[bytes, bytes | None]], what: str) -> bool:
+        """Append now and wait for the ISR in the background (in place without a two-step
+        store or when `run` is not running); False when the append itself was refused."""
+        partition = self.partition_of(group_id)
+        if self._write is None or self._nursery is None:
+            try:
+                await self._append(partition, records)
+            except (KafkaError, OSError) as exc:
+                log.warning("%s failed: %s", what, exc)
+                return False
+            return True
         try:
-            await self._write_group(group)
-        except KafkaError as exc:
-            log.warning("group %s: storing its metadata failed: %s", group.group_id, exc)
+            committed = self._write(partition, records)
+        except (KafkaError, OSError) as exc:
+            log.warning("%s failed: %s", what, exc)
+            return False
+
+        async def confirm() -> None:
+            try:
+                await committed
+            except (KafkaError, OSError) as exc:
+                log.warning("%s failed: %s", what, exc)
+
+        self._nursery.start_soon(confirm)
+        return True
 
     # -- timers ----------------------------------------------------------------------------
 
@@ -228,7 +406,29 @@ class GroupCoordinator:
         self._wakeup.set()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Serve deadlines until cancelled: session timeouts, rebalance completion, retention."""
+        """Serve deadlines until cancelled: session timeouts, rebalance completion, retention;
+        own the loads of partitions this broker comes to lead. Partitions it was made leader of
+        before `run` (a standalone broker leads all from the start) are loaded before `run`
+        reports started (once tried: one that fails is retried while the broker serves), so
+        such a broker serves its groups from its first request."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            try:
+                if self._led is not None:
+                    initial = [led for led in self._led.values() if not led.started]
+                    for partition, led in self._led.items():
+                        if not led.started:
+                            led.started = True
+                            nursery.start_soon(self._load, partition, led)
+                    # One attempt each: a partition that cannot be read is retried while the
+                    # broker serves (its groups answer COORDINATOR_LOAD_IN_PROGRESS meanwhile).
+                    for led in initial:
+                        await led.tried.wait()
+                await self._serve_deadlines(task_status)
+            finally:
+                self._nursery = None
+
+    async def _serve_deadlines(self, task_status: trio.TaskStatus[None]) -> None:
         now = trio.current_time()
         for group in self.groups.values():
             for member in group.members.values():  # members restored by `load`
@@ -310,6 +510,7 @@ class GroupCoordinator:
         (MemberIdRequired carries the id a v4+ client must come back with)."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group id is empty")
+        self._check_coordinator(group_id)
         cfg = self._config
         if not cfg.group_min_session_timeout_ms <= session_timeout_ms <= cfg.group_max_session_timeout_ms:
             raise KafkaError(ErrorCode.INVALID_SESSION_TIMEOUT,
@@ -552,6 +753,7 @@ class GroupCoordinator:
         The leader's assignment is stored before any member gets its share; a store failure
         restarts the rebalance and the leader gets the mapped error.
         """
+        self._check_coordinator(group_id)
         group = self._group(group_id)
         if group is None:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} does not exist")
@@ -602,6 +804,10 @@ class GroupCoordinator:
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         """Heartbeat: refreshes the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+        code = self.coordinator_error(group_id)
+        if group_id and code == ErrorCode.COORDINATOR_LOAD_IN_PROGRESS:
+            return  # the group is still loading: Kafka answers the heartbeat blindly
+        self._check_coordinator(group_id)
         group = self._group(group_id)
         if group is None or group.state == GroupState.EMPTY:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} has no members")
@@ -616,6 +822,7 @@ class GroupCoordinator:
 
     async def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> list[ErrorCode]:
         """LeaveGroup for (member id, instance id) pairs; one error code per member."""
+        self._check_coordinator(group_id)
         group = self._group(group_id)
         if group is None:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} does not exist")
@@ -651,6 +858,7 @@ class GroupCoordinator:
         """
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group id is empty")
+        self._check_coordinator(group_id)
         group = self.groups.get(group_id)
         if group is not None and group.state == GroupState.DEAD:
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id} is being deleted")
@@ -685,7 +893,9 @@ class GroupCoordinator:
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetCommitValue | None]:
-        """Committed offsets (None where nothing is committed); every one when `partitions` is None."""
+        """Committed offsets (None where nothing is committed); every one when `partitions` is None.
+        Raises KafkaError (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS) for a group kept elsewhere."""
+        self._check_coordinator(group_id)
         group = self.groups.get(group_id)
         known = group.offsets if group is not None and group.state != GroupState.DEAD else {}
         if partitions is None:
@@ -698,6 +908,7 @@ class GroupCoordinator:
         """OffsetDelete: GROUP_SUBSCRIBED_TO_TOPIC per partition of a topic the live group
         consumes (assumed for every topic when its subscriptions are unknown); NON_EMPTY_GROUP
         for a live group that does not use the consumer protocol."""
+        self._check_coordinator(group_id)
         group = self._group(group_id)
         if group is None:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} does not exist")
@@ -728,6 +939,7 @@ class GroupCoordinator:
 
     async def delete_group(self, group_id: str) -> None:
         """DeleteGroups for one group: tombstones for its offsets and its metadata."""
+        self._check_coordinator(group_id)
         group = self._group(group_id)
         if group is None:
             raise KafkaError(ErrorCode.GROUP_ID_NOT_FOUND, f"group {group_id} does not exist")
@@ -741,9 +953,11 @@ class GroupCoordinator:
         try:
             await self._store(group_id, records)
         except KafkaError as exc:
-            group.transition(GroupState.EMPTY, now_ms())
+            if self.groups.get(group_id) is group:  # an unloaded group stays Dead
+                group.transition(GroupState.EMPTY, now_ms())
             raise _mapped(exc, _GROUP_WRITE_ERRORS) from exc
-        del self.groups[group_id]
+        if self.groups.get(group_id) is group:  # not unloaded (and maybe reloaded) meanwhile
+            del self.groups[group_id]
 
     def _expired(self, group: Group, now: int) -> list[tuple[str, int]]:
         """The offsets Kafka's retention rule (KIP-211) removes from this group now."""
@@ -790,10 +1004,10 @@ class GroupCoordinator:
                 records.append((GroupMetadataKey(group.group_id).encode(), None))
             if not records:
                 continue
-            try:
-                await self._store(group.group_id, records)
-            except KafkaError as exc:
-                log.warning("expiring offsets of group %s failed: %s", group.group_id, exc)
+            # Memory follows once the tombstones are in the leader's log; should they not reach
+            # the ISR, the offsets come back with the next leader and expire there (as Kafka).
+            if not await self._store_quietly(group.group_id, records,
+                                             f"expiring offsets of group {group.group_id}"):
                 continue
             for tp in expired:
                 group.offsets.pop(tp, None)

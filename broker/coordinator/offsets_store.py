@@ -1,23 +1,35 @@
-"""`__consumer_offsets` as the group coordinator's store: create it, append to it, replay it."""
+"""`__consumer_offsets` as the group coordinator's store: create it, append to it, replay it.
+
+Appends go through the partition's replica as leader and are acknowledged once committed: in
+the log of every ISR member (the high watermark passed them), as Kafka appends group metadata
+and offset commits with acks=all semantics. Replays read a partition up to its log end in
+chunks: each chunk is located on the trio thread, read and decoded in a worker thread.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
+
+import trio
 
 from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.controller.base import Controller
 from broker.coordinator.coordinator import OFFSETS_TOPIC
+from broker.coordinator.loader import Records
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_batch, split_batches
+from broker.replication.partition import Partition
 from broker.replication.replica_manager import ReplicaManager
-from broker.storage import Log
+from broker.storage import AppendResult, Log
+from broker.storage.file_slice import FileSlice
 
 __all__ = ["OffsetsStore"]
 
 log = logging.getLogger(__name__)
 
+# Bytes read per step of a load (Kafka's offsets.load.buffer.size is 5 MiB).
 READ_CHUNK = 4 << 20
 
 
@@ -26,16 +38,23 @@ class OffsetsStore:
         self._config = config
         self._controller = controller
         self._replicas = replicas
+        self._load_limiter = trio.CapacityLimiter(1)
 
     async def ensure_topic(self) -> None:
-        """Create `__consumer_offsets` (compacted, as Kafka makes it) if it does not exist."""
+        """Create `__consumer_offsets` (compacted, as Kafka makes it) if it does not exist, with
+        offsets.topic.replication.factor replicas, capped by the brokers registered now."""
         if OFFSETS_TOPIC in self._controller.topics():
             return
+        present = len(self._controller.brokers())
+        replication = max(1, min(self._config.offsets_topic_replication_factor, present))
+        if replication < self._config.offsets_topic_replication_factor:
+            log.info("creating %s with %d replicas (offsets.topic.replication.factor=%d, %d brokers present)",
+                     OFFSETS_TOPIC, replication, self._config.offsets_topic_replication_factor, present)
         try:
             await self._controller.create_topic(
                 OFFSETS_TOPIC,
                 self._config.offsets_topic_num_partitions,
-                1,
+                replication,
                 {
                     "cleanup.policy": "compact",
                     "compression.type": "producer",
@@ -47,12 +66,83 @@ class OffsetsStore:
                 raise
 
     async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Write records to one partition; acknowledged once in the log (one replica here)."""
+        """Write records to one partition as its leader; returns once the ISR has them (the
+        errors of :meth:`write`)."""
+        await self.write(partition, records)
+
+    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+        """Write records to one partition as its leader, now; the awaitable returned completes
+        once the ISR has them.
+
+        Raises KafkaError at once: NOT_LEADER_OR_FOLLOWER (not leader), NOT_ENOUGH_REPLICAS (an
+        ISR below min.insync.replicas: nothing written), and the log's own refusals. The
+        awaitable raises KafkaError: NOT_LEADER_OR_FOLLOWER (it stopped leading while waiting),
+        NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT (the ISR did not confirm within
+        offsets.commit.timeout.ms), KAFKA_STORAGE_ERROR (the fsync at flush.messages failed).
+        The coordinator maps them to what Kafka answers for a commit or a group write."""
         timestamp = now_ms()
         batch = build_batch([Record(key, value) for key, value in records], base_timestamp=timestamp)
         replica = self._replicas.get(OFFSETS_TOPIC, partition)
+        if replica.is_leader and len(replica.isr) < replica.log.config.min_insync_replicas:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"{OFFSETS_TOPIC}-{partition} has {len(replica.isr)} in-sync replicas, "
+                             f"min.insync.replicas is {replica.log.config.min_insync_replicas}")
+        result = replica.append(batch, now_ms=timestamp)
+        return self._committed(replica, partition, result)
+
+    async def _committed(self, replica: Partition, partition: int, result: AppendResult) -> None:
         # At flush.messages, a commit is answered after its fsync (in a worker thread).
-        await replica.wait_flushed(replica.append(batch, now_ms=timestamp))
+        await replica.wait_flushed(result)
+        with trio.move_on_after(self._config.offsets_commit_timeout_ms / 1000) as waited:
+            code = await replica.wait_for_high_watermark(result.last_offset + 1)
+        if waited.cancelled_caught:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                             f"the ISR of {OFFSETS_TOPIC}-{partition} did not confirm the write within "
+                             f"offsets.commit.timeout.ms={self._config.offsets_commit_timeout_ms}")
+        if code != ErrorCode.NONE:
+            raise KafkaError(code, f"writing to {OFFSETS_TOPIC}-{partition}")
+
+    async def replay_partition(self, partition: int, sink: Callable[[Records], None],
+                               still_wanted: Callable[[], bool]) -> None:
+        """Feed the partition's records up to its log end (now) to `sink`, oldest first.
+
+        Each chunk is located here (the log's segment list is the trio thread's) on its own
+        pinned descriptor, so a compaction or retention swapping segments meanwhile cannot pull
+        the file away; the chunk is read, decoded and given to `sink` in a worker thread, one
+        chunk of one partition at a time across the broker (Kafka loads on one thread too).
+        Stops early when `still_wanted()` turns false. Raises KafkaError or OSError."""
+        partition_log = self._replicas.get(OFFSETS_TOPIC, partition).log
+        end = partition_log.log_end_offset
+        offset = partition_log.log_start_offset
+        while offset < end and still_wanted():
+            # Retention or a truncation may have moved the log start past us: go on from there.
+            offset = max(offset, partition_log.log_start_offset)
+            found = partition_log.read(offset, READ_CHUNK, upper_bound=end)
+            chunk = found.open_slice()
+            if chunk is None:
+                return
+            try:
+                next_offset = await trio.to_thread.run_sync(_replay_chunk, chunk, offset, sink,
+                                                            limiter=self._load_limiter)
+            finally:
+                chunk.close()
+            if next_offset is None:
+                log.warning("%s-%d: unreadable data at offset %d; its load stops there", OFFSETS_TOPIC,
+                            partition, offset)
+                return
+            offset = next_offset
+
+    def partition_count(self) -> int | None:
+        """How many partitions `__consumer_offsets` has; None before it exists."""
+        topic = self._controller.topics().get(OFFSETS_TOPIC)
+        return len(topic.partitions) if topic is not None else None
+
+    def led_partitions(self) -> list[tuple[int, int]]:
+        """(partition, leader epoch) of each `__consumer_offsets` partition this broker hosts and
+        leads now: standalone, all of them. The group coordinator is told of these once at start;
+        later changes come from the replica manager (a LeadershipListener)."""
+        return sorted((p.index, p.leader_epoch) for p in self._replicas.partitions()
+                      if p.topic == OFFSETS_TOPIC and p.is_leader)
 
     def replay(self) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Every record of every partition, oldest first within each partition."""
@@ -61,6 +151,30 @@ class OffsetsStore:
             return
         for info in topic.partitions:
             yield from _records(self._replicas.get(OFFSETS_TOPIC, info.partition).log)
+
+
+def _replay_chunk(chunk: FileSlice, offset: int, sink: Callable[[Records], None]) -> int | None:
+    """Decode the batches of one chunk (runs in a worker thread) and give the records at or
+    after `offset` to `sink`; the offset after the last whole batch, None when there is none."""
+    data = chunk.read(0, chunk.length)
+    batches = split_batches(data, allow_partial_tail=True)
+    if not batches:
+        return None
+    records: list[tuple[bytes | None, bytes | None]] = []
+    for pos, header in batches:
+        if not header.is_control:
+            try:
+                _, decoded = decode_batch(data, pos)
+            except KafkaError as exc:
+                # As an unreadable record: skipped, never fatal (the log's recovery at start cut
+                # torn tails already; this is damage inside it).
+                log.warning("%s: skipping the batch at offsets %d-%d: %s", OFFSETS_TOPIC, header.base_offset,
+                            header.last_offset, exc)
+                decoded = []
+            records.extend((r.key, r.value) for r in decoded if r.offset >= offset)
+        offset = header.last_offset + 1
+    sink(records)
+    return offset
 
 
 def _records(partition_log: Log) -> Iterator[tuple[bytes | None, bytes | None]]:

@@ -27,6 +27,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.dir_health import DirHealth
 from broker.replication.fetcher import Fetcher, FetcherSettings
 from broker.replication.isr import IsrChannel
+from broker.replication.leadership import LeadershipListener
 from broker.replication.partition import Partition, monotonic_ms
 from broker.storage import Log, LogConfig, LogManager
 
@@ -77,6 +78,7 @@ class ReplicaManager:
         # go ahead meanwhile: a small CreateTopics never waits behind a creation of thousands.
         self._topic_locks: dict[str, trio.Lock] = {}
         self.health = DirHealth()
+        self._leadership: list[LeadershipListener] = []
         self._zk_mode = config.zookeeper_connect is not None
         # LeaderAndIsr and StopReplica are applied one at a time (Kafka's replicaStateChangeLock).
         self._state_lock = trio.Lock()
@@ -92,6 +94,17 @@ class ReplicaManager:
         self.fetcher_settings = FetcherSettings(
             config.broker_id, max_bytes=config.replica_fetch_max_bytes, wait_max_ms=config.replica_fetch_wait_max_ms,
             min_bytes=config.replica_fetch_min_bytes, backoff_ms=config.replica_fetch_backoff_ms)
+
+    def add_leadership_listener(self, listener: LeadershipListener) -> None:
+        """Tell `listener` of every role change of a hosted partition from now on (the group
+        coordinator follows the `__consumer_offsets` leaders so)."""
+        self._leadership.append(listener)
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Dynamic broker configs changed: new topic defaults, applied to each topic's logs by the
+        caller's next on_topic_changed (which lays the topic's overrides over them)."""
+        self._config = config
+        self._defaults = broker_log_config(config)
 
     # -- the task tree -------------------------------------------------------------------
 
@@ -341,10 +354,14 @@ class ReplicaManager:
         await self._stop_fetching(key)
         if info.leader == me:
             partition.make_leader(info, monotonic_ms())
+            for listener in self._leadership:
+                listener.on_became_leader(name, info.partition, info.leader_epoch)
             log.info("%s-%d: leader in epoch %d, ISR %s, log end %d, high watermark %d", name, info.partition,
                      info.leader_epoch, list(info.isr), partition.log.log_end_offset, partition.high_watermark)
             return ErrorCode.NONE
         partition.make_follower(info)
+        for listener in self._leadership:
+            listener.on_resigned(name, info.partition, info.leader_epoch)
         leader = brokers.get(info.leader)
         endpoint = leader.endpoint(self._listener_name) if leader is not None else None
         if endpoint is None:
@@ -393,6 +410,8 @@ class ReplicaManager:
             hosted = self._partitions.get(key)
             if hosted is not None:
                 hosted.make_offline()
+                for listener in self._leadership:
+                    listener.on_resigned(topic, partition, None)
             if not delete:
                 return ErrorCode.NONE
             self._partitions.pop(key, None)
@@ -413,6 +432,8 @@ class ReplicaManager:
                 hosted = self._partitions.pop(key, None)
                 if hosted is not None:
                     hosted.make_offline()
+                    for listener in self._leadership:
+                        listener.on_resigned(topic.name, info.partition, None)
                     if self._topic_ids.get(hosted.topic_id) == topic.name:
                         del self._topic_ids[hosted.topic_id]
                 detached = self._logs.detach(topic.name, info.partition)

@@ -3,8 +3,9 @@ DescribeGroups, DeleteGroups. The state machine lives in broker.coordinator."""
 
 from __future__ import annotations
 
-from broker.coordinator.coordinator import GroupCoordinator, MemberIdRequired
+from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator, MemberIdRequired
 from broker.coordinator.group import GroupState
+from broker.coordinator.offsets_records import partition_for
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import CoordinatorType
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -45,10 +46,34 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return coordinator
 
 
+def _group_coordinator(ctx: RequestContext, key: str) -> FindCoordinatorResponse.Coordinator:
+    """The broker leading the group's `__consumer_offsets` partition (Kafka: Utils.abs of the
+    group id's Java hashCode, modulo the partition count), at the listener the request came
+    on; COORDINATOR_NOT_AVAILABLE while the topic or that partition has no leader, or the
+    leader has no such listener."""
+    coordinator = ctx.services.groups
+    controller = ctx.services.controller
+    topic = controller.topics().get(OFFSETS_TOPIC)
+    leader = partition = -1
+    if coordinator is not None and topic is not None and topic.partitions:
+        partition = partition_for(key, len(topic.partitions))
+        info = next((p for p in topic.partitions if p.partition == partition), None)
+        leader = info.leader if info is not None else -1
+    broker = next((b for b in controller.brokers() if b.broker_id == leader), None) if leader >= 0 else None
+    endpoint = broker.endpoint(ctx.connection.listener_name) if broker is not None else None
+    if broker is None or endpoint is None:
+        why = ("the group coordinator is not running" if coordinator is None
+               else f"{OFFSETS_TOPIC} does not exist yet" if topic is None
+               else f"partition {partition} of {OFFSETS_TOPIC} has no leader" if leader < 0
+               else f"broker {leader} (leader of the group's partition) is not reachable on this listener")
+        return FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
+                                                   error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=why)
+    return FindCoordinatorResponse.Coordinator(key=key, node_id=broker.broker_id, host=endpoint.host,
+                                               port=endpoint.port)
+
+
 async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
-    me = next((b for b in ctx.services.controller.brokers() if b.broker_id == ctx.config.broker_id), None)
-    endpoint = me.endpoint(ctx.connection.listener_name) if me is not None else None
     results = []
     for key in keys:
         if request.key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
@@ -64,12 +89,8 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
             results.append(FindCoordinatorResponse.Coordinator(
                 key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.UNSUPPORTED_VERSION,
                 error_message=TRANSACTIONS_UNSUPPORTED))
-        elif endpoint is None or ctx.services.groups is None:
-            results.append(FindCoordinatorResponse.Coordinator(
-                key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE))
         else:
-            results.append(FindCoordinatorResponse.Coordinator(
-                key=key, node_id=me.broker_id if me else -1, host=endpoint.host, port=endpoint.port))
+            results.append(_group_coordinator(ctx, key))
     if ctx.version >= 4:
         return FindCoordinatorResponse(coordinators=results)
     only = results[0]
@@ -153,7 +174,12 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 
 
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
-    coordinator = _coordinator(ctx)
+    """The groups of the partitions this broker leads and has loaded; while any is still being
+    loaded, they come with COORDINATOR_LOAD_IN_PROGRESS (Kafka's answer: the list is partial)."""
+    try:
+        coordinator = _coordinator(ctx)
+    except KafkaError as exc:
+        return ListGroupsResponse(error_code=exc.code)
     states = {s.lower() for s in request.states_filter} if ctx.version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
     listed = []
@@ -167,13 +193,26 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
         listed.append(ListGroupsResponse.ListedGroup(group_id=group.group_id,
                                                      protocol_type=group.protocol_type or "",
                                                      group_state=group.state.value, group_type="classic"))
-    return ListGroupsResponse(groups=listed)
+    code = ErrorCode.COORDINATOR_LOAD_IN_PROGRESS if coordinator.is_loading else ErrorCode.NONE
+    return ListGroupsResponse(error_code=code, groups=listed)
 
 
 async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
-    coordinator = _coordinator(ctx)
+    try:
+        coordinator = _coordinator(ctx)
+    except KafkaError as exc:
+        return DescribeGroupsResponse(groups=[DescribeGroupsResponse.DescribedGroup(
+            group_id=g, error_code=exc.code, group_state=GroupState.DEAD.value,
+            authorized_operations=OPERATIONS_NOT_REQUESTED) for g in request.groups])
     described = []
     for group_id in request.groups:
+        code = coordinator.coordinator_error(group_id)
+        if code != ErrorCode.NONE:
+            # Kept by another broker, or still loading here: the client asks again (Kafka).
+            described.append(DescribeGroupsResponse.DescribedGroup(
+                group_id=group_id, error_code=code, group_state=GroupState.DEAD.value,
+                authorized_operations=OPERATIONS_NOT_REQUESTED))
+            continue
         group = coordinator.groups.get(group_id)
         if group is None:
             # Kafka describes an unknown group as Dead (v0-v5), with no error.
@@ -198,12 +237,11 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
 
 
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
-    coordinator = _coordinator(ctx)
     results = []
     for group_id in request.groups_names:
         code = ErrorCode.NONE
         try:
-            await coordinator.delete_group(group_id)
+            await _coordinator(ctx).delete_group(group_id)
         except KafkaError as exc:
             code = exc.code
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))

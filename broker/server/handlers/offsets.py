@@ -84,12 +84,20 @@ def _fetch_one(coordinator: GroupCoordinator, group_id: str,
 
 
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
-    coordinator = _coordinator(ctx)
+    """Committed offsets. A group this broker does not coordinate now (NOT_COORDINATOR,
+    COORDINATOR_LOAD_IN_PROGRESS) gets the error where the version has room for it: per group
+    (v8+), for the whole response (v2-v7), or in every partition asked for (v0-v1)."""
+    coordinator = ctx.services.groups
     if ctx.version >= 8:
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
-            by_topic = _fetch_one(coordinator, g.group_id, wanted)
+            try:
+                by_topic = _fetch_one(_coordinator(ctx), g.group_id, wanted)
+            except KafkaError as exc:
+                groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id,
+                                                                          error_code=exc.code))
+                continue
             groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, topics=[
                 OffsetFetchResponse.OffsetFetchResponseTopics(name=topic, partitions=[
                     OffsetFetchResponse.OffsetFetchResponsePartitions(
@@ -102,7 +110,21 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         return OffsetFetchResponse(groups=groups)
     # A null topic list (v2+) asks for every committed offset of the group.
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
-    by_topic = _fetch_one(coordinator, request.group_id, wanted)
+    try:
+        if coordinator is None:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+        by_topic = _fetch_one(coordinator, request.group_id, wanted)
+    except KafkaError as exc:
+        if ctx.version >= 2:
+            return OffsetFetchResponse(error_code=exc.code)
+        return OffsetFetchResponse(topics=[
+            OffsetFetchResponse.OffsetFetchResponseTopic(name=topic, partitions=[
+                OffsetFetchResponse.OffsetFetchResponsePartition(
+                    partition_index=p, committed_offset=-1, metadata="", error_code=exc.code)
+                for p in partitions
+            ])
+            for topic, partitions in wanted or []
+        ])
     return OffsetFetchResponse(topics=[
         OffsetFetchResponse.OffsetFetchResponseTopic(name=topic, partitions=[
             OffsetFetchResponse.OffsetFetchResponsePartition(
