@@ -1,12 +1,14 @@
-"""Records/s of a batch read through the Spark data source, beside librdkafka reading the same
-topic in the same run, with Spark's start-up reported apart.
+"""Records/s of a batch read through the Spark data source, beside librdkafka and Spark's own Kafka
+source (`format("kafka")`, jars from `make peers`) reading the same topic in the same run, with
+Spark's start-up reported apart.
 
     python -m bench.pipeline [--records 1000000] [--partitions 2] [--value-bytes 100]
 
 Steps, one broker process for all of them: produce the topic with confluent-kafka; read it all
 with a confluent-kafka consumer (assign, from the start to each partition's end); start a local
 SparkSession (timed on its own); read the whole topic with `spark.read.format("causeway")` into
-Spark's `noop` sink twice (the first run also pays for starting the Python workers); and decode
+Spark's `noop` sink twice (the first run also pays for starting the Python workers), then with
+`spark.read.format("kafka")` (spark-sql-kafka-0-10 on `spark.jars`, same session) twice; and decode
 the same bytes with `ColumnBuilder` alone, in this process, which is the per-record part.
 """
 
@@ -23,6 +25,7 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.peers import PeerMissing, peer
 from broker.client import open_client
 from deploy.broker_process import BrokerProcess
 from pipeline.columns import ColumnBuilder
@@ -123,7 +126,13 @@ def main() -> None:
             start = time.perf_counter()
             from pipeline.spark import session
 
-            spark = session(args.master, app_name="bench-pipeline")
+            try:  # Spark's own Kafka source, beside ours, when `make peers` fetched it
+                kafka_jars = ",".join(str(jar) for jar in peer("spark-sql-kafka").jars())
+            except PeerMissing as exc:
+                kafka_jars = ""
+                print(f"Spark's Kafka source skipped: {exc}")
+            spark = session(args.master, app_name="bench-pipeline",
+                            conf={"spark.jars": kafka_jars} if kafka_jars else None)
             print(f"Spark start-up:             {time.perf_counter() - start:.1f}s (not counted below)")
             for run in (1, 2):
                 df = (spark.read.format("causeway").option("kafka.bootstrap.servers", bootstrap)
@@ -132,6 +141,17 @@ def main() -> None:
                 df.write.format("noop").mode("overwrite").save()
                 took = time.perf_counter() - start
                 print(f"Spark read, run {run}:          {n / took:12,.0f} records/s ({took:.2f}s, {args.master})")
+            for run in (1, 2) if kafka_jars else ():
+                df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+                      .option("subscribe", TOPIC).load())
+                start = time.perf_counter()
+                df.write.format("noop").mode("overwrite").save()
+                took = time.perf_counter() - start
+                print(f"Spark Kafka source, run {run}: {n / took:12,.0f} records/s ({took:.2f}s, {args.master})")
+            if kafka_jars:
+                count = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
+                    "subscribe", TOPIC).load().count()
+                assert count == n, (count, n)
             count = spark.read.format("causeway").option("kafka.bootstrap.servers", bootstrap).option(
                 "subscribe", TOPIC).load().count()
             assert count == n, (count, n)

@@ -2,11 +2,11 @@
 
 Each profile of pom.xml beside this file is one peer (`kafka4`: Apache Kafka 4.x with its tools
 and MirrorMaker 2; `kafka3`: Kafka 3.9.x for ZooKeeper mode). Its jars are copied into
-``<cache>/<profile>-<version>/lib`` with a stamp holding the pom's digest, so a later run whose pom
-is unchanged does nothing and prints nothing. The cache is outside the repo
-(``$CAUSEWAY_PEERS_DIR``, else ``$XDG_CACHE_HOME/causeway/peers``, else ``~/.cache/causeway/peers``)
-so every clone and every CI run on the machine shares it. Standard library only: `make peers`
-runs this before anything else is needed.
+``<cache>/<profile>-<version>/lib`` with a stamp holding the digest of that profile (and the pom's
+shared build settings), so a later run whose profile is unchanged does nothing and prints nothing.
+The cache is outside the repo (``$CAUSEWAY_PEERS_DIR``, else ``$XDG_CACHE_HOME/causeway/peers``,
+else ``~/.cache/causeway/peers``) so every clone and every CI run on the machine shares it.
+Standard library only: `make peers` runs this before anything else is needed.
 """
 
 from __future__ import annotations
@@ -40,8 +40,19 @@ def cache_root() -> Path:
     return base / "causeway" / "peers"
 
 
-def pom_digest() -> str:
-    return hashlib.sha256(POM.read_bytes()).hexdigest()
+def pom_digest(profile: str) -> str:
+    """The digest a profile's stamp holds: of the pom's shared build settings and that profile
+    alone, so adding or changing one peer does not make every other peer look stale (and send
+    every test run to Maven while it is fetched again)."""
+    root = ET.parse(POM).getroot()
+    digest = hashlib.sha256()
+    for part in root.iterfind("m:build", _NS):
+        digest.update(ET.tostring(part))
+    for found in root.iterfind("m:profiles/m:profile", _NS):
+        if (found.findtext("m:id", namespaces=_NS) or "").strip() == profile:
+            found.tail = None  # the text after the profile belongs to the next one
+            digest.update(ET.tostring(found))
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -65,14 +76,14 @@ class Peer:
 
     def is_fresh(self) -> bool:
         try:
-            return self.stamp.read_text().strip() == pom_digest() and self.lib.is_dir()
+            return self.stamp.read_text().strip() == pom_digest(self.profile) and self.lib.is_dir()
         except OSError:
             return False
 
     def jars(self) -> list[Path]:
         if not self.is_fresh():
-            raise PeerMissing(f"Kafka peer {self.profile} {self.version} is not fetched into {self.directory} "
-                              "(or the pom changed since): run `make peers`")
+            raise PeerMissing(f"peer {self.profile} {self.version} is not fetched into {self.directory} "
+                              "(or its pom profile changed since): run `make peers`")
         return sorted(self.lib.glob("*.jar"))
 
     def classpath(self) -> str:
@@ -80,12 +91,13 @@ class Peer:
 
 
 def peers() -> dict[str, Peer]:
-    """Every profile of the pom, by id, with the `kafka.version` it sets."""
+    """Every profile of the pom, by id, with the `kafka.version` (or `spark.version`) it sets."""
     root = ET.parse(POM).getroot()
     found: dict[str, Peer] = {}
     for profile in root.iterfind("m:profiles/m:profile", _NS):
         ident = profile.findtext("m:id", namespaces=_NS)
-        version = profile.findtext("m:properties/m:kafka.version", namespaces=_NS)
+        version = (profile.findtext("m:properties/m:kafka.version", namespaces=_NS)
+                   or profile.findtext("m:properties/m:spark.version", namespaces=_NS))
         if ident and version:
             found[ident] = Peer(ident.strip(), version.strip())
     return found
@@ -129,7 +141,7 @@ def _resolve(target: Peer, say: Callable[[str], None]) -> None:
     shutil.rmtree(scratch, ignore_errors=True)
     cmd = [maven(), "-B", "-q", "--no-transfer-progress", "-f", str(POM), "-P", target.profile,
            "dependency:copy-dependencies", f"-DoutputDirectory={scratch}"]
-    say(f"peers: fetching {target.profile} (Apache Kafka {target.version}) into {target.directory}")
+    say(f"peers: fetching {target.profile} {target.version} into {target.directory}")
     say("peers: $ " + " ".join(cmd))
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S)
     if done.returncode != 0:
@@ -138,7 +150,7 @@ def _resolve(target: Peer, say: Callable[[str], None]) -> None:
     shutil.rmtree(target.lib, ignore_errors=True)
     shutil.rmtree(target.directory / "cds", ignore_errors=True)  # the tools' class-data archives name old jars
     scratch.rename(target.lib)
-    target.stamp.write_text(pom_digest() + "\n")
+    target.stamp.write_text(pom_digest(target.profile) + "\n")
     jars = list(target.lib.glob("*.jar"))
     size = sum(jar.stat().st_size for jar in jars)
     say(f"peers: {target.profile}: {len(jars)} jars, {size / 1e6:.0f} MB in {target.lib}")

@@ -1,13 +1,27 @@
-"""MirrorMaker 2 against `causeway mirror`: the same topic, from the same Causeway source broker to
-the same Causeway target, one after the other, on loopback.
+"""MirrorMaker 2 against `causeway mirror`: alike topics, from the same Causeway source broker to
+the same Causeway target, one mirror after the other; first on loopback, then over the emulated
+WAN link.
 
     .venv/bin/python -m bench.peers.mirror_race [--records 200000] [--size 100] [--partitions 4]
+                                                 [--rate-mbit 100] [--latency-ms 40] [--no-wan]
 
-Each mirror is started cold (MM2: a JVM and a Connect herder; `causeway mirror`: a Python process)
-and timed from its start to the first record at the target and to the last one; its resident
-memory is read from /proc at the end. MM2 copies to `east.<topic>`, `causeway mirror` to
-`south.<topic>` (two source aliases, so neither resumes from the other's positions). One line of
-figures per mirror, then their ratio.
+Each mirror gets a topic of its own (`race-mm2`, `race-causeway`: same partitions, same records)
+filled before it starts. Cold: the mirror is started (MM2: a JVM and a Connect herder; `causeway
+mirror`: a Python process) and timed from its start to the first record at the target and to the
+last one. Warm: with it running and caught up, the same records are produced again and timed from
+the first produce to the last record at the target: the copy alone, since a cold start mixes
+start-up into the copy (a mirror may fetch for seconds before its first write lands). Resident
+memory is read from /proc after the cold copy. MM2 copies to `east.<topic>`, `causeway mirror` to
+`south.<topic>`.
+
+Over the WAN, the mirrors run beside the target (as MM2's docs advise: consume remotely, produce
+locally) and reach the source through the WAN emulator (`causeway wan`, Toxiproxy's API) with the
+toxics `causeway up` gives such a link: latency each way and a bandwidth cap per direction. The
+bandwidth toxic caps each TCP connection, so both mirrors run one task there (one fetch
+connection each), and the link's own rate is measured through a proxy with the same toxics in the
+same run. The share of the link is the warm wave's record payload per second over that rate
+(the records' framing, ~10 B each here, rides on top). One line of figures per mirror and
+setting, then ratios.
 """
 
 from __future__ import annotations
@@ -24,8 +38,13 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench.mirror import link_ceiling_mb_s
 from bench.peers.events import ToolProcess, start_tool
 from deploy.broker_process import BrokerProcess, rss_bytes, stop_process
+from deploy.launcher.launch import free_port, link_toxics
+from deploy.launcher.plan import LinkPlan
+from deploy.wan.client import WanClient
+from deploy.wan.process import WanProcess
 
 REPO = Path(__file__).resolve().parents[2]
 MM2_JVM_FLAGS = ("-Xms128m", "-Xmx1g", "-XX:+UseG1GC", "-Xshare:auto", "-Xlog:disable",
@@ -34,11 +53,12 @@ COPY_TIMEOUT_S = 600.0
 POLL_S = 0.05  # with a client per poll (~10 ms), the timings' resolution is under 0.1 s
 
 
-def fill(broker: BrokerProcess, topic: str, records: int, size: int, partitions: int) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        future.result(timeout=60)
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
+def fill(bootstrap: str, topic: str, records: int, size: int, partitions: int, *, create: bool = True) -> None:
+    if create:
+        admin = AdminClient({"bootstrap.servers": bootstrap})
+        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            future.result(timeout=60)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "compression.type": "none", "enable.idempotence": True})
     payload = bytes(size)
     for i in range(records):
@@ -88,73 +108,149 @@ def race(name: str, start: Callable[[], int], target: BrokerProcess, remote: str
             "rss_mb": round(rss / 1e6)}
 
 
+def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: BrokerProcess, args: argparse.Namespace,
+             tasks: int, setting: str) -> list[dict[str, object]]:
+    """Fill the source, then MM2 and `causeway mirror` one after the other, each reaching the
+    source at `source_bootstrap` (`fill_bootstrap`: the producer's way in, never through a link)."""
+    # A topic per mirror, alike (partitions, records, sizes): each mirror's second wave goes to its own.
+    topics = ("race-mm2", "race-causeway")
+    for topic in topics:
+        fill(fill_bootstrap, topic, args.records, args.size, args.partitions)
+    mm2: ToolProcess | None = None
+    mirror: subprocess.Popen[str] | None = None
+    try:
+        properties = base / "mm2.properties"
+        properties.write_text("".join(f"{k} = {v}\n" for k, v in {
+            "clusters": "east, west", "east.bootstrap.servers": source_bootstrap,
+            "west.bootstrap.servers": target.bootstrap, "east->west.enabled": "true",
+            "west->east.enabled": "false", "east->west.topics": topics[0], "replication.factor": "1",
+            "config.storage.replication.factor": "1", "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
+            "heartbeats.topic.replication.factor": "1", "checkpoints.topic.replication.factor": "1",
+            "tasks.max": str(tasks)}.items()))
+
+        def start_mm2() -> int:
+            nonlocal mm2
+            mm2 = start_tool("connect-mirror-maker", str(properties), stderr_path=base / "mm2.log",
+                             jvm_flags=MM2_JVM_FLAGS)
+            return mm2.proc.pid
+
+        def start_mirror() -> int:
+            nonlocal mirror
+            config = base / "mirror.yaml"
+            config.write_text(json.dumps({"source": {"alias": "south", "bootstrap": source_bootstrap},
+                                          "target": {"alias": "west", "bootstrap": target.bootstrap},
+                                          "topics": {"include": [topics[1]]},
+                                          "tasks.max": tasks}))
+            with (base / "mirror.log").open("ab") as log:
+                mirror = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)],
+                                          cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                          stderr=log, text=True)
+            return mirror.pid
+
+        results = [race("MirrorMaker 2 (4.3.1)", start_mm2, target, f"east.{topics[0]}", args.records,
+                        args.partitions)]
+        warm_wave(fill_bootstrap, topics[0], target, f"east.{topics[0]}", args, results[0])
+        assert mm2 is not None
+        mm2.stop()
+        results.append(race("causeway mirror", start_mirror, target, f"south.{topics[1]}", args.records,
+                            args.partitions))
+        warm_wave(fill_bootstrap, topics[1], target, f"south.{topics[1]}", args, results[1])
+    finally:
+        if mm2 is not None:
+            mm2.stop()
+        if mirror is not None:
+            stop_process(mirror, 60)
+    for result in results:
+        result["setting"] = setting
+        result["tasks"] = tasks
+    return results
+
+
+def loopback(base: Path, args: argparse.Namespace) -> list[dict[str, object]]:
+    base.mkdir(parents=True)
+    source = BrokerProcess(base / "source", overrides=("group.initial.rebalance.delay.ms=0",)).start()
+    target = BrokerProcess(base / "target", overrides=("group.initial.rebalance.delay.ms=0",)).start()
+    try:
+        return run_pair(base, source.bootstrap, source.bootstrap, target, args, args.partitions, "loopback")
+    finally:
+        source.stop()
+        target.stop()
+
+
+def over_wan(base: Path, args: argparse.Namespace) -> tuple[list[dict[str, object]], float]:
+    """Both mirrors through one emulated link to the source; returns their figures and the link's
+    own rate in MB/s on one connection (raw bytes), measured in the same run."""
+    base.mkdir(parents=True)
+    local, wan, proxy = free_port(), free_port(), free_port()
+    overrides = ("group.initial.rebalance.delay.ms=0",
+                 f"listeners=LOCAL://127.0.0.1:{local},WAN://127.0.0.1:{wan}",
+                 f"advertised.listeners=LOCAL://127.0.0.1:{local},WAN://127.0.0.1:{proxy}",
+                 "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN:PLAINTEXT", "inter.broker.listener.name=LOCAL")
+    with WanProcess(log_path=base / "wan.log") as emulator:
+        source = BrokerProcess(base / "source", overrides=overrides).start()
+        target = BrokerProcess(base / "target", overrides=("group.initial.rebalance.delay.ms=0",)).start()
+        try:
+            toxics = link_toxics(LinkPlan("target-dc", "source-dc", args.latency_ms, 0,
+                                          args.rate_mbit * 1_000_000 // 8))
+            WanClient(emulator.api).create_proxy("link", f"127.0.0.1:{proxy}", f"127.0.0.1:{wan}").add_toxics(toxics)
+            link = link_ceiling_mb_s(emulator.api, toxics)
+            setting = f"{args.rate_mbit} Mbit/s, {args.latency_ms} ms link"
+            results = run_pair(base, f"127.0.0.1:{proxy}", source.listeners["LOCAL"], target, args, 1, setting)
+        finally:
+            source.stop()
+            target.stop()
+    for result in results:
+        result["link_share"] = round(float(str(result["payload_mb_per_s"])) / link, 2)
+    return results, link
+
+
+def warm_wave(fill_bootstrap: str, topic: str, target: BrokerProcess, remote: str, args: argparse.Namespace,
+              result: dict[str, object]) -> None:
+    """With the mirror running and caught up, the same records again: timed from the first produce
+    to the last record at the target. A cold start's figures mix start-up into the copy (a mirror
+    may fetch for seconds before its first write lands); this is the copy alone, the link's share."""
+    began = time.monotonic()
+    fill(fill_bootstrap, topic, args.records, args.size, args.partitions, create=False)
+    produced = time.monotonic() - began
+    deadline = began + COPY_TIMEOUT_S
+    while copied(target, remote, args.partitions) < 2 * args.records:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{result['mirror']}: the second wave not copied in {COPY_TIMEOUT_S} s")
+        time.sleep(POLL_S)  # polling another process's progress; a benchmark, not a test
+    took = time.monotonic() - began
+    result["warm_produce_s"] = round(produced, 2)
+    result["warm_copy_s"] = round(took, 2)
+    result["payload_mb_per_s"] = round(args.records * args.size / 1e6 / took, 1)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.peers.mirror_race", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
     parser.add_argument("--partitions", type=int, default=4)
+    parser.add_argument("--rate-mbit", type=int, default=100, help="the emulated link's bandwidth")
+    parser.add_argument("--latency-ms", type=int, default=40, help="the emulated link's latency, each way")
+    parser.add_argument("--no-wan", action="store_true", help="loopback only")
     args = parser.parse_args(argv)
-    topic = "race"
-    with tempfile.TemporaryDirectory(prefix="mirror-race-") as tmp:
-        base = Path(tmp)
-        source = BrokerProcess(base / "source", overrides=("group.initial.rebalance.delay.ms=0",)).start()
-        target = BrokerProcess(base / "target", overrides=("group.initial.rebalance.delay.ms=0",)).start()
-        mm2: ToolProcess | None = None
-        mirror: subprocess.Popen[str] | None = None
-        try:
-            fill(source, topic, args.records, args.size, args.partitions)
-            properties = base / "mm2.properties"
-            properties.write_text("".join(f"{k} = {v}\n" for k, v in {
-                "clusters": "east, west", "east.bootstrap.servers": source.bootstrap,
-                "west.bootstrap.servers": target.bootstrap, "east->west.enabled": "true",
-                "west->east.enabled": "false", "east->west.topics": topic, "replication.factor": "1",
-                "config.storage.replication.factor": "1", "offset.storage.replication.factor": "1",
-                "status.storage.replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
-                "heartbeats.topic.replication.factor": "1", "checkpoints.topic.replication.factor": "1",
-                "tasks.max": str(args.partitions)}.items()))
-
-            def start_mm2() -> int:
-                nonlocal mm2
-                mm2 = start_tool("connect-mirror-maker", str(properties), stderr_path=base / "mm2.log",
-                                 jvm_flags=MM2_JVM_FLAGS)
-                return mm2.proc.pid
-
-            def start_mirror() -> int:
-                nonlocal mirror
-                config = base / "mirror.yaml"
-                config.write_text(json.dumps({"source": {"alias": "south", "bootstrap": source.bootstrap},
-                                              "target": {"alias": "west", "bootstrap": target.bootstrap},
-                                              "topics": {"include": [topic]},
-                                              "tasks.max": args.partitions}))
-                with (base / "mirror.log").open("ab") as log:
-                    mirror = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)],
-                                              cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                              stderr=log, text=True)
-                return mirror.pid
-
-            results = [race("MirrorMaker 2 (4.3.1)", start_mm2, target, f"east.{topic}", args.records,
-                            args.partitions)]
-            assert mm2 is not None
-            mm2.stop()
-            results.append(race("causeway mirror", start_mirror, target, f"south.{topic}", args.records,
-                                args.partitions))
-        finally:
-            if mm2 is not None:
-                mm2.stop()
-            if mirror is not None:
-                stop_process(mirror, 60)
-            source.stop()
-            target.stop()
     megabytes = args.records * args.size / 1e6
     print(f"{args.records} records of {args.size} B ({megabytes:.0f} MB), {args.partitions} partitions, "
-          "Causeway to Causeway on loopback")
-    for result in results:
-        print(json.dumps(result))
-    mm2_result, causeway_result = results
-    for key in ("first_record_s", "all_records_s", "copy_s"):
-        ratio = float(str(mm2_result[key])) / max(float(str(causeway_result[key])), 1e-9)
-        print(f"{key}: MM2 / causeway mirror = {ratio:.2f}")
+          "Causeway to Causeway", flush=True)
+    with tempfile.TemporaryDirectory(prefix="mirror-race-") as tmp:
+        pairs = [loopback(Path(tmp) / "loopback", args)]
+        for result in pairs[0]:
+            print(json.dumps(result), flush=True)
+        if not args.no_wan:
+            wan_results, link = over_wan(Path(tmp) / "wan", args)
+            print(f"the emulated link carries {link:.2f} MB/s on one connection", flush=True)
+            for result in wan_results:
+                print(json.dumps(result), flush=True)
+            pairs.append(wan_results)
+    for mm2_result, causeway_result in pairs:
+        for key in ("first_record_s", "all_records_s", "copy_s", "warm_copy_s"):
+            ratio = float(str(mm2_result[key])) / max(float(str(causeway_result[key])), 1e-9)
+            print(f"{mm2_result['setting']}: {key}: MM2 / causeway mirror = {ratio:.2f}")
     return 0
 
 

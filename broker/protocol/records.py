@@ -199,12 +199,15 @@ def stamp_producer(
     *, clear_transactional: bool = False,
 ) -> None:
     """Give the batch at `pos` a producer id, epoch and base sequence (how an idempotent
-    producer re-sends a batch it did not build, e.g. a mirror's); fixes the CRC.
+    producer re-sends a batch it did not build, e.g. a mirror's); fixes the CRC. The base offset
+    becomes 0, as in every batch a producer sends: a batch copied out of a log keeps the offset
+    it had there, and Kafka refuses a produced batch whose base offset is not 0.
 
     `clear_transactional` drops the transactional bit: a batch copied out of a transaction is
     written as an ordinary one, since the transaction's markers stay behind.
     """
     header = read_batch_header(buf, pos)
+    struct.pack_into(">q", buf, pos, 0)  # outside the CRC
     struct.pack_into(">qhi", buf, pos + _PRODUCER_ID_POS, producer_id, producer_epoch, base_sequence)
     if clear_transactional and header.attributes & _TRANSACTIONAL_BIT:
         struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes & ~_TRANSACTIONAL_BIT)

@@ -127,6 +127,10 @@ def check_produced(buf: Buffer, pos: int, header: BatchHeader, *, transactional:
     """Everything a broker checks in a produced batch: `check_batch`, `check_transactional`
     and `check_timestamps` (bounds as LogConfig resolves them; LONG_MAX for none, as for a
     LogAppendTime topic), with one walk over the records for all of them."""
+    if header.base_offset != 0:
+        # Kafka's LogValidator: a client's batch starts at 0; the broker assigns the offsets.
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"The baseOffset of the record batch should be 0, but it is {header.base_offset}")
     check_transactional(header, transactional=transactional)
     if not _timestamps_bounded(header, before_max_ms, after_max_ms):
         check_batch(buf, pos, header)
