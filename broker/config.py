@@ -416,6 +416,10 @@ class BrokerConfig(BaseModel):
 
     # What the user actually set, by canonical key, for DescribeConfigs (STATIC_BROKER_CONFIG).
     _explicit: dict[str, str] = PrivateAttr(default_factory=dict)
+    # Dynamic broker configs (ZooKeeper mode: /config/brokers/<default> and /config/brokers/<id>),
+    # by key; the fields above already hold their effect (see `with_dynamic`).
+    _dynamic_default: dict[str, str] = PrivateAttr(default_factory=dict)
+    _dynamic_broker: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @field_validator("*", mode="before")
     @classmethod
@@ -495,6 +499,29 @@ class BrokerConfig(BaseModel):
     def explicit(self) -> Mapping[str, str]:
         """The keys the user set (aliases resolved to their canonical key), with their text."""
         return self._explicit
+
+    @property
+    def dynamic_default(self) -> Mapping[str, str]:
+        """Cluster-wide dynamic broker configs in effect (DYNAMIC_DEFAULT_BROKER_CONFIG)."""
+        return self._dynamic_default
+
+    @property
+    def dynamic_broker(self) -> Mapping[str, str]:
+        """This broker's dynamic configs in effect (DYNAMIC_BROKER_CONFIG)."""
+        return self._dynamic_broker
+
+    def with_dynamic(self, default: Mapping[str, str], per_broker: Mapping[str, str]) -> BrokerConfig:
+        """This broker's static config overlaid with dynamic configs, Kafka's precedence: the
+        broker's own dynamic value, then the cluster-wide dynamic default, then the static value.
+        ``self`` may itself carry dynamic layers: they are replaced, the static layer stays.
+
+        Raises ConfigError naming a key whose value does not parse.
+        """
+        config = BrokerConfig.from_properties({**self._explicit, **default, **per_broker})
+        config._explicit = dict(self._explicit)
+        config._dynamic_default = dict(default)
+        config._dynamic_broker = dict(per_broker)
+        return config
 
     @property
     def advertised_listeners(self) -> tuple[ListenerSpec, ...]:

@@ -96,7 +96,9 @@ class ConfigEntry:
 
     @property
     def is_default(self) -> bool:
-        return self.source in (ConfigSource.DEFAULT_CONFIG, ConfigSource.STATIC_BROKER_CONFIG)
+        # Anything but the topic's own override: the broker's value, static or dynamic.
+        return self.source in (ConfigSource.DEFAULT_CONFIG, ConfigSource.STATIC_BROKER_CONFIG,
+                               ConfigSource.DYNAMIC_BROKER_CONFIG, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ from broker.config import BrokerConfig, ListenerSpec, StartupError
 from broker.controller.base import Controller
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
-from broker.coordinator.coordinator import GroupCoordinator
+from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.coordinator.offsets_store import OffsetsStore
 from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_open_segment_files
@@ -98,10 +98,11 @@ async def _every(interval_ms: int, job_name: str, job: Callable[[], Awaitable[ob
             log.exception("%s failed; will retry", job_name)
 
 
-async def _compact_forever(logs: LogManager, backoff_ms: int) -> None:
-    """The log cleaner: plan on this thread, rewrite in a worker thread, swap on this thread."""
+async def _compact_forever(logs: LogManager, backoff_ms: Callable[[], int]) -> None:
+    """The log cleaner: plan on this thread, rewrite in a worker thread, swap on this thread.
+    ``backoff_ms`` is read each round: log.cleaner.backoff.ms is a dynamic broker config."""
     while True:
-        await trio.sleep(backoff_ms / 1000)
+        await trio.sleep(backoff_ms() / 1000)
         for partition_log in list(logs.logs().values()):
             work = cleaner.plan(partition_log, now_ms())
             if work is None:
@@ -173,10 +174,17 @@ async def run_broker(
         offsets_store = OffsetsStore(config, controller, replicas)
         if zk_metadata is None:
             await offsets_store.ensure_topic()
-        groups = GroupCoordinator(config, offsets_store.append)
-        if zk_metadata is None:
-            await trio.to_thread.run_sync(lambda: groups.load(list(offsets_store.replay())))
+        # The coordinator follows the `__consumer_offsets` leaders: it loads a partition's groups
+        # when this broker becomes its leader and drops them when it stops leading. Standalone,
+        # this broker leads every partition from here on; groups.run loads them before readiness.
+        groups = GroupCoordinator.over(config, offsets_store)
+        replicas.add_leadership_listener(groups)
+        for partition, leader_epoch in offsets_store.led_partitions():
+            groups.on_became_leader(OFFSETS_TOPIC, partition, leader_epoch)
         services = BrokerServices(config, controller, replicas, groups)
+        if zk_metadata is not None:
+            # Dynamic broker configs: request handlers read the effective config from here.
+            zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))
         dispatcher = Dispatcher(services)
         pool = RequestMemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
         responses = ResponseMemoryPool(config.fetch_max_bytes)
@@ -217,7 +225,7 @@ async def run_broker(
             flush_interval = min(config.log_flush_scheduler_interval_ms, 1000)
             nursery.start_soon(_every, flush_interval, "flush", lambda: logs.flush_due_in_thread(now_ms()))
             if config.log_cleaner_enable:
-                nursery.start_soon(_compact_forever, logs, config.log_cleaner_backoff_ms)
+                nursery.start_soon(_compact_forever, logs, lambda: services.config.log_cleaner_backoff_ms)
             log.info("broker %d of cluster %s serving %s", config.broker_id, controller.cluster_id,
                      ", ".join(b.url for b in bound))
             task_status.started(RunningBroker(config.broker_id, controller.cluster_id, tuple(bound), services,

@@ -13,7 +13,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 from broker.storage import LogConfig
 
-__all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_synonyms",
+__all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_source", "broker_synonyms",
            "describe_topic_configs", "topic_config_synonyms", "validate_topic_configs"]
 
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS)
@@ -124,8 +124,13 @@ def broker_synonyms(key: str, broker: BrokerConfig) -> list[Synonym]:
     defaults, each in synonym order, dropping those before ``key`` itself (a coarse unit's
     default is listed only after a value of ``key``)."""
     keys = _BROKER_KEY_SYNONYMS.get(key, (key,))
-    found: list[Synonym] = [(k, broker.value_text(k) or "", ConfigSource.STATIC_BROKER_CONFIG)
-                            for k in keys if k in broker.explicit]
+    found: list[Synonym] = []
+    # Kafka's precedence, each source over every synonym key: this broker's dynamic value, the
+    # cluster-wide dynamic default, server.properties, the default.
+    for layer, source in ((broker.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                          (broker.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                          (broker.explicit, ConfigSource.STATIC_BROKER_CONFIG)):
+        found += [(k, layer[k].strip(), source) for k in keys if k in layer]
     for k in keys:
         default = _broker_default(k)
         if default is not None:
@@ -133,6 +138,16 @@ def broker_synonyms(key: str, broker: BrokerConfig) -> list[Synonym]:
     while found and found[0][0] != key:
         found.pop(0)
     return found
+
+
+def broker_source(key: str, broker: BrokerConfig) -> int:
+    """Where broker key ``key``'s effective value comes from (DescribeConfigs' config_source)."""
+    for layer, source in ((broker.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                          (broker.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG),
+                          (broker.explicit, ConfigSource.STATIC_BROKER_CONFIG)):
+        if key in layer:
+            return source
+    return ConfigSource.DEFAULT_CONFIG
 
 
 def topic_config_synonyms(name: str, overrides: Mapping[str, str], broker: BrokerConfig) -> list[Synonym]:
@@ -164,10 +179,8 @@ def describe_topic_configs(
             rows.append((name, overrides[name], ConfigSource.TOPIC_CONFIG))
             continue
         synonym = TOPIC_CONFIG_SYNONYMS.get(name)
-        if synonym is not None and synonym in broker.explicit:
-            rows.append((name, broker.topic_default(name) or "", ConfigSource.STATIC_BROKER_CONFIG))
-        elif synonym is not None:
-            rows.append((name, broker.topic_default(name) or "", ConfigSource.DEFAULT_CONFIG))
+        if synonym is not None:
+            rows.append((name, broker.topic_default(name) or "", broker_source(synonym, broker)))
         else:
             rows.append((name, PASSIVE_TOPIC_CONFIGS[name], ConfigSource.DEFAULT_CONFIG))
     return rows

@@ -221,8 +221,14 @@ class Log:
         recovery_point: int | None = None,
         log_start_offset: int = 0,
         now_ms: int | None = None,
+        high_watermark: int | None = None,
     ) -> Log:
         """Open (or create) the log in `directory`.
+
+        `high_watermark` is what the broker last checkpointed (`replication-offset-checkpoint`;
+        0 when it has none), kept within the log as Kafka does: only the ISR's progress may move
+        it further (a leader of an ISR of one moves it to the log end, broker.replication). None
+        means the log end: a log nobody else holds a copy of (tools, benchmarks).
 
         Segments at or after `recovery_point` (all of them when None: an unclean shutdown is
         assumed) are scanned batch by batch and cut at the first torn or corrupt batch, with
@@ -280,7 +286,8 @@ class Log:
             self._recover_epochs(seen_epochs)
         self.epochs.truncate_from_end(self.log_end_offset)
         self._rebuild_producer_state()
-        self.high_watermark = self.log_end_offset
+        end = self.log_end_offset
+        self.high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self

@@ -101,7 +101,7 @@ class LogManager:
             root.mkdir(parents=True, exist_ok=True)
             recovery = _read_or_forget(root / RECOVERY_POINT_FILE, "every log of this dir is recovered from scratch")
             starts = _read_or_forget(root / LOG_START_FILE, "log start offsets fall back to the first segments")
-            replication = _read_or_forget(root / REPLICATION_FILE, "high watermarks fall back to the log ends")
+            replication = _read_or_forget(root / REPLICATION_FILE, "high watermarks start at 0 and follow the ISR")
             for child in sorted(root.iterdir()):
                 if not child.is_dir():
                     continue
@@ -112,10 +112,15 @@ class LogManager:
                 key = parse_partition_dir(child.name)
                 if key is None:
                     continue
+                # The high watermark is what was checkpointed, 0 without one (a crash before the
+                # first checkpoint), never the log end: past the checkpoint, the records may not be
+                # on the ISR (a follower's tail, an old leader's unacknowledged writes). Kafka's
+                # rule; the replica's role moves it on: a leader of an ISR of one (a standalone
+                # broker) at once to its log end, a bigger ISR as followers report, a follower
+                # from its leader's fetch answers.
                 opened = Log.open(child, self.default_config, recovery_point=recovery.get(key),
-                                  log_start_offset=starts.get(key, 0), now_ms=now_ms)
-                if key in replication:
-                    opened.high_watermark = min(replication[key], opened.log_end_offset)
+                                  log_start_offset=starts.get(key, 0), now_ms=now_ms,
+                                  high_watermark=replication.get(key, 0))
                 self._logs[key] = opened
                 self._dir_of[key] = root
         log.info("loaded %d partition logs", len(self._logs))

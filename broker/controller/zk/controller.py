@@ -507,6 +507,11 @@ class ZkController:
             self._send_leader_and_isr(changed)
             self._send_update_metadata(set(self._brokers), changed)
 
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Dynamic broker configs changed (ZkMetadata): unclean.leader.election.enable is read
+        from here at each election."""
+        self._config = config
+
     async def _unclean(self, topic: str) -> bool:
         """unclean.leader.election.enable for ``topic``: its override in ``/config/topics/<t>``,
         else the broker's. Read only when a clean election found nobody (rare)."""

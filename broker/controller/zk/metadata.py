@@ -11,7 +11,11 @@ controller (wherever it runs) does the rest:
   leaders (bounded: the topic exists even if the wait runs out);
 * delete: ``/admin/delete_topics/<t>``;
 * add partitions: the assignment grows (a conditional write on its version);
-* topic configs: ``/config/topics/<t>`` plus a change notification.
+* topic configs: ``/config/topics/<t>`` plus a change notification;
+* dynamic broker configs: ``/config/brokers/<id>`` or ``/config/brokers/<default>`` plus a change
+  notification (``brokers/<id>``, ``brokers/<default>``); every broker re-reads both layers when
+  one names it or the default, builds its effective config (BrokerConfig.with_dynamic) and hands
+  it to whoever listens (the request handlers, the replica manager, the controller).
 
 This object also owns the broker's ZooKeeper life: its registration (``/brokers/ids/<id>``, whose
 czxid is the broker epoch), its part in controller elections, and its reaction to a lost session
@@ -50,6 +54,7 @@ from broker.protocol.messages import (
     LeaderAndIsrRequest,
     UpdateMetadataRequest,
 )
+from broker.server.broker_configs import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS
 
 if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
@@ -89,6 +94,8 @@ class ZkMetadata:
         self._registered = trio.Event()
         self._term_scope: trio.CancelScope | None = None
         self._producer_ids: range = range(0)
+        self._static_config = config
+        self._broker_config_listeners: list[Callable[[BrokerConfig], None]] = []
 
     # -- Controller: reads ------------------------------------------------------------------
 
@@ -126,7 +133,9 @@ class ZkMetadata:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Register this broker, take part in controller elections, follow config changes and
-        survive session losses, until cancelled. Ready once registered."""
+        survive session losses, until cancelled. Ready once registered (dynamic broker configs
+        applied first)."""
+        await self._load_broker_configs()
         await self._register()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._follow_session)
@@ -148,6 +157,8 @@ class ZkMetadata:
 
     def _on_term(self, controller: ZkController | None) -> None:
         self._active = controller
+        if controller is not None:
+            controller.reconfigure(self._config)  # the dynamic configs of now, not the term's start
 
     async def _follow_session(self) -> None:
         events = self._zk.session_events()
@@ -203,6 +214,8 @@ class ZkMetadata:
                     kind, _, name = entity.partition("/")
                     if kind == "topics" and name in self._topics:
                         await self._load_topic_configs(name)
+                    elif kind == "brokers" and name in (znodes.DEFAULT_ENTITY, str(self._config.broker_id)):
+                        await self._load_broker_configs()
                 if fresh:
                     await self._purge_config_changes(sorted(names - fresh))
 
@@ -234,6 +247,78 @@ class ZkMetadata:
             self._topics[name] = topic
             await self._replicas.on_topic_changed(topic)
             self._signal()
+
+    # -- dynamic broker configs -------------------------------------------------------------
+
+    def on_broker_config(self, listener: Callable[[BrokerConfig], None]) -> None:
+        """Call ``listener`` with the effective config each time dynamic broker configs change."""
+        self._broker_config_listeners.append(listener)
+
+    async def broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic configs in ``/config/brokers/<entity>`` (a broker id or ``<default>``)."""
+        path = znodes.config_entity_path("brokers", entity)
+        try:
+            data, _ = await self._zk.get(path)
+            return znodes.parse_config(path, data)
+        except ZkNoNode:
+            return {}
+        except znodes.ZnodeError as exc:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
+        except ZkError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read {path} from ZooKeeper: {exc}") from exc
+
+    async def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Write ``/config/brokers/<entity>`` and announce it (AdminZkClient.changeBrokerConfig),
+        then apply it here; the other brokers apply it on the notification."""
+        path = znodes.config_entity_path("brokers", entity)
+        try:
+            try:
+                await self._zk.set(path, znodes.encode_config(configs))
+            except ZkNoNode:
+                await self._zk.create(path, znodes.encode_config(configs), make_parents=True)
+        except ZkError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
+        try:
+            await self._zk.create(znodes.config_change_prefix_path(),
+                                  znodes.encode_config_change(f"brokers/{entity}"), sequence=True)
+        except ZkError as exc:
+            log.warning("%s written, but the change notification failed: %s", path, exc)
+        await self._load_broker_configs()
+
+    async def _load_broker_configs(self) -> None:
+        """Read both dynamic layers and apply the result. Keys that cannot change at run time
+        (written by hand or by another version) and values that do not parse are left out with
+        an error naming the znode, as Kafka skips an invalid dynamic config: the broker runs on."""
+        layers: list[dict[str, str]] = []
+        for entity in (znodes.DEFAULT_ENTITY, str(self._config.broker_id)):
+            path = znodes.config_entity_path("brokers", entity)
+            try:
+                configs = await self.broker_configs(entity)
+            except KafkaError as exc:
+                log.error("dynamic broker configs of %s left out: %s", path, exc.message)
+                configs = {}
+            refused = sorted(k for k in configs if k not in DYNAMIC_BROKER_KEYS | IGNORED_DYNAMIC_KEYS)
+            if refused:
+                log.error("znode %s: ignoring %s: not dynamically updatable", path, ", ".join(refused))
+            layers.append({k: v for k, v in configs.items() if k not in refused})
+        default, per_broker = layers
+        if (default, per_broker) == (dict(self._config.dynamic_default), dict(self._config.dynamic_broker)):
+            return
+        try:
+            config = self._static_config.with_dynamic(default, per_broker)
+        except ValueError as exc:  # ConfigError
+            log.error("dynamic broker configs not applied: %s (default %s, broker %d %s)", exc, default,
+                      self._config.broker_id, per_broker)
+            return
+        log.info("broker %d applies dynamic configs: default %s, its own %s", config.broker_id, default, per_broker)
+        self._config = config
+        if self._active is not None:
+            self._active.reconfigure(config)
+        self._replicas.reconfigure(config)
+        for topic in list(self._topics.values()):
+            await self._replicas.on_topic_changed(topic)
+        for listener in self._broker_config_listeners:
+            listener(config)
 
     # -- requests from the controller ---------------------------------------------------------
 
@@ -401,7 +486,7 @@ class ZkMetadata:
     async def ensure_offsets_topic(self, ensure: Callable[[], Awaitable[None]]) -> None:
         """Create ``__consumer_offsets`` once a controller runs, with offsets.topic.replication.factor
         capped by the brokers registered then (Kafka creates it on the first FindCoordinator; the
-        group coordinator following its partition leaders is a later slice)."""
+        group coordinator then follows its partition leaders through the replica manager)."""
         while self._controller_id < 0:
             await self._changed.wait()
         wanted = self._config.offsets_topic_replication_factor

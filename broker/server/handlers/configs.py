@@ -2,15 +2,20 @@
 
 Topic configs are per-topic overrides kept by the controller. Group configs (Kafka 4.x's GROUP
 resource) are per-group overrides kept beside it (broker.server.group_configs). Broker configs are
-static (from the properties file and flags) and described read-only; changing them at run time is
-refused. Synonyms are listed as Kafka lists them: the override, then the broker keys behind it.
+described with their source (this broker's dynamic value, the cluster-wide dynamic default, the
+properties file, the default). In ZooKeeper mode the keys Kafka updates at run time can be changed
+for one broker or for all (broker.server.broker_configs; kept in ZooKeeper by the controller
+object); a standalone broker refuses changes. Synonyms are listed as Kafka lists them: the
+override, then the broker keys behind it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol, runtime_checkable
 
 from broker.config import BROKER_KEYS, BrokerConfig
+from broker.controller.zk.znodes import DEFAULT_ENTITY
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import AlterConfigOp, ConfigResourceType, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -22,12 +27,19 @@ from broker.protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
+from broker.server.broker_configs import (
+    DYNAMIC_BROKER_KEYS,
+    IGNORED_DYNAMIC_KEYS,
+    LIST_BROKER_KEYS,
+    check_broker_update,
+)
 from broker.server.context import RequestContext
 from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group_configs
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import (
     TOPIC_CONFIG_NAMES,
     Synonym,
+    broker_source,
     broker_synonyms,
     describe_topic_configs,
     topic_config_synonyms,
@@ -42,11 +54,43 @@ Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 Row = tuple[str, str | None, int, list[Synonym]]
 
 
+@runtime_checkable
+class BrokerConfigStore(Protocol):
+    """Where dynamic broker configs live (ZooKeeper mode's controller object)."""
+
+    async def broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of ``entity``: a broker id, or ``"<default>"``."""
+        ...
+
+    async def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace them, tell every broker, and apply them here."""
+        ...
+
+
+
 def _broker_rows(config: BrokerConfig) -> list[Row]:
     rows: list[Row] = []
     for key in BROKER_KEYS:
-        source = ConfigSource.STATIC_BROKER_CONFIG if key in config.explicit else ConfigSource.DEFAULT_CONFIG
-        rows.append((key, config.value_text(key), source, broker_synonyms(key, config)))
+        rows.append((key, config.value_text(key), broker_source(key, config), broker_synonyms(key, config)))
+    # Kafka's dynamic keys that Causeway ignores are listed once set dynamically, as stored.
+    for layer, source in ((config.dynamic_broker, ConfigSource.DYNAMIC_BROKER_CONFIG),
+                          (config.dynamic_default, ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)):
+        for key in sorted(IGNORED_DYNAMIC_KEYS & set(layer)):
+            if all(row[0] != key for row in rows):
+                rows.append((key, layer[key], source, [(key, layer[key], source)]))
+    return rows
+
+
+def _default_rows(config: BrokerConfig) -> list[Row]:
+    """The cluster-wide default resource (empty name): only what is set there, as Kafka lists it."""
+    source = int(ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG)
+    rows: list[Row] = []
+    for key, value in sorted(config.dynamic_default.items()):
+        # Kafka leaves the per-broker layer out of the default resource's synonyms.
+        synonyms: list[Synonym] = [(key, value, source)]
+        if key in BROKER_KEYS:
+            synonyms = [s for s in broker_synonyms(key, config) if s[2] != ConfigSource.DYNAMIC_BROKER_CONFIG]
+        rows.append((key, value, source, synonyms))
     return rows
 
 
@@ -92,8 +136,7 @@ async def _describe_one(
             result.error_code = ErrorCode.INVALID_REQUEST
             result.error_message = f"Unexpected broker id {resource.resource_name}"
             return result
-        rows = _broker_rows(config)
-        read_only = True
+        rows = _broker_rows(config) if resource.resource_name else _default_rows(config)
     elif resource.resource_type == ConfigResourceType.GROUP:
         # As Kafka: a group's configs are described whether or not the group exists.
         if not resource.resource_name:
@@ -118,7 +161,8 @@ async def _describe_one(
         entry = Entry(
             name=name,
             value=value,
-            read_only=read_only,
+            read_only=read_only or (resource.resource_type == ConfigResourceType.BROKER
+                                    and name not in DYNAMIC_BROKER_KEYS and name not in IGNORED_DYNAMIC_KEYS),
             is_default=source == ConfigSource.DEFAULT_CONFIG,
             config_source=source,
             is_sensitive=False,
@@ -151,15 +195,37 @@ def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
     return dict(topic.configs)
 
 
-def _refuse_unalterable(resource_type: int) -> None:
-    if resource_type == ConfigResourceType.BROKER:
+def _broker_store(ctx: RequestContext) -> BrokerConfigStore:
+    controller = ctx.services.controller
+    if not isinstance(controller, BrokerConfigStore):
+        # Standalone: no shared store to keep them in, and nothing else would apply them.
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker configs are static in Causeway; restart with new values")
+    return controller
+
+
+def _broker_entity(ctx: RequestContext, name: str) -> str:
+    """The znode name under /config/brokers of a BROKER resource: its id, or <default> for ""."""
+    if name == "":
+        return DEFAULT_ENTITY
+    if name != str(ctx.config.broker_id):
+        # Clients send a broker's configs to that broker (Kafka's admin client does).
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"Unexpected broker id, expected {ctx.config.broker_id}, but received {name}")
+    return name
+
+
+def _refuse_unalterable(ctx: RequestContext, resource_type: int) -> None:
+    if resource_type == ConfigResourceType.BROKER:
+        _broker_store(ctx)
+        return
     if resource_type not in (ConfigResourceType.TOPIC, ConfigResourceType.GROUP):
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"Unsupported resource type {resource_type}")
 
 
 async def _current(ctx: RequestContext, resource_type: int, name: str) -> dict[str, str]:
     """The resource's overrides now (a topic must exist; a group need not, as in Kafka)."""
+    if resource_type == ConfigResourceType.BROKER:
+        return await _broker_store(ctx).broker_configs(_broker_entity(ctx, name))
     if resource_type == ConfigResourceType.GROUP:
         if not name:
             raise KafkaError(ErrorCode.INVALID_REQUEST, "Group name must not be empty")
@@ -173,6 +239,13 @@ async def _apply(ctx: RequestContext, resource_type: int, name: str, overrides: 
         validated = validate_group_configs(overrides)
         if not validate_only:
             await store_for(ctx.services.controller, ctx.config).set(name, validated)
+    elif resource_type == ConfigResourceType.BROKER:
+        store, entity = _broker_store(ctx), _broker_entity(ctx, name)
+        # The other dynamic layer, as ZooKeeper has it now: the value is checked as it will run.
+        other = await store.broker_configs(str(ctx.config.broker_id) if entity == DEFAULT_ENTITY else DEFAULT_ENTITY)
+        checked = check_broker_update(name, overrides, ctx.config, other)
+        if not validate_only:
+            await store.set_broker_configs(entity, checked)
     else:
         await _apply_topic_configs(ctx, name, overrides, validate_only)  # type: ignore[arg-type]
 
@@ -184,7 +257,7 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
             error_code=ErrorCode.NONE, resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         try:
-            _refuse_unalterable(resource.resource_type)
+            _refuse_unalterable(ctx, resource.resource_type)
             await _current(ctx, resource.resource_type, resource.resource_name)  # existence check
             # AlterConfigs replaces the whole set of overrides.
             new = {c.name: c.value for c in resource.configs}
@@ -206,16 +279,21 @@ async def incremental_alter_configs(
         )
         try:
             kind, name = resource.resource_type, resource.resource_name
-            _refuse_unalterable(kind)
+            _refuse_unalterable(ctx, kind)
             overrides = await _current(ctx, kind, name)
+            lists = _LIST_CONFIGS
+            known: frozenset[str] | None
             if kind == ConfigResourceType.GROUP:
                 known, what = frozenset(GROUP_CONFIGS), "group"
                 effective = {k: overrides.get(k, key.default) for k, key in GROUP_CONFIGS.items()}
+            elif kind == ConfigResourceType.BROKER:
+                known, what, lists = None, "broker", LIST_BROKER_KEYS  # names checked with the values
+                effective = {k: ctx.config.value_text(k) or "" for k in LIST_BROKER_KEYS}
             else:
                 known, what = TOPIC_CONFIG_NAMES, "topic"
                 effective = {n: value for n, value, _ in describe_topic_configs(overrides, ctx.config)}
             for op in resource.configs:
-                if op.name not in known:
+                if known is not None and op.name not in known:
                     raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown {what} config name: {op.name}")
                 if op.config_operation == AlterConfigOp.SET:
                     if op.value is None:
@@ -224,7 +302,7 @@ async def incremental_alter_configs(
                 elif op.config_operation == AlterConfigOp.DELETE:
                     overrides.pop(op.name, None)
                 elif op.config_operation in (AlterConfigOp.APPEND, AlterConfigOp.SUBTRACT):
-                    if kind == ConfigResourceType.GROUP or op.name not in _LIST_CONFIGS:
+                    if kind == ConfigResourceType.GROUP or op.name not in lists:
                         raise KafkaError(ErrorCode.INVALID_CONFIG, f"{op.name} is not a list config")
                     items = [x for x in overrides.get(op.name, effective.get(op.name, "")).split(",") if x]
                     change = [x for x in (op.value or "").split(",") if x]

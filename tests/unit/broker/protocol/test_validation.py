@@ -26,6 +26,7 @@ from broker.protocol.records import (
     build_batch,
     decode_batch,
     read_batch_header,
+    stamp_producer,
 )
 from broker.protocol.validation import (
     check_batch,
@@ -388,3 +389,25 @@ def test_check_produced_agrees_with_reading_every_record(offsets: list[int], siz
         assert not inside
         return
     assert inside
+
+
+def test_a_produced_batch_must_start_at_base_offset_zero() -> None:
+    """Kafka's LogValidator refuses a client's batch whose base offset is not 0 (the broker
+    assigns offsets); a batch copied out of a log and re-sent must be reset first."""
+    batch = bytearray(build_batch(records(3), base_offset=40))
+    header = read_batch_header(batch)
+    with pytest.raises(KafkaError) as refused:
+        validation.check_produced(batch, 0, header, transactional=False, now_ms=NOW, before_max_ms=LONG_MAX,
+                                  after_max_ms=LONG_MAX)
+    assert refused.value.code == ErrorCode.INVALID_RECORD
+    assert "should be 0, but it is 40" in str(refused.value)
+
+
+def test_stamping_a_producer_resets_the_base_offset_and_keeps_the_crc_valid() -> None:
+    batch = bytearray(build_batch(records(3), base_offset=40))
+    stamp_producer(batch, 0, 7, 1, 0)
+    header = read_batch_header(batch)
+    assert (header.base_offset, header.producer_id, header.producer_epoch) == (0, 7, 1)
+    check_batch(batch, 0, header)  # the CRC does not cover the base offset: still valid
+    validation.check_produced(batch, 0, header, transactional=False, now_ms=NOW, before_max_ms=LONG_MAX,
+                              after_max_ms=LONG_MAX)
