@@ -213,6 +213,15 @@ async def run_broker(
                 replicas.set_isr_channel(zk_metadata.isr_channel())
                 await _create_initial_topics(controller, initial_topics, config.default_replication_factor)
                 nursery.start_soon(zk_metadata.ensure_offsets_topic, offsets_store.ensure_topic)
+                # Ready means ready for admin requests too: wait for the controller's first
+                # metadata (some broker is always elected), bounded so a broker still starts, and
+                # says why, when ZooKeeper elects nobody in time.
+                with trio.move_on_after(config.zookeeper_session_timeout_ms / 1000) as waiting:
+                    await zk_metadata.wait_for_controller()
+                if waiting.cancelled_caught:
+                    log.warning("no controller has sent this broker metadata within %d ms "
+                                "(zookeeper.session.timeout.ms); serving anyway",
+                                config.zookeeper_session_timeout_ms)
             nursery.start_soon(flusher.run)
 
             async def retention() -> None:

@@ -57,7 +57,7 @@ class Cluster:
             self.brokers[broker_id] = self.broker(broker_id)
         with ThreadPoolExecutor(len(ids)) as pool:
             list(pool.map(lambda b: self.brokers[b].start(), ids))
-        # Ready means registered; the election may still be under way.
+        # Ready means registered and told of the controller by its first UpdateMetadata.
         wait_until(lambda: self.controller()[0] != -1, what="a controller", timeout_s=30)
 
     def bootstrap(self) -> str:
@@ -67,11 +67,11 @@ class Cluster:
         """(controller id, controller epoch); id -1 while nobody is the controller."""
         from kazoo.exceptions import NoNodeError
 
-        epoch, _ = self.zk.get("/controller_epoch")
         try:
+            epoch, _ = self.zk.get("/controller_epoch")
             data, _ = self.zk.get("/controller")
-        except NoNodeError:
-            return -1, int(epoch)
+        except NoNodeError:  # the first election is still under way
+            return -1, -1
         return json.loads(data)["brokerid"], int(epoch)
 
     def state(self, topic: str, partition: int) -> dict[str, object]:
@@ -145,6 +145,21 @@ def _poll_into(consumer: Consumer, got: list[bytes]) -> int:
         if msg.error() is None:
             got.append(msg.value())
     return len(got)
+
+
+def test_a_ready_broker_already_names_the_controller(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
+    """A broker reports ready only once the controller's metadata reached it, so an admin
+    request sent right then (a CreateTopics) is not left waiting for a controller."""
+    running = Cluster(zookeeper, tmp_path)
+    try:
+        for broker_id in (1, 2):
+            running.brokers[broker_id] = running.broker(broker_id)
+            running.brokers[broker_id].start()
+            answer = AdminClient({"bootstrap.servers": running.brokers[broker_id].bootstrap}).list_topics(timeout=10)
+            assert answer.controller_id in (1, 2), answer.controller_id
+            assert broker_id in answer.brokers
+    finally:
+        running.close()
 
 
 def test_three_brokers_replicate_and_survive_a_leader_kill(cluster: Cluster) -> None:

@@ -483,6 +483,13 @@ class ZkMetadata:
         """What the replica manager asks ISR changes through (AlterPartition to the controller)."""
         return ControllerIsrChannel(self)
 
+    async def wait_for_controller(self) -> None:
+        """Return once a controller's UpdateMetadata reached this broker. Until then Metadata
+        answers name no controller and only this broker, and an admin request sent then (a
+        CreateTopics right after start) waits in the client for its own timeout."""
+        while self._controller_id < 0:
+            await self._changed.wait()
+
     async def ensure_offsets_topic(self, ensure: Callable[[], Awaitable[None]]) -> None:
         """Create ``__consumer_offsets`` once a controller runs, with offsets.topic.replication.factor
         capped by the brokers registered then (Kafka creates it on the first FindCoordinator; the
