@@ -11,7 +11,7 @@ Source for any Kafka-compatible cluster, with the options and schema of Spark's 
 The driver plans (options checked, partitions listed, offsets resolved, ranges cut for
 `minPartitions`: `pipeline.planning`); each task fetches its range and yields Arrow record
 batches (`pipeline.fetching`). Writing produces each task's rows idempotently
-(`pipeline.producing`).
+(`pipeline.producing`). Streams (`readStream`, `writeStream`) are in `pipeline.streaming`.
 """
 
 from __future__ import annotations
@@ -24,6 +24,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
     InputPartition,
     WriterCommitMessage,
 )
@@ -146,3 +148,19 @@ class CausewayDataSource(DataSource):
         opts = parse_write_options(dict(self.options))
         check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, opts)
         return CausewayWriter(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from pipeline.streaming import CausewayStreamReader, parse_stream_options  # pipeline/streaming.py
+
+        opts = parse_stream_options(dict(self.options))
+        if schema != kafka_spark_schema(opts.read.include_headers):
+            raise PipelineError("format causeway has a fixed schema (Spark's Kafka source schema); "
+                                "do not pass one with .schema()")
+        return CausewayStreamReader(opts)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from pipeline.streaming import CausewayStreamWriter
+
+        opts = parse_write_options(dict(self.options))
+        check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, opts)
+        return CausewayStreamWriter(opts)

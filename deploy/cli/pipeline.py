@@ -2,6 +2,7 @@
 
     causeway pipeline export --bootstrap HOST:PORT --topic T --to DIR [--master local[2]]
                              [--step-records N] [--min-partitions N] [--option KEY=VALUE]...
+    causeway pipeline audit TOPOLOGY --mirror NAME ...   (deploy/cli/pipeline_audit.py)
 
 Local mode by default; any Spark master with --master. Exit 1 with one line for a missing
 topic, an unreachable cluster or data no longer in the log; 2 for a bad command line.
@@ -58,7 +59,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser("pipeline", help="Spark jobs over a cluster: export a topic to Parquet")
+    parser = commands.add_parser("pipeline", help="Spark jobs over clusters: audit a mirror, export a topic to Parquet")
     jobs = parser.add_subparsers(dest="job", required=True)
     export = jobs.add_parser("export", help="a topic to Parquet by date/hour; a rerun continues where it stopped")
     export.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of the cluster")
@@ -75,4 +76,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         return run("causeway pipeline export", lambda: _export(args), bootstrap=args.bootstrap)
 
     export.set_defaults(func=main)
+
+    from deploy.cli.pipeline_audit import register_audit
+
+    register_audit(jobs)
 

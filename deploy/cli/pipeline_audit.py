@@ -1,0 +1,160 @@
+"""`causeway pipeline audit`: compare a mirror's source and target (pipeline/audit.py).
+
+    causeway pipeline audit TOPOLOGY --mirror NAME [--topics REGEX] [--state-dir DIR]
+                            [--json FILE] [--parquet DIR] [--master local[2]]
+    causeway pipeline audit --source-bootstrap H:P --target-bootstrap H:P [--mode mm2|link]
+                            [--source-alias A] [--target-alias B] [--identity] ...
+
+TOPOLOGY is the topology file `causeway up` started, or its name; the clusters and the mirror
+are found as `causeway status` finds them: in the launcher's state file under --state-dir
+(default .causeway/<topology name>). Exit 0 on a clean copy, 1 when anything is missing,
+extra, duplicated, reordered or different (or a cluster is out of reach), 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from deploy.cli.command import Refused, UsageError, run
+
+if TYPE_CHECKING:
+    from pipeline.audit import MirrorSpec
+
+__all__ = ["register_audit"]
+
+
+def _from_state(args: argparse.Namespace) -> MirrorSpec:
+    from deploy.launcher.control import read_state
+    from deploy.launcher.state_file import StateFileError
+    from mirror.config import load_mirror_config
+    from pipeline.audit import MirrorSpec
+    from topology import TopologyError, load_topology
+
+    if not args.mirror:
+        raise UsageError("--mirror NAME is required with a topology")
+    path = Path(args.topology)
+    mode = "mm2"
+    if path.is_file():
+        try:
+            topology = load_topology(path)
+        except TopologyError as exc:
+            raise Refused(f"{path} is not a valid topology:\n{exc}") from None
+        name = topology.name
+        declared = topology.spec.mirrors.get(args.mirror)
+        if declared is not None:
+            mode = declared.mode
+    else:
+        name = args.topology
+    state_dir = Path(args.state_dir) if args.state_dir is not None else Path(".causeway") / name
+    try:
+        state = read_state(state_dir)
+    except StateFileError as exc:
+        raise Refused(str(exc)) from None
+    if state is None:
+        raise Refused(f"nothing was started from {state_dir}: run `causeway up {args.topology}` first, "
+                      "or name the state dir with --state-dir")
+    mirror = state.mirrors.get(args.mirror)
+    if mirror is None:
+        known = ", ".join(sorted(state.mirrors)) or "none"
+        raise Refused(f"topology {state.name} has no mirror {args.mirror!r} (its mirrors: {known})")
+    clusters = {}
+    for role, cluster in (("source", mirror.source), ("target", mirror.target)):
+        if cluster not in state.clusters:
+            raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
+        # This machine reaches each cluster on its local listener, not through the WAN link.
+        clusters[role] = state.clusters[cluster].bootstrap
+    kwargs: dict[str, object] = {"source_alias": mirror.source, "target_alias": mirror.target}
+    if mirror.config:
+        try:
+            config = load_mirror_config(Path(mirror.config))
+        except (TopologyError, OSError) as exc:
+            raise Refused(f"mirror {args.mirror}'s config {mirror.config} cannot be read: {exc}") from None
+        kwargs.update(source_alias=config.source.alias, target_alias=config.target.alias,
+                      identity=config.naming == "identity", separator=config.separator,
+                      include=tuple(config.topics.include), exclude=tuple(config.topics.exclude),
+                      offset_syncs_location=config.offset_syncs_location)
+    return MirrorSpec(clusters["source"], clusters["target"], mode=mode, name=args.mirror,
+                      **kwargs)  # type: ignore[arg-type]
+
+
+def _from_flags(args: argparse.Namespace) -> MirrorSpec:
+    from pipeline.audit import MirrorSpec
+
+    if not (args.source_bootstrap and args.target_bootstrap):
+        raise UsageError("give both --source-bootstrap and --target-bootstrap (or a TOPOLOGY and --mirror)")
+    if args.mode == "mm2" and not args.source_alias and not args.identity:
+        raise UsageError("--mode mm2 needs --source-alias (remote topics are named ALIAS.topic) or --identity")
+    return MirrorSpec(args.source_bootstrap, args.target_bootstrap, mode=args.mode,
+                      source_alias=args.source_alias or "source", target_alias=args.target_alias,
+                      identity=args.identity, separator=args.separator,
+                      name=args.mirror or f"{args.source_bootstrap}->{args.target_bootstrap}")
+
+
+def _audit(args: argparse.Namespace) -> int:
+    if args.max_ranges <= 0:
+        raise UsageError("--max-ranges must be positive")
+    if args.topology is not None and (args.source_bootstrap or args.target_bootstrap):
+        raise UsageError("give a TOPOLOGY or --source-bootstrap/--target-bootstrap, not both")
+    spec = _from_state(args) if args.topology is not None else _from_flags(args)
+    from pyspark.sql import SparkSession
+
+    from pipeline.audit import audit, write_json, write_parquet
+    from pipeline.options import PipelineError
+    from pipeline.spark import session
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)  # progress on stderr: stdout is the table
+
+    owned = SparkSession.getActiveSession() is None  # a session already running is left running
+    spark = session(args.master)
+    try:
+        report = audit(spark, spec, topics_regex=args.topics, max_ranges=args.max_ranges, say=say)
+    except PipelineError as exc:
+        raise Refused(str(exc)) from None
+    finally:
+        if owned:
+            spark.stop()
+    print(f"audit of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
+    if report.partitions:
+        print(report.table())
+    for line in report.findings():
+        print(line)
+    for note in report.notes:
+        print(f"note: {note}")
+    if args.json is not None:
+        write_json(report, Path(args.json))
+    if args.parquet is not None:
+        write_parquet(report, Path(args.parquet))
+    kinds = ", ".join(f"{k} {report.total(k)}" for k in ("missing", "extra", "duplicated", "reordered",
+                                                         "mismatched", "shifted") if report.total(k))
+    print("clean: every record copied once, in order, unchanged" if report.clean else f"NOT CLEAN: {kinds}",
+          flush=True)
+    return 0 if report.clean else 1
+
+
+def register_audit(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = jobs.add_parser("audit", help="compare a mirror's source and target, partition by partition; "
+                                      "exit 1 on anything missing or different")
+    p.add_argument("topology", nargs="?", help="the topology file `causeway up` started, or its name")
+    p.add_argument("--mirror", help="the mirror's name in the topology")
+    p.add_argument("--topics", help="audit only source topics matching this regex (whole name)")
+    p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
+    p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
+    p.add_argument("--parquet", metavar="DIR", help="append the report to a Parquet history (one file per run)")
+    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    p.add_argument("--max-ranges", type=int, default=20, help="offset ranges listed per kind and partition")
+    p.add_argument("--source-bootstrap", help="without a topology: the source cluster")
+    p.add_argument("--target-bootstrap", help="without a topology: the target cluster")
+    p.add_argument("--mode", choices=["mm2", "link"], default="mm2", help="without a topology: the mirror's mode")
+    p.add_argument("--source-alias", help="without a topology: the source's alias (mm2 remote topics ALIAS.topic)")
+    p.add_argument("--target-alias", help="without a topology: the target's alias (names the offset-syncs topic)")
+    p.add_argument("--identity", action="store_true", help="without a topology: identity naming (same names)")
+    p.add_argument("--separator", default=".", help="without a topology: replication.policy.separator")
+
+    def main(args: argparse.Namespace) -> int:
+        return run("causeway pipeline audit", lambda: _audit(args))
+
+    p.set_defaults(func=main)

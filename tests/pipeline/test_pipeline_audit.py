@@ -1,0 +1,209 @@
+"""`causeway pipeline audit` against real brokers: a clean copy is clean (exit 0); a loss, a
+duplicate, a reordering and a corruption injected into the target are each found and named with
+partition and offsets (exit 1), in both mirror modes; and a real `causeway mirror` found through
+the launcher's state file, as `causeway status` finds it.
+
+Where starting a mirror would be slow, the target is written as the mirror writes it: the same
+records (key, value, timestamp, headers) in the same partition, under `<alias>.<topic>` (mm2)
+or the same name and offsets (link)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+import trio
+from pyspark.sql import SparkSession
+
+from broker.client import TopicPartition, admin, open_client
+from deploy.cli import main
+from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
+from tests.integration.test_mirror import wait_for_end_offsets
+from tests.pipeline.clients import create_topic, produce
+from tests.support.broker import BrokerProcess
+
+pytestmark = pytest.mark.compat
+
+REPO = Path(__file__).resolve().parents[2]
+BASE_TS = 1_700_000_000_000
+
+
+@pytest.fixture(scope="module")
+def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    process = BrokerProcess(tmp_path_factory.mktemp("audit-target") / "broker").start()
+    yield process
+    assert process.stop() == 0, process.log_tail()
+
+
+def records(partition: int, n: int) -> list[dict[str, object]]:
+    """Source records of one partition: keyed and not, with and without headers."""
+    out: list[dict[str, object]] = []
+    for i in range(n):
+        record: dict[str, object] = {"partition": partition, "timestamp": BASE_TS + partition * 1000 + i,
+                                     "key": None if i % 7 == 0 else b"k%d-%d" % (partition, i),
+                                     "value": b"value %d of %d" % (i, partition)}
+        if i % 3 == 0:
+            record["headers"] = [("trace", b"t%d" % i)]
+        out.append(record)
+    return out
+
+
+def run_audit(*argv: str, json_file: Path) -> tuple[int, dict[str, Any]]:
+    code = main(["pipeline", "audit", *argv, "--json", str(json_file)])
+    return code, json.loads(json_file.read_text())
+
+
+def partitions_of(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    return {p["partition"]: p for p in report["partitions"]}
+
+
+def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    async def go() -> None:
+        async with open_client(bootstrap) as client:
+            with trio.fail_after(30):
+                await admin.delete_records(client, {TopicPartition(topic, partition): offset})
+
+    trio.run(go)
+
+
+def test_mm2_copy_clean_then_loss_duplicate_reorder_and_corruption_named(
+        spark: SparkSession, bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Clean: two partitions copied exactly under east.<topic>; the tail not yet copied is lag.
+    create_topic(bootstrap, "aud-clean", 2)
+    create_topic(bootstrap, "east.aud-clean", 2)
+    clean = [r for p in range(2) for r in records(p, 80)]
+    produce(bootstrap, "aud-clean", clean)
+    produce(bootstrap, "east.aud-clean", [r for r in clean if r["timestamp"] % 1000 < 75])  # type: ignore[operator]
+    flags = ["--source-bootstrap", bootstrap, "--target-bootstrap", bootstrap, "--source-alias", "east"]
+    code, report = run_audit(*flags, "--topics", "aud-clean", json_file=tmp_path / "clean.json")
+    assert code == 0, capsys.readouterr()
+    assert report["clean"] is True
+    for p in partitions_of(report).values():
+        assert (p["source_records"], p["target_records"], p["copied"]) == (80, 75, 75)
+        assert p["counts"] == {"behind": 5, "behind_ranges": 1}
+        assert p["ranges"] == {"behind": [[75, 79, 5]]}
+
+    create_topic(bootstrap, "aud-mm2", 3)
+    create_topic(bootstrap, "east.aud-mm2", 3)
+    source = {p: records(p, 120) for p in range(3)}
+    produce(bootstrap, "aud-mm2", [r for p in range(3) for r in source[p]])
+    target: list[dict[str, Any]] = list(source[0])  # partition 0: a clean copy
+    # Partition 1: source offsets 30-32 never copied; offset 60 arrives with another value.
+    for i, r in enumerate(source[1]):
+        if 30 <= i <= 32:
+            continue
+        target.append({**r, "value": b"CORRUPT"} if i == 60 else r)
+    # Partition 2: a restart copies 70-79 again after 79; 100 and 101 arrive swapped.
+    p2 = source[2]
+    target += p2[:80] + p2[70:80] + p2[80:100] + [p2[101], p2[100]] + p2[102:]
+    produce(bootstrap, "east.aud-mm2", target)
+
+    code, report = run_audit(*flags, "--topics", "aud-mm2", json_file=tmp_path / "mm2.json")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert report["clean"] is False
+    parts = partitions_of(report)
+    assert parts[0]["clean"] is True and parts[0]["counts"] == {}
+    assert parts[1]["ranges"] == {"missing": [[30, 32, 3]], "mismatched": [[60, 60, 1, 57, 57]]}
+    assert parts[2]["ranges"] == {"duplicated": [[80, 89, 10]], "reordered": [[100, 101, 2]]}
+    assert (parts[2]["source_records"], parts[2]["target_records"], parts[2]["copied"]) == (120, 130, 120)
+    # The operator's view names partition and offsets.
+    assert "aud-mm2-1 -> east.aud-mm2-1: missing 3 record(s) at source offsets 30-32" in out
+    assert "aud-mm2-1 -> east.aud-mm2-1: mismatched 1 record(s) at source offsets 60 (target 57)" in out
+    assert "aud-mm2-2 -> east.aud-mm2-2: duplicated 10 record(s) at target offsets 80-89" in out
+    assert "aud-mm2-2 -> east.aud-mm2-2: reordered 2 record(s) at source offsets 100-101" in out
+    assert "NOT CLEAN: missing 3, duplicated 10, reordered 2, mismatched 1" in out
+
+
+def test_link_mode_aligns_by_offset(spark: SparkSession, bootstrap: str, target_broker: BrokerProcess,
+                                   tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    target_bootstrap = target_broker.bootstrap
+    create_topic(bootstrap, "aud-link", 3)
+    create_topic(target_bootstrap, "aud-link", 4)  # a fourth partition the source does not have
+    source = {p: records(p, 60) for p in range(3)}
+    produce(bootstrap, "aud-link", [r for p in range(3) for r in source[p]])
+    # Partition 0 equal; partition 1: offset 10 differs and 0-4 deleted; partition 2: offset 30
+    # written twice, so everything after it sits one offset later than at the source.
+    target = source[0] + [{**r, "value": b"other"} if i == 10 else r for i, r in enumerate(source[1])]
+    target += source[2][:31] + source[2][30:] + [{**r, "partition": 3} for r in source[0][:2]]
+    produce(target_bootstrap, "aud-link", target)
+    delete_before(target_bootstrap, "aud-link", 1, 5)
+    code, report = run_audit("--source-bootstrap", bootstrap, "--target-bootstrap", target_bootstrap,
+                             "--mode", "link", "--topics", "aud-link", json_file=tmp_path / "link.json")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    parts = partitions_of(report)
+    assert parts[0]["clean"] is True and parts[0]["counts"] == {}
+    assert parts[1]["ranges"] == {"missing": [[0, 4, 5]], "mismatched": [[10, 10, 1, 10, 10]]}
+    assert parts[2]["ranges"] == {"duplicated": [[31, 31, 1]], "shifted": [[31, 59, 29]]}
+    assert (parts[3]["source_records"], parts[3]["target_records"]) == (0, 2)
+    assert parts[3]["ranges"] == {"extra": [[0, 1, 2]]}
+    assert "aud-link-2 -> aud-link-2: shifted 29 record(s) at source offsets 31-59" in out
+
+
+def start_mirror(config: Path, log: Path, status: Path) -> subprocess.Popen[str]:
+    with log.open("a") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config),
+                                 "--status-file", str(status)], cwd=REPO, stdout=subprocess.PIPE, stderr=err,
+                                text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith("causeway mirror ready:"), log.read_text()
+    return proc
+
+
+def test_a_real_mirror_found_from_the_launcher_state(spark: SparkSession, bootstrap: str,
+                                                     target_broker: BrokerProcess, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    target_bootstrap = target_broker.bootstrap
+    create_topic(bootstrap, "aud-real", 3)
+    produce(bootstrap, "aud-real", [r for p in range(3) for r in records(p, 100)])
+    config = tmp_path / "mirrors" / "east-west.yaml"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "name": "east-west", "source": {"alias": "east", "bootstrap": bootstrap},
+        "target": {"alias": "west", "bootstrap": target_bootstrap}, "topics": {"include": ["aud-real"]},
+        "refresh.topics.interval.seconds": 0.2, "offset.flush.interval.ms": 200}))
+    mirror = start_mirror(config, tmp_path / "mirror.log", tmp_path / "status.json")
+    try:
+        trio.run(wait_for_end_offsets, target_bootstrap, "east.aud-real", {0: 100, 1: 100, 2: 100})
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0
+    # The state file as `causeway up` writes it (the clusters' local listeners, the mirror's config).
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    state = LaunchStateFile(name="audit-demo", wan=WanRecord(api="127.0.0.1:1"), clusters={
+        "east": ClusterRecord(datacenter="dc-east", bootstrap=bootstrap, brokers=[]),
+        "west": ClusterRecord(datacenter="dc-west", bootstrap=target_bootstrap, brokers=[])},
+        mirrors={"east-west": MirrorRecord(source="east", target="west", status_file=str(tmp_path / "status.json"),
+                                           config=str(config))})
+    (state_dir / "state.json").write_text(state.to_json())
+    history = tmp_path / "history"
+    argv = ["audit-demo", "--mirror", "east-west", "--state-dir", str(state_dir), "--parquet", str(history)]
+    code, report = run_audit(*argv, json_file=tmp_path / "real.json")
+    assert code == 0, capsys.readouterr()
+    assert [(p["topic"], p["target_topic"], p["copied"], p["counts"]) for p in report["partitions"]] == [
+        ("aud-real", "east.aud-real", 100, {})] * 3
+
+    delete_before(target_bootstrap, "east.aud-real", 1, 10)  # records lost at the target
+    code, report = run_audit(*argv, json_file=tmp_path / "lost.json")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert partitions_of(report)[1]["ranges"] == {"missing": [[0, 9, 10]]}
+    assert "aud-real-1 -> east.aud-real-1: missing 10 record(s) at source offsets 0-9" in out
+    runs = pq.read_table(history).to_pylist()
+    assert sorted((r["partition"], r["clean"], r["missing"]) for r in runs) == [
+        (0, True, 0), (0, True, 0), (1, False, 10), (1, True, 0), (2, True, 0), (2, True, 0)]
+
+    # A mirror the topology does not have, and a state dir nothing was started from: clear refusals.
+    assert main(["pipeline", "audit", "audit-demo", "--mirror", "nope", "--state-dir", str(state_dir)]) == 1
+    assert "topology audit-demo has no mirror 'nope' (its mirrors: east-west)" in capsys.readouterr().err
+    assert main(["pipeline", "audit", "audit-demo", "--mirror", "x", "--state-dir", str(tmp_path / "none")]) == 1
+    assert "nothing was started from" in capsys.readouterr().err
