@@ -279,5 +279,8 @@ def test_a_topology_with_zookeeper_coordination_compiles_to_a_plan(tmp_path: Pat
     assert [(c.name, c.coordination) for c in plan.clusters] == [("east", "zookeeper"), ("west", "standalone")]
     path.write_text("name: zk\ndatacenters: {east: {}}\nclusters:\n"
                     "  east: {datacenter: east, coordination: zookeeper, brokers: 3}\n")
-    with pytest.raises(TopologyError, match="multi-broker clusters cannot be launched yet"):
+    assert plan_from_file(path).clusters[0].broker_ids == (1, 2, 3)
+    path.write_text("name: zk\ndatacenters: {east: {}}\nclusters:\n"
+                    "  east: {datacenter: east, brokers: 3}\n")
+    with pytest.raises(TopologyError, match="3 brokers need coordination: zookeeper"):
         plan_from_file(path)

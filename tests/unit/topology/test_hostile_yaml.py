@@ -60,13 +60,29 @@ def _cap_address_space() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_CAP, ADDRESS_SPACE_CAP))
 
 
+# The CLI run in-process by a wrapper that writes its own VmHWM when it exits. The peak is read
+# from /proc/self/status because a forked child's ru_maxrss starts at its parent's high-water
+# mark (Linux carries the pre-exec memory's peak over): under a large pytest process every
+# child would seem to use what pytest uses.
+_REPORT_PEAK = """
+import atexit, runpy, sys
+peak_file = sys.argv[1]
+def report():
+    with open("/proc/self/status") as status, open(peak_file, "w") as out:
+        out.write(next(line.split()[1] for line in status if line.startswith("VmHWM:")))
+atexit.register(report)
+sys.argv = ["causeway", *sys.argv[2:]]
+runpy.run_module("deploy.cli", run_name="__main__")
+"""
+
+
 def run_measured(tmp_path: Path, *args: str) -> tuple[int, str, int]:
-    """(exit code, stderr + stdout, the child's own peak RSS in KB): the CLI as a real process,
-    reaped with os.wait4, which reports that one child's rusage."""
-    out_path, err_path = tmp_path / "out.txt", tmp_path / "err.txt"
+    """(exit code, stderr + stdout, the CLI process's own peak RSS in KB, 0 when it could not
+    say): the CLI as a real process."""
+    out_path, err_path, peak_path = tmp_path / "out.txt", tmp_path / "err.txt", tmp_path / "peak.txt"
     with out_path.open("wb") as out, err_path.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", *args], stdout=out, stderr=err,
-                                stdin=subprocess.DEVNULL, cwd=ROOT, preexec_fn=_cap_address_space)
+        proc = subprocess.Popen([sys.executable, "-c", _REPORT_PEAK, str(peak_path), *args], stdout=out,
+                                stderr=err, stdin=subprocess.DEVNULL, cwd=ROOT, preexec_fn=_cap_address_space)
     reaped: list[tuple[int, int, resource.struct_rusage]] = []
 
     def exited() -> bool:
@@ -81,9 +97,10 @@ def run_measured(tmp_path: Path, *args: str) -> tuple[int, str, int]:
         proc.kill()
         os.wait4(proc.pid, 0)
         raise
-    _, status, usage = reaped[0]
+    _, status, _ = reaped[0]
     proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, err_path.read_text() + out_path.read_text(), usage.ru_maxrss
+    peak_kb = int(peak_path.read_text()) if peak_path.exists() else 0
+    return proc.returncode, err_path.read_text() + out_path.read_text(), peak_kb
 
 
 def write(tmp_path: Path, name: str, content: str | bytes) -> Path:
