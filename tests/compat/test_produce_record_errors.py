@@ -31,7 +31,9 @@ def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]
     def on_delivery(err: KafkaError | None, msg: object) -> None:
         outcome[msg.value()] = (msg.key(), err.code() if err else 0)  # type: ignore[attr-defined]
 
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 100, "retries": 0})
+    # A linger far longer than queueing four records can take on a loaded machine, so they go as
+    # one batch; flush() sends at once without waiting it out.
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 30_000, "retries": 0})
     for key, value in records:
         producer.produce(topic, value=value, key=key, partition=0, on_delivery=on_delivery)
     assert producer.flush(TIMEOUT_S) == 0
