@@ -3,6 +3,8 @@
     causeway pipeline export --bootstrap HOST:PORT --topic T --to DIR [--master local[2]]
                              [--step-records N] [--min-partitions N] [--option KEY=VALUE]...
     causeway pipeline audit TOPOLOGY --mirror NAME ...   (deploy/cli/pipeline_audit.py)
+    causeway pipeline copy --from H:P --to H:P --topic T ...   (deploy/cli/pipeline_jobs.py)
+    causeway pipeline lag TOPOLOGY --mirror NAME ...          (deploy/cli/pipeline_jobs.py)
 
 Local mode by default; any Spark master with --master. Exit 1 with one line for a missing
 topic, an unreachable cluster or data no longer in the log; 2 for a bad command line.
@@ -59,7 +61,7 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser("pipeline", help="Spark jobs over clusters: audit a mirror, export a topic to Parquet")
+    parser = commands.add_parser("pipeline", help="Spark jobs: audit a mirror, its lag, copy or export a topic")
     jobs = parser.add_subparsers(dest="job", required=True)
     export = jobs.add_parser("export", help="a topic to Parquet by date/hour; a rerun continues where it stopped")
     export.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of the cluster")
@@ -80,4 +82,8 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     from deploy.cli.pipeline_audit import register_audit
 
     register_audit(jobs)
+
+    from deploy.cli.pipeline_jobs import register_jobs
+
+    register_jobs(jobs)
 
