@@ -10,7 +10,7 @@ Subcommands:
   groups             list, describe, reset, delete consumer groups (like kafka-consumer-groups)
   produce, consume   records from stdin / to stdout (like kafka-console-producer/-consumer)
   mirror             copy topics between clusters, as MirrorMaker 2
-  pipeline           Spark jobs over clusters (audit a mirror, export a topic to Parquet)
+  pipeline           Spark jobs: audit a mirror, its lag, copy or export a topic
   zookeeper          a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters
 
 One module per command in this package (`deploy.cli.broker`, `deploy.cli.console`, ...), each
@@ -54,7 +54,7 @@ _COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     )),
     ("deploy.cli.topology", (("topology", "check, explain or draw a topology file"),)),
     ("deploy.cli.wan", (("wan", "run the WAN-link emulator (Toxiproxy HTTP API)"),)),
-    ("deploy.cli.pipeline", (("pipeline", "Spark jobs over clusters: audit a mirror, export a topic to Parquet"),)),
+    ("deploy.cli.pipeline", (("pipeline", "Spark jobs: audit a mirror, its lag, copy or export a topic"),)),
     ("deploy.cli.zookeeper", (("zookeeper", "run a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters"),)),
 )
 
