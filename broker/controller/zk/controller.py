@@ -15,6 +15,9 @@ to ZooKeeper, one event at a time, as Kafka's controller event thread does:
 * AlterPartition from a leader (KIP-497): checked against the leader epoch and the partition
   epoch, written, answered;
 * ControlledShutdown from a broker: its leaderships move away first.
+* ElectLeaders and ``/admin/preferred_replica_election``: preferred or unclean elections on
+  request (leader_election.py); AlterPartitionReassignments and ``/admin/reassign_partitions``:
+  replicas moved between brokers (reassignment.py).
 
 Partition state znodes are only ever written conditionally on their zkVersion, in a transaction
 that also checks ``/controller_epoch`` is still ours; the new zkVersion is the partition epoch the
@@ -59,6 +62,8 @@ from broker.controller.zk.election import (
     initial_leader_and_isr,
     on_broker_loss,
 )
+from broker.controller.zk.leader_election import elect_leaders, follow_preferred_replica_election
+from broker.controller.zk.reassignment import Reassignment, Reassignments
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     LeaderAndIsrRequest,
@@ -121,6 +126,7 @@ class ZkController:
         self._shutting_down: set[int] = set()
         # Topics being deleted -> the brokers whose replicas are not deleted yet.
         self._deleting: dict[str, set[int]] = {}
+        self._reassignments = Reassignments(self)
         self._jobs_send, self._jobs = trio.open_memory_channel[Callable[[], Awaitable[None]]](math.inf)
         self._channel = ControllerChannel(request_timeout_s=config.controller_socket_timeout_ms / 1000,
                                           client_id=f"controller-{config.broker_id}")
@@ -143,6 +149,8 @@ class ZkController:
                 nursery.start_soon(self._watch, znodes.BROKER_IDS, self._on_brokers)
                 nursery.start_soon(self._watch, znodes.BROKER_TOPICS, self._on_topics)
                 nursery.start_soon(self._watch, znodes.DELETE_TOPICS, self._on_delete_topics)
+                nursery.start_soon(follow_preferred_replica_election, self)
+                nursery.start_soon(self._reassignments.follow_znode)
                 if self._config.auto_leader_rebalance_enable:
                     nursery.start_soon(self._rebalance_forever)
                 self._ready.set()
@@ -201,6 +209,7 @@ class ZkController:
             await self._load_broker(broker_id)
         for name in await self._zk.get_children(znodes.BROKER_TOPICS):
             await self._load_topic(name)
+        await self._reassignments.resume()
         for broker in self._brokers.values():
             self._add_to_channel(broker)
         # Brokers that died while nobody was controller leave leaderships and ISRs; offline and
@@ -209,6 +218,7 @@ class ZkController:
         await self._elect_where_needed(notify=False)
         self._send_leader_and_isr(self._all_partitions())
         self._send_update_metadata(set(self._brokers), self._all_partitions())
+        await self._reassignments.complete_resumed()
 
     async def _load_broker(self, child: str) -> _Broker | None:
         path = f"{znodes.BROKER_IDS}/{child}"
@@ -507,6 +517,24 @@ class ZkController:
             self._send_leader_and_isr(changed)
             self._send_update_metadata(set(self._brokers), changed)
 
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None, *, unclean: bool
+                            ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """ElectLeaders (KIP-460): see broker/controller/zk/leader_election.py."""
+        return await self._call(lambda: elect_leaders(self, partitions, unclean=unclean))
+
+    async def alter_partition_reassignments(self, requests: Sequence[tuple[str, int, Sequence[int] | None]]
+                                            ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments (KIP-455): see broker/controller/zk/reassignment.py."""
+        return await self._call(lambda: self._reassignments.alter(requests))
+
+    async def list_partition_reassignments(self, partitions: Sequence[tuple[str, int]] | None
+                                           ) -> dict[tuple[str, int], Reassignment]:
+        return await self._call(lambda: self._list_reassignments(partitions))
+
+    async def _list_reassignments(self, partitions: Sequence[tuple[str, int]] | None
+                                  ) -> dict[tuple[str, int], Reassignment]:
+        return self._reassignments.list(partitions)
+
     def reconfigure(self, config: BrokerConfig) -> None:
         """Dynamic broker configs changed (ZkMetadata): unclean.leader.election.enable is read
         from here at each election."""
@@ -570,6 +598,8 @@ class ZkController:
                 raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION)
             log.info("ISR of %s-%d is now %s (partition epoch %d)", topic.name, partition, isr, entry.zk_version)
             self._send_update_metadata(set(self._brokers), [(topic.name, partition)])
+            # A reassignment may be complete now (its own event, after this answer).
+            self._jobs_send.send_nowait(partial(self._reassignments.on_isr_changed, topic.name, partition))
         assert entry.state is not None
         return PartitionInfo(partition, entry.state.leader, entry.state.leader_epoch, entry.replicas,
                              entry.state.isr, entry.zk_version)

@@ -586,6 +586,19 @@ class ZkMetadata:
         await self._wait_for(lambda: self._has_leaders(name, len(assignment)), f"topic {name}")
         return self._topics.get(name, info)
 
+    async def wait_for_leaders(self, expected: Mapping[tuple[str, int], int], timeout_s: float
+                               ) -> set[tuple[str, int]]:
+        """Wait until this broker's cache shows each partition led by its expected leader, at most
+        ``timeout_s`` (Kafka's DelayedElectLeader); returns the partitions it still does not."""
+        def missing() -> set[tuple[str, int]]:
+            seen = {(name, p.partition): p.leader for name, topic in self._topics.items() for p in topic.partitions}
+            return {tp for tp, leader in expected.items() if seen.get(tp) != leader}
+
+        with trio.move_on_after(timeout_s):
+            while missing():
+                await self._changed.wait()
+        return missing()
+
     def _has_leaders(self, name: str, count: int) -> bool:
         topic = self._topics.get(name)
         return topic is not None and len(topic.partitions) >= count and all(p.leader >= 0 for p in topic.partitions)
@@ -617,6 +630,10 @@ class ZkMetadata:
             current = znodes.parse_topic(path, data)
         except znodes.ZnodeError as exc:
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, str(exc)) from exc
+        if current.adding() or current.removing():
+            # Rewriting the znode would drop adding_replicas/removing_replicas (as Kafka refuses it).
+            raise KafkaError(ErrorCode.REASSIGNMENT_IN_PROGRESS,
+                             f"A partition reassignment is in progress for the topic '{name}'.")
         existing = current.replicas()
         if total <= len(existing):
             raise KafkaError(ErrorCode.INVALID_PARTITIONS,

@@ -88,6 +88,9 @@ CONSUMERS = "/consumers"
 CONTROLLER = "/controller"
 CONTROLLER_EPOCH = "/controller_epoch"
 DELETE_TOPICS = "/admin/delete_topics"
+# Legacy preferred elections: {"version":1,"partitions":[{"topic":..,"partition":..}]} (parse_isr_change reads it).
+PREFERRED_REPLICA_ELECTION = "/admin/preferred_replica_election"
+REASSIGN_PARTITIONS = "/admin/reassign_partitions"
 ISR_CHANGE_NOTIFICATION = "/isr_change_notification"
 ISR_CHANGE_PREFIX = "isr_change_"
 LOG_DIR_EVENT_NOTIFICATION = "/log_dir_event_notification"
@@ -618,6 +621,31 @@ def encode_isr_change(partitions: Iterable[tuple[str, int]]) -> bytes:
 
 def parse_isr_change(path: str, data: bytes | None) -> list[tuple[str, int]]:
     return [(tp.topic, tp.partition) for tp in _load(path, data, _IsrChange).partitions]
+
+
+# -- /admin/reassign_partitions ---------------------------------------------------------------
+
+
+class _ReassignPartition(_Doc):
+    topic: str
+    partition: Annotated[int, Field(ge=0, le=INT32_MAX)]
+    replicas: list[Annotated[int, Field(ge=0, le=INT32_MAX)]]
+
+
+class _ReassignPartitions(_Doc):
+    version: Literal[1]
+    partitions: list[_ReassignPartition]
+
+
+def encode_reassign_partitions(targets: Mapping[tuple[str, int], Sequence[int]]) -> bytes:
+    """The legacy reassignment request (Kafka's ReassignPartitionsZNode, version 1)."""
+    return _dump({"version": 1, "partitions": [{"topic": t, "partition": p, "replicas": list(r)}
+                                               for (t, p), r in sorted(targets.items())]})
+
+
+def parse_reassign_partitions(path: str, data: bytes | None) -> dict[tuple[str, int], tuple[int, ...]]:
+    """(topic, partition) -> target replicas; ``log_dirs`` is ignored (each broker places a new replica)."""
+    return {(tp.topic, tp.partition): tuple(tp.replicas) for tp in _load(path, data, _ReassignPartitions).partitions}
 
 
 # -- /latest_producer_id_block -------------------------------------------------------------

@@ -11,7 +11,9 @@ from broker.server.handlers import (
     api_versions,
     cluster,
     configs,
+    describe_log_dirs,
     describe_topic_partitions,
+    elect_leaders,
     fetch,
     groups,
     init_producer_id,
@@ -21,6 +23,7 @@ from broker.server.handlers import (
     metadata,
     offsets,
     produce,
+    reassignments,
     topics,
 )
 from broker.server.handlers.base import ApiHandler
@@ -43,6 +46,9 @@ _SERVED: tuple[ApiHandler, ...] = (
     *offsets.HANDLERS,
     *acls.HANDLERS,
     *inter_broker.HANDLERS,
+    elect_leaders.HANDLER,
+    *reassignments.HANDLERS,
+    describe_log_dirs.HANDLER,
 )
 
 # The ApiVersions answer, built once from the table below: what the dispatcher routes to is

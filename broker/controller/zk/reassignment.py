@@ -1,0 +1,310 @@
+"""Partition reassignment as Kafka's ZooKeeper-mode controller does it (KIP-455).
+
+A reassignment moves a partition from its original replicas (ORS) to target replicas (TRS).
+Asked through AlterPartitionReassignments (API 45: ``kafka-reassign-partitions --execute``) or
+the legacy ``/admin/reassign_partitions`` znode, it runs on the controller's event loop in two
+phases (KafkaController.onPartitionReassignment):
+
+1. While some of TRS is not in the ISR: the topic znode gets the full replica set
+   RS = TRS + ORS (target first) with ``adding_replicas`` (TRS - ORS) and ``removing_replicas``
+   (ORS - TRS); the leader epoch goes one up and every replica in RS gets LeaderAndIsr, so the
+   leader knows its new followers and the new replicas start fetching.
+2. Once all of TRS is in the ISR (checked after every ISR change the leader makes through
+   AlterPartition): the leader stays if it is in TRS and alive, else the first live TRS member
+   in the ISR takes over; the removed replicas leave the ISR; RS = TRS in the state and topic
+   znodes; LeaderAndIsr to TRS, StopReplica with delete to the removed replicas (their logs go),
+   UpdateMetadata to every broker, and the partition leaves ``/admin/reassign_partitions``.
+
+A new request for a partition being moved replaces the target (replicas being added that the
+new target drops are stopped and deleted); ``replicas: null`` cancels: the target becomes the
+original replicas again. Checks and errors are Kafka's: INVALID_REPLICA_ASSIGNMENT (empty,
+duplicate, negative, or new replicas on brokers that are not alive), UNKNOWN_TOPIC_OR_PARTITION,
+NO_REASSIGNMENT_IN_PROGRESS (a cancel with nothing to cancel). A new controller resumes the
+reassignments it finds in the topic znodes' ``adding_replicas``/``removing_replicas``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from broker.controller.zk import znodes
+from broker.controller.zk.client import ZkError, ZkNoNode
+from broker.controller.zk.election import NO_LEADER
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages import StopReplicaRequest
+
+if TYPE_CHECKING:
+    from broker.controller.zk.controller import ZkController, _Partition
+
+__all__ = ["Reassignment", "Reassignments"]
+
+log = logging.getLogger(__name__)
+
+Key = tuple[str, int]
+Answer = tuple[ErrorCode, "str | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    origin: tuple[int, ...]  # ORS
+    target: tuple[int, ...]  # TRS
+    from_znode: bool = False
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        """RS: the target first, then the original replicas not in it (Kafka's fullReplicaSet)."""
+        return tuple(dict.fromkeys(self.target + self.origin))
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        return tuple(b for b in self.target if b not in self.origin)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        return tuple(b for b in self.origin if b not in self.target)
+
+
+class Reassignments:
+    """The controller's ongoing reassignments; every method runs on its event loop."""
+
+    def __init__(self, controller: ZkController) -> None:
+        self._c = controller
+        self.ongoing: dict[Key, Reassignment] = {}
+
+    # -- requests ------------------------------------------------------------------------------
+
+    async def alter(self, requests: Sequence[tuple[str, int, Sequence[int] | None]], *,
+                    from_znode: bool = False) -> dict[Key, Answer]:
+        """Start, replace or (``None``) cancel the reassignment of each partition."""
+        c = self._c
+        results: dict[Key, Answer] = {}
+        for name, p, replicas in requests:
+            key = (name, p)
+            topic = c._topics.get(name)
+            entry = topic.partitions.get(p) if topic is not None and name not in c._deleting else None
+            if entry is None:
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            current = self.ongoing.get(key)
+            if current is not None and current.from_znode and not from_znode:
+                await self._remove_from_znode({key})  # the latest request wins, as in Kafka
+            origin = current.origin if current is not None else entry.replicas
+            if replicas is None:
+                if current is None:
+                    results[key] = (ErrorCode.NO_REASSIGNMENT_IN_PROGRESS, None)
+                    continue
+                target = origin
+            else:
+                target = tuple(replicas)
+                problem = self._invalid(origin, target)
+                if problem is not None:
+                    results[key] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
+                    continue
+            await self._start(name, p, entry, Reassignment(origin, target, from_znode))
+            results[key] = (ErrorCode.NONE, None)
+        return results
+
+    def _invalid(self, origin: tuple[int, ...], target: tuple[int, ...]) -> str | None:
+        if not target:
+            return "Empty replica list specified in partition reassignment."
+        if len(set(target)) != len(target):
+            return f"Duplicate replica ids in partition reassignment replica list: {list(target)}"
+        if any(b < 0 for b in target):
+            return f"Invalid broker id in replica list: {list(target)}"
+        adding = [b for b in target if b not in origin]
+        if not set(adding) <= set(self._c._brokers):
+            return (f"Replica assignment has brokers that are not alive. Replica list: {adding}, live broker list: "
+                    f"{sorted(self._c._brokers)}")
+        return None
+
+    def list(self, partitions: Iterable[Key] | None) -> dict[Key, Reassignment]:
+        c = self._c
+        for key in [k for k in self.ongoing if k[0] not in c._topics or k[0] in c._deleting]:
+            del self.ongoing[key]  # its topic was deleted meanwhile
+        if partitions is None:
+            return dict(sorted(self.ongoing.items()))
+        return {key: self.ongoing[key] for key in partitions if key in self.ongoing}
+
+    # -- phase 1 -------------------------------------------------------------------------------
+
+    async def _start(self, name: str, p: int, entry: _Partition, reassignment: Reassignment) -> None:
+        c = self._c
+        key = (name, p)
+        previous = self.ongoing.get(key)
+        # Replicas a replaced reassignment was adding that nobody wants any more.
+        dropped = [b for b in (previous.full if previous is not None else ()) if b not in reassignment.full]
+        self.ongoing[key] = reassignment
+        entry.replicas = reassignment.full
+        await self._write_assignment(name)
+        log.info("reassigning %s-%d from %s to %s (adding %s, removing %s)", name, p, list(reassignment.origin),
+                 list(reassignment.target), list(reassignment.adding), list(reassignment.removing))
+        if dropped:
+            self._stop_and_delete(name, p, dropped, entry.state.leader_epoch if entry.state else -1)
+        if await self._maybe_complete(name, p):
+            return
+        state = entry.state
+        if state is not None and await c._write_state(name, p, entry, state.changed(state.leader, state.isr)):
+            pass  # a new leader epoch: the leader learns its new followers
+        c._send_leader_and_isr([key])
+        c._send_update_metadata(set(c._brokers), [key])
+
+    # -- phase 2 -------------------------------------------------------------------------------
+
+    async def on_isr_changed(self, name: str, p: int) -> None:
+        await self._maybe_complete(name, p)
+
+    async def _maybe_complete(self, name: str, p: int) -> bool:
+        """Finish the reassignment of ``name``-``p`` when all of its target is in the ISR."""
+        c = self._c
+        key = (name, p)
+        reassignment = self.ongoing.get(key)
+        topic = c._topics.get(name)
+        entry = topic.partitions.get(p) if topic is not None else None
+        if reassignment is None or entry is None or name in c._deleting:
+            self.ongoing.pop(key, None)
+            return reassignment is None
+        state = entry.state
+        if state is None or not set(reassignment.target) <= set(state.isr):
+            return False
+        live = set(c._brokers) - c._shutting_down
+        leader = state.leader
+        if leader not in reassignment.target or leader not in live:
+            leader = next((b for b in reassignment.target if b in state.isr and b in live), NO_LEADER)
+            if leader == NO_LEADER:
+                log.warning("reassignment of %s-%d waits: no live replica of %s in the ISR %s can lead", name, p,
+                            list(reassignment.target), list(state.isr))
+                return False
+        isr = [b for b in state.isr if b in reassignment.target]
+        if not await c._write_state(name, p, entry, state.changed(leader, isr)):
+            return False  # the state moved on meanwhile; the next ISR change tries again
+        del self.ongoing[key]
+        entry.replicas = reassignment.target
+        assert entry.state is not None
+        c._send_leader_and_isr([key])
+        if reassignment.removing:
+            self._stop_and_delete(name, p, list(reassignment.removing), entry.state.leader_epoch)
+        await self._write_assignment(name)
+        c._send_update_metadata(set(c._brokers), [key])
+        if reassignment.from_znode:
+            await self._remove_from_znode({key})
+        log.info("reassignment of %s-%d to %s completed (leader %d, leader epoch %d)", name, p,
+                 list(reassignment.target), leader, entry.state.leader_epoch)
+        return True
+
+    def _stop_and_delete(self, name: str, p: int, brokers: Iterable[int], leader_epoch: int) -> None:
+        """StopReplica with delete to each live broker of ``brokers`` for ``name``-``p``. A broker
+        that is down keeps its copy (as Kafka's ZooKeeper mode does) and is told nothing of it."""
+        c = self._c
+        for broker_id in brokers:
+            broker = c._brokers.get(broker_id)
+            if broker is None:
+                log.warning("broker %d is down: its replica of %s-%d is not deleted", broker_id, name, p)
+                continue
+            request = StopReplicaRequest(
+                controller_id=c.broker_id, controller_epoch=c.epoch, broker_epoch=broker.epoch,
+                topic_states=[StopReplicaRequest.StopReplicaTopicState(
+                    topic_name=name, partition_states=[StopReplicaRequest.StopReplicaPartitionState(
+                        partition_index=p, leader_epoch=leader_epoch, delete_partition=True)])])
+            c._channel.send(broker_id, request, _stopped(broker_id, name, p))
+
+    async def _write_assignment(self, name: str) -> None:
+        """The topic znode from the controller's view: replicas, adding_replicas, removing_replicas."""
+        c = self._c
+        topic = c._topics[name]
+        path = znodes.topic_path(name)
+        _, stat = await c._zk.get(path)
+        ongoing = {p: r for (t, p), r in self.ongoing.items() if t == name}
+        data = znodes.encode_topic(topic.topic_id, {p: e.replicas for p, e in topic.partitions.items()},
+                                   adding={p: r.adding for p, r in ongoing.items()},
+                                   removing={p: r.removing for p, r in ongoing.items()})
+        await c._fenced_set(path, data, stat.version)
+
+    # -- a new controller ----------------------------------------------------------------------
+
+    async def resume(self) -> None:
+        """Take over the reassignments the topic znodes show in progress."""
+        c = self._c
+        for name in list(c._topics):
+            path = znodes.topic_path(name)
+            try:
+                data, _ = await c._zk.get(path)
+                assignment = znodes.parse_topic(path, data)
+            except ZkNoNode:
+                continue
+            except znodes.ZnodeError as exc:
+                log.error("cannot resume reassignments of %s: %s", name, exc)
+                continue
+            adding, removing = assignment.adding(), assignment.removing()
+            for p, replicas in assignment.replicas().items():
+                if p in adding or p in removing:
+                    origin = tuple(b for b in replicas if b not in adding.get(p, ()))
+                    target = tuple(b for b in replicas if b not in removing.get(p, ()))
+                    self.ongoing[(name, p)] = Reassignment(origin, target)
+                    log.info("resuming the reassignment of %s-%d from %s to %s", name, p, list(origin), list(target))
+
+    async def complete_resumed(self) -> None:
+        for name, p in list(self.ongoing):
+            await self._maybe_complete(name, p)
+
+    # -- /admin/reassign_partitions ------------------------------------------------------------
+
+    async def follow_znode(self) -> None:
+        """Reassignments asked through the legacy znode, for the controller's term."""
+        c = self._c
+        with c._zk.watch_data(znodes.REASSIGN_PARTITIONS) as changes:
+            async for data in changes:
+                if data is not None:
+                    c._jobs_send.send_nowait(partial(self._from_znode, data))
+
+    async def _from_znode(self, data: bytes) -> None:
+        try:
+            targets = znodes.parse_reassign_partitions(znodes.REASSIGN_PARTITIONS, data)
+        except znodes.ZnodeError as exc:
+            log.error("ignoring a partition reassignment: %s", exc)
+            await self._remove_from_znode(None)
+            return
+        fresh = [(t, p, r) for (t, p), r in targets.items()
+                 if (t, p) not in self.ongoing or self.ongoing[(t, p)].target != r]
+        results = await self.alter(fresh, from_znode=True)
+        failed = {key for key, (code, _) in results.items() if code != ErrorCode.NONE}
+        for key in sorted(failed):
+            log.warning("reassignment of %s-%d through %s failed: %s %s", *key, znodes.REASSIGN_PARTITIONS,
+                        results[key][0].name, results[key][1] or "")
+        await self._remove_from_znode(failed | {key for key in targets if key not in self.ongoing})
+
+    async def _remove_from_znode(self, done: set[Key] | None) -> None:
+        """Drop ``done`` (None: everything) from the znode; the znode goes once it is empty."""
+        c = self._c
+        path = znodes.REASSIGN_PARTITIONS
+        try:
+            data, stat = await c._zk.get(path)
+            targets = {} if done is None else znodes.parse_reassign_partitions(path, data)
+        except ZkNoNode:
+            return
+        except znodes.ZnodeError:
+            targets = {}
+        left = {key: r for key, r in targets.items() if done is not None and key not in done}
+        if left and left == targets:
+            return  # nothing done: no write (it would wake the watch for nothing)
+        try:
+            if left:
+                await c._zk.set(path, znodes.encode_reassign_partitions(left), version=stat.version)
+            else:
+                await c._zk.delete(path, version=stat.version)
+        except ZkError as exc:
+            log.warning("cannot update %s: %s", path, exc)
+
+
+def _stopped(broker_id: int, name: str, p: int) -> Any:
+    def check(response: Any) -> None:
+        errors = [e.error_code for e in response.partition_errors if e.error_code]
+        if response.error_code or errors:
+            log.warning("broker %d could not delete its removed replica of %s-%d: %s", broker_id, name, p,
+                        ErrorCode(response.error_code or errors[0]).name)
+        else:
+            log.info("broker %d deleted its removed replica of %s-%d", broker_id, name, p)
+    return check
