@@ -33,7 +33,7 @@ system-deps:
 	  else echo "warning: missing system packages:$$missing (run as root or install them)"; fi; \
 	fi
 
-up: install
+up: install system-deps
 	$(BIN)/causeway up examples/two-dc.yaml
 
 test: install system-deps peers
