@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from broker.atomic_file import write_atomically
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange, plan_read
 from pipeline.source import FORMAT
@@ -54,17 +55,7 @@ class ExportResult:
 
 
 def _write_json_atomically(path: Path, data: object) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with tmp.open("w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_atomically(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def read_offsets(out_dir: Path, topic: str) -> dict[int, int]:

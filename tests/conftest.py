@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.peers import PeerMissing, peer
 from tests.support.broker import BrokerProcess
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
@@ -26,6 +27,16 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
         if process.proc is not None:
             code = process.stop()
             assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture(scope="module")
+def kafka_jars() -> None:
+    """Apache Kafka 4's jars (the `kafka4` peer, fetched by `make peers`) for a test that runs
+    Kafka's own tools, clients or brokers; fails the test, naming what is missing, without them."""
+    try:
+        peer("kafka4").jars()
+    except PeerMissing as exc:
+        pytest.fail(str(exc))
 
 
 @pytest.fixture

@@ -12,21 +12,16 @@ committed offsets.
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 
-from tests.support.broker import BrokerProcess
+from tests.support.cluster import ZkCluster, own_zookeeper_cluster
 from tests.support.polling import wait_until
-from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 pytestmark = pytest.mark.compat
 
@@ -37,20 +32,7 @@ OVERRIDES = (f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", "offsets.topi
 BATCH = 50
 
 
-class Cluster:
-    def __init__(self, zookeeper: ZooKeeperServer, root: Path) -> None:
-        self.brokers = {i: BrokerProcess(root / f"broker-{i}", overrides=(
-            f"zookeeper.connect={zookeeper.connect}", f"node.id={i}", *OVERRIDES)) for i in (1, 2, 3)}
-        self.zk = KazooClient(hosts=zookeeper.connect)
-        self.zk.start(timeout=15)
-
-    def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers.values())
-
-    def state(self, topic: str) -> dict[str, object]:
-        data, _ = self.zk.get(f"/brokers/topics/{topic}/partitions/0/state")
-        return dict(json.loads(data))
-
+class Cluster(ZkCluster):
     def create(self, topic: str) -> int:
         """A one-partition topic on all three brokers with the whole ISR; returns its leader."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap()})
@@ -76,19 +58,8 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    root = tmp_path_factory.mktemp("cluster-clients")
-    with zookeeper_server(root / "zookeeper") as zookeeper:
-        running = Cluster(zookeeper, root)
-        try:
-            with ThreadPoolExecutor(3) as pool:
-                list(pool.map(lambda b: b.start(), running.brokers.values()))
-            wait_until(lambda: running.zk.exists("/controller") is not None, what="a controller", timeout_s=TIMEOUT_S)
-            yield running
-        finally:
-            for process in running.brokers.values():
-                process.stop()
-            running.zk.stop()
-            running.zk.close()
+    with own_zookeeper_cluster(Cluster, tmp_path_factory.mktemp("cluster-clients"), OVERRIDES, TIMEOUT_S) as running:
+        yield running
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,6 @@ import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from bench.peers import PeerMissing, peer
 from bench.peers.events import Event, ToolProcess, start_tool
 from broker.protocol.records import Compression, split_batches
 from tests.support.broker import BrokerProcess
@@ -31,21 +29,6 @@ PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
 CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 COOPERATIVE = "org.apache.kafka.clients.consumer.CooperativeStickyAssignor"
 RANGE = "org.apache.kafka.clients.consumer.RangeAssignor"
-
-
-@pytest.fixture(scope="module")
-def causeway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:
-        pytest.fail(str(exc))
-    process = BrokerProcess(tmp_path_factory.mktemp("java-clients") / "broker",
-                            overrides=("group.initial.rebalance.delay.ms=0",)).start()
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
 
 
 def create_topic(causeway: BrokerProcess, topic: str, partitions: int) -> None:

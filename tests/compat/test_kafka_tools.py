@@ -12,40 +12,19 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from bench.peers import KafkaBroker, PeerMissing, ToolRun, peer, run_tool
+from bench.peers import KafkaBroker, ToolRun, run_tool
 from tests.support.broker import BrokerProcess
+from tests.support.consume import committed
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
 TIMEOUT_S = 30.0
-
-
-@pytest.fixture(scope="module")
-def kafka_jars() -> None:
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:
-        pytest.fail(str(exc))
-
-
-@pytest.fixture(scope="module")
-def causeway(tmp_path_factory: pytest.TempPathFactory, kafka_jars: None) -> Iterator[BrokerProcess]:
-    """One broker for the module: each tool run costs a JVM start, the broker's start is not the subject.
-    No initial rebalance delay, as in Kafka's own quick-start server.properties."""
-    process = BrokerProcess(tmp_path_factory.mktemp("kafka-tools") / "broker",
-                            overrides=("group.initial.rebalance.delay.ms=0",)).start()
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
 
 
 def tool(name: str, causeway: BrokerProcess, *args: str, stdin: str | None = None, ok: bool = True) -> ToolRun:
@@ -69,15 +48,6 @@ def produce(causeway: BrokerProcess, topic: str, count: int, *, partition: int =
         ts = (timestamp_of or {}).get(i, 1_700_000_000_000 + i)
         producer.produce(topic, value=f"v{i}".encode(), partition=partition, timestamp=ts)
     assert producer.flush(TIMEOUT_S) == 0
-
-
-def committed(causeway: BrokerProcess, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": causeway.bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT_S)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in found}
 
 
 def table(run: ToolRun, header: str) -> list[dict[str, str]]:
@@ -264,7 +234,8 @@ def test_console_producer_and_consumer_with_a_group(causeway: BrokerProcess) -> 
     assert sorted(row["PARTITION"] for row in rows) == ["0", "1", "2"]
     assert all(row["CURRENT-OFFSET"] == row["LOG-END-OFFSET"] and row["LAG"] == "0" for row in rows), rows
     assert sum(int(row["LOG-END-OFFSET"]) for row in rows) == 30
-    assert committed(causeway, group, topic, 3) == {int(r["PARTITION"]): int(r["CURRENT-OFFSET"]) for r in rows}
+    assert committed(causeway.bootstrap, group, topic, 3) == {
+        int(r["PARTITION"]): int(r["CURRENT-OFFSET"]) for r in rows}
 
 
 def test_kafka_consumer_groups_list_describe_reset_delete(causeway: BrokerProcess) -> None:
@@ -312,15 +283,15 @@ def test_kafka_consumer_groups_list_describe_reset_delete(causeway: BrokerProces
     dry = table(tool("kafka-consumer-groups", causeway, "--reset-offsets", "--group", group, "--topic", topic,
                      "--to-earliest", "--dry-run"), "GROUP")
     assert sorted((r["PARTITION"], r["NEW-OFFSET"]) for r in dry) == [("0", "0"), ("1", "0")]
-    assert committed(causeway, group, topic, 2) == {0: 5, 1: 3}  # a dry run changes nothing
+    assert committed(causeway.bootstrap, group, topic, 2) == {0: 5, 1: 3}  # a dry run changes nothing
     tool("kafka-consumer-groups", causeway, "--reset-offsets", "--group", group, "--topic", topic,
          "--to-earliest", "--execute")
-    assert committed(causeway, group, topic, 2) == {0: 0, 1: 0}
+    assert committed(causeway.bootstrap, group, topic, 2) == {0: 0, 1: 0}
     tool("kafka-consumer-groups", causeway, "--reset-offsets", "--group", group, "--topic", f"{topic}:1",
          "--shift-by", "4", "--execute")
     tool("kafka-consumer-groups", causeway, "--reset-offsets", "--group", group, "--topic", f"{topic}:0",
          "--to-latest", "--execute")
-    assert committed(causeway, group, topic, 2) == {0: 10, 1: 4}
+    assert committed(causeway.bootstrap, group, topic, 2) == {0: 10, 1: 4}
 
     deleted = tool("kafka-consumer-groups", causeway, "--delete", "--group", group)
     assert f"Deletion of requested consumer groups ('{group}') was successful." in deleted.stdout

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from bench.peers import KafkaBroker, PeerMissing, peer
+from bench.peers import KafkaBroker
 from deploy.broker_process import stop_process
 from mirror.formats import Checkpoint, Heartbeat, OffsetSync
 from tests.support.polling import wait_until
@@ -34,12 +34,9 @@ Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
 
 
 @pytest.fixture(scope="module")
-def kafkas(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[KafkaBroker, KafkaBroker]]:
+def kafkas(tmp_path_factory: pytest.TempPathFactory,
+           kafka_jars: None) -> Iterator[tuple[KafkaBroker, KafkaBroker]]:
     """Two single-node Kafka clusters: `alpha` (source) and `beta` (target)."""
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:
-        pytest.fail(str(exc))
     base = tmp_path_factory.mktemp("kafka-peers")
     started: list[KafkaBroker] = []
     try:

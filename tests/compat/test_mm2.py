@@ -22,12 +22,13 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
-from bench.peers import KafkaBroker, PeerMissing, peer, run_tool
+from bench.peers import KafkaBroker, run_tool
 from bench.peers.events import start_tool
 from bench.peers.java import run_java_program
 from deploy.broker_process import stop_process
 from mirror.formats import Checkpoint, Heartbeat, OffsetSync, decode_position
 from tests.support.broker import BrokerProcess
+from tests.support.consume import committed
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
@@ -37,12 +38,9 @@ TRANSLATE = REPO / "bench" / "peers" / "TranslateOffsets.java"
 
 
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+def clusters(tmp_path_factory: pytest.TempPathFactory,
+             kafka_jars: None) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
     """Two single-broker Causeway clusters, `east` (source) and `west` (target)."""
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:
-        pytest.fail(str(exc))
     base = tmp_path_factory.mktemp("mm2")
     started: list[BrokerProcess] = []
     try:
@@ -114,15 +112,6 @@ def commit(broker: BrokerProcess, group: str, offsets: dict[tuple[str, int], int
         consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
     finally:
         consumer.close()
-
-
-def committed(broker: BrokerProcess, group: str, topic: str, partitions: int) -> dict[int, int]:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group, "enable.auto.commit": False})
-    try:
-        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=TIMEOUT_S)
-    finally:
-        consumer.close()
-    return {tp.partition: tp.offset for tp in found}
 
 
 def mm2_properties(path: Path, east: BrokerProcess, west: BrokerProcess, topics: str) -> Path:
@@ -232,7 +221,7 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
             step = 0 if newest.upstream_offset == checkpoint.upstream_offset else 1
             assert checkpoint.downstream_offset == newest.downstream_offset + step, (checkpoint, newest)
         # ... and committed them to the same group at the target (it has no members there).
-        wait_until(lambda: committed(west, group, remote, partitions) == {p: c.downstream_offset
+        wait_until(lambda: committed(west.bootstrap, group, remote, partitions) == {p: c.downstream_offset
                                                                           for p, c in found.items()},
                    what="group offsets synced to the target", timeout_s=TIMEOUT_S)
 
@@ -418,7 +407,7 @@ def test_causeway_mirror_from_apache_kafka_to_causeway(clusters: tuple[BrokerPro
                        timeout_s=TIMEOUT_S)
             translated = {p: c.downstream_offset for p, c in checkpoints(west, "kafka").items()}
             assert 0 < translated[1] <= 7, translated
-            wait_until(lambda: committed(west, group, remote, partitions) == translated,
+            wait_until(lambda: committed(west.bootstrap, group, remote, partitions) == translated,
                        what="the group's offsets synced to Causeway", timeout_s=TIMEOUT_S)
             remote_config = ConfigResource("topic", remote)
             target_admin = AdminClient({"bootstrap.servers": west.bootstrap})  # held: its futures need the handle

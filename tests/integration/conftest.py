@@ -1,4 +1,5 @@
-"""Fixtures of the integration tests: the two clusters a mirror runs between."""
+"""Fixtures of the integration tests: the two clusters a mirror runs between, and a broker for
+consumer-group tests."""
 
 from __future__ import annotations
 
@@ -22,3 +23,14 @@ def west(tmp_path: Path) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path / "west").start()
     yield process
     process.stop()
+
+
+@pytest.fixture
+def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A standalone broker that forms consumer groups at once (no 3 s initial rebalance delay, as
+    Kafka's default has) and keeps them in 5 offsets partitions; it must stop cleanly."""
+    process = BrokerProcess(tmp_path / "broker", overrides=(
+        "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5")).start()
+    yield process
+    if process.proc is not None:
+        assert process.stop() == 0, process.log_tail()

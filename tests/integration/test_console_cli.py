@@ -9,12 +9,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import trio
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -23,18 +22,10 @@ from broker.client.partitioner import kafka_partition
 from broker.protocol.records import Compression, split_batches
 from deploy.cli import main
 from tests.support.broker import BrokerProcess
+from tests.support.consume import group_offsets
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
-
-
-@pytest.fixture
-def console_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "broker", overrides=(
-        "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5")).start()
-    yield process
-    if process.proc is not None:
-        assert process.stop() == 0, process.log_tail()
 
 
 def cli(broker: BrokerProcess, command: str, *args: str, stdin: Path | None = None
@@ -72,21 +63,15 @@ async def batches_of(bootstrap: str, topic: str, partition: int) -> list[tuple[i
     return [(h.records_count, h.compression, h.has_producer_id) for _, h in split_batches(got.records)]
 
 
-def committed(bootstrap: str, group: str, topic: str) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
-    return {tp.partition: tp.offset for tp in found.topic_partitions if tp.topic == topic and tp.offset >= 0}
-
-
 # -- produce ----------------------------------------------------------------------------------
 
 
-def test_produce_keyed_lines_read_back_by_confluent(console_broker: BrokerProcess, tmp_path: Path) -> None:
-    bootstrap = console_broker.bootstrap
+def test_produce_keyed_lines_read_back_by_confluent(group_broker: BrokerProcess, tmp_path: Path) -> None:
+    bootstrap = group_broker.bootstrap
     create(bootstrap, "keyed", 3)
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"".join(b"user-%d:clicked %d\n" % (i % 17, i) for i in range(300)))
-    done = cli(console_broker, "produce", "--topic", "keyed", "--property", "parse.key=true",
+    done = cli(group_broker, "produce", "--topic", "keyed", "--property", "parse.key=true",
                "--property", "key.separator=:", stdin=lines)
     assert done.returncode == 0, done.stderr
 
@@ -114,13 +99,13 @@ def test_produce_keyed_lines_read_back_by_confluent(console_broker: BrokerProces
         assert [(n, has_pid) for n, _, has_pid in stored[:1]] == [(sum(1 for q, *_ in got if q == p), True)]
 
 
-def test_produce_to_one_partition_compressed_without_idempotence(console_broker: BrokerProcess,
+def test_produce_to_one_partition_compressed_without_idempotence(group_broker: BrokerProcess,
                                                                  tmp_path: Path) -> None:
-    bootstrap = console_broker.bootstrap
+    bootstrap = group_broker.bootstrap
     create(bootstrap, "plain", 3)
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"first\r\nsecond\n\nthird without newline")  # CRLF, an empty line, no final newline
-    done = cli(console_broker, "produce", "--topic", "plain", "--partition", "1", "--compression-type", "zstd",
+    done = cli(group_broker, "produce", "--topic", "plain", "--partition", "1", "--compression-type", "zstd",
                "--acks", "1", stdin=lines)
     assert done.returncode == 0, done.stderr
     got = read_all(bootstrap, "plain", 3, 4)
@@ -130,24 +115,24 @@ def test_produce_to_one_partition_compressed_without_idempotence(console_broker:
     assert trio.run(batches_of, bootstrap, "plain", 1) == [(3, Compression.ZSTD, False), (1, Compression.ZSTD, False)]
 
 
-def test_produce_stops_at_a_line_without_separator(console_broker: BrokerProcess, tmp_path: Path) -> None:
-    bootstrap = console_broker.bootstrap
+def test_produce_stops_at_a_line_without_separator(group_broker: BrokerProcess, tmp_path: Path) -> None:
+    bootstrap = group_broker.bootstrap
     create(bootstrap, "strict", 1)
     lines = tmp_path / "lines.txt"
     lines.write_bytes(b"a:1\nb:2\nno separator here\nc:3\n")
-    done = cli(console_broker, "produce", "--topic", "strict", "--property", "parse.key=true",
+    done = cli(group_broker, "produce", "--topic", "strict", "--property", "parse.key=true",
                "--property", "key.separator=:", stdin=lines)
     assert done.returncode == 1
     assert "line 3" in done.stderr and "no separator here" in done.stderr
     assert [(k, v) for *_, k, v in read_all(bootstrap, "strict", 1, 2)] == [(b"a", b"1"), (b"b", b"2")]
 
-    lenient = cli(console_broker, "produce", "--topic", "strict", "--property", "parse.key=true",
+    lenient = cli(group_broker, "produce", "--topic", "strict", "--property", "parse.key=true",
                   "--property", "key.separator=:", "--property", "ignore.error=true", stdin=lines)
     assert lenient.returncode == 0, lenient.stderr
     assert [(k, v) for *_, k, v in read_all(bootstrap, "strict", 1, 6)][2:] == [
         (b"a", b"1"), (b"b", b"2"), (None, b"no separator here"), (b"c", b"3")]
 
-    missing = cli(console_broker, "produce", "--topic", "nowhere", stdin=lines)
+    missing = cli(group_broker, "produce", "--topic", "nowhere", stdin=lines)
     assert missing.returncode == 1 and "UNKNOWN_TOPIC_OR_PARTITION" in missing.stderr
 
 
@@ -164,10 +149,10 @@ def fill_with_confluent(bootstrap: str, topic: str, per_partition: int) -> None:
     assert producer.flush(30) == 0
 
 
-def test_consume_prints_what_confluent_produced(console_broker: BrokerProcess) -> None:
-    bootstrap = console_broker.bootstrap
+def test_consume_prints_what_confluent_produced(group_broker: BrokerProcess) -> None:
+    bootstrap = group_broker.bootstrap
     fill_with_confluent(bootstrap, "events", 5)
-    done = cli(console_broker, "consume", "--topic", "events", "--from-beginning", "--max-messages", "10",
+    done = cli(group_broker, "consume", "--topic", "events", "--from-beginning", "--max-messages", "10",
                "--property", "print.key=true", "--property", "print.partition=true",
                "--property", "print.offset=true", "--property", "print.timestamp=true",
                "--property", "key.separator=|")
@@ -177,35 +162,35 @@ def test_consume_prints_what_confluent_produced(console_broker: BrokerProcess) -
     assert printed == sorted(f"CreateTime:{1_700_000_000_000 + i}|Partition:{p}|Offset:{i}|k{p}-{i}|v{p}-{i}"
                              for p in range(2) for i in range(5))
 
-    one = cli(console_broker, "consume", "--topic", "events", "--partition", "1", "--offset", "3",
+    one = cli(group_broker, "consume", "--topic", "events", "--partition", "1", "--offset", "3",
               "--max-messages", "2", "--property", "print.headers=true")
     assert one.stdout.splitlines() == ["NO_HEADERS\tv1-3", "NO_HEADERS\tv1-4"]
-    first = cli(console_broker, "consume", "--topic", "events", "--partition", "0", "--offset", "earliest",
+    first = cli(group_broker, "consume", "--topic", "events", "--partition", "0", "--offset", "earliest",
                 "--max-messages", "1", "--property", "print.headers=true", "--property", "print.value=false")
     assert first.stdout == "h:x\n"
 
     # No --max-messages: --timeout-ms ends the read once nothing more arrives.
-    idle = cli(console_broker, "consume", "--topic", "events", "--from-beginning", "--timeout-ms", "500")
+    idle = cli(group_broker, "consume", "--topic", "events", "--from-beginning", "--timeout-ms", "500")
     assert idle.returncode == 0, idle.stderr
     assert sorted(idle.stdout.split()) == sorted(f"v{p}-{i}" for p in range(2) for i in range(5))
-    latest = cli(console_broker, "consume", "--topic", "events", "--timeout-ms", "300")  # from the log end
+    latest = cli(group_broker, "consume", "--topic", "events", "--timeout-ms", "300")  # from the log end
     assert (latest.returncode, latest.stdout) == (0, "")
 
 
-def test_consume_with_a_group_resumes_where_it_stopped(console_broker: BrokerProcess) -> None:
-    bootstrap = console_broker.bootstrap
+def test_consume_with_a_group_resumes_where_it_stopped(group_broker: BrokerProcess) -> None:
+    bootstrap = group_broker.bootstrap
     fill_with_confluent(bootstrap, "events", 5)
-    first = cli(console_broker, "consume", "--topic", "events", "--partition", "0", "--group", "tail",
+    first = cli(group_broker, "consume", "--topic", "events", "--partition", "0", "--group", "tail",
                 "--from-beginning", "--max-messages", "3")
     assert first.returncode == 0, first.stderr
     assert first.stdout.split() == ["v0-0", "v0-1", "v0-2"]
-    assert committed(bootstrap, "tail", "events") == {0: 3}  # after what it printed, no more
+    assert group_offsets(bootstrap, "tail", "events") == {0: 3}  # after what it printed, no more
 
-    rest = cli(console_broker, "consume", "--topic", "events", "--group", "tail", "--from-beginning",
+    rest = cli(group_broker, "consume", "--topic", "events", "--group", "tail", "--from-beginning",
                "--timeout-ms", "500")
     assert rest.returncode == 0, rest.stderr
     assert sorted(rest.stdout.split()) == ["v0-3", "v0-4", *(f"v1-{i}" for i in range(5))]
-    assert committed(bootstrap, "tail", "events") == {0: 5, 1: 5}
+    assert group_offsets(bootstrap, "tail", "events") == {0: 5, 1: 5}
 
     # A librdkafka member of the same group carries on from there: nothing left to read...
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "tail", "enable.auto.commit": False,
@@ -221,15 +206,15 @@ def test_consume_with_a_group_resumes_where_it_stopped(console_broker: BrokerPro
         late = Producer({"bootstrap.servers": bootstrap})
         late.produce("events", value=b"late", partition=0)
         assert late.flush(30) == 0
-        busy = cli(console_broker, "consume", "--topic", "events", "--group", "tail", "--timeout-ms", "500")
+        busy = cli(group_broker, "consume", "--topic", "events", "--group", "tail", "--timeout-ms", "500")
         assert busy.returncode == 1 and "UNKNOWN_MEMBER_ID" in busy.stderr
-        assert committed(bootstrap, "tail", "events") == {0: 5, 1: 5}
+        assert group_offsets(bootstrap, "tail", "events") == {0: 5, 1: 5}
     finally:
         c.close()
 
 
-def test_consume_commits_on_sigterm(console_broker: BrokerProcess) -> None:
-    bootstrap = console_broker.bootstrap
+def test_consume_commits_on_sigterm(group_broker: BrokerProcess) -> None:
+    bootstrap = group_broker.bootstrap
     fill_with_confluent(bootstrap, "events", 5)
     proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "consume", "--bootstrap-server", bootstrap,
                              "--topic", "events", "--group", "stopped", "--from-beginning"],
@@ -250,7 +235,7 @@ def test_consume_commits_on_sigterm(console_broker: BrokerProcess) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert committed(bootstrap, "stopped", "events") == {0: 5, 1: 5}
+    assert group_offsets(bootstrap, "stopped", "events") == {0: 5, 1: 5}
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
 from broker.client.connection import open_connection
@@ -29,6 +27,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import FindCoordinatorRequest, OffsetFetchRequest
 from broker.replication.replica_manager import ReplicaManager
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
 
@@ -43,45 +42,23 @@ OVERRIDES = ("zookeeper.session.timeout.ms=6000", f"offsets.topic.num.partitions
              "leader.imbalance.check.interval.seconds=1", "controlled.shutdown.retry.backoff.ms=500")
 
 
-class Brokers:
-    def __init__(self, zookeeper: ZooKeeperServer, root: Path) -> None:
-        self.processes = {
-            b: BrokerProcess(root / f"broker-{b}", overrides=(f"zookeeper.connect={zookeeper.connect}",
-                                                             f"node.id={b}", *OVERRIDES))
-            for b in (1, 2, 3)}
-        self.zk = KazooClient(hosts=zookeeper.connect)
-        self.zk.start(timeout=15)
-
-    def bootstrap(self) -> str:
-        return ",".join(p.bootstrap for p in self.processes.values() if p.proc is not None)
-
-    def state(self, partition: int) -> dict[str, object] | None:
+class Brokers(ZkCluster):
+    def offsets_state(self, partition: int) -> dict[str, object] | None:
         try:
-            data, _ = self.zk.get(f"/brokers/topics/{OFFSETS}/partitions/{partition}/state")
+            return self.state(OFFSETS, partition)
         except NoNodeError:
             return None
-        state: dict[str, object] = json.loads(data)
-        return state
 
     def leader(self, partition: int) -> int:
-        state = self.state(partition)
+        state = self.offsets_state(partition)
         return int(state["leader"]) if state is not None else -1  # type: ignore[call-overload]
-
-    def close(self) -> None:
-        for process in self.processes.values():
-            if process.proc is not None:
-                process.stop()
-        self.zk.stop()
-        self.zk.close()
 
 
 @pytest.fixture
 def brokers(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Brokers]:
-    running = Brokers(zookeeper, tmp_path)
+    running = Brokers(zookeeper, tmp_path, OVERRIDES)
     try:
-        with ThreadPoolExecutor(3) as pool:
-            list(pool.map(lambda p: p.start(), running.processes.values()))
-        yield running
+        yield running.start()
     finally:
         running.close()
 
@@ -97,7 +74,7 @@ async def _ask(process: BrokerProcess) -> tuple[int, int]:
 
 
 def _answers(brokers: Brokers) -> dict[int, tuple[int, int]]:
-    return {b: trio.run(_ask, p) for b, p in brokers.processes.items() if p.proc is not None}
+    return {b: trio.run(_ask, p) for b, p in brokers.brokers.items() if p.proc is not None}
 
 
 def _consumer(bootstrap: str) -> Consumer:
@@ -127,7 +104,7 @@ def test_the_coordinator_follows_its_partition_leader(brokers: Brokers) -> None:
     partition = partition_for(GROUP, PARTITIONS)
     wait_until(lambda: all(brokers.leader(p) >= 0 for p in range(PARTITIONS)), what=f"leaders for {OFFSETS}",
                timeout_s=60)
-    state = brokers.state(partition)
+    state = brokers.offsets_state(partition)
     assert state is not None and len(state["isr"]) == 3  # type: ignore[arg-type]
     assignment = json.loads(brokers.zk.get(f"/brokers/topics/{OFFSETS}")[0])["partitions"]
     assert all(len(replicas) == 3 for replicas in assignment.values())  # offsets.topic.replication.factor
@@ -154,7 +131,7 @@ def test_the_coordinator_follows_its_partition_leader(brokers: Brokers) -> None:
         consumer.close()
 
     # The coordinator's broker dies: the new leader of the partition loads the group.
-    brokers.processes[coordinator].kill()
+    brokers.brokers[coordinator].kill()
     wait_until(lambda: brokers.leader(partition) not in (-1, coordinator), what="a new leader for the group",
                timeout_s=60)
     successor = brokers.leader(partition)
@@ -166,7 +143,7 @@ def test_the_coordinator_follows_its_partition_leader(brokers: Brokers) -> None:
 
     # Back again, the preferred leader takes the partition (and the group) back; the interim
     # coordinator unloads it and sends the group's clients on.
-    brokers.processes[coordinator].start()
+    brokers.brokers[coordinator].start()
     wait_until(lambda: brokers.leader(partition) == coordinator, what="the preferred leader to lead again",
                timeout_s=60)
     wait_until(lambda: _answers(brokers)[successor] == (coordinator, ErrorCode.NOT_COORDINATOR),

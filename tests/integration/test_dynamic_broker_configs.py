@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError as ClientKafkaError
@@ -26,30 +24,19 @@ from confluent_kafka.admin import (
     ConfigSource,
     NewTopic,
 )
-from kazoo.client import KazooClient
 
-from bench.peers import PeerMissing, peer, run_tool
+from bench.peers import run_tool
 from broker.protocol.messages import DescribeConfigsRequest, IncrementalAlterConfigsRequest
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import ZkCluster, own_zookeeper_cluster
 from tests.support.polling import wait_until
 from tests.support.wire import ask
-from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1", "log.segment.bytes=2097152")
 TIMEOUT_S = 30
 
 
-class Cluster:
-    def __init__(self, zookeeper: ZooKeeperServer, root: Path) -> None:
-        self.zookeeper = zookeeper
-        self.brokers = {i: BrokerProcess(root / f"broker-{i}", overrides=(
-            f"zookeeper.connect={zookeeper.connect}", f"node.id={i}", *OVERRIDES)) for i in (1, 2, 3)}
-        self.zk = KazooClient(hosts=zookeeper.connect)
-        self.zk.start(timeout=15)
-
-    def bootstrap(self, *ids: int) -> str:
-        return ",".join(self.brokers[i].bootstrap for i in (ids or self.brokers) if self.brokers[i].proc is not None)
-
+class Cluster(ZkCluster):
     def admin(self, broker_id: int | None = None) -> AdminClient:
         return AdminClient({"bootstrap.servers": self.bootstrap(*(() if broker_id is None else (broker_id,)))})
 
@@ -65,19 +52,8 @@ class Cluster:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = tmp_path_factory.mktemp("dynamic-broker-configs")
-    with zookeeper_server(root / "zookeeper") as zookeeper:
-        running = Cluster(zookeeper, root)
-        try:
-            with ThreadPoolExecutor(3) as pool:
-                list(pool.map(lambda b: b.start(), running.brokers.values()))
-            wait_until(lambda: running.zk.exists("/controller") is not None, what="a controller", timeout_s=TIMEOUT_S)
-            yield running
-        finally:
-            for process in running.brokers.values():
-                if process.proc is not None:
-                    process.stop()
-            running.zk.stop()
-            running.zk.close()
+    with own_zookeeper_cluster(Cluster, root, OVERRIDES, TIMEOUT_S) as running:
+        yield running
 
 
 def describe(admin: AdminClient, name: str) -> dict[str, ConfigEntry]:
@@ -207,11 +183,7 @@ def test_static_keys_are_refused_with_kafkas_message(cluster: Cluster) -> None:
     assert "log.dirs" not in cluster.znode("/config/brokers/1")["config"]  # type: ignore[operator]
 
 
-def test_kafka_configs_tool_alters_a_broker_and_the_default(cluster: Cluster) -> None:
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:
-        pytest.fail(str(exc))
+def test_kafka_configs_tool_alters_a_broker_and_the_default(cluster: Cluster, kafka_jars: None) -> None:
     bootstrap = ("--bootstrap-server", cluster.bootstrap(1))
     run_tool("kafka-configs", *bootstrap, "--entity-type", "brokers", "--entity-name", "1", "--alter",
              "--add-config", "log.retention.ms=3600000").check()

@@ -7,31 +7,21 @@ import datetime as dt
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, Producer
+from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.cli import main
 from tests.support.broker import BrokerProcess
+from tests.support.consume import first_offsets, group_offsets
 from tests.support.polling import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT_S = 60.0
 ENDS = {0: 5, 1: 7, 2: 9}  # records per partition of `orders`
-
-
-@pytest.fixture
-def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    # Rebalances now rather than after Kafka's 3 s initial delay.
-    process = BrokerProcess(tmp_path / "broker", overrides=(
-        "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5")).start()
-    yield process
-    if process.proc is not None:
-        assert process.stop() == 0, process.log_tail()
 
 
 def groups(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
@@ -77,12 +67,6 @@ def join(c: Consumer, topics: list[str], partitions: int) -> None:
     assert len(c.assignment()) == partitions, c.assignment()
 
 
-def committed(bootstrap: str, group: str) -> dict[int, int]:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
-    return {tp.partition: tp.offset for tp in found.topic_partitions if tp.topic == "orders" and tp.offset >= 0}
-
-
 def group_state(bootstrap: str, group: str) -> str:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     return str(admin.describe_consumer_groups([group])[group].result(30).state.name)
@@ -91,22 +75,6 @@ def group_state(bootstrap: str, group: str) -> str:
 def wait_state(bootstrap: str, group: str, state: str) -> None:
     wait_until(lambda: group_state(bootstrap, group) == state, what=f"group {group} to become {state}",
                timeout_s=TIMEOUT_S)
-
-
-def first_offsets(bootstrap: str, group: str) -> dict[int, int]:
-    """The first offset a new member of `group` reads in each partition of `orders`."""
-    c = member(bootstrap, group)
-    c.subscribe(["orders"])
-    first: dict[int, int] = {}
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while len(first) < len(ENDS) and time.monotonic() < deadline:
-            msg = c.poll(0.1)
-            if msg is not None and msg.error() is None:
-                first.setdefault(msg.partition(), msg.offset())
-    finally:
-        c.close()
-    return first
 
 
 def test_list_and_describe_a_live_group(group_broker: BrokerProcess) -> None:
@@ -129,7 +97,7 @@ def test_list_and_describe_a_live_group(group_broker: BrokerProcess) -> None:
         for p, row in table.items():
             low, high = c.get_watermark_offsets(CTopicPartition("orders", p), timeout=30)
             assert (row["GROUP"], row["TOPIC"]) == ("shop", "orders")
-            assert int(row["CURRENT-OFFSET"]) == p + 2 == committed(bootstrap, "shop")[p]
+            assert int(row["CURRENT-OFFSET"]) == p + 2 == group_offsets(bootstrap, "shop", "orders")[p]
             assert int(row["LOG-END-OFFSET"]) == high == ENDS[p]
             assert int(row["LAG"]) == high - (p + 2)
             assert (row["CONSUMER-ID"], row["HOST"], row["CLIENT-ID"]) == (c.memberid(), "/127.0.0.1",
@@ -149,7 +117,7 @@ def test_list_and_describe_a_live_group(group_broker: BrokerProcess) -> None:
         assert "can only be reset if the group 'shop' is inactive, but the current state is Stable" in refused.stderr
         deleted = groups(group_broker, "--delete", "--group", "shop")
         assert deleted.returncode == 1 and "NON_EMPTY_GROUP" in deleted.stderr
-        assert committed(bootstrap, "shop") == {0: 2, 1: 3, 2: 4}
+        assert group_offsets(bootstrap, "shop", "orders") == {0: 2, 1: 3, 2: 4}
     finally:
         c.close()
 
@@ -177,15 +145,15 @@ def test_reset_offsets_then_delete(group_broker: BrokerProcess) -> None:
     assert [(r["TOPIC"], r["PARTITION"], r["NEW-OFFSET"]) for r in rows(plan.stdout)] == [
         ("orders", "0", "1"), ("orders", "2", "1")]
     assert "nothing was committed" in plan.stderr
-    assert committed(bootstrap, "shop") == {0: 4, 1: 4, 2: 4}
+    assert group_offsets(bootstrap, "shop", "orders") == {0: 4, 1: 4, 2: 4}
 
     def execute(*args: str) -> dict[int, int]:
         """Run a reset with --execute; check that what it printed is what got committed."""
-        before = committed(bootstrap, "shop")
+        before = group_offsets(bootstrap, "shop", "orders")
         done = groups(group_broker, "--reset-offsets", "--group", "shop", *args, "--execute")
         assert done.returncode == 0, done.stderr
         shown = {int(r["PARTITION"]): int(r["NEW-OFFSET"]) for r in rows(done.stdout)}
-        assert committed(bootstrap, "shop") == {**before, **shown}
+        assert group_offsets(bootstrap, "shop", "orders") == {**before, **shown}
         return shown
 
     assert execute("--topic", "orders", "--shift-by", "-3") == {0: 1, 1: 1, 2: 1}
@@ -194,7 +162,7 @@ def test_reset_offsets_then_delete(group_broker: BrokerProcess) -> None:
     assert execute("--topic", "orders:1", "--to-latest") == {1: ENDS[1]}
     assert execute("--topic", "orders", "--to-offset", "3") == {0: 3, 1: 3, 2: 3}
     # A new librdkafka member of the group starts exactly there.
-    assert first_offsets(bootstrap, "shop") == {0: 3, 1: 3, 2: 3}
+    assert first_offsets(member(bootstrap, "shop"), "orders", set(ENDS), TIMEOUT_S) == {0: 3, 1: 3, 2: 3}
     wait_state(bootstrap, "shop", "EMPTY")
 
     # By time: records stamped a second apart; the first at or after the instant.
@@ -221,7 +189,7 @@ def test_reset_offsets_then_delete(group_broker: BrokerProcess) -> None:
     assert deleted_offsets.returncode == 0, deleted_offsets.stderr
     assert rows(deleted_offsets.stdout, first="TOPIC") == [
         {"TOPIC": "orders", "PARTITION": "0", "STATUS": "Successful"}]
-    assert committed(bootstrap, "shop") == {1: 3, 2: 3}
+    assert group_offsets(bootstrap, "shop", "orders") == {1: 3, 2: 3}
 
     deleted = groups(group_broker, "--delete", "--group", "shop")
     assert deleted.returncode == 0, deleted.stderr

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import trio
@@ -29,21 +27,12 @@ from broker.client import (
     open_client,
 )
 from tests.support.broker import BrokerProcess
+from tests.support.consume import first_offsets
 from tests.support.polling import wait_for
 
 PARTITIONS = 4
 PER_PARTITION = 10
 TIMEOUT_S = 60.0
-
-
-@pytest.fixture
-def group_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    # Rebalances now rather than after Kafka's 3 s initial delay.
-    process = BrokerProcess(tmp_path / "broker", overrides=(
-        "group.initial.rebalance.delay.ms=0", "offsets.topic.num.partitions=5")).start()
-    yield process
-    if process.proc is not None:
-        assert process.stop() == 0, process.log_tail()
 
 
 def fill(bootstrap: str) -> None:
@@ -75,22 +64,6 @@ def join_and_read_everything(members: list[Consumer]) -> None:
         if len(seen) == PARTITIONS * PER_PARTITION and all(shares) and sum(map(len, shares)) == PARTITIONS:
             return
     raise AssertionError(f"group did not settle: {len(seen)} records, {[m.assignment() for m in members]}")
-
-
-def first_offsets(bootstrap: str, partitions: set[int]) -> dict[int, int]:
-    """The first offset a new member of the group reads on each of `partitions`."""
-    c = consumer(bootstrap, "newcomer")
-    c.subscribe(["events"])
-    first: dict[int, int] = {}
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while not partitions <= first.keys() and time.monotonic() < deadline:
-            msg = c.poll(0.1)
-            if msg is not None and msg.error() is None:
-                first.setdefault(msg.partition(), msg.offset())
-    finally:
-        c.close()
-    return first
 
 
 async def in_state(client: Client, group: str, expected: str) -> bool:
@@ -163,7 +136,7 @@ async def test_groups_of_real_consumers(group_broker: BrokerProcess) -> None:
         after = await fetch_offsets(client, "readers")
         assert {tp: c.offset for tp, c in after.items()} == {events[0]: 7, events[1]: 1, events[2]: 0, events[3]: 10}
         assert after[events[1]].metadata == "reset by test"
-        first = await trio.to_thread.run_sync(first_offsets, bootstrap, {0, 1, 2})
+        first = await trio.to_thread.run_sync(first_offsets, consumer(bootstrap, "newcomer"), "events", {0, 1, 2})
         assert first == {0: 7, 1: 1, 2: 0}  # and nothing from partition 3: it starts at its end
         await wait_for(lambda: in_state(client, "readers", "Empty"), what="the newcomer to leave")
 

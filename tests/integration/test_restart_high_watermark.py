@@ -10,15 +10,14 @@ committed).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 
 from broker.storage.checkpoints import read_offsets
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
 
@@ -41,25 +40,18 @@ def _replication_checkpoint(broker: BrokerProcess) -> dict[tuple[str, int], int]
 
 def test_a_follower_restarted_after_sigkill_starts_at_the_checkpoint_not_its_log_end(
         zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
-    def broker(broker_id: int) -> BrokerProcess:
-        return BrokerProcess(tmp_path / f"broker-{broker_id}", overrides=(
-            f"zookeeper.connect={zookeeper.connect}", f"node.id={broker_id}", "zookeeper.session.timeout.ms=6000",
-            "offsets.topic.num.partitions=1", "offsets.topic.replication.factor=1",
-            "auto.leader.rebalance.enable=false", NO_CHECKPOINTS))
-
-    zk = KazooClient(hosts=zookeeper.connect)
-    zk.start(timeout=15)
-    brokers = {1: broker(1), 2: broker(2)}
+    cluster = ZkCluster(zookeeper, tmp_path, ids=(1, 2), overrides=(
+        "zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1", "offsets.topic.replication.factor=1",
+        "auto.leader.rebalance.enable=false", NO_CHECKPOINTS))
+    brokers = cluster.brokers
     try:
-        for process in brokers.values():
-            process.start()
-        wait_until(lambda: len(zk.get_children("/brokers/ids")) == 2, what="two brokers", timeout_s=TIMEOUT_S)
+        cluster.start(timeout_s=TIMEOUT_S)
+        wait_until(lambda: len(cluster.zk.get_children("/brokers/ids")) == 2, what="two brokers", timeout_s=TIMEOUT_S)
         admin = AdminClient({"bootstrap.servers": brokers[1].bootstrap})
         admin.create_topics([NewTopic("hw", 1, replica_assignment=[[1, 2]])])["hw"].result(timeout=60)
 
         def isr() -> list[int]:
-            data, _ = zk.get("/brokers/topics/hw/partitions/0/state")
-            return list(json.loads(data)["isr"])
+            return list(cluster.state("hw")["isr"])  # type: ignore[call-overload]
 
         wait_until(lambda: isr() == [1, 2], what="ISR [1, 2]", timeout_s=TIMEOUT_S)
         _produce(brokers[1].bootstrap, "hw", 20)  # acks=all: broker 2 has all 20
@@ -78,10 +70,7 @@ def test_a_follower_restarted_after_sigkill_starts_at_the_checkpoint_not_its_log
         brokers[2].stop()
         assert _replication_checkpoint(brokers[2]).get(("hw", 0)) in (20, 21)
     finally:
-        for process in brokers.values():
-            process.stop()
-        zk.stop()
-        zk.close()
+        cluster.close()
 
 
 def test_a_standalone_broker_killed_before_any_checkpoint_serves_its_whole_log(tmp_path: Path) -> None:

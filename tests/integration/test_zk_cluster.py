@@ -15,20 +15,19 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.client import KazooClient
 
 from broker.client.connection import open_connection
 from broker.controller.zk.znodes import topic_id_from_string
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import AlterPartitionRequest, LeaderAndIsrRequest, UpdateMetadataRequest
 from tests.support.broker import BrokerProcess
+from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
 
@@ -39,51 +38,9 @@ OVERRIDES = (f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", "offsets.topi
              "leader.imbalance.check.interval.seconds=1")
 
 
-class Cluster:
-    def __init__(self, zookeeper: ZooKeeperServer, root: Path) -> None:
-        self.zookeeper = zookeeper
-        self.root = root
-        self.brokers: dict[int, BrokerProcess] = {}
-        self.zk = KazooClient(hosts=zookeeper.connect)
-        self.zk.start(timeout=15)
-
-    def broker(self, broker_id: int) -> BrokerProcess:
-        return BrokerProcess(self.root / f"broker-{broker_id}",
-                             overrides=(f"zookeeper.connect={self.zookeeper.connect}", f"node.id={broker_id}",
-                                        *OVERRIDES))
-
-    def start(self, ids: tuple[int, ...] = (1, 2, 3)) -> None:
-        for broker_id in ids:
-            self.brokers[broker_id] = self.broker(broker_id)
-        with ThreadPoolExecutor(len(ids)) as pool:
-            list(pool.map(lambda b: self.brokers[b].start(), ids))
-        # Ready means registered and told of the controller by its first UpdateMetadata.
-        wait_until(lambda: self.controller()[0] != -1, what="a controller", timeout_s=30)
-
-    def bootstrap(self) -> str:
-        return ",".join(b.bootstrap for b in self.brokers.values() if b.proc is not None)
-
-    def controller(self) -> tuple[int, int]:
-        """(controller id, controller epoch); id -1 while nobody is the controller."""
-        from kazoo.exceptions import NoNodeError
-
-        try:
-            epoch, _ = self.zk.get("/controller_epoch")
-            data, _ = self.zk.get("/controller")
-        except NoNodeError:  # the first election is still under way
-            return -1, -1
-        return json.loads(data)["brokerid"], int(epoch)
-
-    def state(self, topic: str, partition: int) -> dict[str, object]:
-        data, stat = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
-        return {**json.loads(data), "zk_version": stat.version}
-
-    def close(self) -> None:
-        for process in self.brokers.values():
-            if process.proc is not None:
-                process.stop()
-        self.zk.stop()
-        self.zk.close()
+class Cluster(ZkCluster):
+    def __init__(self, zookeeper: ZooKeeperServer, root: Path, ids: tuple[int, ...] = (1, 2, 3)) -> None:
+        super().__init__(zookeeper, root, OVERRIDES, ids)
 
 
 @pytest.fixture
@@ -150,10 +107,9 @@ def _poll_into(consumer: Consumer, got: list[bytes]) -> int:
 def test_a_ready_broker_already_names_the_controller(zookeeper: ZooKeeperServer, tmp_path: Path) -> None:
     """A broker reports ready only once the controller's metadata reached it, so an admin
     request sent right then (a CreateTopics) is not left waiting for a controller."""
-    running = Cluster(zookeeper, tmp_path)
+    running = Cluster(zookeeper, tmp_path, ids=(1, 2))
     try:
         for broker_id in (1, 2):
-            running.brokers[broker_id] = running.broker(broker_id)
             running.brokers[broker_id].start()
             answer = AdminClient({"bootstrap.servers": running.brokers[broker_id].bootstrap}).list_topics(timeout=10)
             assert answer.controller_id in (1, 2), answer.controller_id

@@ -35,7 +35,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from bench.peers import PeerMissing, ToolRun, peer, run_tool
+from bench.peers import ToolRun, run_tool
 from broker.client.connection import open_connection
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
@@ -52,14 +52,6 @@ OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=
              "auto.leader.rebalance.enable=false", "controlled.shutdown.retry.backoff.ms=500")
 # Preferred leaders 1, 2, 3: every broker prefers one partition.
 ASSIGNMENT = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
-
-
-@pytest.fixture(scope="module")
-def kafka_jars() -> None:
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:
-        pytest.fail(str(exc))
 
 
 class Cluster:

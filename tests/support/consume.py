@@ -1,6 +1,8 @@
 """Reading what a broker holds the way a user's client would: librdkafka (confluent-kafka).
 
     values = [m.value() for m in read_partition(broker.bootstrap, "t")]
+    committed(broker.bootstrap, "readers", "t", 3)   # {0: 5, 1: -1001, 2: 7}: what a member reads
+    group_offsets(broker.bootstrap, "readers", "t")  # {0: 5, 2: 7}: what an admin lists
 
 The consumer is assigned the partition (no group membership, nothing committed) and stops at
 the end librdkafka reports (its partition EOF), so a test sees exactly what was there.
@@ -11,9 +13,10 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Message, TopicPartition
+from confluent_kafka.admin import AdminClient
 
-__all__ = ["read_partition"]
+__all__ = ["committed", "first_offsets", "group_offsets", "read_partition"]
 
 
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int = 0,
@@ -39,3 +42,38 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int
     finally:
         consumer.close()
     return messages
+
+
+def committed(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float = 60.0) -> dict[int, int]:
+    """The group's committed offset for each of `topic`'s first `partitions` partitions, as a
+    member's consumer fetches them (OffsetFetch): -1001 (librdkafka's OFFSET_INVALID) where none."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        found = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=timeout_s)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in found}
+
+
+def group_offsets(bootstrap: str, group: str, topic: str) -> dict[int, int]:
+    """The group's committed offsets on `topic` as an admin lists them (ListConsumerGroupOffsets
+    for the whole group): only the partitions that have one."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    found = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])[group].result(30)
+    return {tp.partition: tp.offset for tp in found.topic_partitions if tp.topic == topic and tp.offset >= 0}
+
+
+def first_offsets(member: Consumer, topic: str, partitions: set[int], timeout_s: float = 60.0) -> dict[int, int]:
+    """The first offset `member` (a group's consumer, not yet subscribed) reads in each of `topic`'s
+    `partitions`: where its group resumes. Bounded by `timeout_s`; closes the consumer."""
+    member.subscribe([topic])
+    first: dict[int, int] = {}
+    deadline = time.monotonic() + timeout_s
+    try:
+        while not partitions <= first.keys() and time.monotonic() < deadline:
+            msg = member.poll(0.1)
+            if msg is not None and msg.error() is None:
+                first.setdefault(msg.partition(), msg.offset())
+    finally:
+        member.close()
+    return first
