@@ -2,14 +2,16 @@
 source (`format("kafka")`, jars from `make peers`) reading the same topic in the same run, with
 Spark's start-up reported apart.
 
-    python -m bench.pipeline [--records 1000000] [--partitions 2] [--value-bytes 100]
+    python -m bench.pipeline [--records 1000000] [--partitions 2] [--value-bytes 100] [--audit-runs 2]
 
 Steps, one broker process for all of them: produce the topic with confluent-kafka; read it all
 with a confluent-kafka consumer (assign, from the start to each partition's end); start a local
 SparkSession (timed on its own); read the whole topic with `spark.read.format("causeway")` into
 Spark's `noop` sink twice (the first run also pays for starting the Python workers), then with
 `spark.read.format("kafka")` (spark-sql-kafka-0-10 on `spark.jars`, same session) twice; and decode
-the same bytes with `ColumnBuilder` alone, in this process, which is the per-record part.
+the same bytes with `ColumnBuilder` alone, in this process, which is the per-record part. Before
+the session stops, `pipeline.audit.audit` compares the topic with a copy produced the same way to
+a second broker (equal offsets: a link-mode mirror's copy), `--audit-runs` times (0 skips it).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import trio
 from confluent_kafka import Consumer, KafkaError, Producer
@@ -37,15 +40,19 @@ TOPIC = "bench-pipeline"
 
 
 def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> None:
+    """The same records in the same partitions in the same order on every call: a second broker
+    given the same call holds a copy with equal offsets, what a link-mode mirror leaves."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "queue.buffering.max.messages": 1_000_000})
     value = b"x" * value_bytes
+    base_ms = 1_700_000_000_000  # fixed CreateTime per record: the audit compares timestamps too
     for i in range(records):
         while True:
             try:
-                producer.produce(TOPIC, value=value, key=b"%d" % i, partition=i % partitions)
+                producer.produce(TOPIC, value=value, key=b"%d" % i, partition=i % partitions,
+                                 timestamp=base_ms + i)
                 break
             except BufferError:
                 producer.poll(0.1)
@@ -104,12 +111,42 @@ def decode_only(bootstrap: str, records: int) -> tuple[float, float]:
     return fetched, decoded
 
 
+def audit_bench(spark: Any, bootstrap: str, tmp: str, n: int, args: argparse.Namespace) -> None:
+    """Audit the topic against a copy on a second broker, produced the same way so its offsets
+    equal the source's (a link-mode mirror's copy); records/s counts source records audited."""
+    from pipeline.audit import MirrorSpec, audit
+
+    target = BrokerProcess(Path(tmp) / "target", log_level="warning").start()
+    try:
+        start = time.perf_counter()
+        produce(target.bootstrap, n, args.partitions, args.value_bytes)
+        print(f"copy produced to a second broker in {time.perf_counter() - start:.1f}s")
+        spec = MirrorSpec(bootstrap, target.bootstrap, mode="link", name="bench")
+        for run in range(1, args.audit_runs + 1):
+            start = time.perf_counter()
+            phases: list[tuple[float, str]] = []
+            def say(line: str, phases: list[tuple[float, str]] = phases, start: float = start) -> None:
+                phases.append((time.perf_counter() - start, line))
+
+            report = audit(spark, spec, say=say)
+            took = time.perf_counter() - start
+            assert all(p.clean for p in report.partitions), report
+            assert sum(p.source_records for p in report.partitions) == n
+            for at, line in phases:
+                print(f"    {at:7.1f}s  {line}")
+            print(f"Spark audit, run {run}:         {n / took:12,.0f} source records/s audited "
+                  f"({took:.2f}s, {args.master}, link mode, clean)")
+    finally:
+        target.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.pipeline")
     parser.add_argument("--records", type=int, default=1_000_000)
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--audit-runs", type=int, default=2, help="audit runs (0 skips the audit)")
     args = parser.parse_args()
     n = args.records
     with tempfile.TemporaryDirectory() as tmp:
@@ -155,6 +192,8 @@ def main() -> None:
             count = spark.read.format("causeway").option("kafka.bootstrap.servers", bootstrap).option(
                 "subscribe", TOPIC).load().count()
             assert count == n, (count, n)
+            if args.audit_runs:
+                audit_bench(spark, bootstrap, tmp, n, args)
             spark.stop()
 
             fetched, decoded = decode_only(bootstrap, n)
