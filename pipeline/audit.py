@@ -273,8 +273,10 @@ def _identity(df: DataFrame) -> DataFrame:
                      F.xxhash64(F.lit(_SEED), *parts).alias("h2"))
 
 
-def _read(spark: SparkSession, bootstrap: str, logs: Mapping[tuple[str, int], tuple[int, int]],
-          options: Mapping[str, str]) -> DataFrame | None:
+def read_pinned(spark: SparkSession, bootstrap: str, logs: Mapping[tuple[str, int], tuple[int, int]],
+                options: Mapping[str, str] | None = None) -> DataFrame | None:
+    """The records of `logs` ((topic, partition) -> [start, end)) with headers, offsets pinned in
+    the plan; None when every range is empty. Shared by the audit and the lag job."""
     spans = {k: v for k, v in logs.items() if v[1] > v[0]}
     if not spans:
         return None
@@ -286,7 +288,7 @@ def _read(spark: SparkSession, bootstrap: str, logs: Mapping[tuple[str, int], tu
         start.setdefault(topic, {})[str(partition)] = lo
         end.setdefault(topic, {})[str(partition)] = hi
     # Offsets pinned here, so the plan is the same however often Spark evaluates it.
-    return (spark.read.format("causeway").options(**options)
+    return (spark.read.format("causeway").options(**(options or {}))
             .option("kafka.bootstrap.servers", bootstrap).option("includeHeaders", "true")
             .option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(start))
             .option("endingOffsets", json.dumps(end)).load())
@@ -303,10 +305,10 @@ def _pairs(spark: SparkSession, spec: MirrorSpec, survey: _Survey, options: Mapp
                          StructField("offset", LongType()), StructField("h1", LongType()),
                          StructField("h2", LongType())])
     empty = spark.createDataFrame([], schema)
-    src = _read(spark, spec.source_bootstrap, survey.source.logs, options)
+    src = read_pinned(spark, spec.source_bootstrap, survey.source.logs, options)
     src_h = _identity(src) if src is not None else empty
     remote_logs = {(spec.remote(t), p): span for (t, p), span in survey.target.logs.items()}
-    tgt = _read(spark, spec.target_bootstrap, remote_logs, options)
+    tgt = read_pinned(spark, spec.target_bootstrap, remote_logs, options)
     if tgt is not None:
         back = F.create_map(*[F.lit(x) for t in survey.topics for x in (spec.remote(t), t)])
         tgt_h = _identity(tgt).withColumn("topic", F.element_at(back, F.col("topic")))

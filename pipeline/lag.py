@@ -22,7 +22,6 @@ the source timestamps, and drawn as an SVG chart (no plotting library needed).
 from __future__ import annotations
 
 import datetime as dt
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from html import escape
@@ -37,10 +36,9 @@ from broker.client import TopicPartition, admin, open_client
 from broker.protocol.constants import EARLIEST as LIST_EARLIEST
 from broker.protocol.constants import LATEST as LIST_LATEST
 from mirror.naming import HEARTBEATS_TOPIC
-from pipeline.audit import MirrorSpec, _wanted
+from pipeline.audit import MirrorSpec, _wanted, read_pinned
 from pipeline.options import PipelineError
 from pipeline.planning import job_error
-from pipeline.source import FORMAT
 
 __all__ = ["LagReport", "LagStats", "lag", "render_svg"]
 
@@ -169,22 +167,6 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
 # -- the latencies, in Spark ---------------------------------------------------------------------
 
 
-def _read(spark: SparkSession, bootstrap: str, logs: Mapping[tuple[str, int], tuple[int, int]]) -> DataFrame | None:
-    spans = {k: v for k, v in logs.items() if v[1] > v[0]}
-    if not spans:
-        return None
-    assign: dict[str, list[int]] = {}
-    start: dict[str, dict[str, int]] = {}
-    end: dict[str, dict[str, int]] = {}
-    for (topic, partition), (lo, hi) in sorted(spans.items()):
-        assign.setdefault(topic, []).append(partition)
-        start.setdefault(topic, {})[str(partition)] = lo
-        end.setdefault(topic, {})[str(partition)] = hi
-    return (spark.read.format(FORMAT).option("kafka.bootstrap.servers", bootstrap).option("includeHeaders", "true")
-            .option("assign", json.dumps(assign)).option("startingOffsets", json.dumps(start))
-            .option("endingOffsets", json.dumps(end)).load())
-
-
 def _content(df: DataFrame) -> DataFrame:
     """Each record with its content identity (not its timestamp: that is what a LogAppendTime
     copy changes) and its rank among the records of its partition with that identity."""
@@ -200,8 +182,8 @@ def _content(df: DataFrame) -> DataFrame:
 def _record_latencies(spark: SparkSession, spec: MirrorSpec, survey: _Survey) -> DataFrame | None:
     """(kind, topic, partition, target_topic, ts, lat) for every copy with an append time."""
     target_logs = {k: v for k, v in survey.target_logs.items() if k[0] != survey.heartbeats}
-    src = _read(spark, spec.source_bootstrap, survey.source_logs)
-    tgt = _read(spark, spec.target_bootstrap, target_logs)
+    src = read_pinned(spark, spec.source_bootstrap, survey.source_logs)
+    tgt = read_pinned(spark, spec.target_bootstrap, target_logs)
     if src is None or tgt is None:
         return None
     back = F.create_map(*[F.lit(x) for pair in survey.pairs.items() for x in reversed(pair)])
@@ -217,7 +199,7 @@ def _record_latencies(spark: SparkSession, spec: MirrorSpec, survey: _Survey) ->
 def _heartbeat_latencies(spark: SparkSession, spec: MirrorSpec, survey: _Survey) -> DataFrame | None:
     if survey.heartbeats is None:
         return None
-    df = _read(spark, spec.target_bootstrap, {k: v for k, v in survey.target_logs.items()
+    df = read_pinned(spark, spec.target_bootstrap, {k: v for k, v in survey.target_logs.items()
                                                 if k[0] == survey.heartbeats})
     if df is None:
         return None
@@ -242,7 +224,7 @@ def _stats(row: Any) -> LagStats:
 
 def _untimed_notes(spark: SparkSession, spec: MirrorSpec, survey: _Survey) -> list[str]:
     """Target partitions holding copies none of which carries an append time."""
-    tgt = _read(spark, spec.target_bootstrap, survey.target_logs)
+    tgt = read_pinned(spark, spec.target_bootstrap, survey.target_logs)
     if tgt is None:
         return []
     rows = (tgt.groupBy("topic", "partition").agg(F.max("timestampType").alias("tt"))
