@@ -8,17 +8,8 @@ from __future__ import annotations
 import pytest
 
 from bench import side_by_side
-from bench.peers import PeerMissing, peer
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def kafka_jars() -> None:
-    try:
-        peer("kafka4").jars()
-    except PeerMissing as exc:  # `make test` runs `make peers` first, so this is a bare pytest run
-        pytest.skip(f"the Apache Kafka peer is not fetched, run `make peers`: {exc}")
 
 
 def test_quick_profile_measures_both_brokers(kafka_jars: None) -> None:

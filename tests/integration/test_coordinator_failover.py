@@ -25,14 +25,10 @@ from broker.client.connection import open_connection
 from broker.coordinator.offsets_records import partition_for
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import FindCoordinatorRequest, OffsetFetchRequest
-from broker.replication.replica_manager import ReplicaManager
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
-
-pytestmark = pytest.mark.skipif(not hasattr(ReplicaManager, "add_leadership_listener"),
-                                reason="the replica manager does not tell the group coordinator of leaderships yet")
 
 OFFSETS = "__consumer_offsets"
 PARTITIONS = 3
