@@ -48,19 +48,16 @@ def _refused(index: int, exc: KafkaError) -> PartitionResponse:
 async def _wait_for_replicas(waits: list[tuple[PartitionResponse, Partition, int]], timeout_ms: int) -> None:
     """Wait until each partition's high watermark reaches its required offset, all at once,
     at most ``timeout_ms``; sets each answer's error code (REQUEST_TIMED_OUT when unfinished)."""
-    finished: set[int] = set()
 
-    async def wait_one(i: int, response: PartitionResponse, partition: Partition, required: int) -> None:
+    async def wait_one(response: PartitionResponse, partition: Partition, required: int) -> None:
         response.error_code = await partition.wait_for_high_watermark(required)
-        finished.add(i)
 
+    for response, _, _ in waits:
+        response.error_code = ErrorCode.REQUEST_TIMED_OUT  # until its wait says otherwise
     with trio.move_on_after(max(timeout_ms, 0) / 1000):
         async with trio.open_nursery() as nursery:
-            for i, (response, partition, required) in enumerate(waits):
-                nursery.start_soon(wait_one, i, response, partition, required)
-    for i, (response, _, _) in enumerate(waits):
-        if i not in finished:
-            response.error_code = ErrorCode.REQUEST_TIMED_OUT
+            for response, partition, required in waits:
+                nursery.start_soon(wait_one, response, partition, required)
 
 
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
