@@ -8,16 +8,27 @@ Steps, one broker process for all of them: produce the topic with confluent-kafk
 with a confluent-kafka consumer (assign, from the start to each partition's end); start a local
 SparkSession (timed on its own); read the whole topic with `spark.read.format("causeway")` into
 Spark's `noop` sink twice (the first run also pays for starting the Python workers), then with
-`spark.read.format("kafka")` (spark-sql-kafka-0-10 on `spark.jars`, same session) twice; and decode
-the same bytes with `ColumnBuilder` alone, in this process, which is the per-record part. Before
+`spark.read.format("kafka")` (spark-sql-kafka-0-10 on `spark.jars`, same session) twice. Before
 the session stops, `pipeline.audit.audit` compares the topic with a copy produced the same way to
 a second broker (equal offsets: a link-mode mirror's copy), `--audit-runs` times (0 skips it).
+
+Beside those figures, this machine's own ceilings from the same run: `bench.ceiling`'s loopback
+TCP and file append (as every bench prints them), and the one-thread ceiling of the read itself,
+measured before Spark starts: the topic fetched with `broker.client` alone and decoded to Arrow
+with `ColumnBuilder` alone, window by window (`--window` records), so the whole topic's bytes are
+never held at once. The load average is printed at the start and the end.
+
+The records carry fixed CreateTimes from 2023 (the audit compares timestamps, and the copy must
+carry the same), so the topic is created with `retention.ms=-1`: under the broker's default 7 days
+its first retention check (log.retention.check.interval.ms, 5 minutes) would delete every
+segment, which is what emptied the 10-million-record run before its ceiling step.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -28,8 +39,9 @@ from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from bench import ceiling
 from bench.peers import PeerMissing, peer
-from broker.client import open_client
+from broker.client import Client, open_client
 from deploy.broker_process import BrokerProcess
 from pipeline.columns import ColumnBuilder
 from pipeline.fetching import Chunk, fetch_range_chunks
@@ -37,13 +49,16 @@ from pipeline.options import parse_read_options
 from pipeline.planning import OffsetRange, plan_read
 
 TOPIC = "bench-pipeline"
+# Kafka's "keep forever": the records' CreateTimes are years old (see the module's docstring).
+TOPIC_CONFIG = {"retention.ms": "-1"}
+WINDOW = 500_000  # records fetched, then decoded, at a time by the ceiling step (about 60 MB of 100 B records)
 
 
 def produce(bootstrap: str, records: int, partitions: int, value_bytes: int) -> None:
     """The same records in the same partitions in the same order on every call: a second broker
     given the same call holds a copy with equal offsets, what a link-mode mirror leaves."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    admin.create_topics([NewTopic(TOPIC, partitions, 1)])[TOPIC].result(30)
+    admin.create_topics([NewTopic(TOPIC, partitions, 1, config=TOPIC_CONFIG)])[TOPIC].result(30)
     producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1_000_000,
                          "queue.buffering.max.messages": 1_000_000})
     value = b"x" * value_bytes
@@ -79,34 +94,58 @@ def librdkafka_read(bootstrap: str, records: int, partitions: int) -> float:
     return elapsed
 
 
-def decode_only(bootstrap: str, records: int) -> tuple[float, float]:
-    """Seconds to fetch every partition's bytes with broker.client, and to decode them to Arrow."""
+def windows(rng: OffsetRange, size: int) -> list[OffsetRange]:
+    """`rng` cut into consecutive ranges of at most `size` offsets."""
+    return [OffsetRange(rng.topic, rng.partition, lo, min(lo + size, rng.end))
+            for lo in range(rng.start, rng.end, size)]
+
+
+def decode_only(bootstrap: str, records: int, window: int = WINDOW) -> tuple[float, float]:
+    """Seconds to fetch the whole topic with broker.client alone, and to decode it to Arrow alone,
+    on one thread: each partition window by window, a window's chunks fetched (timed), then
+    decoded (timed) and dropped, so at most one window's bytes are held whatever the topic's size.
+    A window's last fetch answer may run past its end; the next window fetches those batches again
+    and the decoder keeps only its own offsets, as Spark's tasks over split ranges do.
+
+    Raises RuntimeError when the topic no longer holds every record from offset 0 (a ceiling over
+    fewer records than the other figures would be no ceiling)."""
     opts = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": TOPIC})
     plan = plan_read(opts)
-    chunks: dict[OffsetRange, list[Chunk]] = {}
+    if sum(r.size for r in plan.ranges) != records or any(r.start != 0 for r in plan.ranges):
+        held = ", ".join(f"{r.topic}-{r.partition} [{r.start}, {r.end})" for r in plan.ranges)
+        raise RuntimeError(f"decode_only: the topic should hold offsets [0, end) of {records} records in all, "
+                         f"it holds {held}: were segments deleted (retention)?")
+    fetched = decoded = 0.0
+    rows = 0
 
-    async def fetch_all() -> None:
+    async def fetch(rng: OffsetRange, client: Client) -> list[Chunk]:
+        send, receive = trio.open_memory_channel[Chunk](math.inf)
+        async with send:
+            await fetch_range_chunks(client, rng, opts, send)
+        async with receive:
+            return [chunk async for chunk in receive]
+
+    async def run() -> None:
+        nonlocal fetched, decoded, rows
         async with open_client(bootstrap) as client:
             for rng in plan.ranges:
-                send, receive = trio.open_memory_channel[Chunk](math.inf)
-                async with send:
-                    await fetch_range_chunks(client, rng, opts, send)
-                async with receive:
-                    chunks[rng] = [chunk async for chunk in receive]
-
-    start = time.perf_counter()
-    trio.run(fetch_all)
-    fetched = time.perf_counter() - start
-    start = time.perf_counter()
-    rows = 0
-    for rng in plan.ranges:
-        builder = ColumnBuilder(rng.topic, rng.partition, include_headers=False)
-        for chunk in chunks[rng]:
-            builder.add(chunk.records, chunk.start, chunk.end)
-            if len(builder) >= 65536:
+                builder = ColumnBuilder(rng.topic, rng.partition, include_headers=False)
+                for part in windows(rng, window):
+                    start = time.perf_counter()
+                    chunks = await fetch(part, client)
+                    fetched += time.perf_counter() - start
+                    start = time.perf_counter()
+                    for chunk in chunks:
+                        builder.add(chunk.records, chunk.start, chunk.end)
+                        if len(builder) >= 65536:
+                            rows += builder.take().num_rows
+                    del chunks
+                    decoded += time.perf_counter() - start
+                start = time.perf_counter()
                 rows += builder.take().num_rows
-        rows += builder.take().num_rows
-    decoded = time.perf_counter() - start
+                decoded += time.perf_counter() - start
+
+    trio.run(run)
     assert rows == records, (rows, records)
     return fetched, decoded
 
@@ -147,8 +186,14 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--audit-runs", type=int, default=2, help="audit runs (0 skips the audit)")
+    parser.add_argument("--window", type=int, default=WINDOW,
+                        help="records per partition fetched, then decoded, at a time by the one-thread ceiling")
     args = parser.parse_args()
     n = args.records
+    print(f"machine: {ceiling.machine_summary()}; load average {load()}", flush=True)
+    tcp = ceiling.loopback_tcp_mb_s()
+    disk = ceiling.file_append_mb_s()
+    print(f"ceiling: loopback TCP {tcp:,.0f} MB/s, file append {disk:,.0f} MB/s", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         broker = BrokerProcess(Path(tmp) / "data", log_level="warning").start()
         try:
@@ -158,7 +203,11 @@ def main() -> None:
             print(f"produced {n} records of {args.value_bytes} B in {args.partitions} partitions "
                   f"in {time.perf_counter() - start:.1f}s")
             rd = librdkafka_read(bootstrap, n, args.partitions)
-            print(f"librdkafka consumer:        {n / rd:12,.0f} records/s ({rd:.2f}s)")
+            print(f"librdkafka consumer:        {n / rd:12,.0f} records/s ({rd:.2f}s)", flush=True)
+            fetched, decoded = decode_only(bootstrap, n, args.window)
+            print(f"ceiling, one thread, before Spark starts ({args.window:,} records a window):", flush=True)
+            print(f"  broker.client fetch alone:{n / fetched:12,.0f} records/s ({fetched:.2f}s)", flush=True)
+            print(f"  decode to Arrow alone:    {n / decoded:12,.0f} records/s ({decoded:.2f}s)", flush=True)
 
             start = time.perf_counter()
             from pipeline.spark import session
@@ -195,12 +244,13 @@ def main() -> None:
             if args.audit_runs:
                 audit_bench(spark, bootstrap, tmp, n, args)
             spark.stop()
-
-            fetched, decoded = decode_only(bootstrap, n)
-            print(f"broker.client fetch alone:  {n / fetched:12,.0f} records/s ({fetched:.2f}s, one thread)")
-            print(f"decode to Arrow alone:      {n / decoded:12,.0f} records/s ({decoded:.2f}s, one thread)")
         finally:
             broker.stop()
+    print(f"load average at the end: {load()}")
+
+
+def load() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":
