@@ -1,9 +1,12 @@
 """Generate broker/protocol/messages.py from Apache Kafka's JSON message schemas.
 
-    python -m tools.gen_protocol [--schemas DIR] [--allowlist FILE] [--output FILE] [--check]
+    python -m tools.gen_protocol [--schemas DIR] [--own-schemas DIR] [--allowlist FILE]
+                                 [--output FILE] [--check]
 
 The schemas (Kafka's clients/src/main/resources/common/message/*.json, with // comments) are
-read from DIR (default: ../shared/kafka-protocol beside the repository). Only the APIs and
+read from DIR (default: ../shared/kafka-protocol beside the repository), and Causeway's own APIs
+(LinkAppend, key 10000: outside Kafka's range) from tools/causeway_protocol/ in the same format
+(a name or an API key that is also Kafka's stops the generator). Only the APIs and
 data schemas named in the allowlist (default: tools/protocol_allowlist.txt) are generated:
 every class costs import time on every CLI call. Each becomes one dataclass with
 `encode_into`/`decode_from` written out field by field, so the hot path runs straight-line
@@ -26,6 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_SCHEMAS = REPO.parent / "shared" / "kafka-protocol"
 DEFAULT_OUTPUT = REPO / "broker" / "protocol" / "messages.py"
 DEFAULT_ALLOWLIST = REPO / "tools" / "protocol_allowlist.txt"
+DEFAULT_OWN_SCHEMAS = REPO / "tools" / "causeway_protocol"
 
 PRIMITIVES = {
     "int8",
@@ -630,8 +634,24 @@ def select(messages: list[Message], names: list[str]) -> list[Message]:
     return [m for m in messages if m.name in wanted]
 
 
-def generate(schemas: Path, allowlist: Path = DEFAULT_ALLOWLIST) -> str:
+def load_all(schemas: Path, own: Path | None) -> list[Message]:
+    """Kafka's schemas, then Causeway's own (which must not reuse a Kafka name or API key)."""
     messages = [load_message(p) for p in sorted(schemas.glob("*.json"))]
+    if own is not None and own.is_dir():
+        names = {m.name for m in messages}
+        keys = {m.api_key for m in messages if m.api_key is not None}
+        for path in sorted(own.glob("*.json")):
+            m = load_message(path)
+            if m.name in names:
+                raise AllowlistError(f"{path}: {m.name} is also one of Kafka's schemas")
+            if m.kind == "request" and m.api_key in keys:
+                raise AllowlistError(f"{path}: API key {m.api_key} is also one of Kafka's")
+            messages.append(m)
+    return messages
+
+
+def generate(schemas: Path, allowlist: Path = DEFAULT_ALLOWLIST, own: Path | None = DEFAULT_OWN_SCHEMAS) -> str:
+    messages = load_all(schemas, own)
     messages = [m for m in messages if m.kind in ("request", "response", "data")]
     messages = select(messages, read_allowlist(allowlist))
     out = [HEADER]
@@ -654,6 +674,8 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--schemas", type=Path, default=DEFAULT_SCHEMAS)
+    parser.add_argument("--own-schemas", type=Path, default=DEFAULT_OWN_SCHEMAS,
+                        help="Causeway's own API schemas (default: tools/causeway_protocol)")
     parser.add_argument(
         "--allowlist", type=Path, default=DEFAULT_ALLOWLIST, help="the APIs and data to generate"
     )
@@ -664,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"gen_protocol: no schema directory at {args.schemas}", file=sys.stderr)
         return 2
     try:
-        code = generate(args.schemas, args.allowlist)
+        code = generate(args.schemas, args.allowlist, args.own_schemas)
     except AllowlistError as exc:
         print(f"gen_protocol: {args.allowlist}: {exc}", file=sys.stderr)
         return 2

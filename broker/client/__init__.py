@@ -43,6 +43,7 @@ from broker.client.groups import (
     find_coordinator,
     list_groups,
 )
+from broker.client.link import MIRROR_NAME_CONFIG, LinkAppendResult, link_append, supports_link_append
 from broker.client.produce import (
     IdempotentProducer,
     ProduceResult,
@@ -67,6 +68,8 @@ __all__ = [
     "GroupListing",
     "IdempotentProducer",
     "KafkaError",
+    "LinkAppendResult",
+    "MIRROR_NAME_CONFIG",
     "MemberDescription",
     "PartitionMetadata",
     "ProduceResult",
@@ -84,10 +87,12 @@ __all__ = [
     "fetch_offsets",
     "find_coordinator",
     "init_idempotent_producer",
+    "link_append",
     "list_groups",
     "open_client",
     "open_connection",
     "produce",
     "produce_batches",
+    "supports_link_append",
     "whole_batches",
 ]

@@ -14,6 +14,7 @@ __all__ = [
     "LATEST",
     "LATEST_TIERED",
     "MAX_TIMESTAMP",
+    "MIRROR_NAME_CONFIG",
     "AlterConfigOp",
     "ConfigResourceType",
     "ConfigSource",
@@ -27,6 +28,11 @@ EARLIEST = -2  # the log start offset
 MAX_TIMESTAMP = -3  # the offset of the record with the largest timestamp (KIP-734)
 EARLIEST_LOCAL = -4  # the first offset still on local disk (KIP-405; all of it here)
 LATEST_TIERED = -5  # the last offset moved to remote storage (KIP-1005; none here)
+
+# Causeway's own topic config (not Kafka's): set, non-empty, on a topic a link-mode mirror
+# created; its value is the mirror's name. Such a *mirror topic* takes records only through
+# LinkAppend from that mirror; deleting the config promotes it to a normal writable topic.
+MIRROR_NAME_CONFIG = "causeway.mirror.name"
 
 
 class CoordinatorType(enum.IntEnum):

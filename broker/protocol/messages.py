@@ -11562,6 +11562,208 @@ class WriteTxnMarkersResponse:
         return cls.decode_from(Reader(data), version)
 
 
+@dataclass(slots=True)
+class LinkAppendRequest:
+    API_KEY: ClassVar[int] = 10000
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkAppendTopic:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkAppendPartition', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkAppendRequest.LinkAppendPartition] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkAppendRequest.LinkAppendTopic:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkAppendRequest.LinkAppendPartition.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkAppendPartition:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('index', 'int32', 0, 0, 1, 0),
+            FieldSpec('records', 'records', 0, 0, 0, 0),
+        )
+        index: int = 0
+        records: Records | None = None
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.index)
+            w.compact_nullable_bytes(self.records)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkAppendRequest.LinkAppendPartition:
+            self = cls()
+            self.index = r.int32()
+            self.records = r.compact_nullable_bytes_view()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('link_name', 'string', 0, 0, 1, 0),
+        FieldSpec('timeout_ms', 'int32', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkAppendTopic', 0, 0, 1, 0),
+    )
+    link_name: str = ''
+    timeout_ms: int = 0
+    topics: list[LinkAppendRequest.LinkAppendTopic] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.compact_string(self.link_name)
+        w.int32(self.timeout_ms)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkAppendRequest:
+        self = cls()
+        self.link_name = r.compact_string()
+        self.timeout_ms = r.int32()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkAppendRequest.LinkAppendTopic.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkAppendRequest:
+        return cls.decode_from(Reader(data), version)
+
+
+@dataclass(slots=True)
+class LinkAppendResponse:
+    API_KEY: ClassVar[int] = 10000
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkAppendTopicResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkAppendPartitionResponse', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkAppendResponse.LinkAppendPartitionResponse] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkAppendResponse.LinkAppendTopicResponse:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkAppendResponse.LinkAppendPartitionResponse.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkAppendPartitionResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('index', 'int32', 0, 0, 1, 0),
+            FieldSpec('error_code', 'int16', 0, 0, 1, 0),
+            FieldSpec('error_message', 'string', 0, 0, 0, 0),
+            FieldSpec('log_end_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('high_watermark', 'int64', 0, 0, 1, 0),
+            FieldSpec('log_start_offset', 'int64', 0, 0, 1, 0),
+        )
+        index: int = 0
+        error_code: int = 0
+        error_message: str | None = None
+        log_end_offset: int = -1
+        high_watermark: int = -1
+        log_start_offset: int = -1
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.index)
+            w.int16(self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.int64(self.log_end_offset)
+            w.int64(self.high_watermark)
+            w.int64(self.log_start_offset)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkAppendResponse.LinkAppendPartitionResponse:
+            self = cls()
+            self.index = r.int32()
+            self.error_code = r.int16()
+            self.error_message = r.compact_nullable_string()
+            self.log_end_offset = r.int64()
+            self.high_watermark = r.int64()
+            self.log_start_offset = r.int64()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('throttle_time_ms', 'int32', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkAppendTopicResponse', 0, 0, 1, 0),
+    )
+    throttle_time_ms: int = 0
+    topics: list[LinkAppendResponse.LinkAppendTopicResponse] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.int32(self.throttle_time_ms)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkAppendResponse:
+        self = cls()
+        self.throttle_time_ms = r.int32()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkAppendResponse.LinkAppendTopicResponse.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkAppendResponse:
+        return cls.decode_from(Reader(data), version)
+
+
 class ApiKey(enum.IntEnum):
     PRODUCE = 0
     FETCH = 1
@@ -11617,6 +11819,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     DESCRIBE_TOPIC_PARTITIONS = 75
+    LINK_APPEND = 10000
 
 
 REQUESTS: dict[int, type[Message]] = {
@@ -11674,6 +11877,7 @@ REQUESTS: dict[int, type[Message]] = {
     65: DescribeTransactionsRequest,
     66: ListTransactionsRequest,
     75: DescribeTopicPartitionsRequest,
+    10000: LinkAppendRequest,
 }
 
 RESPONSES: dict[int, type[Message]] = {
@@ -11731,4 +11935,5 @@ RESPONSES: dict[int, type[Message]] = {
     65: DescribeTransactionsResponse,
     66: ListTransactionsResponse,
     75: DescribeTopicPartitionsResponse,
+    10000: LinkAppendResponse,
 }

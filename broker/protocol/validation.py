@@ -41,6 +41,7 @@ __all__ = [
     "MAX_RATIO",
     "RATIO_FLOOR_BYTES",
     "check_batch",
+    "check_copied",
     "check_produced",
     "check_timestamps",
     "check_transactional",
@@ -93,6 +94,32 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHead
     damage in transit); everything here is the producer's fault and not retriable.
     """
     _check_header(buf, pos, header)
+    _check_records(buf, pos, header, deltas=False)
+
+
+def check_copied(buf: Buffer, pos: int, header: BatchHeader) -> None:
+    """Raise KafkaError if a batch copied byte for byte from another cluster's log (a link-mode
+    mirror's LinkAppend) is not one a Kafka log can hold; return None if it is.
+
+    The checks of `check_batch` as a log holds batches, not as a producer sends them: the base
+    offset, producer fields and timestamps are the source's; a control batch (a transaction
+    marker) is kept; compaction may have removed records, so a batch may hold fewer records than
+    its offset range (none at all: Kafka keeps an emptied batch for its producer's state). The
+    records must still tile the payload exactly and decompress within the bound. The CRC is the
+    caller's check.
+    """
+    end = pos + header.size
+    if end > len(buf):
+        raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                         f"batch of {header.size} bytes runs past the end of the record set ({len(buf) - pos} bytes)")
+    codec = header.attributes & 0x07
+    if codec > Compression.ZSTD:
+        raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+                         f"compression codec {codec} in the batch attributes is not one of {_CODEC_NAMES}")
+    if header.last_offset_delta < 0 or not 0 <= header.records_count <= header.last_offset_delta + 1:
+        raise KafkaError(ErrorCode.INVALID_RECORD,
+                         f"batch at offset {header.base_offset}: {header.records_count} records cannot fill the "
+                         f"offset range [0, {header.last_offset_delta}] (relative)")
     _check_records(buf, pos, header, deltas=False)
 
 

@@ -204,6 +204,25 @@ class Partition:
             self._wake()  # the high watermark stayed (followers must fetch it): wake long polls anyway
         return result
 
+    def append_copied(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult | None:
+        """Append a link-mode mirror's batches (LinkAppend) as leader: their own offsets, stamped
+        with this leader's epoch (``Log.append_copied``); wakes waiting fetches. None when every
+        batch was already here (a retried request).
+
+        Raises as :meth:`append`: KafkaError from the log (INVALID_RECORD for a batch that
+        straddles the log end), NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR."""
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        root = self.log.directory.parent
+        try:
+            result = self.log.append_copied(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
+        except OSError as exc:
+            raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
+        self._health.succeeded(root)
+        if result is not None and not self.maybe_increment_high_watermark():
+            self._wake()
+        return result
+
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark to the smallest log end offset of the maximal ISR, if that is
         higher (Kafka's maybeIncrementLeaderHW); True when it moved."""

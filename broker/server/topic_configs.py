@@ -8,15 +8,19 @@ import re
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
-from broker.protocol.constants import ConfigSource
+from broker.protocol.constants import MIRROR_NAME_CONFIG, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 from broker.storage import LogConfig
 
-__all__ = ["REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_source", "broker_synonyms",
-           "describe_topic_configs", "topic_config_synonyms", "validate_topic_configs"]
+__all__ = ["CAUSEWAY_TOPIC_CONFIGS", "REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_source",
+           "broker_synonyms", "check_mirror_name_change", "describe_topic_configs", "mirror_name", "refuse_if_mirror",
+           "topic_config_synonyms", "validate_topic_configs"]
 
-TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS)
+# Causeway's own topic configs: listed by DescribeConfigs only when set (a Kafka tool never
+# sees a key it does not know on an ordinary topic).
+CAUSEWAY_TOPIC_CONFIGS = frozenset({MIRROR_NAME_CONFIG})
+TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS) | CAUSEWAY_TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +42,49 @@ def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConf
             raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}")
         if name == "message.format.version":
             _check_message_format_version(value)
+        if name == MIRROR_NAME_CONFIG and not value:
+            continue  # empty: not a mirror topic, nothing to keep
         out[name] = value
     acted_on = {k: v for k, v in out.items() if k in TOPIC_CONFIG_SYNONYMS}
     # Parsing into a LogConfig is the one check of every value; it raises INVALID_CONFIG.
     LogConfig.from_topic_configs(acted_on, broker_log_config(broker))
     return out
+
+
+def mirror_name(configs: Mapping[str, str]) -> str | None:
+    """The link-mode mirror that owns a topic with these overrides; None for a normal topic."""
+    return configs.get(MIRROR_NAME_CONFIG) or None
+
+
+def refuse_if_mirror(topic: str, configs: Mapping[str, str]) -> None:
+    """Raise INVALID_REQUEST when ``topic`` is a mirror topic: only its mirror writes to it
+    (LinkAppend), and its log is a copy of the source's, so neither Produce nor DeleteRecords
+    may change it. INVALID_REQUEST is not retriable: a producer fails at once, with the message."""
+    owner = mirror_name(configs)
+    if owner is not None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"topic {topic} is a read-only mirror topic written by mirror {owner}; promote it to "
+                         f"write to it (causeway mirror promote)")
+
+
+def check_mirror_name_change(topic: str, current: Mapping[str, str], new: Mapping[str, str | None]) -> None:
+    """Refuse (INVALID_CONFIG) making an existing topic a mirror topic, or another mirror's.
+
+    A topic becomes a mirror topic only when the mirror creates it (its log then starts empty,
+    at the source's offsets); removing the key is allowed: that is promotion."""
+    before = mirror_name(current)
+    after = new.get(MIRROR_NAME_CONFIG) or None  # empty is unset, as at creation
+    if after is None or after == before:
+        return
+    if before is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"{MIRROR_NAME_CONFIG} cannot be set on existing topic {topic}: a topic becomes a mirror "
+                         f"topic only when a link-mode mirror creates it, and failback (making a promoted topic "
+                         f"a mirror topic again) is not supported yet")
+    raise KafkaError(ErrorCode.INVALID_CONFIG,
+                     f"topic {topic} is the mirror topic of mirror {before}: {MIRROR_NAME_CONFIG} cannot be "
+                     f"changed to {after!r} (a topic becomes a mirror topic only when created, and failback is "
+                     f"not supported yet); delete the config to promote the topic to a normal topic")
 
 
 def _check_message_format_version(value: str) -> None:
@@ -173,7 +215,7 @@ def describe_topic_configs(
     """Every topic config with its effective value and source, sorted by name."""
     rows: list[tuple[str, str, int]] = []
     for name in sorted(TOPIC_CONFIG_NAMES):
-        if name in REMOVED_IN_KAFKA_4 and name not in overrides:
+        if (name in REMOVED_IN_KAFKA_4 or name in CAUSEWAY_TOPIC_CONFIGS) and name not in overrides:
             continue
         if name in overrides:
             rows.append((name, overrides[name], ConfigSource.TOPIC_CONFIG))

@@ -29,7 +29,7 @@ from broker.protocol.records import (
     set_log_append_time,
     split_batches,
 )
-from broker.protocol.validation import LONG_MAX, check_produced
+from broker.protocol.validation import LONG_MAX, check_copied, check_produced
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
@@ -48,6 +48,9 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # Segments scanned at open to rebuild idempotent-producer state: a producer whose last batch is
 # older than this is treated as new (it may start at any sequence), as after Kafka's retention.
 PRODUCER_STATE_SEGMENTS = 2
+# A segment's indexes hold offsets relative to its base offset in 32 bits (Kafka's
+# canConvertToRelativeOffset): a batch further than this from the base goes to a new segment.
+MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -464,7 +467,9 @@ class Log:
             self._restart_empty_at(first.base_offset)
         expected = self.log_end_offset
         for pos, header in batches:
-            if header.base_offset != expected:
+            # A batch may start past the end (a gap: the leader's log was compacted, or is a mirror
+            # topic's copy of a compacted source), never before it (Kafka's follower check).
+            if header.base_offset < expected:
                 raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
                                  f"{self.directory.name}: follower append of a batch at offset {header.base_offset}, "
                                  f"expected the log end offset {expected}")
@@ -473,28 +478,118 @@ class Log:
                                  f"{self.directory.name}: fetched batch at offset {header.base_offset} is corrupt")
             expected = header.last_offset + 1
         first_offset = batches[0][1].base_offset
-        # Runs of batches that fit the segment size, rolling between them as the leader did.
-        start = 0
-        while start < len(batches):
-            run_start = batches[start][0]
-            end = start + 1
-            room = max(self.config.segment_bytes - self.active.size, 0)
-            while end < len(batches) and batches[end][0] + batches[end][1].size - run_start <= room:
-                end += 1
-            run_end = batches[end - 1][0] + batches[end - 1][1].size
-            self._maybe_roll(run_end - run_start, now_ms)
-            chunk = [(pos - run_start, header) for pos, header in batches[start:end]]
-            for _, header in chunk:
-                # The epoch first, as for the leader: no batch lands without its entry.
-                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
-            self._write(buf[run_start:run_end], chunk, now_ms)
-            start = end
+        self._append_runs(buf, batches, now_ms)
         if self.unflushed_messages >= self.config.flush_messages:
             if self._scheduler is None:
                 self.flush()
             else:
                 self._scheduler.request(self, self.log_end_offset)
         return AppendResult(first_offset, expected - 1, -1, self.log_start_offset)
+
+    def _append_runs(self, buf: bytes | bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int) -> None:
+        """Write batches that carry their own offsets and leader epochs (a follower's, a mirror
+        topic's): runs that fit the segment size, rolling between them as the leader did, and a
+        new segment at a batch past a gap wider than a segment's 32-bit relative offsets."""
+        start = 0
+        while start < len(batches):
+            run_start = batches[start][0]
+            first = batches[start][1]
+            if first.last_offset - self.active.base_offset > MAX_RELATIVE_OFFSET:
+                self.roll(first.base_offset)
+            end = start + 1
+            room = max(self.config.segment_bytes - self.active.size, 0)
+            while (end < len(batches) and batches[end][0] + batches[end][1].size - run_start <= room
+                   and batches[end][1].last_offset - first.base_offset <= MAX_RELATIVE_OFFSET):
+                end += 1
+            run_end = batches[end - 1][0] + batches[end - 1][1].size
+            self._maybe_roll(run_end - run_start, now_ms)
+            if batches[end - 1][1].last_offset - self.active.base_offset > MAX_RELATIVE_OFFSET:
+                self.roll(first.base_offset)
+            chunk = [(pos - run_start, header) for pos, header in batches[start:end]]
+            for _, header in chunk:
+                # The epoch first, as for the leader: no batch lands without its entry.
+                self.epochs.assign(header.partition_leader_epoch, header.base_offset)
+            self._write(buf[run_start:run_end], chunk, now_ms)
+            start = end
+
+    def append_copied(self, records: bytes | bytearray | memoryview, *, leader_epoch: int,
+                      now_ms: int) -> AppendResult | None:
+        """Append batches copied byte for byte from another cluster's log (a link-mode mirror's
+        LinkAppend to a mirror topic): their base offsets, timestamps and producer fields are
+        the source's and stay; only the partition leader epoch (outside the CRC) is stamped with
+        `leader_epoch`, so this cluster's own replication and truncation work as for any topic.
+
+        Each batch is validated as a produced one is, as a log holds it (CRC, codec, framing,
+        decompressibility, max.message.bytes, a key in every record of a compacted topic:
+        ``check_copied``). Offsets: a batch that ends below the log end offset is already here
+        (a retried request) and is skipped; one that starts at or past it is appended (a gap is
+        allowed: the source may be compacted; an empty log starts over at the first batch's base
+        offset, as the source's log may start above 0). Raises KafkaError INVALID_RECORD naming
+        the offsets when a batch straddles the log end or the batches are not in increasing
+        order (the source's log diverged from the copy), and the codes of ``append_as_leader``
+        for a bad batch. Nothing is written unless every batch passes. Returns None when every
+        batch was already here.
+        """
+        buf = bytearray(records)
+        batches = split_batches(buf)
+        if not batches:
+            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")
+        where = self.directory.name
+        previous = -1
+        for pos, header in batches:
+            # The batches go to as many segments as they need (as a follower's do): only one
+            # batch must fit a segment.
+            if header.size > self.config.segment_bytes:
+                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                                 f"batch of {header.size} bytes exceeds segment.bytes {self.config.segment_bytes}")
+            if header.size > self.config.max_message_bytes:
+                raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
+                                 f"batch of {header.size} bytes at offset {header.base_offset} exceeds "
+                                 f"max.message.bytes {self.config.max_message_bytes}")
+            if not batch_crc_ok(buf, pos, header):
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"record batch at offset {header.base_offset}: CRC mismatch")
+            if header.base_offset < 0 or header.last_offset >= LONG_MAX:
+                raise KafkaError(ErrorCode.INVALID_RECORD, f"batch offsets [{header.base_offset}, "
+                                                           f"{header.last_offset}] are outside a log's range")
+            if header.base_offset <= previous:
+                raise KafkaError(ErrorCode.INVALID_RECORD,
+                                 f"{where}: batches out of order: a batch at offset {header.base_offset} follows one "
+                                 f"ending at {previous}")
+            previous = header.last_offset
+            check_copied(buf, pos, header)
+            if self.config.compacts and not header.is_control:
+                _, decoded = decode_batch(buf, pos)
+                keyless = [i for i, r in enumerate(decoded) if r.key is None]
+                if keyless:
+                    raise RecordErrors(ErrorCode.INVALID_RECORD, [
+                        (i, f"Compacted topic cannot accept message without key in topic partition {where}")
+                        for i in keyless])
+        end = self.log_end_offset
+        new = [(pos, header) for pos, header in batches if header.last_offset >= end]
+        if not new:
+            return None
+        first = new[0][1]
+        if self._is_empty() and first.base_offset != end:
+            # An empty log starts at the first batch (the source's log starts above 0, or the
+            # leader's log start lies inside this batch), as a follower's does.
+            self._restart_empty_at(first.base_offset)
+            self.high_watermark = self.log_start_offset  # within [log start, log end]
+        elif first.base_offset < end:
+            raise KafkaError(ErrorCode.INVALID_RECORD,
+                             f"{where}: the batch at offsets [{first.base_offset}, {first.last_offset}] straddles "
+                             f"the log end offset {end}: the source's log is not the one copied here")
+        for pos, _ in new:
+            patch_partition_leader_epoch(buf, pos, leader_epoch)
+        self._append_runs(buf, [(pos, read_batch_header(buf, pos)) for pos, _ in new], now_ms)
+        needs_flush = False
+        if self.unflushed_messages >= self.config.flush_messages:
+            if self._scheduler is None:
+                self.flush()
+            else:
+                needs_flush = True
+        return AppendResult(first.base_offset, new[-1][1].last_offset, -1, self.log_start_offset,
+                            needs_flush=needs_flush)
 
     def _is_empty(self) -> bool:
         return len(self.segments) == 1 and self.active.size == 0
@@ -532,16 +627,26 @@ class Log:
         if too_big or too_old or active.index_full:
             self.roll()
 
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end offset."""
+    def roll(self, base_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end offset (or at `base_offset`, above it: the
+        next batch lies past a gap too wide for the active segment's 32-bit relative offsets)."""
         if self.active.size == 0:
+            if base_offset is not None and base_offset > self.active.base_offset:
+                # An empty active segment: start it over at the new base instead (no offset lies
+                # between; an empty log's start moves with it).
+                empty = self.segments.pop()
+                empty.detach()
+                empty.delete_files()
+                self.segments.append(self._new_segment(base_offset))
+                if len(self.segments) == 1:
+                    self.log_start_offset = max(self.log_start_offset, base_offset)
             return self.active
         # Flush the finished segment, as Kafka does at a roll: the recovery point moves past it,
         # so a crash later re-checks only the active segment. With a scheduler the fsync runs in
         # a worker thread after the swap (Kafka schedules it too: flushUptoOffsetExclusive), and
         # the recovery point moves when it has completed; until then recovery re-checks both.
         self.active.seal()
-        base = self.log_end_offset
+        base = self.log_end_offset if base_offset is None else max(base_offset, self.log_end_offset)
         if self._scheduler is None:
             self.active.flush()
             self.recovery_point = max(self.recovery_point, base)

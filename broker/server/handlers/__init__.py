@@ -19,6 +19,7 @@ from broker.server.handlers import (
     init_producer_id,
     inter_broker,
     leader_epoch,
+    link_append,
     list_offsets,
     metadata,
     offsets,
@@ -49,6 +50,7 @@ _SERVED: tuple[ApiHandler, ...] = (
     elect_leaders.HANDLER,
     *reassignments.HANDLERS,
     describe_log_dirs.HANDLER,
+    link_append.HANDLER,  # Causeway's own (key 10000): a Causeway target tells itself apart from Kafka by it
 )
 
 # The ApiVersions answer, built once from the table below: what the dispatcher routes to is

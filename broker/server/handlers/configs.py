@@ -11,13 +11,14 @@ override, then the broker keys behind it.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 from broker.config import BROKER_KEYS, BrokerConfig
 from broker.controller.zk.znodes import DEFAULT_ENTITY
 from broker.protocol.api import ApiKey
-from broker.protocol.constants import AlterConfigOp, ConfigResourceType, ConfigSource
+from broker.protocol.constants import MIRROR_NAME_CONFIG, AlterConfigOp, ConfigResourceType, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterConfigsRequest,
@@ -41,10 +42,14 @@ from broker.server.topic_configs import (
     Synonym,
     broker_source,
     broker_synonyms,
+    check_mirror_name_change,
     describe_topic_configs,
+    mirror_name,
     topic_config_synonyms,
     validate_topic_configs,
 )
+
+log = logging.getLogger(__name__)
 
 _LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
                            "leader.replication.throttled.replicas"})
@@ -183,9 +188,15 @@ async def describe_configs(ctx: RequestContext, request: DescribeConfigsRequest)
 async def _apply_topic_configs(
     ctx: RequestContext, name: str, new_overrides: Mapping[str, str], validate_only: bool
 ) -> None:
+    current = _topic_overrides(ctx, name)
+    check_mirror_name_change(name, current, new_overrides)
     validated = validate_topic_configs(new_overrides, ctx.config)
     if not validate_only:
         await ctx.services.controller.set_topic_configs(name, validated)
+        owner = mirror_name(current)
+        if owner is not None and mirror_name(validated) is None:
+            log.info("topic %s promoted: no longer the mirror topic of mirror %s (%s deleted); producers may "
+                     "write to it", name, owner, MIRROR_NAME_CONFIG)
 
 
 def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
@@ -259,8 +270,14 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
         try:
             _refuse_unalterable(ctx, resource.resource_type)
             await _current(ctx, resource.resource_type, resource.resource_name)  # existence check
-            # AlterConfigs replaces the whole set of overrides.
+            # AlterConfigs replaces the whole set of overrides; but a mirror topic stays one unless
+            # its causeway.mirror.name is deleted explicitly (IncrementalAlterConfigs DELETE): a tool
+            # that rewrites every override must not promote it by leaving the key out.
             new = {c.name: c.value for c in resource.configs}
+            if resource.resource_type == ConfigResourceType.TOPIC and MIRROR_NAME_CONFIG not in new:
+                owner = mirror_name(_topic_overrides(ctx, resource.resource_name))
+                if owner is not None:
+                    new[MIRROR_NAME_CONFIG] = owner
             await _apply(ctx, resource.resource_type, resource.resource_name, new, request.validate_only)
         except KafkaError as exc:
             response.error_code = exc.code

@@ -25,6 +25,7 @@ from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.replication.partition import Partition
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from broker.server.topic_configs import refuse_if_mirror
 from broker.storage.log import RecordErrors
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
@@ -89,6 +90,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                 partitions.append(_error(data.index, code))
                 continue
             try:
+                refuse_if_mirror(topic_data.name, topic.configs)  # only its mirror writes it (LinkAppend)
                 partition = replicas.get(topic_data.name, data.index)
                 if not partition.is_leader:
                     raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)

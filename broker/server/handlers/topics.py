@@ -20,7 +20,7 @@ from broker.protocol.messages import (
 from broker.protocol.primitives import ZERO_UUID
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.topic_configs import describe_topic_configs, validate_topic_configs
+from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror, validate_topic_configs
 
 # CreateTopics: -1 partitions / replication factor means "the broker's default" (KIP-464).
 _DEFAULT = -1
@@ -181,6 +181,9 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 if is_internal_topic(topic.name):
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot delete records of internal topic {topic.name}")
+                info = ctx.services.controller.topics().get(topic.name)
+                if info is not None:
+                    refuse_if_mirror(topic.name, info.configs)  # the copy follows the source's log
                 partition = ctx.services.replicas.get(topic.name, req.partition_index)
                 # -1 means "up to the high watermark" (everything committed).
                 offset = partition.high_watermark if req.offset == -1 else req.offset

@@ -1,0 +1,135 @@
+"""LinkAppend: a link-mode mirror's byte-identical append to mirror topics on a Causeway target.
+
+LinkAppend (API key 10000) is Causeway's own API, outside Kafka's range: only a Causeway broker
+serves it, and says so in ApiVersions (`supports_link_append`). The batches go to each
+partition's leader as the source's log holds them (their base offsets, timestamps, producer
+fields, control batches); the leader keeps them, skips those it already has and answers where
+the copy stands (log end, high watermark, log start). Sending the same batches again is safe:
+they are skipped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import trio
+
+from broker.client.cluster import Client, TopicPartition
+from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed, RequestTimeout
+from broker.client.deadline import wire_timeout_ms
+from broker.protocol.api import ApiKey
+from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, LinkAppendRequest, LinkAppendResponse
+
+__all__ = ["MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "supports_link_append"]
+
+Buffer = bytes | bytearray | memoryview
+
+
+@dataclass(frozen=True)
+class LinkAppendResult:
+    """The leader's answer for one partition."""
+
+    error: ErrorCode  # ErrorCode.NONE on success
+    error_message: str | None
+    log_end_offset: int  # the next offset the partition expects; -1 when unknown (an error before the append)
+    high_watermark: int
+    log_start_offset: int
+
+
+def _failed(code: ErrorCode, message: str | None) -> LinkAppendResult:
+    return LinkAppendResult(code, message, -1, -1, -1)
+
+
+async def link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer], *,
+                      timeout_ms: int = 30000) -> dict[TopicPartition, LinkAppendResult]:
+    """Append each partition's batches (whole RecordBatch v2 batches, as a fetch from the source
+    returned them) to its leader, as mirror ``link_name``: one request per leader, the leaders
+    concurrently, one attempt: a leader that cannot be reached or drops the connection is
+    answered at once (NETWORK_EXCEPTION, and metadata is refreshed at the next call) rather than
+    retried until the deadline, as another broker takes over its partitions; resending is the
+    caller's, and safe.
+
+    ``timeout_ms`` is the leader's wait for its in-sync replicas (as Produce's acks=all), at most
+    what is left of the caller's deadline; the call ends at that deadline (default: the client's
+    request timeout plus ``timeout_ms``).
+
+    Never raises for a partition's failure: its result carries the error code. After
+    NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION the topic's metadata is refreshed at
+    the next call. INVALID_REQUEST: the topic is not (or no longer: promoted) this mirror's
+    mirror topic; INVALID_RECORD: a batch straddles the log end (the source diverged); a leader
+    that cannot be reached or does not answer in time gives NETWORK_EXCEPTION or
+    REQUEST_TIMED_OUT (the batches may or may not be there: send them again).
+    """
+    with client.deadline("LinkAppend", extra_s=timeout_ms / 1000):
+        return await _link_append(client, link_name, batches, wire_timeout_ms(timeout_ms))
+
+
+async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer],
+                       timeout_ms: int) -> dict[TopicPartition, LinkAppendResult]:
+    results: dict[TopicPartition, LinkAppendResult] = {}
+    try:
+        by_leader, leaderless = await client.partitions_by_leader(batches)
+    except ConnectionFailed as exc:
+        return {tp: _connection_failed(exc) for tp in batches}
+    for tp, error in leaderless.items():
+        results[tp] = _failed(error.code, error.message or None)
+
+    async def send(node_id: int, tps: list[TopicPartition]) -> None:
+        topics: dict[str, list[LinkAppendRequest.LinkAppendPartition]] = {}
+        for tp in tps:
+            topics.setdefault(tp.topic, []).append(
+                LinkAppendRequest.LinkAppendPartition(index=tp.partition, records=batches[tp]))
+        request = LinkAppendRequest(
+            link_name=link_name,
+            timeout_ms=timeout_ms,
+            topics=[LinkAppendRequest.LinkAppendTopic(name=t, partitions=p) for t, p in topics.items()],
+        )
+        try:
+            # One connect, one request: a leader that died is answered at once, not retried
+            # until the deadline while another broker takes over its partitions.
+            conn = await client.connection(node_id)
+            response: LinkAppendResponse = await conn.request(request)
+        except ConnectionFailed as exc:
+            client.invalidate_metadata([tp.topic for tp in tps])  # the leader may be gone
+            for tp in tps:
+                results[tp] = _connection_failed(exc)
+            return
+        except KafkaError as exc:  # no common version (not a Causeway broker), broker gone from metadata
+            for tp in tps:
+                results[tp] = _failed(exc.code, exc.message or None)
+            return
+        for topic in response.topics:
+            for part in topic.partitions:
+                tp = TopicPartition(topic.name, part.index)
+                if tp not in batches:
+                    continue
+                code = ErrorCode(part.error_code)
+                results[tp] = LinkAppendResult(code, part.error_message, part.log_end_offset, part.high_watermark,
+                                               part.log_start_offset)
+                if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
+                    client.invalidate_metadata([tp.topic])
+        for tp in tps:
+            results.setdefault(tp, _failed(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this partition"))
+
+    async with trio.open_nursery() as nursery:
+        for node_id, tps in by_leader.items():
+            nursery.start_soon(send, node_id, tps)
+    return {tp: results[tp] for tp in batches}
+
+
+def _connection_failed(exc: ConnectionFailed) -> LinkAppendResult:
+    code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+    return _failed(code, str(exc))
+
+
+async def supports_link_append(client: Client) -> bool:
+    """Whether the cluster serves LinkAppend (a Causeway broker: Kafka does not list key
+    10000 in ApiVersions), as any reachable broker answers. Raises ConnectionFailed /
+    RequestTimeout when none answers in time."""
+    with client.deadline("ApiVersions"):
+        response: ApiVersionsResponse = await client.request_any(ApiVersionsRequest(
+            client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION))
+    return any(k.api_key == ApiKey.LINK_APPEND and k.min_version <= 0 <= k.max_version for k in response.api_keys)

@@ -1,0 +1,124 @@
+"""LinkAppend (Causeway's API key 10000): a link-mode mirror appends the source's record batches
+to a mirror topic, as they are.
+
+Per partition, on its leader: the topic must be a mirror topic (``causeway.mirror.name`` set)
+owned by the request's ``LinkName``, else INVALID_REQUEST saying why (a promoted topic, another
+mirror's, a normal topic). The batches keep their offsets, timestamps and producer fields and are
+stamped with this leader's epoch (``Partition.append_copied``): already-present batches are
+skipped, gaps allowed, a batch straddling the log end refused (INVALID_RECORD). Then the answer
+waits as Produce's acks=all does: NOT_ENOUGH_REPLICAS before appending when the ISR is below
+``min.insync.replicas``; the high watermark reaching the new log end within ``TimeoutMs``, else
+REQUEST_TIMED_OUT. Each partition answers its log end, high watermark and log start offset, so
+the mirror knows where the copy stands even after a refusal.
+"""
+
+from __future__ import annotations
+
+import trio
+
+from broker.clock import now_ms
+from broker.controller.model import TopicInfo, is_internal_topic
+from broker.protocol.api import ApiKey
+from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import LinkAppendRequest, LinkAppendResponse
+from broker.replication.partition import Partition
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+from broker.server.topic_configs import mirror_name
+
+__all__ = ["HANDLER"]
+
+PartitionResponse = LinkAppendResponse.LinkAppendPartitionResponse
+
+
+def _check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
+    owner = mirror_name(topic.configs)
+    if owner is None:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"topic {name} is not a mirror topic ({MIRROR_NAME_CONFIG} is not set: never a mirror "
+                         f"topic, or promoted): mirror {link_name} may not write to it")
+    if owner != link_name:
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"topic {name} is the mirror topic of mirror {owner}, not of mirror {link_name}")
+
+
+def _positions(response: PartitionResponse, partition: Partition) -> None:
+    log = partition.log
+    response.log_end_offset = log.log_end_offset
+    response.high_watermark = log.high_watermark
+    response.log_start_offset = log.log_start_offset
+
+
+async def _wait_for_replicas(waits: list[tuple[PartitionResponse, Partition, int]], timeout_ms: int) -> None:
+    """As Produce's acks=all: each partition's high watermark up to its required offset, all at
+    once, at most ``timeout_ms``; an answer still waiting then says REQUEST_TIMED_OUT."""
+
+    async def wait_one(response: PartitionResponse, partition: Partition, required: int) -> None:
+        response.error_code = await partition.wait_for_high_watermark(required)
+
+    for response, _, _ in waits:
+        response.error_code = ErrorCode.REQUEST_TIMED_OUT  # until its wait says otherwise
+    with trio.move_on_after(max(timeout_ms, 0) / 1000):
+        async with trio.open_nursery() as nursery:
+            for response, partition, required in waits:
+                nursery.start_soon(wait_one, response, partition, required)
+
+
+async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendResponse:
+    replicas = ctx.services.replicas
+    timestamp = now_ms()
+    topics: list[LinkAppendResponse.LinkAppendTopicResponse] = []
+    waits: list[tuple[PartitionResponse, Partition, int]] = []
+    for topic_data in request.topics:
+        answers: list[PartitionResponse] = []
+        topic = ctx.services.controller.topics().get(topic_data.name)
+        for data in topic_data.partitions:
+            answer = PartitionResponse(index=data.index, error_code=ErrorCode.NONE)
+            answers.append(answer)
+            partition: Partition | None = None
+            try:
+                if is_internal_topic(topic_data.name):
+                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
+                                     f"Cannot append to internal topic {topic_data.name}")
+                if topic is None:
+                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                                     f"This server does not host topic-partition {topic_data.name}-{data.index}")
+                _check_owner(topic_data.name, topic, request.link_name)
+                partition = replicas.get(topic_data.name, data.index)
+                if not partition.is_leader:
+                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+                if data.records is None or len(data.records) == 0:
+                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")
+                isr, min_isr = len(partition.isr), partition.log.config.min_insync_replicas
+                if isr < min_isr:
+                    raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                                     f"ISR has {isr} replicas, min.insync.replicas is {min_isr}")
+                result = partition.append_copied(data.records, now_ms=timestamp)
+                if result is not None:
+                    await partition.wait_flushed(result)
+            except KafkaError as exc:
+                answer.error_code, answer.error_message = exc.code, exc.message or None
+                if partition is not None and partition.is_leader:
+                    _positions(answer, partition)
+                continue
+            # Wait for the ISR up to the log end, not only to this append's end: after a retried
+            # request (every batch skipped) the mirror still learns when its copy is safe.
+            required = partition.log.log_end_offset
+            if partition.high_watermark < required:
+                waits.append((answer, partition, required))
+            else:
+                _positions(answer, partition)
+        topics.append(LinkAppendResponse.LinkAppendTopicResponse(name=topic_data.name, partitions=answers))
+    if waits:
+        await _wait_for_replicas(waits, request.timeout_ms)
+        for answer, partition, required in waits:
+            _positions(answer, partition)
+            if answer.error_code == ErrorCode.REQUEST_TIMED_OUT:
+                answer.error_message = (f"the in-sync replicas did not reach offset {required} within "
+                                        f"{request.timeout_ms} ms (high watermark {answer.high_watermark}); "
+                                        f"the batches are in the leader's log: send them again")
+    return LinkAppendResponse(topics=topics)
+
+
+HANDLER = ApiHandler(ApiKey.LINK_APPEND, 0, 0, handle)
