@@ -5,11 +5,15 @@
     topics: {include: [".*"], exclude: []}
     groups: {include: [".*"], exclude: []}
     naming: default                       # east.orders at the target; identity keeps orders
+    mode: mm2                             # or link: read-only copies with the source's offsets
     refresh.topics.interval.seconds: 5    # MirrorMaker 2's names (and units) for the knobs
 
 The knobs keep MirrorMaker 2's property names so an MM2 operator finds them; where MM2's default
 hurts (it re-scans topics every 10 minutes) ours is shorter. A bad file is refused with its line
 and key, through the topology loader.
+
+`mode: link` (mirror/link.py) needs a Causeway target and keeps topic names: `naming` may be left
+out or be `identity`; an explicit `naming: default` is refused, at its line.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from topology.errors import Problem, TopologyError
 from topology.loader import Positions, load_yaml
@@ -47,6 +51,8 @@ class MirrorConfig(_Strict):
     target: ClusterEndpoint
     topics: Patterns = Field(default_factory=Patterns)
     groups: Patterns = Field(default_factory=Patterns)
+    # Before `naming`: its check reads the mode.
+    mode: Literal["mm2", "link"] = "mm2"
     naming: Literal["default", "identity"] = "default"
     separator: str = Field(".", alias="replication.policy.separator", min_length=1)
     refresh_topics_s: float = Field(5.0, alias="refresh.topics.interval.seconds", gt=0)
@@ -72,6 +78,23 @@ class MirrorConfig(_Strict):
     fetch_max_wait_ms: int = Field(500, alias="fetch.max.wait.ms", ge=0)
     # How far fetching may run ahead of writing, per partition, in bytes.
     queue_max_bytes: int = Field(33_554_432, alias="queue.max.bytes", ge=1024)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _link_keeps_names(cls, data: object) -> object:
+        # A link-mode mirror topic has its source topic's name: naming defaults to identity.
+        if isinstance(data, dict) and data.get("mode") == "link" and "naming" not in data:
+            return {**data, "naming": "identity"}
+        return data
+
+    @field_validator("naming")
+    @classmethod
+    def _naming_for_mode(cls, naming: str, info: ValidationInfo) -> str:
+        # Runs only for a `naming` the file gives (defaults are not validated).
+        if naming == "default" and info.data.get("mode") == "link":
+            raise ValueError("mode: link keeps topic names (a mirror topic has its source topic's name and "
+                             "offsets): leave naming out or set it to identity")
+        return naming
 
     @field_validator("replication_factor")
     @classmethod

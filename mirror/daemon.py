@@ -1,4 +1,6 @@
-"""The mirror daemon (`mm2` mode): one source cluster to one target cluster, as MirrorMaker 2.
+"""The mirror daemon: one source cluster to one target cluster, as MirrorMaker 2 (`mode: mm2`),
+or as read-only mirror topics with the source's offsets on a Causeway target (`mode: link`,
+mirror/link.py, which shares the fetch lanes, topic sync, heartbeats and status with mm2 mode).
 
     async with trio.open_nursery() as nursery:
         mirror = await nursery.start(run_mirror, config)
@@ -23,17 +25,28 @@ from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
 from broker.atomic_file import write_atomically
-from broker.client import Backoff, Client, ClientError, KafkaError, TopicPartition, admin, open_client
+from broker.client import (
+    MIRROR_NAME_CONFIG,
+    Backoff,
+    Client,
+    ClientError,
+    KafkaError,
+    TopicPartition,
+    admin,
+    open_client,
+)
 from broker.client.admin import EARLIEST, NewTopic
 from broker.client.produce import init_idempotent_producer
 from broker.clock import now_ms
 from broker.retry import retry, worth_reporting
+from broker.tasks import leaves
 from mirror.config import INTERNAL_TOPICS, MirrorConfig
+from mirror.errors import MirrorRefused
 from mirror.fetcher import FetchLane, FetchSettings
 from mirror.formats import Heartbeat, OffsetSync, decode_position, encode_position
 from mirror.groups import GroupMirroring, run_group_checkpoints
@@ -44,7 +57,10 @@ from mirror.recopy import check_target_ends, remote_topic_missing, target_went_b
 from mirror.status import ClusterRef, MirrorEvent, MirrorStatus, PartitionStatus
 from mirror.topics import COMPACTED, append, ensure_topic, read_whole_topic
 
-__all__ = ["Mirror", "run_mirror"]
+if TYPE_CHECKING:
+    from mirror.link import LinkState
+
+__all__ = ["Mirror", "MirrorRefused", "run_mirror"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +75,9 @@ EXCLUDED_CONFIGS = frozenset({
     "message.timestamp.type",
     "unclean.leader.election.enable",
     "min.insync.replicas",
+    # Causeway's mark of a link-mode mirror topic: it names the mirror that writes the topic at
+    # its own cluster, so a copy of it elsewhere would lock that copy against its own writer.
+    MIRROR_NAME_CONFIG,
 })
 RETRY = Backoff(initial_s=0.2, max_s=10.0)
 STATUS_INTERVAL_S = 1.0
@@ -102,6 +121,7 @@ class Mirror:
     # One status file write at a time: the every-second one and the last one on stop share a
     # temporary file name, and each writes in a worker thread.
     status_lock: trio.Lock = field(default_factory=trio.Lock)
+    link: LinkState | None = None  # link mode's own state (mirror/link.py), None in mm2 mode
 
     def __post_init__(self) -> None:
         self.policy = ReplicationPolicy(identity=self.config.naming == "identity", separator=self.config.separator)
@@ -205,6 +225,7 @@ class Mirror:
             partitions.append(PartitionStatus(
                 topic=tp.topic, partition=tp.partition, remote_topic=pm.target.topic,
                 position=pm.written_through + 1, source_end=pm.high_watermark, lag=pm.lag,
+                target_end=pm.target_end,
                 latency_ms=pm.latency_ms, records=pm.records, bytes=pm.bytes,
                 error=pm.error or pm.recopy, parked=pm.parked, gaps=list(pm.gaps),
                 lost=pm.lost, recopy=pm.recopy,
@@ -223,8 +244,10 @@ class Mirror:
             source=ClusterRef(alias=self.source_alias, bootstrap=self.config.source.bootstrap),
             target=ClusterRef(alias=self.target_alias, bootstrap=self.config.target.bootstrap),
             state=self.state,
+            mode=self.config.mode,
             updated_ms=now_ms(),
             topics=dict(sorted(self.topics.items())),
+            not_mirrored=dict(sorted(self.link.not_mirrored().items())) if self.link is not None else {},
             lag=sum(p.lag for p in partitions),
             records=sum(p.records for p in partitions),
             max_latency_ms=max((pm.latency_ms for pm in self.partitions.values() if pm.latency_ms is not None),
@@ -258,7 +281,9 @@ async def run_mirror(config: MirrorConfig, *, status_file: Path | None = None,
                      task_status: trio.TaskStatus[Mirror] = trio.TASK_STATUS_IGNORED) -> None:
     """Run one mirror until `Mirror.stop()` (a clean stop: positions are checkpointed once more,
     so a restart repeats nothing) or until cancelled (like a crash: a restart may repeat what was
-    written since the last checkpoint, never skip it).
+    written since the last checkpoint, never skip it). In link mode the target's log end is the
+    position, so neither repeats anything. Raises MirrorRefused (after reporting it in the status)
+    when the mirror cannot run as configured.
 
     Reports the Mirror as soon as its clients exist; it then waits (with backoff, saying so) for
     both clusters, so a cluster that is down is not an error.
@@ -283,20 +308,41 @@ async def _supervise(mirror: Mirror, task_status: trio.TaskStatus[Mirror]) -> No
     async with trio.open_nursery() as outer:
         outer.start_soon(_status_loop, mirror)
         task_status.started(mirror)
-        async with trio.open_nursery() as work:
-            work.start_soon(_work, mirror)
-            await mirror.stop_requested.wait()
-            work.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as work:
+                work.start_soon(_work, mirror)
+                await mirror.stop_requested.wait()
+                work.cancel_scope.cancel()
+        except BaseException as raised:  # noqa: BLE001 - re-raised; a refusal is reported first
+            refused = [leaf for leaf in leaves(raised) if isinstance(leaf, MirrorRefused)]
+            if refused:
+                await _refused(mirror, refused[0])
+            raise
         was_running = mirror.state == "running"
         mirror.state = "stopped"
-        if was_running:
+        if was_running and mirror.config.mode == "mm2":  # link mode keeps no positions: the target's log end is one
             await _final_flush(mirror)
         await _write_status(mirror)
         log.info("mirror %s stopped", name)
         outer.cancel_scope.cancel()
 
 
+async def _refused(mirror: Mirror, exc: BaseException) -> None:
+    message = str(exc)
+    log.error("mirror %s cannot run: %s", mirror.config.display_name, message)
+    mirror.state = "failed"
+    mirror.problems["mirror"] = message
+    mirror.event(message)
+    await _write_status(mirror)
+
+
 async def _work(mirror: Mirror) -> None:
+    if mirror.config.mode == "link":
+        # Imported here: mirror/link.py builds on this module's Mirror and topic sync.
+        from mirror.link import run_link
+
+        await run_link(mirror)
+        return
     await _prepare(mirror)
     await _run(mirror)
 
@@ -327,7 +373,7 @@ async def _prepare(mirror: Mirror) -> None:
     await mirror.retrying("reading mirrored positions", load_positions)
     mirror.state = "waiting for the source"
 
-    async def sync_topic() -> None:
+    async def load_offset_syncs() -> None:
         await ensure_topic(mirror.offset_syncs_client, mirror.offset_syncs_topic, replication_factor=rf,
                            configs=COMPACTED)
         for record in await read_whole_topic(mirror.offset_syncs_client, mirror.offset_syncs_topic):
@@ -340,7 +386,7 @@ async def _prepare(mirror: Mirror) -> None:
                 continue
             mirror.syncs.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
 
-    await mirror.retrying(f"offset syncs on {config.offset_syncs_location}", sync_topic)
+    await mirror.retrying(f"offset syncs on {config.offset_syncs_location}", load_offset_syncs)
     await mirror.retrying("producer id at the target", lambda: _renew_producer(mirror))
     mirror.state = "running"
     log.info("mirror %s running: %s (%s) -> %s (%s); %d stored positions", config.display_name,
@@ -362,7 +408,7 @@ async def _run(mirror: Mirror) -> None:
         nursery.start_soon(mirror.every, "checkpointing positions", mirror.config.flush_interval_ms / 1000,
                            partial(_flush_once, mirror))
         if mirror.config.heartbeats_s > 0:
-            nursery.start_soon(mirror.every, "heartbeats", mirror.config.heartbeats_s, partial(_heartbeat, mirror))
+            nursery.start_soon(mirror.every, "heartbeats", mirror.config.heartbeats_s, partial(heartbeat, mirror))
         if mirror.config.checkpoints_s > 0:
             nursery.start_soon(run_group_checkpoints, mirror.groups_view())
         await mirror.every("topic discovery", mirror.config.refresh_topics_s, partial(_discover, mirror, nursery))
@@ -383,12 +429,12 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
     for topic in sorted(set(mirror.topics) - set(wanted)):
         remote = mirror.topics.pop(topic)
         for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
-            _stop_partition(mirror, tp)
+            stop_partition(mirror, tp)
         mirror.report_handled(f"topic {topic}", f"source topic {topic} is gone (deleted, or no longer matched); "
                                                 f"stopped mirroring it; the remote topic {remote} is kept")
     for tp in sorted(tp for tp in mirror.partitions if tp.topic in wanted and tp.partition >= wanted[tp.topic]):
         # Fewer partitions than before: the topic was deleted and created again between rounds.
-        _stop_partition(mirror, tp)
+        stop_partition(mirror, tp)
         mirror.report_handled(f"partition {tp.topic}-{tp.partition}",
                               f"source partition {tp.topic}-{tp.partition} is gone (the topic now has "
                               f"{wanted[tp.topic]} partitions); stopped mirroring it")
@@ -398,7 +444,7 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
         remote_count = target_topics.get(remote)
         if remote_count is None and topic in mirror.topics:
             remote_topic_missing(mirror, topic, remote)  # before it exists again: nothing written ahead
-        await _sync_topic(mirror, topic, remote, count, remote_count)
+        await sync_topic(mirror, topic, remote, count, remote_count)
         mirror.topics[topic] = remote
         mirror.problems.pop(f"topic {topic}", None)
         mirror.handled.pop(f"topic {topic}", None)
@@ -418,13 +464,15 @@ async def _source_configs(mirror: Mirror, topic: str) -> dict[str, str]:
     }
 
 
-async def _sync_topic(mirror: Mirror, topic: str, remote: str, count: int, remote_count: int | None) -> None:
-    """Create the remote topic (`remote_count` None: the target lacks it), or bring its
-    partitions and configs in line with the source's."""
+async def sync_topic(mirror: Mirror, topic: str, remote: str, count: int, remote_count: int | None, *,
+                     create_configs: dict[str, str] | None = None) -> None:
+    """Create the remote topic (`remote_count` None: the target lacks it), with `create_configs`
+    besides the source's, or bring its partitions and configs in line with the source's."""
     configs = await _source_configs(mirror, topic)
     if remote_count is None:
         await admin.create_topics(
-            mirror.target, {remote: NewTopic(count, mirror.config.replication_factor, configs)}, exist_ok=True)
+            mirror.target, {remote: NewTopic(count, mirror.config.replication_factor,
+                                             {**configs, **(create_configs or {})})}, exist_ok=True)
         log.info("created remote topic %s at %s: %d partitions%s", remote, mirror.target_alias, count,
                  f", configs {configs}" if configs else "")
         mirror.synced_configs[topic] = configs
@@ -484,7 +532,7 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, r
                  " (stored position)" if stored is not None else " (log start)")
 
 
-def _stop_partition(mirror: Mirror, tp: TopicPartition) -> None:
+def stop_partition(mirror: Mirror, tp: TopicPartition) -> None:
     pm = mirror.partitions.pop(tp)
     pm.stop()
     for lane in mirror.lanes:
@@ -531,7 +579,7 @@ async def _final_flush(mirror: Mirror) -> None:
             log.warning("last checkpoint of positions failed: %s", exc)
 
 
-async def _heartbeat(mirror: Mirror) -> None:
+async def heartbeat(mirror: Mirror) -> None:
     beat = Heartbeat(mirror.source_alias, mirror.target_alias, now_ms())
     with trio.fail_after(max(1.0, 5 * mirror.config.heartbeats_s)):  # the client says what timed out
         await append(mirror.target, HEARTBEATS_TOPIC, [(beat.key(), beat.value())])

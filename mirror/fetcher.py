@@ -164,10 +164,10 @@ class FetchLane:
             pm.trim_below = start
             pm.lost = message  # never at the target: a problem in the status until a restart
         elif pm.position > end:
-            message = (f"{tp.topic}-{tp.partition}: the source log ends at {end}, before the mirror's position "
-                       f"{pm.position} (truncated or re-created); mirroring it again from {start}")
-            pm.rewind(start)
-            pm.written_through = start - 1
+            went_back = pm.source_went_back(start, end)
+            if went_back is None:
+                return  # already reported
+            message = went_back
         else:
             return  # the range moved back while we asked: fetch again
         log.error("%s", message)

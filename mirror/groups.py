@@ -25,11 +25,12 @@ from mirror.config import INTERNAL_GROUPS, Patterns
 from mirror.formats import Checkpoint
 from mirror.topics import append
 
-__all__ = ["GroupMirroring", "checkpoint_groups", "run_group_checkpoints"]
+__all__ = ["INACTIVE_STATES", "GroupMirroring", "checkpoint_groups", "run_group_checkpoints"]
 
 log = logging.getLogger(__name__)
 
-_INACTIVE = frozenset({"Empty", "Dead", ""})
+# A group in these states has no live consumer whose position a commit from outside would move.
+INACTIVE_STATES = frozenset({"Empty", "Dead", ""})
 
 
 @dataclass(frozen=True)
@@ -105,7 +106,7 @@ async def _sync_offsets(view: GroupMirroring, current: dict[str, list[Checkpoint
     for group, checkpoints in current.items():
         description = described.get(group)
         state = description.state if description is not None else ""
-        if state not in _INACTIVE:
+        if state not in INACTIVE_STATES:
             continue  # consumers are live at the target: their offsets are theirs
         existing = await fetch_offsets(view.target, group)
         updates = {}

@@ -183,6 +183,9 @@ class PartitionMirror:
     retry_at: float = 0.0  # trio clock: not fetched again before this
     park_failures: int = 0  # consecutive parks on poison (their backoff)
     partial_answers: int = 0  # consecutive fetch answers with bytes but no whole batch
+    # Link mode: the target's high watermark as its last answer gave it (offsets are the
+    # source's there); -1 when unknown, and always in mm2 mode.
+    target_end: int = -1
 
     def __post_init__(self) -> None:
         self.emitter = SyncEmitter(self.max_offset_lag)
@@ -265,6 +268,16 @@ class PartitionMirror:
         self.parked = True
         self.retry_at = trio.current_time() + retry_in_s
 
+    def source_went_back(self, start: int, end: int) -> str | None:
+        """The source's log now ends at `end`, before `position` (truncated, or deleted and
+        created again): copy it again from its log start `start`. Returns what to report (None:
+        nothing new)."""
+        message = (f"{_name(self.source)}: the source log ends at {end}, before the mirror's position "
+                   f"{self.position} (truncated or re-created); mirroring it again from {start}")
+        self.rewind(start)
+        self.written_through = start - 1
+        return message
+
     def note_gap(self, message: str) -> None:
         self.gaps.append(message)
         del self.gaps[:-10]
@@ -277,11 +290,13 @@ class PartitionMirror:
         *,
         backoff: Backoff,
     ) -> None:
-        """Write queued batches to the target until stopped (then return once the queue is empty
-        or the task is cancelled)."""
+        """Write queued batches to the target until stopped (then return, leaving what is still
+        queued unwritten) or cancelled."""
         while True:
             chunk = await self._take()
-            if chunk is None:
+            if chunk is None or self.stopped:
+                # Stopped with batches still queued: they are not written (and looping on them
+                # would spin without ever yielding to trio).
                 return
             rewound = await self._write_chunk(client, producer, on_sync, chunk, backoff)
             if not rewound:

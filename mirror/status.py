@@ -46,6 +46,9 @@ class PartitionStatus(_Report):
     position: int  # next source offset to copy
     source_end: int  # the source's high watermark as last seen; -1 before the first fetch
     lag: int
+    # Link mode: the target's high watermark as the last LinkAppend answered (-1 before one);
+    # offsets are the source's, so it is comparable with `source_end`. mm2 mode: -1.
+    target_end: int = -1
     latency_ms: int | None = None
     records: int = 0
     bytes: int = 0
@@ -60,13 +63,17 @@ class MirrorStatus(_Report):
     name: str
     source: ClusterRef
     target: ClusterRef
-    state: str  # starting, waiting for the target/source, running, stopped
+    state: str  # starting, waiting for the target/source, running, stopped, failed
+    mode: str = "mm2"  # mm2, or link (mirror topics with the source's offsets)
     updated_ms: int
     topics: dict[str, str] = Field(default_factory=dict)  # source topic -> remote topic
+    # Link mode: source topics the patterns select that the mirror does not write, and why (a
+    # promoted topic, a topic of that name at the target that is not this mirror's).
+    not_mirrored: dict[str, str] = Field(default_factory=dict)
     lag: int = 0
     records: int = 0
     max_latency_ms: int | None = None
-    group_checkpoints: int = 0
+    group_checkpoints: int = 0  # link mode: group offsets committed at the target (no checkpoints there)
     problems: dict[str, str] = Field(default_factory=dict)  # what -> its last error
     partitions: list[PartitionStatus] = Field(default_factory=list)
     events: list[MirrorEvent] = Field(default_factory=list)

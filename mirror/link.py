@@ -1,0 +1,435 @@
+"""Link mode: the mirror writes read-only *mirror topics* on a Causeway target, with the source's
+offsets, through LinkAppend (broker/client/link.py).
+
+A mirror topic has its source topic's name, partition count and synced configs, plus
+`causeway.mirror.name` set to this mirror's name (the broker then refuses producers and every
+other mirror on it). The fetch lanes are mm2 mode's (mirror/fetcher.py); what differs is here:
+
+- start: the target must serve LinkAppend (a Causeway broker), else the mirror stops with an
+  error saying so (`MirrorRefused`);
+- resume: each partition starts at the target's high watermark (ListOffsets latest), or at the
+  source's log start when the target has never held a record there. No positions topic, no
+  offset syncs: offsets are equal at both ends, so the target's log end *is* the position;
+- write: the fetched batches go to the mirror topic as they are, several per request (no
+  producer re-stamp, control batches included, no trimming; only their CRC is checked, which is
+  per batch and in C). The target skips what it already has (a restart, a resent request);
+- refusals: INVALID_REQUEST means the topic is no longer this mirror's (promoted by deleting
+  `causeway.mirror.name`, or someone else's): the topic's config is read again and, promoted,
+  the topic is stopped for good (logged once, `not_mirrored` in the status says so). A batch the
+  target refuses as invalid (its LogValidator's verdicts, or INVALID_RECORD for a batch that
+  straddles the copy's end: the source diverged) parks the partition, as poison does in mm2;
+- a topic of that name at the target that is not this mirror's mirror topic is never written:
+  it is reported (status `not_mirrored` and `problems`) and looked at again every round;
+- consumer groups: mirror/link_groups.py commits the source's offsets at the target unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
+
+import trio
+
+from broker.client import (
+    MIRROR_NAME_CONFIG,
+    Backoff,
+    Client,
+    ClientError,
+    KafkaError,
+    TopicPartition,
+    admin,
+    link_append,
+    supports_link_append,
+)
+from broker.client.admin import EARLIEST, LATEST
+from broker.clock import now_ms
+from broker.protocol.errors import ErrorCode, is_retriable
+from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
+from broker.retry import worth_reporting
+from mirror.config import INTERNAL_TOPICS
+from mirror.daemon import RETRY, Mirror, heartbeat, stop_partition, sync_topic
+from mirror.errors import MirrorRefused
+from mirror.link_groups import carry_group_offsets
+from mirror.naming import HEARTBEATS_TOPIC
+from mirror.partition import PARK_BACKOFF, REFUSED_AS_INVALID, Chunk, PartitionMirror
+from mirror.topics import COMPACTED, ensure_topic
+
+__all__ = ["LINK_REQUEST_MAX_BYTES", "LinkPartition", "LinkState", "run_link"]
+
+log = logging.getLogger(__name__)
+
+#: Batches per LinkAppend request, by size: a fetched chunk (up to max.partition.fetch.bytes)
+#: goes in requests of at most this much, so one request's wait for the target's replicas
+#: covers many batches, while the target's work per request stays short (its event loop serves
+#: the consumers too). 1 MiB copied as fast as 4 MiB here, and as mm2 mode's batch per request.
+LINK_REQUEST_MAX_BYTES = 1 * 1024 * 1024
+# What a target refuses for the batches themselves: several batches are then sent one by one,
+# so those before a bad one are copied and the partition parks at the bad one.
+_REFUSED_BATCHES = REFUSED_AS_INVALID | {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE}
+
+Span = tuple[int, BatchHeader]
+
+
+@dataclass
+class LinkState:
+    """What link mode knows beyond the Mirror's partitions: its name at the target, and the
+    source topics it does not write, with why."""
+
+    name: str
+    promoted: dict[str, str] = field(default_factory=dict)  # for good (this run): never created again
+    refused: dict[str, str] = field(default_factory=dict)  # looked at again every discovery round
+
+    def not_mirrored(self) -> dict[str, str]:
+        return {**self.refused, **self.promoted}
+
+
+async def _no_refusal_handler(pm: LinkPartition) -> None:
+    return None
+
+
+class _Outcome:
+    DONE = "done"  # written (or already there)
+    SPLIT = "split"  # refused as a whole: send the batches one by one
+    STOPPED = "stopped"  # stopped, rewound or parked meanwhile: the chunk is not done
+
+
+@dataclass
+class LinkPartition(PartitionMirror):
+    """One partition of a link-mode mirror: fetched batches go to the mirror topic of the same
+    name and partition, as they are, with their offsets."""
+
+    link_name: str = ""
+    # Called when the target refuses the topic as not this mirror's (INVALID_REQUEST): it reads
+    # the topic's config again and stops the topic when it was promoted or is someone else's.
+    on_refused: Callable[[LinkPartition], Awaitable[None]] = _no_refusal_handler
+
+    def source_went_back(self, start: int, end: int) -> str | None:
+        """Offsets are equal at both ends: copying the source again from its log start would
+        put other records under offsets the target's consumers have read. Park and say so."""
+        first = not self.parked
+        self.fetch_failures += 1
+        self.park_at_source(f"the source log now ends at {end}, before the copy's end {self.position} (truncated, "
+                            f"or deleted and created again): it is no longer the log this mirror topic copies; "
+                            f"nothing more is copied", PARK_BACKOFF.delay(self.fetch_failures))
+        return self.error if first else None
+
+    async def run_link_writer(self, client: Client, *, backoff: Backoff) -> None:
+        """Write queued batches to the mirror topic until stopped or cancelled."""
+        while True:
+            chunk = await self._take()
+            if chunk is None or self.stopped:
+                return
+            if not await self._write_link_chunk(client, chunk, backoff):
+                self._done_with(chunk)
+
+    async def _write_link_chunk(self, client: Client, chunk: Chunk, backoff: Backoff) -> bool:
+        """Returns True when the chunk was not written through (rewound, parked or stopped)."""
+        epoch = self.epoch
+        data = chunk.data
+        spans = [(pos, header) for pos, header in chunk.spans if header.last_offset > self.written_through]
+        damaged = next((i for i, (pos, header) in enumerate(spans) if not batch_crc_ok(data, pos, header)), None)
+        pieces = _pieces(spans if damaged is None else spans[:damaged], LINK_REQUEST_MAX_BYTES)
+        while pieces:
+            piece = pieces.pop(0)
+            outcome = await self._append(client, data, piece, backoff, epoch)
+            if outcome == _Outcome.SPLIT:
+                pieces[:0] = [[span] for span in piece]
+            elif outcome == _Outcome.STOPPED:
+                return True
+        if damaged is not None:
+            # Damaged between the source and here (the source's own damage is refused by its
+            # broker's checks): fetching it again is the cure.
+            header = spans[damaged][1]
+            self.error = f"corrupt batch at source offset {header.base_offset} (CRC mismatch); fetching it again"
+            log.warning("%s: %s", _name(self.source), self.error)
+            self.rewind(header.base_offset)
+            await trio.sleep(backoff.delay(1))
+            return True
+        return False
+
+    async def _append(self, client: Client, data: memoryview, piece: list[Span], backoff: Backoff,
+                      epoch: int) -> str:
+        first, last = piece[0][1], piece[-1][1]
+        start, end = piece[0][0], piece[-1][0] + last.size
+        records = data[start:end]
+        failures = 0
+        while not self.stopped and self.epoch == epoch:
+            result = (await link_append(client, self.link_name, {self.target: records}))[self.target]
+            if self.stopped or self.epoch != epoch:
+                break
+            if result.high_watermark >= 0:
+                self.target_end = result.high_watermark
+            code = result.error
+            if code == ErrorCode.NONE:
+                self._written(piece, end - start)
+                return _Outcome.DONE
+            failures += 1
+            self.error = f"{code.name} from LinkAppend to {_name(self.target)}" + (
+                f": {result.error_message}" if result.error_message else "")
+            if code == ErrorCode.INVALID_REQUEST:
+                await self.on_refused(self)  # stops this partition when the topic is not ours any more
+                if self.stopped:
+                    break
+            elif code in _REFUSED_BATCHES:
+                if len(piece) > 1:
+                    return _Outcome.SPLIT
+                await self._park_poison(first, f"the target refused it with {self.error}", epoch)
+                break
+            elif is_retriable(code):
+                if worth_reporting(failures, first=3):
+                    log.warning("%s: %s (attempt %d); retrying", _name(self.source), self.error, failures)
+                await trio.sleep(backoff.delay(failures))
+                continue
+            # Not retriable as it is (refused by an ACL, a refusal this mirror does not know, ...):
+            # park the partition and try again slowly, in case the target's settings change.
+            self.error = f"parked at source offset {first.base_offset}: {self.error}"
+            if not self.parked:
+                log.error("%s: %s", _name(self.source), self.error)
+            self.parked = True
+            await trio.sleep(PARK_BACKOFF.delay(failures))
+        return _Outcome.STOPPED
+
+    def _written(self, piece: list[Span], size: int) -> None:
+        last = piece[-1][1]
+        self.written_through = last.last_offset
+        self.records += sum(header.last_offset_delta + 1 for _, header in piece)
+        self.bytes += size
+        if last.timestamp_type == TimestampType.CREATE_TIME and last.max_timestamp >= 0:
+            self.latency_ms = max(0, now_ms() - last.max_timestamp)
+        if self.error is not None:
+            log.info("%s: writing again after: %s", _name(self.source), self.error)
+        self.error, self.parked, self.park_failures = None, False, 0
+
+
+def _pieces(spans: list[Span], max_bytes: int) -> list[list[Span]]:
+    """Consecutive batches in runs of at most `max_bytes` (a larger batch alone)."""
+    pieces: list[list[Span]] = []
+    size = 0
+    for span in spans:
+        if pieces and size + span[1].size <= max_bytes:
+            pieces[-1].append(span)
+            size += span[1].size
+        else:
+            pieces.append([span])
+            size = span[1].size
+    return pieces
+
+
+# -- the mirror in link mode --------------------------------------------------------------
+
+
+async def run_link(mirror: Mirror) -> None:
+    """Link mode's part of `run_mirror` (mirror/daemon.py): check the target, then run the fetch
+    lanes, topic discovery, heartbeats and group offsets until cancelled."""
+    config = mirror.config
+    link = mirror.link = LinkState(config.display_name)
+    await _prepare(mirror)
+    async with trio.open_nursery() as nursery:
+        mirror.nursery = nursery
+        for lane in mirror.lanes:
+            nursery.start_soon(lane.run)
+        if config.heartbeats_s > 0:
+            nursery.start_soon(mirror.every, "heartbeats", config.heartbeats_s, partial(heartbeat, mirror))
+        if config.sync_group_offsets:
+            nursery.start_soon(mirror.every, "group offsets", config.sync_group_offsets_s,
+                               partial(carry_group_offsets, mirror))
+        log.info("mirror %s running in link mode: %s (%s) -> mirror topics at %s (%s)", link.name,
+                 mirror.source_alias, config.source.bootstrap, mirror.target_alias, config.target.bootstrap)
+        await mirror.every("topic discovery", config.refresh_topics_s, partial(_discover, mirror, nursery))
+
+
+async def _prepare(mirror: Mirror) -> None:
+    config = mirror.config
+    mirror.state = "waiting for the target"
+
+    async def target_ready() -> None:
+        if not await supports_link_append(mirror.target):
+            raise MirrorRefused(
+                f"mode: link needs a Causeway target, and {mirror.target_alias} ({config.target.bootstrap}) is not "
+                f"one: it does not serve LinkAppend (API key 10000), so it cannot hold mirror topics with the "
+                f"source's offsets; use mode: mm2 to mirror to it")
+        if config.heartbeats_s > 0:
+            await ensure_topic(mirror.target, HEARTBEATS_TOPIC, replication_factor=config.replication_factor,
+                               configs=COMPACTED)
+
+    await mirror.retrying(f"target {mirror.target_alias}", target_ready)
+    mirror.state = "waiting for the source"
+    await mirror.retrying(f"source {mirror.source_alias}", lambda: admin.list_topics(mirror.source))
+    mirror.state = "running"
+
+
+def _should_mirror(mirror: Mirror, topic: str) -> bool:
+    # Heartbeats topics are the mm2 convention's, written by mirrors at each cluster: never
+    # mirror topics (the target's own `heartbeats` is written by this mirror).
+    if mirror.policy.is_internal(topic) or mirror.policy.is_heartbeats(topic):
+        return False
+    return mirror.config.topics.matches(topic, INTERNAL_TOPICS)
+
+
+async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
+    link = _state(mirror)
+    source_topics = await admin.list_topics(mirror.source)
+    wanted = {t: n for t, n in source_topics.items() if _should_mirror(mirror, t)}
+    for topic in sorted(set(mirror.topics) - set(wanted)):
+        _stop_topic(mirror, topic)
+        mirror.report_handled(f"topic {topic}", f"source topic {topic} is gone (deleted, or no longer matched); "
+                                                f"stopped mirroring it; the mirror topic {topic} is kept")
+    for topic in set(link.refused) - set(wanted):
+        del link.refused[topic]
+        mirror.problems.pop(f"topic {topic}", None)
+    for tp in sorted(tp for tp in mirror.partitions if tp.topic in wanted and tp.partition >= wanted[tp.topic]):
+        stop_partition(mirror, tp)
+        mirror.report_handled(f"partition {tp.topic}-{tp.partition}",
+                              f"source partition {tp.topic}-{tp.partition} is gone (the topic now has "
+                              f"{wanted[tp.topic]} partitions); stopped mirroring it")
+    target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
+    for topic, count in sorted(wanted.items()):
+        if topic in link.promoted:
+            continue  # a normal topic now, for good
+        target_count = target_topics.get(topic)
+        if target_count is None:
+            if topic in mirror.topics:
+                _stop_topic(mirror, topic)
+                mirror.report_handled(f"topic {topic}", f"the mirror topic {topic} is gone from the target "
+                                                        f"{mirror.target_alias} (deleted); creating it again and "
+                                                        f"copying the source from its log start")
+        else:
+            owner = await _owner(mirror.target, topic)
+            if owner != link.name:
+                _not_ours(mirror, topic, owner)
+                continue
+        await sync_topic(mirror, topic, topic, count, target_count, create_configs={MIRROR_NAME_CONFIG: link.name})
+        mirror.topics[topic] = topic
+        if link.refused.pop(topic, None) is not None:
+            log.info("topic %s: the target's topic is this mirror's mirror topic now; mirroring it", topic)
+        mirror.problems.pop(f"topic {topic}", None)
+        new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
+        if new:
+            await _start_partitions(mirror, nursery, topic, new, created=target_count is None)
+    await _check_target_ends(mirror)
+
+
+def _state(mirror: Mirror) -> LinkState:
+    assert mirror.link is not None, "link mode's state is set by run_link"
+    return mirror.link
+
+
+async def _owner(client: Client, topic: str) -> str | None:
+    """The mirror that owns `topic` at the target (its `causeway.mirror.name`), None for a
+    normal topic."""
+    entry = (await admin.describe_configs(client, topic, keys=[MIRROR_NAME_CONFIG])).get(MIRROR_NAME_CONFIG)
+    return entry.value if entry is not None and entry.value else None
+
+
+def _not_ours(mirror: Mirror, topic: str, owner: str | None) -> None:
+    """The target's `topic` is not this mirror's mirror topic: never write it. One this mirror
+    was writing and whose mark was deleted was promoted: stopped for good."""
+    link = _state(mirror)
+    was_mirrored = topic in mirror.topics
+    if was_mirrored:
+        _stop_topic(mirror, topic)
+    if was_mirrored and owner is None:
+        message = (f"topic {topic} was promoted at the target {mirror.target_alias} ({MIRROR_NAME_CONFIG} "
+                   f"deleted): it is a normal writable topic there now; no longer mirrored")
+        link.promoted[topic] = message
+        link.refused.pop(topic, None)
+        mirror.problems.pop(f"topic {topic}", None)
+        log.warning("%s", message)
+        mirror.event(message)
+        return
+    if owner is None:
+        why = (f"the target {mirror.target_alias} has a topic {topic} that is not a mirror topic ({MIRROR_NAME_CONFIG} "
+               f"unset: a normal topic, or one promoted before this mirror started); not written")
+    else:
+        why = (f"the target {mirror.target_alias} has topic {topic} as the mirror topic of mirror {owner}, "
+               f"not of this mirror ({link.name}); not written")
+    if link.refused.get(topic) != why:
+        log.warning("%s", why)
+        mirror.event(why)
+    link.refused[topic] = why
+    mirror.problems[f"topic {topic}"] = why
+
+
+async def _on_refused(mirror: Mirror, pm: LinkPartition) -> None:
+    """The target answered INVALID_REQUEST for `pm`'s topic: read whose topic it is now."""
+    topic = pm.source.topic
+    try:
+        owner = await _owner(mirror.target, topic)
+    except (KafkaError, ClientError) as exc:
+        log.warning("topic %s: refused by the target, and its config cannot be read: %s", topic, exc)
+        return  # the writer parks and asks again
+    if owner != _state(mirror).name and topic in mirror.topics:
+        _not_ours(mirror, topic, owner)
+
+
+def _stop_topic(mirror: Mirror, topic: str) -> None:
+    mirror.topics.pop(topic, None)
+    mirror.synced_configs.pop(topic, None)
+    for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
+        stop_partition(mirror, tp)
+
+
+async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, partitions: list[int], *,
+                            created: bool) -> None:
+    """Start copying `partitions` at the target's high watermark, or at the source's log start
+    when the target never held a record there (`created`: the mirror just made the topic)."""
+    tps = [TopicPartition(topic, p) for p in partitions]
+    ends = {tp: 0 for tp in tps}
+    if not created:
+        listed = await admin.list_offsets(mirror.target, {tp: LATEST for tp in tps})
+        ends = {tp: listed[tp].offset for tp in tps}
+    fresh = [tp for tp in tps if ends[tp] <= 0]
+    starts: dict[TopicPartition, int] = {}
+    if fresh:
+        listed = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in fresh})
+        starts = {tp: listed[tp].offset for tp in fresh}
+    config = mirror.config
+    link = _state(mirror)
+    for tp in tps:
+        # A target log ending above 0 is where the copy stands: a source log starting after it
+        # lost records before they were copied, which the fetcher reports by offsets.
+        position = starts[tp] if tp in starts else ends[tp]
+        pm = LinkPartition(tp, tp, position, config.offset_lag_max, config.queue_max_bytes,
+                           written_through=position - 1, link_name=link.name,
+                           on_refused=partial(_on_refused, mirror))
+        pm.target_end = ends[tp]
+        pm.copied_from = position
+        mirror.partitions[tp] = pm
+        lane = mirror.lanes[(len(mirror.partitions) - 1) % len(mirror.lanes)]  # round robin
+        lane.add(pm)
+        nursery.start_soon(partial(pm.run_link_writer, mirror.target, backoff=RETRY))
+        log.info("mirroring %s-%d to its mirror topic from offset %d (%s)", topic, tp.partition, position,
+                 "the source's log start" if tp in starts else "the target's high watermark")
+
+
+async def _check_target_ends(mirror: Mirror) -> None:
+    """A mirror topic whose log end at the target went below what the mirror copied there
+    (truncated at the target): copy again from where it ends. Offsets are equal at both ends,
+    so that is all it takes; what the target still has is skipped."""
+    watched = {pm.target: (pm, pm.written_through + 1, pm.epoch) for pm in mirror.partitions.values()
+               if isinstance(pm, LinkPartition) and pm.written_through >= 0 and not pm.stopped}
+    if not watched:
+        return
+    try:
+        ends = await admin.list_offsets(mirror.target, {tp: LATEST for tp in watched})
+    except KafkaError as exc:
+        if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE):
+            return  # deleted or moving meanwhile: the next round looks again
+        raise
+    for tp, (pm, expected, epoch) in watched.items():
+        end = ends[tp].offset
+        if 0 <= end < expected and pm.epoch == epoch and not pm.stopped:
+            message = (f"{_name(tp)}: the mirror topic ends at offset {end} at the target, below the {expected} "
+                       f"copied there (truncated at the target); copying source offsets from {end} again")
+            pm.rewind(end)
+            pm.written_through = end - 1
+            pm.note_gap(message)
+            mirror.event(message)
+            log.error("%s", message)
+
+
+def _name(tp: TopicPartition) -> str:
+    return f"{tp.topic}-{tp.partition}"
