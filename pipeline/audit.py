@@ -36,22 +36,25 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from pipeline.options import PipelineError
+from broker.faults import crash_point
+from pipeline.identity import with_identity
+from pipeline.options import PipelineError, parse_read_options
+from pipeline.progress import stage_progress
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["FINDINGS", "AuditReport", "MirrorSpec", "PartitionAudit", "audit", "write_json", "write_parquet"]
 
 # Kinds counted against the copy (exit 1), then those only reported.
 FINDINGS = ("missing", "extra", "duplicated", "reordered", "mismatched", "shifted")
 NOTED = ("behind", "older")
-_SEED = 0x5EED  # the second hash chain starts from another seed: 128 bits of identity in all
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,30 @@ class MirrorSpec:
         if self.mode == "link" or self.identity:
             return topic
         return f"{self.source_alias}{self.separator}{topic}"
+
+    def topic_filter(self, topics_regex: str | None = None) -> Callable[[str], bool]:
+        """Whether a source topic is one this mirror copies (and `topics_regex`, a whole-name
+        regex, narrows to): the mirror's include and exclude patterns, less internal topics,
+        topics that came from the target (a cycle, mm2) and the mirror's own heartbeats
+        (unless named by `topics_regex`)."""
+        from mirror.config import INTERNAL_TOPICS
+        from mirror.naming import ReplicationPolicy
+
+        policy = ReplicationPolicy(identity=self.identity, separator=self.separator)
+        narrow = re.compile(topics_regex) if topics_regex else None
+
+        def wanted(topic: str) -> bool:
+            if policy.is_internal(topic) or any(re.fullmatch(p, topic) for p in (*self.exclude, *INTERNAL_TOPICS)):
+                return False
+            if self.mode == "mm2" and self.target_alias and policy.is_cycle(topic, self.target_alias):
+                return False
+            if policy.is_heartbeats(topic) and narrow is None:
+                return False  # the mirror's own beacons: audited only when asked for by name
+            if narrow is not None and not narrow.fullmatch(topic):
+                return False
+            return any(re.fullmatch(p, topic) for p in self.include)
+
+        return wanted
 
 
 @dataclass(slots=True)
@@ -177,27 +204,6 @@ class _Survey:
     notes: list[str]
 
 
-def _wanted(spec: MirrorSpec, topics_regex: str | None) -> Callable[[str], bool]:
-    from mirror.config import INTERNAL_TOPICS
-    from mirror.naming import ReplicationPolicy
-
-    policy = ReplicationPolicy(identity=spec.identity, separator=spec.separator)
-    narrow = re.compile(topics_regex) if topics_regex else None
-
-    def wanted(topic: str) -> bool:
-        if policy.is_internal(topic) or any(re.fullmatch(p, topic) for p in (*spec.exclude, *INTERNAL_TOPICS)):
-            return False
-        if spec.mode == "mm2" and spec.target_alias and policy.is_cycle(topic, spec.target_alias):
-            return False
-        if policy.is_heartbeats(topic) and narrow is None:
-            return False  # the mirror's own beacons: audited only when asked for by name
-        if narrow is not None and not narrow.fullmatch(topic):
-            return False
-        return any(re.fullmatch(p, topic) for p in spec.include)
-
-    return wanted
-
-
 async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) -> _Survey:
     import trio
 
@@ -206,6 +212,7 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
     from mirror.formats import OffsetSync, decode_position
     from mirror.naming import ReplicationPolicy
     from mirror.topics import read_whole_topic
+    from pipeline.planning import job_error
 
     async def logs(client: Any, names: Mapping[str, int]) -> dict[tuple[str, int], tuple[int, int]]:
         tps = [TopicPartition(t, p) for t, n in names.items() for p in range(n)]
@@ -215,25 +222,33 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
         ends = await admin.list_offsets(client, {tp: LATEST for tp in tps})
         return {(tp.topic, tp.partition): (starts[tp].offset, ends[tp].offset) for tp in tps}
 
-    wanted = _wanted(spec, topics_regex)
+    async def asking(bootstrap: str, call: Awaitable[_T]) -> _T:
+        """`call`'s answer from the cluster `bootstrap`; its failure names that cluster."""
+        try:
+            return await call
+        except Exception as exc:  # noqa: BLE001 - a cluster's failure becomes a PipelineError naming it
+            raise job_error(bootstrap, exc) from None
+
+    wanted = spec.topic_filter(topics_regex)
     notes: list[str] = []
     policy = ReplicationPolicy(identity=spec.identity, separator=spec.separator)
+    source_at, target_at = spec.source_bootstrap, spec.target_bootstrap
     async with open_client(spec.source_bootstrap, client_id="causeway-audit", request_timeout_s=timeout_s) as src, \
             open_client(spec.target_bootstrap, client_id="causeway-audit", request_timeout_s=timeout_s) as tgt:
         with trio.fail_after(timeout_s * 4):
-            source_topics = {t: n for t, n in (await admin.list_topics(src)).items() if wanted(t)}
-            target_topics = await admin.list_topics(tgt)
+            source_topics = {t: n for t, n in (await asking(source_at, admin.list_topics(src))).items() if wanted(t)}
+            target_topics = await asking(target_at, admin.list_topics(tgt))
             topics = sorted(source_topics)
             present = {spec.remote(t): target_topics[spec.remote(t)] for t in topics if spec.remote(t) in target_topics}
             absent = [spec.remote(t) for t in topics if spec.remote(t) not in target_topics]
-            source = _Side(await logs(src, source_topics))
-            raw_target = await logs(tgt, present)
+            source = _Side(await asking(source_at, logs(src, source_topics)))
+            raw_target = await asking(target_at, logs(tgt, present))
             back = {spec.remote(t): t for t in topics}
             target = _Side({(back[t], p): span for (t, p), span in raw_target.items()})
             positions: dict[tuple[str, int], int] = {}
             syncs: dict[tuple[str, int], tuple[int, int]] = {}
             if spec.mode == "mm2":
-                for record in await read_whole_topic(tgt, policy.positions_topic(spec.source_alias)):
+                for record in await asking(target_at, read_whole_topic(tgt, policy.positions_topic(spec.source_alias))):
                     decoded = decode_position(record.key or b"", record.value)
                     if decoded is None or decoded[0] != spec.source_alias:
                         continue
@@ -246,8 +261,8 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
                 if other is None:
                     notes.append("offset syncs not read: the target's alias is not known (--target-alias)")
                 else:
-                    holder = src if spec.offset_syncs_location == "source" else tgt
-                    for record in await read_whole_topic(holder, policy.offset_syncs_topic(other)):
+                    holder, at = (src, source_at) if spec.offset_syncs_location == "source" else (tgt, target_at)
+                    for record in await asking(at, read_whole_topic(holder, policy.offset_syncs_topic(other))):
                         if record.key is None or record.value is None:
                             continue
                         try:
@@ -261,16 +276,6 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
 
 
 # -- the comparison, in Spark ------------------------------------------------------------------
-
-
-def _identity(df: DataFrame) -> DataFrame:
-    from pyspark.sql import functions as F
-
-    headers = F.transform(F.col("headers"), lambda h: F.struct(h["key"], h["value"].isNull(), h["value"]))
-    parts: list[Column | str] = [F.col("key").isNull(), "key", F.col("value").isNull(), "value", "timestamp",
-                                 F.col("headers").isNull(), headers]
-    return df.select("topic", "partition", "offset", F.xxhash64(*parts).alias("h1"),
-                     F.xxhash64(F.lit(_SEED), *parts).alias("h2"))
 
 
 def read_pinned(spark: SparkSession, bootstrap: str, logs: Mapping[tuple[str, int], tuple[int, int]],
@@ -306,12 +311,12 @@ def _pairs(spark: SparkSession, spec: MirrorSpec, survey: _Survey, options: Mapp
                          StructField("h2", LongType())])
     empty = spark.createDataFrame([], schema)
     src = read_pinned(spark, spec.source_bootstrap, survey.source.logs, options)
-    src_h = _identity(src) if src is not None else empty
+    src_h = with_identity(src) if src is not None else empty
     remote_logs = {(spec.remote(t), p): span for (t, p), span in survey.target.logs.items()}
     tgt = read_pinned(spark, spec.target_bootstrap, remote_logs, options)
     if tgt is not None:
         back = F.create_map(*[F.lit(x) for t in survey.topics for x in (spec.remote(t), t)])
-        tgt_h = _identity(tgt).withColumn("topic", F.element_at(back, F.col("topic")))
+        tgt_h = with_identity(tgt).withColumn("topic", F.element_at(back, F.col("topic")))
     else:
         tgt_h = empty
     s = src_h.groupBy(*keys).agg(F.array_sort(F.collect_list("offset")).alias("so"))
@@ -409,12 +414,16 @@ def _ranges(found: DataFrame, max_ranges: int) -> list[Any]:
 
 
 def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = None, max_ranges: int = 20,
-          options: Mapping[str, str] | None = None, request_timeout_s: float = 30.0,
+          options: Mapping[str, str] | None = None, request_timeout_s: float | None = None,
           say: Callable[[str], None] | None = None) -> AuditReport:
     """Compare the mirror's source and target topics, partition by partition.
 
-    Raises PipelineError for an unreachable cluster or a bad topic pattern; everything the
-    clusters hold is reported, never raised.
+    `options` are read options of the data source for both sides' reads (kafka.*), checked
+    first; kafka.request.timeout.ms (default 30000) also bounds the look at both clusters,
+    unless `request_timeout_s` is given.
+
+    Raises PipelineError for an unreachable cluster, a bad option or a bad topic pattern;
+    everything the clusters hold is reported, never raised.
     """
     import trio
     from pyspark import StorageLevel
@@ -429,6 +438,11 @@ def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = N
             raise PipelineError(f"--topics: bad regular expression {topics_regex!r}: {exc}") from None
     if spec.mode not in ("mm2", "link"):
         raise PipelineError(f"mode must be mm2 or link, got {spec.mode!r}")
+    opts = dict(options or {})
+    # The options as a read takes them (the offsets are the audit's own): a bad one is named now.
+    checked = parse_read_options({**opts, "kafka.bootstrap.servers": spec.source_bootstrap, "assign": '{"t":[0]}'})
+    if request_timeout_s is None:
+        request_timeout_s = checked.request_timeout_s
     say = say or (lambda _line: None)
     started = int(time.time() * 1000)
     try:
@@ -448,31 +462,31 @@ def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = N
     planned_t = sum(e - s for s, e in survey.target.logs.values())
     say(f"audit {name}: {len(survey.topics)} topic(s), {len(survey.source.logs)} partition(s); "
         f"{planned_s} source and {planned_t} target offsets to compare")
-    opts = dict(options or {})
     pairs = _pairs(spark, spec, survey, opts).persist(StorageLevel.MEMORY_AND_DISK)
     cached = [pairs]
     try:
-        matched = F.col("s").isNotNull() & F.col("t").isNotNull()
-        stats = {(r.topic, r.partition): r for r in pairs.groupBy("topic", "partition").agg(
-            F.count("s").alias("source_records"), F.count("t").alias("target_records"),
-            F.sum(matched.cast("long")).alias("copied"), F.max(F.when(matched, F.col("s"))).alias("max_copied_s"),
-            F.min(F.when(matched, F.col("t"))).alias("min_copied_t")).collect()}
-        say(f"audit {name}: {sum(r.source_records for r in stats.values())} source records read, "
-            f"{sum(r.target_records for r in stats.values())} target records read")
-        bound_rows = []
-        for key, (s_start, _end) in survey.source.logs.items():
-            r = stats.get(key)
-            through = r.max_copied_s if r is not None and r.max_copied_s is not None else -1
-            if spec.mode == "link":
-                through = max(through, survey.target.logs.get(key, (0, 0))[1] - 1)
-            else:
-                through = max(through, survey.positions.get(key, -1))
-            sync = survey.syncs.get(key)
-            bound_rows.append((key[0], key[1], through, sync[1] - sync[0] if sync else None, s_start,
-                               r.min_copied_t if r is not None else None))
-        bounds = spark.createDataFrame(bound_rows, "topic string, partition int, through long, sync_delta long, "
-                                                   "source_start long, min_copied_t long")
-        found = _ranges(_classify(spec, pairs, bounds, cached), max_ranges)
+        with stage_progress(spark, say, f"audit {name}"):
+            matched = F.col("s").isNotNull() & F.col("t").isNotNull()
+            stats = {(r.topic, r.partition): r for r in pairs.groupBy("topic", "partition").agg(
+                F.count("s").alias("source_records"), F.count("t").alias("target_records"),
+                F.sum(matched.cast("long")).alias("copied"), F.max(F.when(matched, F.col("s"))).alias("max_copied_s"),
+                F.min(F.when(matched, F.col("t"))).alias("min_copied_t")).collect()}
+            say(f"audit {name}: {sum(r.source_records for r in stats.values())} source records read, "
+                f"{sum(r.target_records for r in stats.values())} target records read")
+            bound_rows = []
+            for key, (s_start, _end) in survey.source.logs.items():
+                r = stats.get(key)
+                through = r.max_copied_s if r is not None and r.max_copied_s is not None else -1
+                if spec.mode == "link":
+                    through = max(through, survey.target.logs.get(key, (0, 0))[1] - 1)
+                else:
+                    through = max(through, survey.positions.get(key, -1))
+                sync = survey.syncs.get(key)
+                bound_rows.append((key[0], key[1], through, sync[1] - sync[0] if sync else None, s_start,
+                                   r.min_copied_t if r is not None else None))
+            bounds = spark.createDataFrame(bound_rows, "topic string, partition int, through long, sync_delta long, "
+                                                       "source_start long, min_copied_t long")
+            found = _ranges(_classify(spec, pairs, bounds, cached), max_ranges)
     finally:
         for df in cached:
             df.unpersist()
@@ -517,11 +531,28 @@ def _counted(report: AuditReport) -> Iterable[dict[str, Any]]:
         yield row
 
 
+def _replace_durably(tmp: Path, final: Path) -> None:
+    """`tmp` (complete) renamed to `final`, both on disk first: a process killed, or a machine
+    that loses power, leaves the old `final` or the new one, never a torn one."""
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    crash_point("pipeline-audit-before-rename")
+    os.replace(tmp, final)
+    fd = os.open(final.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def write_json(report: AuditReport, path: Path) -> None:
-    """The whole report as JSON, written to a temporary name and renamed: never half a file."""
+    """The whole report as JSON, written to a hidden temporary name and renamed: never half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
-    os.replace(tmp, path)
+    _replace_durably(tmp, path)
 
 
 def write_parquet(report: AuditReport, directory: Path) -> Path:
@@ -543,7 +574,7 @@ def write_parquet(report: AuditReport, directory: Path) -> Path:
     ])
     table = pa.Table.from_pylist(rows, schema=schema)
     final = directory / f"audit-{report.started_ms}-{report.run_id}.parquet"
-    tmp = directory / f"_{final.name}.tmp"
+    tmp = directory / f"_{final.name}.{os.getpid()}.tmp"
     pq.write_table(table, tmp)
-    os.replace(tmp, final)
+    _replace_durably(tmp, final)
     return final

@@ -21,7 +21,6 @@ record a second time fails naming how many, per partition, unless `allow_duplica
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
@@ -36,15 +35,16 @@ from pyspark.sql.window import Window
 from broker.client import KafkaError, TopicPartition, admin, init_idempotent_producer, open_client
 from broker.client.admin import NewTopic
 from broker.client.batching import size_batches
+from broker.faults import crash_point
 from broker.protocol.constants import EARLIEST as LIST_EARLIEST
 from broker.protocol.constants import LATEST as LIST_LATEST
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
 from mirror.daemon import EXCLUDED_CONFIGS
-from pipeline.audit import _identity
-from pipeline.export import _progress
+from pipeline.identity import with_identity
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange, Plan, job_error, plan_read
+from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
 
 __all__ = ["CopyResult", "CopySink", "DuplicateCopy", "copy"]
@@ -158,8 +158,8 @@ def _overlap(spark: SparkSession, source: str, target: str, topic: str, target_t
         return {}
     held = [OffsetRange(target_topic, r.partition, *logs[r.partition]) for r in busy]
     rank = Window.partitionBy("partition", "h1", "h2").orderBy("offset")
-    src = _identity(_read(spark, source, topic, busy, options)).withColumn("n", F.row_number().over(rank))
-    tgt = (_identity(_read(spark, target, target_topic, held, options)).withColumn("n", F.row_number().over(rank))
+    src = with_identity(_read(spark, source, topic, busy, options)).withColumn("n", F.row_number().over(rank))
+    tgt = (with_identity(_read(spark, target, target_topic, held, options)).withColumn("n", F.row_number().over(rank))
            .select("partition", "h1", "h2", "n", F.lit(True).alias("held")))
     rows = (src.join(tgt, ["partition", "h1", "h2", "n"], "left")
             .groupBy("partition")
@@ -226,6 +226,7 @@ async def _produce(batches: Iterator[pa.RecordBatch], target: str, topic: str, t
                         raise PipelineError(f"{topic}-{partition}: produce failed: {ErrorCode(answer.error).name}"
                                             + (f" ({answer.error_message})" if answer.error_message else ""))
                     written += len(chunk)
+                    crash_point("pipeline-copy-batch-written")  # an executor killed midway through its range
     return written
 
 
@@ -330,18 +331,11 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
                 for p in sorted(position) if position[p] < ends[p]]
         df = _read(spark, source, topic, step, pinned).selectExpr(
             "partition", "key", "value", "headers", "unix_millis(timestamp) AS ts")
-        stop = threading.Event()
-        watcher = threading.Thread(target=_progress, args=(spark, stop, say, f"{label} step {steps + 1}"),
-                                   daemon=True)
-        watcher.start()
-        try:
+        with stage_progress(spark, say, f"{label} step {steps + 1}"):
             (df.write.format(_SINK).option("bootstrap", target).option("topic", target_topic)
              .option("timeout_s", str(timeout_s))
              .option("expected", json.dumps({str(r.partition): logs[r.partition][1] for r in step}))
              .mode("append").save())
-        finally:
-            stop.set()
-            watcher.join()
         # What the step wrote: the target's log ends moved by it (the copy's own count, as long
         # as nothing else writes to those partitions meanwhile).
         after = _target(source, target, topic, target_topic, len(ranges), timeout_s).logs

@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -34,8 +33,10 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from broker.atomic_file import write_atomically
+from broker.faults import crash_point
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange, plan_read
+from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
 
 __all__ = ["ExportResult", "OFFSETS_FILE", "export_topic"]
@@ -93,23 +94,8 @@ def _apply(out_dir: Path, run_dir: Path, step: dict[str, object], topic: str) ->
         if src.exists():  # else: moved before the kill
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
+    crash_point("pipeline-export-files-moved")  # the step's files in place, its offsets not yet
     _write_json_atomically(out_dir / OFFSETS_FILE, {"topic": topic, "offsets": step["offsets"]})
-
-
-def _progress(spark: SparkSession, stop: threading.Event, say: Callable[[str], None], label: str) -> None:
-    """Spark's stage progress every few seconds while a step runs."""
-    tracker = spark.sparkContext.statusTracker()
-    last = ""
-    while not stop.wait(2.0):
-        parts = []
-        for stage_id in tracker.getActiveStageIds():
-            info = tracker.getStageInfo(stage_id)
-            if info is not None:
-                parts.append(f"stage {stage_id}: {info.numCompletedTasks}/{info.numTasks} tasks")
-        line = ", ".join(parts)
-        if line and line != last:
-            say(f"{label}: {line}")
-            last = line
 
 
 def export_topic(spark: SparkSession, bootstrap: str, topic: str, out_dir: str | Path, *,
@@ -170,14 +156,8 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
         df = spark.read.format(FORMAT).options(**read).load()
         df = df.withColumn("date", F.date_format("timestamp", "yyyy-MM-dd")).withColumn(
             "hour", F.date_format("timestamp", "HH"))
-        stop = threading.Event()
-        watcher = threading.Thread(target=_progress, args=(spark, stop, say, label), daemon=True)
-        watcher.start()
-        try:
+        with stage_progress(spark, say, label):
             df.write.partitionBy("date", "hour").parquet(str(run_dir / "data"))
-        finally:
-            stop.set()
-            watcher.join()
         data_dir = run_dir / "data"
         files = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*.parquet"))
         renamed = []

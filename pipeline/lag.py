@@ -36,9 +36,11 @@ from broker.client import TopicPartition, admin, open_client
 from broker.protocol.constants import EARLIEST as LIST_EARLIEST
 from broker.protocol.constants import LATEST as LIST_LATEST
 from mirror.naming import HEARTBEATS_TOPIC
-from pipeline.audit import MirrorSpec, _wanted, read_pinned
+from pipeline.audit import MirrorSpec, read_pinned
+from pipeline.identity import identity_hashes
 from pipeline.options import PipelineError
 from pipeline.planning import job_error
+from pipeline.progress import stage_progress
 
 __all__ = ["LagReport", "LagStats", "lag", "render_svg"]
 
@@ -147,7 +149,7 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
             target_topics = await _list(spec.target_bootstrap, timeout_s)
     except BaseException as exc:
         raise job_error(spec.target_bootstrap, exc) from None
-    wanted = _wanted(spec, topics_regex)
+    wanted = spec.topic_filter(topics_regex)
     pairs = {t: spec.remote(t) for t in sorted(source_topics) if wanted(t) and spec.remote(t) in target_topics}
     beats = f"{spec.source_alias}{spec.separator}{HEARTBEATS_TOPIC}"
     heartbeats = beats if spec.mode == "mm2" and not spec.identity and beats in target_topics else None
@@ -170,11 +172,9 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
 def _content(df: DataFrame) -> DataFrame:
     """Each record with its content identity (not its timestamp: that is what a LogAppendTime
     copy changes) and its rank among the records of its partition with that identity."""
-    headers = F.transform(F.col("headers"), lambda h: F.struct(h["key"], h["value"].isNull(), h["value"]))
-    parts: list[Column | str] = [F.col("key").isNull(), "key", F.col("value").isNull(), "value",
-                                 F.col("headers").isNull(), headers]
+    h1, h2 = identity_hashes(with_timestamp=False)
     df = df.select("topic", "partition", "offset", "timestampType", F.unix_millis("timestamp").alias("ts"),
-                   F.xxhash64(*parts).alias("h1"), F.xxhash64(F.lit(0x5EED), *parts).alias("h2"))
+                   h1.alias("h1"), h2.alias("h2"))
     rank = Window.partitionBy("topic", "partition", "h1", "h2").orderBy("offset")
     return df.withColumn("n", F.row_number().over(rank))
 
@@ -259,14 +259,15 @@ def lag(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = Non
     lat = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     lat = lat.cache()
     try:
-        for r in _summary(lat, ["kind", "topic", "partition", "target_topic"]):
-            report.partitions[(r.kind, r.topic, int(r.partition), r.target_topic)] = _stats(r)
-        for r in _summary(lat, ["kind"]):
-            report.overall[r.kind] = _stats(r)
-        window_ms = window_s * 1000
-        start = (F.floor(F.col("ts") / window_ms) * window_ms).cast("long").alias("window")
-        for r in sorted(_summary(lat, ["kind", start]), key=lambda r: (r.kind, r.window)):
-            report.windows.setdefault(r.kind, []).append((int(r.window), _stats(r)))
+        with stage_progress(spark, say, f"lag of mirror {spec.name}"):
+            for r in _summary(lat, ["kind", "topic", "partition", "target_topic"]):
+                report.partitions[(r.kind, r.topic, int(r.partition), r.target_topic)] = _stats(r)
+            for r in _summary(lat, ["kind"]):
+                report.overall[r.kind] = _stats(r)
+            window_ms = window_s * 1000
+            start = (F.floor(F.col("ts") / window_ms) * window_ms).cast("long").alias("window")
+            for r in sorted(_summary(lat, ["kind", start]), key=lambda r: (r.kind, r.window)):
+                report.windows.setdefault(r.kind, []).append((int(r.window), _stats(r)))
     finally:
         lat.unpersist()
     return report

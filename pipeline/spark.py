@@ -9,13 +9,16 @@ way; the Python workers run this interpreter, so they import the same `pipeline`
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-__all__ = ["DEFAULT_MASTER", "session"]
+from pipeline.options import PipelineError
+
+__all__ = ["DEFAULT_MASTER", "session", "task_failure"]
 
 DEFAULT_MASTER = "local[2]"
 _LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -52,3 +55,41 @@ def session(master: str = DEFAULT_MASTER, *, app_name: str = "causeway-pipeline"
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(CausewayDataSource)
     return spark
+
+
+# What an executor's failure looks like in the driver's exception text: the PipelineError a task
+# raised (its class name, then the message naming topic, partition and offset), or Spark's own
+# reason for a task that died (a Python worker killed, out of memory, ...).
+_TASK_ERROR = re.compile(r"PipelineError: (.+)")
+_LOST_TASK = re.compile(r"most recent failure: Lost task (\S+) in stage (\S+) \(TID \d+\) \([^)]*\): "
+                        r"(?:[\w.$]+(?:Exception|Error): )?(.+)")
+_SPARK_REASON = re.compile(r"SparkException: (.+)")
+
+
+def task_failure(exc: BaseException) -> PipelineError | None:
+    """A Spark job's failure as one line: the PipelineError one of its tasks raised, or Spark's
+    reason a task failed; None for anything else (a bug: let it raise with its traceback).
+
+    Spark hands an executor's exception to the driver as text inside its own (a PySparkException,
+    or py4j's Py4JJavaError around a SparkException), after its retries ran out."""
+    from py4j.protocol import Py4JJavaError  # type: ignore[import-untyped]
+    from pyspark.errors import PySparkException
+
+    if not isinstance(exc, (PySparkException, Py4JJavaError)):
+        return None
+    text = str(exc)
+    raised = _TASK_ERROR.search(text)
+    if raised is not None:
+        return PipelineError(raised.group(1).strip())
+    lost = _LOST_TASK.search(text)
+    if lost is not None:
+        return PipelineError(f"a Spark task failed (task {lost.group(1)} of stage {lost.group(2)}): "
+                             f"{_first_sentence(lost.group(3))}")
+    reason = _SPARK_REASON.search(text)
+    if reason is not None:
+        return PipelineError(f"the Spark job failed: {_first_sentence(reason.group(1))}")
+    return None
+
+
+def _first_sentence(line: str) -> str:
+    return line.split(". Consider setting", 1)[0].strip()  # Spark's tuning hint is not the cause

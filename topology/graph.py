@@ -68,8 +68,9 @@ def explain(topology: Topology) -> str:
         for a in sorted(arrived, key=lambda a: a.topic):
             hops = len(a.mirrors)
             wan = ", ".join(a.wan_links) if a.wan_links else "no WAN link"
+            link = ", a read-only mirror topic (link mode)" if topology.mirrors[a.mirrors[-1]].mode == "link" else ""
             lines.append(f"  {a.topic} <- {a.origin_cluster}:{a.origin_topic} via {' -> '.join(a.mirrors)} "
-                         f"({hops} hop{'s' if hops > 1 else ''}; {wan})")
+                         f"({hops} hop{'s' if hops > 1 else ''}; {wan}{link})")
         if not arrived:
             lines.append("  mirrored in: none")
     return "\n".join(lines)
@@ -89,7 +90,7 @@ def to_dot(topology: Topology) -> str:
                 out.append(f'    c_{_id(name)} [label="{name}\\n{cluster.brokers} broker(s)"{style}];')
         out.append("  }")
     for name, mirror in topology.mirrors.items():
-        label = f"{name}\\n{mirror.mode}, {mirror.naming}"
+        label = f"{name}\\n{mirror.mode}, {mirror.effective_naming}"
         out.append(f'  c_{_id(mirror.source)} -> c_{_id(mirror.target)} [label="{label}"];')
     for link in topology.links:
         a, b = link.between
@@ -114,7 +115,8 @@ def to_mermaid(topology: Topology) -> str:
                 out.append(f"    c_{_id(name)}{shape}")
         out.append("  end")
     for name, mirror in topology.mirrors.items():
-        out.append(f"  c_{_id(mirror.source)} -->|{name}: {mirror.mode}, {mirror.naming}| c_{_id(mirror.target)}")
+        label = f"{name}: {mirror.mode}, {mirror.effective_naming}"
+        out.append(f"  c_{_id(mirror.source)} -->|{label}| c_{_id(mirror.target)}")
     for link in topology.links:
         a, b = link.between
         label = f"WAN {link.latency} ms" + (f", {link.bandwidth * 8 / 1e6:g} Mbit/s" if link.bandwidth else "")

@@ -3,8 +3,9 @@
 Every problem is collected, named by file, line, column and key path, before anything starts:
 dangling references (with a suggestion), a mirror between datacenters with no WAN link, clashing
 ports, replication factors (and min.insync.replicas) above the broker count, several brokers
-without ZooKeeper coordination, and mirror cycles that nothing stops
-(identity naming all the way round).
+without ZooKeeper coordination, mirror cycles that nothing stops (identity naming or link mode
+all the way round), and link-mode mirrors given `naming: default` or copying onto a topic the
+target declares itself.
 """
 
 from __future__ import annotations
@@ -135,8 +136,32 @@ def _semantic_problems(spec: TopologySpec, file: str, positions: Positions) -> l
         if a != b and a in spec.datacenters and b in spec.datacenters and frozenset((a, b)) not in seen_links:
             problem(("mirrors", name, "target"),
                     f"no WAN link between datacenters '{a}' and '{b}'; add one under links:")
+    _check_link_mirrors(spec, problem)
     _check_cycles(spec, problem)
     return problems
+
+
+def _check_link_mirrors(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], str], None]) -> None:
+    """A link-mode mirror keeps topic names, and its copies are mirror topics it creates itself:
+    `naming: default` given with it cannot be honoured, and a topic the target cluster declares
+    under the same name would be an ordinary topic the mirror must not write to."""
+    for name, mirror in spec.mirrors.items():
+        if mirror.mode != "link":
+            continue
+        if "naming" in mirror.model_fields_set and mirror.naming == "default":
+            problem(("mirrors", name, "naming"),
+                    "a link-mode mirror keeps topic names (its mirror topics have the source's offsets under "
+                    "the source's names): remove `naming: default`, or use mode: mm2 for <source>.<topic> names")
+        source, target = spec.clusters.get(mirror.source), spec.clusters.get(mirror.target)
+        if source is None or target is None or mirror.source == mirror.target:
+            continue  # reported above
+        for topic in source.topics:
+            if topic in target.topics and mirror.topics.matches(topic):
+                problem(("clusters", mirror.target, "topics", topic),
+                        f"link-mode mirror '{name}' copies topic '{topic}' from cluster '{mirror.source}' into "
+                        f"'{mirror.target}' as a read-only mirror topic it creates itself; cluster "
+                        f"'{mirror.target}' cannot declare a topic of that name too (remove it here, or exclude "
+                        f"it from the mirror's topics)")
 
 
 # Cluster configs that name a replica count: more than the cluster's brokers can never be met.
@@ -176,10 +201,11 @@ def _check_replication(name: str, cluster: Cluster, problem: Callable[[tuple[str
 
 
 def _check_cycles(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], str], None]) -> None:
-    """Mirror cycles where every hop keeps topic names: records would circle for ever."""
+    """Mirror cycles where every hop keeps topic names (identity naming, or link mode): records
+    would circle for ever (mm2), or each link mirror would find the other's topics in its way."""
     edges: dict[str, list[tuple[str, str]]] = {}
     for name, mirror in spec.mirrors.items():
-        if mirror.naming == "identity" and mirror.source in spec.clusters and mirror.target in spec.clusters:
+        if mirror.keeps_names and mirror.source in spec.clusters and mirror.target in spec.clusters:
             edges.setdefault(mirror.source, []).append((mirror.target, name))
     reported: set[frozenset[str]] = set()
 
@@ -190,9 +216,16 @@ def _check_cycles(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], 
                 if cycle not in reported:
                     reported.add(cycle)
                     loop = " -> ".join([*trail, start])
-                    problem(("mirrors", mirror_name, "naming"),
-                            f"mirror loop with identity naming on every hop ({loop}): records would circle "
-                            "for ever; use naming: default on at least one of these mirrors")
+                    names_key = "mode" if spec.mirrors[mirror_name].mode == "link" else "naming"
+                    links = any(spec.mirrors[m].mode == "link" for m in cycle)
+                    how = "that keeps topic names (identity naming or link mode)" if links else \
+                        "with identity naming"
+                    advice = ("use naming: default on at least one of these mirrors" if any(
+                        spec.mirrors[m].mode == "mm2" for m in cycle) else
+                        "link-mode mirrors keep names, so at least one of these must be mode: mm2 "
+                        "with naming: default")
+                    problem(("mirrors", mirror_name, names_key),
+                            f"mirror loop {how} on every hop ({loop}): records would circle for ever; {advice}")
             elif target not in trail:
                 walk(start, target, [*trail, target], [*names, mirror_name])
 

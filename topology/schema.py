@@ -96,11 +96,23 @@ class Mirror(_Strict):
     topics: Patterns = Field(default_factory=Patterns)
     groups: Patterns = Field(default_factory=Patterns)
     mode: Literal["mm2", "link"] = "mm2"
+    # MirrorMaker 2's naming; a link-mode mirror always keeps names (its mirror topics carry the
+    # source's offsets under the source's name), so `naming: default` given with it is refused.
     naming: Literal["default", "identity"] = "default"
+
+    @property
+    def keeps_names(self) -> bool:
+        """Whether remote topics keep their source names: identity naming, or link mode."""
+        return self.mode == "link" or self.naming == "identity"
+
+    @property
+    def effective_naming(self) -> str:
+        """The naming the mirror applies: `identity` for a link-mode mirror whatever the file says."""
+        return "identity" if self.keeps_names else "default"
 
     def remote_name(self, topic: str) -> str:
         """The topic's name at the target: MirrorMaker 2's `<source alias>.<topic>` or the same."""
-        return topic if self.naming == "identity" else f"{self.source}.{topic}"
+        return topic if self.keeps_names else f"{self.source}.{topic}"
 
 
 def _datacenter(value: object) -> object:

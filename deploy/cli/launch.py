@@ -55,10 +55,10 @@ def _print_endpoints(state: LaunchState) -> None:
         for dc, address in cluster.wan.items():
             print(f"    from datacenter {dc}, through the WAN link: {address}")
     for name, mirror in state.mirrors.items():
-        identity = mirror.plan.settings.get("naming") == "identity"
-        remote = "<topic>" if identity else f"{mirror.plan.source}.<topic>"
-        print(f"  mirror {name}: {mirror.plan.source} -> {mirror.plan.target} (as {remote}), "
-              f"reading {mirror.source_bootstrap}")
+        remote = "<topic>" if mirror.plan.keeps_names else f"{mirror.plan.source}.<topic>"
+        kind = ", read-only mirror topics" if mirror.plan.mode == "link" else ""
+        print(f"  mirror {name} ({mirror.plan.mode}): {mirror.plan.source} -> {mirror.plan.target} "
+              f"(as {remote}{kind}), reading {mirror.source_bootstrap}")
     print(f"State and logs: {state.state_dir}", flush=True)
 
 
@@ -182,12 +182,12 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  WAN: {problem}")
     if report["mirrors"]:
         print()
-        rows = [("MIRROR", "SOURCE", "TARGET", "STATE", "HEALTHY", "LAG", "RECORDS", "LATENCY-MS", "PID",
+        rows = [("MIRROR", "MODE", "SOURCE", "TARGET", "STATE", "HEALTHY", "LAG", "RECORDS", "LATENCY-MS", "PID",
                  "RESTARTS")]
         problems: list[str] = []
         for name, m in report["mirrors"].items():
             state = m.get("state") or "starting" if m["alive"] else "DOWN"
-            rows.append((name, m["source"], m["target"], state, "yes" if m["healthy"] else "NO",
+            rows.append((name, m.get("mode", "mm2"), m["source"], m["target"], state, "yes" if m["healthy"] else "NO",
                          _or_dash(m.get("lag")), _or_dash(m.get("records")), _or_dash(m.get("max_latency_ms")),
                          m["pid"], m["restarts"]))
             problems += [f"  mirror {name}: {reason}" for reason in m["unhealthy_because"]]

@@ -1,4 +1,7 @@
-"""`causeway mirror --config FILE`: run one MirrorMaker-2-style mirror until stopped."""
+"""`causeway mirror --config FILE`: run one mirror (mm2 or link mode) until stopped.
+
+`causeway mirror promote ...` promotes a link-mode mirror's topics (deploy/cli/mirror_promote.py).
+"""
 
 from __future__ import annotations
 
@@ -9,8 +12,9 @@ from typing import Any
 
 import trio
 
-from deploy.cli.command import run, until_signalled
+from deploy.cli.command import UsageError, run, until_signalled
 from mirror.config import MirrorConfig, load_mirror_config
+from mirror.errors import MirrorRefused
 from topology import TopologyError
 
 __all__ = ["register"]
@@ -20,17 +24,29 @@ def register(commands: Any) -> None:
     parser = commands.add_parser(
         "mirror", help="copy topics from one cluster to another (MirrorMaker 2 conventions)",
         description="Run one mirror from a YAML config: source and target bootstrap, topic and group "
-                    "patterns, naming, and MirrorMaker 2's knobs by their MM2 names. See README, 'causeway mirror'.")
-    parser.add_argument("--config", type=Path, required=True, help="the mirror's YAML file")
+                    "patterns, naming, mode (mm2 or link), and MirrorMaker 2's knobs by their MM2 names. "
+                    "`causeway mirror promote` makes a link-mode mirror's topics writable. "
+                    "See README, 'causeway mirror' and 'Link mode'.")
+    parser.add_argument("--config", type=Path, help="the mirror's YAML file (required to run a mirror)")
     parser.add_argument("--status-file", type=Path, help="write the mirror's status (JSON) here every second")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=_run)
+    from deploy.cli.mirror_promote import register_promote
+
+    register_promote(parser.add_subparsers(dest="mirror_command", metavar="{promote}"))
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.config is None:
+        return run("causeway mirror", lambda: _missing_config())
     return run("causeway mirror", lambda: trio.run(_serve, load_mirror_config(args.config), args.status_file),
                errors=[(TopologyError, 2,
-                        lambda exc: f"causeway mirror: {args.config} is not a valid mirror config:\n{exc}")])
+                        lambda exc: f"causeway mirror: {args.config} is not a valid mirror config:\n{exc}"),
+                       (MirrorRefused, 1, lambda exc: f"causeway mirror: {exc}")])
+
+
+def _missing_config() -> int:
+    raise UsageError("--config FILE is required to run a mirror (or `causeway mirror promote ...`)")
 
 
 async def _serve(config: MirrorConfig, status_file: Path | None) -> None:

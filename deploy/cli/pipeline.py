@@ -13,20 +13,15 @@ topic, an unreachable cluster or data no longer in the log; 2 for a bad command 
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
-from deploy.cli.command import Refused, UsageError, run
+from deploy.cli.command import UsageError, run
+from deploy.cli.pipeline_common import on_spark, option_flags
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["register"]
-
-
-def _options(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise UsageError(f"--option wants KEY=VALUE, got {item!r}")
-        out[key.strip()] = value.strip()
-    return out
 
 
 def _say(line: str) -> None:
@@ -36,28 +31,18 @@ def _say(line: str) -> None:
 def _export(args: argparse.Namespace) -> int:
     if args.step_records <= 0:
         raise UsageError("--step-records must be positive")
-    options = _options(args.option)
-    # Spark and the pipeline are imported only when a job runs: `causeway --help` stays quick.
-    from pyspark.sql import SparkSession
+    options = option_flags(args.option)
 
-    from pipeline.export import export_topic
-    from pipeline.options import PipelineError
-    from pipeline.spark import session
+    def job(spark: SparkSession) -> int:
+        from pipeline.export import export_topic
 
-    # A session this process already runs (a notebook, a test) is used and left running.
-    owned = SparkSession.getActiveSession() is None
-    spark = session(args.master)
-    try:
         result = export_topic(spark, args.bootstrap, args.topic, args.to, step_records=args.step_records,
                               min_partitions=args.min_partitions, say=_say, options=options)
-    except PipelineError as exc:
-        raise Refused(str(exc)) from None
-    finally:
-        if owned:
-            spark.stop()
-    _say(f"export {args.topic}: done: {result.exported} records in {result.steps} step(s); offsets now "
-         + ", ".join(f"{p}:{o}" for p, o in sorted(result.offsets.items())))
-    return 0
+        _say(f"export {args.topic}: done: {result.exported} records in {result.steps} step(s); offsets now "
+             + ", ".join(f"{p}:{o}" for p, o in sorted(result.offsets.items())))
+        return 0
+
+    return on_spark(args.master, job)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,7 +1,7 @@
 """`causeway pipeline audit`: compare a mirror's source and target (pipeline/audit.py).
 
     causeway pipeline audit TOPOLOGY --mirror NAME [--topics REGEX] [--state-dir DIR]
-                            [--json FILE] [--parquet DIR] [--master local[2]]
+                            [--json FILE] [--parquet DIR] [--master local[2]] [--option KEY=VALUE]...
     causeway pipeline audit --source-bootstrap H:P --target-bootstrap H:P [--mode mm2|link]
                             [--source-alias A] [--target-alias B] [--identity] ...
 
@@ -18,66 +18,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import Refused, UsageError, run
+from deploy.cli.command import UsageError, run
+from deploy.cli.pipeline_common import mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
     from pipeline.audit import MirrorSpec
 
 __all__ = ["register_audit"]
-
-
-def _from_state(args: argparse.Namespace) -> MirrorSpec:
-    from deploy.launcher.control import read_state
-    from deploy.launcher.state_file import StateFileError
-    from mirror.config import load_mirror_config
-    from pipeline.audit import MirrorSpec
-    from topology import TopologyError, load_topology
-
-    if not args.mirror:
-        raise UsageError("--mirror NAME is required with a topology")
-    path = Path(args.topology)
-    mode = "mm2"
-    if path.is_file():
-        try:
-            topology = load_topology(path)
-        except TopologyError as exc:
-            raise Refused(f"{path} is not a valid topology:\n{exc}") from None
-        name = topology.name
-        declared = topology.spec.mirrors.get(args.mirror)
-        if declared is not None:
-            mode = declared.mode
-    else:
-        name = args.topology
-    state_dir = Path(args.state_dir) if args.state_dir is not None else Path(".causeway") / name
-    try:
-        state = read_state(state_dir)
-    except StateFileError as exc:
-        raise Refused(str(exc)) from None
-    if state is None:
-        raise Refused(f"nothing was started from {state_dir}: run `causeway up {args.topology}` first, "
-                      "or name the state dir with --state-dir")
-    mirror = state.mirrors.get(args.mirror)
-    if mirror is None:
-        known = ", ".join(sorted(state.mirrors)) or "none"
-        raise Refused(f"topology {state.name} has no mirror {args.mirror!r} (its mirrors: {known})")
-    clusters = {}
-    for role, cluster in (("source", mirror.source), ("target", mirror.target)):
-        if cluster not in state.clusters:
-            raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
-        # This machine reaches each cluster on its local listener, not through the WAN link.
-        clusters[role] = state.clusters[cluster].bootstrap
-    kwargs: dict[str, object] = {"source_alias": mirror.source, "target_alias": mirror.target}
-    if mirror.config:
-        try:
-            config = load_mirror_config(Path(mirror.config))
-        except (TopologyError, OSError) as exc:
-            raise Refused(f"mirror {args.mirror}'s config {mirror.config} cannot be read: {exc}") from None
-        kwargs.update(source_alias=config.source.alias, target_alias=config.target.alias,
-                      identity=config.naming == "identity", separator=config.separator,
-                      include=tuple(config.topics.include), exclude=tuple(config.topics.exclude),
-                      offset_syncs_location=config.offset_syncs_location)
-    return MirrorSpec(clusters["source"], clusters["target"], mode=mode, name=args.mirror,
-                      **kwargs)  # type: ignore[arg-type]
 
 
 def _from_flags(args: argparse.Namespace) -> MirrorSpec:
@@ -98,25 +45,15 @@ def _audit(args: argparse.Namespace) -> int:
         raise UsageError("--max-ranges must be positive")
     if args.topology is not None and (args.source_bootstrap or args.target_bootstrap):
         raise UsageError("give a TOPOLOGY or --source-bootstrap/--target-bootstrap, not both")
-    spec = _from_state(args) if args.topology is not None else _from_flags(args)
-    from pyspark.sql import SparkSession
-
+    spec = mirror_from_topology(args) if args.topology is not None else _from_flags(args)
     from pipeline.audit import audit, write_json, write_parquet
-    from pipeline.options import PipelineError
-    from pipeline.spark import session
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)  # progress on stderr: stdout is the table
 
-    owned = SparkSession.getActiveSession() is None  # a session already running is left running
-    spark = session(args.master)
-    try:
-        report = audit(spark, spec, topics_regex=args.topics, max_ranges=args.max_ranges, say=say)
-    except PipelineError as exc:
-        raise Refused(str(exc)) from None
-    finally:
-        if owned:
-            spark.stop()
+    options = option_flags(args.option)
+    report = on_spark(args.master, lambda spark: audit(spark, spec, topics_regex=args.topics, options=options,
+                                                       max_ranges=args.max_ranges, say=say))
     print(f"audit of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
     if report.partitions:
         print(report.table())
@@ -146,6 +83,8 @@ def register_audit(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--parquet", metavar="DIR", help="append the report to a Parquet history (one file per run)")
     p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     p.add_argument("--max-ranges", type=int, default=20, help="offset ranges listed per kind and partition")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a read option of the data source for both sides, e.g. kafka.request.timeout.ms=5000")
     p.add_argument("--source-bootstrap", help="without a topology: the source cluster")
     p.add_argument("--target-bootstrap", help="without a topology: the target cluster")
     p.add_argument("--mode", choices=["mm2", "link"], default="mm2", help="without a topology: the mirror's mode")

@@ -16,9 +16,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from deploy.cli.command import Refused, UsageError, run
+from deploy.cli.command import UsageError, run
+from deploy.cli.pipeline_common import mirror_from_topology, on_spark, option_flags
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 __all__ = ["register_jobs"]
 
@@ -27,47 +31,28 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def _with_session(master: str, job: Callable[[object], int]) -> int:
-    from pyspark.sql import SparkSession
-
-    from pipeline.options import PipelineError
-    from pipeline.spark import session
-
-    owned = SparkSession.getActiveSession() is None  # a session already running is left running
-    spark = session(master)
-    try:
-        return job(spark)
-    except PipelineError as exc:
-        raise Refused(str(exc)) from None
-    finally:
-        if owned:
-            spark.stop()
-
-
 def _copy(args: argparse.Namespace) -> int:
-    from deploy.cli.pipeline import _options
     from pipeline.copy import copy
 
     if args.step_records <= 0:
         raise UsageError("--step-records must be positive")
-    options = _options(args.option)
+    options = option_flags(args.option)
 
-    def job(spark: object) -> int:
-        result = copy(spark, args.source, args.target, args.topic,  # type: ignore[arg-type]
+    def job(spark: SparkSession) -> int:
+        result = copy(spark, args.source, args.target, args.topic,
                       target_topic=args.target_topic, starting_offsets=args.starting_offsets,
                       ending_offsets=args.ending_offsets, allow_duplicates=args.allow_duplicates,
                       step_records=args.step_records, say=_say, options=options)
         _say(f"copy {args.topic} -> {result.target_topic}: done: {result.copied} records in {result.steps} step(s)")
         return 0
 
-    return _with_session(args.master, job)
+    return on_spark(args.master, job)
 
 
 def _lag(args: argparse.Namespace) -> int:
     import json
     from pathlib import Path
 
-    from deploy.cli.pipeline_audit import _from_state
     from pipeline.lag import lag, render_svg
 
     if args.window <= 0:
@@ -76,10 +61,10 @@ def _lag(args: argparse.Namespace) -> int:
     if chart is not None and chart.suffix.lower() != ".svg":
         # No plotting library is installed with pyspark; the chart is drawn by hand as SVG.
         raise UsageError(f"--chart writes SVG: name the file *.svg, not {chart.name!r}")
-    spec = _from_state(args)
+    spec = mirror_from_topology(args)
 
-    def job(spark: object) -> int:
-        report = lag(spark, spec, topics_regex=args.topics, window_s=args.window,  # type: ignore[arg-type]
+    def job(spark: SparkSession) -> int:
+        report = lag(spark, spec, topics_regex=args.topics, window_s=args.window,
                      say=lambda line: print(line, file=sys.stderr, flush=True))
         print(f"replication latency of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
         if report.partitions:
@@ -93,7 +78,7 @@ def _lag(args: argparse.Namespace) -> int:
             Path(args.json).write_text(json.dumps(report.to_dict(), indent=1, sort_keys=True))
         return 0
 
-    return _with_session(args.master, job)
+    return on_spark(args.master, job)
 
 
 def register_jobs(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -335,8 +335,8 @@ def _mirror_status(mirror: MirrorRecord, process: Identity | None) -> dict[str, 
     Healthy means: running, reporting (its status file is fresh), and no problem reported, in
     particular none reaching its source: a mirror that cannot fetch is not "lag 0".
     """
-    out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "pid": mirror.pid,
-                           "restarts": mirror.restarts, "log": mirror.log}
+    out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "mode": mirror.mode,
+                           "pid": mirror.pid, "restarts": mirror.restarts, "log": mirror.log}
     running = process is not None
     out["alive"] = running
     reasons: list[str] = []

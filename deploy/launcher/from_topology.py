@@ -5,14 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, TopicPlan
-from topology import TopologyError, load_topology
-from topology.errors import Problem
+from topology import load_topology
+from topology.schema import Mirror
 
 __all__ = ["plan_from_file"]
 
 
 def plan_from_file(path: Path) -> LaunchPlan:
-    """Raises TopologyError for an invalid file, or for what this launcher cannot start yet."""
+    """Raises TopologyError for an invalid file."""
     topology = load_topology(path)
     clusters = tuple(
         ClusterPlan(
@@ -30,15 +30,16 @@ def plan_from_file(path: Path) -> LaunchPlan:
     )
     links = tuple(LinkPlan(link.between[0], link.between[1], link.latency, link.jitter, link.bandwidth)
                   for link in topology.links)
-    unlaunchable = [
-        Problem(str(path), 1, 1, f"mirrors.{name}.mode", "link mode is not available yet; use mode: mm2")
-        for name, m in topology.mirrors.items() if m.mode != "mm2"
-    ]
-    if unlaunchable:
-        raise TopologyError(unlaunchable)
-    mirrors = tuple(
-        MirrorPlan(name, m.source, m.target, {
-            "topics": m.topics.model_dump(), "groups": m.groups.model_dump(), "naming": m.naming})
-        for name, m in topology.mirrors.items()
-    )
+    mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m)) for name, m in topology.mirrors.items())
     return LaunchPlan(topology.name, clusters, links, mirrors)
+
+
+def mirror_settings(mirror: Mirror) -> dict[str, object]:
+    """The mirror's config beyond its name and clusters, as `causeway mirror --config` reads it.
+    A link-mode mirror gets no `naming` key: it keeps names, and the mirror refuses an explicit
+    `naming: default` with it."""
+    settings: dict[str, object] = {"mode": mirror.mode, "topics": mirror.topics.model_dump(),
+                                   "groups": mirror.groups.model_dump()}
+    if mirror.mode == "mm2":
+        settings["naming"] = mirror.naming
+    return settings

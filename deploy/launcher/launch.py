@@ -162,7 +162,7 @@ class LaunchState:
             },
             mirrors={
                 name: MirrorRecord(
-                    source=m.plan.source, target=m.plan.target,
+                    source=m.plan.source, target=m.plan.target, mode=m.plan.mode,
                     source_bootstrap=m.source_bootstrap, target_bootstrap=m.target_bootstrap,
                     log=str(m.process.spec.log_path), config=str(m.config_file), status_file=str(m.status_file),
                     **_process(m.process).model_dump(),

@@ -82,6 +82,16 @@ class MirrorPlan:
     target: str
     settings: dict[str, object] = field(default_factory=dict)
 
+    @property
+    def mode(self) -> str:
+        """`mm2` or `link` (the mirror config's `mode`, mm2 when absent)."""
+        return str(self.settings.get("mode", "mm2"))
+
+    @property
+    def keeps_names(self) -> bool:
+        """Whether remote topics keep their source names (link mode, or identity naming)."""
+        return self.mode == "link" or self.settings.get("naming") == "identity"
+
 
 @dataclass(frozen=True)
 class LaunchPlan:

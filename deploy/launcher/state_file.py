@@ -75,6 +75,7 @@ class ClusterRecord(_Record):
 class MirrorRecord(ProcessRecord):
     source: str
     target: str
+    mode: str = "mm2"  # or "link" (files written before link mode have none: mm2)
     status_file: str
     source_bootstrap: str | None = None
     target_bootstrap: str | None = None

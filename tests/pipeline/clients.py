@@ -34,11 +34,13 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict[st
 
 
 def produce(bootstrap: str, topic: str, records: Iterable[dict[str, object]], *, compression: str = "none",
-            batch_size: int = 16384) -> None:
-    """Each dict holds produce() keyword arguments (key, value, partition, headers, timestamp)."""
+            batch_size: int = 16384, idempotent: bool = True) -> None:
+    """Each dict holds produce() keyword arguments (key, value, partition, headers, timestamp).
+    Not `idempotent`: one request in flight, so the order still holds."""
     errors: list[object] = []
     producer = Producer({"bootstrap.servers": bootstrap, "compression.type": compression, "linger.ms": 5,
-                         "batch.size": batch_size, "enable.idempotence": True, "error_cb": errors.append})
+                         "batch.size": batch_size, "enable.idempotence": idempotent, "error_cb": errors.append,
+                         **({} if idempotent else {"max.in.flight.requests.per.connection": 1})})
     for record in records:
         producer.produce(topic, **record, on_delivery=lambda err, _m: errors.append(err) if err else None)
         producer.poll(0)

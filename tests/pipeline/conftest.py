@@ -2,7 +2,8 @@
 
 Spark's start-up (a JVM, then Python workers) costs seconds, so the session is made once per
 test session and shared; tests keep apart by topic names. The broker runs its log cleaner
-often, so a compacted topic shows its gaps within a test.
+often, so a compacted topic shows its gaps within a test, and keeps records of any age
+(tests/pipeline/brokers.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from pipeline.spark import session
+from tests.pipeline.brokers import pipeline_broker_process
 from tests.support.broker import BrokerProcess
 
 
@@ -25,8 +27,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="session")
 def pipeline_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("pipeline") / "broker",
-                            overrides=("log.cleaner.backoff.ms=100",)).start()
+    process = pipeline_broker_process(tmp_path_factory.mktemp("pipeline") / "broker", "log.cleaner.backoff.ms=100")
     yield process
     if process.proc is not None:
         code = process.stop()

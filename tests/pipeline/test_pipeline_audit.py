@@ -1,11 +1,11 @@
 """`causeway pipeline audit` against real brokers: a clean copy is clean (exit 0); a loss, a
 duplicate, a reordering and a corruption injected into the target are each found and named with
-partition and offsets (exit 1), in both mirror modes; and a real `causeway mirror` found through
-the launcher's state file, as `causeway status` finds it.
-
-Where starting a mirror would be slow, the target is written as the mirror writes it: the same
-records (key, value, timestamp, headers) in the same partition, under `<alias>.<topic>` (mm2)
-or the same name and offsets (link)."""
+partition and offsets (exit 1), in both mirror modes: on a real `causeway mirror` process of
+each mode (mm2 and link) found through the launcher's state file, as `causeway status` finds it,
+with the faults written into the target after the mirror stopped; and on targets written as a
+mirror writes them (the same records, key, value, timestamp, headers, in the same partition,
+under `<alias>.<topic>` for mm2 or the same name and offsets for link), where each kind of
+finding is taken apart further."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ from broker.client import TopicPartition, admin, open_client
 from deploy.cli import main
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from tests.integration.test_mirror import wait_for_end_offsets
+from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.clients import create_topic, produce
 from tests.support.broker import BrokerProcess
 
@@ -37,7 +38,7 @@ BASE_TS = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("audit-target") / "broker").start()
+    process = pipeline_broker_process(tmp_path_factory.mktemp("audit-target") / "broker")
     yield process
     assert process.stop() == 0, process.log_tail()
 
@@ -207,3 +208,113 @@ def test_a_real_mirror_found_from_the_launcher_state(spark: SparkSession, bootst
     assert "topology audit-demo has no mirror 'nope' (its mirrors: east-west)" in capsys.readouterr().err
     assert main(["pipeline", "audit", "audit-demo", "--mirror", "x", "--state-dir", str(tmp_path / "none")]) == 1
     assert "nothing was started from" in capsys.readouterr().err
+
+    # The mirror stopped, the source goes on, and the target's copy of the new records is written
+    # by hand with faults: partition 0 a duplicate, partition 2 a corruption and a reordering.
+    more = {p: records(p, 110)[100:] for p in (0, 2)}
+    produce(bootstrap, "aud-real", more[0] + more[2])
+    injected = more[0] + [more[0][5]] + more[2][:5] + [{**more[2][5], "value": b"CORRUPT"}] + more[2][6:8] + [
+        more[2][9], more[2][8]]
+    produce(target_bootstrap, "east.aud-real", injected, idempotent=False)
+    code, report = run_audit(*argv[:5], json_file=tmp_path / "faults.json")  # not into the history
+    out = capsys.readouterr().out
+    assert code == 1, out
+    parts = partitions_of(report)
+    assert parts[0]["ranges"] == {"duplicated": [[110, 110, 1]]}
+    assert parts[1]["ranges"] == {"missing": [[0, 9, 10]]}
+    assert parts[2]["ranges"] == {"mismatched": [[105, 105, 1, 105, 105]], "reordered": [[108, 109, 2]]}
+    assert out.splitlines()[-1] == "NOT CLEAN: missing 10, duplicated 1, reordered 2, mismatched 1"
+
+
+def promote(bootstrap: str, topic: str) -> None:
+    """Delete causeway.mirror.name (what `causeway mirror promote` does): the topic takes writes."""
+    from broker.client import MIRROR_NAME_CONFIG
+
+    async def go() -> None:
+        async with open_client(bootstrap) as client:
+            with trio.fail_after(30):
+                await admin.alter_configs(client, topic, {MIRROR_NAME_CONFIG: None})
+
+    trio.run(go)
+
+
+def test_a_real_link_mode_mirror_is_clean_then_each_injected_fault_is_found(
+        spark: SparkSession, bootstrap: str, target_broker: BrokerProcess, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A `causeway mirror` process in link mode copies a topic between two real brokers: the
+    audit (mode read from the launcher's state and the mirror's config) finds it clean. Then,
+    the mirror stopped and the target topic promoted (a mirror topic refuses other writers), a
+    loss, a duplicate, a reordering and a corruption are put into the target, one partition
+    each, and each is found at its offsets."""
+    topic, target = "aud-reallink", target_broker.bootstrap
+    create_topic(bootstrap, topic, 4)
+    source = {p: records(p, 60) for p in range(4)}
+    produce(bootstrap, topic, [r for p in range(4) for r in source[p]])
+    config = tmp_path / "mirrors" / "dr.yaml"
+    config.parent.mkdir()
+    config.write_text(json.dumps({
+        "name": "dr", "mode": "link", "source": {"alias": "east", "bootstrap": bootstrap},
+        "target": {"alias": "west", "bootstrap": target}, "topics": {"include": [topic]},
+        "refresh.topics.interval.seconds": 0.2}))
+    status = tmp_path / "status.json"
+    mirror = start_mirror(config, tmp_path / "mirror.log", status)
+    try:
+        trio.run(wait_for_end_offsets, target, topic, {p: 60 for p in range(4)})
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0
+    state_dir = tmp_path / "state"
+    state_dir.mkdir()
+    state = LaunchStateFile(name="link-demo", wan=WanRecord(api="127.0.0.1:1"), clusters={
+        "east": ClusterRecord(datacenter="dc-east", bootstrap=bootstrap, brokers=[]),
+        "west": ClusterRecord(datacenter="dc-west", bootstrap=target, brokers=[])},
+        mirrors={"dr": MirrorRecord(source="east", target="west", mode="link", status_file=str(status),
+                                    config=str(config))})
+    (state_dir / "state.json").write_text(state.to_json())
+    argv = ["link-demo", "--mirror", "dr", "--state-dir", str(state_dir)]
+    code, report = run_audit(*argv, json_file=tmp_path / "clean.json")
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.splitlines()[0] == f"audit of mirror dr (link): {bootstrap} -> {target}"
+    assert [(p["topic"], p["target_topic"], p["copied"], p["counts"]) for p in report["partitions"]] == [
+        (topic, topic, 60, {})] * 4
+
+    # The source goes on (the mirror is stopped); the promoted target gets those records by hand,
+    # with one fault per partition. Partition 0: its first 10 records deleted at the target.
+    more = {p: records(p, 70)[60:] for p in range(1, 4)}
+    produce(bootstrap, topic, [r for p in range(1, 4) for r in more[p]])
+    promote(target, topic)
+    delete_before(target, topic, 0, 10)
+    injected = (more[1] + [more[1][-1]]  # partition 1: source offset 69 written twice (target 70)
+                + more[2][:8] + [more[2][9], more[2][8]]  # partition 2: 68 and 69 swapped
+                + [{**r, "value": b"CORRUPT"} if i == 5 else r for i, r in enumerate(more[3])])  # 3: offset 65
+    produce(target, topic, injected, idempotent=False)
+    code, report = run_audit(*argv, json_file=tmp_path / "faults.json")
+    out = capsys.readouterr().out
+    assert code == 1, out
+    parts = partitions_of(report)
+    assert parts[0]["ranges"] == {"missing": [[0, 9, 10]]}
+    assert parts[1]["ranges"] == {"duplicated": [[70, 70, 1]]}
+    assert parts[2]["ranges"] == {"reordered": [[68, 69, 2]], "shifted": [[68, 69, 2]]}
+    assert parts[3]["ranges"] == {"mismatched": [[65, 65, 1, 65, 65]]}
+    assert f"{topic}-0 -> {topic}-0: missing 10 record(s) at source offsets 0-9" in out
+    assert f"{topic}-1 -> {topic}-1: duplicated 1 record(s) at target offsets 70" in out
+    assert f"{topic}-2 -> {topic}-2: reordered 2 record(s) at source offsets 68-69" in out
+    assert f"{topic}-3 -> {topic}-3: mismatched 1 record(s) at source offsets 65 (target 65)" in out
+    assert out.splitlines()[-1] == "NOT CLEAN: missing 10, duplicated 1, reordered 2, mismatched 1, shifted 2"
+
+
+def test_an_unreachable_cluster_or_a_bad_option_is_one_line(bootstrap: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as s:  # bound, not listening: nothing answers there
+        s.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{s.getsockname()[1]}"
+        assert main(["pipeline", "audit", "--source-bootstrap", bootstrap, "--target-bootstrap", dead, "--mode", "link",
+                     "--option", "kafka.request.timeout.ms=1500"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"Error: cluster {dead} is unreachable"), err
+    assert main(["pipeline", "audit", "--source-bootstrap", bootstrap, "--target-bootstrap", bootstrap,
+                 "--mode", "link", "--option", "kafka.request.timeout.ms=soon"]) == 1
+    assert capsys.readouterr().err.strip() == (
+        "Error: option kafka.request.timeout.ms must be a positive integer, got 'soon'")

@@ -15,8 +15,9 @@ import pytest
 import trio
 from pyspark.sql import SparkSession
 
-from broker.client import admin, open_client
+from broker.client import TopicPartition, admin, open_client
 from deploy.cli import main
+from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
 from tests.support.broker import BrokerProcess
 
@@ -25,7 +26,7 @@ BASE_TS = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("copy-target") / "broker").start()
+    process = pipeline_broker_process(tmp_path_factory.mktemp("copy-target") / "broker")
     yield process
     assert process.stop() == 0, process.log_tail()
 
@@ -169,3 +170,31 @@ def test_the_target_is_created_with_the_data_configs_not_the_clock_ones(bootstra
     configs = topic_configs(target, topic)
     assert configs.get("retention.bytes") == "12345678"
     assert "message.timestamp.type" not in configs and "message.timestamp.before.max.ms" not in configs
+
+
+def test_a_range_the_source_no_longer_holds_fails_or_is_reported_and_skipped(
+        bootstrap: str, target_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
+    topic = "copy-loss"
+    target = target_broker.bootstrap
+    create_topic(bootstrap, topic, 1)
+    produce(bootstrap, topic, records(0, 0, 30))
+
+    async def delete_below(offset: int) -> None:
+        async with open_client(bootstrap) as client:
+            with trio.fail_after(30):
+                await admin.delete_records(client, {TopicPartition(topic, 0): offset})
+
+    trio.run(delete_below, 10)
+    argv = ["pipeline", "copy", "--from", bootstrap, "--to", target, "--topic", topic,
+            "--starting-offsets", json.dumps({topic: {"0": 0}})]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"Error: {topic}-0: starting offset 0 is before the log start offset 10 "
+                          "(the log holds [10, 30))") and "failOnDataLoss" in err, err
+    assert main([*argv, "--option", "failOnDataLoss=false"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == (f"copy {topic}: data loss: {topic}-0: starting offset 0 is before the log start offset 10 "
+                      "(the log holds [10, 30))")
+    assert out[-1] == f"copy {topic} -> {topic}: done: 20 records in 1 step(s)"
+    assert [(r.key, r.value, r.timestamp_ms, r.headers) for r in consume_all(target, topic, [0])] == [
+        (r.key, r.value, r.timestamp_ms, r.headers) for r in consume_all(bootstrap, topic, [0])]

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
+import trio
 from pyspark.sql import SparkSession
 
 import pipeline.export as export
+from broker.client import TopicPartition, admin, open_client
 from deploy.cli import main
 from pipeline.export import OFFSETS_FILE, export_topic
 from tests.pipeline.clients import consume_all, create_topic, produce
@@ -116,3 +118,43 @@ def test_the_command_exports_and_reports_progress(spark: SparkSession, bootstrap
     assert main(["pipeline", "export", "--bootstrap", bootstrap, "--topic", "export-missing",
                  "--to", str(tmp_path / "missing")]) == 1
     assert capsys.readouterr().err.strip() == "Error: topic 'export-missing' does not exist"
+
+
+def test_offsets_the_log_no_longer_holds_fail_or_are_reported_and_skipped(
+        spark: SparkSession, bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Retention (here DeleteRecords) took records the last run had not reached: failOnDataLoss
+    as Spark's Kafka source has it. By default the export stops naming the partition and the
+    offsets; with failOnDataLoss=false it says what it skips and goes on from the log start."""
+    topic = "export-loss"
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, records(0, 60))
+    out = tmp_path / "out"
+    assert export_topic(spark, bootstrap, topic, out, say=lambda _: None).offsets == {0: 30, 1: 30}
+    first = exported(out)
+    produce(bootstrap, topic, records(60, 40))
+    delete_before(bootstrap, topic, 0, 40)
+    argv = ["pipeline", "export", "--bootstrap", bootstrap, "--topic", topic, "--to", str(out)]
+    assert main(argv) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"Error: {topic}-0: starting offset 30 is before the log start offset 40 "
+                          "(the log holds [40, 50))"), err
+    assert 'set the option "failOnDataLoss" to "false"' in err
+    assert json.loads((out / OFFSETS_FILE).read_text())["offsets"] == {"0": 30, "1": 30}  # nothing moved
+
+    assert main([*argv, "--option", "failOnDataLoss=false"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == (f"export {topic}: data loss: {topic}-0: starting offset 30 is before the log start offset 40 "
+                        "(the log holds [40, 50))")
+    assert lines[-1] == f"export {topic}: done: 30 records in 1 step(s); offsets now 0:50, 1:50"
+    now = [(r.partition, r.offset, r.value) for r in consume_all(bootstrap, topic, [0, 1]) if r.offset >= 30]
+    assert [o for p, o, _ in now if p == 0] == list(range(40, 50))
+    assert exported(out) == sorted(first + now)
+
+
+def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    async def go() -> None:
+        async with open_client(bootstrap) as client:
+            with trio.fail_after(30):
+                await admin.delete_records(client, {TopicPartition(topic, partition): offset})
+
+    trio.run(go)

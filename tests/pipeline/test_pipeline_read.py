@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from pathlib import Path
 
 import pytest
 import trio
@@ -12,6 +13,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from broker.client import TopicPartition, admin, open_client
+from deploy.cli import main
 from pipeline.fetching import read_range
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange
@@ -196,7 +198,8 @@ def test_a_range_whose_start_was_deleted_after_planning(bootstrap: str) -> None:
 
 
 def test_a_corrupt_batch_on_disk_fails_the_read_naming_its_offset(spark: SparkSession, pipeline_broker: BrokerProcess,
-                                                                   bootstrap: str) -> None:
+                                                                   bootstrap: str, tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     topic = "read-corrupt"
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [{"partition": 0, "value": b"first-%d" % i} for i in range(10)])
@@ -210,3 +213,8 @@ def test_a_corrupt_batch_on_disk_fails_the_read_naming_its_offset(spark: SparkSe
         f.write(b"8")
     message = error_of(lambda: read(spark, bootstrap, subscribe=topic).collect())
     assert f"{topic}-0: corrupt record batch at offset 10: batch CRC mismatch" in message
+    # A job meets it in a Spark task: the command says so in one line, and exports nothing.
+    out = tmp_path / "out"
+    assert main(["pipeline", "export", "--bootstrap", bootstrap, "--topic", topic, "--to", str(out)]) == 1
+    assert capsys.readouterr().err.strip() == f"Error: {topic}-0: corrupt record batch at offset 10: batch CRC mismatch"
+    assert not list(out.rglob("*.parquet")) and not (out / "_causeway_export.json").exists()

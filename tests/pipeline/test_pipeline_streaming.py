@@ -10,11 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
+import trio
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from broker.client import TopicPartition, admin, open_client
 from pipeline.streaming import CausewayStreamReader, StreamPartition, parse_stream_options, rate_limit
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce, spark_records
 from tests.support.polling import wait_until
@@ -155,3 +157,36 @@ def test_a_partition_added_while_streaming_is_read_from_its_start(bootstrap: str
     ranges = [p.range for p in reader.partitions(start, end) if isinstance(p, StreamPartition)]
     assert [(r.partition, r.start, r.end) for r in ranges] == [(1, 0, 5)]
     assert reader.latestOffset(end, ReadMaxRows(3)) == end  # nothing new: the same offsets
+
+
+def test_offsets_deleted_past_the_checkpoint_fail_the_query_or_are_skipped(
+        spark: SparkSession, bootstrap: str, tmp_path: Path) -> None:
+    """failOnDataLoss for a stream: records past the last batch deleted before the next one reads
+    them. By default the query stops naming partition and offsets; with false it goes on from
+    the new log start."""
+    create_topic(bootstrap, "stream-loss", 1)
+    produce(bootstrap, "stream-loss", rows(30, 1))
+    checkpoint = tmp_path / "checkpoint"
+    first = Batches()
+    run_available_now(stream(spark, bootstrap, subscribe="stream-loss", startingOffsets="earliest"), first, checkpoint)
+    assert [r.offset for r in first.records] == list(range(30))
+    produce(bootstrap, "stream-loss", rows(30, 1, first=30))
+
+    async def delete_below(offset: int) -> None:
+        async with open_client(bootstrap) as client:
+            with trio.fail_after(30):
+                await admin.delete_records(client, {TopicPartition("stream-loss", 0): offset})
+
+    trio.run(delete_below, 45)
+    query = (stream(spark, bootstrap, subscribe="stream-loss").writeStream.foreachBatch(Batches())
+             .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
+    try:
+        with pytest.raises(PySparkException, match=r"stream-loss-0: offsets \[30, 45\) are no longer in the log "
+                                                   r"\(its start offset is now 45\)"):
+            query.awaitTermination(120)
+    finally:
+        query.stop()
+    lenient = Batches()
+    run_available_now(stream(spark, bootstrap, subscribe="stream-loss", failOnDataLoss="false", includeHeaders="true"),
+                      lenient, checkpoint)
+    assert lenient.records == consume_all(bootstrap, "stream-loss", [0], start=45)

@@ -26,7 +26,8 @@ SAMPLE = {
     "problems": {"parked orders-0": "parked at source offset 5: CRC mismatch"},
     "partitions": [{
         "topic": "orders", "partition": 0, "remote_topic": "east.orders", "position": 5, "source_end": 8,
-        "lag": 3, "target_end": -1, "latency_ms": 12, "records": 10, "bytes": 900, "error": "parked at source offset 5: CRC mismatch",
+        "lag": 3, "target_end": -1, "latency_ms": 12, "records": 10, "bytes": 900,
+        "error": "parked at source offset 5: CRC mismatch",
         "parked": True, "gaps": ["offsets 1..2 are gone at the source"], "lost": None, "recopy": None,
     }],
     "events": [{"time_ms": 1_700_000_000_000, "message": "a gap"}],

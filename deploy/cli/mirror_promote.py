@@ -1,0 +1,94 @@
+"""`causeway mirror promote`: a link-mode mirror's topics become normal writable topics.
+
+    causeway mirror promote TOPOLOGY --mirror NAME [--state-dir DIR] [--topics REGEX] [--failover]
+                            [--timeout SECONDS]
+    causeway mirror promote --bootstrap HOST:PORT [--source-bootstrap HOST:PORT] [--mirror NAME] ...
+
+TOPOLOGY is the topology file `causeway up` started, or its name; the mirror's clusters are
+found as `causeway status` finds them (deploy/cli/pipeline_common.py). Without --failover the
+command waits (progress every few seconds, at most --timeout, 60 s by default) until the target
+holds the source's log end on every partition, then promotes topic by topic; with --failover it
+promotes at once and prints each partition's records not copied ("unknown" when the source does
+not answer). Exit 0 when every selected topic was promoted; 1 on a timeout, a refusal, or
+nothing to promote (each topic not promoted is named with why); 2 for a bad command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from functools import partial
+
+from deploy.cli.command import UsageError, run
+
+__all__ = ["register_promote"]
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _promote(args: argparse.Namespace) -> int:
+    import trio
+
+    from mirror.promote import promote
+
+    if args.timeout <= 0:
+        raise UsageError("--timeout must be positive")
+    if args.topics is not None:
+        try:
+            re.compile(args.topics)
+        except re.error as exc:
+            raise UsageError(f"--topics {args.topics!r} is not a regular expression: {exc}") from None
+    if args.topology is not None:
+        if args.bootstrap or args.source_bootstrap:
+            raise UsageError("give a TOPOLOGY (with --mirror) or --bootstrap/--source-bootstrap, not both")
+        from deploy.cli.pipeline_common import mirror_from_topology
+
+        spec = mirror_from_topology(args)  # the way `causeway status` finds the running clusters
+        target, source = spec.target_bootstrap, spec.source_bootstrap
+    elif args.bootstrap:
+        target, source = args.bootstrap, args.source_bootstrap
+    else:
+        raise UsageError("give a TOPOLOGY and --mirror NAME, or the target's --bootstrap HOST:PORT")
+    report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
+                              topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=_say))
+    if report.promoted:
+        _say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
+    for topic, why in sorted(report.failed.items()):
+        print(f"Error: {topic}: {why}", file=sys.stderr, flush=True)
+    if report.timed_out:
+        print("Error: nothing was promoted; stop the source's producers and try again with a longer --timeout, "
+              "or promote at once with --failover", file=sys.stderr, flush=True)
+    return 0 if report.ok else 1
+
+
+def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "promote", help="make a link-mode mirror's topics normal writable topics (switch-over or failover)",
+        description="Promote mirror topics (those with causeway.mirror.name set) to normal topics by deleting "
+                    "that config. Without --failover, first wait until the target holds the source's log end "
+                    "on every partition. See README, 'Link mode: mirror topics, promotion and failover'.")
+    p.add_argument("topology", nargs="?", help="the topology file `causeway up` started, or its name")
+    p.add_argument("--mirror", help="the link-mode mirror (required with a topology; with --bootstrap it "
+                                    "narrows to that mirror's topics)")
+    p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
+    p.add_argument("--bootstrap", help="without a topology: the target cluster, where the mirror topics are")
+    p.add_argument("--source-bootstrap", help="without a topology: the source cluster (needed unless --failover)")
+    p.add_argument("--topics", metavar="REGEX", help="promote only mirror topics whose whole name matches")
+    p.add_argument("--failover", action="store_true",
+                   help="promote at once, without waiting for the source (it may be down); report records "
+                        "not copied per partition")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="how long to wait for the copy to catch up (default 60); with --failover, the source "
+                        "is asked for at most 10 s or this, whichever is shorter")
+
+    def main(args: argparse.Namespace) -> int:
+        from mirror.promote import PromotionError
+
+        return run("causeway mirror promote", lambda: _promote(args),
+                   bootstrap=args.bootstrap or "the mirror's target cluster",
+                   errors=[(PromotionError, 1, lambda exc: f"Error: {exc}")])
+
+    p.set_defaults(func=main)

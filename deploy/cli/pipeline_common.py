@@ -1,0 +1,116 @@
+"""What the `causeway pipeline` commands share: `--option KEY=VALUE` flags, the mirror named in
+a topology `causeway up` started, and a Spark session run for one job.
+
+Spark and the pipeline are imported only when a job runs, so `causeway --help` stays quick.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from deploy.cli.command import Refused, UsageError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from pipeline.audit import MirrorSpec
+
+__all__ = ["mirror_from_topology", "on_spark", "option_flags"]
+
+_T = TypeVar("_T")
+
+
+def option_flags(items: list[str]) -> dict[str, str]:
+    """Repeated `--option KEY=VALUE` flags as the data source's read options."""
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--option wants KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def on_spark(master: str, job: Callable[[SparkSession], _T]) -> _T:
+    """`job` on the SparkSession for `master`; a PipelineError, raised here or by a Spark task,
+    becomes the command's one-line refusal. A session this process already runs (a notebook, a test) is used and left
+    running; one made here is stopped."""
+    from pyspark.sql import SparkSession
+
+    from pipeline.options import PipelineError
+    from pipeline.spark import session, task_failure
+
+    owned = SparkSession.getActiveSession() is None
+    spark = session(master)
+    try:
+        return job(spark)
+    except PipelineError as exc:
+        raise Refused(str(exc)) from None
+    except Exception as exc:
+        # A task's failure (a corrupt batch, a cluster gone mid-job, a killed executor) reaches
+        # the driver inside Spark's exception and its Java stack: say it in one line.
+        failed = task_failure(exc)
+        if failed is None:
+            raise
+        raise Refused(str(failed)) from None
+    finally:
+        if owned:
+            spark.stop()
+
+
+def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:
+    """The mirror `args.mirror` of topology `args.topology` (its file, or its name), found as
+    `causeway status` finds it: the launcher's state file under `args.state_dir` (default
+    .causeway/<topology name>) gives its clusters' local listeners and its config file."""
+    from deploy.launcher.control import read_state
+    from deploy.launcher.state_file import StateFileError
+    from mirror.config import load_mirror_config
+    from pipeline.audit import MirrorSpec
+    from topology import TopologyError, load_topology
+
+    if not args.mirror:
+        raise UsageError("--mirror NAME is required with a topology")
+    path = Path(args.topology)
+    if path.is_file():
+        try:
+            topology = load_topology(path)
+        except TopologyError as exc:
+            raise Refused(f"{path} is not a valid topology:\n{exc}") from None
+        name = topology.name
+    else:
+        name = args.topology
+    state_dir = Path(args.state_dir) if args.state_dir is not None else Path(".causeway") / name
+    try:
+        state = read_state(state_dir)
+    except StateFileError as exc:
+        raise Refused(str(exc)) from None
+    if state is None:
+        raise Refused(f"nothing was started from {state_dir}: run `causeway up {args.topology}` first, "
+                      "or name the state dir with --state-dir")
+    mirror = state.mirrors.get(args.mirror)
+    if mirror is None:
+        known = ", ".join(sorted(state.mirrors)) or "none"
+        raise Refused(f"topology {state.name} has no mirror {args.mirror!r} (its mirrors: {known})")
+    mode = mirror.mode  # what the launcher started (files from before link mode: mm2; its config says it too)
+    clusters = {}
+    for role, cluster in (("source", mirror.source), ("target", mirror.target)):
+        if cluster not in state.clusters:
+            raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
+        # This machine reaches each cluster on its local listener, not through the WAN link.
+        clusters[role] = state.clusters[cluster].bootstrap
+    kwargs: dict[str, object] = {"source_alias": mirror.source, "target_alias": mirror.target}
+    if mirror.config:
+        try:
+            config = load_mirror_config(Path(mirror.config))
+        except (TopologyError, OSError) as exc:
+            raise Refused(f"mirror {args.mirror}'s config {mirror.config} cannot be read: {exc}") from None
+        kwargs.update(source_alias=config.source.alias, target_alias=config.target.alias,
+                      identity=config.naming == "identity", separator=config.separator,
+                      include=tuple(config.topics.include), exclude=tuple(config.topics.exclude),
+                      offset_syncs_location=config.offset_syncs_location)
+        mode = config.mode  # the launcher writes the mirror's mode into its config
+    return MirrorSpec(clusters["source"], clusters["target"], mode=mode, name=args.mirror,
+                      **kwargs)  # type: ignore[arg-type]

@@ -1,0 +1,313 @@
+"""Promotion: a link-mode mirror topic becomes a normal, writable topic.
+
+A mirror topic is a topic whose config `causeway.mirror.name` names the link-mode mirror that
+writes it (broker/server/topic_configs.py): producers are refused, its offsets are the source's.
+Deleting that config (IncrementalAlterConfigs DELETE, as `kafka-configs --alter --delete-config`
+does) promotes it; the mirror then stops copying into it for good. Two ways, as Confluent's
+cluster linking has them (`kafka-mirrors --promote` and `--failover`):
+
+- **promote** (a planned switch-over): wait, under a deadline, until every selected topic has at
+  the target the source's log end on every partition (the mirror copied everything the source
+  holds; producers at the source should have stopped), then promote topic by topic. Nothing is
+  promoted when the deadline passes first.
+- **failover** (the source is down, or must not be waited for): promote at once, then report per
+  partition how many records the source holds that the target does not, or "unknown" when the
+  source does not answer within its own short deadline.
+
+`promote` is the function; `causeway mirror promote` (deploy/cli/mirror_promote.py) the command.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import trio
+
+from broker.client import ClientError, KafkaError, TopicPartition
+from broker.client.admin import LATEST, alter_configs, describe_configs, list_offsets, list_topics
+from broker.client.cluster import Client, open_client
+from broker.protocol.constants import MIRROR_NAME_CONFIG
+
+__all__ = ["PartitionEnds", "PromotionError", "PromotionReport", "SOURCE_TIMEOUT_S", "promote",
+           "select_mirror_topics"]
+
+#: The most a failover waits for the source's log ends (less when --timeout is shorter): the
+#: source is usually why one fails over, and an unreachable one must not hold the promotion up.
+SOURCE_TIMEOUT_S = 10.0
+#: How often the wait reads both clusters' log ends, and how often it prints a progress line.
+POLL_S = 0.5
+PROGRESS_EVERY_S = 3.0
+
+
+class PromotionError(Exception):
+    """Nothing can be promoted as asked (no mirror topic selected, no source to wait for)."""
+
+
+@dataclass(frozen=True)
+class PartitionEnds:
+    """One partition's log end (high watermark) at the target and at the source."""
+
+    topic: str
+    partition: int
+    target_end: int | None  # None: the partition is not at the target yet
+    source_end: int | None  # None: unknown (source not asked, not answering, no such partition)
+
+    @property
+    def behind(self) -> int | None:
+        """Records the source holds beyond the target's end (None: unknown)."""
+        if self.source_end is None:
+            return None
+        return max(0, self.source_end - (self.target_end or 0))
+
+    @property
+    def caught_up(self) -> bool:
+        return self.behind == 0 and self.target_end is not None
+
+    def __str__(self) -> str:
+        target = "absent" if self.target_end is None else str(self.target_end)
+        source = "unknown" if self.source_end is None else str(self.source_end)
+        behind = "unknown" if self.behind is None else str(self.behind)
+        return f"{self.topic}-{self.partition}: target end {target}, source end {source}, not copied {behind}"
+
+
+@dataclass
+class PromotionReport:
+    target: str
+    source: str | None
+    failover: bool
+    selected: dict[str, str]  # topic -> the mirror it belonged to
+    promoted: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # topic -> why it was not promoted
+    partitions: list[PartitionEnds] = field(default_factory=list)  # at promotion (failover: after)
+    source_error: str | None = None  # why the source's ends are unknown
+    timed_out: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed and bool(self.promoted)
+
+
+Say = Callable[[str], None]
+
+
+def _quiet(_line: str) -> None:
+    pass
+
+
+async def select_mirror_topics(client: Client, *, mirror: str | None = None,
+                               topics_regex: str | None = None) -> tuple[dict[str, str], list[str]]:
+    """The target's mirror topics (of `mirror`, when given) whose names match `topics_regex`
+    (whole name), each with its mirror's name; and why the other matching topics are not
+    selected (for a message when nothing is)."""
+    pattern = re.compile(topics_regex) if topics_regex is not None else None
+    selected: dict[str, str] = {}
+    skipped: list[str] = []
+    for name in await list_topics(client):
+        if pattern is not None and not pattern.fullmatch(name):
+            continue
+        configs = await describe_configs(client, name, keys=[MIRROR_NAME_CONFIG])
+        entry = configs.get(MIRROR_NAME_CONFIG)
+        owner = entry.value if entry is not None else None
+        if not owner:
+            skipped.append(f"{name} (a normal topic: not a mirror topic, or promoted already)")
+        elif mirror is not None and owner != mirror:
+            skipped.append(f"{name} (a mirror topic of mirror {owner})")
+        else:
+            selected[name] = owner
+    return selected, skipped
+
+
+async def _target_ends(client: Client, topics: Iterable[str]) -> dict[TopicPartition, int]:
+    counts = await list_topics(client)
+    wanted = {TopicPartition(t, p): LATEST for t in topics if t in counts for p in range(counts[t])}
+    return {tp: listed.offset for tp, listed in (await list_offsets(client, wanted)).items()} if wanted else {}
+
+
+async def _source_ends(client: Client, topics: Iterable[str]) -> tuple[dict[TopicPartition, int], list[str]]:
+    """The source's log end per partition of `topics`, and the topics the source does not have."""
+    counts = await list_topics(client)
+    names = list(topics)
+    wanted = {TopicPartition(t, p): LATEST for t in names if t in counts for p in range(counts[t])}
+    ends = {tp: listed.offset for tp, listed in (await list_offsets(client, wanted)).items()} if wanted else {}
+    return ends, [t for t in names if t not in counts]
+
+
+def _ends(topics: Iterable[str], target: Mapping[TopicPartition, int],
+          source: Mapping[TopicPartition, int] | None) -> list[PartitionEnds]:
+    """Both sides' ends per partition, over the partitions either side has."""
+    tps = set(target) | set(source or {})
+    wanted = set(topics)
+    return [PartitionEnds(tp.topic, tp.partition, target.get(tp), None if source is None else source.get(tp))
+            for tp in sorted(tps) if tp.topic in wanted]
+
+
+def _why(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None, mirror: str | None = None,
+                  topics_regex: str | None = None, failover: bool = False, timeout_s: float = 60.0,
+                  say: Say = _quiet, progress_every_s: float = PROGRESS_EVERY_S) -> PromotionReport:
+    """Promote the target's mirror topics (of `mirror`, matching `topics_regex`); see the module.
+
+    Without `failover`, waits up to `timeout_s` for the target to hold the source's log end on
+    every partition of every selected topic, then promotes them one by one; with it, promotes at
+    once and reads the source's ends afterwards within min(`timeout_s`, SOURCE_TIMEOUT_S).
+    `say` gets the progress lines. Returns the report: `ok` when every selected topic was
+    promoted. Raises PromotionError when nothing can be selected or waited for, ClientError /
+    KafkaError when the target cannot be read.
+    """
+    if not failover and source_bootstrap is None:
+        raise PromotionError("promotion without --failover waits for the source's log end: name the source "
+                             "(--source-bootstrap, or a topology and its mirror), or use --failover")
+    deadline = trio.current_time() + timeout_s
+    async with open_client(target_bootstrap, client_id="causeway-promote",
+                           request_timeout_s=min(30.0, max(1.0, timeout_s))) as target:
+        try:
+            with trio.fail_after(max(1.0, timeout_s)):
+                selected, skipped = await select_mirror_topics(target, mirror=mirror, topics_regex=topics_regex)
+        except trio.TooSlowError:
+            raise PromotionError(f"{target_bootstrap} did not list its topics and their configs within "
+                                 f"{max(1.0, timeout_s):g} s") from None
+        if not selected:
+            whose = f"mirror {mirror}'s mirror topics" if mirror is not None else "mirror topics"
+            matching = f" matching {topics_regex!r}" if topics_regex is not None else ""
+            seen = f"; found {', '.join(skipped)}" if skipped else ""
+            raise PromotionError(f"{target_bootstrap} has none of {whose}{matching}: nothing to promote{seen}")
+        report = PromotionReport(target_bootstrap, source_bootstrap, failover, selected)
+        listed = ", ".join(sorted(selected))
+        say(f"{'failover' if failover else 'promotion'} of {len(selected)} mirror topic(s) at {target_bootstrap}: "
+            f"{listed}")
+        if failover:
+            await _promote_each(target, report, say)
+            await _report_not_copied(target, report, min(timeout_s, SOURCE_TIMEOUT_S), say)
+            return report
+        assert source_bootstrap is not None
+        caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s)
+        if not caught_up:
+            return report
+        await _promote_each(target, report, say)
+        # What reached the source after the check and was not copied (its producers still ran).
+        with trio.move_on_after(min(SOURCE_TIMEOUT_S, max(1.0, deadline - trio.current_time()))):
+            try:
+                after = await _read_both(target, source_bootstrap, report.promoted, SOURCE_TIMEOUT_S)
+            except (ClientError, KafkaError, trio.TooSlowError):
+                after = []  # only a note: the promotion is done
+            late = [p for p in after if p.behind]
+            for p in late:
+                say(f"note: {p.topic}-{p.partition}: {p.behind} record(s) written at the source after the copy "
+                    "caught up were not copied (its producers were still writing)")
+        return report
+
+
+async def _read_both(target: Client, source_bootstrap: str, topics: list[str],
+                     source_timeout_s: float) -> list[PartitionEnds]:
+    target_ends = await _target_ends(target, topics)
+    async with open_client(source_bootstrap, client_id="causeway-promote",
+                           request_timeout_s=source_timeout_s, connect_timeout_s=min(2.0, source_timeout_s)) as source:
+        with trio.fail_after(source_timeout_s):
+            source_ends, _missing = await _source_ends(source, topics)
+    return _ends(topics, target_ends, source_ends)
+
+
+async def _wait_caught_up(target: Client, source_bootstrap: str, report: PromotionReport, deadline: float,
+                          say: Say, progress_every_s: float) -> bool:
+    """Poll both clusters' log ends until every selected partition is caught up (True) or the
+    deadline passes (False, with `report.failed` naming what is behind and why)."""
+    topics = sorted(report.selected)
+    last: list[PartitionEnds] = []
+    next_line = -math.inf
+    missing: list[str] = []
+    total_s = max(0.0, deadline - trio.current_time())
+    say(f"waiting up to {total_s:.0f} s for the copy to reach the source's log end on every partition")
+    async with open_client(source_bootstrap, client_id="causeway-promote", request_timeout_s=5.0,
+                           connect_timeout_s=2.0) as source:
+        with trio.move_on_after(max(0.0, deadline - trio.current_time())):
+            while True:
+                target_ends = await _target_ends(target, topics)
+                try:
+                    source_ends, missing = await _source_ends(source, topics)
+                    report.source_error = None
+                except (ClientError, KafkaError) as exc:
+                    source_ends, report.source_error = None, _why(exc)
+                last = _ends(topics, target_ends, source_ends)
+                if missing:
+                    break  # waiting cannot help: the source lost the topic
+                done = sum(p.caught_up for p in last)
+                if source_ends is not None and done == len(last):
+                    report.partitions = last
+                    say(f"caught up: {done}/{len(last)} partitions at the source's log end")
+                    return True
+                now = trio.current_time()
+                if now >= next_line:
+                    next_line = now + progress_every_s
+                    left = max(0.0, deadline - now)
+                    if source_ends is None:
+                        say(f"  the source does not answer ({report.source_error}); {left:.0f} s left")
+                    else:
+                        records = sum(p.behind or 0 for p in last)
+                        say(f"  {done}/{len(last)} partitions caught up, {records} record(s) behind; "
+                            f"{left:.0f} s left")
+                await trio.sleep(POLL_S)
+    report.partitions = last
+    if missing:
+        for topic in topics:
+            report.failed[topic] = ("not promoted: the source has no topic " + ", ".join(missing)
+                                    + " (deleted there?), so the copy cannot be checked; --failover promotes anyway")
+        return False
+    report.timed_out = True
+    behind = [p for p in last if not p.caught_up]
+    for topic in topics:
+        mine = [p for p in behind if p.topic == topic]
+        if report.source_error is not None:
+            why = f"after {total_s:.0f} s the source did not answer ({report.source_error})"
+        elif mine:
+            why = f"after {total_s:.0f} s still behind: " + "; ".join(
+                f"partition {p.partition} {p.behind if p.behind is not None else 'unknown'} record(s)" for p in mine)
+        else:
+            why = f"caught up, but other selected topics were still behind after {total_s:.0f} s"
+        report.failed[topic] = f"not promoted: {why}"
+    return False
+
+
+async def _promote_each(target: Client, report: PromotionReport, say: Say) -> None:
+    """Delete `causeway.mirror.name` topic by topic; a refusal is recorded and the rest go on."""
+    for topic in sorted(report.selected):
+        try:
+            await alter_configs(target, topic, {MIRROR_NAME_CONFIG: None})
+        except (KafkaError, ClientError) as exc:
+            report.failed[topic] = f"the target refused its promotion: {_why(exc)}"
+            say(f"NOT promoted {topic}: {report.failed[topic]}")
+            continue
+        report.promoted.append(topic)
+        say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
+
+
+async def _report_not_copied(target: Client, report: PromotionReport, source_timeout_s: float, say: Say) -> None:
+    """After a failover: each promoted partition's records not copied (unknown without a source)."""
+    topics = report.promoted
+    if not topics:
+        return
+    target_ends = await _target_ends(target, topics)
+    source_ends: dict[TopicPartition, int] | None = None
+    if report.source is None:
+        report.source_error = "no source given"
+    else:
+        try:
+            async with open_client(report.source, client_id="causeway-promote", request_timeout_s=source_timeout_s,
+                                   connect_timeout_s=min(2.0, source_timeout_s)) as source:
+                with trio.fail_after(source_timeout_s):
+                    source_ends, _missing = await _source_ends(source, topics)
+        except (ClientError, KafkaError, trio.TooSlowError) as exc:
+            report.source_error = _why(exc) if not isinstance(exc, trio.TooSlowError) else \
+                f"no answer within {source_timeout_s:g} s"
+    report.partitions = _ends(topics, target_ends, source_ends)
+    if report.source_error is not None:
+        say(f"records not copied: unknown ({report.source_error})")
+    else:
+        say(f"records not copied: {sum(p.behind or 0 for p in report.partitions)} in all")
+    for p in report.partitions:
+        say(f"  {p}")

@@ -1,0 +1,236 @@
+"""`mirror.promote`: waiting for the copy, promoting, failing over, against real brokers.
+
+A source and a target broker (real processes) per module; each test makes its own topics. The
+target's mirror topics are created with `causeway.mirror.name` as a link-mode mirror creates
+them; where a test needs the copy to advance, it copies the source's batches itself with
+LinkAppend (broker.client.link), as the mirror does.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+
+import pytest
+import trio
+from confluent_kafka import KafkaError, KafkaException, Producer
+
+from broker.client import ErrorCode, TopicPartition, open_client
+from broker.client.admin import NewTopic, create_topics, describe_configs
+from broker.client.fetch import fetch, whole_batches
+from broker.protocol.constants import MIRROR_NAME_CONFIG
+from mirror.promote import PromotionError, promote
+from tests.support.broker import BrokerProcess
+from tests.support.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+#: Bounds each test's calls so that a hang fails the test instead of holding the suite.
+BOUND_S = 60
+
+
+@pytest.fixture(scope="module")
+def brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerProcess, BrokerProcess]]:
+    root = tmp_path_factory.mktemp("promote")
+    source = BrokerProcess(root / "source").start()
+    try:
+        target = BrokerProcess(root / "target").start()
+    except BaseException:
+        source.stop()
+        raise
+    yield source, target
+    target.stop()
+    source.stop()
+
+
+def produce(bootstrap: str, topic: str, counts: dict[int, int]) -> None:
+    """Idempotent librdkafka writes; raises KafkaException with the first delivery error."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 0})
+    errors: list[KafkaError] = []
+
+    def delivered(error: KafkaError | None, _message: object) -> None:
+        if error is not None:
+            errors.append(error)
+
+    for partition, n in counts.items():
+        for i in range(n):
+            producer.produce(topic, value=b"v%d" % i, key=b"k", partition=partition, on_delivery=delivered)
+    assert producer.flush(30) == 0
+    if errors:
+        raise KafkaException(errors[0])
+
+
+async def make_topics(source: BrokerProcess, target: BrokerProcess, topic: str, partitions: int,
+                      mirror: str = "dr") -> None:
+    async with open_client(source.bootstrap) as client:
+        await create_topics(client, {topic: NewTopic(partitions)})
+    async with open_client(target.bootstrap) as client:
+        await create_topics(client, {topic: NewTopic(partitions, -1, {MIRROR_NAME_CONFIG: mirror})})
+
+
+async def mirror_name_of(bootstrap: str, topic: str) -> str | None:
+    async with open_client(bootstrap) as client:
+        entry = (await describe_configs(client, topic, keys=[MIRROR_NAME_CONFIG])).get(MIRROR_NAME_CONFIG)
+    return entry.value if entry is not None else None
+
+
+async def test_without_failover_nothing_is_promoted_while_the_copy_is_behind(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "behind", 2)
+    await trio.to_thread.run_sync(produce, source.bootstrap, "behind", {0: 5, 1: 0})
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, mirror="dr",
+                               topics_regex="behind", timeout_s=2.0, say=lines.append, progress_every_s=0.5)
+    assert not report.ok and report.timed_out and report.promoted == []
+    assert "still behind: partition 0 5 record(s)" in report.failed["behind"]
+    assert any("1/2 partitions caught up, 5 record(s) behind" in line for line in lines), lines
+    assert await mirror_name_of(target.bootstrap, "behind") == "dr"  # still a mirror topic
+
+
+async def test_failover_promotes_at_once_and_counts_what_was_not_copied(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "lost", 2)
+    await trio.to_thread.run_sync(produce, source.bootstrap, "lost", {0: 3, 1: 4})
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="lost",
+                               failover=True, timeout_s=5.0, say=lines.append)
+    assert report.ok and report.promoted == ["lost"]
+    assert {(p.partition, p.behind) for p in report.partitions} == {(0, 3), (1, 4)}
+    assert "lost-0: target end 0, source end 3, not copied 3" in "\n".join(lines)
+    assert await mirror_name_of(target.bootstrap, "lost") is None
+    # A normal topic now: a producer writes to it.
+    await trio.to_thread.run_sync(produce, target.bootstrap, "lost", {0: 1})
+
+
+def _hung_listener() -> socket.socket:
+    """A port that completes TCP handshakes (the backlog) but never answers a request."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    return sock
+
+
+@pytest.mark.parametrize("source_kind", ["refusing", "hung", "none"])
+async def test_failover_with_the_source_gone_says_unknown(brokers, source_kind: str) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    topic = f"gone-{source_kind}"
+    await make_topics(source, target, topic, 1)
+    hung = _hung_listener()
+    try:
+        if source_kind == "refusing":
+            closed = socket.socket()
+            closed.bind(("127.0.0.1", 0))
+            address: str | None = f"127.0.0.1:{closed.getsockname()[1]}"
+            closed.close()  # nothing listens there now
+        elif source_kind == "hung":
+            address = f"127.0.0.1:{hung.getsockname()[1]}"
+        else:
+            address = None
+        lines: list[str] = []
+        with trio.fail_after(BOUND_S):  # the source's own deadline is 2 s here (min(timeout, 10 s))
+            report = await promote(target.bootstrap, source_bootstrap=address, topics_regex=topic,
+                                   failover=True, timeout_s=2.0, say=lines.append)
+    finally:
+        hung.close()
+    assert report.ok and report.promoted == [topic]
+    assert [p.behind for p in report.partitions] == [None] and report.source_error
+    assert "records not copied: unknown" in "\n".join(lines)
+    assert f"{topic}-0: target end 0, source end unknown, not copied unknown" in "\n".join(lines)
+
+
+async def test_only_the_named_mirrors_topics_are_selected(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "sel-mine", 1, mirror="dr")
+    await make_topics(source, target, "sel-other", 1, mirror="other")
+    async with open_client(target.bootstrap) as client:
+        await create_topics(client, {"sel-plain": NewTopic(1)})
+    with trio.fail_after(BOUND_S), pytest.raises(PromotionError) as exc:
+        await promote(target.bootstrap, source_bootstrap=source.bootstrap, mirror="nobody",
+                      topics_regex="sel-.*", timeout_s=5.0)
+    message = str(exc.value)
+    assert "has none of mirror nobody's mirror topics matching 'sel-.*': nothing to promote" in message
+    assert "sel-other (a mirror topic of mirror other)" in message and "sel-plain (a normal topic" in message
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, mirror="dr",
+                               topics_regex="sel-.*", timeout_s=5.0)
+    assert report.ok and report.promoted == ["sel-mine"]  # both empty: caught up at once
+    assert await mirror_name_of(target.bootstrap, "sel-other") == "other"
+
+
+async def test_waiting_needs_a_source() -> None:
+    with pytest.raises(PromotionError, match="--failover"):
+        await promote("127.0.0.1:1", source_bootstrap=None)
+
+
+async def test_the_wait_ends_when_the_copy_catches_up_then_promotes(brokers) -> None:  # type: ignore[no-untyped-def]
+    from broker.client.link import link_append
+
+    source, target = brokers
+    await make_topics(source, target, "catching", 2)
+    await trio.to_thread.run_sync(produce, source.bootstrap, "catching", {0: 6, 1: 2})
+    lines: list[str] = []
+    copied = trio.Event()
+
+    async def copy_once_promote_waits() -> None:
+        # The mirror's job, once the promotion has started waiting: the source's batches as they are.
+        await wait_for(lambda: any("caught up" in line for line in lines), what="a progress line")
+        async with open_client(source.bootstrap) as src, open_client(target.bootstrap) as dst:
+            fetched = await fetch(src, {TopicPartition("catching", p): 0 for p in range(2)})
+            batches = {tp: whole_batches(f.records) for tp, f in fetched.items()}
+            results = await link_append(dst, "dr", batches)
+        assert all(r.error == ErrorCode.NONE for r in results.values()), results
+        copied.set()
+
+    with trio.fail_after(BOUND_S):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(copy_once_promote_waits)
+            report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, mirror="dr",
+                                   topics_regex="catching", timeout_s=30.0, say=lines.append, progress_every_s=0.2)
+    assert copied.is_set()
+    assert report.ok and report.promoted == ["catching"], report
+    assert {(p.partition, p.target_end, p.source_end) for p in report.partitions} == {(0, 6, 6), (1, 2, 2)}
+    assert await mirror_name_of(target.bootstrap, "catching") is None
+    await trio.to_thread.run_sync(produce, target.bootstrap, "catching", {0: 1})
+
+
+async def test_a_mirror_topic_refuses_producers_until_promoted(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "guarded", 1)
+    with pytest.raises(KafkaException) as exc:
+        await trio.to_thread.run_sync(produce, target.bootstrap, "guarded", {0: 1})
+    assert exc.value.args[0].code() == KafkaError.INVALID_REQUEST
+    with trio.fail_after(BOUND_S):
+        assert (await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="guarded",
+                              timeout_s=5.0)).ok
+    await trio.to_thread.run_sync(produce, target.bootstrap, "guarded", {0: 1})
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy.cli", "mirror", "promote", *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=BOUND_S)
+
+
+async def test_the_command_exits_1_on_a_timeout_and_0_once_promoted(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "cmd", 1)
+    await trio.to_thread.run_sync(produce, source.bootstrap, "cmd", {0: 2})
+    run = partial(trio.to_thread.run_sync, _cli)
+    waited = await run("--bootstrap", target.bootstrap, "--source-bootstrap", source.bootstrap,
+                       "--topics", "cmd", "--timeout", "1")
+    assert waited.returncode == 1, waited
+    assert "Error: cmd: not promoted: after 1 s still behind: partition 0 2 record(s)" in waited.stderr
+    assert "nothing was promoted" in waited.stderr
+    assert "0/1 partitions caught up, 2 record(s) behind" in waited.stdout
+    failed_over = await run("--bootstrap", target.bootstrap, "--topics", "cmd", "--failover")
+    assert failed_over.returncode == 0, failed_over
+    assert "records not copied: unknown (no source given)" in failed_over.stdout
+    assert f"promoted 1 topic(s) at {target.bootstrap}: cmd" in failed_over.stdout
+    again = await run("--bootstrap", target.bootstrap, "--topics", "cmd", "--failover")
+    assert again.returncode == 1 and "nothing to promote" in again.stderr, again
+    usage = await run("--bootstrap", target.bootstrap, "--topics", "cmd")
+    assert usage.returncode == 1 and "--failover" in usage.stderr, usage
