@@ -171,9 +171,11 @@ class GroupCoordinator:
         self._nursery: trio.Nursery | None = None
         self.groups: dict[str, Group] = {}  # the groups of loaded partitions only
         self._wakeup = trio.Event()
-        # Protocol metadata one member may carry: its subscription must fit in the group's
-        # record in __consumer_offsets, which is bounded by message.max.bytes.
-        self._max_member_metadata = config.message_max_bytes
+
+    def reconfigure(self, config: BrokerConfig) -> None:
+        """Dynamic broker configs changed (ZkMetadata.on_broker_config): the next request reads
+        the effective config, message.max.bytes among it (Kafka's DynamicLogConfig)."""
+        self._config = config
 
     # -- persistence -----------------------------------------------------------------------
 
@@ -516,10 +518,12 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.INVALID_SESSION_TIMEOUT,
                              f"session timeout {session_timeout_ms} ms outside "
                              f"[{cfg.group_min_session_timeout_ms}, {cfg.group_max_session_timeout_ms}]")
+        # Protocol metadata one member may carry: its subscription must fit in the group's
+        # record in __consumer_offsets, which is bounded by message.max.bytes (dynamic).
         metadata_size = sum(len(name) + len(metadata) for name, metadata in protocols)
-        if metadata_size > self._max_member_metadata:
+        if metadata_size > cfg.message_max_bytes:
             log.warning("group %s: refusing a member with %d bytes of protocol metadata (limit %d)",
-                        group_id, metadata_size, self._max_member_metadata)
+                        group_id, metadata_size, cfg.message_max_bytes)
             raise KafkaError(ErrorCode.INVALID_REQUEST, "protocol metadata larger than message.max.bytes")
         if rebalance_timeout_ms <= 0:
             rebalance_timeout_ms = session_timeout_ms

@@ -185,6 +185,7 @@ async def run_broker(
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))
+            zk_metadata.on_broker_config(groups.reconfigure)  # message.max.bytes bounds a member's metadata
         dispatcher = Dispatcher(services)
         pool = RequestMemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
         responses = ResponseMemoryPool(config.fetch_max_bytes)

@@ -12,6 +12,8 @@ to ZooKeeper, one event at a time, as Kafka's controller event thread does:
 * ``/brokers/topics`` changed, or a topic's assignment grew: the new partitions get their first
   leader and ISR (the live replicas) in a new state znode;
 * ``/admin/delete_topics``: the replicas are stopped and deleted (StopReplica), then the znodes go;
+  a topic with a partition reassignment in progress stays queued (Kafka's "ineligible for
+  deletion") until the reassignments of its partitions are finished or cancelled;
 * AlterPartition from a leader (KIP-497): checked against the leader epoch and the partition
   epoch, written, answered;
 * ControlledShutdown from a broker: its leaderships move away first.
@@ -126,6 +128,9 @@ class ZkController:
         self._shutting_down: set[int] = set()
         # Topics being deleted -> the brokers whose replicas are not deleted yet.
         self._deleting: dict[str, set[int]] = {}
+        # Topics asked to be deleted whose deletion waits for their partition reassignments to end
+        # (Kafka's topics ineligible for deletion): served as usual meanwhile, so a move can finish.
+        self._queued: set[str] = set()
         self._reassignments = Reassignments(self)
         self._jobs_send, self._jobs = trio.open_memory_channel[Callable[[], Awaitable[None]]](math.inf)
         self._channel = ControllerChannel(request_timeout_s=config.controller_socket_timeout_ms / 1000,
@@ -384,14 +389,36 @@ class ZkController:
             await self._elect_where_needed()
 
     async def _on_delete_topics(self, children: list[str]) -> None:
+        self._queued &= set(children)  # an operator may withdraw a queued deletion (its znode gone)
         for name in children:
-            if name in self._deleting:
+            if name in self._deleting or name in self._queued:
                 continue
             topic = self._topics.get(name)
             if topic is None:
                 await self._delete_quietly(f"{znodes.DELETE_TOPICS}/{name}")
                 continue
+            moving = self._reassignments.partitions_moving(name)
+            if moving:
+                # Deleting now would lose the move's state (and leave its znode entries and the
+                # replicas it adds or removes behind): the deletion waits for it, as in Kafka.
+                self._queued.add(name)
+                log.warning("deletion of topic %s waits: partitions %s are being reassigned; it proceeds once "
+                            "their reassignments complete or are cancelled", name, moving)
+                continue
             await self._start_deletion(topic)
+
+    def is_queued_for_deletion(self, name: str) -> bool:
+        """Kafka's isTopicQueuedUpForDeletion: asked to be deleted, under way or waiting."""
+        return name in self._deleting or name in self._queued
+
+    async def _resume_deletion(self, name: str) -> None:
+        """A reassignment of ``name`` ended: its queued deletion proceeds once none is left."""
+        topic = self._topics.get(name)
+        if name not in self._queued or self._reassignments.partitions_moving(name) or topic is None:
+            return
+        self._queued.discard(name)
+        log.info("no partition of topic %s is being reassigned any more; its deletion proceeds", name)
+        await self._start_deletion(topic)
 
     async def _start_deletion(self, topic: _Topic) -> None:
         """Kafka's TopicDeletionManager: every replica is stopped and deleted (StopReplica with
@@ -400,7 +427,10 @@ class ZkController:
         topic survives it (to be taken, say, for a new topic of the same name)."""
         log.info("deleting topic %s", topic.name)
         topic.watch.cancel()
+        # Every replica, and those a reassignment removed that their brokers have not confirmed
+        # deleting yet (down, or not answered): no copy of the topic may outlive it.
         pending = {b for entry in topic.partitions.values() for b in entry.replicas}
+        pending |= self._reassignments.unconfirmed_brokers(topic.name)
         self._deleting[topic.name] = pending
         # Clients stop seeing it now (leader -2 marks a deleted partition in UpdateMetadata).
         self._send_update_metadata(set(self._brokers), [(topic.name, p) for p in topic.partitions], deleting=True)
@@ -415,7 +445,8 @@ class ZkController:
 
     def _send_stop_replica_delete(self, topic: _Topic, broker_id: int) -> None:
         broker = self._brokers[broker_id]
-        partitions = sorted(p for p, entry in topic.partitions.items() if broker_id in entry.replicas)
+        partitions = sorted(p for p, entry in topic.partitions.items()
+                            if broker_id in entry.replicas or self._reassignments.unconfirmed(topic.name, p, broker_id))
         request = StopReplicaRequest(
             controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=broker.epoch,
             topic_states=[StopReplicaRequest.StopReplicaTopicState(
@@ -444,6 +475,7 @@ class ZkController:
     async def _finish_deletion(self, name: str) -> None:
         self._deleting.pop(name, None)
         self._topics.pop(name, None)
+        await self._reassignments.forget_topic(name)
         await self._delete_quietly(znodes.topic_path(name), recursive=True)
         await self._delete_quietly(znodes.topic_config_path(name))
         await self._delete_quietly(znodes.delete_topic_path(name))

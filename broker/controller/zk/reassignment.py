@@ -21,13 +21,21 @@ original replicas again. Checks and errors are Kafka's: INVALID_REPLICA_ASSIGNME
 duplicate, negative, or new replicas on brokers that are not alive), UNKNOWN_TOPIC_OR_PARTITION,
 NO_REASSIGNMENT_IN_PROGRESS (a cancel with nothing to cancel). A new controller resumes the
 reassignments it finds in the topic znodes' ``adding_replicas``/``removing_replicas``.
+
+A topic with a reassignment in progress is not deleted (Kafka's markTopicIneligibleForDeletion):
+its deletion stays queued (controller.py) until the reassignments of its partitions complete or
+are cancelled, and a new reassignment of a topic queued for deletion is refused with
+UNKNOWN_TOPIC_OR_PARTITION (Kafka's isTopicQueuedUpForDeletion). Unlike Kafka, a cancel is still
+taken: it is the operator's way to let a deletion stuck behind a move that cannot finish proceed.
+Replicas a reassignment removed whose brokers have not confirmed their deletion yet are
+remembered, so that a deletion of the topic also waits for those brokers and deletes them there.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +82,22 @@ class Reassignments:
     def __init__(self, controller: ZkController) -> None:
         self._c = controller
         self.ongoing: dict[Key, Reassignment] = {}
+        # Removed replicas whose brokers have not answered their StopReplica (delete) yet.
+        self._unconfirmed: dict[Key, set[int]] = {}
+
+    def partitions_moving(self, name: str) -> list[int]:
+        return sorted(p for t, p in self.ongoing if t == name)
+
+    def unconfirmed(self, name: str, p: int, broker_id: int) -> bool:
+        return broker_id in self._unconfirmed.get((name, p), ())
+
+    def unconfirmed_brokers(self, name: str) -> set[int]:
+        return {b for (t, _), brokers in self._unconfirmed.items() if t == name for b in brokers}
+
+    def _ended(self, name: str) -> None:
+        """A reassignment of ``name`` is over: a deletion waiting for it may proceed (its own event)."""
+        if self._c.is_queued_for_deletion(name):
+            self._c._jobs_send.send_nowait(partial(self._c._resume_deletion, name))
 
     # -- requests ------------------------------------------------------------------------------
 
@@ -87,6 +111,10 @@ class Reassignments:
             topic = c._topics.get(name)
             entry = topic.partitions.get(p) if topic is not None and name not in c._deleting else None
             if entry is None:
+                results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
+                continue
+            if replicas is not None and c.is_queued_for_deletion(name):
+                log.info("skipping the reassignment of %s-%d: the topic is queued for deletion", name, p)
                 results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                 continue
             current = self.ongoing.get(key)
@@ -139,6 +167,9 @@ class Reassignments:
         dropped = [b for b in (previous.full if previous is not None else ()) if b not in reassignment.full]
         self.ongoing[key] = reassignment
         entry.replicas = reassignment.full
+        unconfirmed = self._unconfirmed.get(key)
+        if unconfirmed is not None:
+            unconfirmed -= set(reassignment.full)  # replicas wanted again are no longer strays
         await self._write_assignment(name)
         log.info("reassigning %s-%d from %s to %s (adding %s, removing %s)", name, p, list(reassignment.origin),
                  list(reassignment.target), list(reassignment.adding), list(reassignment.removing))
@@ -165,7 +196,8 @@ class Reassignments:
         topic = c._topics.get(name)
         entry = topic.partitions.get(p) if topic is not None else None
         if reassignment is None or entry is None or name in c._deleting:
-            self.ongoing.pop(key, None)
+            if self.ongoing.pop(key, None) is not None:
+                self._ended(name)
             return reassignment is None
         state = entry.state
         if state is None or not set(reassignment.target) <= set(state.isr):
@@ -193,13 +225,17 @@ class Reassignments:
             await self._remove_from_znode({key})
         log.info("reassignment of %s-%d to %s completed (leader %d, leader epoch %d)", name, p,
                  list(reassignment.target), leader, entry.state.leader_epoch)
+        self._ended(name)
         return True
 
     def _stop_and_delete(self, name: str, p: int, brokers: Iterable[int], leader_epoch: int) -> None:
         """StopReplica with delete to each live broker of ``brokers`` for ``name``-``p``. A broker
-        that is down keeps its copy (as Kafka's ZooKeeper mode does) and is told nothing of it."""
+        that is down keeps its copy (as Kafka's ZooKeeper mode does) and is told nothing of it,
+        unless the topic is deleted: each copy not confirmed deleted is remembered (in this
+        controller's term), and the topic's deletion deletes it when its broker is back."""
         c = self._c
         for broker_id in brokers:
+            self._unconfirmed.setdefault((name, p), set()).add(broker_id)
             broker = c._brokers.get(broker_id)
             if broker is None:
                 log.warning("broker %d is down: its replica of %s-%d is not deleted", broker_id, name, p)
@@ -209,7 +245,41 @@ class Reassignments:
                 topic_states=[StopReplicaRequest.StopReplicaTopicState(
                     topic_name=name, partition_states=[StopReplicaRequest.StopReplicaPartitionState(
                         partition_index=p, leader_epoch=leader_epoch, delete_partition=True)])])
-            c._channel.send(broker_id, request, _stopped(broker_id, name, p))
+            c._channel.send(broker_id, request, self._stopped(broker_id, name, p))
+
+    def _stopped(self, broker_id: int, name: str, p: int) -> Any:
+        def check(response: Any) -> None:
+            errors = [e.error_code for e in response.partition_errors if e.error_code]
+            if response.error_code or errors:
+                log.warning("broker %d could not delete its removed replica of %s-%d: %s", broker_id, name, p,
+                            ErrorCode(response.error_code or errors[0]).name)
+            else:
+                log.info("broker %d deleted its removed replica of %s-%d", broker_id, name, p)
+                self._c._jobs_send.send_nowait(partial(self._confirmed, (name, p), broker_id))
+        return check
+
+    async def _confirmed(self, key: Key, broker_id: int) -> None:
+        brokers = self._unconfirmed.get(key)
+        if brokers is not None:
+            brokers.discard(broker_id)
+            if not brokers:
+                del self._unconfirmed[key]
+
+    async def forget_topic(self, name: str) -> None:
+        """The topic is deleted: nothing of it stays, here or in ``/admin/reassign_partitions``
+        (an entry left there would move a new topic of the same name)."""
+        for key in [k for k in self.ongoing if k[0] == name]:
+            del self.ongoing[key]
+        for key in [k for k in self._unconfirmed if k[0] == name]:
+            del self._unconfirmed[key]
+        try:
+            data, _ = await self._c._zk.get(znodes.REASSIGN_PARTITIONS)
+            listed = znodes.parse_reassign_partitions(znodes.REASSIGN_PARTITIONS, data)
+        except (ZkNoNode, znodes.ZnodeError):
+            return
+        mine = {key for key in listed if key[0] == name}
+        if mine:
+            await self._remove_from_znode(mine)
 
     async def _write_assignment(self, name: str) -> None:
         """The topic znode from the controller's view: replicas, adding_replicas, removing_replicas."""
@@ -269,6 +339,12 @@ class Reassignments:
             return
         fresh = [(t, p, r) for (t, p), r in targets.items()
                  if (t, p) not in self.ongoing or self.ongoing[(t, p)].target != r]
+        for key in targets:
+            # A move this znode asked for that a new controller resumed from the topic znode: it
+            # leaves the znode when it completes, as any other of the znode's moves.
+            current = self.ongoing.get(key)
+            if current is not None and current.target == tuple(targets[key]) and not current.from_znode:
+                self.ongoing[key] = replace(current, from_znode=True)
         results = await self.alter(fresh, from_znode=True)
         failed = {key for key, (code, _) in results.items() if code != ErrorCode.NONE}
         for key in sorted(failed):
@@ -297,14 +373,3 @@ class Reassignments:
                 await c._zk.delete(path, version=stat.version)
         except ZkError as exc:
             log.warning("cannot update %s: %s", path, exc)
-
-
-def _stopped(broker_id: int, name: str, p: int) -> Any:
-    def check(response: Any) -> None:
-        errors = [e.error_code for e in response.partition_errors if e.error_code]
-        if response.error_code or errors:
-            log.warning("broker %d could not delete its removed replica of %s-%d: %s", broker_id, name, p,
-                        ErrorCode(response.error_code or errors[0]).name)
-        else:
-            log.info("broker %d deleted its removed replica of %s-%d", broker_id, name, p)
-    return check
