@@ -20,6 +20,10 @@ other mirror on it). The fetch lanes are mm2 mode's (mirror/fetcher.py); what di
   straddles the copy's end: the source diverged) parks the partition, as poison does in mm2;
 - a topic of that name at the target that is not this mirror's mirror topic is never written:
   it is reported (status `not_mirrored` and `problems`) and looked at again every round;
+- log start: each LinkAppend carries the source partition's log start offset (as its last fetch
+  response said), and an idle partition sends it alone when it moved: the copy's log start
+  follows the source's (DeleteRecords, retention), so a consumer from `earliest` at the target
+  reads what one at the source reads;
 - consumer groups: mirror/link_groups.py commits the source's offsets at the target unchanged.
 """
 
@@ -68,6 +72,9 @@ LINK_REQUEST_MAX_BYTES = 1 * 1024 * 1024
 # What a target refuses for the batches themselves: several batches are then sent one by one,
 # so those before a bad one are copied and the partition parks at the bad one.
 _REFUSED_BATCHES = REFUSED_AS_INVALID | {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.RECORD_LIST_TOO_LARGE}
+#: How often an idle partition's writer looks whether the source's log start moved (its fetches
+#: keep reporting it) and, if so, sends it alone. An in-memory check; a request only on a change.
+LOG_START_CHECK_S = 1.0
 
 Span = tuple[int, BatchHeader]
 
@@ -104,6 +111,7 @@ class LinkPartition(PartitionMirror):
     # Called when the target refuses the topic as not this mirror's (INVALID_REQUEST): it reads
     # the topic's config again and stops the topic when it was promoted or is someone else's.
     on_refused: Callable[[LinkPartition], Awaitable[None]] = _no_refusal_handler
+    target_start: int = -1  # the copy's log start offset, as the target last answered; -1: unknown
 
     def source_went_back(self, start: int, end: int) -> str | None:
         """Offsets are equal at both ends: copying the source again from its log start would
@@ -118,11 +126,44 @@ class LinkPartition(PartitionMirror):
     async def run_link_writer(self, client: Client, *, backoff: Backoff) -> None:
         """Write queued batches to the mirror topic until stopped or cancelled."""
         while True:
-            chunk = await self._take()
-            if chunk is None or self.stopped:
+            chunk: Chunk | None = None
+            with trio.move_on_after(LOG_START_CHECK_S) as idle:
+                chunk = await self._take()
+            if self.stopped or (chunk is None and not idle.cancelled_caught):
                 return
+            if chunk is None:
+                await self._follow_log_start(client)
+                continue
             if not await self._write_link_chunk(client, chunk, backoff):
                 self._done_with(chunk)
+
+    def _log_start_behind(self) -> bool:
+        """Whether the copy's log start can move up towards the source's: the target moves it
+        to at most its high watermark, so this asks again only when that limit moved."""
+        source = self.log_start_offset
+        if source < 0 or self.parked or self.held:
+            return False
+        return self.target_start < 0 or min(source, self.target_end) > self.target_start
+
+    async def _follow_log_start(self, client: Client) -> None:
+        """The source's log start moved while nothing new was written (DeleteRecords, retention
+        at the source): send it alone. A failure is left to the next check (or the next write)."""
+        if not self._log_start_behind():
+            return
+        epoch = self.epoch
+        result = (await link_append(client, self.link_name, {self.target: b""},
+                                    log_start_offsets={self.target: self.log_start_offset}))[self.target]
+        if self.stopped or self.epoch != epoch:
+            return
+        if result.error == ErrorCode.NONE:
+            self.target_start = result.log_start_offset
+            self.target_end = max(self.target_end, result.high_watermark)
+        elif result.error == ErrorCode.INVALID_REQUEST:
+            self.error = f"INVALID_REQUEST from LinkAppend to {_name(self.target)}: {result.error_message}"
+            await self.on_refused(self)  # stops this partition when the topic was promoted
+        else:
+            log.debug("%s: moving the copy's log start to %d: %s", _name(self.source), self.log_start_offset,
+                      result.error.name)
 
     async def _write_link_chunk(self, client: Client, chunk: Chunk, backoff: Backoff) -> bool:
         """Returns True when the chunk was not written through (rewound, parked or stopped)."""
@@ -156,11 +197,15 @@ class LinkPartition(PartitionMirror):
         records = data[start:end]
         failures = 0
         while not self.stopped and self.epoch == epoch:
-            result = (await link_append(client, self.link_name, {self.target: records}))[self.target]
+            start = self.log_start_offset  # the source's, from the latest fetch: the copy follows it
+            result = (await link_append(client, self.link_name, {self.target: records},
+                                        log_start_offsets={self.target: start} if start >= 0 else None))[self.target]
             if self.stopped or self.epoch != epoch:
                 break
             if result.high_watermark >= 0:
                 self.target_end = result.high_watermark
+            if result.log_start_offset >= 0:
+                self.target_start = result.log_start_offset
             code = result.error
             if code == ErrorCode.NONE:
                 self._written(piece, end - start)

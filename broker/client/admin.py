@@ -108,13 +108,21 @@ class ListedOffset:
     leader_epoch: int = -1
 
 
-async def _retrying(client: Client, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-    """Run `attempt()` again after a retriable KafkaError, with fresh metadata and backoff,
-    until the call's deadline; then (or for any other error) raise."""
+async def _retrying(client: Client, what: str, attempt: Callable[[], Awaitable[T]], *,
+                    unreachable_leader: bool = False) -> T:
+    """Run `attempt()` again after a retriable KafkaError (and, with `unreachable_leader`, after
+    a ConnectionFailed from a leader-routed request: the leader is moving), with fresh metadata
+    and backoff, until the call's deadline; then (or for any other error) raise."""
+
+    def retriable(exc: Exception) -> bool:
+        if isinstance(exc, KafkaError):
+            return exc.code in _RETRIED
+        return unreachable_leader and isinstance(exc, ConnectionFailed)
+
     with client.deadline(what):
         return await retry(
             attempt,
-            retriable=lambda exc: isinstance(exc, KafkaError) and exc.code in _RETRIED,
+            retriable=retriable,
             backoff=client.backoff,
             on_failure=lambda exc, failures: client.invalidate_metadata(),
         )
@@ -348,15 +356,18 @@ async def _per_leader(
     value_of: Callable[[Any], T],
 ) -> dict[TopicPartition, T]:
     """Send `request_for(its partitions, timeout_ms left)` to each leader of `partitions`, the
-    leaders concurrently, retried as `_retrying` does, and map each partition to `value_of` its
-    part of the answer (a response with `topics[].name` and `topics[].partitions[]` carrying
-    `partition_index` and `error_code`, as ListOffsets and DeleteRecords have). Raises KafkaError
-    (naming `what` and the partition) for the first partition with an error, or ConnectionFailed,
-    after all answered; KafkaError when a partition is missing from the answers."""
+    leaders concurrently, retried as `_retrying` does (an unreachable leader too), and map each
+    partition to `value_of` its part of the answer (a response with `topics[].name` and
+    `topics[].partitions[]` carrying `partition_index` and `error_code`, as ListOffsets and
+    DeleteRecords have). Raises KafkaError (naming `what` and the partition) for the first
+    partition with an error, or ConnectionFailed, after all answered; KafkaError when a
+    partition is missing from the answers."""
     wanted = list(partitions)
 
     async def ask(node_id: int, tps: list[TopicPartition]) -> dict[TopicPartition, T]:
-        response = await client.request(node_id, request_for(tps, _timeout_ms(client)))
+        # One attempt per leader (fail_fast): a dead leader is left at once for the one fresh
+        # metadata names, as Kafka's AdminClient retries a disconnected call after a metadata update.
+        response = await client.request(node_id, request_for(tps, _timeout_ms(client)), fail_fast=True)
         out: dict[TopicPartition, T] = {}
         for topic in response.topics:
             for part in topic.partitions:
@@ -372,7 +383,7 @@ async def _per_leader(
                                collect=(KafkaError, ConnectionFailed))
         return _all_answered(wanted, {tp: value for answer in answers for tp, value in answer.items()})
 
-    return await _retrying(client, what, attempt)
+    return await _retrying(client, what, attempt, unreachable_leader=True)
 
 
 def _by_topic(tps: Iterable[TopicPartition], topic: Callable[..., T], partition: Callable[[TopicPartition], Any]

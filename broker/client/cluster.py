@@ -7,6 +7,17 @@ a request in flight) is not tried again before a backoff delay that doubles with
 up to a cap, with jitter; a request that succeeds resets it. So a dead peer costs a bounded
 number of attempts per unit of time whatever the callers do.
 
+Two ways to send. `request_any` (metadata, bootstrap, descriptions) and a plain `request` keep
+trying, with backoff, until the deadline: any broker will do, or the one named is the only one
+that can answer. A request routed to a partition's leader (`request(..., fail_fast=True)`:
+produce, fetch, list offsets, LinkAppend) makes at most one connect and one send: a leader that
+is down, backing off, or drops the connection fails the call at once with `ConnectionFailed`
+and marks metadata stale, because its partitions are being taken over by another broker that
+only fresh metadata names; the caller's next attempt, after its own backoff, goes there. This is
+Apache Kafka's NetworkClient: a disconnect fails the node's in-flight requests
+(DisconnectException) and requests a metadata update, a node in reconnect backoff is not sent
+to, and the producer and consumer retry against the leader that metadata then names.
+
 Every call has a deadline: the caller's cancel scope (`trio.fail_after`), or the client's request
 timeout when no scope sets one. Retries and backoff stop at that deadline with the last real
 error (`RequestTimeout` or `ConnectionFailed` naming the broker), never a bare TooSlowError.
@@ -44,6 +55,7 @@ __all__ = [
     "Client",
     "ClientStatistics",
     "ClusterMetadata",
+    "NodeNotReady",
     "PartitionMetadata",
     "TopicMetadata",
     "TopicPartition",
@@ -58,6 +70,12 @@ DEFAULT_VERSION_CAPS: Mapping[int, int] = {ApiKey.FETCH: 12}
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+class NodeNotReady(ConnectionFailed):
+    """A request routed to a partition's leader was not sent: the leader could not be connected
+    to, is backing off after a failure, or has left the cluster's metadata (Kafka's "node not
+    ready"). Sending it again cannot duplicate anything; metadata was marked stale."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +133,10 @@ class ClientStatistics:
     connect_attempts: int
     open_connections: int
     requests_in_flight: int
+    # Connects started to each peer ("host:port"), so a test or an operator can see that a dead
+    # broker costs a bounded number of attempts.
+    connect_attempts_by_peer: Mapping[str, int] = field(default_factory=dict)
+    metadata_requests: int = 0  # Metadata requests sent (every refresh, full or for some topics)
 
 
 def parse_bootstrap(bootstrap: str | Sequence[str]) -> list[tuple[str, int]]:
@@ -147,6 +169,7 @@ class _Peer:
     next_attempt_at: float = float("-inf")
     last_error: Exception | None = None
     counted_loss: BrokerConnection | None = None
+    connect_attempts: int = 0
 
 
 class Client:
@@ -180,6 +203,7 @@ class Client:
         self._stale_topics: set[str] = set()  # these topics' leaders must be fetched again
         self._rng = random.Random()
         self._connect_attempts = 0
+        self._metadata_requests = 0
         self._closed = False
 
     # -- metadata ---------------------------------------------------------------------
@@ -210,11 +234,18 @@ class Client:
             topics=None if names is None else [MetadataRequest.MetadataRequestTopic(name=n) for n in names],
             allow_auto_topic_creation=False,
         )
+        self._metadata_requests += 1
         response: MetadataResponse = await self.request_any(request)
         fresh = _metadata_from_response(response)
         if names is not None:
             merged = dict(self._metadata.topics)
             merged.update(fresh.topics)
+            if self._metadata_stale:
+                # Brokers and controller came fresh with this answer; the cached topics it did
+                # not cover stay stale one by one, so the whole view is not fetched again and
+                # again (a partial refresh never clears the global mark otherwise).
+                self._stale_topics.update(t for t in self._metadata.topics if t not in fresh.topics)
+                self._metadata_stale = False
             fresh = ClusterMetadata(fresh.cluster_id, fresh.controller_id, fresh.brokers, merged)
         self._metadata = fresh
         if names is None:
@@ -291,7 +322,13 @@ class Client:
     # -- requests ---------------------------------------------------------------------
 
     async def request(
-        self, node_id: int, msg: Message, *, max_version: int | None = None, idempotent: bool = True
+        self,
+        node_id: int,
+        msg: Message,
+        *,
+        max_version: int | None = None,
+        idempotent: bool = True,
+        fail_fast: bool = False,
     ) -> Any:
         """Send `msg` to broker `node_id` and return its decoded response.
 
@@ -300,15 +337,28 @@ class Client:
         Raises KafkaError(BROKER_NOT_AVAILABLE) for a node id metadata does not name,
         ConnectionFailed / RequestTimeout when the deadline passes, KafkaError for
         UNSUPPORTED_VERSION. Error codes inside the response are the caller's.
+
+        `fail_fast`, for a request routed to a partition's leader by metadata: one attempt. A
+        node that is backing off after a failure, refuses the connect, or drops the connection
+        before answering raises `ConnectionFailed` at once (`NodeNotReady` when the request was
+        never sent), and metadata is marked stale, so the caller's next attempt (after its own
+        backoff) goes to the leader fresh metadata names. A node id metadata no longer names
+        raises `NodeNotReady` too. `idempotent` does not matter then: nothing is resent here.
         """
         with self.deadline(type(msg).__name__):
             broker = self._metadata.brokers.get(node_id)
+            if broker is None and fail_fast:
+                # Metadata changed since the caller picked this leader: the node left the cluster.
+                self._metadata_stale = True
+                raise NodeNotReady(f"node {node_id} is no longer in the cluster's metadata")
             if broker is None:
                 await self.refresh_metadata()
                 broker = self._metadata.brokers.get(node_id)
                 if broker is None:
                     raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"no broker with node id {node_id} in metadata")
             peer = self._peers.setdefault(broker.address, _Peer(broker.host, broker.port))
+            if fail_fast:
+                return await self._request_once(peer, msg, max_version)
             return await self._request_peers([peer], msg, max_version, idempotent)
 
     async def request_any(self, msg: Message, *, max_version: int | None = None, idempotent: bool = True) -> Any:
@@ -345,6 +395,8 @@ class Client:
             connect_attempts=self._connect_attempts,
             open_connections=len(conns),
             requests_in_flight=sum(c.in_flight for c in conns),
+            connect_attempts_by_peer={address: p.connect_attempts for address, p in self._peers.items()},
+            metadata_requests=self._metadata_requests,
         )
 
     def close(self) -> None:
@@ -412,19 +464,13 @@ class Client:
                     last_error = exc
                     continue
                 try:
-                    response = await conn.request(msg, max_version=max_version)
+                    return await self._send(peer, conn, msg, max_version)
                 except ConnectionFailed as exc:
-                    if peer.counted_loss is not conn:  # one lost connection is one failure,
-                        peer.counted_loss = conn  # however many requests it took down with it
-                        self._record_failure(peer, exc)
                     self._metadata_stale = True
                     if not idempotent:
                         raise
                     last_error = exc
                     continue
-                peer.failures = 0
-                peer.next_attempt_at = float("-inf")
-                return response
             now = trio.current_time()
             if now >= deadline or self._closed:
                 break
@@ -437,13 +483,43 @@ class Client:
             last_error = RequestTimeout(f"{type(msg).__name__}: deadline passed before it could be sent")
         raise last_error
 
+    async def _request_once(self, peer: _Peer, msg: Message, max_version: int | None) -> Any:
+        """One connect (none while the peer backs off) and one send; see `request(fail_fast=True)`."""
+        try:
+            conn = await self._connect(peer, wait_for_backoff=False)
+        except ConnectionFailed as exc:
+            self._metadata_stale = True
+            if isinstance(exc, NodeNotReady) or trio.current_time() >= trio.current_effective_deadline():
+                raise  # (the caller's deadline passing is its RequestTimeout, not the node's fault)
+            raise NodeNotReady(str(exc)) from exc
+        try:
+            return await self._send(peer, conn, msg, max_version)
+        except ConnectionFailed:
+            self._metadata_stale = True  # the node may be gone: Kafka asks for a metadata update
+            raise
+
+    async def _send(self, peer: _Peer, conn: BrokerConnection, msg: Message, max_version: int | None) -> Any:
+        """`msg` on `conn`; a lost connection counts as one failure of `peer`, an answer resets
+        its backoff."""
+        try:
+            response = await conn.request(msg, max_version=max_version)
+        except ConnectionFailed as exc:
+            if peer.counted_loss is not conn:  # one lost connection is one failure,
+                peer.counted_loss = conn  # however many requests it took down with it
+                self._record_failure(peer, exc)
+            raise
+        peer.failures = 0
+        peer.next_attempt_at = float("-inf")
+        return response
+
     def _record_failure(self, peer: _Peer, error: Exception) -> None:
         peer.failures += 1
         peer.last_error = error
         peer.next_attempt_at = trio.current_time() + self.backoff.delay(peer.failures, self._rng)
 
-    async def _connect(self, peer: _Peer) -> BrokerConnection:
-        """The peer's live connection, or a new one once its backoff has passed.
+    async def _connect(self, peer: _Peer, *, wait_for_backoff: bool = True) -> BrokerConnection:
+        """The peer's live connection, or a new one once its backoff has passed (at once:
+        `NodeNotReady` while it lasts, when not `wait_for_backoff`).
 
         Raises ConnectionFailed when the connect fails or cannot start before the deadline.
         """
@@ -461,12 +537,15 @@ class Client:
                     raise ConnectionFailed("client closed")
                 if peer.connection is not None and not peer.connection.closed:
                     return peer.connection
-                if peer.next_attempt_at >= deadline:
-                    raise ConnectionFailed(
+                if peer.next_attempt_at >= deadline or (
+                    not wait_for_backoff and peer.next_attempt_at > trio.current_time()
+                ):
+                    raise NodeNotReady(
                         f"{address}: backing off after {peer.failures} failure(s); last: {peer.last_error}"
                     )
                 await trio.sleep_until(peer.next_attempt_at)
                 self._connect_attempts += 1
+                peer.connect_attempts += 1
                 try:
                     conn: BrokerConnection = await self._nursery.start(self._run_connection, peer.host, peer.port)
                 except ConnectionFailed as exc:

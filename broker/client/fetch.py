@@ -117,8 +117,10 @@ async def fetch(
 
     Never raises for a partition's failure: its result carries the error code
     (OFFSET_OUT_OF_RANGE, NOT_LEADER_OR_FOLLOWER, UNKNOWN_TOPIC_OR_PARTITION, or
-    NETWORK_EXCEPTION / REQUEST_TIMED_OUT when the leader could not be reached in time);
-    errors that suggest a moved leader make the next call refresh metadata.
+    NETWORK_EXCEPTION / REQUEST_TIMED_OUT when the leader could not be reached or answer in
+    time: at once when it is down, without reconnecting to it); errors that suggest a moved
+    leader make the next call refresh metadata. A caller that fetches in a loop backs off
+    after such errors.
     """
     with client.deadline("Fetch", extra_s=max_wait_ms / 1000):
         return await _fetch(client, positions, wire_timeout_ms(max_wait_ms), min_bytes, max_bytes,
@@ -171,7 +173,10 @@ async def _fetch(
             topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
         )
         try:
-            response: FetchResponse = await client.request(node_id, request, max_version=12)
+            # One attempt: a leader that died fails this fetch at once (and marks metadata
+            # stale) rather than being reconnected to until the deadline; the caller's next
+            # fetch, after its backoff, asks the new leader.
+            response: FetchResponse = await client.request(node_id, request, max_version=12, fail_fast=True)
         except (ConnectionFailed, KafkaError) as exc:
             client.invalidate_metadata({tp.topic for tp in tps})
             fail_all(tps, exc)

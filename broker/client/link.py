@@ -44,7 +44,8 @@ def _failed(code: ErrorCode, message: str | None) -> LinkAppendResult:
 
 
 async def link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer], *,
-                      timeout_ms: int = 30000) -> dict[TopicPartition, LinkAppendResult]:
+                      timeout_ms: int = 30000, log_start_offsets: Mapping[TopicPartition, int] | None = None,
+                      ) -> dict[TopicPartition, LinkAppendResult]:
     """Append each partition's batches (whole RecordBatch v2 batches, as a fetch from the source
     returned them) to its leader, as mirror ``link_name``: one request per leader, the leaders
     concurrently, one attempt: a leader that cannot be reached or drops the connection is
@@ -62,13 +63,18 @@ async def link_append(client: Client, link_name: str, batches: Mapping[TopicPart
     mirror topic; INVALID_RECORD: a batch straddles the log end (the source diverged); a leader
     that cannot be reached or does not answer in time gives NETWORK_EXCEPTION or
     REQUEST_TIMED_OUT (the batches may or may not be there: send them again).
+
+    ``log_start_offsets``: each source partition's log start offset (from its fetch response);
+    the leader moves the copy's log start up to it once the batches are replicated. A partition's
+    batches may then be empty: only its log start moves.
     """
     with client.deadline("LinkAppend", extra_s=timeout_ms / 1000):
-        return await _link_append(client, link_name, batches, wire_timeout_ms(timeout_ms))
+        return await _link_append(client, link_name, batches, wire_timeout_ms(timeout_ms), log_start_offsets or {})
 
 
 async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer],
-                       timeout_ms: int) -> dict[TopicPartition, LinkAppendResult]:
+                       timeout_ms: int, log_start_offsets: Mapping[TopicPartition, int],
+                       ) -> dict[TopicPartition, LinkAppendResult]:
     results: dict[TopicPartition, LinkAppendResult] = {}
     try:
         by_leader, leaderless = await client.partitions_by_leader(batches)
@@ -81,23 +87,22 @@ async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPar
         topics: dict[str, list[LinkAppendRequest.LinkAppendPartition]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(
-                LinkAppendRequest.LinkAppendPartition(index=tp.partition, records=batches[tp]))
+                LinkAppendRequest.LinkAppendPartition(index=tp.partition, records=batches[tp],
+                                                      log_start_offset=log_start_offsets.get(tp, -1)))
         request = LinkAppendRequest(
             link_name=link_name,
             timeout_ms=timeout_ms,
             topics=[LinkAppendRequest.LinkAppendTopic(name=t, partitions=p) for t, p in topics.items()],
         )
         try:
-            # One connect, one request: a leader that died is answered at once, not retried
-            # until the deadline while another broker takes over its partitions.
-            conn = await client.connection(node_id)
-            response: LinkAppendResponse = await conn.request(request)
+            # One attempt (fail_fast): a leader that died is answered at once, and metadata
+            # marked stale, not retried until the deadline while another broker takes over.
+            response: LinkAppendResponse = await client.request(node_id, request, fail_fast=True)
         except ConnectionFailed as exc:
-            client.invalidate_metadata([tp.topic for tp in tps])  # the leader may be gone
             for tp in tps:
                 results[tp] = _connection_failed(exc)
             return
-        except KafkaError as exc:  # no common version (not a Causeway broker), broker gone from metadata
+        except KafkaError as exc:  # no common version (not a Causeway broker)
             for tp in tps:
                 results[tp] = _failed(exc.code, exc.message or None)
             return

@@ -2,8 +2,13 @@
 
 Batches travel as the bytes the caller gives (RecordBatch v2, as `records.build_batch` makes or
 a fetch returned); nothing here decodes records. A produce is resent only when that cannot
-write twice: after an error answer (nothing was appended), or after a lost connection when the
-batches carry a producer id (the broker drops the duplicate by its sequence number).
+write twice: after an error answer (nothing was appended), when the request never left the
+client (its leader could not be connected to), or after a lost connection when the batches
+carry a producer id (the broker drops the duplicate by its sequence number).
+
+Each request goes to the partition's leader once (`Client.request(fail_fast=True)`): a leader
+that died fails it at once and marks metadata stale, so the next attempt goes to the new leader
+instead of reconnecting to the dead one until the deadline.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.client.cluster import Client, TopicPartition
+from broker.client.cluster import Client, NodeNotReady, TopicPartition
 from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
 from broker.client.deadline import wire_timeout_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
@@ -33,9 +38,11 @@ Buffer = bytes | bytearray | memoryview
 
 _SEQUENCE_MOD = 1 << 31
 
-# Retriable in Kafka's terms, but not worth resending here: the connection layer already resent
-# what was safe after a network failure, and the same bytes would be just as corrupt again.
-_NOT_RESENT = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.CORRUPT_MESSAGE})
+# Retriable in Kafka's terms, but the write may have happened: resent only when it was never
+# sent or the broker drops a duplicate by its producer id.
+_OUTCOME_UNKNOWN = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
+# Retriable in Kafka's terms, but the same bytes would be just as corrupt again.
+_NOT_RESENT = frozenset({ErrorCode.CORRUPT_MESSAGE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +56,9 @@ class ProduceResult:
     log_append_time_ms: int = -1
     log_start_offset: int = -1
     error_message: str | None = None
+    # False when the request never left the client (no leader known, or the leader could not be
+    # connected to or was backing off): sending the same batches again cannot write them twice.
+    sent: bool = True
 
     def raise_for_error(self) -> None:
         """Raise KafkaError when the partition reported an error."""
@@ -82,8 +92,9 @@ async def produce_batches(
     Never raises for a partition's failure: its result carries the error code. A partition
     whose leader is unknown gets the lookup's code (UNKNOWN_TOPIC_OR_PARTITION,
     LEADER_NOT_AVAILABLE); a leader that cannot be reached or does not answer in time gives
-    NETWORK_EXCEPTION or REQUEST_TIMED_OUT (the write may or may not have happened). Raises
-    ValueError for bad `acks`.
+    NETWORK_EXCEPTION or REQUEST_TIMED_OUT at once, with metadata marked stale so the next call
+    goes to the new leader (the write may or may not have happened, unless `sent` is False).
+    Raises ValueError for bad `acks`.
     """
     if acks not in (0, 1, -1):
         raise ValueError(f"acks must be 0, 1 or -1, not {acks}")
@@ -99,9 +110,9 @@ async def _produce_batches(
     try:
         by_leader, leaderless = await client.partitions_by_leader(batches)
     except ConnectionFailed as exc:
-        return {tp: _failed(tp, exc) for tp in batches}
+        return {tp: _failed(tp, exc, sent=False) for tp in batches}
     for tp, error in leaderless.items():
-        results[tp] = ProduceResult(tp.topic, tp.partition, error.code, error_message=error.message)
+        results[tp] = ProduceResult(tp.topic, tp.partition, error.code, error_message=error.message, sent=False)
 
     async def send(node_id: int, tps: list[TopicPartition]) -> None:
         topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
@@ -114,14 +125,13 @@ async def _produce_batches(
             timeout_ms=timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
         )
-        idempotent = _carries_producer_id(batches[tp] for tp in tps)
         try:
-            response: ProduceResponse | None = await client.request(node_id, request, idempotent=idempotent)
+            response: ProduceResponse | None = await client.request(node_id, request, fail_fast=True)
         except ConnectionFailed as exc:
             for tp in tps:
-                results[tp] = _failed(tp, exc)
+                results[tp] = _failed(tp, exc, sent=not isinstance(exc, NodeNotReady))
             return
-        except KafkaError as exc:  # e.g. no common version, broker gone from metadata
+        except KafkaError as exc:  # e.g. no common version
             for tp in tps:
                 results[tp] = ProduceResult(tp.topic, tp.partition, exc.code, error_message=exc.message)
             return
@@ -156,10 +166,10 @@ async def _produce_batches(
     return {tp: results[tp] for tp in batches}
 
 
-def _failed(tp: TopicPartition, exc: ConnectionFailed) -> ProduceResult:
+def _failed(tp: TopicPartition, exc: ConnectionFailed, *, sent: bool) -> ProduceResult:
     """The result of a write whose leader could not be reached or did not answer in time."""
     code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
-    return ProduceResult(tp.topic, tp.partition, code, error_message=str(exc))
+    return ProduceResult(tp.topic, tp.partition, code, error_message=str(exc), sent=sent)
 
 
 async def produce(
@@ -175,29 +185,34 @@ async def produce(
 
     Retries retriable errors (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE, ...) with fresh
     metadata and backoff until the caller's deadline (default: client request timeout +
-    timeout_ms);
-    a connection lost in flight is retried only for batches with a producer id.
-    Raises KafkaError with the partition's error code (NETWORK_EXCEPTION or
+    timeout_ms), a leader that could not be reached among them (the next attempt goes to the
+    leader fresh metadata names); a connection lost in flight is retried only for batches with
+    a producer id. Raises KafkaError with the partition's error code (NETWORK_EXCEPTION or
     REQUEST_TIMED_OUT when the leader could not be reached or did not answer).
     """
     tp = TopicPartition(topic, partition)
+    deduplicated = _carries_producer_id([batches])
+    unsent = False  # whether the last attempt never left the client
 
     async def attempt() -> ProduceResult:
+        nonlocal unsent
         result = (await produce_batches(client, {tp: batches}, acks=acks, timeout_ms=timeout_ms))[tp]
+        unsent = not result.sent
         result.raise_for_error()
         return result
+
+    def worth_resending(exc: Exception) -> bool:
+        if not isinstance(exc, KafkaError) or not is_retriable(exc.code) or exc.code in _NOT_RESENT:
+            return False
+        return exc.code not in _OUTCOME_UNKNOWN or unsent or deduplicated
 
     with client.deadline(f"produce to {topic}-{partition}", extra_s=timeout_ms / 1000):
         return await retry(
             attempt,
-            retriable=_worth_resending,
+            retriable=worth_resending,
             backoff=client.backoff,
             on_failure=lambda exc, failures: client.invalidate_metadata([topic]),
         )
-
-
-def _worth_resending(exc: Exception) -> bool:
-    return isinstance(exc, KafkaError) and is_retriable(exc.code) and exc.code not in _NOT_RESENT
 
 
 def _stamp(batch: Buffer, producer_id: int, producer_epoch: int, base_sequence: int) -> bytes:

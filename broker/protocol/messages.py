@@ -11601,13 +11601,16 @@ class LinkAppendRequest:
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
             FieldSpec('index', 'int32', 0, 0, 1, 0),
             FieldSpec('records', 'records', 0, 0, 0, 0),
+            FieldSpec('log_start_offset', 'int64', 0, 0, 1, 0),
         )
         index: int = 0
         records: Records | None = None
+        log_start_offset: int = -1
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.index)
             w.compact_nullable_bytes(self.records)
+            w.int64(self.log_start_offset)
             w.unsigned_varint(0)
 
         @classmethod
@@ -11615,6 +11618,7 @@ class LinkAppendRequest:
             self = cls()
             self.index = r.int32()
             self.records = r.compact_nullable_bytes_view()
+            self.log_start_offset = r.int64()
             r.skip_tagged_fields()
             return self
 

@@ -96,6 +96,9 @@ class LogConfig(BaseModel):
     min_insync_replicas: Annotated[int, _long(1)] = Field(default=1, validation_alias="min.insync.replicas")
     compression_type: Annotated[str, _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")] = Field(
         default="producer", validation_alias="compression.type")
+    # Causeway's own: the link-mode mirror whose read-only copy this log is (empty: a normal topic).
+    # Its log keeps copied batches out of the idempotent-producer state (broker/storage/link_copy.py).
+    mirror_name: str = Field(default="", validation_alias="causeway.mirror.name")
 
     @field_validator("*", mode="before")
     @classmethod

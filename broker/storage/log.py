@@ -33,6 +33,7 @@ from broker.protocol.validation import LONG_MAX, check_copied, check_produced
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
+from broker.storage.link_copy import LinkCopy, is_promotion_marker, promotion_marker
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.quarantine import Cut, keep_cut
 from broker.storage.segment import LogSegment, RecoveryResult, UnflushedIndexes
@@ -205,6 +206,8 @@ class Log:
         self.high_watermark = 0
         self.recovery_point = 0
         self.producers = ProducerStateManager()
+        # Which batches are a link-mode copy (never producer state): broker/storage/link_copy.py.
+        self.copy = LinkCopy(directory / "link-copy-checkpoint")
         self.epochs = LeaderEpochCache(directory / "leader-epoch-checkpoint")
         self._last_flush_ms: int | None = None
         self._scheduler: FlushScheduler | None = None
@@ -288,6 +291,10 @@ class Log:
         else:
             self._recover_epochs(seen_epochs)
         self.epochs.truncate_from_end(self.log_end_offset)
+        self.copy = LinkCopy.load(directory)
+        if config.mirror_name:
+            self.copy.start()
+        self.copy.reopen_if_cut(self.log_end_offset)  # a marker lost with a torn tail
         self._rebuild_producer_state()
         end = self.log_end_offset
         self.high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
@@ -328,9 +335,17 @@ class Log:
         return segment
 
     def _rebuild_producer_state(self) -> None:
+        """Producers of the last segments' local batches: a link-mode copy's batches (an open
+        copy, or before its promotion marker) carry another cluster's producer ids and never
+        count; state seen before a marker is forgotten at it (broker/storage/link_copy.py)."""
         for segment in self.segments[-PRODUCER_STATE_SEGMENTS:]:
-            for _, header in segment.iter_headers():
-                if header.has_producer_id:
+            for pos, header in segment.iter_headers():
+                if header.is_control and not header.has_producer_id:
+                    if is_promotion_marker(segment.read(pos, header.size), 0, header):
+                        self.producers.clear()
+                        if self.copy.open or self.copy.marker != header.base_offset:
+                            self.copy.close_at(header.base_offset)
+                elif header.has_producer_id and self.copy.counts(header.base_offset):
                     self.producers.update(header, header.base_offset, header.max_timestamp)
 
     # -- the flush scheduler -------------------------------------------------------------
@@ -364,6 +379,9 @@ class Log:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        if config.mirror_name and self.copy.start():
+            # Learnt late that this is a mirror topic: whatever it holds is copied.
+            self.producers.clear()
         for segment in self.segments:
             segment._index_interval = config.index_interval_bytes
 
@@ -418,6 +436,10 @@ class Log:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
                                     duplicate=True)
 
+        if self.copy.open:
+            # The first local append after a link-mode promotion: the marker first, so that every
+            # replica tells the copied batches before it from the local ones after it.
+            self._write_promotion_marker(leader_epoch, now_ms)
         log_append_time = now_ms if self.config.log_append_time else -1
         next_offset = self.log_end_offset
         first_offset = next_offset
@@ -443,6 +465,15 @@ class Log:
                 needs_flush = True
         return AppendResult(first_offset, next_offset - 1, log_append_time, self.log_start_offset,
                             needs_flush=needs_flush)
+
+    def _write_promotion_marker(self, leader_epoch: int, now_ms: int) -> None:
+        offset = self.log_end_offset
+        marker = promotion_marker(offset, leader_epoch=leader_epoch, now_ms=now_ms)
+        self._maybe_roll(len(marker), now_ms)
+        self.epochs.assign(leader_epoch, offset)
+        self._write(marker, [(0, read_batch_header(marker, 0))], now_ms)
+        log.info("%s: promoted mirror topic: local writes begin after the promotion marker at offset %d "
+                 "(the copied batches' producers no longer count)", self.directory.name, offset)
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult | None:
         """Append batches fetched from the leader as they are: their offsets, leader epochs and
@@ -566,9 +597,18 @@ class Log:
                         (i, f"Compacted topic cannot accept message without key in topic partition {where}")
                         for i in keyless])
         end = self.log_end_offset
-        new = [(pos, header) for pos, header in batches if header.last_offset >= end]
+        # A promotion marker of the source's own (it was a promoted mirror topic) means nothing
+        # here and would end this copy early: left out (a one-offset gap, as compaction leaves).
+        new = [(pos, header) for pos, header in batches
+               if header.last_offset >= end and not is_promotion_marker(buf, pos, header)]
         if not new:
             return None
+        if self.copy.marker >= 0:
+            # Promoted: local writes began after the marker; a copy after them would mix the two.
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             f"{where} was promoted (its promotion marker is at offset {self.copy.marker}): "
+                             f"it is no longer a mirror topic's copy")
+        self.copy.start()  # a copy's batches never enter producer state (a log used on its own)
         first = new[0][1]
         if self._is_empty() and first.base_offset != end:
             # An empty log starts at the first batch (the source's log starts above 0, or the
@@ -579,6 +619,11 @@ class Log:
             raise KafkaError(ErrorCode.INVALID_RECORD,
                              f"{where}: the batch at offsets [{first.base_offset}, {first.last_offset}] straddles "
                              f"the log end offset {end}: the source's log is not the one copied here")
+        if any(pos + header.size != nxt for (pos, header), (nxt, _) in zip(new, new[1:], strict=False)):
+            # A source's marker was left out between two batches: the writes go in runs of
+            # contiguous bytes, so the kept batches are put together (rare: once per promotion).
+            buf = bytearray(b"".join(buf[pos:pos + header.size] for pos, header in new))
+            new = split_batches(buf)
         for pos, _ in new:
             patch_partition_leader_epoch(buf, pos, leader_epoch)
         self._append_runs(buf, [(pos, read_batch_header(buf, pos)) for pos, _ in new], now_ms)
@@ -603,6 +648,7 @@ class Log:
         self.log_start_offset = offset
         self.epochs.truncate_from_end(-1)
         self.producers.producers.clear()
+        self.copy.reopen_if_cut(offset)
         self.high_watermark = min(self.high_watermark, offset)
         self.recovery_point = offset
 
@@ -610,8 +656,13 @@ class Log:
         """Batches (at their positions in `buf`) into the active segment, and into their
         producers' state: the same step for a leader's append and a follower's."""
         self.active.append(buf, batches, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
-        for _, header in batches:
-            self.producers.update(header, header.base_offset, header.max_timestamp)
+        for pos, header in batches:
+            if header.is_control and not header.has_producer_id:
+                if is_promotion_marker(buf, pos, header):
+                    self.producers.clear()  # what came before it is the copy
+                    self.copy.close_at(header.base_offset)
+            elif self.copy.counts(header.base_offset):
+                self.producers.update(header, header.base_offset, header.max_timestamp)
 
     @property
     def unflushed_messages(self) -> int:
@@ -870,6 +921,7 @@ class Log:
         if plan.fully:
             self.epochs.truncate_from_end(-1)
             self.producers.producers.clear()
+            self.copy.reopen_if_cut(plan.offset)
             self.high_watermark = plan.offset
             self.recovery_point = plan.offset
         else:
@@ -879,6 +931,8 @@ class Log:
     def _after_truncation(self) -> None:
         self.epochs.truncate_from_end(self.log_end_offset)
         self.producers.truncate_after(self.log_end_offset)
+        if self.copy.reopen_if_cut(self.log_end_offset):
+            self.producers.clear()  # the marker went: what is left is the copy
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
 

@@ -111,6 +111,10 @@ class ProducerStateManager:
         entry.batches.append(BatchMetadata(header.base_sequence, header.last_sequence, first_offset,
                                            first_offset + header.last_offset_delta, timestamp))
 
+    def clear(self) -> None:
+        """Forget every producer (what came before a link-mode promotion marker: broker/storage/link_copy.py)."""
+        self.producers.clear()
+
     def truncate_after(self, offset: int) -> None:
         """Forget batches at or past `offset` (the log was truncated there)."""
         for pid in list(self.producers):

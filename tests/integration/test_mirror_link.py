@@ -303,12 +303,13 @@ async def test_a_promoted_topic_stops_alone_and_the_status_says_so(
         await wait_for(lambda: "orders" in mirror.status()["not_mirrored"], what="the promotion to be seen")
         await wait_copied(east, west, "payments", 1)
         status = mirror.status()
-        # The promoted topic takes a producer now, and the mirror leaves it alone.
-        # Not idempotent: the copied batches carry the source's producer ids, and the target hands
-        # out its own from 0 too, so the target's idempotence state may collide (a broker matter).
-        await trio.to_thread.run_sync(lambda: produce(west.bootstrap, "orders", 30, start=10_000, idempotent=False))
+        # The promoted topic takes a producer now, and the mirror leaves it alone. Idempotent:
+        # the copied batches carry the source's producer ids, which the target hands out too,
+        # and constrain nobody (broker/storage/link_copy.py). Each partition's first local write
+        # follows a promotion marker (one offset, a control batch consumers skip).
+        await trio.to_thread.run_sync(lambda: produce(west.bootstrap, "orders", 30, start=10_000))
         await wait_for(lambda: _equal(ends_of(west.bootstrap, "orders", 3),
-                                      {p: kept[p] + 10 for p in range(3)}), what="the local records")
+                                      {p: kept[p] + 11 for p in range(3)}), what="the local records")
         await wait_for(lambda: mirror.status()["lag"] == 0, what="payments caught up")
     assert "promoted" in status["not_mirrored"]["orders"]
     assert status["topics"] == {"payments": "payments"}

@@ -47,9 +47,13 @@ def test_batches_keep_their_bytes_offsets_and_producer_fields_with_the_epoch_sta
         assert ha.partition_leader_epoch == 5 and hb.partition_leader_epoch == -1
         assert stored[pa + 16:pa + ha.size] == data[pb + 16:pb + hb.size]  # the CRC and all after it
     assert log.epochs.end_offset_for(5, log.log_end_offset) == (5, 5)
-    # The producer's state came along: its retry after a failover is recognised as a duplicate.
-    retry = build_batch([Record(b"k3", b"v"), Record(b"k4", b"v")], producer_id=9, producer_epoch=2, base_sequence=3)
-    assert log.append_as_leader(retry, leader_epoch=6, now_ms=NOW).duplicate
+    # The source's producers never write here: after promotion a local producer that got the
+    # same id (both clusters hand them out from 0) is not held to the copy's sequences, and its
+    # batch is not taken for a copied one. A promotion marker (offset 5) comes first.
+    local = build_batch([Record(b"k3", b"v"), Record(b"k4", b"v")], producer_id=9, producer_epoch=2, base_sequence=3)
+    written = log.append_as_leader(local, leader_epoch=6, now_ms=NOW)
+    assert (written.duplicate, written.first_offset) == (False, 6)
+    assert log.append_as_leader(local, leader_epoch=6, now_ms=NOW).duplicate  # its own retry is
 
 
 def test_present_batches_are_skipped_and_a_straddle_or_disorder_is_refused(tmp_path: Path) -> None:

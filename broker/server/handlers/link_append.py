@@ -10,6 +10,12 @@ waits as Produce's acks=all does: NOT_ENOUGH_REPLICAS before appending when the 
 ``min.insync.replicas``; the high watermark reaching the new log end within ``TimeoutMs``, else
 REQUEST_TIMED_OUT. Each partition answers its log end, high watermark and log start offset, so
 the mirror knows where the copy stands even after a refusal.
+
+``LogStartOffset`` (the source partition's, -1: not given) then moves the copy's log start up to
+it, as a Kafka follower follows its leader's log start from each fetch response: never backwards,
+never past the high watermark (so only once the in-sync replicas hold what it keeps), and records
+the source deleted (DeleteRecords, retention) leave the copy too. A partition may carry no
+batches, only a log start (the source deleted records while nothing new was written).
 """
 
 from __future__ import annotations
@@ -43,6 +49,15 @@ def _check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
                          f"topic {name} is the mirror topic of mirror {owner}, not of mirror {link_name}")
 
 
+def _follow_log_start(partition: Partition, source_start: int) -> None:
+    """Move the copy's log start up to the source's, within the high watermark (as Kafka's
+    follower does with its leader's: ReplicaFetcherThread, maybeIncrementLogStartOffset)."""
+    log = partition.log
+    target = min(source_start, log.high_watermark)
+    if partition.is_leader and target > log.log_start_offset:
+        log.delete_records_before(target)
+
+
 def _positions(response: PartitionResponse, partition: Partition) -> None:
     log = partition.log
     response.log_end_offset = log.log_end_offset
@@ -70,6 +85,7 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
     timestamp = now_ms()
     topics: list[LinkAppendResponse.LinkAppendTopicResponse] = []
     waits: list[tuple[PartitionResponse, Partition, int]] = []
+    starts: list[tuple[PartitionResponse, Partition, int]] = []  # (answer, partition, source log start)
     for topic_data in request.topics:
         answers: list[PartitionResponse] = []
         topic = ctx.services.controller.topics().get(topic_data.name)
@@ -88,15 +104,20 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
                 partition = replicas.get(topic_data.name, data.index)
                 if not partition.is_leader:
                     raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                if data.records is None or len(data.records) == 0:
+                has_records = data.records is not None and len(data.records) > 0
+                if not has_records and data.log_start_offset < 0:
                     raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")
                 isr, min_isr = len(partition.isr), partition.log.config.min_insync_replicas
                 if isr < min_isr:
                     raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                                      f"ISR has {isr} replicas, min.insync.replicas is {min_isr}")
-                result = partition.append_copied(data.records, now_ms=timestamp)
-                if result is not None:
-                    await partition.wait_flushed(result)
+                if has_records:
+                    assert data.records is not None
+                    result = partition.append_copied(data.records, now_ms=timestamp)
+                    if result is not None:
+                        await partition.wait_flushed(result)
+                if data.log_start_offset >= 0:
+                    starts.append((answer, partition, data.log_start_offset))
             except KafkaError as exc:
                 answer.error_code, answer.error_message = exc.code, exc.message or None
                 if partition is not None and partition.is_leader:
@@ -112,6 +133,14 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
         topics.append(LinkAppendResponse.LinkAppendTopicResponse(name=topic_data.name, partitions=answers))
     if waits:
         await _wait_for_replicas(waits, request.timeout_ms)
+    for answer, partition, source_start in starts:
+        if answer.error_code == ErrorCode.NONE:
+            try:
+                _follow_log_start(partition, source_start)
+            except KafkaError as exc:
+                answer.error_code, answer.error_message = exc.code, exc.message or None
+            _positions(answer, partition)
+    if waits:
         for answer, partition, required in waits:
             _positions(answer, partition)
             if answer.error_code == ErrorCode.REQUEST_TIMED_OUT:
