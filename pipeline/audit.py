@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from broker.faults import crash_point
 from pipeline.identity import with_identity
+from pipeline.leftovers import HOST, writer_gone
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.progress import stage_progress
 
@@ -548,21 +550,58 @@ def _replace_durably(tmp: Path, final: Path) -> None:
         os.close(fd)
 
 
-def write_json(report: AuditReport, path: Path) -> None:
-    """The whole report as JSON, written to a hidden temporary name and renamed: never half a file."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_json(report: AuditReport, path: Path, say: Callable[[str], None] | None = None) -> None:
+    """The whole report as JSON, written to a hidden temporary name and renamed: never half a file.
+    Such names beside `path` that killed runs left are removed first, saying so (stderr by default)."""
+    tmp = path.with_name(f".{path.name}.{HOST}.{os.getpid()}.tmp")
+    stray = re.compile(re.escape(f".{path.name}.") + _WRITER + r"\.tmp")
+    _remove_strays(path.parent, stray, f"audit JSON {path}", say or _say_on_stderr)
     tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     _replace_durably(tmp, path)
 
 
-def write_parquet(report: AuditReport, directory: Path) -> Path:
+# A file being written names its writer: `<name>.<host>.<pid>.tmp` (older runs: without the host).
+_WRITER = r"(?:(?P<host>[A-Za-z0-9-]+)\.)?(?P<pid>\d+)"
+_HISTORY_TMP = re.compile(r"_audit-\d+-[0-9a-f]+\.parquet\." + _WRITER + r"\.tmp")
+
+
+def _remove_strays(directory: Path, pattern: re.Pattern[str], what: str, say: Callable[[str], None]) -> None:
+    """Remove the files matching `pattern` that runs killed while writing them left (their
+    process gone: see pipeline.leftovers), saying so in one line; a running audit's are left alone."""
+    if not directory.is_dir():
+        return
+    removed = []
+    for path in sorted(directory.iterdir()):
+        found = pattern.fullmatch(path.name)
+        if found is None:
+            continue
+        try:
+            gone = writer_gone(int(found["pid"]), found["host"], path.stat().st_mtime)
+            if gone:
+                path.unlink()
+        except FileNotFoundError:
+            continue  # its own run renamed or removed it meanwhile
+        if gone:
+            removed.append(path.name)
+    if removed:
+        say(f"{what}: removed {len(removed)} unfinished file(s) that killed runs left: "
+            + ", ".join(removed))
+
+
+def _say_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def write_parquet(report: AuditReport, directory: Path, say: Callable[[str], None] = _say_on_stderr) -> Path:
     """One Parquet file per run under `directory` (one row per partition): the audit's history,
     readable as one table with `spark.read.parquet(directory)`. Written under a `_` name (which
-    Spark and pyarrow skip) and renamed into place."""
+    Spark and pyarrow skip) and renamed into place. What audits killed while writing left there
+    is removed first, saying so through `say` (stderr by default)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
+    _remove_strays(directory, _HISTORY_TMP, f"audit history {directory}", say)
     rows = list(_counted(report))
     schema = pa.schema([
         ("run_id", pa.string()), ("audited_at_ms", pa.int64()), ("mirror", pa.string()), ("mode", pa.string()),
@@ -574,7 +613,7 @@ def write_parquet(report: AuditReport, directory: Path) -> Path:
     ])
     table = pa.Table.from_pylist(rows, schema=schema)
     final = directory / f"audit-{report.started_ms}-{report.run_id}.parquet"
-    tmp = directory / f"_{final.name}.{os.getpid()}.tmp"
+    tmp = directory / f"_{final.name}.{HOST}.{os.getpid()}.tmp"
     pq.write_table(table, tmp)
     _replace_durably(tmp, final)
     return final

@@ -6,6 +6,7 @@ Layout of the output directory:
     DIR/date=2026-11-23/hour=18/<run>-part-....parquet   the data (Spark's file names, run-prefixed)
     DIR/_causeway_export.json                            offsets reached, per partition: the commit
     DIR/_staging/<run>/                                  a run in progress (readers skip "_" dirs)
+    DIR/_causeway_export.lock                            held (flock) by the run writing DIR
 
 A run plans each partition's range from the committed offsets (the log start for a partition it
 has never seen) to the log end, then works through it in steps of at most `step_records` offsets
@@ -15,16 +16,28 @@ and the offsets file is replaced last. A run killed at any point leaves either a
 without a journal (thrown away by the next run: its records are read again) or a journal (rolled
 forward by the next run: renames are idempotent), so the data directory never holds a step's
 files without its offsets, nor the offsets without its files: no duplicates, no holes.
+
+That order holds across a power cut too, not only a kill: the step's files and every directory
+entry leading to them are flushed to disk (fsync, file by file, nothing read back) before the
+journal that names them is written, the moved files' directories before the offsets that count
+them, and a finished step's staging is gone for good before the next step's offsets.
+
+One run writes to DIR at a time (an exclusive flock on `_causeway_export.lock`, which the
+kernel drops when the process dies): a second export to DIR is refused while one is running,
+so what the next run finds in `_staging` was left by a run that is gone, and it is completed or
+removed, saying so.
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +47,7 @@ from pyspark.sql import functions as F
 
 from broker.atomic_file import write_atomically
 from broker.faults import crash_point
+from pipeline.leftovers import fsync_path
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange, plan_read
 from pipeline.progress import stage_progress
@@ -44,6 +58,7 @@ __all__ = ["ExportResult", "OFFSETS_FILE", "export_topic"]
 OFFSETS_FILE = "_causeway_export.json"
 STAGING = "_staging"
 JOURNAL = "_journal.json"
+LOCK_FILE = "_causeway_export.lock"
 DEFAULT_STEP_RECORDS = 1_000_000
 
 
@@ -70,8 +85,51 @@ def read_offsets(out_dir: Path, topic: str) -> dict[int, int]:
     return {int(p): int(o) for p, o in data["offsets"].items()}
 
 
+@contextmanager
+def _exclusive(out: Path) -> Iterator[None]:
+    """Hold DIR's export lock for the run, or refuse: another export is writing to DIR now."""
+    fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "unknown"
+            raise PipelineError(f"another export is writing to {out} (process {holder}, holding "
+                                f"{out / LOCK_FILE}); run one export per directory at a time") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield  # the lock file stays: removing it would let two runs lock different files
+    finally:
+        os.close(fd)  # drops the lock
+
+
+def _fsync_tree(paths: list[Path], top: Path) -> None:
+    """Flush each of `paths` (files or directories, under `top`) and every directory from theirs
+    up to `top`, each once, deepest first (a file's entry before its directory's)."""
+    dirs: set[Path] = set()
+    for path in dict.fromkeys(paths):
+        fsync_path(path)
+        parent = path.parent
+        while parent not in dirs and parent.is_relative_to(top):
+            dirs.add(parent)
+            parent = parent.parent
+    for directory in sorted(dirs - set(paths), key=lambda d: len(d.parts), reverse=True):
+        fsync_path(directory)
+
+
+def _remove_dir(path: Path) -> None:
+    """`path` removed for good: its parent's entry flushed, so a power cut cannot bring it back."""
+    shutil.rmtree(path)
+    fsync_path(path.parent)
+
+
 def _roll_forward(out_dir: Path, topic: str, say: Callable[[str], None]) -> None:
-    """Finish what a killed run left: apply a journalled step, drop unjournalled staging."""
+    """Finish what a killed run left (with DIR's lock held, so that run is gone): apply a
+    journalled step, remove unjournalled staging and a half-written offsets file, saying so."""
+    stray = out_dir / (OFFSETS_FILE + ".tmp")
+    if stray.exists():
+        say(f"export {topic}: removing {stray}, an offsets file a run that is gone did not finish writing")
+        stray.unlink()
     staging = out_dir / STAGING
     if not staging.exists():
         return
@@ -82,18 +140,45 @@ def _roll_forward(out_dir: Path, topic: str, say: Callable[[str], None]) -> None
             say(f"export {topic}: completing a step an earlier run journalled ({len(step['files'])} files)")
             _apply(out_dir, run_dir, step, topic)
         else:
-            say(f"export {topic}: discarding an unfinished step an earlier run left in {run_dir}")
-        shutil.rmtree(run_dir)
+            files = sum(1 for p in run_dir.rglob("*") if p.is_file())
+            say(f"export {topic}: discarding an unfinished step a run that is gone left in {run_dir} "
+                f"({files} files, no journal: its records are exported again)")
+        _remove_dir(run_dir)
+
+
+def _seal_step(out_dir: Path, run_dir: Path, run: str, offsets: dict[str, int]) -> tuple[dict[str, object], int]:
+    """Journal the step Spark wrote into `run_dir/data`, once its files are on disk.
+
+    The files get run-prefixed names (so steps never overwrite each other's files); then each
+    file and each directory entry leading to it, up to DIR, is flushed to disk, and only then
+    is the journal that names them written (atomically): after a power cut, a journal never
+    names a file that is not whole."""
+    data_dir = run_dir / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)  # Spark makes it; a step of no records still journals
+    renamed = []
+    for path in sorted(p.relative_to(data_dir) for p in data_dir.rglob("*.parquet")):
+        target = path.with_name(f"{run}-{path.name}")
+        (data_dir / path).rename(data_dir / target)
+        renamed.append(target)
+    _fsync_tree([data_dir / rel for rel in renamed] or [data_dir], out_dir)
+    rows = sum(pq.read_metadata(data_dir / rel).num_rows for rel in renamed)  # the footers only
+    step: dict[str, object] = {"files": [str(rel) for rel in renamed], "offsets": offsets, "records": rows}
+    _write_json_atomically(run_dir / JOURNAL, step)
+    return step, rows
 
 
 def _apply(out_dir: Path, run_dir: Path, step: dict[str, object], topic: str) -> None:
     files = step["files"]
     assert isinstance(files, list)
+    placed = []
     for rel in files:
         src, dst = run_dir / "data" / rel, out_dir / rel
         if src.exists():  # else: moved before the kill
             dst.parent.mkdir(parents=True, exist_ok=True)
             os.replace(src, dst)
+        placed.append(dst)
+    # The moves (and directories made for them) on disk before the offsets that count them.
+    _fsync_tree([p.parent for p in placed] or [out_dir], out_dir)
     crash_point("pipeline-export-files-moved")  # the step's files in place, its offsets not yet
     _write_json_atomically(out_dir / OFFSETS_FILE, {"topic": topic, "offsets": step["offsets"]})
 
@@ -108,6 +193,12 @@ def export_topic(spark: SparkSession, bootstrap: str, topic: str, out_dir: str |
     """
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    with _exclusive(out):
+        return _export(spark, bootstrap, topic, out, step_records, min_partitions, say, options)
+
+
+def _export(spark: SparkSession, bootstrap: str, topic: str, out: Path, step_records: int,
+            min_partitions: int | None, say: Callable[[str], None], options: dict[str, str] | None) -> ExportResult:
     _roll_forward(out, topic, say)
     committed = read_offsets(out, topic)
     base = {"kafka.bootstrap.servers": bootstrap, **(options or {})}
@@ -145,7 +236,7 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
     steps = 0
     while any(position[p] < ends[p] for p in position):
         step = {p: OffsetRange(topic, p, position[p], min(ends[p], position[p] + step_records)) for p in position}
-        run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}"
+        run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         run_dir = out / STAGING / run
         label = f"export {topic} step {steps + 1}"
         read = {**base, "subscribe": topic,
@@ -158,19 +249,10 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
             "hour", F.date_format("timestamp", "HH"))
         with stage_progress(spark, say, label):
             df.write.partitionBy("date", "hour").parquet(str(run_dir / "data"))
-        data_dir = run_dir / "data"
-        files = sorted(str(p.relative_to(data_dir)) for p in data_dir.rglob("*.parquet"))
-        renamed = []
-        for rel in files:  # run-prefixed names, so steps never overwrite each other's files
-            path = Path(rel)
-            target = path.with_name(f"{run}-{path.name}")
-            (data_dir / path).rename(data_dir / target)
-            renamed.append(str(target))
-        rows = sum(pq.read_metadata(data_dir / rel).num_rows for rel in renamed)
-        new_offsets = {str(p): r.end for p, r in step.items()}
-        _write_json_atomically(run_dir / JOURNAL, {"files": renamed, "offsets": new_offsets, "records": rows})
-        _apply(out, run_dir, {"files": renamed, "offsets": new_offsets}, topic)
-        shutil.rmtree(run_dir)
+        crash_point("pipeline-export-step-written")  # Spark's files in staging, no journal yet
+        journal, rows = _seal_step(out, run_dir, run, {str(p): r.end for p, r in step.items()})
+        _apply(out, run_dir, journal, topic)
+        _remove_dir(run_dir)  # before the next step's offsets: a power cut never replays this one
         steps += 1
         exported += rows
         done_offsets += sum(r.size for r in step.values())

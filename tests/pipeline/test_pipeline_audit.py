@@ -226,14 +226,28 @@ def test_a_real_mirror_found_from_the_launcher_state(spark: SparkSession, bootst
     assert out.splitlines()[-1] == "NOT CLEAN: missing 10, duplicated 1, reordered 2, mismatched 1"
 
 
-def promote(bootstrap: str, topic: str) -> None:
-    """Delete causeway.mirror.name (what `causeway mirror promote` does): the topic takes writes."""
-    from broker.client import MIRROR_NAME_CONFIG
+def link_write(bootstrap: str, topic: str, mirror: str, base: int, writes: dict[int, list[dict[str, object]]],
+               *, log_starts: dict[int, int] | None = None) -> None:
+    """Append `writes` (partition -> records, from offset `base`) as link-mode mirror `mirror`
+    does, through LinkAppend: the records land at the offsets given, as a faulty mirror's would.
+    An empty list sends only the partition's log start (`log_starts`)."""
+    from broker.client import link_append
+    from broker.protocol.records import Record, build_batch
+
+    def batch(recs: list[dict[str, Any]]) -> bytes:
+        if not recs:
+            return b""
+        return build_batch([Record(r.get("key"), r["value"], list(r.get("headers", ())), r["timestamp"])
+                            for r in recs], base_offset=base)
+
+    batches = {TopicPartition(topic, p): batch(recs) for p, recs in writes.items()}
+    starts = {TopicPartition(topic, p): offset for p, offset in (log_starts or {}).items()}
 
     async def go() -> None:
         async with open_client(bootstrap) as client:
             with trio.fail_after(30):
-                await admin.alter_configs(client, topic, {MIRROR_NAME_CONFIG: None})
+                results = await link_append(client, mirror, batches, log_start_offsets=starts)
+        assert all(r.error == 0 for r in results.values()), results
 
     trio.run(go)
 
@@ -243,9 +257,11 @@ def test_a_real_link_mode_mirror_is_clean_then_each_injected_fault_is_found(
         capsys: pytest.CaptureFixture[str]) -> None:
     """A `causeway mirror` process in link mode copies a topic between two real brokers: the
     audit (mode read from the launcher's state and the mirror's config) finds it clean. Then,
-    the mirror stopped and the target topic promoted (a mirror topic refuses other writers), a
-    loss, a duplicate, a reordering and a corruption are put into the target, one partition
-    each, and each is found at its offsets."""
+    the mirror stopped, a faulty mirror is played: LinkAppend, as mirror `dr`, puts a loss (the
+    copy's log start moved past records the source holds), a duplicate, a reordering and a
+    corruption into the target at the offsets a link copy keeps, one partition each, and each
+    is found there. (A promoted topic would not do: its first local write lands one offset past
+    the copy, after the promotion marker, so every injected record would also be shifted.)"""
     topic, target = "aud-reallink", target_broker.bootstrap
     create_topic(bootstrap, topic, 4)
     source = {p: records(p, 60) for p in range(4)}
@@ -279,16 +295,16 @@ def test_a_real_link_mode_mirror_is_clean_then_each_injected_fault_is_found(
     assert [(p["topic"], p["target_topic"], p["copied"], p["counts"]) for p in report["partitions"]] == [
         (topic, topic, 60, {})] * 4
 
-    # The source goes on (the mirror is stopped); the promoted target gets those records by hand,
-    # with one fault per partition. Partition 0: its first 10 records deleted at the target.
+    # The source goes on (the mirror is stopped); a faulty mirror copies it, one fault per
+    # partition. Partition 0: the copy's log start moved to 10, so source offsets 0-9 are gone there.
     more = {p: records(p, 70)[60:] for p in range(1, 4)}
     produce(bootstrap, topic, [r for p in range(1, 4) for r in more[p]])
-    promote(target, topic)
-    delete_before(target, topic, 0, 10)
-    injected = (more[1] + [more[1][-1]]  # partition 1: source offset 69 written twice (target 70)
-                + more[2][:8] + [more[2][9], more[2][8]]  # partition 2: 68 and 69 swapped
-                + [{**r, "value": b"CORRUPT"} if i == 5 else r for i, r in enumerate(more[3])])  # 3: offset 65
-    produce(target, topic, injected, idempotent=False)
+    link_write(target, topic, "dr", 60, {
+        0: [],  # only the log start moves
+        1: more[1] + [more[1][-1]],  # source offset 69 written twice (target 70)
+        2: more[2][:8] + [more[2][9], more[2][8]],  # 68 and 69 swapped
+        3: [{**r, "value": b"CORRUPT"} if i == 5 else r for i, r in enumerate(more[3])],  # offset 65
+    }, log_starts={0: 10})
     code, report = run_audit(*argv, json_file=tmp_path / "faults.json")
     out = capsys.readouterr().out
     assert code == 1, out

@@ -9,7 +9,7 @@ complete and is not, and the next run ends with exactly the records, once each:
   rerun is refused saying where to go on, and going on from there gives an exact copy;
 - audit, killed between writing its Parquet history file and renaming it into place: the
   history shows no run (the temporary file is hidden from Spark and pyarrow), and the next
-  audit's run reads back whole.
+  audit removes that file (its process is gone), saying so, and its run reads back whole.
 """
 
 from __future__ import annotations
@@ -87,6 +87,7 @@ def test_an_export_killed_after_moving_a_steps_files_is_completed_not_repeated(
     result = export_topic(spark, bootstrap, topic, out, step_records=1000, say=said.append)
     assert any("completing a step an earlier run journalled" in line for line in said), said
     assert (result.planned, result.exported) == (80, 80)  # the killed step was not read again
+    assert list((out / "_staging").iterdir()) == []  # the dead run's staging, completed, is gone
     rows = ds.dataset(out, format="parquet", partitioning="hive").to_table().select(
         ["partition", "offset", "value"]).to_pylist()
     got = sorted((r["partition"], r["offset"], r["value"]) for r in rows)
@@ -149,7 +150,10 @@ def test_an_audit_killed_before_renaming_its_history_file_leaves_no_run(
     assert pq.read_table(history).num_rows == 0
 
     assert main(["pipeline", *argv]) == 0, capsys.readouterr()
-    capsys.readouterr()
+    # The killed run's temporary file (its process is gone) is removed, and said so in one line.
+    err = capsys.readouterr().err
+    assert f"audit history {history}: removed 1 unfinished file(s) that killed runs left: {left[0].name}" in err
+    assert [re.fullmatch(r"audit-\d+-[0-9a-f]+\.parquet", p.name) is not None for p in history.iterdir()] == [True]
     runs = spark.read.parquet(str(history)).collect()
     assert sorted((r.partition, r.clean, r.copied) for r in runs) == [(0, True, 20), (1, True, 20)]
-    assert pq.read_table(history).num_rows == 2
+    assert len({r.run_id for r in runs}) == 1 and pq.read_table(history).num_rows == 2  # the second run only
