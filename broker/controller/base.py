@@ -59,23 +59,30 @@ class Controller(Protocol):
         *,
         validate_only: bool = False,
         assignments: Mapping[int, Sequence[int]] | None = None,
+        deadline: float | None = None,
     ) -> TopicInfo:
         """Create a topic. Raises KafkaError: TOPIC_ALREADY_EXISTS, INVALID_TOPIC_EXCEPTION,
         INVALID_PARTITIONS, INVALID_REPLICATION_FACTOR, POLICY_VIOLATION (max.broker.partitions,
         max.partitions), KAFKA_STORAGE_ERROR (the metadata could not be written).
         ``assignments`` (partition -> replicas, the first the preferred leader) replaces the
-        controller's own assignment; INVALID_REPLICA_ASSIGNMENT when it is not valid."""
+        controller's own assignment; INVALID_REPLICA_ASSIGNMENT when it is not valid.
+        ``deadline`` (trio clock; from an admin request's timeout_ms) bounds the wait for a
+        change made elsewhere (ZooKeeper mode): REQUEST_TIMED_OUT when it is still pending then,
+        while the change goes on; at once when the deadline is already past. A controller that
+        applies changes before it returns ignores it."""
         ...
 
-    async def delete_topic(self, name: str) -> None:
-        """Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) for a topic that does not exist."""
+    async def delete_topic(self, name: str, *, deadline: float | None = None) -> None:
+        """Raises KafkaError(UNKNOWN_TOPIC_OR_PARTITION) for a topic that does not exist;
+        REQUEST_TIMED_OUT as ``create_topic`` when the deletion is still pending at ``deadline``."""
         ...
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
-                                assignments: Sequence[Sequence[int]] | None = None) -> None:
+                                assignments: Sequence[Sequence[int]] | None = None,
+                                deadline: float | None = None) -> None:
         """Grow a topic to ``total`` partitions. Raises KafkaError(INVALID_PARTITIONS) when
         ``total`` is not larger than the current count. ``assignments``: the replicas of each new
-        partition (INVALID_REPLICA_ASSIGNMENT when not valid)."""
+        partition (INVALID_REPLICA_ASSIGNMENT when not valid). ``deadline`` as in ``create_topic``."""
         ...
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:

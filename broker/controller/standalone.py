@@ -110,6 +110,7 @@ class StandaloneController:
         *,
         validate_only: bool = False,
         assignments: Mapping[int, Sequence[int]] | None = None,
+        deadline: float | None = None,  # changes are made before this returns: nothing to wait for
     ) -> TopicInfo:
         if assignments:
             # One broker: every replica must be this one (Kafka's checks and messages).
@@ -175,7 +176,7 @@ class StandaloneController:
         self._next_producer_id += 1
         return producer_id
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, deadline: float | None = None) -> None:
         topic = self._require(name)
         del self._topics[name]
         try:
@@ -187,7 +188,8 @@ class StandaloneController:
             await self._listener.on_topic_deleted(topic)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
-                                assignments: Sequence[Sequence[int]] | None = None) -> None:
+                                assignments: Sequence[Sequence[int]] | None = None,
+                                deadline: float | None = None) -> None:
         topic = self._require(name)
         current = len(topic.partitions)
         if assignments:

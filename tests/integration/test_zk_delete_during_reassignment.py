@@ -22,19 +22,18 @@ import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import trio
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from broker.client.connection import open_connection
 from broker.protocol.errors import ErrorCode
-from broker.protocol.messages import AlterPartitionReassignmentsRequest, ListPartitionReassignmentsRequest
+from broker.protocol.messages import ListPartitionReassignmentsRequest
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
+from tests.support.reassignment import alter_reassignment as _alter
+from tests.support.reassignment import send as _request
 from tests.support.zookeeper import ZooKeeperServer
 
 OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1",
@@ -51,24 +50,6 @@ def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
             if process.proc is not None:
                 os.kill(process.proc.pid, signal.SIGCONT)  # a failed test may leave one frozen
         cluster.close()
-
-
-def _request(process: BrokerProcess, request: Any) -> Any:
-    host, port = process.bootstrap.rsplit(":", 1)
-
-    async def send() -> Any:
-        async with open_connection(host, int(port)) as conn:
-            return await conn.request(request)
-
-    return trio.run(send)
-
-
-def _alter(process: BrokerProcess, topic: str, replicas: list[int] | None) -> int:
-    answer = _request(process, AlterPartitionReassignmentsRequest(topics=[
-        AlterPartitionReassignmentsRequest.ReassignableTopic(name=topic, partitions=[
-            AlterPartitionReassignmentsRequest.ReassignablePartition(partition_index=0, replicas=replicas)])]))
-    assert answer.error_code == 0, answer
-    return int(answer.responses[0].partitions[0].error_code)
 
 
 def _listed(process: BrokerProcess) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:

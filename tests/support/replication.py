@@ -80,10 +80,11 @@ class FixedController:
     async def create_topic(self, *args: object, **kwargs: object) -> TopicInfo:
         raise KafkaError(ErrorCode.POLICY_VIOLATION, "the test cluster creates topics itself")
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, **kwargs: object) -> None:
         raise KafkaError(ErrorCode.POLICY_VIOLATION, "not in the test cluster")
 
-    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False) -> None:
+    async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
+                                **kwargs: object) -> None:
         raise KafkaError(ErrorCode.POLICY_VIOLATION, "not in the test cluster")
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:

@@ -63,8 +63,9 @@ __all__ = ["ZkMetadata"]
 
 log = logging.getLogger(__name__)
 
-# How long an admin call waits for the controller to make its change visible in this broker's
-# cache (Kafka's CreateTopics waits up to the request's timeout; the change is made either way).
+# How long a change the broker asks for itself (__consumer_offsets, auto-created topics) waits
+# for the controller to make it visible in this broker's cache. Admin requests wait up to their
+# own timeout_ms instead (the ``deadline`` of create_topic, delete_topic, create_partitions).
 ADMIN_WAIT_S = 30.0
 # Config change notifications older than this are removed (Kafka's changeExpirationMs).
 CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
@@ -423,14 +424,30 @@ class ZkMetadata:
         self._changed.set()
         self._changed = trio.Event()
 
-    async def _wait_for(self, ready: Any, what: str) -> None:
-        """Wait until ``ready()`` holds in this broker's cache, at most ADMIN_WAIT_S."""
-        with trio.move_on_after(ADMIN_WAIT_S):
-            while not ready():
-                await self._changed.wait()
+    async def _wait_for(self, ready: Any, what: str, deadline: float | None) -> None:
+        """Wait until ``ready()`` holds in this broker's cache, once the change is in ZooKeeper.
+
+        ``deadline`` (trio clock) is an admin request's: past it, the change is still pending and
+        the caller gets REQUEST_TIMED_OUT while the controller goes on with it (Kafka's
+        DelayedCreatePartitions / DelayedDeleteTopics on expiry). A request whose timeout_ms is
+        <= 0 has its deadline already past: it is answered REQUEST_TIMED_OUT right after the
+        znodes are written, without looking at the metadata (Kafka's ZkAdminManager).
+        ``None``: the broker's own change, waited for up to ADMIN_WAIT_S, then logged."""
+        if deadline is None:
+            with trio.move_on_after(ADMIN_WAIT_S):
+                while not ready():
+                    await self._changed.wait()
+                return
+            log.warning("%s after %gs (seen from broker %d); the controller goes on with it",
+                        what, ADMIN_WAIT_S, self._config.broker_id)
             return
-        log.warning("%s: not visible in the metadata of broker %d after %gs; the controller will finish it",
-                    what, self._config.broker_id, ADMIN_WAIT_S)
+        if trio.current_time() < deadline:
+            with trio.move_on_at(deadline):
+                while not ready():
+                    await self._changed.wait()
+                return
+        raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
+                         f"{what} when the request's timeout passed; the controller goes on with it.")
 
     async def controlled_shutdown(self) -> None:
         """Ask the controller to move this broker's leaderships away before it stops (Kafka's
@@ -539,6 +556,7 @@ class ZkMetadata:
         *,
         validate_only: bool = False,
         assignments: Mapping[int, Sequence[int]] | None = None,
+        deadline: float | None = None,
     ) -> TopicInfo:
         problem = validate_topic_name(name)
         if problem is not None:
@@ -583,7 +601,9 @@ class ZkMetadata:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write topic {name} to ZooKeeper: {exc}") from exc
         log.info("created topic %s: %d partitions, assignment %s", name, len(assignment),
                  {p: list(r) for p, r in sorted(assignment.items())})
-        await self._wait_for(lambda: self._has_leaders(name, len(assignment)), f"topic {name}")
+        await self._wait_for(lambda: self._has_leaders(name, len(assignment)),
+                             f"Topic '{name}' is written to ZooKeeper, but not every partition had a leader yet",
+                             deadline)
         return self._topics.get(name, info)
 
     async def wait_for_leaders(self, expected: Mapping[tuple[str, int], int], timeout_s: float
@@ -603,7 +623,7 @@ class ZkMetadata:
         topic = self._topics.get(name)
         return topic is not None and len(topic.partitions) >= count and all(p.leader >= 0 for p in topic.partitions)
 
-    async def delete_topic(self, name: str) -> None:
+    async def delete_topic(self, name: str, *, deadline: float | None = None) -> None:
         try:
             if await self._zk.exists(znodes.topic_path(name)) is None:
                 raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host topic '{name}'.")
@@ -614,10 +634,12 @@ class ZkMetadata:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, str(exc)) from exc
         except ZkError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot mark {name} for deletion: {exc}") from exc
-        await self._wait_for(lambda: name not in self._topics, f"deletion of topic {name}")
+        await self._wait_for(lambda: name not in self._topics,
+                             f"Topic '{name}' is marked for deletion, but was not deleted yet", deadline)
 
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
-                                assignments: Sequence[Sequence[int]] | None = None) -> None:
+                                assignments: Sequence[Sequence[int]] | None = None,
+                                deadline: float | None = None) -> None:
         path = znodes.topic_path(name)
         try:
             data, stat = await self._zk.get(path)
@@ -661,7 +683,9 @@ class ZkMetadata:
                              f"topic {name} changed meanwhile; try again") from None
         except ZkError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot grow topic {name}: {exc}") from exc
-        await self._wait_for(lambda: self._has_leaders(name, total), f"new partitions of {name}")
+        await self._wait_for(lambda: self._has_leaders(name, total),
+                             f"The new partitions of '{name}' are in ZooKeeper, but not every one had a leader yet",
+                             deadline)
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         if name not in self._topics:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import trio
+
 from broker.controller.model import is_internal_topic
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -24,6 +26,13 @@ from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror
 
 # CreateTopics: -1 partitions / replication factor means "the broker's default" (KIP-464).
 _DEFAULT = -1
+
+
+def _deadline(timeout_ms: int) -> float:
+    """The trio-clock deadline of an admin request: the changes it asks for that are still
+    pending then are answered REQUEST_TIMED_OUT (and go on); timeout_ms <= 0 gives one already
+    past, so those are answered so right after they are asked for, as Kafka does."""
+    return trio.current_time() + timeout_ms / 1000
 
 
 class _RequestBudget:
@@ -54,6 +63,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
     results = []
     seen: set[str] = set()
     budget = _RequestBudget(config.max_partitions_per_request)
+    deadline = _deadline(request.timeout_ms)  # one for the whole request, as Kafka's
     for topic in request.topics:
         result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
@@ -80,7 +90,7 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
             overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
             created = await controller.create_topic(
                 topic.name, partitions, factor, overrides, validate_only=request.validate_only,
-                assignments=assignments,
+                assignments=assignments, deadline=deadline,
             )
             budget.commit(partitions)
             result.topic_id = created.topic_id
@@ -107,6 +117,8 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     else:
         wanted = [(name, None) for name in request.topic_names]
     results = []
+    deleting: list[tuple[str, DeleteTopicsResponse.DeletableTopicResult]] = []
+    deadline = _deadline(request.timeout_ms)
     for name, topic_id in wanted:
         if name is not None:
             topic = controller.topics().get(name)
@@ -130,11 +142,25 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
                     ErrorCode.INVALID_TOPIC_EXCEPTION,
                     f"Topic {topic.name} is a kafka internal topic and is not allowed to be marked for deletion.",
                 )
-            await controller.delete_topic(topic.name)
         except KafkaError as exc:
             result.error_code = exc.code
             result.error_message = exc.message or None
+        else:
+            deleting.append((topic.name, result))
         results.append(result)
+
+    async def delete(name: str, result: DeleteTopicsResponse.DeletableTopicResult) -> None:
+        try:
+            await controller.delete_topic(name, deadline=deadline)
+        except KafkaError as exc:
+            result.error_code = exc.code
+            result.error_message = exc.message or None
+
+    # Every topic is marked at once and waited for together, up to the request's one deadline
+    # (Kafka's DelayedDeleteTopics), so one held-up deletion does not delay the others' marks.
+    async with trio.open_nursery() as nursery:
+        for name, result in deleting:
+            nursery.start_soon(delete, name, result)
     return DeleteTopicsResponse(responses=results)
 
 
@@ -143,6 +169,7 @@ async def create_partitions(
 ) -> CreatePartitionsResponse:
     results = []
     budget = _RequestBudget(ctx.config.max_partitions_per_request)
+    deadline = _deadline(request.timeout_ms)
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
@@ -160,6 +187,7 @@ async def create_partitions(
             await ctx.services.controller.create_partitions(
                 topic.name, topic.count, validate_only=request.validate_only,
                 assignments=[list(a.broker_ids) for a in topic.assignments] if topic.assignments else None,
+                deadline=deadline,
             )
             budget.commit(max(adding, 0))
         except KafkaError as exc:
