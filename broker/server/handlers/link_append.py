@@ -20,8 +20,6 @@ batches, only a log start (the source deleted records while nothing new was writ
 
 from __future__ import annotations
 
-import trio
-
 from broker.clock import now_ms
 from broker.controller.model import TopicInfo, is_internal_topic
 from broker.protocol.api import ApiKey
@@ -31,6 +29,7 @@ from broker.protocol.messages import LinkAppendRequest, LinkAppendResponse
 from broker.replication.partition import Partition
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from broker.server.handlers.produce import wait_for_replicas
 from broker.server.topic_configs import mirror_name
 
 __all__ = ["HANDLER"]
@@ -63,21 +62,6 @@ def _positions(response: PartitionResponse, partition: Partition) -> None:
     response.log_end_offset = log.log_end_offset
     response.high_watermark = log.high_watermark
     response.log_start_offset = log.log_start_offset
-
-
-async def _wait_for_replicas(waits: list[tuple[PartitionResponse, Partition, int]], timeout_ms: int) -> None:
-    """As Produce's acks=all: each partition's high watermark up to its required offset, all at
-    once, at most ``timeout_ms``; an answer still waiting then says REQUEST_TIMED_OUT."""
-
-    async def wait_one(response: PartitionResponse, partition: Partition, required: int) -> None:
-        response.error_code = await partition.wait_for_high_watermark(required)
-
-    for response, _, _ in waits:
-        response.error_code = ErrorCode.REQUEST_TIMED_OUT  # until its wait says otherwise
-    with trio.move_on_after(max(timeout_ms, 0) / 1000):
-        async with trio.open_nursery() as nursery:
-            for response, partition, required in waits:
-                nursery.start_soon(wait_one, response, partition, required)
 
 
 async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendResponse:
@@ -132,7 +116,7 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
                 _positions(answer, partition)
         topics.append(LinkAppendResponse.LinkAppendTopicResponse(name=topic_data.name, partitions=answers))
     if waits:
-        await _wait_for_replicas(waits, request.timeout_ms)
+        await wait_for_replicas(waits, request.timeout_ms)
     for answer, partition, source_start in starts:
         if answer.error_code == ErrorCode.NONE:
             try:

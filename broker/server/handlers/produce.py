@@ -15,6 +15,9 @@ batches at the append and nothing waits.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 import trio
 
 from broker.clock import now_ms
@@ -46,11 +49,16 @@ def _refused(index: int, exc: KafkaError) -> PartitionResponse:
     return response
 
 
-async def _wait_for_replicas(waits: list[tuple[PartitionResponse, Partition, int]], timeout_ms: int) -> None:
-    """Wait until each partition's high watermark reaches its required offset, all at once,
-    at most ``timeout_ms``; sets each answer's error code (REQUEST_TIMED_OUT when unfinished)."""
+class _Answer(Protocol):
+    error_code: int
 
-    async def wait_one(response: PartitionResponse, partition: Partition, required: int) -> None:
+
+async def wait_for_replicas(waits: Sequence[tuple[_Answer, Partition, int]], timeout_ms: int) -> None:
+    """Wait until each partition's high watermark reaches its required offset, all at once,
+    at most ``timeout_ms``; sets each answer's error code (REQUEST_TIMED_OUT when unfinished).
+    Produce's acks=all and LinkAppend wait this one way."""
+
+    async def wait_one(response: _Answer, partition: Partition, required: int) -> None:
         response.error_code = await partition.wait_for_high_watermark(required)
 
     for response, _, _ in waits:
@@ -122,7 +130,7 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
             ProduceResponse.TopicProduceResponse(name=topic_data.name, partition_responses=partitions)
         )
     if waits:
-        await _wait_for_replicas(waits, request.timeout_ms)
+        await wait_for_replicas(waits, request.timeout_ms)
     if acks == 0:
         return None  # the client expects no answer at all
     return ProduceResponse(responses=responses)
