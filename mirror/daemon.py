@@ -20,7 +20,7 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from functools import partial
@@ -426,18 +426,7 @@ async def _producer_renewal_loop(mirror: Mirror) -> None:
 async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
     source_topics = await admin.list_topics(mirror.source)
     wanted = {t: n for t, n in source_topics.items() if mirror.should_mirror(t)}
-    for topic in sorted(set(mirror.topics) - set(wanted)):
-        remote = mirror.topics.pop(topic)
-        for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
-            stop_partition(mirror, tp)
-        mirror.report_handled(f"topic {topic}", f"source topic {topic} is gone (deleted, or no longer matched); "
-                                                f"stopped mirroring it; the remote topic {remote} is kept")
-    for tp in sorted(tp for tp in mirror.partitions if tp.topic in wanted and tp.partition >= wanted[tp.topic]):
-        # Fewer partitions than before: the topic was deleted and created again between rounds.
-        stop_partition(mirror, tp)
-        mirror.report_handled(f"partition {tp.topic}-{tp.partition}",
-                              f"source partition {tp.topic}-{tp.partition} is gone (the topic now has "
-                              f"{wanted[tp.topic]} partitions); stopped mirroring it")
+    stop_vanished(mirror, wanted, kept="remote topic")
     target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
         remote = mirror.policy.remote_topic(mirror.source_alias, topic)
@@ -530,6 +519,32 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, r
         nursery.start_soon(partial(pm.run_writer, mirror.target, mirror.producer, mirror._on_sync, backoff=RETRY))
         log.info("mirroring %s-%d -> %s-%d from offset %d%s", topic, p, remote, p, position,
                  " (stored position)" if stored is not None else " (log start)")
+
+
+def stop_vanished(mirror: Mirror, wanted: Mapping[str, int], *, kept: str) -> None:
+    """Stop copying what the source no longer has (`wanted`: its matched topics and their
+    partition counts): a topic deleted or no longer matched, whose copy at the target is kept
+    (`kept` says what the copy is), and partitions past a topic's count (the topic was deleted
+    and created again between rounds); each said once in the status."""
+    for topic in sorted(set(mirror.topics) - set(wanted)):
+        remote = stop_topic(mirror, topic)
+        mirror.report_handled(f"topic {topic}", f"source topic {topic} is gone (deleted, or no longer matched); "
+                                                f"stopped mirroring it; the {kept} {remote} is kept")
+    for tp in sorted(tp for tp in mirror.partitions if tp.topic in wanted and tp.partition >= wanted[tp.topic]):
+        stop_partition(mirror, tp)
+        mirror.report_handled(f"partition {tp.topic}-{tp.partition}",
+                              f"source partition {tp.topic}-{tp.partition} is gone (the topic now has "
+                              f"{wanted[tp.topic]} partitions); stopped mirroring it")
+
+
+def stop_topic(mirror: Mirror, topic: str) -> str | None:
+    """Stop every partition of `topic` and forget its synced configs (a topic created again
+    under its name gets them afresh); returns its name at the target."""
+    remote = mirror.topics.pop(topic, None)
+    mirror.synced_configs.pop(topic, None)
+    for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
+        stop_partition(mirror, tp)
+    return remote
 
 
 def stop_partition(mirror: Mirror, tp: TopicPartition) -> None:

@@ -53,7 +53,7 @@ from broker.protocol.errors import ErrorCode, is_retriable
 from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
 from broker.retry import worth_reporting
 from mirror.config import INTERNAL_TOPICS
-from mirror.daemon import RETRY, Mirror, heartbeat, stop_partition, sync_topic
+from mirror.daemon import RETRY, Mirror, heartbeat, stop_topic, stop_vanished, sync_topic
 from mirror.errors import MirrorRefused
 from mirror.link_groups import carry_group_offsets
 from mirror.naming import HEARTBEATS_TOPIC
@@ -317,18 +317,10 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
     link = _state(mirror)
     source_topics = await admin.list_topics(mirror.source)
     wanted = {t: n for t, n in source_topics.items() if _should_mirror(mirror, t)}
-    for topic in sorted(set(mirror.topics) - set(wanted)):
-        _stop_topic(mirror, topic)
-        mirror.report_handled(f"topic {topic}", f"source topic {topic} is gone (deleted, or no longer matched); "
-                                                f"stopped mirroring it; the mirror topic {topic} is kept")
+    stop_vanished(mirror, wanted, kept="mirror topic")
     for topic in set(link.refused) - set(wanted):
         del link.refused[topic]
         mirror.problems.pop(f"topic {topic}", None)
-    for tp in sorted(tp for tp in mirror.partitions if tp.topic in wanted and tp.partition >= wanted[tp.topic]):
-        stop_partition(mirror, tp)
-        mirror.report_handled(f"partition {tp.topic}-{tp.partition}",
-                              f"source partition {tp.topic}-{tp.partition} is gone (the topic now has "
-                              f"{wanted[tp.topic]} partitions); stopped mirroring it")
     target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
         if topic in link.promoted:
@@ -336,7 +328,7 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
         target_count = target_topics.get(topic)
         if target_count is None:
             if topic in mirror.topics:
-                _stop_topic(mirror, topic)
+                stop_topic(mirror, topic)
                 mirror.report_handled(f"topic {topic}", f"the mirror topic {topic} is gone from the target "
                                                         f"{mirror.target_alias} (deleted); creating it again and "
                                                         f"copying the source from its log start")
@@ -374,7 +366,7 @@ def _not_ours(mirror: Mirror, topic: str, owner: str | None) -> None:
     link = _state(mirror)
     was_mirrored = topic in mirror.topics
     if was_mirrored:
-        _stop_topic(mirror, topic)
+        stop_topic(mirror, topic)
     if was_mirrored and owner is None:
         message = (f"topic {topic} was promoted at the target {mirror.target_alias} ({MIRROR_NAME_CONFIG} "
                    f"deleted): it is a normal writable topic there now; no longer mirrored")
@@ -407,13 +399,6 @@ async def _on_refused(mirror: Mirror, pm: LinkPartition) -> None:
         return  # the writer parks and asks again
     if owner != _state(mirror).name and topic in mirror.topics:
         _not_ours(mirror, topic, owner)
-
-
-def _stop_topic(mirror: Mirror, topic: str) -> None:
-    mirror.topics.pop(topic, None)
-    mirror.synced_configs.pop(topic, None)
-    for tp in [tp for tp in mirror.partitions if tp.topic == topic]:
-        stop_partition(mirror, tp)
 
 
 async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, partitions: list[int], *,
