@@ -9,12 +9,10 @@ metadata log. Stop = SIGTERM (Kafka's controlled shutdown), SIGKILL if it linger
 
 from __future__ import annotations
 
-import base64
 import socket
 import struct
 import subprocess
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +20,7 @@ from types import TracebackType
 
 from bench.peers.cache import peer
 from bench.peers.tools import java_command, main_class
+from broker.ids import random_uuid_text
 from deploy.broker_process import stop_process
 
 LOG4J2_BROKER = Path(__file__).with_name("broker-log4j2.properties")
@@ -54,7 +53,7 @@ def free_port() -> int:
 
 def cluster_id() -> str:
     """A Kafka Uuid as `kafka-storage random-uuid` prints it: 16 random bytes, URL-safe base64."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return random_uuid_text()
 
 
 def api_versions_answers(host: str, port: int, timeout: float = 2.0) -> bool:

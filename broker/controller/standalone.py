@@ -11,7 +11,6 @@ as Kafka writes it, so the data dir carries its cluster id and broker id.
 
 from __future__ import annotations
 
-import base64
 import logging
 import uuid
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from broker.controller.model import (
     validate_topic_name,
 )
 from broker.controller.zk.assignment import validate_assignment
+from broker.ids import random_uuid, random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
@@ -44,7 +44,7 @@ PRODUCER_ID_BLOCK = 1000
 
 def new_cluster_id() -> str:
     """A cluster id as Kafka makes them: a random UUID in URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    return random_uuid_text()
 
 
 class StandaloneController:
@@ -144,7 +144,7 @@ class StandaloneController:
         self._check_partition_limits(num_partitions * replication_factor, num_partitions)
         topic = TopicInfo(
             name=name,
-            topic_id=uuid.uuid4(),
+            topic_id=random_uuid(),
             partitions=tuple(self._new_partition(i) for i in range(num_partitions)),
             configs=dict(configs),
             is_internal=is_internal_topic(name),

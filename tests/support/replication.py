@@ -18,7 +18,6 @@ leaders and leaders shrink and expand ISRs. Partition states reach the cores thr
 
 from __future__ import annotations
 
-import base64
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -30,6 +29,7 @@ import trio
 from broker.clock import now_ms
 from broker.config import BrokerConfig, ListenerSpec
 from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo
+from broker.ids import random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.partition import Partition
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
@@ -48,7 +48,7 @@ class FixedController:
     ZooKeeper controller, which is built elsewhere). Also every leader's IsrChannel."""
 
     def __init__(self) -> None:
-        self.cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        self.cluster_id = random_uuid_text()
         self.controller_id = 1
         self.controller_epoch = 1
         self._brokers: dict[int, BrokerInfo] = {}

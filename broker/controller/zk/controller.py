@@ -66,6 +66,7 @@ from broker.controller.zk.election import (
 )
 from broker.controller.zk.leader_election import elect_leaders, follow_preferred_replica_election
 from broker.controller.zk.reassignment import Reassignment, Reassignments
+from broker.ids import random_uuid
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     LeaderAndIsrRequest,
@@ -256,7 +257,7 @@ class ZkController:
         topic_id = assignment.uuid()
         if topic_id is None:
             # A topic written by a tool without topic ids (version 1/2): give it one, as Kafka does.
-            topic_id = uuid.uuid4()
+            topic_id = random_uuid()
             try:
                 _, stat = await self._zk.get(path)
                 await self._zk.set(path, znodes.encode_topic(topic_id, assignment.replicas()), version=stat.version)

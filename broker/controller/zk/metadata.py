@@ -47,6 +47,7 @@ from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeE
 from broker.controller.zk.controller import LEADER_DURING_DELETE, ZkController, run_controller_election
 from broker.controller.zk.producer_ids import allocate_producer_id_block
 from broker.controller.zk.registration import register_broker
+from broker.ids import random_uuid
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterPartitionRequest,
@@ -581,7 +582,7 @@ class ZkMetadata:
                 # offsets.topic.replication.factor, capped by the brokers present (plan of issue 12).
                 replication_factor = max(1, min(self._config.offsets_topic_replication_factor, len(brokers)))
             assignment = assign_replicas(brokers, num_partitions, replication_factor)
-        topic_id = uuid.uuid4()
+        topic_id = random_uuid()
         partitions = tuple(PartitionInfo(p, -1, 0, tuple(r), ()) for p, r in sorted(assignment.items()))
         info = TopicInfo(name, topic_id, partitions, dict(configs), is_internal_topic(name))
         if validate_only:

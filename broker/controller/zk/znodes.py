@@ -46,6 +46,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from broker.config import ListenerSpec
 from broker.controller.model import BrokerInfo, validate_topic_name
+from broker.ids import uuid_text
 
 __all__ = [
     "MAX_ZNODE_BYTES", "ZnodeError", "PERSISTENT_PATHS", "CONFIG_ENTITY_TYPES", "DEFAULT_ENTITY",
@@ -378,7 +379,7 @@ def parse_broker(path: str, data: bytes | None) -> BrokerRegistration:
 
 def topic_id_to_string(topic_id: uuid.UUID) -> str:
     """Kafka's Uuid.toString: URL-safe base64 of the 16 bytes, without padding."""
-    return base64.urlsafe_b64encode(topic_id.bytes).rstrip(b"=").decode("ascii")
+    return uuid_text(topic_id)
 
 
 def topic_id_from_string(text: str) -> uuid.UUID:
