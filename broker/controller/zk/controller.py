@@ -40,7 +40,7 @@ from typing import Any, TypeVar
 import trio
 
 from broker.config import BrokerConfig
-from broker.controller.model import BrokerInfo, PartitionInfo, validate_topic_name
+from broker.controller.model import BrokerInfo, PartitionInfo, is_internal_topic, validate_topic_name
 from broker.controller.zk import znodes
 from broker.controller.zk.channel import ControllerChannel
 from broker.controller.zk.client import (
@@ -394,6 +394,8 @@ class ZkController:
         for name in children:
             if name in self._deleting or name in self._queued:
                 continue
+            if await self._refused_deletion(name):
+                continue
             topic = self._topics.get(name)
             if topic is None:
                 await self._delete_quietly(f"{znodes.DELETE_TOPICS}/{name}")
@@ -407,6 +409,24 @@ class ZkController:
                             "their reassignments complete or are cancelled", name, moving)
                 continue
             await self._start_deletion(topic)
+
+    async def _refused_deletion(self, name: str) -> bool:
+        """Refuse a deletion asked for through the znode past the broker's DeleteTopics (zkCli,
+        ``kafka-topics --zookeeper``): the request znode goes and the log says why. Internal topics
+        are never deleted (every group's committed offsets live in ``__consumer_offsets``: DeleteTopics
+        answers INVALID_TOPIC_EXCEPTION, the controller holds the same line); with
+        delete.topic.enable=false nothing is, as Kafka's controller removes the entries then."""
+        path = f"{znodes.DELETE_TOPICS}/{name}"  # a child's name, as ZooKeeper listed it
+        if is_internal_topic(name):
+            log.error("refused the deletion of topic %s asked through %s: it is a kafka internal topic and is not "
+                      "allowed to be marked for deletion (its loss would take every group's committed offsets); "
+                      "the request znode is removed", name, path)
+        elif not self._config.delete_topic_enable:
+            log.warning("removed %s: topic deletion is disabled (delete.topic.enable=false)", path)
+        else:
+            return False
+        await self._delete_quietly(path)
+        return True
 
     def is_queued_for_deletion(self, name: str) -> bool:
         """Kafka's isTopicQueuedUpForDeletion: asked to be deleted, under way or waiting."""
