@@ -11,6 +11,7 @@ from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerCo
 from broker.protocol.constants import MIRROR_NAME_CONFIG, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
+from broker.server.log_limits import limiter
 from broker.storage import LogConfig
 
 __all__ = ["CAUSEWAY_TOPIC_CONFIGS", "REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_source",
@@ -23,6 +24,7 @@ CAUSEWAY_TOPIC_CONFIGS = frozenset({MIRROR_NAME_CONFIG})
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS) | CAUSEWAY_TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)
+_limited = limiter(log)  # what a request's configs make us say: once per window, then counted
 
 # message.format.version takes a Kafka release (MetadataVersion): 0.8.0 to 0.11.0, then 1.0 to
 # 3.x, optionally with its inter-broker protocol step (`3.0-IV1`).
@@ -94,9 +96,10 @@ def _check_message_format_version(value: str) -> None:
     if not _MESSAGE_FORMAT_VERSION.match(value):
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration message.format.version: "
                                                    f"Version {value} is not a valid version")
-    log.warning("Topic configuration message.format.version with value `%s` is ignored: the message format is "
-                "always v2 (as with inter-broker protocol 3.0 and later). This configuration is deprecated "
-                "and was removed in Apache Kafka 4.0.", value)
+    _limited.warning("message.format.version ignored",
+                     "Topic configuration message.format.version with value `%s` is ignored: the message format "
+                     "is always v2 (as with inter-broker protocol 3.0 and later). This configuration is "
+                     "deprecated and was removed in Apache Kafka 4.0.", value)
 
 
 # A synonym as DescribeConfigs lists it: (name, value, source).

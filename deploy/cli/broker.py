@@ -13,6 +13,7 @@ import trio
 
 from broker.config import BrokerConfig, ConfigError, StartupError, ignored_keys, load_properties, parse_overrides
 from broker.server.broker import RunningBroker, run_broker
+from broker.server.log_limits import limit_call_sites
 from deploy.cli.command import ErrorRule, run, until_signalled
 
 __all__ = ["register"]
@@ -48,6 +49,9 @@ def _broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 
 async def _serve_until_signalled(config: BrokerConfig, initial_topics: dict[str, int], banner: bool) -> None:
+    # Every line of this process's log is bounded per call site: a line nobody thought a peer
+    # could repeat cannot flood it either (broker.server.log_limits).
+    limit_call_sites()
     async with until_signalled("shutting down") as stop:
         running: RunningBroker = await stop.nursery.start(
             partial(run_broker, config, initial_topics=initial_topics)

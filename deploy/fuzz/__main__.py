@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="frames between /proc samples and ApiVersions probes (default 20000)")
     parser.add_argument("--pid", type=int, help="the broker's pid (default: found from the listening port)")
     parser.add_argument("--log", type=Path, help="the broker's log, scanned for internal errors")
+    parser.add_argument("--log-limit", type=int, default=1024 * 1024, metavar="BYTES",
+                        help="fail when the broker's log grows by more than this per minute (default 1 MiB; "
+                             "needs --log or a broker the fuzzer starts; 0: not judged)")
     parser.add_argument("--rss-growth-limit", type=float, default=256.0, metavar="MIB",
                         help="fail when RSS grows more than this over its baseline (default 256)")
     parser.add_argument("--no-round-trip", action="store_true", help="skip the confluent-kafka round trip")
@@ -71,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     options = FuzzOptions(
         bootstrap=bootstrap, frames=args.frames, seed=args.seed, connections=args.connections,
         time_limit_s=args.time_limit, check_every=args.check_every, pid=pid, log_path=log_path,
-        rss_growth_limit_mib=args.rss_growth_limit, round_trip=not args.no_round_trip, replay=args.replay)
+        rss_growth_limit_mib=args.rss_growth_limit, log_bytes_per_minute_limit=args.log_limit or None,
+        round_trip=not args.no_round_trip, replay=args.replay)
     try:
         result = run_fuzz(options, progress=progress)
     except LoopbackOnly as exc:

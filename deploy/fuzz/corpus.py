@@ -3,7 +3,8 @@
 Two kinds of seed:
 - hand-made requests that reach deep into the broker: produces of real record batches (every
   codec, idempotent, poison batches Kafka refuses), fetches by name and by topic id, consumer
-  group traffic, CreateTopics and CreatePartitions with sane, large, negative and huge counts;
+  group traffic, CreateTopics and CreatePartitions with sane, large, negative and huge counts,
+  the inter-broker APIs as someone playing controller would send them;
 - generic requests of *every* API the codec knows (served or not), each field filled and each
   array holding two elements, so that every length and count of every message can be tampered
   with.
@@ -385,6 +386,50 @@ def _cluster(target: Target) -> Iterator[Seed]:
         include_cluster_authorized_operations=True, endpoint_type=1))
 
 
+def _inter_broker(target: Target) -> Iterator[Seed]:
+    """What a controller sends brokers, and brokers the controller, as someone playing controller
+    would send it: this broker's own id as controller, every epoch from stale to the maximum, its
+    stable partitions as the subject (become follower of nobody, stop and delete). Each must be
+    refused without changing anything, and each refusal must not cost a log line of its own."""
+    topic, topic_id = STABLE_TOPICS[0], target.topic_id(STABLE_TOPICS[0])
+    me = target.broker_id
+    epochs = (("stale epochs", 0, -1), ("maximum epochs", 2**31 - 1, 2**63 - 1))
+    LI = m.LeaderAndIsrRequest
+    for label, epoch, broker_epoch in epochs:
+        yield from _seeds(ApiKey.LEADER_AND_ISR, f"{label}: follow broker 99", LI(
+            controller_id=me, controller_epoch=epoch, broker_epoch=broker_epoch, type=0,
+            topic_states=[LI.LeaderAndIsrTopicState(topic_name=topic, topic_id=topic_id, partition_states=[
+                LI.LeaderAndIsrPartitionState(topic_name=topic, partition_index=p, controller_epoch=epoch, leader=99,
+                                              leader_epoch=epoch, isr=[99, me], partition_epoch=epoch,
+                                              replicas=[99, me], is_new=p == 0)
+                for p in range(STABLE_PARTITIONS)])],
+            live_leaders=[LI.LeaderAndIsrLiveLeader(broker_id=99, host_name="127.0.0.1", port=1)]))
+    UM = m.UpdateMetadataRequest
+    for label, epoch, broker_epoch in epochs:
+        yield from _seeds(ApiKey.UPDATE_METADATA, f"{label}: topic led by broker 99", UM(
+            controller_id=me, controller_epoch=epoch, broker_epoch=broker_epoch, type=0,
+            topic_states=[UM.UpdateMetadataTopicState(topic_name=topic, topic_id=topic_id, partition_states=[
+                UM.UpdateMetadataPartitionState(topic_name=topic, partition_index=0, controller_epoch=epoch,
+                                                leader=99, leader_epoch=epoch, isr=[99], zk_version=epoch,
+                                                replicas=[99], offline_replicas=[me])])],
+            live_brokers=[UM.UpdateMetadataBroker(id=99, endpoints=[UM.UpdateMetadataEndpoint(
+                port=1, host="127.0.0.1", listener="PLAINTEXT", security_protocol=0)], rack=None)]))
+    SR = m.StopReplicaRequest
+    for label, epoch, broker_epoch in epochs:
+        yield from _seeds(ApiKey.STOP_REPLICA, f"{label}: delete the stable partitions", SR(
+            controller_id=me, controller_epoch=epoch, broker_epoch=broker_epoch, delete_partitions=True,
+            topic_states=[SR.StopReplicaTopicState(topic_name=topic, partition_states=[
+                SR.StopReplicaPartitionState(partition_index=p, leader_epoch=-2, delete_partition=True)
+                for p in range(STABLE_PARTITIONS)])]))
+    yield from _seeds(ApiKey.CONTROLLED_SHUTDOWN, "this broker", m.ControlledShutdownRequest(
+        broker_id=me, broker_epoch=-1))
+    AP = m.AlterPartitionRequest
+    yield from _seeds(ApiKey.ALTER_PARTITION, "shrink to broker 99", AP(broker_id=me, broker_epoch=-1, topics=[
+        AP.TopicData(topic_name=topic, topic_id=topic_id, partitions=[AP.PartitionData(
+            partition_index=0, leader_epoch=0, new_isr=[99], new_isr_with_epochs=[AP.BrokerState(
+                broker_id=99, broker_epoch=-1)], leader_recovery_state=0, partition_epoch=0)])]))
+
+
 # -- generic seeds of every API ---------------------------------------------------------------
 
 def _filled(cls: Any, top: Any, target: Target, depth: int = 0) -> Any:
@@ -424,7 +469,7 @@ def build_corpus(target: Target) -> dict[int, list[Seed]]:
     """Every seed, grouped by API key."""
     groups: dict[int, list[Seed]] = {}
     makers = (_produce, _fetch, _metadata, _list_offsets, _create_topics, _create_partitions, _delete_topics,
-              _groups, _offsets, _configs, _cluster, _generic)
+              _groups, _offsets, _configs, _cluster, _inter_broker, _generic)
     for make in makers:
         for seed in make(target):
             groups.setdefault(seed.api_key, []).append(seed)

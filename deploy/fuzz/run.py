@@ -6,7 +6,8 @@ descriptors are measured. During: every `check_every` frames (and at least every
 the fuzzer's connections are gone, so the broker's sockets must come back to what they were;
 its files may grow only with the partitions the run created; a real client's round trip must
 work; the broker's log must hold no record at ERROR (an internal error closing a connection is
-one). Any of these failing fails the run.
+one) and, when a limit is given, grow by no more than so many bytes a minute. Any of these
+failing fails the run.
 
 The topics the run created are deleted before descriptors are compared, so that what is left
 above the baseline is what the broker failed to give back, not partitions it legitimately holds.
@@ -52,6 +53,9 @@ class FuzzOptions:
     check_every: int = 20_000  # frames between /proc samples and ApiVersions probes
     pid: int | None = None  # the broker's pid; found from the listening port when None
     log_path: Path | None = None  # the broker's log, scanned for internal errors
+    # Bytes the broker's log may grow by per minute of the run (a part of a minute counts as a
+    # whole one); None: not judged. A hostile peer must not be able to fill the broker's disk.
+    log_bytes_per_minute_limit: int | None = None
     rss_growth_limit_mib: float = 256.0
     socket_slack: int = 2  # sockets above the baseline still allowed once the run is over
     file_slack: int = 64
@@ -226,10 +230,21 @@ def run_fuzz(options: FuzzOptions, *, progress: Callable[[str], None] | None = N
     if not result.failures:
         _judge(result, address, pid, log_start, set(topics_before))
     result.elapsed_s = time.monotonic() - start
+    _judge_log_size(result)
     if counters.frames_sent < options.frames and not result.failures and options.replay is None:
         result.failures.append(f"time limit of {options.time_limit_s:.0f}s reached after "
                                f"{counters.frames_sent} of {options.frames} frames")
     return result
+
+
+def _judge_log_size(result: FuzzResult) -> None:
+    limit = result.options.log_bytes_per_minute_limit
+    if limit is None or result.options.log_path is None or result.failures:
+        return
+    minutes = max(1.0, result.elapsed_s / 60)
+    if result.log_growth > limit * minutes:
+        result.failures.append(f"the broker's log grew by {result.log_growth:,} bytes in {result.elapsed_s:.0f}s "
+                               f"(limit {limit:,} bytes a minute)")
 
 
 def _sample(result: FuzzResult, address: tuple[str, int], pid: int | None) -> bool:

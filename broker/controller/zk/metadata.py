@@ -56,6 +56,7 @@ from broker.protocol.messages import (
     UpdateMetadataRequest,
 )
 from broker.server.broker_configs import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS
+from broker.server.log_limits import limiter
 
 if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = ["ZkMetadata"]
 
 log = logging.getLogger(__name__)
+_limited = limiter(log)
 
 # How long a change the broker asks for itself (__consumer_offsets, auto-created topics) waits
 # for the controller to make it visible in this broker's cache. Admin requests wait up to their
@@ -211,7 +213,10 @@ class ZkMetadata:
                     except ZkNoNode:
                         continue
                     except znodes.ZnodeError as exc:
-                        log.error("ignoring config change notification: %s", exc)
+                        # Anyone with write access to ZooKeeper can create these: one line per
+                        # window, then counted (each broker would otherwise log each one).
+                        _limited.error("config change notification", "ignoring config change notification: %s",
+                                       exc)
                         continue
                     kind, _, name = entity.partition("/")
                     if kind == "topics" and name in self._topics:
@@ -240,7 +245,7 @@ class ZkMetadata:
         except ZkNoNode:
             configs = {}
         except znodes.ZnodeError as exc:
-            log.error("keeping the previous configs of topic %s: %s", name, exc)
+            _limited.error("topic config znode", "keeping the previous configs of topic %s: %s", name, exc)
             return
         self._configs[name] = configs
         topic = self._topics.get(name)
@@ -297,11 +302,13 @@ class ZkMetadata:
             try:
                 configs = await self.broker_configs(entity)
             except KafkaError as exc:
-                log.error("dynamic broker configs of %s left out: %s", path, exc.message)
+                _limited.error("broker config znode", "dynamic broker configs of %s left out: %s", path,
+                               exc.message)
                 configs = {}
             refused = sorted(k for k in configs if k not in DYNAMIC_BROKER_KEYS | IGNORED_DYNAMIC_KEYS)
             if refused:
-                log.error("znode %s: ignoring %s: not dynamically updatable", path, ", ".join(refused))
+                _limited.error("broker config znode keys", "znode %s: ignoring %s: not dynamically updatable",
+                               path, ", ".join(refused))
             layers.append({k: v for k, v in configs.items() if k not in refused})
         default, per_broker = layers
         if (default, per_broker) == (dict(self._config.dynamic_default), dict(self._config.dynamic_broker)):
@@ -309,8 +316,8 @@ class ZkMetadata:
         try:
             config = self._static_config.with_dynamic(default, per_broker)
         except ValueError as exc:  # ConfigError
-            log.error("dynamic broker configs not applied: %s (default %s, broker %d %s)", exc, default,
-                      self._config.broker_id, per_broker)
+            _limited.error("broker config values", "dynamic broker configs not applied: %s (default %s, "
+                           "broker %d %s)", exc, default, self._config.broker_id, per_broker)
             return
         log.info("broker %d applies dynamic configs: default %s, its own %s", config.broker_id, default, per_broker)
         self._config = config

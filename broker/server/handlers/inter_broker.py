@@ -39,6 +39,7 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from broker.server.log_limits import limiter
 
 if TYPE_CHECKING:
     from broker.controller.zk.metadata import ZkMetadata
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["HANDLERS"]
 
 log = logging.getLogger(__name__)
+# Anyone who can reach a listener can send these: each refusal is one line per window, then counted.
+_limited = limiter(log)
 
 
 def _zk(ctx: RequestContext) -> ZkMetadata | None:
@@ -62,13 +65,15 @@ async def _check_controller(ctx: RequestContext, controller_id: int, controller_
     registration; the error to answer otherwise."""
     zk = _zk(ctx)
     if zk is None or is_kraft:
-        log.warning("refused a controller request (controller %d, epoch %d) from %s: this broker has no "
-                    "ZooKeeper controller", controller_id, controller_epoch, ctx.connection.peer)
+        _limited.warning("controller request refused", "refused a controller request (controller %d, epoch %d) "
+                         "from %s: this broker has no ZooKeeper controller", controller_id, controller_epoch,
+                         ctx.connection.peer)
         return ErrorCode.STALE_CONTROLLER_EPOCH
     code = await zk.check_controller(controller_id, controller_epoch, broker_epoch)
     if code != ErrorCode.NONE:
-        log.warning("refused a controller request from %s: controller %d, epoch %d, broker epoch %d (%s)",
-                    ctx.connection.peer, controller_id, controller_epoch, broker_epoch, code.name)
+        _limited.warning("controller request refused", "refused a controller request from %s: controller %d, "
+                         "epoch %d, broker epoch %d (%s)", ctx.connection.peer, controller_id, controller_epoch,
+                         broker_epoch, code.name)
     return code
 
 

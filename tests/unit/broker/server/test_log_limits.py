@@ -1,8 +1,9 @@
 import logging
+import re
 
 import pytest
 
-from broker.server.log_limits import RepeatLimiter
+from broker.server.log_limits import MAX_MESSAGE_CHARS, CallSiteLimit, RepeatLimiter
 
 
 class Clock:
@@ -47,3 +48,55 @@ def test_disabled_level_costs_nothing_and_logs_nothing(caplog: pytest.LogCapture
         assert not limited.info("k", "quiet")
         limited.flush(force=True)
     assert caplog.records == []
+
+
+class Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _site_limited(name: str, burst: int, clock: Clock) -> tuple[logging.Logger, Collect, CallSiteLimit]:
+    logger = logging.getLogger(name)
+    logger.propagate = False
+    logger.setLevel(logging.INFO)
+    handler = Collect()
+    limit = CallSiteLimit(handler, burst=burst, window_s=60, clock=clock)
+    handler.addFilter(limit)
+    logger.addHandler(handler)
+    return logger, handler, limit
+
+
+def test_call_sites_are_limited_apart_and_summarised_by_file_and_line() -> None:
+    clock = Clock()
+    logger, handler, limit = _site_limited("test.sites", 3, clock)
+    for i in range(1000):
+        logger.warning("one call site %d", i)  # a line nobody routed through a RepeatLimiter
+    logger.warning("another call site")
+    assert handler.lines == ["one call site 0", "one call site 1", "one call site 2", "another call site"]
+    clock.now = 61
+    limit.flush()
+    assert len(handler.lines) == 5
+    assert re.fullmatch(r"\.\.\. and 997 more like this \(test_log_limits\.py:\d+\) in the last 60 s",
+                        handler.lines[-1])
+    logger.warning("one call site again")  # a new window
+    assert handler.lines[-1] == "one call site again"
+
+
+def test_a_repeat_limiter_kind_counts_as_the_call_site_that_used_it() -> None:
+    clock = Clock()
+    logger, handler, _ = _site_limited("test.sites2", 1, clock)
+    limited = RepeatLimiter(logger, window_s=60, clock=clock)
+    limited.warning("a", "kind a")
+    limited.warning("b", "kind b")  # another line of this file: not the limiter's own line
+    assert handler.lines == ["kind a", "kind b"]
+
+
+def test_a_long_message_is_cut() -> None:
+    logger, handler, _ = _site_limited("test.sites3", 5, Clock())
+    logger.warning("group %s left", "g" * 100_000)
+    (line,) = handler.lines
+    assert len(line) < MAX_MESSAGE_CHARS + 100 and line.endswith("more characters]")
