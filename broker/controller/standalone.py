@@ -28,7 +28,7 @@ from broker.controller.model import (
     is_internal_topic,
     validate_topic_name,
 )
-from broker.controller.zk.assignment import validate_assignment
+from broker.controller.zk.assignment import check_partition_limits, validate_assignment
 from broker.ids import random_uuid, random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
 
@@ -235,19 +235,9 @@ class StandaloneController:
     # -- internals -----------------------------------------------------------------------
 
     def _check_partition_limits(self, new_replicas: int, new_partitions: int) -> None:
-        """Refuse growth past max.broker.partitions (replicas on this broker) or max.partitions
-        (partitions in the cluster), as KIP-578 proposes, with POLICY_VIOLATION."""
-        existing = self.partition_count()
-        for key, limit, adding in (
-            ("max.broker.partitions", self._config.max_broker_partitions, new_replicas),
-            ("max.partitions", self._config.max_partitions, new_partitions),
-        ):
-            if existing + adding > limit:
-                raise KafkaError(
-                    ErrorCode.POLICY_VIOLATION,
-                    f"Adding {adding} partitions to the {existing} this broker holds would exceed "
-                    f"{key}={limit}; ask for fewer partitions, delete topics, or raise {key}.",
-                )
+        """max.broker.partitions and max.partitions (KIP-578): one broker holds every partition."""
+        me, existing = self._config.broker_id, self.partition_count()
+        check_partition_limits(self._config, {me: existing}, existing, {me: new_replicas}, new_partitions)
 
     def _new_partition(self, index: int) -> PartitionInfo:
         me = self._config.broker_id

@@ -9,16 +9,23 @@ from all leading on the lowest broker id.
 Explicit assignments (CreateTopics and CreatePartitions with assignments) are validated with
 Kafka's rules and messages: every partition the same number of replicas, no broker twice in a
 partition, only brokers that are registered.
+
+Every way a cluster grows (CreateTopics, CreatePartitions, auto-creation, a reassignment's new
+replicas), in either mode, passes :func:`check_partition_limits`: KIP-578's ``max.broker.partitions``
+(replicas on one broker) and ``max.partitions`` (partitions in the cluster).
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
+from broker.config import BrokerConfig
 from broker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["assign_replicas", "validate_assignment", "start_index_for_growth"]
+__all__ = ["assign_replicas", "validate_assignment", "start_index_for_growth", "check_partition_limits",
+           "replicas_per_broker"]
 
 
 def assign_replicas(
@@ -119,3 +126,38 @@ def validate_assignment(
             ErrorCode.INVALID_REPLICA_ASSIGNMENT,
             f"Unknown broker(s) in replica assignment: {', '.join(map(str, unknown))}.",
         )
+
+
+def replicas_per_broker(assignments: Iterable[Sequence[int]]) -> Counter[int]:
+    """How many of the partitions ``assignments`` (one replica list each) each broker holds."""
+    counts: Counter[int] = Counter()
+    for replicas in assignments:
+        counts.update(set(replicas))
+    return counts
+
+
+def check_partition_limits(config: BrokerConfig, held: Mapping[int, int], held_partitions: int,
+                           adding: Mapping[int, int], new_partitions: int) -> None:
+    """Refuse growth past KIP-578's limits, before anything is built: KafkaError(POLICY_VIOLATION)
+    when a broker that gets replicas (``adding``: broker -> new replicas; ``held``: what each holds
+    now) would hold more than ``max.broker.partitions``, or the cluster (``held_partitions`` now)
+    more than ``max.partitions`` partitions. Only the brokers that get new replicas count, as KIP-578
+    says: a broker already past a limit lowered since does not block growth elsewhere. The wording
+    is that of KIP-578's proposal (Kafka never shipped it), plus what to do about it."""
+    limit = config.max_broker_partitions
+    over = sorted(b for b, n in adding.items() if n > 0 and held.get(b, 0) + n > limit)
+    if over:
+        first = over[0]
+        raise KafkaError(
+            ErrorCode.POLICY_VIOLATION,
+            f"Provided assignment will cause brokers [{','.join(map(str, over))}] to exceed the limit of {limit} "
+            f"on the number of partition replicas per broker (max.broker.partitions={limit}; broker {first} holds "
+            f"{held.get(first, 0)} and would get {adding[first]} more); ask for fewer partitions, delete topics, "
+            "or raise max.broker.partitions.")
+    limit = config.max_partitions
+    if new_partitions > 0 and held_partitions + new_partitions > limit:
+        raise KafkaError(
+            ErrorCode.POLICY_VIOLATION,
+            f"The cluster already holds {held_partitions} partitions. This request requires adding {new_partitions} "
+            f"more, which would exceed the cluster-wide limit of {limit} (max.partitions={limit}); ask for fewer "
+            "partitions, delete topics, or raise max.partitions.")

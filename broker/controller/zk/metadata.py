@@ -42,7 +42,13 @@ from broker.controller.model import (
     validate_topic_name,
 )
 from broker.controller.zk import znodes
-from broker.controller.zk.assignment import assign_replicas, start_index_for_growth, validate_assignment
+from broker.controller.zk.assignment import (
+    assign_replicas,
+    check_partition_limits,
+    replicas_per_broker,
+    start_index_for_growth,
+    validate_assignment,
+)
 from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeExists, ZkNoNode, ZkSessionState
 from broker.controller.zk.controller import LEADER_DURING_DELETE, ZkController, run_controller_election
 from broker.controller.zk.producer_ids import allocate_producer_id_block
@@ -98,6 +104,9 @@ class ZkMetadata:
         self._registered = trio.Event()
         self._term_scope: trio.CancelScope | None = None
         self._producer_ids: range = range(0)
+        # One growth of the cluster at a time from this broker, counted and written under it, so
+        # that two creations here never both fit under a partition limit only one fits under.
+        self._placing = trio.Lock()
         self._static_config = config
         self._broker_config_listeners: list[Callable[[BrokerConfig], None]] = []
 
@@ -569,11 +578,24 @@ class ZkMetadata:
         problem = validate_topic_name(name)
         if problem is not None:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+        async with self._placing:
+            info, assignment = await self._write_new_topic(name, num_partitions, replication_factor, configs,
+                                                           validate_only, assignments)
+        if validate_only:
+            return info
+        await self._wait_for(lambda: self._has_leaders(name, len(assignment)),
+                             f"Topic '{name}' is written to ZooKeeper, but not every partition had a leader yet",
+                             deadline)
+        return self._topics.get(name, info)
+
+    async def _write_new_topic(self, name: str, num_partitions: int, replication_factor: int,
+                               configs: Mapping[str, str], validate_only: bool,
+                               assignments: Mapping[int, Sequence[int]] | None
+                               ) -> tuple[TopicInfo, dict[int, list[int]]]:
+        """Check a new topic (within the partition limits too) and, unless ``validate_only``, write
+        its znodes; returns it and its assignment."""
         brokers = await self._live_broker_ids()
-        try:
-            existing = await self._zk.get_children(znodes.BROKER_TOPICS)
-        except ZkError as exc:
-            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read topics from ZooKeeper: {exc}") from exc
+        existing = await self._topic_names()
         if name in existing:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
         folded = name.replace(".", "_")
@@ -589,11 +611,12 @@ class ZkMetadata:
                 # offsets.topic.replication.factor, capped by the brokers present (plan of issue 12).
                 replication_factor = max(1, min(self._config.offsets_topic_replication_factor, len(brokers)))
             assignment = assign_replicas(brokers, num_partitions, replication_factor)
+        await self._check_partition_limits(assignment, existing)
         topic_id = random_uuid()
         partitions = tuple(PartitionInfo(p, -1, 0, tuple(r), ()) for p, r in sorted(assignment.items()))
         info = TopicInfo(name, topic_id, partitions, dict(configs), is_internal_topic(name))
         if validate_only:
-            return info
+            return info, assignment
         try:
             # Kafka writes the config first: brokers that see the topic find its configs.
             config_path = znodes.topic_config_path(name)
@@ -609,10 +632,43 @@ class ZkMetadata:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write topic {name} to ZooKeeper: {exc}") from exc
         log.info("created topic %s: %d partitions, assignment %s", name, len(assignment),
                  {p: list(r) for p, r in sorted(assignment.items())})
-        await self._wait_for(lambda: self._has_leaders(name, len(assignment)),
-                             f"Topic '{name}' is written to ZooKeeper, but not every partition had a leader yet",
-                             deadline)
-        return self._topics.get(name, info)
+        return info, assignment
+
+    async def _topic_names(self) -> list[str]:
+        try:
+            return await self._zk.get_children(znodes.BROKER_TOPICS)
+        except ZkError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read topics from ZooKeeper: {exc}") from exc
+
+    async def _check_partition_limits(self, adding: Mapping[int, Sequence[int]], names: Sequence[str]) -> None:
+        """KIP-578's limits against what ZooKeeper holds: the topics ``names`` (``/brokers/topics``),
+        each as this broker's cache shows it, or read from its znode when the cache does not have it
+        yet (created a moment ago, perhaps by another broker). Topics marked for deletion do not
+        count: a DeleteTopics answered makes room at once. Raises KafkaError(POLICY_VIOLATION)."""
+        try:
+            deleting = set(await self._zk.get_children(znodes.DELETE_TOPICS))
+        except ZkNoNode:
+            deleting = set()
+        except ZkError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read topics from ZooKeeper: {exc}") from exc
+        held: list[Sequence[int]] = []
+        for name in names:
+            if name in deleting:
+                continue
+            cached = self._topics.get(name)
+            if cached is not None:
+                held.extend(p.replicas for p in cached.partitions)
+                continue
+            path = f"{znodes.BROKER_TOPICS}/{name}"
+            try:
+                data, _ = await self._zk.get(path)
+                held.extend(znodes.parse_topic(path, data).replicas().values())
+            except (ZkNoNode, znodes.ZnodeError, ValueError):
+                continue  # gone, or a znode no controller serves a partition of
+            except ZkError as exc:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read {path}: {exc}") from exc
+        check_partition_limits(self._config, replicas_per_broker(held), len(held),
+                               replicas_per_broker(adding.values()), len(adding))
 
     async def wait_for_leaders(self, expected: Mapping[tuple[str, int], int], timeout_s: float
                                ) -> set[tuple[str, int]]:
@@ -648,6 +704,18 @@ class ZkMetadata:
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
                                 assignments: Sequence[Sequence[int]] | None = None,
                                 deadline: float | None = None) -> None:
+        async with self._placing:
+            await self._write_growth(name, total, validate_only, assignments)
+        if validate_only:
+            return
+        await self._wait_for(lambda: self._has_leaders(name, total),
+                             f"The new partitions of '{name}' are in ZooKeeper, but not every one had a leader yet",
+                             deadline)
+
+    async def _write_growth(self, name: str, total: int, validate_only: bool,
+                            assignments: Sequence[Sequence[int]] | None) -> None:
+        """Check the growth of ``name`` to ``total`` partitions (within the partition limits too)
+        and, unless ``validate_only``, write it to the topic znode."""
         path = znodes.topic_path(name)
         try:
             data, stat = await self._zk.get(path)
@@ -681,6 +749,7 @@ class ZkMetadata:
             start = start_index_for_growth(brokers, existing.get(0, ()))
             added = assign_replicas(brokers, total - len(existing), replication, start_index=start,
                                     start_partition=len(existing))
+        await self._check_partition_limits(added, await self._topic_names())
         if validate_only:
             return
         grown = {**{p: list(r) for p, r in existing.items()}, **added}
@@ -691,9 +760,6 @@ class ZkMetadata:
                              f"topic {name} changed meanwhile; try again") from None
         except ZkError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot grow topic {name}: {exc}") from exc
-        await self._wait_for(lambda: self._has_leaders(name, total),
-                             f"The new partitions of '{name}' are in ZooKeeper, but not every one had a leader yet",
-                             deadline)
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         if name not in self._topics:

@@ -19,7 +19,9 @@ A new request for a partition being moved replaces the target (replicas being ad
 new target drops are stopped and deleted); ``replicas: null`` cancels: the target becomes the
 original replicas again. Checks and errors are Kafka's: INVALID_REPLICA_ASSIGNMENT (empty,
 duplicate, negative, or new replicas on brokers that are not alive), UNKNOWN_TOPIC_OR_PARTITION,
-NO_REASSIGNMENT_IN_PROGRESS (a cancel with nothing to cancel). A new controller resumes the
+NO_REASSIGNMENT_IN_PROGRESS (a cancel with nothing to cancel); and KIP-578's POLICY_VIOLATION when a
+new replica would take its broker past ``max.broker.partitions`` (replicas being added count from
+the moment the move starts, as they do on disk). A new controller resumes the
 reassignments it finds in the topic znodes' ``adding_replicas``/``removing_replicas``.
 
 A topic with a reassignment in progress is not deleted (Kafka's markTopicIneligibleForDeletion):
@@ -40,9 +42,10 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from broker.controller.zk import znodes
+from broker.controller.zk.assignment import check_partition_limits, replicas_per_broker
 from broker.controller.zk.client import ZkError, ZkNoNode
 from broker.controller.zk.election import NO_LEADER
-from broker.protocol.errors import ErrorCode
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import StopReplicaRequest
 
 if TYPE_CHECKING:
@@ -106,6 +109,8 @@ class Reassignments:
         """Start, replace or (``None``) cancel the reassignment of each partition."""
         c = self._c
         results: dict[Key, Answer] = {}
+        # Replicas per broker, every topic's full replica sets (moves under way included).
+        held = replicas_per_broker(e.replicas for topic in c._topics.values() for e in topic.partitions.values())
         for name, p, replicas in requests:
             key = (name, p)
             topic = c._topics.get(name)
@@ -132,6 +137,13 @@ class Reassignments:
                 if problem is not None:
                     results[key] = (ErrorCode.INVALID_REPLICA_ASSIGNMENT, problem)
                     continue
+            adding = {b: 1 for b in target if b not in entry.replicas}
+            try:
+                check_partition_limits(c._config, held, 0, adding, 0)
+            except KafkaError as exc:
+                results[key] = (exc.code, exc.message)
+                continue
+            held.update(adding)
             await self._start(name, p, entry, Reassignment(origin, target, from_znode))
             results[key] = (ErrorCode.NONE, None)
         return results
