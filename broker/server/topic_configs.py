@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import re
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
@@ -13,6 +12,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 from broker.server.log_limits import limiter
 from broker.storage import LogConfig
+from broker.storage.config import is_metadata_version
 
 __all__ = ["CAUSEWAY_TOPIC_CONFIGS", "REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_source",
            "broker_synonyms", "check_mirror_name_change", "describe_topic_configs", "mirror_name", "refuse_if_mirror",
@@ -25,10 +25,6 @@ TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_
 
 log = logging.getLogger(__name__)
 _limited = limiter(log)  # what a request's configs make us say: once per window, then counted
-
-# message.format.version takes a Kafka release (MetadataVersion): 0.8.0 to 0.11.0, then 1.0 to
-# 3.x, optionally with its inter-broker protocol step (`3.0-IV1`).
-_MESSAGE_FORMAT_VERSION = re.compile(r"^(0\.(8|9|10|11)\.\d|[123]\.\d{1,2})(-IV\d+)?$")
 
 
 def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig) -> dict[str, str]:
@@ -93,7 +89,7 @@ def _check_message_format_version(value: str) -> None:
     """Kafka 3.x accepts any release name here and ignores it (inter-broker protocol 3.0 and
     later always write the v2 format); Kafka 4.0 removed the key. Do as 3.x did: refuse what is
     not a release, keep the rest, say it has no effect."""
-    if not _MESSAGE_FORMAT_VERSION.match(value):
+    if not is_metadata_version(value):
         raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration message.format.version: "
                                                    f"Version {value} is not a valid version")
     _limited.warning("message.format.version ignored",

@@ -16,9 +16,33 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.validation import DEFAULT_AFTER_MAX_MS, effective_timestamp_bounds
 
-__all__ = ["LogConfig"]
+__all__ = ["LogConfig", "is_metadata_version"]
 
 LONG_MAX = 2**63 - 1
+
+# Kafka 3.x's MetadataVersion releases, each with how many inter-broker protocol steps it has
+# (`2.8-IV0`, `2.8-IV1`); 0 for the releases before those steps existed. message.format.version
+# (deprecated in 3.0, removed in 4.0) takes any of their names, as Kafka 3.x's validator does.
+_RELEASE_STEPS: dict[str, int] = {
+    "0.8.0": 0, "0.8.1": 0, "0.8.2": 0, "0.9.0": 0, "0.10.0": 2, "0.10.1": 3, "0.10.2": 1, "0.11.0": 3,
+    "1.0": 1, "1.1": 1, "2.0": 2, "2.1": 3, "2.2": 2, "2.3": 2, "2.4": 2, "2.5": 1, "2.6": 1, "2.7": 3, "2.8": 2,
+    "3.0": 2, "3.1": 1, "3.2": 1, "3.3": 4, "3.4": 1, "3.5": 3, "3.6": 3, "3.7": 5, "3.8": 1, "3.9": 1,
+}
+_METADATA_VERSIONS = frozenset(name for release, steps in _RELEASE_STEPS.items()
+                               for name in (release, *(f"{release}-IV{i}" for i in range(steps))))
+
+
+def is_metadata_version(value: str) -> bool:
+    """Whether Kafka 3.x takes `value` as a MetadataVersion (MetadataVersion.fromVersionString):
+    a release (`0.10.0`, `2.8`) or one of its steps (`0.10.0-IV1`, `3.0-IV1`), followed by any
+    further dotted segments, which Kafka ignores: a 0.x release is read from the first three
+    segments, a later one from the first two, so `0.10.0.0` and `2.8.1` name 0.10.0 and 2.8."""
+    text = value.strip()  # Kafka's ConfigDef trims a string value
+    parts = text.split(".")
+    while len(parts) > 1 and not parts[-1]:
+        parts.pop()  # as Java's String.split, which drops trailing empty strings
+    keep = 3 if text.startswith("0.") else 2
+    return (text if keep >= len(parts) else ".".join(parts[:keep])) in _METADATA_VERSIONS
 
 
 class _Parse:
