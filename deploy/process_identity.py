@@ -6,7 +6,10 @@ give its pid to anything. A process is ours when its pid, its start time (field 
 share it) and its command line all match what was recorded when we started it.
 
 Processes a launcher starts also carry `CAUSEWAY_STATE_DIR` in their environment, so the next
-command finds them even when the state file that lists them is gone or damaged.
+command finds them even when the state file that lists them is gone or damaged. That mark is
+also what proves a process is ours: pid, start time and command line are world-readable, so
+anyone who can write a state file can copy them from any process, but /proc/<pid>/environ is
+readable only by the process's owner, and only a launcher puts the mark there.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["STATE_DIR_ENV", "Identity", "find_marked", "identity_of", "is_running", "parent_of"]
+__all__ = ["STATE_DIR_ENV", "Identity", "carries_mark", "find_marked", "identity_of", "is_running", "parent_of"]
 
 #: The environment variable naming the state dir of the launcher that started a process.
 STATE_DIR_ENV = "CAUSEWAY_STATE_DIR"
@@ -78,18 +81,30 @@ def parent_of(pid: int) -> int | None:
     return int(fields[1]) if fields is not None else None
 
 
+def _mark(state_dir: Path) -> bytes:
+    return f"{STATE_DIR_ENV}={state_dir.resolve()}".encode()
+
+
+def _has_mark(pid: int | str, mark: bytes) -> bool:
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return False  # gone, or another user's: not provably ours
+    return mark in environ.split(b"\0")
+
+
+def carries_mark(pid: int, state_dir: Path) -> bool:
+    """Whether the process's environment names `state_dir` as its launcher's (false for another
+    user's process, whose environment we cannot read)."""
+    return _has_mark(pid, _mark(state_dir))
+
+
 def find_marked(state_dir: Path) -> Iterator[Identity]:
     """Every running process of this user whose environment names `state_dir` as its launcher's."""
-    wanted = f"{STATE_DIR_ENV}={state_dir.resolve()}".encode()
+    mark = _mark(state_dir)
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue  # gone, or another user's
-        if wanted in environ.split(b"\0"):
+        if entry.name.isdigit() and _has_mark(entry.name, mark):
             identity = identity_of(int(entry.name))
             if identity is not None and is_running(identity.pid):
                 yield identity

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from broker.small_file import UnusableFile, read_small_file
 from topology.errors import Problem, TopologyError, format_path
 
 __all__ = ["MAX_DEPTH", "MAX_FILE_BYTES", "MAX_VALUES", "Positions", "load_yaml", "position_of"]
@@ -155,13 +156,12 @@ def load_yaml(path: Path) -> tuple[Any, Positions]:
 
 def _read_text(path: Path, name: str) -> str:
     try:
-        with path.open("rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)  # bounded even for /dev/zero or a growing file
+        raw = read_small_file(path, MAX_FILE_BYTES)  # bounded, and never blocks on a FIFO
+    except UnusableFile as exc:
+        raise TopologyError([Problem(name, 1, 1, "(file)", f"{exc}: not a hand-written topology or mirror "
+                                                           f"file")]) from None
     except OSError as exc:
         raise TopologyError([Problem(name, 1, 1, "(file)", f"cannot read: {exc}")]) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise TopologyError([Problem(name, 1, 1, "(file)", f"larger than {MAX_FILE_BYTES} bytes: "
-                                                           f"not a hand-written topology or mirror file")])
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:

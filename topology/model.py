@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from topology.errors import Problem, TopologyError, format_path
 from topology.loader import Positions, load_yaml, position_of
-from topology.schema import Cluster, Link, Mirror, TopologySpec
+from topology.schema import Cluster, Link, Mirror, TopologySpec, check_name
 
 __all__ = ["Topology", "load_topology"]
 
@@ -245,6 +245,13 @@ def load_topology(path: Path) -> Topology:
     except ValidationError as exc:
         raise TopologyError(schema_problems(exc, file, positions)) from None
     problems = _semantic_problems(spec, file, positions)
+    name = spec.name or path.stem
+    if spec.name is None:
+        try:
+            check_name(name)
+        except ValueError as exc:
+            # The name defaults to the file's: it names the state dir (.causeway/<name>) too.
+            problems.append(Problem(file, 1, 1, "name", f"no name: given, and the file's name {exc}; add name:"))
     if problems:
         raise TopologyError(problems)
-    return Topology(spec.name or path.stem, path, spec)
+    return Topology(name, path, spec)

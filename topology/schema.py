@@ -5,11 +5,29 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
 from topology.units import parse_bandwidth, parse_duration_ms
 
-__all__ = ["Cluster", "Datacenter", "Link", "Mirror", "Patterns", "TopicSpec", "TopologySpec"]
+__all__ = ["NAME_PATTERN", "Cluster", "Datacenter", "Link", "Mirror", "Name", "Patterns", "TopicSpec", "TopologySpec",
+           "check_name"]
+
+#: What a topology, datacenter, cluster or mirror may be called. These names become directory
+#: and file names in the launcher's state dir (data dirs, logs, mirror configs) and parts of
+#: WAN proxy names in a URL path: one path component each, never `..` or a separator, never a
+#: leading dot or dash, short enough for any file system.
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def check_name(name: str) -> str:
+    """`name` if it is a valid name (NAME_PATTERN); raises ValueError saying what a name is."""
+    if not NAME_PATTERN.fullmatch(name):
+        raise ValueError(f"{name[:60]!r} is not a valid name: up to 100 letters, digits, '.', '_' and '-', "
+                         f"starting with a letter or digit (it names directories and files in the state dir)")
+    return name
+
+
+Name = Annotated[str, AfterValidator(check_name)]
 
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
 BytesPerSecond = Annotated[int, BeforeValidator(parse_bandwidth)]
@@ -120,8 +138,8 @@ def _datacenter(value: object) -> object:
 
 
 class TopologySpec(_Strict):
-    name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    datacenters: dict[str, Annotated[Datacenter, BeforeValidator(_datacenter)]] = Field(min_length=1)
-    clusters: dict[str, Cluster] = Field(min_length=1)
+    name: Name | None = None
+    datacenters: dict[Name, Annotated[Datacenter, BeforeValidator(_datacenter)]] = Field(min_length=1)
+    clusters: dict[Name, Cluster] = Field(min_length=1)
     links: list[Link] = Field(default_factory=list)
-    mirrors: dict[str, Mirror] = Field(default_factory=dict)
+    mirrors: dict[Name, Mirror] = Field(default_factory=dict)

@@ -15,8 +15,9 @@ import trio
 
 from deploy.cli.command import run, until_signalled
 from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
-from deploy.launcher.launch import STATE_FILE, LaunchState, run_plan
+from deploy.launcher.launch import STATE_FILE, LaunchState, StateDirError, prepare_state_dir, run_plan
 from deploy.launcher.plan import LaunchPlan
+from deploy.process_identity import STATE_DIR_ENV
 from deploy.supervisor import StartFailed
 from topology import TopologyError
 
@@ -88,11 +89,18 @@ def _up(args: argparse.Namespace) -> int:
     if refusal:
         print(refusal, file=sys.stderr)
         return 1
+    try:
+        prepare_state_dir(state_dir)
+    except StateDirError as exc:
+        print(f"causeway: {exc}; nothing was started", file=sys.stderr)
+        return 1
     if args.detach:
         return _detach(args, state_dir)
     return run("causeway up", lambda: trio.run(_foreground, plan, state_dir, args.child, args.toxiproxy),
                errors=[(StartFailed, 1, lambda exc: f"causeway: could not start {exc}\n"
-                                                    "causeway: everything started before it was stopped")])
+                                                    "causeway: everything started before it was stopped"),
+                       (StateDirError, 1, lambda exc: f"causeway: {exc}\n"
+                                                      "causeway: everything started before it was stopped")])
 
 
 def _refusal_to_start(name: str, state_dir: Path) -> str | None:
@@ -121,8 +129,9 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
     argv = [sys.executable, "-m", "deploy.cli", "up", str(args.file), "--state-dir", str(state_dir), "--child"]
     if args.toxiproxy:
         argv += ["--toxiproxy", args.toxiproxy]
+    # Marked as its children are: how `status` and `down` know it is this state dir's launcher.
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True)
+                             start_new_session=True, env={**os.environ, STATE_DIR_ENV: str(state_dir.resolve())})
     assert child.stdout is not None
     for line in child.stdout:
         if line.startswith(READY_MARK):
@@ -244,6 +253,9 @@ def _down(args: argparse.Namespace) -> int:
         print(f"nothing was running from {state_dir}")
     for name in report.stopped:
         print(f"stopped {name}")
+    if report.cleanup_error is not None:
+        print(f"causeway: {report.cleanup_error}", file=sys.stderr)
+        return 1
     if report.set_aside is not None:
         print(f"the damaged state file was moved to {report.set_aside}")
         return 1

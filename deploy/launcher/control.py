@@ -1,9 +1,12 @@
 """`causeway status` and `causeway down`: read the state dir, check health, stop everything.
 
-Nothing here signals a pid because a file names it. A process counts as ours when its pid, start
-time and command line match what the launcher recorded (deploy/process_identity.py), or when it
-carries this state dir in its environment (every child of a launcher does). That also finds
-processes whose launcher is gone (orphans) and processes a damaged state file no longer lists.
+Nothing here signals a pid because a file names it. A process counts as ours only when it
+carries this state dir in its environment (every child of a launcher does, and a detached
+launcher too; deploy/process_identity.py): that mark is readable by the process's owner alone,
+where pid, start time and command line, which the state file records, can be copied from any
+process by whoever writes the file. A foreground launcher has no mark; it is ours as the parent
+of marked children. Found by the mark, processes whose launcher is gone (orphans) and processes
+a damaged state file no longer lists are found too.
 """
 
 from __future__ import annotations
@@ -21,9 +24,11 @@ from broker.address import parse_host_port
 from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
+from broker.small_file import UnusableFile, read_small_file
 from deploy.launcher.cluster_view import ClusterView, read_views_sync
 from deploy.launcher.launch import STATE_FILE
 from deploy.launcher.state_file import (
+    MAX_STATE_BYTES,
     ClusterRecord,
     LaunchStateFile,
     MirrorRecord,
@@ -32,7 +37,7 @@ from deploy.launcher.state_file import (
     WanRecord,
     parse_state,
 )
-from deploy.process_identity import Identity, find_marked, identity_of, is_running, parent_of
+from deploy.process_identity import Identity, carries_mark, find_marked, identity_of, is_running, parent_of
 from deploy.wan.client import WanApiError, WanClient
 from deploy.zookeeper.four_letter import srvr
 from mirror.status import MirrorStatus, StatusFileError, read_status
@@ -57,9 +62,11 @@ def read_state(state_dir: Path) -> LaunchStateFile | None:
     """
     path = state_dir / STATE_FILE
     try:
-        raw = path.read_bytes()
+        raw = read_small_file(path, MAX_STATE_BYTES)
     except FileNotFoundError:
         return None
+    except UnusableFile as exc:
+        raise StateFileError(path, f"{exc}: not a launcher state file") from None
     except OSError as exc:
         raise StateFileError(path, f"cannot be read: {exc.strerror or exc}") from None
     return parse_state(path, raw)
@@ -68,9 +75,8 @@ def read_state(state_dir: Path) -> LaunchStateFile | None:
 # -- which processes are ours ------------------------------------------------------------------
 
 
-def owned(entry: ProcessRecord | dict[str, Any]) -> Identity | None:
-    """The running process a state entry records, if (and only if) it is that very process:
-    same pid, start time and command line. An entry without a start time proves nothing."""
+def _recorded_identity(entry: ProcessRecord | dict[str, Any]) -> Identity | None:
+    """The identity a state entry records (None without a start time: a pid proves nothing)."""
     if isinstance(entry, dict):
         try:
             entry = ProcessRecord.model_validate(entry)
@@ -78,8 +84,16 @@ def owned(entry: ProcessRecord | dict[str, Any]) -> Identity | None:
             return None
     if entry.pid is None or entry.start_time is None or entry.cmdline is None:
         return None
-    recorded = Identity(entry.pid, entry.start_time, tuple(entry.cmdline))
-    return recorded if recorded.is_current() else None
+    return Identity(entry.pid, entry.start_time, tuple(entry.cmdline))
+
+
+def owned(entry: ProcessRecord | dict[str, Any], state_dir: Path) -> Identity | None:
+    """The running process a state entry records, if (and only if) it is that very process (same
+    pid, start time and command line) and it carries `state_dir`'s mark in its environment."""
+    recorded = _recorded_identity(entry)
+    if recorded is None or not recorded.is_current() or not carries_mark(recorded.pid, state_dir):
+        return None
+    return recorded
 
 
 def alive(pid: int | None) -> bool:
@@ -119,26 +133,34 @@ def find_running(state_dir: Path, state: LaunchStateFile | None) -> Running:
     """The launcher and children of `state_dir` that run now. `state` may be None (no file, or a
     damaged one): processes are then found by the state dir in their environment alone."""
     found = Running()
+    recorded_launcher = None
     if state is not None:
-        found.launcher = owned(state)
+        recorded_launcher = _recorded_identity(state)
+        found.launcher = owned(state, state_dir)
         if found.launcher is None and state.pid and alive(state.pid):
             found.strangers.append(("launcher", state.pid))
         for label, entry in _recorded(state):
-            identity = owned(entry)
+            identity = owned(entry, state_dir)
             if identity is not None:
                 found.children.append((label, identity))
             elif entry.pid and alive(entry.pid):
                 found.strangers.append((label, entry.pid))
     known = {identity.pid for _, identity in found.children}
     for identity in find_marked(state_dir):
+        if identity.pid == os.getpid():
+            continue  # a detached launcher checking, before it starts, that nothing else runs
+        if _is_launcher(identity):  # a detached launcher, marked by the command that started it
+            found.launcher = found.launcher or identity
+            continue
         if identity.pid not in known:
             found.children.append((_label(identity), identity))
             known.add(identity.pid)
-        # A foreground launcher has no mark of its own; it is the parent of marked children.
+        # A foreground launcher has no mark of its own; it is the parent of marked children
+        # (the launcher's own process, or the one the state file records, e.g. a test's).
         if found.launcher is None:
             parent = parent_of(identity.pid)
             candidate = identity_of(parent) if parent else None
-            if candidate is not None and _is_launcher(candidate):
+            if candidate is not None and (_is_launcher(candidate) or candidate == recorded_launcher):
                 found.launcher = candidate
     # A pid the file names but that is ours after all (found by its environment) is no stranger.
     ours = {identity.pid for _, identity in found.children} | ({found.launcher.pid} if found.launcher else set())
@@ -389,6 +411,7 @@ class StopReport:
     refused: list[str] = field(default_factory=list)  # named by the state file, not ours: left alone
     state_error: StateFileError | None = None
     set_aside: Path | None = None  # where a damaged state file was moved
+    cleanup_error: str | None = None  # the state file could not be removed (or set aside): why
 
 
 def _terminate(identity: Identity, timeout_s: float) -> bool:
@@ -435,12 +458,18 @@ def stop_report(state_dir: Path) -> StopReport:
         if _terminate(identity, STOP_TIMEOUT_S):
             report.stopped.append(f"{label} (pid {identity.pid})")
     path = state_dir / STATE_FILE
-    if report.state_error is not None:
-        # Kept, not deleted: it may be all that tells what ran here.
-        report.set_aside = path.with_name(STATE_FILE + ".damaged")
-        os.replace(path, report.set_aside)
-    else:
-        path.unlink(missing_ok=True)
+    try:
+        if report.state_error is not None:
+            # Kept, not deleted: it may be all that tells what ran here.
+            aside = path.with_name(STATE_FILE + ".damaged")
+            os.replace(path, aside)
+            report.set_aside = aside
+        else:
+            path.unlink(missing_ok=True)
+    except FileNotFoundError:
+        pass  # the launcher removed it on its way out
+    except OSError as exc:
+        report.cleanup_error = f"cannot remove the state file {path}: {exc.strerror or exc}"
     return report
 
 

@@ -57,7 +57,8 @@ from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
 from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, supervise
 from deploy.wan.client import WanApiError, WanClient
 
-__all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "free_port", "link_toxics", "run_plan"]
+__all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError", "free_port", "link_toxics",
+           "prepare_state_dir", "run_plan", "state_path"]
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,36 @@ STATE_FILE = "state.json"
 WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
 MIRROR_READY = re.compile(r"^causeway mirror ready: ")
 ZOOKEEPER_READY = re.compile(r"^causeway zookeeper ready: (\S+)$")
+
+
+class StateDirError(Exception):
+    """The state dir cannot be used: it cannot be written, or a path would lead out of it."""
+
+
+def state_path(state_dir: Path, *parts: str) -> Path:
+    """`state_dir/parts...`, checked to stay inside the state dir once `..` and symbolic links
+    are followed: names come from a topology file, and nothing `up` writes (data dirs, logs,
+    mirror configs) may land elsewhere. Raises StateDirError."""
+    path = state_dir.joinpath(*parts)
+    root = state_dir.resolve()
+    resolved = path.resolve()
+    if resolved == root or not resolved.is_relative_to(root):
+        raise StateDirError(f"{path} leads out of the state dir {root} (to {resolved}): refused")
+    return path
+
+
+def prepare_state_dir(state_dir: Path) -> None:
+    """Create the state dir (and its logs dir) and prove it writable, before anything starts:
+    a launcher that could not record what it started would leave processes nobody finds.
+    Raises StateDirError with the system's reason."""
+    try:
+        state_path(state_dir, "logs").mkdir(parents=True, exist_ok=True)
+        probe = state_path(state_dir, f".{STATE_FILE}.probe")
+        write_atomically(probe, "")
+        probe.unlink()
+    except OSError as exc:
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise StateDirError(f"cannot write the state dir {state_dir}{where}: {exc.strerror or exc}") from None
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -242,13 +273,13 @@ def _broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: s
     }
     if zookeeper_connect:
         overrides.update({"zookeeper.connect": zookeeper_connect, "broker.id": str(broker_id)})
-        data_dir = state_dir / "data" / f"{cluster.name}-broker-{broker_id}"
+        data_dir = state_path(state_dir, "data", f"{cluster.name}-broker-{broker_id}")
         name = f"broker {broker_id} of {cluster.name}"
     else:
-        data_dir, name = state_dir / "data" / cluster.name, f"broker {cluster.name}"
-    log_name = f"{cluster.name}-broker-{broker_id}.log"
+        data_dir, name = state_path(state_dir, "data", cluster.name), f"broker {cluster.name}"
+    log_path = state_path(state_dir, "logs", f"{cluster.name}-broker-{broker_id}.log")
     argv = broker_command(data_dir, overrides=[f"{key}={value}" for key, value in overrides.items()])
-    return _spec(state_dir, name, argv, state_dir / "logs" / log_name, BROKER_READY)
+    return _spec(state_dir, name, argv, log_path, BROKER_READY)
 
 
 async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
@@ -256,18 +287,17 @@ async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
     proxy (the source's WAN listener for that datacenter) and writes to the target locally."""
     source, target = state.clusters[mirror.source], state.clusters[mirror.target]
     source_bootstrap = source.wan.get(target.plan.datacenter, source.bootstrap)
-    directory = state.state_dir / "mirrors"
-    directory.mkdir(parents=True, exist_ok=True)
-    config_file = directory / f"{mirror.name}.yaml"
+    config_file = state_path(state.state_dir, "mirrors", f"{mirror.name}.yaml")
+    config_file.parent.mkdir(parents=True, exist_ok=True)
     config = {"name": mirror.name,
               "source": {"alias": mirror.source, "bootstrap": source_bootstrap},
               "target": {"alias": mirror.target, "bootstrap": target.bootstrap},
               **mirror.settings}
     text = json.dumps(config, indent=2) + "\n"  # JSON is YAML
     await trio.to_thread.run_sync(write_atomically, config_file, text)
-    status_file = directory / f"{mirror.name}.status.json"
+    status_file = state_path(state.state_dir, "mirrors", f"{mirror.name}.status.json")
     argv = _cli("mirror", "--config", str(config_file), "--status-file", str(status_file))
-    log_path = state.state_dir / "logs" / f"mirror-{mirror.name}.log"
+    log_path = state_path(state.state_dir, "logs", f"mirror-{mirror.name}.log")
     process = Supervised(_spec(state.state_dir, f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
                          on_change=state.changed)
     return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process)
@@ -282,7 +312,7 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
     Raises deploy.supervisor.StartFailed naming the process that could not start (after stopping
     everything started before it).
     """
-    state_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
+    prepare_state_dir(state_dir)  # once, before anything starts
     state = LaunchState(plan, state_dir)
     try:
         await _run(state, toxiproxy, task_status)
@@ -364,7 +394,7 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
         state.wan_api = toxiproxy
     else:
         state.wan = Supervised(_spec(state_dir, "wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
-                                     state_dir / "logs" / "wan.log", WAN_READY),
+                                     state_path(state_dir, "logs", "wan.log"), WAN_READY),
                                on_change=state.changed, on_ready=partial(_restore_links, state))
         ready = await nursery.start(supervise, state.wan)
         match = WAN_READY.match(ready)
@@ -420,10 +450,11 @@ async def _start_zookeeper(state: LaunchState, cluster: ClusterState, last: Star
     before its brokers. Its client port is allocated once, so a restart keeps the address; the
     cluster's chroot (/<cluster>) separates its znodes should clusters ever share an ensemble."""
     name = cluster.plan.name
-    argv = _cli("zookeeper", "--nodes", "1", "--data-dir", str(state.state_dir / "zookeeper" / name),
+    argv = _cli("zookeeper", "--nodes", "1", "--data-dir", str(state_path(state.state_dir, "zookeeper", name)),
                 "--port", str(free_port()))
     cluster.zookeeper = Supervised(_spec(state.state_dir, f"zookeeper {name}", argv,
-                                         state.state_dir / "logs" / f"{name}-zookeeper.log", ZOOKEEPER_READY),
+                                         state_path(state.state_dir, "logs", f"{name}-zookeeper.log"),
+                                         ZOOKEEPER_READY),
                                    on_change=state.changed)
     ready = await last(cluster.zookeeper)
     match = ZOOKEEPER_READY.match(ready)

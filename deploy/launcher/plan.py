@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from topology.schema import check_name
+
 __all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "TopicPlan", "listener_name"]
 
 
@@ -16,6 +18,16 @@ def listener_name(datacenter: str) -> str:
     """The broker listener that a remote datacenter's clients reach through its WAN link."""
     cleaned = "".join(c if c.isalnum() else "_" for c in datacenter.upper())
     return f"WAN_{cleaned}"
+
+
+def _check_names(what: str, **names: str) -> None:
+    """The topology's rule for names (they become paths under the state dir), also for a plan
+    built without a topology file. Raises ValueError naming the field."""
+    for key, value in names.items():
+        try:
+            check_name(value)
+        except ValueError as exc:
+            raise ValueError(f"{what}: {key}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -55,6 +67,7 @@ class ClusterPlan:
     brokers: int = 1  # more than one needs coordination "zookeeper"
 
     def __post_init__(self) -> None:
+        _check_names(f"cluster {self.name!r}", name=self.name, datacenter=self.datacenter)
         if self.brokers < 1:
             raise ValueError(f"cluster {self.name}: brokers must be at least 1, not {self.brokers}")
         if self.brokers > 1 and self.coordination != "zookeeper":
@@ -82,6 +95,9 @@ class MirrorPlan:
     target: str
     settings: dict[str, object] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        _check_names(f"mirror {self.name!r}", name=self.name, source=self.source, target=self.target)
+
     @property
     def mode(self) -> str:
         """`mm2` or `link` (the mirror config's `mode`, mm2 when absent)."""
@@ -99,6 +115,9 @@ class LaunchPlan:
     clusters: tuple[ClusterPlan, ...]
     links: tuple[LinkPlan, ...] = ()
     mirrors: tuple[MirrorPlan, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_names(f"topology {self.name!r}", name=self.name)
 
     def cluster(self, name: str) -> ClusterPlan:
         return next(c for c in self.clusters if c.name == name)

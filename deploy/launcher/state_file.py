@@ -15,10 +15,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-__all__ = ["STATE_FORMAT", "BrokerRecord", "ClusterRecord", "LaunchStateFile", "MirrorRecord", "ProcessRecord",
-           "StateFileError", "WanRecord", "ZooKeeperRecord", "parse_state"]
+__all__ = ["MAX_STATE_BYTES", "STATE_FORMAT", "BrokerRecord", "ClusterRecord", "LaunchStateFile", "MirrorRecord",
+           "ProcessRecord", "StateFileError", "WanRecord", "ZooKeeperRecord", "parse_state"]
 
 STATE_FORMAT = 2  # 2: every process with its start time and command line
+#: A state file is about a KB per cluster; anything far larger is not one (and is not read whole).
+MAX_STATE_BYTES = 4 * 1024 * 1024
 
 
 class StateFileError(Exception):

@@ -4,22 +4,39 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from deploy.launcher.control import StateFileError, owned, read_state
-from deploy.process_identity import identity_of
+from deploy.process_identity import STATE_DIR_ENV, Identity, carries_mark, find_marked, identity_of
 
 
-def test_a_process_is_known_by_pid_start_time_and_command_line() -> None:
-    me = identity_of(os.getpid())
-    assert me is not None and me.is_current() and me.age_s() >= 0
-    assert owned({"pid": me.pid, "start_time": me.start_time, "cmdline": list(me.cmdline)}) == me
-    for forged in (dataclasses.replace(me, start_time=me.start_time + 1), dataclasses.replace(me, cmdline=("x",))):
-        assert not forged.is_current()
-        assert owned({"pid": forged.pid, "start_time": forged.start_time, "cmdline": list(forged.cmdline)}) is None
-    assert owned({"pid": me.pid}) is None  # a pid alone proves nothing
+def _entry(identity: Identity) -> dict[str, object]:
+    return {"pid": identity.pid, "start_time": identity.start_time, "cmdline": list(identity.cmdline)}
+
+
+def test_a_process_is_ours_by_pid_start_time_command_line_and_the_state_dirs_mark(tmp_path: Path) -> None:
+    marked = subprocess.Popen(["sleep", "600"], env={**os.environ, STATE_DIR_ENV: str(tmp_path.resolve())})
+    unmarked = subprocess.Popen(["sleep", "600"], env={**os.environ, STATE_DIR_ENV: str(tmp_path / "other")})
+    try:
+        ours, stranger = identity_of(marked.pid), identity_of(unmarked.pid)
+        assert ours is not None and ours.is_current() and ours.age_s() >= 0 and stranger is not None
+        assert owned(_entry(ours), tmp_path) == ours
+        assert carries_mark(ours.pid, tmp_path) and not carries_mark(stranger.pid, tmp_path)
+        # Every world-readable value right, no mark (another state dir's): not ours.
+        assert owned(_entry(stranger), tmp_path) is None
+        for forged in (dataclasses.replace(ours, start_time=ours.start_time + 1),
+                       dataclasses.replace(ours, cmdline=("x",))):
+            assert not forged.is_current()
+            assert owned(_entry(forged), tmp_path) is None
+        assert owned({"pid": ours.pid}, tmp_path) is None  # a pid alone proves nothing
+        assert [i.pid for i in find_marked(tmp_path)] == [ours.pid]
+    finally:
+        for child in (marked, unmarked):
+            child.kill()
+            child.wait()
 
 
 def test_state_file_problems_name_the_field(tmp_path: Path) -> None:
