@@ -6,8 +6,9 @@ import argparse
 import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
@@ -16,12 +17,13 @@ from deploy.cli.command import UsageError, until_signalled
 from deploy.cli.command import run as run_command
 from deploy.wan.errors import ApiError
 from deploy.wan.http import REQUEST_TIMEOUT_SECONDS
-from deploy.wan.proxy import format_hostport, split_hostport
+from deploy.wan.proxy import MAX_CONNECTIONS, format_hostport, split_hostport
 from deploy.wan.server import serve_wan
 
 __all__ = ["register", "run"]
 
 DEFAULT_API = "127.0.0.1:8474"
+T = TypeVar("T", int, float)
 
 
 def _api_address(text: str) -> tuple[str, int]:
@@ -64,17 +66,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="an API request must arrive whole within this time, else it gets 408 and its connection is "
         f"closed (default {REQUEST_TIMEOUT_SECONDS:g})",
     )
+    parser.add_argument(
+        "--max-connections-per-proxy",
+        type=_positive_count,
+        default=MAX_CONNECTIONS,
+        metavar="N",
+        help="client connections one proxy serves at once; a new one past it is closed at once, as Kafka's "
+        f"max.connections.per.ip does (default {MAX_CONNECTIONS})",
+    )
     parser.set_defaults(func=run)
 
 
-def _positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not 0 < value <= 86400:
-        raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most 86400 seconds")
-    return value
+def _positive(parse: Callable[[str], T], what: str, most: T) -> Callable[[str], T]:
+    """An argparse type: `parse(text)`, more than 0 and at most `most` (`what` names the unit)."""
+
+    def convert(text: str) -> T:
+        try:
+            value = parse(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of {what}") from None
+        if not 0 < value <= most:
+            raise argparse.ArgumentTypeError(f"{text!r} must be more than 0 and at most {most:.0f} {what}")
+        return value
+
+    return convert
+
+
+_positive_seconds = _positive(float, "seconds", float(86400))
+_positive_count = _positive(int, "connections", 1_000_000)
 
 
 def _load_config(path: Path) -> list[dict[str, Any]]:
@@ -90,10 +109,12 @@ def _load_config(path: Path) -> list[dict[str, Any]]:
     return value
 
 
-async def _serve_until_signalled(host: str, port: int, proxies: list[dict[str, Any]], request_timeout_s: float) -> None:
+async def _serve_until_signalled(host: str, port: int, proxies: list[dict[str, Any]], request_timeout_s: float,
+                                 max_connections: int) -> None:
     async with until_signalled() as stop:
-        bound_host, bound_port = await stop.nursery.start(functools.partial(serve_wan, host, port, proxies=proxies,
-                                                                          request_timeout_s=request_timeout_s))
+        bound_host, bound_port = await stop.nursery.start(functools.partial(
+            serve_wan, host, port, proxies=proxies, request_timeout_s=request_timeout_s,
+            max_connections=max_connections))
         print(f"causeway wan ready: http://{format_hostport(bound_host, bound_port)}", flush=True)
 
 
@@ -105,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     def body() -> int:
         proxies = _load_config(args.config) if args.config is not None else []
         try:
-            trio.run(_serve_until_signalled, host, port, proxies, args.request_timeout)
+            trio.run(_serve_until_signalled, host, port, proxies, args.request_timeout, args.max_connections_per_proxy)
         except (ApiError, OSError, BaseExceptionGroup) as error:
             # Every proxy that cannot be created is named, not only the first.
             failures = leaves(error)

@@ -145,7 +145,7 @@ class WanApi:
                 raise bad_request(f"{field_name} must be a string, got {type(value).__name__}")
         if not isinstance(enabled, bool):
             raise bad_request(f"enabled must be true or false, got {type(enabled).__name__}")
-        await proxy.update(listen, upstream, enabled)
+        await self.registry.update(name, listen, upstream, enabled)
         return _json(200, proxy.to_json())
 
     async def _proxy_delete(self, name: str, *, body: bytes) -> Response:

@@ -31,12 +31,16 @@ STOP_TIMEOUT_S = 30.0
 _REPO = Path(__file__).resolve().parents[2]  # the emulator runs as `python -m deploy.cli` from here
 
 
-def wan_command(listen: str = "127.0.0.1:0", *, request_timeout_s: float | None = None) -> list[str]:
+def wan_command(listen: str = "127.0.0.1:0", *, request_timeout_s: float | None = None,
+                max_connections: int | None = None) -> list[str]:
     """The argv of `causeway wan` serving its API on `listen` (HOST:PORT); `request_timeout_s`
-    overrides how long an API request may take to arrive (the emulator's default otherwise)."""
+    overrides how long an API request may take to arrive, `max_connections` how many client
+    connections a proxy serves at once (the emulator's defaults otherwise)."""
     cmd = [sys.executable, "-m", "deploy.cli", "wan", "--api", listen]
     if request_timeout_s is not None:
         cmd += ["--request-timeout", f"{request_timeout_s:g}"]
+    if max_connections is not None:
+        cmd += ["--max-connections-per-proxy", str(max_connections)]
     return cmd
 
 
@@ -49,13 +53,14 @@ class WanProcess:
     listen: str = "127.0.0.1:0"
     request_timeout_s: float | None = None
     log_path: Path | None = None
+    max_connections: int | None = None
     proc: subprocess.Popen[str] | None = None
     api: str = ""
 
     def start(self) -> WanProcess:
         """Start the emulator and return once it has printed its ready line. Raises RuntimeError,
         with the log's last lines, when it exits or stays silent instead."""
-        cmd = wan_command(self.listen, request_timeout_s=self.request_timeout_s)
+        cmd = wan_command(self.listen, request_timeout_s=self.request_timeout_s, max_connections=self.max_connections)
         with self._log() as log:
             self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=_REPO)
         try:

@@ -13,6 +13,14 @@ Toxics live on the proxy. A writer looks at the proxy's toxic list before each c
 number makes that a single comparison), so adding, changing or removing a toxic acts on
 connections already open; a writer waiting for data is woken when the list changes so that a
 toxic with a deadline (``timeout``) starts counting at once.
+
+No proxy forwards to a proxy. A proxy whose upstream is its own listen address (or another
+proxy's) would open a new connection to itself for every one it accepts, until the process runs
+out of file descriptors and the API dies with it. Such a proxy is refused when it is created or
+changed (400, naming both proxies), and a connection whose upstream turns out to be one of the
+emulator's listeners once connected (a host name, a wildcard listener) is closed at once. Each
+proxy also holds at most ``max_connections`` client connections: past it a new one is closed as
+soon as it is accepted, as Kafka's broker closes connections past ``max.connections.per.ip``.
 """
 
 from __future__ import annotations
@@ -30,6 +38,7 @@ import trio
 
 from broker.address import format_host_port as format_hostport
 from broker.address import parse_host_port
+from broker.retry import worth_reporting
 from deploy.wan.errors import PROXY_EXISTS, PROXY_NOT_FOUND, TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, bad_request
 from deploy.wan.toxics import (
     MAX_NAME,
@@ -43,7 +52,7 @@ from deploy.wan.toxics import (
     update_toxic,
 )
 
-__all__ = ["Proxy", "ProxyRegistry", "format_hostport", "open_listener", "split_hostport"]
+__all__ = ["MAX_CONNECTIONS", "Proxy", "ProxyRegistry", "format_hostport", "open_listener", "split_hostport"]
 
 log = logging.getLogger("causeway.wan")
 
@@ -54,6 +63,9 @@ READ_SIZE: Final = 256 * 1024
 # e.g. while latency holds chunks back. Above it the reader stops and TCP pushes back.
 BUFFER_LIMIT: Final = 8 * 1024 * 1024
 ACCEPT_RETRY_SECONDS: Final = 0.1
+#: Client connections one proxy holds at most (each costs two file descriptors, its client's and
+#: its upstream's); a WAN link's clients need a few each.
+MAX_CONNECTIONS: Final = 1000
 
 
 # --- addresses --------------------------------------------------------------------------------
@@ -87,6 +99,40 @@ def _canonical_listen(text: str) -> str:
     except ValueError:
         pass
     return format_hostport(host or "0.0.0.0", port)
+
+
+def _host(text: str) -> str:
+    """A host as compared for loops: an IP address in its one spelling, a name in lower case."""
+    if text in ("", "localhost"):
+        return "0.0.0.0" if not text else "127.0.0.1"
+    try:
+        return str(ipaddress.ip_address(text))
+    except ValueError:
+        return text.lower()
+
+
+_EVERY_ADDRESS = ("0.0.0.0", "::")
+
+
+def _reaches(upstream: str, listen: str) -> bool:
+    """Whether connecting to `upstream` reaches a listener bound to `listen`: the same port on
+    the same host, or a loopback or unspecified address and a listener on all addresses (or on
+    loopback: connecting to 0.0.0.0 reaches this host). A name other than localhost cannot be
+    told from here: such an upstream is checked once connected (Proxy._handle)."""
+    up_host, up_port = split_hostport(upstream, "upstream")
+    listen_host, listen_port = split_hostport(listen, "listen")
+    if up_port != listen_port or listen_port == 0:
+        return False
+    up, bound = _host(up_host), _host(listen_host)
+    if up == bound:
+        return True
+    try:
+        up_address, bound_address = ipaddress.ip_address(up), ipaddress.ip_address(bound)
+    except ValueError:
+        return False
+    if bound in _EVERY_ADDRESS:
+        return up_address.is_loopback or up_address.is_unspecified
+    return up in _EVERY_ADDRESS and bound_address.is_loopback
 
 
 async def open_listener(host: str, port: int) -> trio.SocketListener:
@@ -263,7 +309,9 @@ class _Connection:
 class Proxy:
     """A named TCP proxy from ``listen`` to ``upstream`` with its toxics."""
 
-    def __init__(self, name: str, listen: str, upstream: str, nursery: trio.Nursery) -> None:
+    def __init__(self, name: str, listen: str, upstream: str, nursery: trio.Nursery, *,
+                 max_connections: int = MAX_CONNECTIONS,
+                 is_listener: Callable[[tuple[str, int], str], bool] = lambda peer, local: False) -> None:
         split_hostport(listen, "listen")
         split_hostport(upstream, "upstream")
         self.name = name
@@ -271,6 +319,12 @@ class Proxy:
         self.upstream = upstream
         self.enabled = False
         self.rng = random.Random()
+        self.max_connections = max_connections
+        # Whether a connected address (ip, port), reached from local address `local`, is one of
+        # the emulator's own proxy listeners: then forwarding to it is a loop.
+        self._is_listener = is_listener
+        self._accepted = 0  # client connections being served
+        self.refused = 0  # client connections closed at once: over max_connections, or a loop
         self._nursery = nursery
         self._toxics: dict[str, ToxicSpec] = {}
         self._chains: dict[str, tuple[ToxicSpec, ...]] = {stream: () for stream in STREAMS}
@@ -392,10 +446,22 @@ class Proxy:
                             log.warning("proxy %s: accept failed: %s", self.name, error)
                             await trio.sleep(ACCEPT_RETRY_SECONDS)
                             continue
+                        if self._accepted >= self.max_connections:
+                            self._refuse(client, f"{self._accepted} connections open (max_connections "
+                                                 f"{self.max_connections})")
+                            continue
+                        self._accepted += 1
                         connections.start_soon(self._handle, client)
         finally:
             listener.socket.close()
             stopped.set()
+
+    def _refuse(self, client: trio.SocketStream, why: str) -> None:
+        """Close a client connection at once; logged the first time, then ever more rarely."""
+        client.socket.close()
+        self.refused += 1
+        if worth_reporting(self.refused):
+            log.warning("proxy %s: closed a new connection: %s (%d closed so far)", self.name, why, self.refused)
 
     async def _handle(self, client: trio.SocketStream) -> None:
         upstream: trio.SocketStream | None = None
@@ -406,6 +472,10 @@ class Proxy:
             except (OSError, UnicodeError) as error:  # UnicodeError: a name the resolver cannot encode
                 log.warning("proxy %s: cannot reach upstream %s: %s", self.name, self.upstream, error)
                 return
+            peer, local = upstream.socket.getpeername(), upstream.socket.getsockname()
+            if self._is_listener((str(peer[0]), int(peer[1])), str(local[0])):
+                self._refuse(client, f"its upstream {self.upstream} is a listener of this emulator (a proxy loop)")
+                return
             connection = _Connection(self, client, upstream)
             self._connections.add(connection)
             try:
@@ -414,6 +484,7 @@ class Proxy:
                 self._connections.discard(connection)
                 connection.close()
         finally:
+            self._accepted -= 1
             client.socket.close()
             if upstream is not None:
                 upstream.socket.close()
@@ -422,11 +493,54 @@ class Proxy:
 class ProxyRegistry:
     """Every proxy by name. Its methods are what the API calls; they raise :class:`ApiError`."""
 
-    def __init__(self, nursery: trio.Nursery) -> None:
+    def __init__(self, nursery: trio.Nursery, *, max_connections: int = MAX_CONNECTIONS) -> None:
         self._nursery = nursery
         self._proxies: dict[str, Proxy] = {}
+        self.max_connections = max_connections
         # One change at a time: starting and stopping proxies awaits.
         self.lock = trio.Lock()
+
+    def _addresses(self) -> dict[str, tuple[str, str]]:
+        return {name: (proxy.listen, proxy.upstream) for name, proxy in self._proxies.items()}
+
+    def _check_no_loop(self, name: str, listen: str, upstream: str,
+                       proxies: Mapping[str, tuple[str, str]] | None = None) -> None:
+        """Refuse (400) proxy `name` with these addresses if it would forward to a proxy, itself
+        included, or be forwarded to by one; `proxies` (name -> listen, upstream) are the others,
+        all of the registry's by default."""
+        for other, (other_listen, other_upstream) in (self._addresses() if proxies is None else proxies).items():
+            if other == name:
+                continue
+            if _reaches(upstream, other_listen):
+                raise bad_request(f"upstream {upstream} is the listen address of proxy {other!r}: a proxy loop")
+            if _reaches(other_upstream, listen):
+                raise bad_request(f"listen {listen} is the upstream of proxy {other!r}: a proxy loop")
+        if _reaches(upstream, listen):
+            raise bad_request(f"upstream {upstream} is the proxy's own listen address: a proxy loop")
+
+    async def _check_bound(self, proxy: Proxy) -> None:
+        """Check a started proxy's bound address (port 0 is only known once bound); stop it and
+        refuse if it makes a loop."""
+        if not proxy.enabled:
+            return
+        try:
+            self._check_no_loop(proxy.name, proxy.listen, proxy.upstream)
+        except ApiError:
+            await proxy.stop()
+            raise
+
+    def is_listener(self, peer: tuple[str, int], local: str) -> bool:
+        """Whether a connection to `peer` (ip, port), made from local address `local`, reached a
+        proxy of this emulator: its listener's address, or its port on this host for a proxy
+        listening on every address."""
+        this_host = peer[0] == local or ipaddress.ip_address(peer[0]).is_loopback
+        for proxy in self._proxies.values():
+            host, port = split_hostport(proxy.listen, "listen")
+            bound = _host(host)
+            if proxy.enabled and port == peer[1] and (bound == _host(peer[0]) or
+                                                      (this_host and bound in _EVERY_ADDRESS)):
+                return True
+        return False
 
     def all(self) -> dict[str, Proxy]:
         return dict(self._proxies)
@@ -445,10 +559,22 @@ class ProxyRegistry:
         """
         if name in self._proxies:
             raise ApiError(PROXY_EXISTS, 409)
-        proxy = Proxy(name, listen, upstream, self._nursery)
+        self._check_no_loop(name, listen, upstream)
+        proxy = Proxy(name, listen, upstream, self._nursery, max_connections=self.max_connections,
+                      is_listener=self.is_listener)
         if enabled:
             await proxy.start()
+            await self._check_bound(proxy)
         self._proxies[name] = proxy
+        return proxy
+
+    async def update(self, name: str, listen: str, upstream: str, enabled: bool) -> Proxy:
+        """Apply ``POST/PATCH /proxies/{name}`` (see Proxy.update). Error handling: as
+        `create`, and a change that would make a loop is refused (400) before anything changes."""
+        proxy = self.get(name)
+        self._check_no_loop(name, listen, upstream)
+        await proxy.update(listen, upstream, enabled)
+        await self._check_bound(proxy)
         return proxy
 
     async def remove(self, name: str) -> None:
@@ -474,6 +600,10 @@ class ProxyRegistry:
                 raise bad_request(f"duplicate proxy name {name!r}")
             names.add(name)
             checked.append((name, listen, upstream, enabled))
+        after = {n: addresses for n, addresses in self._addresses().items() if n not in names}
+        after.update({name: (listen, upstream) for name, listen, upstream, _ in checked})
+        for name, listen, upstream, _ in checked:
+            self._check_no_loop(name, listen, upstream, after)
         result: list[Proxy] = []
         for name, listen, upstream, enabled in checked:
             existing = self._proxies.get(name)
