@@ -23,6 +23,8 @@ __all__ = [
 ]
 
 VERSION = 0
+INT_MAX = 2**31 - 1  # partitions and leader epochs are int32
+LONG_MAX = 2**63 - 1  # offsets are int64
 
 
 class CheckpointError(Exception):
@@ -67,25 +69,38 @@ def read_checkpoint(path: Path, fields: int) -> list[list[str]]:
 
 def read_offsets(path: Path) -> dict[tuple[str, int], int]:
     """A `topic partition offset` checkpoint as {(topic, partition): offset}."""
-    return {(t, p): o for t, p, o in _numbers(path, read_checkpoint(path, 3), 1)}
+    return {(t, p): o for t, p, o in _numbers(path, read_checkpoint(path, 3), {1: INT_MAX, 2: LONG_MAX})}
 
 
 def read_pairs(path: Path) -> list[tuple[int, int]]:
     """A checkpoint of two numbers per line (`epoch startOffset`)."""
-    return [(a, b) for a, b in _numbers(path, read_checkpoint(path, 2), 0)]
+    return [(a, b) for a, b in _numbers(path, read_checkpoint(path, 2), {0: INT_MAX, 1: LONG_MAX})]
 
 
-def _numbers(path: Path, rows: list[list[str]], first: int) -> list[list[Any]]:
-    """Rows with columns from `first` on as non-negative integers; CheckpointError otherwise."""
+def _numbers(path: Path, rows: list[list[str]], bounds: dict[int, int]) -> list[list[Any]]:
+    """Rows with the columns of `bounds` (column -> largest value) as non-negative integers, as
+    Kafka's checkpoint readers parse them (Integer.parseInt for partitions and epochs,
+    Long.parseLong for offsets: up to 2**63 - 1, 19 digits); CheckpointError otherwise."""
     out: list[list[Any]] = []
     for number, row in enumerate(rows, start=3):
-        converted: list[Any] = row[:first]
-        for text in row[first:]:
-            if not (text.isascii() and text.isdigit()) or len(text) > 18:
-                raise CheckpointError(f"{path}:{number}: {text!r} is not an offset or epoch")
-            converted.append(int(text))
+        converted: list[Any] = list(row)
+        for column, most in bounds.items():
+            value = _integer(row[column], most)
+            if value is None:
+                raise CheckpointError(f"{path}:{number}: {row[column]!r} is not an offset or epoch "
+                                      f"(an integer from 0 to {most})")
+            converted[column] = value
         out.append(converted)
     return out
+
+
+def _integer(text: str, most: int) -> int | None:
+    """`text` as an integer in [0, most], or None. Leading zeros are fine (Java's parsers take
+    them); the digit count is checked before converting, so a huge line costs nothing."""
+    if not (text.isascii() and text.isdigit()) or len(text.lstrip("0")) > len(str(most)):
+        return None
+    value = int(text)
+    return value if value <= most else None
 
 
 def write_offsets(path: Path, offsets: dict[tuple[str, int], int]) -> None:

@@ -507,6 +507,11 @@ class Log:
             if header.last_offset_delta < 0 or not batch_crc_ok(buf, pos, header):
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
                                  f"{self.directory.name}: fetched batch at offset {header.base_offset} is corrupt")
+            if header.last_offset >= LONG_MAX:
+                # The log end offset (and every checkpoint holding it) must stay an int64.
+                raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
+                                 f"{self.directory.name}: fetched batch at offsets [{header.base_offset}, "
+                                 f"{header.last_offset}] ends past the largest offset {LONG_MAX - 1}")
             expected = header.last_offset + 1
         first_offset = batches[0][1].base_offset
         self._append_runs(buf, batches, now_ms)
