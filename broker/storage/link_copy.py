@@ -31,6 +31,7 @@ record of the promotion epoch. The marker needs neither.)
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 from dataclasses import dataclass
@@ -38,12 +39,15 @@ from pathlib import Path
 
 from broker.protocol.records import BatchHeader, Record, TimestampType, build_batch, decode_batch
 
+log = logging.getLogger(__name__)
+
 __all__ = ["CHECKPOINT_FILE", "PROMOTION_MARKER_TYPE", "LinkCopy", "is_promotion_marker", "promotion_marker"]
 
 CHECKPOINT_FILE = "link-copy-checkpoint"
 # A control record type of Causeway's own, far from Kafka's (0 abort, 1 commit, 2-6 KRaft's).
 PROMOTION_MARKER_TYPE = 0x4357
 _MARKER_KEY = struct.pack(">hh", 0, PROMOTION_MARKER_TYPE)
+_MAX_BYTES = 32  # "marker <19 digits>" and a newline fit
 
 
 def promotion_marker(offset: int, *, leader_epoch: int, now_ms: int) -> bytes:
@@ -75,17 +79,33 @@ class LinkCopy:
 
     @classmethod
     def load(cls, directory: Path) -> LinkCopy:
+        """The partition's copy state. A damaged file (binary, unreadable, too long, not a state
+        this writes) never stops the broker: a warning names it and the state is rebuilt."""
         path = directory / CHECKPOINT_FILE
         try:
-            text = path.read_text().split()
+            with open(path, "rb") as f:
+                raw = f.read(_MAX_BYTES + 1)  # a few bytes when sound: never read a huge file whole
+            text = raw.decode("ascii").split() if len(raw) <= _MAX_BYTES else []
+            why = f"{len(raw)} bytes or more" if len(raw) > _MAX_BYTES else f"content {raw[:40]!r}"
         except FileNotFoundError:
             return cls(path)
+        except (OSError, UnicodeDecodeError) as exc:
+            text, why = [], f"unreadable: {exc}"
         if text == ["open"]:
             return cls(path, open=True)
-        if len(text) == 2 and text[0] == "marker" and text[1].lstrip("-").isdigit():
+        if len(text) == 2 and text[0] == "marker" and text[1].isascii() and text[1].isdigit():
             return cls(path, marker=int(text[1]))
-        # Unreadable: assume the worst for the producer state (everything copied) until a marker.
-        return cls(path, open=True)
+        # Rebuilt as the worst case for the producer state (everything copied): the log's own
+        # promotion marker closes it again at open (Log._rebuild_producer_state), or the next
+        # local append writes a marker. Saved now, so the warning is not repeated at every start.
+        log.warning("ignoring damaged link-copy checkpoint %s (%s): its log counts as a link-mode copy until "
+                    "a promotion marker", path, why)
+        copy = cls(path, open=True)
+        try:
+            copy._save()
+        except OSError as exc:
+            log.warning("cannot rewrite %s: %s", path, exc.strerror or exc)
+        return copy
 
     def counts(self, offset: int) -> bool:
         """Whether a (non-marker) batch at `offset` is a local write that enters producer state."""

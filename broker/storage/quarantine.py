@@ -26,7 +26,7 @@ from pathlib import Path
 from broker.protocol.errors import KafkaError
 from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, batch_crc_ok, read_batch_header
 
-__all__ = ["QUARANTINE_SUFFIX", "Cut", "Survey", "quarantine_root", "survey_file"]
+__all__ = ["QUARANTINE_SUFFIX", "Cut", "Survey", "count_missing", "quarantine_root", "survey_file"]
 
 QUARANTINE_SUFFIX = ".quarantine"
 MANIFEST = "quarantine.txt"
@@ -97,9 +97,13 @@ def _whole(mm: memoryview, pos: int, end: int, min_offset: int) -> BatchHeader |
     return header
 
 
-def survey_file(path: Path, start: int, min_offset: int) -> tuple[Survey, Damage]:
+def survey_file(path: Path, start: int, min_offset: int, *, offset_damage: bool = False) -> tuple[Survey, Damage]:
     """The whole batches from `start` on, skipping damage: the first bad batch is stepped over by
-    its own length when that is readable, else by scanning for the next batch with a good CRC."""
+    its own length when that is readable, else by scanning for the next batch with a good CRC.
+
+    With `offset_damage` the batch at `start` is whole but claims the wrong offsets (recovery
+    found them out of order; the base offset lies outside the CRC): it is the damaged batch, and
+    what follows it is surveyed from `min_offset` on."""
     survey, damage = Survey(), Damage()
     with open(path, "rb") as f:
         end = os.fstat(f.fileno()).st_size
@@ -108,6 +112,11 @@ def survey_file(path: Path, start: int, min_offset: int) -> tuple[Survey, Damage
         with mmap.mmap(f.fileno(), end, access=mmap.ACCESS_READ) as mapped, memoryview(mapped) as mm:
             pos = start
             bad_at: int | None = None
+            claimed = _header_at(mm, pos, end) if offset_damage else None
+            if claimed is not None:
+                damage.claimed_first, damage.claimed_records = claimed.base_offset, max(0, claimed.records_count)
+                damage.size = claimed.size
+                bad_at, pos = start, start + claimed.size
             while pos < end:
                 header = _whole(mm, pos, end, min_offset)
                 if header is not None:
@@ -266,17 +275,20 @@ def _write_cut_manifest(cut: Cut) -> None:
 
 
 def keep_cut(directory: Path, topic: str, partition: int, segment_path: Path, segment_fd: int,
-             segment_size: int, cut_offset: int, position: int, reason: str, later: list[int]) -> Cut:
+             segment_size: int, cut_offset: int, position: int, reason: str, later: list[int], *,
+             offset_damage: bool = False) -> Cut:
     """Move what a recovery cut is about to remove into a new quarantine directory, count it,
     and return what was moved. The caller then cuts the damaged segment at `position`.
 
     `later` are the base offsets of the segments after the damaged one that must go too (the
-    cut leaves a gap before them). Order matters for a crash in the middle: the tail is copied
-    (fsynced) before anything is moved or cut, so the bytes always exist somewhere, at worst twice.
+    cut leaves a gap before them, or they overlap it). `offset_damage`: the batch at `position`
+    is whole but claims the wrong offsets (see `survey_file`). Order matters for a crash in the
+    middle: the tail is copied (fsynced) before anything is moved or cut, so the bytes always
+    exist somewhere, at worst twice.
     """
     cut = Cut(f"{topic}-{partition}", cut_offset, segment_path, position, reason)
     cut.tail_bytes = segment_size - position
-    tail_survey, cut.damage = survey_file(segment_path, position, cut_offset)
+    tail_survey, cut.damage = survey_file(segment_path, position, cut_offset, offset_damage=offset_damage)
     cut.survey.merge(tail_survey)
     later_files: list[Path] = []
     for base in later:
@@ -294,6 +306,13 @@ def keep_cut(directory: Path, topic: str, partition: int, segment_path: Path, se
     move_in(cut.destination, later_files, directory)
     _count(topic, partition, cut)
     return cut
+
+
+def count_missing(topic: str, partition: int, offsets: int) -> None:
+    """Count offsets found missing from the middle of a log (reported, nothing to quarantine)."""
+    from broker import metrics
+
+    metrics.MISSING_OFFSETS.labels(topic, str(partition)).inc(offsets)
 
 
 def _count(topic: str, partition: int, cut: Cut) -> None:
