@@ -24,7 +24,7 @@ __all__ = [
     "QUARANTINED_RECORDS",
     "QUARANTINED_SEGMENTS",
     "RECOVERY_CUTS",
-    "MISSING_OFFSETS",
+    "RETENTION_CHECKS",
     "LOG_TRUNCATIONS",
     "TRUNCATED_RECORDS",
     "serve_metrics",
@@ -57,12 +57,6 @@ RECOVERY_CUTS = Counter(
     "(intact batches followed the damage).",
     ["topic", "partition", "kind"],
 )
-MISSING_OFFSETS = Counter(
-    "causeway_log_recovery_missing_offsets",
-    "Offsets found missing from the middle of a partition log at start (a segment file gone, or a gap in a "
-    "log that is neither compacted nor a copy): reported, and skipped by fetches.",
-    ["topic", "partition"],
-)
 LOG_TRUNCATIONS = Counter(
     "causeway_log_truncations",
     "Truncations of a follower's divergent log tail (KIP-101/279); what they cut is in quarantine.",
@@ -72,6 +66,10 @@ TRUNCATED_RECORDS = Counter(
     "causeway_log_truncated_records",
     "Records a follower's truncation moved from its log to the partition's quarantine directory.",
     ["topic", "partition"],
+)
+RETENTION_CHECKS = Counter(
+    "causeway_log_retention_checks",
+    "Retention checks run over every log of the broker (one each log.retention.check.interval.ms).",
 )
 OPEN_SEGMENT_FILES = Gauge(
     "causeway_log_open_segment_files",

@@ -41,6 +41,7 @@ __all__ = [
     "patch_partition_leader_epoch",
     "read_batch_header",
     "set_log_append_time",
+    "set_max_timestamp",
     "split_batches",
     "stamp_producer",
 ]
@@ -187,8 +188,16 @@ def patch_partition_leader_epoch(buf: bytearray | memoryview, pos: int, epoch: i
 
 def set_log_append_time(buf: bytearray | memoryview, pos: int, timestamp_ms: int) -> None:
     """Mark the batch LogAppendTime with `timestamp_ms` as its max timestamp; fixes the CRC."""
+    set_max_timestamp(buf, pos, timestamp_ms, log_append_time=True)
+
+
+def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_ms: int, *,
+                      log_append_time: bool = False) -> None:
+    """Write `timestamp_ms` as the batch's MaxTimestamp (and mark it LogAppendTime when asked),
+    then recompute the CRC, which covers both (Kafka's DefaultRecordBatch.setMaxTimestamp)."""
     header = read_batch_header(buf, pos)
-    struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes | _TIMESTAMP_TYPE_BIT)
+    if log_append_time:
+        struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes | _TIMESTAMP_TYPE_BIT)
     struct.pack_into(">q", buf, pos + _MAX_TIMESTAMP_POS, timestamp_ms)
     view = memoryview(buf)[pos + _CRC_START : pos + header.size]
     struct.pack_into(">I", buf, pos + _CRC_POS, crc32c.crc32c(view))

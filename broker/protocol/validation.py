@@ -26,6 +26,7 @@ import array
 import struct
 import sys
 import threading
+from collections.abc import Iterator
 from typing import cast
 
 import cramjam
@@ -46,6 +47,8 @@ __all__ = [
     "check_timestamps",
     "check_transactional",
     "effective_timestamp_bounds",
+    "max_timestamp_trusted",
+    "records_max_timestamp",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -205,6 +208,32 @@ def check_timestamps(buf: Buffer, pos: int, header: BatchHeader, *, now_ms: int,
     _check_deltas(buf, pos, header, found, now_ms, before_max_ms, after_max_ms)
 
 
+def max_timestamp_trusted(header: BatchHeader) -> bool:
+    """Whether a CreateTime batch's MaxTimestamp may stand for its records' largest timestamp
+    without reading them: it is positive and not below FirstTimestamp, itself a timestamp.
+
+    Kafka's LogValidator recomputes it from every record. Producers compute it the same way (the
+    Java client from -1, librdkafka from 0), so a header that passes this test holds that value,
+    and reading the records would only cost time on the produce path. One that fails it is
+    recomputed (`records_max_timestamp`): above all librdkafka's batch of records without a
+    timestamp (-1), whose header says FirstTimestamp -1 and MaxTimestamp 0, as its running
+    maximum starts at 0; kept as it is, it made the segment look as if written in 1970, and the
+    next retention check deleted it. (A producer that lies in a plausible header can only age
+    its own records: a segment's largest timestamp is the largest of all its batches'.)
+    """
+    return 0 <= header.base_timestamp <= header.max_timestamp and header.max_timestamp > 0
+
+
+def records_max_timestamp(buf: Buffer, pos: int, header: BatchHeader) -> int:
+    """The largest timestamp of the CreateTime batch's records (FirstTimestamp + each delta), or
+    -1 (NO_TIMESTAMP) when none is larger, as Kafka's LogValidator sets the batch's
+    MaxTimestamp. Reads every record (decompressing a compressed batch): for the batches
+    `max_timestamp_trusted` refuses only. The batch must have passed `check_batch`."""
+    data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
+    largest = max(_timestamp_deltas(data, start, stop), default=None)
+    return NO_TIMESTAMP if largest is None else max(NO_TIMESTAMP, header.base_timestamp + largest)
+
+
 def _timestamps_bounded(header: BatchHeader, before_max_ms: int, after_max_ms: int) -> bool:
     return before_max_ms < LONG_MAX or after_max_ms < LONG_MAX
 
@@ -227,11 +256,16 @@ def _check_deltas(buf: Buffer, pos: int, header: BatchHeader, found: tuple[int, 
         # Every record's timestamp is the batch's max timestamp.
         _check_one_timestamp(header.max_timestamp, 0, low, high)
         return
+    if not max_timestamp_trusted(header):
+        # The header says nothing sure (records without a timestamp, librdkafka's MaxTimestamp
+        # 0): every record is checked, skipping those without a timestamp, as Kafka does.
+        data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
+        for index, delta in enumerate(_timestamp_deltas(data, start, stop)):
+            _check_one_timestamp(header.base_timestamp + delta, index, low, high)
+        return
     _check_one_timestamp(header.base_timestamp, 0, low, high)
     _check_one_timestamp(header.max_timestamp, header.last_offset_delta, low, high)
     base = header.base_timestamp
-    if base == NO_TIMESTAMP:
-        return
     if found is not None and (low is None or base + found[0] >= low) and (high is None or base + found[1] <= high):
         return
     # Out of range, or deltas the fast walk does not read: find which record, and say so.
@@ -518,9 +552,22 @@ def _varint(data: Records, p: int, end: int, index: int) -> tuple[int, int]:
 def _timestamp_delta_range(data: Records, start: int, end: int) -> tuple[tuple[int, int], tuple[int, int]]:
     """((lowest, its index), (highest, its index)) of the records' timestamp deltas in
     data[start:end] (framing already checked)."""
+    lowest = highest = (0, 0)
+    for index, delta in enumerate(_timestamp_deltas(data, start, end)):
+        if index == 0:
+            lowest = highest = (delta, 0)
+        elif delta < lowest[0]:
+            lowest = (delta, index)
+        elif delta > highest[0]:
+            highest = (delta, index)
+    return lowest, highest
+
+
+def _timestamp_deltas(data: Records, start: int, end: int) -> Iterator[int]:
+    """Each record's timestamp delta, in order, from data[start:end] (framing already checked):
+    a walk record by record, for the cold paths only."""
     p = start
     index = 0
-    lowest = highest = (0, 0)
     while p < end:
         raw, p = _varint(data, p, end, index)
         body_end = p + ((raw >> 1) ^ -(raw & 1))
@@ -535,16 +582,9 @@ def _timestamp_delta_range(data: Records, start: int, end: int) -> tuple[tuple[i
             if b < 0x80:
                 break
             shift += 7
-        delta = (value >> 1) ^ -(value & 1)
-        if index == 0:
-            lowest = highest = (delta, 0)
-        elif delta < lowest[0]:
-            lowest = (delta, index)
-        elif delta > highest[0]:
-            highest = (delta, index)
+        yield (value >> 1) ^ -(value & 1)
         p = body_end
         index += 1
-    return lowest, highest
 
 
 # -- decompression --------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 
+from broker import metrics
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.checkpoints import CheckpointError, read_offsets, write_offsets
 from broker.storage.config import LogConfig
@@ -228,6 +229,7 @@ class LogManager:
             if count:
                 log.info("retention deleted %d segment(s) of %s-%d", count, *key)
             deleted += count
+        metrics.RETENTION_CHECKS.inc()
         return deleted
 
     def flush_due(self, now_ms: int) -> int:
