@@ -25,6 +25,7 @@ __all__ = [
     "QUARANTINED_SEGMENTS",
     "RECOVERY_CUTS",
     "RETENTION_CHECKS",
+    "MISSING_OFFSETS",
     "LOG_TRUNCATIONS",
     "TRUNCATED_RECORDS",
     "serve_metrics",
@@ -56,6 +57,12 @@ RECOVERY_CUTS = Counter(
     "Recovery cuts of a partition log, by kind: torn_tail (a partial last write) or mid_log "
     "(intact batches followed the damage).",
     ["topic", "partition", "kind"],
+)
+MISSING_OFFSETS = Counter(
+    "causeway_log_recovery_missing_offsets",
+    "Offsets found missing from the middle of a partition log at start (a segment file gone, or a gap in a "
+    "log that is neither compacted nor a copy): reported, and skipped by fetches.",
+    ["topic", "partition"],
 )
 LOG_TRUNCATIONS = Counter(
     "causeway_log_truncations",

@@ -43,8 +43,8 @@ from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
 from broker.storage.link_copy import LinkCopy, is_promotion_marker, promotion_marker
 from broker.storage.producer_state import ProducerStateManager
-from broker.storage.quarantine import Cut, keep_cut
-from broker.storage.segment import LogSegment, RecoveryResult, UnflushedIndexes
+from broker.storage.quarantine import Cut, count_missing, keep_cut
+from broker.storage.segment import MAX_RELATIVE_OFFSET, Gaps, LogSegment, RecoveryResult, UnflushedIndexes
 from broker.storage.truncation import Truncation, keep_truncated
 
 __all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors", "TruncationPlan",
@@ -57,9 +57,6 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 # Segments scanned at open to rebuild idempotent-producer state: a producer whose last batch is
 # older than this is treated as new (it may start at any sequence), as after Kafka's retention.
 PRODUCER_STATE_SEGMENTS = 2
-# A segment's indexes hold offsets relative to its base offset in 32 bits (Kafka's
-# canConvertToRelativeOffset): a batch further than this from the base goes to a new segment.
-MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
 def parse_partition_dir(name: str) -> tuple[str, int] | None:
@@ -222,6 +219,8 @@ class Log:
         self._truncations = 0  # a flush taken before a truncation must not move the recovery point
         self.closed = False
         self.cleaned_up_to = 0  # offsets below this have been through the cleaner (compaction)
+        # Gaps opening the log saw, judged by the first config given after (`update_config`).
+        self._gaps = Gaps()
         self.tombstones_expire_at: int | None = None  # when a kept tombstone becomes removable
 
     # -- opening -------------------------------------------------------------------------
@@ -245,10 +244,18 @@ class Log:
         means the log end: a log nobody else holds a copy of (tools, benchmarks).
 
         Segments at or after `recovery_point` (all of them when None: an unclean shutdown is
-        assumed) are scanned batch by batch and cut at the first torn or corrupt batch, with
-        their indexes rebuilt. What a cut removes (the rest of that segment, and the later
-        segments when the cut leaves a gap before them) is moved to the partition's quarantine
-        directory, logged with its offsets and counted (broker/storage/quarantine.py).
+        assumed) are scanned batch by batch and cut at the first torn or corrupt batch, or the
+        first whose offsets do not follow the log's, with their indexes rebuilt. Segments below
+        it are trusted as Kafka trusts them, after checks that cost a header or two each: their
+        indexes, their first and last batches, and that each segment starts after the previous
+        one ends (`LogSegment.load`); a segment that fails them is scanned. What a cut removes
+        (the rest of that segment, and the later segments when the cut leaves a gap before them
+        or they overlap it) is moved to the partition's quarantine directory, logged with its
+        offsets and counted (broker/storage/quarantine.py).
+
+        Gaps between batches or segments are right only in compacted logs and copies, and the
+        topic's config is not known yet: they are reported when it is (`update_config`). A
+        segment file missing from the middle, whose indexes remain, is reported at once.
         """
         directory.mkdir(parents=True, exist_ok=True)
         self = cls(directory, config)
@@ -256,12 +263,6 @@ class Log:
         for leftover in [*directory.glob("*.tmp"), *directory.glob("*.cleaned")]:
             leftover.unlink()
         bases = sorted(int(m.group(1)) for p in directory.iterdir() if (m := _SEGMENT_FILE.match(p.name)))
-        # Indexes whose segment is gone (a crash between deleting a segment's files): Kafka drops them.
-        present = set(bases)
-        for orphan in [*directory.glob("*.index"), *directory.glob("*.timeindex")]:
-            stem = orphan.name.split(".", 1)[0]
-            if stem.isdigit() and len(stem) == 20 and int(stem) not in present:
-                orphan.unlink()
         recovery = recovery_point if recovery_point is not None else -1
         # (epoch, first offset) of every batch recovery checks: the epoch checkpoint may lag them.
         seen_epochs: list[tuple[int, int]] = []
@@ -279,18 +280,23 @@ class Log:
 
             def before_cut(seg: LogSegment, result: RecoveryResult, later: list[int] = bases[i + 1 :],
                            cuts: list[Cut] = cuts) -> None:
-                # The log is cut here; later segments would leave a gap (Kafka drops them), so
-                # they go to quarantine with the tail, unless they continue right after the cut.
-                gone = later if later and seg.next_offset < later[0] else []
+                # The log is cut here; later segments would leave a gap (Kafka drops them) or
+                # overlap, so they go to quarantine with the tail, unless they continue right
+                # after the cut.
+                gone = later if later and seg.next_offset != later[0] else []
                 cuts.append(self._keep_cut(seg, result, gone))
 
             if clean:
-                segment.load(trust_indexes=True, before_cut=before_cut)
+                segment.load(trust_indexes=True, before_cut=before_cut, next_base=next_base, gaps=self._gaps)
             else:
-                segment.recover(check_crc=True, before_cut=before_cut, on_batch=note_epoch)
+                segment.recover(check_crc=True, before_cut=before_cut, on_batch=note_epoch, next_base=next_base,
+                                gaps=self._gaps)
             self.segments.append(segment)
             if cuts and cuts[0].later_segments:
                 break
+            if next_base is not None and segment.next_offset < next_base:
+                self._gaps.add(segment.next_offset, next_base)
+        self._sort_out_orphan_indexes(set(bases))
         if not self.segments:
             self.segments.append(self._new_segment(log_start_offset))
         self.log_start_offset = max(log_start_offset, self.segments[0].base_offset)
@@ -323,13 +329,46 @@ class Log:
         if self.epochs.dirty:
             self.epochs.flush()
 
+    def _sort_out_orphan_indexes(self, present: set[int]) -> None:
+        """Indexes whose segment file is gone. Before the first segment or after the last one, a
+        crash between deleting a segment's files (retention, truncation) left them: Kafka drops
+        them. Between two segments nothing deletes a segment: its file is missing from the
+        middle of the log, and the offsets it held with it. That is reported at every start,
+        and the indexes stay, as what tells which file is missing."""
+        orphans: dict[int, list[Path]] = {}
+        for path in [*self.directory.glob("*.index"), *self.directory.glob("*.timeindex")]:
+            stem = path.name.split(".", 1)[0]
+            if stem.isdigit() and len(stem) == 20 and int(stem) not in present:
+                orphans.setdefault(int(stem), []).append(path)
+        missing: dict[tuple[int, int], list[Path]] = {}  # the gap each orphan lies in
+        for base, paths in sorted(orphans.items()):
+            before = [s for s in self.segments if s.base_offset < base]
+            after = [s for s in self.segments if s.base_offset > base]
+            if not before or not after or before[-1].next_offset >= after[0].base_offset:
+                for path in paths:  # at either end of the log, or nothing is missing
+                    path.unlink()
+                continue
+            missing.setdefault((before[-1].next_offset, after[0].base_offset), []).extend(paths)
+        for (start, end), paths in missing.items():
+            self._gaps.remove(start, end)  # reported here, not again with the config
+            files = sorted({f"{p.name.split('.', 1)[0]}.log" for p in paths})
+            self._report_missing(f"segment file {', '.join(files)} is missing from the middle of the log (its "
+                                 f"indexes remain): offsets {start}..{end - 1} are not in the log", end - start)
+
+    def _report_missing(self, what: str, offsets: int) -> None:
+        """Say, as an error, that offsets are missing from the middle of the log, and count them."""
+        topic, partition = parse_partition_dir(self.directory.name) or (self.directory.name, -1)
+        log.error("%s: %s; a fetch skips them. Restore the data, or see the README, 'Recovery and quarantined "
+                  "data'", self.directory.name, what)
+        count_missing(topic, partition, offsets)
+
     def _keep_cut(self, segment: LogSegment, result: RecoveryResult, later: list[int]) -> Cut:
         """Quarantine what recovery is about to cut from `segment` (and the `later` segments),
         then say so: a torn tail is a warning, intact data after the damage is an error."""
         topic, partition = parse_partition_dir(self.directory.name) or (self.directory.name, -1)
         with segment.pinned_fd() as fd:
             cut = keep_cut(self.directory, topic, partition, segment.path, fd, segment.size, segment.next_offset,
-                           result.valid_end, result.reason, later)
+                           result.valid_end, result.reason, later, offset_damage=result.offset_damage)
         if cut.mid_log:
             log.error("mid-log corruption: %s. See the README, 'Recovery and quarantined data'", cut.describe())
         else:
@@ -387,6 +426,11 @@ class Log:
 
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        gaps, self._gaps = self._gaps, Gaps()
+        if gaps.count and not (config.compacts or config.mirror_name or self.copy.open or self.copy.marker >= 0):
+            # The first config since the log was opened: only compaction and a copy leave gaps.
+            self._report_missing(f"{gaps.describe()} are missing from a log that is neither compacted nor a copy "
+                                 f"(a segment file missing from the middle, or a damaged batch header)", gaps.offsets)
         if config.mirror_name and self.copy.start():
             # Learnt late that this is a mirror topic: whatever it holds is copied.
             self.producers.clear()

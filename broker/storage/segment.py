@@ -8,7 +8,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from broker.protocol.errors import KafkaError
@@ -17,11 +17,15 @@ from broker.storage.file_slice import FileSlice
 from broker.storage.handles import HANDLES
 from broker.storage.index import IndexError_, OffsetIndex, TimeIndex
 
-__all__ = ["LogSegment", "segment_name"]
+__all__ = ["MAX_RELATIVE_OFFSET", "Gaps", "LogSegment", "segment_name"]
 
 log = logging.getLogger(__name__)
 
 _SCAN_CHUNK = 1 << 20
+# A segment's indexes hold offsets relative to its base offset in 32 bits (Kafka's
+# canConvertToRelativeOffset): a batch further than this from the base goes to a new segment,
+# and recovery refuses one that claims more (Kafka's ensureOffsetInRange).
+MAX_RELATIVE_OFFSET = 2**31 - 1
 
 
 def segment_name(base_offset: int, suffix: str) -> str:
@@ -34,6 +38,64 @@ class RecoveryResult:
     batches: int
     valid_end: int = 0  # file position where the valid batches end (the cut, when there is one)
     reason: str = ""  # what was wrong at `valid_end`, when something was
+    # The batch at `valid_end` is whole but claims the wrong offsets (its base offset lies
+    # outside the CRC): what is cut is surveyed past it by its own length.
+    offset_damage: bool = False
+    # The next segment starts inside this one: nothing of this one is cut, the later segments go.
+    overlap: bool = False
+
+    @property
+    def cuts(self) -> bool:
+        return self.truncated_bytes > 0 or self.overlap
+
+
+@dataclass(slots=True)
+class Gaps:
+    """Offsets that no batch holds, between batches or segments, as opening a log saw them.
+
+    Right in a compacted log (the cleaner removes records) and in a link-mode copy (the source's
+    own gaps); in any other log they mean records are missing (a segment file gone from the
+    middle). The log's topic config is not known when it is opened, so its owner judges them
+    later (:meth:`broker.storage.log.Log.update_config`). Bounded: a compacted log may have
+    millions; the first few are kept for the report, the rest only counted.
+    """
+
+    KEEP = 8
+    ranges: list[tuple[int, int]] = field(default_factory=list)  # [first missing, next held)
+    count: int = 0
+    offsets: int = 0
+
+    def add(self, start: int, end: int) -> None:
+        self.count += 1
+        self.offsets += end - start
+        if len(self.ranges) < self.KEEP:
+            self.ranges.append((start, end))
+
+    def remove(self, start: int, end: int) -> None:
+        """Forget a gap already reported otherwise."""
+        if (start, end) in self.ranges:
+            self.ranges.remove((start, end))
+        self.count -= 1
+        self.offsets -= end - start
+
+    def describe(self) -> str:
+        shown = ", ".join(f"{a}..{b - 1}" for a, b in self.ranges)
+        more = f" and {self.count - len(self.ranges)} more" if self.count > len(self.ranges) else ""
+        return f"{self.offsets} offsets in {self.count} range(s) ({shown}{more})"
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    """A batch recovery has read but not yet kept: offsets going back after it may show that it
+    is the damaged one (see :meth:`LogSegment.recover`)."""
+
+    position: int
+    header: BatchHeader
+    expected: int  # the offset the log continued at before it
+
+    @property
+    def jumped(self) -> bool:
+        return self.header.base_offset > self.expected
 
 
 # Called with the segment and what the scan found before a recovery cuts the file: the owner
@@ -98,9 +160,17 @@ class LogSegment:
 
     # -- loading -------------------------------------------------------------------------
 
-    def load(self, *, trust_indexes: bool, before_cut: BeforeCut | None = None) -> RecoveryResult | None:
+    def load(self, *, trust_indexes: bool, before_cut: BeforeCut | None = None, next_base: int | None = None,
+             gaps: Gaps | None = None) -> RecoveryResult | None:
         """Load indexes written earlier, or rebuild them by a scan when they fail their checks
-        (then the scan's result is returned: it may have cut a bad tail, see `recover`)."""
+        (then the scan's result is returned: it may have cut a bad tail, see `recover`).
+
+        Trusted indexes are checked as Kafka's sanity check does, and the offsets that cost a
+        header or two to read (no scan of the segment): the first index entry must point at the
+        first batch, which starts at or after the segment's base offset; the last entry at its
+        batch; the batches from there on must never go back, stay within the segment's relative
+        offsets and end before `next_base`, the next segment's base offset.
+        """
         if trust_indexes:
             try:
                 self.offset_index.load(self.size)
@@ -108,6 +178,7 @@ class LogSegment:
                 tail = list(self.iter_headers(start))
                 if self.offset_index.keys and (not tail or tail[0][1].last_offset != self.offset_index.keys[-1]):
                     raise IndexError_(f"{self.offset_index.path}: last entry does not point at its batch")
+                self._check_trusted(tail, next_base, gaps)
                 self.next_offset = tail[-1][1].last_offset + 1 if tail else self.base_offset
                 self.time_index.load(self.next_offset)
                 if self.time_index.keys:
@@ -122,17 +193,56 @@ class LogSegment:
                 return None
             except (IndexError_, KafkaError) as exc:
                 log.warning("rebuilding indexes of %s: %s", self.path, exc)
-        return self.recover(check_crc=False, before_cut=before_cut)
+        return self.recover(check_crc=False, before_cut=before_cut, next_base=next_base, gaps=gaps)
+
+    def _check_trusted(self, tail: list[tuple[int, BatchHeader]], next_base: int | None, gaps: Gaps | None) -> None:
+        """The offset checks of a trusted segment (see :meth:`load`): raises IndexError_ when one
+        fails (the caller then scans the segment, and the scan says what is wrong); notes the
+        gaps it sees once every check passed."""
+        if not tail:
+            return
+        headers = [h for _, h in tail]
+        first = headers[0] if tail[0][0] == 0 else read_batch_header(self._pread(BATCH_HEADER_SIZE, 0))
+        keys, values = self.offset_index.keys, self.offset_index.values
+        if keys and (values[0] != 0 or keys[0] != first.last_offset):
+            raise IndexError_(f"{self.offset_index.path}: first entry does not point at the first batch")
+        if first.base_offset < self.base_offset:
+            raise IndexError_(f"{self.path}: the first batch claims offset {first.base_offset}, below the base offset")
+        found = [(self.base_offset, first.base_offset)] if first.base_offset > self.base_offset else []
+        for before, after in zip(headers, headers[1:], strict=False):
+            if after.base_offset <= before.last_offset:
+                raise IndexError_(f"{self.path}: offsets go back from {before.last_offset} to {after.base_offset}")
+            if after.base_offset > before.last_offset + 1:
+                found.append((before.last_offset + 1, after.base_offset))
+        last = headers[-1].last_offset
+        if last - self.base_offset > MAX_RELATIVE_OFFSET or any(h.last_offset_delta < 0 for h in (first, *headers)):
+            raise IndexError_(f"{self.path}: a batch claims offsets outside the segment's range")
+        if next_base is not None and last >= next_base:
+            raise IndexError_(f"{self.path}: the last batch ends at offset {last}, at or past the next segment's "
+                              f"base offset {next_base}")
+        if gaps is not None:
+            for start, end in found:
+                gaps.add(start, end)
 
     def recover(self, *, check_crc: bool = True, before_cut: BeforeCut | None = None,
-                on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
+                on_batch: Callable[[BatchHeader], None] | None = None, next_base: int | None = None,
+                gaps: Gaps | None = None) -> RecoveryResult:
         """Scan every batch, rebuild both indexes, and cut the file at the first bad batch.
 
         A batch is bad when its header is short or malformed, it runs past the end of the file,
-        its offsets go backwards, or (with `check_crc`) its CRC does not match: what a torn
-        write leaves behind. `before_cut` sees the result before the file is cut, so the caller
-        can keep what is cut off; without it the cut is only logged. `on_batch` sees the
-        header of every batch kept, in order.
+        (with `check_crc`) its CRC does not match, or its offsets do not follow the batch
+        before it: a log's offsets never go back (each batch starts past the previous one's
+        last offset, the first at or past the segment's base offset) and stay within the
+        segment's 32-bit relative offsets. The base offset lies outside the CRC, so a raised
+        one looks whole: when offsets go back, right after a batch that jumped ahead, to where
+        that batch should have started, the jump is the damage and the cut is at that batch.
+        `next_base`, the next segment's base offset, is checked after the last batch the same
+        way (segments follow one another). A gap (a batch starting later than the previous
+        one's end) is right in compacted logs and copies only: it is noted in `gaps`.
+
+        `before_cut` sees the result before the file is cut, so the caller can keep what is cut
+        off; without it the cut is only logged. `on_batch` sees the header of every batch kept,
+        in order.
         """
         self.offset_index.keys.clear()
         self.offset_index.values.clear()
@@ -146,6 +256,19 @@ class LogSegment:
         batches = 0
         pos = 0
         reason = ""
+        offset_damage = overlap = False
+        held: _Held | None = None  # the last batch read, kept once what follows agrees with it
+
+        def keep(batch: _Held) -> None:
+            nonlocal valid_end, batches
+            if batch.jumped and gaps is not None:
+                gaps.add(batch.expected, batch.header.base_offset)
+            self._index(batch.header, batch.position)
+            if on_batch is not None:
+                on_batch(batch.header)
+            valid_end = batch.position + batch.header.size
+            batches += 1
+
         with self.pinned_fd() as fd:
             while pos < self.size:
                 header_bytes = os.pread(fd, BATCH_HEADER_SIZE, pos)
@@ -157,27 +280,48 @@ class LogSegment:
                 if pos + header.size > self.size:
                     reason = f"the batch at position {pos} runs past the end of the file"
                     break
-                if header.base_offset < self.next_offset:
-                    reason = f"the batch at position {pos} goes back to offset {header.base_offset}"
-                    break
                 if check_crc:
                     data = os.pread(fd, header.size, pos)
                     if not batch_crc_ok(data, 0, header):
                         reason = f"CRC mismatch in the batch at position {pos}"
                         break
-                self._index(header, pos)
-                if on_batch is not None:
-                    on_batch(header)
+                expected = held.header.last_offset + 1 if held is not None else self.next_offset
+                wrong = self._offsets_wrong(header, expected)
+                if wrong:
+                    offset_damage = True
+                    backwards = header.base_offset < expected
+                    if backwards and held is not None and self._jump_is_damage(held, header.base_offset):
+                        reason = self._jump_reason(held, f"the next batch starts at {header.base_offset}")
+                        held = None
+                    else:
+                        reason = (f"the batch at position {pos} claims offsets {header.base_offset}.."
+                                  f"{header.last_offset}: {wrong}")
+                    break
+                if held is not None:
+                    keep(held)
+                held = _Held(pos, header, expected)
                 pos += header.size
-                valid_end = pos
-                batches += 1
-            result = RecoveryResult(self.size - valid_end, batches, valid_end, reason)
-            if result.truncated_bytes:
+            if not reason and next_base is not None:
+                end = held.header.last_offset + 1 if held is not None else self.next_offset
+                if next_base < end:
+                    if held is not None and self._jump_is_damage(held, next_base):
+                        offset_damage = True
+                        reason = self._jump_reason(held, f"the next segment starts at {next_base}")
+                        held = None
+                    else:
+                        overlap = True
+                        reason = (f"the next segment, {segment_name(next_base, '.log')}, starts at offset {next_base}, "
+                                  f"inside this one (which ends at offset {end - 1}): segments never overlap")
+            if held is not None:
+                keep(held)
+            result = RecoveryResult(self.size - valid_end, batches, valid_end, reason, offset_damage, overlap)
+            if result.cuts:
                 if before_cut is not None:
                     before_cut(self, result)
                 else:
                     log.warning("%s: cut %d bytes at position %d: %s", self.path, result.truncated_bytes,
                                 valid_end, reason)
+            if result.truncated_bytes:
                 os.ftruncate(fd, valid_end)
                 self.size = valid_end
         with self._index_lock:
@@ -187,6 +331,27 @@ class LogSegment:
             self.offset_index._pending.clear()
             self.time_index._pending.clear()
         return result
+
+    def _offsets_wrong(self, header: BatchHeader, expected: int) -> str:
+        """What is wrong with the offsets a batch claims where the log continues at `expected`,
+        or "" when nothing is."""
+        if header.base_offset < expected:
+            return f"the log continues at offset {expected} and offsets never go back"
+        if header.last_offset_delta < 0 or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET:
+            return f"beyond the relative offsets of a segment based at {self.base_offset}"
+        return ""
+
+    @staticmethod
+    def _jump_is_damage(held: _Held, next_offset: int) -> bool:
+        """Whether `held` jumped ahead and what follows it starts where it should have: its base
+        offset was raised (what follows cannot start inside a batch it follows)."""
+        return held.jumped and next_offset >= held.expected
+
+    @staticmethod
+    def _jump_reason(held: _Held, what_follows: str) -> str:
+        h = held.header
+        return (f"the batch at position {held.position} claims offsets {h.base_offset}..{h.last_offset}, but the log "
+                f"continues at offset {held.expected} and {what_follows}: its base offset (outside the CRC) is corrupt")
 
     # -- appending -----------------------------------------------------------------------
 
