@@ -8,11 +8,19 @@ a :class:`~broker.replication.fetcher.Fetcher`, one per source broker), fenced b
 epoch and leader epoch; StopReplica stops (and may delete) a replica. The replica manager's own
 task tree (:meth:`ReplicaManager.run`) holds the fetchers, the ISR changes sent to the
 controller and the periodic ISR shrink check (every half ``replica.lag.time.max.ms``).
+
+A log dir that fails a write in ZooKeeper mode goes offline (Kafka's handleLogDirFailure; see
+broker/replication/dir_health.py): its replicas stop leading and following, LeaderAndIsr answers
+KAFKA_STORAGE_ERROR for them, and the controller is told through ``/log_dir_event_notification``.
+Unlike Kafka, which waits for a restart, the dir is probed every ``LOG_DIR_PROBE_INTERVAL_S`` and
+comes back when it takes a write of ``message.max.bytes``: the controller is told again and its
+LeaderAndIsr gives the replicas their roles back.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -24,20 +32,22 @@ from broker import metrics
 from broker.config import BrokerConfig
 from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.replication.dir_health import DirHealth
+from broker.replication.dir_health import DirHealth, probe_writable
 from broker.replication.fetcher import Fetcher, FetcherSettings
 from broker.replication.isr import IsrChannel
 from broker.replication.leadership import LeadershipListener
 from broker.replication.partition import Partition, monotonic_ms
 from broker.storage import Log, LogConfig, LogManager
 
-__all__ = ["ReplicaManager", "broker_log_config", "CREATE_CHUNK"]
+__all__ = ["ReplicaManager", "broker_log_config", "CREATE_CHUNK", "LOG_DIR_PROBE_INTERVAL_S"]
 
 log = logging.getLogger(__name__)
 
 # Logs opened per worker-thread call when a topic gains partitions: each call is short, and the
 # loop registers each chunk's partitions as it comes back (they become writable chunk by chunk).
 CREATE_CHUNK = 256
+# How often an offline log dir is probed for writes (a statvfs, and a write only once it has room).
+LOG_DIR_PROBE_INTERVAL_S = 2.0
 
 
 def broker_log_config(config: BrokerConfig) -> LogConfig:
@@ -89,6 +99,12 @@ class ReplicaManager:
         self._topic_ids: dict[uuid.UUID, str] = {}
         self._topic_configs: dict[str, LogConfig] = {}  # from the controller's topic changes
         self._listener_name = config.inter_broker_listener_name or config.listeners[0].name
+        # Log dirs that failed a write, queued by DirHealth for _handle_log_dir_failures (each dir at
+        # most once until it is back: bounded by log.dirs), and how the controller is told.
+        self._failed_dirs_send, self._failed_dirs = trio.open_memory_channel[Path](math.inf)
+        self._log_dir_event: Callable[[], Awaitable[None]] | None = None
+        if self._zk_mode:
+            self.health.take_offline_on_failure(self._failed_dirs_send.send_nowait)
         metrics.track_replication(lambda: sum(p.under_replicated for p in list(self._partitions.values())),
                                   lambda: sum(p.under_min_isr for p in list(self._partitions.values())))
         self.fetcher_settings = FetcherSettings(
@@ -115,6 +131,8 @@ class ReplicaManager:
             for partition in self._partitions.values():
                 partition.spawn = self._spawn
             nursery.start_soon(self._check_isr_forever)
+            if self._zk_mode:
+                nursery.start_soon(self._handle_log_dir_failures)
             task_status.started()
             try:
                 await trio.sleep_forever()
@@ -275,6 +293,67 @@ class ReplicaManager:
                 found[index] = adopted
         return found
 
+    # -- log dir failures (ZooKeeper mode) -------------------------------------------------------
+
+    def on_log_dir_event(self, announce: Callable[[], Awaitable[None]]) -> None:
+        """How the controller hears that a log dir went offline or came back (ZkMetadata writes
+        ``/log_dir_event_notification``; it returns once the znode is written)."""
+        self._log_dir_event = announce
+
+    async def _handle_log_dir_failures(self) -> None:
+        assert self._nursery is not None
+        async for root in self._failed_dirs:
+            await self._take_offline(root)
+            self._nursery.start_soon(self._bring_back, root)
+
+    def _in_dir(self, root: Path) -> list[Partition]:
+        return [p for p in self._partitions.values() if p.log.directory.parent == root]
+
+    async def _take_offline(self, root: Path) -> None:
+        """Kafka's handleLogDirFailure: every replica in ``root`` stops leading (waiting acks=all
+        produces are answered NOT_LEADER_OR_FOLLOWER, so producers look for the new leader) and
+        following; the controller is told, and moves their leadership to in-sync replicas."""
+        async with self._state_lock:
+            stopped = self._in_dir(root)
+            led = 0
+            for partition in stopped:
+                await self._stop_fetching((partition.topic, partition.index))
+                led += partition.is_leader
+                partition.make_offline()
+                for listener in self._leadership:
+                    listener.on_resigned(partition.topic, partition.index, None)
+        log.error("log dir %s is offline: %d replicas stopped (%d of them leaders); telling the controller",
+                  root, len(stopped), led)
+        await self._announce()
+
+    async def _bring_back(self, root: Path) -> None:
+        """Probe ``root`` until it takes a write of message.max.bytes, then put it online and tell
+        the controller, whose LeaderAndIsr gives its replicas their roles again (followers
+        truncate to their leader's log by epoch, then catch up)."""
+        while True:  # polled: no event says a disk has room again
+            if await trio.to_thread.run_sync(probe_writable, root, self._config.message_max_bytes):
+                break
+            await trio.sleep(LOG_DIR_PROBE_INTERVAL_S)
+        async with self._state_lock:
+            self.health.back_online(root)
+        await self._announce()
+
+    async def _announce(self) -> None:
+        if self._log_dir_event is not None:
+            await self._log_dir_event()
+
+    def _offline_dir_of(self, topic: str, partition: int) -> Path | None:
+        """The offline log dir holding this replica's log, if it is in one."""
+        hosted = self._partitions.get((topic, partition))
+        if hosted is not None:
+            root = hosted.log.directory.parent
+        else:
+            try:
+                root = self._logs.get(topic, partition).directory.parent
+            except KafkaError:
+                return None  # a new replica: placed in a dir when created
+        return root if self.health.is_offline(root) else None
+
     # -- LeaderAndIsr and StopReplica (ZooKeeper mode) ------------------------------------------
 
     async def apply_leader_and_isr(
@@ -306,6 +385,12 @@ class ReplicaManager:
                     log.warning("ignored LeaderAndIsr for %s-%d: broker %d is not one of its replicas %s",
                                 name, info.partition, me, list(info.replicas))
                     results[key] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+                    continue
+                offline = self._offline_dir_of(name, info.partition)
+                if offline is not None:
+                    # Kafka's answer for a replica in an offline dir: the controller learns it is
+                    # offline and elects elsewhere.
+                    results[key] = ErrorCode.KAFKA_STORAGE_ERROR
                     continue
                 existing = self._partitions.get(key)
                 if existing is not None and info.leader_epoch < existing.leader_epoch:

@@ -7,9 +7,7 @@ freed; after a restart nothing acknowledged is missing and no half-written batch
 
 from __future__ import annotations
 
-import errno
 import os
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,6 +17,8 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
 from tests.support.broker import BrokerProcess
+from tests.support.small_disk import fill_to_the_last_byte
+from tests.support.small_disk import small_disk as mounted_small_disk
 from tests.support.wire import call, connect
 
 FILLER_BYTES = 2 * 1024 * 1024
@@ -27,16 +27,8 @@ VALUE_BYTES = 16 * 1024
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
-    if os.geteuid() != 0:
-        pytest.skip("mounting a tmpfs needs root")
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)], check=True)
-    try:
+    with mounted_small_disk(tmp_path / "disk", size="8m") as mount:
         yield mount
-    finally:
-        if subprocess.run(["umount", str(mount)], check=False).returncode != 0:
-            subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def produce(broker: BrokerProcess, values: list[bytes]) -> tuple[list[bytes], list[KafkaError]]:
@@ -75,19 +67,6 @@ def consume_all(broker: BrokerProcess, expected: int) -> list[bytes]:
     finally:
         consumer.close()
     return out
-
-
-def fill_to_the_last_byte(path: Path) -> None:
-    """Take whatever space is left (a 16 KiB value may not fit where a small record would)."""
-    with open(path, "wb", buffering=0) as f:
-        for size in (1 << 16, 1 << 12, 1 << 8, 1):
-            while True:
-                try:
-                    if f.write(b"\0" * size) != size:
-                        break
-                except OSError as exc:
-                    assert exc.errno == errno.ENOSPC
-                    break
 
 
 def commit_offset(broker: BrokerProcess, group: str, offset: int) -> int:

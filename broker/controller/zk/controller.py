@@ -17,6 +17,12 @@ to ZooKeeper, one event at a time, as Kafka's controller event thread does:
 * AlterPartition from a leader (KIP-497): checked against the leader epoch and the partition
   epoch, written, answered;
 * ControlledShutdown from a broker: its leaderships move away first.
+* ``/log_dir_event_notification`` (a broker's log dir went offline, or came back): the broker gets
+  LeaderAndIsr for every replica it holds, as Kafka's onBrokerLogDirFailure sends; the replicas it
+  answers KAFKA_STORAGE_ERROR for are offline (every LeaderAndIsr answer says so, Kafka's
+  replicasOnOfflineDirs): they leave leadership and ISR as if their broker had died, and count as
+  dead in every election until an answer says they are back (then offline partitions they can
+  lead get them as leader again; the leader takes them back into the ISR once they catch up).
 * ElectLeaders and ``/admin/preferred_replica_election``: preferred or unclean elections on
   request (leader_election.py); AlterPartitionReassignments and ``/admin/reassign_partitions``:
   replicas moved between brokers (reassignment.py).
@@ -127,6 +133,8 @@ class ZkController:
         self._brokers: dict[int, _Broker] = {}
         self._topics: dict[str, _Topic] = {}
         self._shutting_down: set[int] = set()
+        # Replicas in an offline log dir, by broker (Kafka's replicasOnOfflineDirs).
+        self._offline: dict[int, set[tuple[str, int]]] = {}
         # Topics being deleted -> the brokers whose replicas are not deleted yet.
         self._deleting: dict[str, set[int]] = {}
         # Topics asked to be deleted whose deletion waits for their partition reassignments to end
@@ -155,6 +163,7 @@ class ZkController:
                 nursery.start_soon(self._watch, znodes.BROKER_IDS, self._on_brokers)
                 nursery.start_soon(self._watch, znodes.BROKER_TOPICS, self._on_topics)
                 nursery.start_soon(self._watch, znodes.DELETE_TOPICS, self._on_delete_topics)
+                nursery.start_soon(self._watch, znodes.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_events)
                 nursery.start_soon(follow_preferred_replica_election, self)
                 nursery.start_soon(self._reassignments.follow_znode)
                 if self._config.auto_leader_rebalance_enable:
@@ -329,6 +338,7 @@ class ZkController:
         for b in dead | bounced:
             self._channel.remove_broker(b)
             self._shutting_down.discard(b)
+            self._offline.pop(b, None)  # a restarted broker's answers say afresh what is offline
         for b in new | bounced:
             self._add_to_channel(now[b])
         if dead or bounced:
@@ -338,19 +348,21 @@ class ZkController:
 
     async def _on_brokers_failed(self, failed: set[int], *, notify: bool = True) -> None:
         """Partitions led by, or with ISR members among, brokers outside the live set (and
-        ``failed``, which may have re-registered) get a new leader and ISR."""
+        ``failed``, which may have re-registered) or replicas in offline log dirs get a new leader
+        and ISR."""
         live = set(self._brokers) - failed
         changed = []
         for topic, p, entry in self._iter_partitions():
             if entry.state is None:
                 continue
-            gone = (entry.state.leader != NO_LEADER and entry.state.leader not in live) or any(
-                b not in live for b in entry.state.isr)
+            online = self._online(topic, p, live)
+            gone = (entry.state.leader != NO_LEADER and entry.state.leader not in online) or any(
+                b not in online for b in entry.state.isr)
             if not gone:
                 continue
-            new = on_broker_loss(entry.replicas, entry.state, live, unclean=False)
+            new = on_broker_loss(entry.replicas, entry.state, online, unclean=False)
             if new is not None and new.leader == NO_LEADER and await self._unclean(topic):
-                new = on_broker_loss(entry.replicas, entry.state, live, unclean=True)
+                new = on_broker_loss(entry.replicas, entry.state, online, unclean=True)
             if new is not None and await self._write_state(topic, p, entry, new):
                 changed.append((topic, p))
                 if new.leader == NO_LEADER:
@@ -508,6 +520,70 @@ class ZkController:
         except ZkNoNode:
             pass
 
+    # -- log dir failures ----------------------------------------------------------------------
+
+    def _online(self, topic: str, partition: int, live: set[int]) -> set[int]:
+        """``live`` without the brokers whose replica of this partition is in an offline log dir."""
+        if not self._offline:
+            return live
+        return {b for b in live if (topic, partition) not in self._offline.get(b, ())}
+
+    async def _on_log_dir_events(self, children: list[str]) -> None:
+        """Kafka's processLogDirEventNotification: each notifying broker gets LeaderAndIsr for all
+        its replicas; its answers (_replica_states) say which are offline or back. The
+        notifications are removed once read."""
+        brokers: set[int] = set()
+        for child in children:
+            path = f"{znodes.LOG_DIR_EVENT_NOTIFICATION}/{child}"
+            try:
+                data, _ = await self._zk.get(path)
+                brokers.add(znodes.parse_log_dir_event(path, data))
+            except ZkNoNode:
+                continue
+            except znodes.ZnodeError as exc:
+                log.error("ignoring a log dir event notification: %s", exc)
+            await self._delete_quietly(path)
+        for broker_id in sorted(brokers & set(self._brokers)):
+            mine = [(t, p) for t, p, entry in self._iter_partitions() if broker_id in entry.replicas]
+            log.info("log dir event from broker %d: asking for the state of its %d replicas", broker_id, len(mine))
+            self._send_leader_and_isr(mine, only={broker_id})
+
+    async def _replica_states(self, broker_id: int, response: Any) -> None:
+        """A LeaderAndIsr answer of ``broker_id``: KAFKA_STORAGE_ERROR marks a replica offline,
+        NONE online (Kafka's processLeaderAndIsrResponseReceived). Replicas newly offline lose
+        leadership and ISR membership as if their broker had died; replicas back may lead
+        offline partitions again."""
+        if broker_id not in self._brokers or response.error_code:
+            return
+        names = {topic.topic_id: name for name, topic in self._topics.items()}
+        offline: set[tuple[str, int]] = set()
+        online: set[tuple[str, int]] = set()
+        for topic in response.topics:
+            name = names.get(topic.topic_id)
+            if name is None:
+                continue
+            for p in topic.partition_errors:
+                if p.error_code == ErrorCode.KAFKA_STORAGE_ERROR:
+                    offline.add((name, p.partition_index))
+                elif p.error_code == ErrorCode.NONE:
+                    online.add((name, p.partition_index))
+        before = self._offline.get(broker_id, set())
+        now = (before - online) | offline
+        if now:
+            self._offline[broker_id] = now
+        else:
+            self._offline.pop(broker_id, None)
+        gone, back = now - before, before - now
+        if gone:
+            log.warning("broker %d: %d replicas are in an offline log dir (%s); their leadership and ISR "
+                        "membership move to other replicas", broker_id, len(gone), _sample(gone))
+            await self._on_brokers_failed(set())
+        if back:
+            log.info("broker %d: %d replicas are back from an offline log dir (%s)", broker_id, len(back),
+                     _sample(back))
+            self._send_update_metadata(set(self._brokers), sorted(back))
+            await self._elect_where_needed()
+
     # -- elections ---------------------------------------------------------------------------
 
     async def _elect_where_needed(self, *, notify: bool = True) -> None:
@@ -525,9 +601,10 @@ class ZkController:
                 if await self._create_state(topic, p, entry, first):
                     new.append((topic, p))
             elif entry.state.leader == NO_LEADER or entry.state.leader not in self._brokers:
-                elected = elect_offline(entry.replicas, entry.state, live, unclean=False)
+                online = self._online(topic, p, live)
+                elected = elect_offline(entry.replicas, entry.state, online, unclean=False)
                 if elected is None and await self._unclean(topic):
-                    elected = elect_offline(entry.replicas, entry.state, live, unclean=True)
+                    elected = elect_offline(entry.replicas, entry.state, online, unclean=True)
                     if elected is not None:
                         log.warning("unclean leader election: %s-%d is led by %d, outside its ISR %s; records "
                                     "only the old ISR had are lost", topic, p, elected.leader, list(entry.state.isr))
@@ -562,7 +639,7 @@ class ZkController:
                 continue
             for topic, p, entry in elsewhere:
                 assert entry.state is not None
-                elected = elect_preferred(entry.replicas, entry.state, live)
+                elected = elect_preferred(entry.replicas, entry.state, self._online(topic, p, live))
                 if elected is not None and await self._write_state(topic, p, entry, elected):
                     changed.append((topic, p))
         if changed:
@@ -642,7 +719,8 @@ class ZkController:
         if broker_id not in isr or any(b not in entry.replicas for b in isr):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {isr} is not a set of replicas {list(entry.replicas)} "
                                                          "that includes the leader")
-        if any(b not in self._brokers or b in self._shutting_down for b in isr if b not in state.isr):
+        online = self._online(topic.name, partition, set(self._brokers) - self._shutting_down)
+        if any(b not in online for b in isr if b not in state.isr):
             raise KafkaError(ErrorCode.INELIGIBLE_REPLICA)
         if tuple(isr) != state.isr:
             # An ISR change keeps the leader epoch (KIP-497); the zkVersion moves on.
@@ -674,7 +752,8 @@ class ZkController:
             if state is None or broker_id not in entry.replicas:
                 continue
             if state.leader == broker_id:
-                new = elect_controlled_shutdown(entry.replicas, state, live, self._shutting_down)
+                new = elect_controlled_shutdown(entry.replicas, state, self._online(topic, p, live),
+                                                self._shutting_down)
             elif broker_id in state.isr and len(state.isr) > 1:
                 new = state.changed(state.leader, [b for b in state.isr if b != broker_id])
             else:
@@ -806,9 +885,11 @@ class ZkController:
                 return
             for topic in response.topics:
                 for p in topic.partition_errors:
-                    if p.error_code:
+                    if p.error_code and p.error_code != ErrorCode.KAFKA_STORAGE_ERROR:
                         log.warning("broker %d: LeaderAndIsr for partition %d of topic %s: %s", broker_id,
                                     p.partition_index, topic.topic_id, ErrorCode(p.error_code).name)
+            # Which of its replicas are in offline log dirs: an event of its own.
+            self._jobs_send.send_nowait(partial(self._replica_states, broker_id, response))
         return check
 
     def _channel_address(self, broker_id: int) -> tuple[str, int] | None:
@@ -840,7 +921,8 @@ class ZkController:
                 topic_name=name, partition_index=p, controller_epoch=entry.controller_epoch,
                 leader=LEADER_DURING_DELETE if deleting else state.leader, leader_epoch=state.leader_epoch,
                 isr=list(state.isr), zk_version=entry.zk_version, replicas=list(entry.replicas),
-                offline_replicas=[b for b in entry.replicas if b not in self._brokers]))
+                offline_replicas=[b for b in entry.replicas
+                                  if b not in self._brokers or (name, p) in self._offline.get(b, ())]))
         for b in targets:
             broker = self._brokers.get(b)
             if broker is None:
@@ -852,6 +934,13 @@ class ZkController:
                     for name, states in topics.items()],
                 live_brokers=live_brokers)
             self._channel.send(b, request)
+
+
+def _sample(partitions: Iterable[tuple[str, int]], shown: int = 10) -> str:
+    """A few partitions by name, for a log line."""
+    listed = sorted(partitions)
+    more = f" and {len(listed) - shown} more" if len(listed) > shown else ""
+    return ", ".join(f"{t}-{p}" for t, p in listed[:shown]) + more
 
 
 async def _first_of(*events: trio.Event) -> None:

@@ -69,8 +69,9 @@ async def elect_leaders(controller: ZkController, partitions: Sequence[tuple[str
             if not unclean and state.leader == entry.replicas[0]:
                 results[(name, p)] = (ErrorCode.ELECTION_NOT_NEEDED, None, state.leader)
                 continue
-            elected = elect_offline(entry.replicas, state, live, unclean=True) if unclean else \
-                elect_preferred(entry.replicas, state, live)
+            online = c._online(name, p, live)
+            elected = elect_offline(entry.replicas, state, online, unclean=True) if unclean else \
+                elect_preferred(entry.replicas, state, online)
         else:
             elected = None  # no state znode yet: the controller gives it its first leader itself
         if elected is None or not await c._write_state(name, p, entry, elected):

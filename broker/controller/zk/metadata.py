@@ -109,6 +109,7 @@ class ZkMetadata:
         self._placing = trio.Lock()
         self._static_config = config
         self._broker_config_listeners: list[Callable[[BrokerConfig], None]] = []
+        replicas.on_log_dir_event(self._propagate_log_dir_event)
 
     # -- Controller: reads ------------------------------------------------------------------
 
@@ -202,6 +203,20 @@ class ZkMetadata:
                 return
             except ZkError as exc:
                 log.warning("registering broker %d again failed (%s); retrying", self._config.broker_id, exc)
+                await trio.sleep(1.0)
+
+    async def _propagate_log_dir_event(self) -> None:
+        """Kafka's propagateLogDirEvent: a sequential ``/log_dir_event_notification`` znode naming
+        this broker, after one of its log dirs went offline or came back; the controller then
+        asks it for its replicas' state. Retried until written (ZooKeeper may be away a while)."""
+        while True:
+            try:
+                await self._zk.create(znodes.log_dir_event_prefix_path(),
+                                      znodes.encode_log_dir_event(self._config.broker_id), sequence=True)
+                return
+            except ZkError as exc:
+                log.warning("cannot tell the controller of a log dir event of broker %d (%s); retrying",
+                            self._config.broker_id, exc)
                 await trio.sleep(1.0)
 
     async def _follow_config_changes(self) -> None:

@@ -214,7 +214,7 @@ class Reassignments:
         state = entry.state
         if state is None or not set(reassignment.target) <= set(state.isr):
             return False
-        live = set(c._brokers) - c._shutting_down
+        live = c._online(name, p, set(c._brokers) - c._shutting_down)
         leader = state.leader
         if leader not in reassignment.target or leader not in live:
             leader = next((b for b in reassignment.target if b in state.isr and b in live), NO_LEADER)

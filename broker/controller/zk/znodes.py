@@ -22,6 +22,7 @@ written by a newer Kafka still parses.
     /config/changes/config_change_<seq>           {"version":2,"entity_path":"topics/t"}
     /admin/delete_topics/<t>                      (no data)
     /isr_change_notification/isr_change_<seq>     {"version":1,"partitions":[{"topic":"t","partition":0}]}
+    /log_dir_event_notification/log_dir_event_<seq>  {"version":1,"broker":1,"event":1}
     /latest_producer_id_block                     {"version":1,"broker":1,"block_start":"0","block_end":"999"}
 
 ``PERSISTENT_PATHS`` are the znodes every Kafka broker ensures at start (ZkData.PersistentZkPaths).
@@ -64,6 +65,7 @@ __all__ = [
     "encode_partition_state", "parse_partition_state", "encode_controller", "parse_controller",
     "encode_controller_epoch", "parse_controller_epoch", "encode_config", "parse_config",
     "encode_config_change", "parse_config_change", "encode_isr_change", "parse_isr_change",
+    "log_dir_event_prefix_path", "encode_log_dir_event", "parse_log_dir_event",
     "encode_producer_id_block", "parse_producer_id_block", "topic_id_to_string", "topic_id_from_string",
 ]
 
@@ -622,6 +624,36 @@ def encode_isr_change(partitions: Iterable[tuple[str, int]]) -> bytes:
 
 def parse_isr_change(path: str, data: bytes | None) -> list[tuple[str, int]]:
     return [(tp.topic, tp.partition) for tp in _load(path, data, _IsrChange).partitions]
+
+
+# -- /log_dir_event_notification -------------------------------------------------------------
+
+# Kafka's LogDirEventNotificationHandler.LogDirFailureEvent: the only event Kafka writes. A
+# Causeway broker writes it again when a failed dir takes writes again: the controller then asks
+# the broker for its replicas' state (LeaderAndIsr) as it does after a failure, and learns which
+# are back.
+LOG_DIR_FAILURE_EVENT = 1
+LOG_DIR_EVENT_PREFIX = "log_dir_event_"
+
+
+class _LogDirEvent(_Doc):
+    version: Literal[1]
+    broker: Annotated[int, Field(ge=0, le=INT32_MAX)]
+    event: int
+
+
+def log_dir_event_prefix_path() -> str:
+    """Create a sequential znode at this path to tell the controller a log dir changed."""
+    return f"{LOG_DIR_EVENT_NOTIFICATION}/{LOG_DIR_EVENT_PREFIX}"
+
+
+def encode_log_dir_event(broker_id: int) -> bytes:
+    return _dump({"version": 1, "broker": broker_id, "event": LOG_DIR_FAILURE_EVENT})
+
+
+def parse_log_dir_event(path: str, data: bytes | None) -> int:
+    """The broker id of a log dir event notification."""
+    return _load(path, data, _LogDirEvent).broker
 
 
 # -- /admin/reassign_partitions ---------------------------------------------------------------
