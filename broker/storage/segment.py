@@ -84,7 +84,7 @@ class Gaps:
         return f"{self.offsets} offsets in {self.count} range(s) ({shown}{more})"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Held:
     """A batch recovery has read but not yet kept: offsets going back after it may show that it
     is the damaged one (see :meth:`LogSegment.recover`)."""
@@ -286,7 +286,8 @@ class LogSegment:
                         reason = f"CRC mismatch in the batch at position {pos}"
                         break
                 expected = held.header.last_offset + 1 if held is not None else self.next_offset
-                wrong = self._offsets_wrong(header, expected)
+                wrong = self._offsets_wrong(header, expected) if header.base_offset < expected or (
+                    header.last_offset_delta < 0 or header.last_offset - self.base_offset > MAX_RELATIVE_OFFSET) else ""
                 if wrong:
                     offset_damage = True
                     backwards = header.base_offset < expected
