@@ -19,8 +19,8 @@ NOW = 1_700_000_000_000
 CONFIG = LogConfig(segment_bytes=600)
 
 
-def filled(path: Path, batches: int = 60) -> Log:
-    log = Log.open(path, CONFIG, now_ms=NOW)
+def filled(path: Path, batches: int = 60, config: LogConfig = CONFIG) -> Log:
+    log = Log.open(path, config, now_ms=NOW)
     for i in range(batches):
         records = [Record(None, b"v%03d-%d" % (i, n), timestamp=NOW) for n in range(2)]
         log.append_as_leader(build_batch(records), leader_epoch=0, now_ms=NOW)
@@ -131,3 +131,18 @@ def test_a_damaged_link_copy_checkpoint_is_named_and_rebuilt(tmp_path: Path, con
     assert copy.open and copy.marker == -1  # the worst case for the producer state: all copied
     assert f"ignoring damaged link-copy checkpoint {path}" in caplog.text
     assert path.read_text() == "open\n"
+
+
+def test_an_index_without_an_entry_for_the_first_batch_is_trusted(tmp_path: Path,
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    # Kafka indexes a batch once index.interval.bytes have passed, so its index may not name the
+    # first batch: such an index is not damaged.
+    config = LogConfig(segment_bytes=600, index_interval_bytes=1)  # every batch indexed
+    log = filled(tmp_path / "t-0", config=config)
+    first = log.segments[0]
+    entries = first.offset_index.path.read_bytes()
+    assert len(entries) >= 16
+    first.offset_index.path.write_bytes(entries[8:])
+    reopened = Log.open(tmp_path / "t-0", config, recovery_point=log.log_end_offset, now_ms=NOW)
+    assert reopened.log_end_offset == log.log_end_offset
+    assert "rebuilding" not in caplog.text
