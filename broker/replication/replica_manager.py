@@ -351,7 +351,9 @@ class ReplicaManager:
             try:
                 root = self._logs.get(topic, partition).directory.parent
             except KafkaError:
-                return None  # a new replica: placed in a dir when created
+                # A new replica goes to the dir holding the fewest: an offline one would make it
+                # a leader that refuses every write.
+                root = self._logs.place(1)[0]
         return root if self.health.is_offline(root) else None
 
     # -- LeaderAndIsr and StopReplica (ZooKeeper mode) ------------------------------------------

@@ -88,6 +88,12 @@ def test_a_full_leader_dir_goes_offline_leadership_moves_and_it_comes_back(
             assert "replicas are in an offline log dir" in controller.log_path.read_text()
             read = [m.value() for m in read_partition(bootstrap, "orders", timeout_s=60)]
             assert read == before + during  # every acknowledged record, in order, once
+            # A topic created now is not led from the offline dir either: broker 1 answers the
+            # controller KAFKA_STORAGE_ERROR for it, and the next replica leads.
+            admin.create_topics([NewTopic("late", 1, replica_assignment=[[1, 2, 3]])])["late"].result(60)
+            late = _values(0, 20)
+            assert _produce(bootstrap, "late", late) == late
+            assert cluster.state("late")["leader"] in (2, 3)
 
             (disk / "filler").unlink()
             wait_until(lambda: 1 in cluster.state("orders")["isr"], what="broker 1 back in the ISR",  # type: ignore[operator]
@@ -101,5 +107,7 @@ def test_a_full_leader_dir_goes_offline_leadership_moves_and_it_comes_back(
             assert [m.value() for m in read_partition(cluster.brokers[1].bootstrap, "orders", timeout_s=60)] \
                 == before + during + after
             assert [m.value() for m in read_partition(bootstrap, "solo", timeout_s=60)] == solo
+            wait_until(lambda: 1 in cluster.state("late")["isr"], what="broker 1 follows late",  # type: ignore[operator]
+                       timeout_s=60)
         finally:
             cluster.close()
