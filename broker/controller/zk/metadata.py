@@ -25,6 +25,7 @@ czxid is the broker epoch), its part in controller elections, and its reaction t
 from __future__ import annotations
 
 import logging
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -61,6 +62,7 @@ from broker.protocol.messages import (
     LeaderAndIsrRequest,
     UpdateMetadataRequest,
 )
+from broker.retry import Backoff, retry, worth_reporting
 from broker.server.broker_configs import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS
 from broker.server.log_limits import limiter
 
@@ -209,15 +211,14 @@ class ZkMetadata:
         """Kafka's propagateLogDirEvent: a sequential ``/log_dir_event_notification`` znode naming
         this broker, after one of its log dirs went offline or came back; the controller then
         asks it for its replicas' state. Retried until written (ZooKeeper may be away a while)."""
-        while True:
-            try:
-                await self._zk.create(znodes.log_dir_event_prefix_path(),
-                                      znodes.encode_log_dir_event(self._config.broker_id), sequence=True)
-                return
-            except ZkError as exc:
-                log.warning("cannot tell the controller of a log dir event of broker %d (%s); retrying",
-                            self._config.broker_id, exc)
-                await trio.sleep(1.0)
+        def report(exc: Exception, failures: int) -> None:
+            if worth_reporting(failures):
+                log.warning("cannot tell the controller of a log dir event of broker %d (%s); retrying (failure %d)",
+                            self._config.broker_id, exc, failures)
+
+        await retry(lambda: self._zk.create(znodes.log_dir_event_prefix_path(),
+                                            znodes.encode_log_dir_event(self._config.broker_id), sequence=True),
+                    retriable=ZkError, backoff=Backoff(0.5, 10.0), on_failure=report, deadline=math.inf)
 
     async def _follow_config_changes(self) -> None:
         """Apply the config changes announced under /config/changes (Kafka's
@@ -551,13 +552,13 @@ class ZkMetadata:
         with trio.move_on_after(self._config.zookeeper_session_timeout_ms / 1000):
             while len(self._brokers) < wanted:
                 await self._changed.wait()
-        while True:
-            try:
-                await ensure()
-                return
-            except KafkaError as exc:
-                log.warning("cannot create __consumer_offsets yet (%s); retrying", exc)
-                await trio.sleep(1.0)
+        def report(exc: Exception, failures: int) -> None:
+            # A refusal that retrying does not cure (POLICY_VIOLATION under a partition limit)
+            # must not write a line a second for as long as it lasts.
+            if worth_reporting(failures):
+                log.warning("cannot create __consumer_offsets yet (%s); retrying (failure %d)", exc, failures)
+
+        await retry(ensure, retriable=KafkaError, backoff=Backoff(1.0, 30.0), on_failure=report, deadline=math.inf)
 
     # -- Controller: changes ------------------------------------------------------------------
 
