@@ -48,7 +48,6 @@ __all__ = [
     "check_transactional",
     "effective_timestamp_bounds",
     "max_timestamp_trusted",
-    "records_max_timestamp",
 ]
 
 Buffer = bytes | bytearray | memoryview
@@ -153,21 +152,36 @@ def _check_header(buf: Buffer, pos: int, header: BatchHeader) -> None:
 
 
 def check_produced(buf: Buffer, pos: int, header: BatchHeader, *, transactional: bool, now_ms: int,
-                   before_max_ms: int, after_max_ms: int) -> None:
+                   before_max_ms: int, after_max_ms: int, log_append_time: bool = False) -> int | None:
     """Everything a broker checks in a produced batch: `check_batch`, `check_transactional`
-    and `check_timestamps` (bounds as LogConfig resolves them; LONG_MAX for none, as for a
-    LogAppendTime topic), with one walk over the records for all of them."""
+    and `check_timestamps` (bounds as LogConfig resolves them; LONG_MAX for none), with one walk
+    over the records for all of them. With `log_append_time` (the topic's timestamp type) the
+    broker sets the time: no bound applies.
+
+    Returns None when the batch may be stored as it came, or the MaxTimestamp to store instead:
+    Kafka's LogValidator gives a CreateTime batch its records' largest timestamp (-1 when none
+    has one), and where the header cannot vouch for it (`max_timestamp_trusted`) the same walk
+    reads every record's timestamp. The caller writes it (`set_max_timestamp`, which fixes the CRC).
+    """
     if header.base_offset != 0:
         # Kafka's LogValidator: a client's batch starts at 0; the broker assigns the offsets.
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"The baseOffset of the record batch should be 0, but it is {header.base_offset}")
     check_transactional(header, transactional=transactional)
+    if log_append_time:
+        check_batch(buf, pos, header)
+        return None
+    if header.timestamp_type == TimestampType.CREATE_TIME and not max_timestamp_trusted(header):
+        _check_header(buf, pos, header)
+        largest = _check_untrusted(buf, pos, header, *_window(now_ms, before_max_ms, after_max_ms))
+        return largest if largest != header.max_timestamp else None
     if not _timestamps_bounded(header, before_max_ms, after_max_ms):
         check_batch(buf, pos, header)
-        return
+        return None
     _check_header(buf, pos, header)
     found = _check_records(buf, pos, header, deltas=True)
     _check_deltas(buf, pos, header, found, now_ms, before_max_ms, after_max_ms)
+    return None
 
 
 def check_transactional(header: BatchHeader, *, transactional: bool) -> None:
@@ -215,7 +229,7 @@ def max_timestamp_trusted(header: BatchHeader) -> bool:
     Kafka's LogValidator recomputes it from every record. Producers compute it the same way (the
     Java client from -1, librdkafka from 0), so a header that passes this test holds that value,
     and reading the records would only cost time on the produce path. One that fails it is
-    recomputed (`records_max_timestamp`): above all librdkafka's batch of records without a
+    recomputed (`check_produced`): above all librdkafka's batch of records without a
     timestamp (-1), whose header says FirstTimestamp -1 and MaxTimestamp 0, as its running
     maximum starts at 0; kept as it is, it made the segment look as if written in 1970, and the
     next retention check deleted it. (A producer that lies in a plausible header can only age
@@ -224,14 +238,29 @@ def max_timestamp_trusted(header: BatchHeader) -> bool:
     return 0 <= header.base_timestamp <= header.max_timestamp and header.max_timestamp > 0
 
 
-def records_max_timestamp(buf: Buffer, pos: int, header: BatchHeader) -> int:
-    """The largest timestamp of the CreateTime batch's records (FirstTimestamp + each delta), or
-    -1 (NO_TIMESTAMP) when none is larger, as Kafka's LogValidator sets the batch's
-    MaxTimestamp. Reads every record (decompressing a compressed batch): for the batches
-    `max_timestamp_trusted` refuses only. The batch must have passed `check_batch`."""
+def _check_untrusted(buf: Buffer, pos: int, header: BatchHeader, low: int | None, high: int | None) -> int:
+    """Framing and timestamp bounds of a CreateTime batch whose header cannot vouch for its
+    max timestamp, and that max timestamp as Kafka stores it, in one walk: the fast walk reads
+    runs of equal-length records exactly (a batch of same-sized records without a timestamp is
+    one run, read at C speed); anything else is read record by record."""
     data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
-    largest = max(_timestamp_deltas(data, start, stop), default=None)
-    return NO_TIMESTAMP if largest is None else max(NO_TIMESTAMP, header.base_timestamp + largest)
+    found = _fast_walk(data, start, stop, header.records_count, True)
+    if found is None:
+        _walk_precisely(data, start, stop, header.records_count)  # raises, naming the first bad record
+    if found is not None and found[0] == found[1]:
+        # Equal bounds come only from runs, which the fast walk reads exactly: one timestamp.
+        lowest = highest = (header.base_timestamp + found[0], 0)
+    else:
+        lowest, highest = _timestamp_extremes(data, start, stop, header.base_timestamp)
+    _check_one_timestamp(*lowest, low, high)
+    _check_one_timestamp(*highest, low, high)
+    return max(NO_TIMESTAMP, highest[0])
+
+
+def _window(now_ms: int, before_max_ms: int, after_max_ms: int) -> tuple[int | None, int | None]:
+    """The (lowest, highest) timestamp a record may carry; None for no bound."""
+    return (now_ms - before_max_ms if before_max_ms < LONG_MAX else None,
+            now_ms + after_max_ms if after_max_ms < LONG_MAX else None)
 
 
 def _timestamps_bounded(header: BatchHeader, before_max_ms: int, after_max_ms: int) -> bool:
@@ -250,18 +279,17 @@ def _check_records(buf: Buffer, pos: int, header: BatchHeader, *, deltas: bool) 
 
 def _check_deltas(buf: Buffer, pos: int, header: BatchHeader, found: tuple[int, int] | None, now_ms: int,
                   before_max_ms: int, after_max_ms: int) -> None:
-    low = now_ms - before_max_ms if before_max_ms < LONG_MAX else None
-    high = now_ms + after_max_ms if after_max_ms < LONG_MAX else None
+    low, high = _window(now_ms, before_max_ms, after_max_ms)
     if header.timestamp_type == TimestampType.LOG_APPEND_TIME:
         # Every record's timestamp is the batch's max timestamp.
         _check_one_timestamp(header.max_timestamp, 0, low, high)
         return
     if not max_timestamp_trusted(header):
         # The header says nothing sure (records without a timestamp, librdkafka's MaxTimestamp
-        # 0): every record is checked, skipping those without a timestamp, as Kafka does.
+        # 0): the records' own extremes are checked, skipping those without a timestamp, as Kafka.
         data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
-        for index, delta in enumerate(_timestamp_deltas(data, start, stop)):
-            _check_one_timestamp(header.base_timestamp + delta, index, low, high)
+        for timestamp, index in _timestamp_extremes(data, start, stop, header.base_timestamp):
+            _check_one_timestamp(timestamp, index, low, high)
         return
     _check_one_timestamp(header.base_timestamp, 0, low, high)
     _check_one_timestamp(header.max_timestamp, header.last_offset_delta, low, high)
@@ -560,6 +588,20 @@ def _timestamp_delta_range(data: Records, start: int, end: int) -> tuple[tuple[i
             lowest = (delta, index)
         elif delta > highest[0]:
             highest = (delta, index)
+    return lowest, highest
+
+
+def _timestamp_extremes(data: Records, start: int, end: int, base: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((lowest timestamp other than -1, its index), (highest timestamp, its index)) of the
+    records in data[start:end] (framing already checked), each `base` + its delta; -1 stands for
+    a side no record has (Kafka checks no bound on a record without a timestamp)."""
+    lowest = highest = (NO_TIMESTAMP, 0)
+    for index, delta in enumerate(_timestamp_deltas(data, start, end)):
+        timestamp = base + delta
+        if index == 0 or timestamp > highest[0]:
+            highest = (timestamp, index)
+        if timestamp != NO_TIMESTAMP and (lowest[0] == NO_TIMESTAMP or timestamp < lowest[0]):
+            lowest = (timestamp, index)
     return lowest, highest
 
 

@@ -21,7 +21,6 @@ from typing import Protocol
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
     BatchHeader,
-    TimestampType,
     batch_crc_ok,
     decode_batch,
     patch_base_offset,
@@ -31,13 +30,7 @@ from broker.protocol.records import (
     set_max_timestamp,
     split_batches,
 )
-from broker.protocol.validation import (
-    LONG_MAX,
-    check_copied,
-    check_produced,
-    max_timestamp_trusted,
-    records_max_timestamp,
-)
+from broker.protocol.validation import LONG_MAX, check_copied, check_produced
 from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
@@ -459,6 +452,7 @@ class Log:
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
                              f"{len(buf)} bytes exceed segment.bytes {self.config.segment_bytes}")
         pending: dict[int, tuple[int, int]] = {}  # producer id -> (epoch, last seq) in this request
+        recomputed: dict[int, int] = {}  # batch position -> its MaxTimestamp as Kafka stores it
         for pos, header in batches:
             if header.size > self.config.max_message_bytes:
                 raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE,
@@ -468,10 +462,12 @@ class Log:
                 raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "record batch CRC mismatch")
             # What Kafka's LogValidator refuses: codec, counts, framing, decompressibility,
             # attributes, the transactional bit, timestamps (broker/protocol/validation.py).
-            unbounded = self.config.log_append_time  # the broker sets the time: nothing to check
-            check_produced(buf, pos, header, transactional=transactional, now_ms=now_ms,
-                           before_max_ms=LONG_MAX if unbounded else self.config.timestamp_before_max_ms,
-                           after_max_ms=LONG_MAX if unbounded else self.config.timestamp_after_max_ms)
+            largest = check_produced(buf, pos, header, transactional=transactional, now_ms=now_ms,
+                                     before_max_ms=self.config.timestamp_before_max_ms,
+                                     after_max_ms=self.config.timestamp_after_max_ms,
+                                     log_append_time=self.config.log_append_time)
+            if largest is not None:
+                recomputed[pos] = largest
             if self.config.compacts and not header.is_control:
                 # As Kafka does, and only for compacted topics: records are read to refuse
                 # one without a key, which compaction could never resolve.
@@ -501,12 +497,10 @@ class Log:
             patch_partition_leader_epoch(buf, pos, leader_epoch)
             if log_append_time >= 0:
                 set_log_append_time(buf, pos, log_append_time)
-            elif not max_timestamp_trusted(header) and header.timestamp_type == TimestampType.CREATE_TIME:
+            elif pos in recomputed:
                 # As Kafka's LogValidator: the batch's MaxTimestamp is its records' largest, which
-                # the header does not prove here (librdkafka's records without a timestamp say 0).
-                largest = records_max_timestamp(buf, pos, header)
-                if largest != header.max_timestamp:
-                    set_max_timestamp(buf, pos, largest)
+                # its header did not say (librdkafka's records without a timestamp say 0).
+                set_max_timestamp(buf, pos, recomputed[pos])
             assigned.append((pos, read_batch_header(buf, pos)))
             next_offset += header.last_offset_delta + 1
 

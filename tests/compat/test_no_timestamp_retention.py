@@ -25,7 +25,7 @@ from pathlib import Path
 
 import crc32c
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.records import batch_crc_ok, decode_batch, split_batches
@@ -136,6 +136,18 @@ def test_records_without_timestamp_pass_a_topics_timestamp_bounds(broker: Broker
     assert produce_without_timestamp(broker.bootstrap, "bounded", 20) == list(range(20))
     wait_for_retention_checks([broker])
     assert [m.offset() for m in read_partition(broker.bootstrap, "bounded", start=-2)] == list(range(20))
+
+
+def test_a_log_append_time_topic_stamps_records_without_timestamp(broker: BrokerProcess) -> None:
+    # The broker's clock is every record's timestamp there: the segment has a real one.
+    create_topic(broker.bootstrap, "appended", **{"message.timestamp.type": "LogAppendTime"})
+    before_ms = int(time.time() * 1000)
+    assert produce_without_timestamp(broker.bootstrap, "appended", 20, compression="zstd") == list(range(20))
+    wait_for_retention_checks([broker])
+    messages = read_partition(broker.bootstrap, "appended", start=-2)
+    assert [m.offset() for m in messages] == list(range(20))
+    assert {m.timestamp()[0] for m in messages} == {TIMESTAMP_LOG_APPEND_TIME}
+    assert min(m.timestamp()[1] for m in messages) >= before_ms  # the broker's clock (this machine's), not 0 or -1
 
 
 def _as_written_before_the_fix(partition_dir: Path) -> None:

@@ -20,7 +20,7 @@ from broker.protocol.records import (
     read_batch_header,
     split_batches,
 )
-from broker.protocol.validation import LONG_MAX, check_produced, max_timestamp_trusted, records_max_timestamp
+from broker.protocol.validation import LONG_MAX, check_produced, max_timestamp_trusted
 from broker.storage import Log, LogConfig
 
 NOW = 1_700_000_000_000
@@ -43,6 +43,8 @@ def librdkafka_batch(timestamps: list[int], *, compression: int = Compression.NO
     ([-7, -3], False, -1),  # Kafka's max starts at -1 (NO_TIMESTAMP)
     ([NOW, NOW + 9, NOW + 2], True, NOW + 9),  # the common case: never read
     ([0, 0], False, 0),  # records really at 0 ms: read, and kept as 0
+    ([-1] * 50, False, -1),  # runs of equal-sized records: read by the fast walk
+    ([-1] * 50 + [NOW], False, NOW),  # a delta of six bytes: read record by record
 ])
 def test_which_headers_are_trusted_and_what_the_records_say(timestamps: list[int], trusted: bool,
                                                              largest: int) -> None:
@@ -50,7 +52,10 @@ def test_which_headers_are_trusted_and_what_the_records_say(timestamps: list[int
         batch = librdkafka_batch(timestamps, compression=codec)
         header = read_batch_header(batch)
         assert max_timestamp_trusted(header) is trusted
-        assert records_max_timestamp(batch, 0, header) == largest
+        stored = check_produced(batch, 0, header, transactional=False, now_ms=NOW, before_max_ms=LONG_MAX,
+                                after_max_ms=LONG_MAX)
+        assert (header.max_timestamp if stored is None else stored) == largest
+        assert stored is None or stored != header.max_timestamp  # None: the header's stands
 
 
 def test_a_header_max_below_its_first_timestamp_is_not_trusted() -> None:
