@@ -395,6 +395,9 @@ class BrokerConfig(BaseModel):
     replica_fetch_min_bytes: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="replica.fetch.min.bytes")
     replica_fetch_backoff_ms: Annotated[int, _int(0, INT_MAX)] = Field(default=1000, alias="replica.fetch.backoff.ms")
     num_replica_fetchers: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="num.replica.fetchers")
+    # Fetch sessions (KIP-227) the broker keeps; 0: none, every fetch is a full one.
+    max_incremental_fetch_session_cache_slots: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=1000, alias="max.incremental.fetch.session.cache.slots")
     # The controller.
     unclean_leader_election_enable: Annotated[bool, _BOOL] = Field(
         default=False, alias="unclean.leader.election.enable")

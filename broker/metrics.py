@@ -33,6 +33,10 @@ __all__ = [
     "ISR_EXPANDS",
     "ISR_SHRINKS",
     "track_replication",
+    "FETCH_SESSION_EVICTIONS",
+    "REPLICA_FETCH_REQUESTS",
+    "REPLICA_FETCH_PARTITIONS",
+    "track_fetch_sessions",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,8 +88,12 @@ OPEN_SEGMENT_FILES = Gauge(
 )
 
 
+def _track(gauge: Gauge, count: Callable[[], int]) -> None:
+    gauge.set_function(lambda: float(count()))
+
+
 def track_open_segment_files(count: Callable[[], int]) -> None:
-    OPEN_SEGMENT_FILES.set_function(lambda: float(count()))
+    _track(OPEN_SEGMENT_FILES, count)
 
 
 ISR_SHRINKS = Counter("causeway_isr_shrinks", "ISR shrinks written for partitions this broker leads "
@@ -100,8 +108,38 @@ UNDER_MIN_ISR = Gauge("causeway_under_min_isr_partitions", "Partitions this brok
 
 
 def track_replication(under_replicated: Callable[[], int], under_min_isr: Callable[[], int]) -> None:
-    UNDER_REPLICATED.set_function(lambda: float(under_replicated()))
-    UNDER_MIN_ISR.set_function(lambda: float(under_min_isr()))
+    _track(UNDER_REPLICATED, under_replicated)
+    _track(UNDER_MIN_ISR, under_min_isr)
+
+
+FETCH_SESSIONS = Gauge(
+    "causeway_fetch_sessions",
+    "Incremental fetch sessions (KIP-227) this broker keeps (Kafka's NumIncrementalFetchSessions).",
+)
+FETCH_SESSION_PARTITIONS = Gauge(
+    "causeway_fetch_session_partitions_cached",
+    "Partitions cached in this broker's fetch sessions (Kafka's NumIncrementalFetchPartitionsCached).",
+)
+FETCH_SESSION_EVICTIONS = Counter(
+    "causeway_fetch_session_evictions",
+    "Fetch sessions evicted to make room for another (Kafka's IncrementalFetchSessionEvictionsPerSec).",
+)
+REPLICA_FETCH_REQUESTS = Counter(
+    "causeway_replica_fetch_requests",
+    "Fetch requests this broker's followers sent, by kind: full or incremental (KIP-227).",
+    ["kind"],
+)
+REPLICA_FETCH_PARTITIONS = Counter(
+    "causeway_replica_fetch_partitions",
+    "Partitions named in the fetch requests this broker's followers sent: all they follow in a full one, the "
+    "changed ones in an incremental one.",
+    ["kind"],
+)
+
+
+def track_fetch_sessions(sessions: Callable[[], int], partitions: Callable[[], int]) -> None:
+    _track(FETCH_SESSIONS, sessions)
+    _track(FETCH_SESSION_PARTITIONS, partitions)
 
 
 @dataclass

@@ -14,6 +14,18 @@ leader's inter-broker listener. For each partition it follows:
    are appended as they are (``Log.append_as_follower``: no decoding, no offset patching). Our
    high watermark becomes min(the leader's, our log end).
 
+Fetches go through an incremental fetch session (KIP-227; the leader's side is
+broker/server/fetch_sessions.py), as Kafka's FetchSessionHandler: the first fetch on a connection
+is full (epoch 0, every fetchable partition) and opens a session; later ones name only the
+partitions whose fetch state changed (their fetch offset moved: an append, a truncation, the
+leader's log start applied; or they became fetchable) and forget the ones that stopped being
+fetchable (truncating, backing off, removed). A round's work is proportional to what changed:
+the fetcher keeps the changed partitions (``_dirty``), those to truncate and the backoffs (a
+heap), and never walks every partition it follows except to build a full fetch. A session
+error (FETCH_SESSION_ID_NOT_FOUND: evicted, or the leader restarted; INVALID_FETCH_SESSION_EPOCH)
+or a new connection starts over with a full fetch; a leader that keeps no session for us
+(session id 0) gets full fetches every round, as before sessions.
+
 Errors back off ``replica.fetch.backoff.ms`` (through broker/retry.py for the connection; per
 partition for a partition's error), so a dead leader is never spun on. OFFSET_OUT_OF_RANGE below
 the leader's log start empties our log and starts at the leader's log start (Kafka's
@@ -23,12 +35,16 @@ fences our epoch waits for the controller's next LeaderAndIsr.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
 import math
-from dataclasses import dataclass
+import uuid
+from dataclasses import dataclass, field
 
 import trio
 
+from broker import metrics
 from broker.client.connection import BrokerConnection, ClientError, open_connection
 from broker.client.fetch import whole_batches
 from broker.clock import now_ms
@@ -48,6 +64,11 @@ __all__ = ["Fetcher", "FetcherSettings"]
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
+# A partition's fetch state as the leader's session holds it: fetch offset, leader epoch, log start.
+FetchState = tuple[int, int, int]
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+_EPOCH_MAX = 2**31 - 1
 # Kafka's replica.fetch.response.max.bytes default: the bound of one whole fetch answer.
 RESPONSE_MAX_BYTES = 10 * 1024 * 1024
 
@@ -73,6 +94,34 @@ class _Following:
     needs_truncation: bool = True
     delayed_until: float = -math.inf  # trio time before which this partition is not fetched
     last_error: ErrorCode = ErrorCode.NONE
+    sent: FetchState | None = None  # what the leader's session holds for it; None: not in it
+
+    @property
+    def key(self) -> Key:
+        return (self.partition.topic, self.partition.index)
+
+    def state(self) -> FetchState:
+        p = self.partition
+        return (p.log.log_end_offset, p.leader_epoch, p.log.log_start_offset)
+
+    def fetchable(self, now: float) -> bool:
+        return not self.needs_truncation and self.delayed_until <= now
+
+
+@dataclass(slots=True)
+class _Session:
+    """Our side of the fetch session with the leader (Kafka's FetchSessionHandler)."""
+
+    id: int = INVALID_SESSION_ID
+    epoch: int = INITIAL_EPOCH  # of the next request: INITIAL asks for a full fetch
+    members: dict[Key, uuid.UUID] = field(default_factory=dict)  # what the leader's session holds
+
+    def restart(self, *, close: bool) -> None:
+        """Next fetch full; ``close``: naming the old session so the leader drops it."""
+        if not close:
+            self.id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self.members.clear()
 
 
 class Fetcher:
@@ -84,6 +133,13 @@ class Fetcher:
         self.host = host
         self.port = port
         self._partitions: dict[Key, _Following] = {}
+        # What the next round looks at, so that it never walks every partition (see the module).
+        self._dirty: dict[Key, None] = {}  # fetch state changed since the last request
+        self._truncating: dict[Key, None] = {}
+        self._delays: list[tuple[float, int, Key]] = []  # (until, tie-breaker, key), a heap
+        self._tie = itertools.count()
+        self._session = _Session()
+        self._names: dict[uuid.UUID, str] = {}  # topic names by id, for answers by id (v13+)
         self._changed = trio.Event()
         # Held while a truncation runs in a worker thread: a partition is removed (to lead it,
         # or to stop it) only between truncations, never while its log is being cut.
@@ -98,13 +154,19 @@ class Fetcher:
 
     def add(self, partition: Partition) -> None:
         """Follow `partition` from this fetcher's broker: truncate by epoch, then fetch."""
-        self._partitions[(partition.topic, partition.index)] = _Following(partition)
+        key = (partition.topic, partition.index)
+        self._partitions[key] = _Following(partition)
+        self._names[partition.topic_id] = partition.topic
+        self._truncating[key] = None
+        self._dirty[key] = None
         self._wake()
 
     async def remove(self, key: Key) -> Partition | None:
         """Stop following `key`; returns once no truncation of it is under way."""
         async with self._busy:
             following = self._partitions.pop(key, None)
+        self._dirty[key] = None  # forgotten by the leader's session with the next fetch
+        self._truncating.pop(key, None)
         return following.partition if following is not None else None
 
     def partitions(self) -> list[Key]:
@@ -142,24 +204,51 @@ class Fetcher:
         async with open_connection(self.host, self.port, client_id=f"broker-{self.settings.broker_id}-fetcher",
                                    request_timeout_s=self.settings.socket_timeout_ms / 1000) as conn:
             self.connected = True
+            self._session.restart(close=True)  # a new connection: full, closing the old session
             log.info("replica fetcher connected to broker %d at %s:%d", self.source_id, self.host, self.port)
             while True:
                 await self._one_round(conn)
 
     async def _one_round(self, conn: BrokerConnection) -> None:
         now = trio.current_time()
-        to_truncate = [f for f in self._partitions.values() if f.needs_truncation and f.delayed_until <= now]
+        while self._delays and self._delays[0][0] <= now:
+            _, _, key = heapq.heappop(self._delays)
+            self._dirty[key] = None  # its backoff ended: fetchable again (or truncated first)
+        to_truncate = [f for key in list(self._truncating) if (f := self._partitions.get(key)) is not None
+                       and f.needs_truncation and f.delayed_until <= now]
         if to_truncate:
             async with self._busy:
                 await self._truncate(conn, [f for f in to_truncate if self._current(f)])
+            for f in to_truncate:
+                if not f.needs_truncation:
+                    self._truncating.pop(f.key, None)
+                    self._dirty[f.key] = None
             return
-        ready = [f for f in self._partitions.values() if not f.needs_truncation and f.delayed_until <= now]
-        if not ready:
-            later = [f.delayed_until for f in self._partitions.values()]
-            with trio.move_on_at(min(later) if later else math.inf):
+        if self._session.epoch == INITIAL_EPOCH:
+            ready = [f for f in self._partitions.values() if f.fetchable(now)]
+            forget: list[Key] = []
+        else:
+            ready, forget = self._changes(now)
+        if not ready and not forget and not self._session.members:
+            later = self._delays[0][0] if self._delays else math.inf
+            with trio.move_on_at(later):
                 await self._changed.wait()
             return
-        await self._fetch(conn, ready)
+        await self._fetch(conn, ready, forget)
+
+    def _changes(self, now: float) -> tuple[list[_Following], list[Key]]:
+        """For an incremental fetch: the changed partitions to send, the ones to forget."""
+        ready: list[_Following] = []
+        forget: list[Key] = []
+        members = self._session.members
+        for key in self._dirty:
+            f = self._partitions.get(key)
+            if f is not None and f.fetchable(now):
+                if key not in members or f.sent != f.state():
+                    ready.append(f)
+            elif key in members:
+                forget.append(key)
+        return ready, forget
 
     def _current(self, following: _Following) -> bool:
         p = following.partition
@@ -168,6 +257,8 @@ class Fetcher:
     def _delay(self, following: _Following, code: ErrorCode, what: str) -> None:
         p = following.partition
         following.delayed_until = trio.current_time() + self.settings.backoff_ms / 1000
+        heapq.heappush(self._delays, (following.delayed_until, next(self._tie), following.key))
+        self._dirty[following.key] = None  # forgotten by the session while it backs off
         if code != following.last_error:
             log.warning("%s-%d: %s from leader %d answered %s; retrying every %d ms", p.topic, p.index, what,
                         self.source_id, code.name, self.settings.backoff_ms)
@@ -257,41 +348,67 @@ class Fetcher:
 
     # -- fetching ---------------------------------------------------------------------------
 
-    async def _fetch(self, conn: BrokerConnection, ready: list[_Following]) -> None:
+    def _request(self, ready: list[_Following], forget: list[Key]) -> FetchRequest:
         me = self.settings.broker_id
         by_topic: dict[str, list[_Following]] = {}
         for f in ready:
             by_topic.setdefault(f.partition.topic, []).append(f)
-        request = FetchRequest(
+        forgotten: dict[str, list[int]] = {}
+        for topic, index in forget:
+            forgotten.setdefault(topic, []).append(index)
+        members = self._session.members
+        return FetchRequest(
             replica_id=me,
             replica_state=FetchRequest.ReplicaState(replica_id=me, replica_epoch=-1),
             max_wait_ms=self.settings.wait_max_ms,
             min_bytes=self.settings.min_bytes,
             max_bytes=max(RESPONSE_MAX_BYTES, self.settings.max_bytes),
             isolation_level=0,
-            session_id=0,
-            session_epoch=-1,  # no fetch session (KIP-227): full requests
+            session_id=self._session.id,
+            session_epoch=self._session.epoch,
             topics=[FetchRequest.FetchTopic(
                 topic=topic, topic_id=fs[0].partition.topic_id,
                 partitions=[FetchRequest.FetchPartition(
                     partition=f.partition.index, current_leader_epoch=f.partition.leader_epoch,
                     fetch_offset=f.partition.log.log_end_offset, last_fetched_epoch=f.partition.log.epochs.latest_epoch,
                     log_start_offset=f.partition.log.log_start_offset, partition_max_bytes=self.settings.max_bytes)
-                    for f in fs]) for topic, fs in by_topic.items()])
-        sent = {(f.partition.topic, f.partition.index): (f, f.partition.log.log_end_offset) for f in ready}
-        by_id = {fs[0].partition.topic_id: topic for topic, fs in by_topic.items()}
-        response: FetchResponse = await conn.request(request)
-        if response.error_code != ErrorCode.NONE:
-            raise KafkaError(ErrorCode(response.error_code), f"fetch from broker {self.source_id}")
+                    for f in fs]) for topic, fs in by_topic.items()],
+            forgotten_topics_data=[FetchRequest.ForgottenTopic(
+                topic=topic, topic_id=members[(topic, indexes[0])], partitions=indexes)
+                for topic, indexes in forgotten.items()])
+
+    async def _fetch(self, conn: BrokerConnection, ready: list[_Following], forget: list[Key]) -> None:
+        session = self._session
+        full = session.epoch == INITIAL_EPOCH
+        request = self._request(ready, forget)
+        sent = {f.key: (f, f.state()) for f in ready}
+        self._dirty.clear()  # what changed is in this request; a failed one starts the session over
+        kind = "full" if full else "incremental"
+        metrics.REPLICA_FETCH_REQUESTS.labels(kind).inc()
+        metrics.REPLICA_FETCH_PARTITIONS.labels(kind).inc(len(ready))
+        try:
+            response: FetchResponse = await conn.request(request)
+        except BaseException:
+            session.restart(close=True)
+            raise
+        code = ErrorCode(response.error_code)
+        if code in (ErrorCode.FETCH_SESSION_ID_NOT_FOUND, ErrorCode.INVALID_FETCH_SESSION_EPOCH):
+            # Evicted, or the leader restarted, or an epoch went astray: start over with a full fetch.
+            log.info("fetch session %d with broker %d: %s; starting over with a full fetch", session.id,
+                     self.source_id, code.name)
+            session.restart(close=code == ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+            return
+        if code != ErrorCode.NONE:
+            session.restart(close=True)
+            raise KafkaError(code, f"fetch from broker {self.source_id}")
+        self._session_answered(response.session_id, full, sent, forget)
         out_of_range: list[tuple[_Following, int]] = []
         for topic in response.responses:
-            name = topic.topic or by_id.get(topic.topic_id, "")
+            name = topic.topic or self._names.get(topic.topic_id, "")
             for answer in topic.partitions:
-                entry = sent.get((name, answer.partition_index))
-                if entry is None or not self._current(entry[0]):
-                    continue  # removed (or re-added) while the fetch was out
-                f, fetch_offset = entry
-                if f.partition.log.log_end_offset != fetch_offset:
+                f = self._partitions.get((name, answer.partition_index))
+                # Removed (or re-added) while the fetch was out, or moved here since it was sent.
+                if f is None or f.sent is None or f.partition.log.log_end_offset != f.sent[0]:
                     continue
                 code = ErrorCode(answer.error_code)
                 if code == ErrorCode.NONE:
@@ -305,6 +422,28 @@ class Fetcher:
                 if self._current(f):
                     await self._out_of_range(f, leader_start)
 
+    def _session_answered(self, session_id: int, full: bool, sent: dict[Key, tuple[_Following, FetchState]],
+                          forget: list[Key]) -> None:
+        """The leader answered: note what its session holds now."""
+        session = self._session
+        members = session.members
+        if session_id == INVALID_SESSION_ID:
+            # No session (no room in the leader's cache, or every partition forgotten): every
+            # fetch is full; what the answer carries was fetched from what we sent.
+            session.restart(close=False)
+            for f, state in sent.values():
+                f.sent = state
+            return
+        if full:
+            members.clear()
+            session.id = session_id
+        for key in forget:
+            members.pop(key, None)
+        for key, (f, state) in sent.items():
+            f.sent = state
+            members[key] = f.partition.topic_id
+        session.epoch = 1 if session.epoch == _EPOCH_MAX else session.epoch + 1
+
     def _apply(self, f: _Following, answer: FetchResponse.PartitionData) -> None:
         p = f.partition
         partition_log = p.log
@@ -316,7 +455,7 @@ class Fetcher:
             # Not where we stand (the leader changed its log under us): find out by epoch again.
             log.warning("%s-%d: follower append refused (%s); truncating by leader epoch again",
                         p.topic, p.index, exc)
-            f.needs_truncation = True
+            self._truncate_again(f)
             return
         except OSError as exc:
             self._delay(f, ErrorCode.KAFKA_STORAGE_ERROR, f"appending what the leader sent ({exc})")
@@ -328,6 +467,8 @@ class Fetcher:
         leader_start = answer.log_start_offset
         if partition_log.log_start_offset < leader_start <= partition_log.high_watermark:
             partition_log.delete_records_before(leader_start)  # the leader's retention moved it
+        if f.state() != f.sent:
+            self._dirty[f.key] = None  # the next fetch tells the leader
 
     async def _out_of_range(self, f: _Following, leader_start: int) -> None:
         p = f.partition
@@ -336,5 +477,11 @@ class Fetcher:
                    f"the log starts over there")
             log.warning("%s-%d: %s", p.topic, p.index, why)
             await self._cut(f, leader_start, why, fully=True)
+            self._dirty[f.key] = None
         else:
-            f.needs_truncation = True
+            self._truncate_again(f)
+
+    def _truncate_again(self, f: _Following) -> None:
+        f.needs_truncation = True
+        self._truncating[f.key] = None
+        self._dirty[f.key] = None  # forgotten by the session meanwhile

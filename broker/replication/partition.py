@@ -14,6 +14,15 @@ As follower it holds the leader's id and epoch; its log is written by the fetche
 
 Fetches that found too little data wait on the partitions they asked for: they register a
 ``trio.Event`` here, set by every append and every move of the high watermark.
+
+Incremental fetch sessions (KIP-227, broker/server/fetch_sessions.py) are this partition's
+*watchers*: told of every append, high watermark move and role change, so that a session reads
+only the partitions that changed. A follower's session names only the partitions whose fetch
+offset moved, so an idle partition hears nothing from a live follower; its session's latest
+request time stands for the follower's fetch of it: when an append moves the log end away from
+a follower that stood at it, the follower was caught up until its session's latest request
+(Kafka's rule, "fetched at or past the leader's log end of its previous fetch", applied when the
+log end moves rather than when the follower's next fetch of the partition comes).
 """
 
 from __future__ import annotations
@@ -22,7 +31,7 @@ import logging
 import uuid
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
@@ -33,7 +42,7 @@ from broker.replication.dir_health import DirHealth
 from broker.replication.isr import IsrChannel
 from broker.storage import AppendResult, Log, ReadResult
 
-__all__ = ["FollowerState", "Partition", "monotonic_ms"]
+__all__ = ["FetchWatcher", "FollowerState", "Partition", "monotonic_ms"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +58,21 @@ def monotonic_ms() -> int:
     """The clock of followers' fetch times and ISR lag: trio's (monotonic; a wall-clock step
     must not push every follower out of the ISR, and tests run it on a fake clock)."""
     return int(trio.current_time() * 1000)
+
+
+class FetchWatcher(Protocol):
+    """A fetch session holding this partition (broker/server/fetch_sessions.py)."""
+
+    @property
+    def replica_id(self) -> int:
+        """The follower whose session it is; negative for a consumer's."""
+
+    @property
+    def last_fetch_ms(self) -> int:
+        """When the session's latest request came (monotonic_ms)."""
+
+    def touched(self, partition: Partition) -> None:
+        """The partition changed: read it for the session's next answer."""
 
 
 @dataclass(slots=True)
@@ -89,6 +113,7 @@ class Partition:
         self._generation = 0  # bumped by every role or epoch change: stale answers are dropped
         self._demotions = 0  # times this replica stopped leading: acks=all waits end with it
         self._waiters: set[trio.Event] = set()
+        self._watchers: set[FetchWatcher] = set()
         # Set when the high watermark, ISR or role changes; made only when an acks=all produce
         # waits, so a standalone append allocates nothing for it.
         self._changed: trio.Event | None = None
@@ -154,6 +179,7 @@ class Partition:
         self.log.high_watermark = min(self.log.high_watermark, self.log.log_end_offset)
         self.maybe_increment_high_watermark()
         self._signal()
+        self._touch()
 
     def make_follower(self, info: PartitionInfo) -> None:
         """Follow ``info.leader`` (Kafka's makeFollower): produces are refused from now on and
@@ -174,6 +200,7 @@ class Partition:
         self.followers = {}
         self._generation += 1
         self._signal()
+        self._touch()
 
     def _reset_followers(self, now_ms: int) -> None:
         # Followers in the ISR count as caught up now, the others never were (Kafka's
@@ -194,12 +221,14 @@ class Partition:
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         root = self.log.directory.parent
+        end = self.log.log_end_offset
         try:
             result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms,
                                                transactional=transactional)
         except OSError as exc:
             raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
         self._health.succeeded(root)
+        self._credit_caught_up(end)
         if not result.duplicate and not self.maybe_increment_high_watermark():
             self._wake()  # the high watermark stayed (followers must fetch it): wake long polls anyway
         return result
@@ -214,14 +243,27 @@ class Partition:
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
         root = self.log.directory.parent
+        end = self.log.log_end_offset
         try:
             result = self.log.append_copied(records, leader_epoch=self.leader_epoch, now_ms=now_ms)
         except OSError as exc:
             raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
         self._health.succeeded(root)
+        self._credit_caught_up(end)
         if result is not None and not self.maybe_increment_high_watermark():
             self._wake()
         return result
+
+    def _credit_caught_up(self, previous_end: int) -> None:
+        """The log end moved from ``previous_end``: a follower that stood there, in a session
+        whose latest request came after it last named this partition, was caught up until that
+        request (see the module). Without a session its own fetches say it, as before."""
+        if previous_end == self.log.log_end_offset or not self._watchers:
+            return
+        for watcher in self._watchers:
+            state = self.followers.get(watcher.replica_id)
+            if state is not None and state.log_end_offset == previous_end:
+                state.last_caught_up_ms = max(state.last_caught_up_ms, watcher.last_fetch_ms)
 
     def maybe_increment_high_watermark(self) -> bool:
         """Move the high watermark to the smallest log end offset of the maximal ISR, if that is
@@ -239,7 +281,17 @@ class Partition:
         self.log.high_watermark = new
         self._wake()
         self._signal()
+        self._maybe_expand_all()
         return True
+
+    def _maybe_expand_all(self) -> None:
+        """Followers out of the ISR may have caught up with the new high watermark: with fetch
+        sessions a follower that stands still names the partition no more, so its next fetch
+        would not tell (Kafka checks on every fetch of every session partition)."""
+        if self._can_change_isr():
+            for replica in self.followers:
+                if replica not in self.isr:
+                    self.maybe_expand_isr(replica)
 
     async def wait_for_high_watermark(self, required_offset: int) -> ErrorCode:
         """Wait until the high watermark reaches ``required_offset`` (an acks=all produce whose
@@ -381,7 +433,8 @@ class Partition:
             self.isr = tuple(written.isr)
             self.partition_epoch = written.partition_epoch
             self.pending_isr = None
-            self.maybe_increment_high_watermark()
+            if not self.maybe_increment_high_watermark():
+                self._maybe_expand_all()  # one change at a time: another follower may be waiting
             self._signal()
 
         self.spawn(send)
@@ -414,8 +467,20 @@ class Partition:
         """Wake long polls waiting on this partition (the follower's fetcher appended)."""
         self._wake()
 
+    def watch(self, watcher: FetchWatcher) -> None:
+        """Tell ``watcher`` of every append, high watermark move and role change from now on."""
+        self._watchers.add(watcher)
+
+    def unwatch(self, watcher: FetchWatcher) -> None:
+        self._watchers.discard(watcher)
+
     def _wake(self) -> None:
         if self._waiters:
             for event in self._waiters:
                 event.set()
             self._waiters.clear()
+        self._touch()
+
+    def _touch(self) -> None:
+        for watcher in self._watchers:
+            watcher.touched(self)

@@ -26,12 +26,13 @@ from broker.controller.standalone import StandaloneController
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.coordinator.offsets_store import OffsetsStore
 from broker.faults import crash_point
-from broker.metrics import MetricsServer, serve_metrics, track_open_segment_files
+from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
 from broker.server.connection import ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, ConnectionInfo
 from broker.server.dispatch import Dispatcher
+from broker.server.fetch_sessions import TOTAL_PER_BROKER_PARTITION, FetchSessionCache
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.storage import LogManager, cleaner
@@ -181,7 +182,10 @@ async def run_broker(
         replicas.add_leadership_listener(groups)
         for partition, leader_epoch in offsets_store.led_partitions():
             groups.on_became_leader(OFFSETS_TOPIC, partition, leader_epoch)
-        services = BrokerServices(config, controller, replicas, groups)
+        fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
+                                           TOTAL_PER_BROKER_PARTITION * config.max_broker_partitions)
+        track_fetch_sessions(fetch_sessions.__len__, fetch_sessions.total_partitions)
+        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions)
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))

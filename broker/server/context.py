@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from broker.controller.base import Controller
     from broker.coordinator.coordinator import GroupCoordinator
     from broker.replication.replica_manager import ReplicaManager
+    from broker.server.fetch_sessions import FetchSessionCache
 
 __all__ = ["BrokerServices", "ConnectionInfo", "RequestContext"]
 
@@ -42,6 +43,7 @@ class BrokerServices:
     controller: Controller
     replicas: ReplicaManager
     groups: GroupCoordinator | None = None
+    fetch_sessions: FetchSessionCache | None = None  # None: every fetch is a full one
 
 
 @dataclass(frozen=True, slots=True)

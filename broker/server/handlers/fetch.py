@@ -43,8 +43,11 @@ one of its assigned replicas, FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH when it
 ``current_leader_epoch`` is older / newer than the leader's. A consumer's fetch from a replica that
 does not lead is NOT_LEADER_OR_FOLLOWER too.
 
-Fetch sessions (KIP-227) are not kept: the response's session id 0 tells clients to send full
-fetch requests, which every client supports.
+Fetch sessions (KIP-227, from v7): a full fetch with session epoch 0 creates a session in the
+broker's cache (broker/server/fetch_sessions.py, which states the semantics and bounds) and is
+answered with its id; an incremental fetch updates the session from its partitions and forgotten
+topics, then reads, waits on and answers only the session's partitions that changed, so the work
+of a round is proportional to what changed, not to the partitions followed.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ import errno
 import logging
 import random
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import cast
 
 import trio
@@ -63,6 +66,16 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse, Records
 from broker.replication.partition import Partition, monotonic_ms
 from broker.server.context import RequestContext
+from broker.server.fetch_sessions import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    UNKNOWN_MAX,
+    CachedPartition,
+    FetchSession,
+    key_of,
+    next_epoch,
+)
 from broker.server.handlers.base import ApiHandler
 from broker.server.log_limits import limiter
 from broker.storage import ReadResult
@@ -117,68 +130,60 @@ def replica_id_of(request: FetchRequest, version: int) -> int:
     return request.replica_state.replica_id if version >= 15 else request.replica_id
 
 
-def _resolve_follower(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[_Wanted]:
-    """A follower's fetch: partitions by the replica manager's own names and ids (a follower
-    may fetch before this broker's metadata lists the topic), each fetch offset recorded."""
-    replicas = ctx.services.replicas
-    by_id = ctx.version >= 13
+def _topic_name(ctx: RequestContext, replica_id: int, fetch_topic: FetchRequest.FetchTopic | FetchRequest.ForgottenTopic
+                ) -> tuple[str | None, uuid.UUID]:
+    """The name and id of a requested topic; None for the name when it is unknown. A follower's
+    by the replica manager's own names and ids (a follower may fetch before this broker's
+    metadata lists the topic); a consumer's by the controller's metadata."""
+    if replica_id >= 0:
+        if ctx.version >= 13:
+            return ctx.services.replicas.name_of(fetch_topic.topic_id), fetch_topic.topic_id
+        return fetch_topic.topic, fetch_topic.topic_id
+    controller = ctx.services.controller
+    info = (controller.topic_by_id(fetch_topic.topic_id) if ctx.version >= 13
+            else controller.topics().get(fetch_topic.topic))
+    if info is None:
+        return None, fetch_topic.topic_id
+    return info.name, info.topic_id
+
+
+def _resolve_one(ctx: RequestContext, replica_id: int, name: str | None, topic_id: uuid.UUID,
+                 fp: FetchRequest.FetchPartition, *, timestamp: int | None, requested: str = "") -> _Wanted:
+    """One partition of a fetch, resolved against what this broker hosts now (``requested``: the
+    name to answer an unknown topic under, before v13). A follower's fetch offset is recorded
+    when ``timestamp`` is given (the request named the partition: that is the follower's log end
+    offset now); otherwise its right to fetch is only checked."""
+    partition: Partition | None = None
+    error = ErrorCode.NONE
+    if name is None:
+        error = ErrorCode.UNKNOWN_TOPIC_ID if ctx.version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    else:
+        try:
+            partition = ctx.services.replicas.get(name, fp.partition)
+            partition.check_leader_epoch(fp.current_leader_epoch)
+            if replica_id >= 0 and timestamp is not None:
+                partition.update_follower_fetch(replica_id, fp.fetch_offset, timestamp)
+            elif not partition.is_leader or (replica_id >= 0 and replica_id not in partition.followers):
+                raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        except KafkaError as exc:
+            error = exc.code
+            partition = None
+        if partition is not None:
+            topic_id = partition.topic_id
+    w = _Wanted(name if name is not None else requested, topic_id, fp, partition, error)
+    w.follower = replica_id >= 0
+    return w
+
+
+def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[_Wanted]:
+    """Every partition the request names, in its order."""
     timestamp = monotonic_ms()
     wanted: list[_Wanted] = []
     for fetch_topic in request.topics:
-        name = replicas.name_of(fetch_topic.topic_id) if by_id else fetch_topic.topic
+        name, topic_id = _topic_name(ctx, replica_id, fetch_topic)
+        requested = fetch_topic.topic if ctx.version < 13 else ""
         for fp in fetch_topic.partitions:
-            partition: Partition | None = None
-            error = ErrorCode.NONE
-            if name is None:
-                error = ErrorCode.UNKNOWN_TOPIC_ID
-            else:
-                try:
-                    partition = replicas.get(name, fp.partition)
-                    partition.check_leader_epoch(fp.current_leader_epoch)
-                    partition.update_follower_fetch(replica_id, fp.fetch_offset, timestamp)
-                except KafkaError as exc:
-                    error = exc.code
-                    partition = None
-            topic_id = partition.topic_id if partition is not None else fetch_topic.topic_id
-            w = _Wanted(name or "", topic_id, fp, partition, error)
-            w.follower = True
-            wanted.append(w)
-    return wanted
-
-
-def _resolve(ctx: RequestContext, request: FetchRequest) -> list[_Wanted]:
-    replica_id = replica_id_of(request, ctx.version)
-    if replica_id >= 0:
-        return _resolve_follower(ctx, request, replica_id)
-    controller = ctx.services.controller
-    replicas = ctx.services.replicas
-    by_id = ctx.version >= 13
-    wanted: list[_Wanted] = []
-    for fetch_topic in request.topics:
-        if by_id:
-            info = controller.topic_by_id(fetch_topic.topic_id)
-            name = info.name if info is not None else ""
-            missing = ErrorCode.UNKNOWN_TOPIC_ID
-        else:
-            name = fetch_topic.topic
-            info = controller.topics().get(name)
-            missing = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-        topic_id = info.topic_id if info is not None else fetch_topic.topic_id
-        for fp in fetch_topic.partitions:
-            partition: Partition | None = None
-            error = ErrorCode.NONE
-            if info is None:
-                error = missing
-            else:
-                try:
-                    partition = replicas.get(name, fp.partition)
-                    partition.check_leader_epoch(fp.current_leader_epoch)
-                    if not partition.is_leader:
-                        raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                except KafkaError as exc:
-                    error = exc.code
-                    partition = None
-            wanted.append(_Wanted(name, topic_id, fp, partition, error))
+            wanted.append(_resolve_one(ctx, replica_id, name, topic_id, fp, timestamp=timestamp, requested=requested))
     return wanted
 
 
@@ -315,26 +320,76 @@ def close_slices(response: FetchResponse) -> None:
                 part.records.close()
 
 
-async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
-    wanted = _resolve(ctx, request)
-    lookup = ctx.services.replicas.get
-    max_bytes = min(request.max_bytes, ctx.config.fetch_max_bytes) if ctx.version >= 3 else ctx.config.fetch_max_bytes
-    deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
-    while True:
-        reads, total, any_error = _read_all(wanted, max_bytes, lookup)
-        if total >= request.min_bytes or any_error or trio.current_time() >= deadline:
-            break
-        appended = trio.Event()
+async def _wait_appended(wanted: list[_Wanted]) -> None:
+    """The long poll of a full fetch: until an append to (or a high watermark move of) one of
+    its partitions."""
+    appended = trio.Event()
+    for w in wanted:
+        if w.partition is not None:
+            w.partition.add_waiter(appended)
+    try:
+        await appended.wait()
+    finally:
         for w in wanted:
             if w.partition is not None:
-                w.partition.add_waiter(appended)
-        try:
-            with trio.move_on_at(deadline):
-                await appended.wait()
-        finally:
-            for w in wanted:
-                if w.partition is not None:
-                    w.partition.remove_waiter(appended)
+                w.partition.remove_waiter(appended)
+
+
+async def _poll(request: FetchRequest, max_bytes: int, lookup: Lookup, pick: Callable[[], list[_Wanted]],
+                wait: Callable[[list[_Wanted]], Awaitable[None]]) -> tuple[list[_Wanted], list[ReadResult | None]]:
+    """Read what ``pick`` names until ``min_bytes`` are found, an error is, or ``max_wait_ms``
+    passes, waiting with ``wait`` in between; the partitions read last and what was found."""
+    deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
+    while True:
+        wanted = pick()
+        reads, total, any_error = _read_all(wanted, max_bytes, lookup)
+        if total >= request.min_bytes or any_error or trio.current_time() >= deadline:
+            return wanted, reads
+        with trio.move_on_at(deadline):
+            await wait(wanted)
+
+
+def _group(answered: list[tuple[_Wanted, PartitionData]]) -> list[FetchResponse.FetchableTopicResponse]:
+    """Partition answers under their topics, in the order the topics first come."""
+    by_topic: dict[tuple[str, uuid.UUID], list[PartitionData]] = {}
+    for w, part in answered:
+        by_topic.setdefault((w.topic_name, w.topic_id), []).append(part)
+    return [FetchResponse.FetchableTopicResponse(topic=name, topic_id=topic_id, partitions=parts)
+            for (name, topic_id), parts in by_topic.items()]
+
+
+def _max_bytes(ctx: RequestContext, request: FetchRequest) -> int:
+    if ctx.version >= 3:
+        return min(request.max_bytes, ctx.config.fetch_max_bytes)
+    return ctx.config.fetch_max_bytes
+
+
+def _worth_reading_again(w: _Wanted, result: ReadResult | None) -> bool:
+    """Whether a session reads this partition again next time although nothing told it of a
+    change: it had records (answered until the client moves on, as Kafka answers them), an
+    error, or it was not read (the answer's byte limits were spent first)."""
+    return w.partition is None or w.read_error != ErrorCode.NONE or result is None or result.length > 0
+
+
+def _included(part: PartitionData, cached: CachedPartition) -> bool:
+    """Whether an incremental answer carries the partition (Kafka's maybeUpdateResponseData)."""
+    return (bool(part.records) or part.error_code != ErrorCode.NONE or part.high_watermark != cached.high_watermark
+            or part.log_start_offset != cached.log_start_offset)
+
+
+def _hosted_now(ctx: RequestContext, name: str, index: int) -> Partition | None:
+    try:
+        return ctx.services.replicas.get(name, index) if name else None
+    except KafkaError:
+        return None
+
+
+async def _full(ctx: RequestContext, request: FetchRequest, replica_id: int, *, create: bool) -> FetchResponse:
+    """A full fetch: every partition the request names is read and answered; with ``create`` a
+    session is made of them when the cache has room (its id answered; 0 otherwise)."""
+    lookup = ctx.services.replicas.get
+    resolved = _resolve(ctx, request, replica_id)
+    wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup, lambda: resolved, _wait_appended)
     parts = _answers(wanted, reads, lookup)
     # Group the partition answers back under their topics, in request order.
     responses: list[FetchResponse.FetchableTopicResponse] = []
@@ -350,7 +405,119 @@ async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
             )
         )
         index += count
-    return FetchResponse(error_code=ErrorCode.NONE, session_id=0, responses=responses)
+    session = _new_session(ctx, replica_id, wanted, reads, parts) if create else None
+    session_id = session.id if session is not None else INVALID_SESSION_ID
+    return FetchResponse(error_code=ErrorCode.NONE, session_id=session_id, responses=responses)
+
+
+def _new_session(ctx: RequestContext, replica_id: int, wanted: list[_Wanted], reads: list[ReadResult | None],
+                 parts: list[PartitionData]) -> FetchSession | None:
+    cache = ctx.services.fetch_sessions
+    if cache is None:
+        return None
+    session = cache.create(monotonic_ms(), replica_id, len(wanted))
+    if session is None:
+        return None
+    for w, result, part in zip(wanted, reads, parts, strict=True):
+        cached = CachedPartition(w.topic_name, w.topic_id, w.request, part.high_watermark, part.log_start_offset)
+        session.put(cached, _hosted_now(ctx, w.topic_name, w.request.partition),
+                    pending=_worth_reading_again(w, result))
+    if session.unknown > UNKNOWN_MAX:
+        cache.remove(session.id)  # names from a peer: no session holds many it cannot resolve
+        return None
+    return session
+
+
+def _session_error(code: ErrorCode) -> FetchResponse:
+    return FetchResponse(error_code=code, session_id=INVALID_SESSION_ID, responses=[])
+
+
+def _update_session(ctx: RequestContext, session: FetchSession, request: FetchRequest, replica_id: int) -> None:
+    """Add or update the request's partitions in the session, remove its forgotten topics'."""
+    timestamp = monotonic_ms()
+    for fetch_topic in request.topics:
+        name, topic_id = _topic_name(ctx, replica_id, fetch_topic)
+        requested = fetch_topic.topic if ctx.version < 13 else ""
+        for fp in fetch_topic.partitions:
+            w = _resolve_one(ctx, replica_id, name, topic_id, fp, timestamp=timestamp, requested=requested)
+            session.put(CachedPartition(w.topic_name, w.topic_id, fp), _hosted_now(ctx, w.topic_name, fp.partition))
+    for forgotten in request.forgotten_topics_data:
+        name = forgotten.topic if ctx.version < 13 else session.names.get(forgotten.topic_id, "")
+        for index in forgotten.partitions:
+            session.forget(key_of(name, forgotten.topic_id, index))
+
+
+def _pending(ctx: RequestContext, session: FetchSession, replica_id: int) -> list[_Wanted]:
+    """The session's partitions worth reading, resolved against what this broker hosts now."""
+    wanted = []
+    for key in session.pending:
+        cached = session.partitions[key]
+        hosted = _hosted_now(ctx, cached.topic, cached.request.partition)
+        session.watch(cached, hosted)  # the hosted partition may be new (a topic made again) or gone
+        name = cached.topic if cached.topic else None
+        wanted.append(_resolve_one(ctx, replica_id, name, cached.topic_id, cached.request, timestamp=None,
+                                   requested=cached.topic))
+    return wanted
+
+
+async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: int) -> FetchResponse:
+    """An incremental fetch (see the module): reads, waits on and answers the session's changed
+    partitions only."""
+    cache = ctx.services.fetch_sessions
+    session = cache.get(request.session_id) if cache is not None else None
+    if cache is None or session is None or session.replica_id != replica_id:
+        return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+    if session.epoch != request.session_epoch:
+        return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+    _update_session(ctx, session, request, replica_id)
+    if session.unknown > UNKNOWN_MAX:
+        cache.remove(session.id)
+        return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)  # the client starts over: full
+    if not session.partitions:
+        cache.remove(session.id)  # every partition forgotten: as Kafka, no session is left
+        return FetchResponse(error_code=ErrorCode.NONE, session_id=INVALID_SESSION_ID, responses=[])
+    session.epoch = expected = next_epoch(request.session_epoch)
+    session.last_used_ms = monotonic_ms()
+    lookup = ctx.services.replicas.get
+
+    async def wait(_: list[_Wanted]) -> None:
+        await session.wait_changed()
+
+    wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup, lambda: _pending(ctx, session, replica_id),
+                                wait)
+    parts = _answers(wanted, reads, lookup)
+    if session.epoch != expected or cache.get(session.id) is not session:
+        # Another request of this session came meanwhile (a duplicate), or it was evicted.
+        for part in parts:
+            if isinstance(part.records, FileSlice):
+                part.records.close()
+        return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
+    answered: list[tuple[_Wanted, PartitionData]] = []
+    for w, result, part in zip(wanted, reads, parts, strict=True):
+        key = key_of(w.topic_name, w.topic_id, w.request.partition)
+        cached = session.partitions[key]
+        again = _worth_reading_again(w, result)
+        if _included(part, cached):
+            cached.high_watermark, cached.log_start_offset = part.high_watermark, part.log_start_offset
+            answered.append((w, part))
+        session.pending.pop(key, None)
+        if again:
+            session.pending[key] = None  # to the end: the others come first next time (Kafka rotates so)
+    return FetchResponse(error_code=ErrorCode.NONE, session_id=session.id, responses=_group(answered))
+
+
+async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
+    replica_id = replica_id_of(request, ctx.version)
+    if ctx.version < 7 or ctx.services.fetch_sessions is None:
+        return await _full(ctx, request, replica_id, create=False)
+    if request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
+        cache = ctx.services.fetch_sessions
+        if request.session_id != INVALID_SESSION_ID:
+            old = cache.get(request.session_id)
+            if old is not None and old.replica_id == replica_id:  # nobody closes another's session
+                cache.remove(old.id)
+        return await _full(ctx, request, replica_id, create=request.session_epoch == INITIAL_EPOCH)
+    return await _incremental(ctx, request, replica_id)
 
 
 HANDLER = ApiHandler(ApiKey.FETCH, 4, 17, handle)
