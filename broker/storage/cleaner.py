@@ -137,6 +137,10 @@ def build_cleaned(work: CleanPlan, now_ms: int) -> CleanResult:
                     ))
             out.flush()
             os.fsync(out.fileno())
+        # The cleaned copy is as old as the segment it replaces (Kafka's cleaner sets its
+        # lastModified so): time retention ages a segment without record timestamps by it.
+        source = path.stat()
+        os.utime(out_path, ns=(source.st_atime_ns, source.st_mtime_ns))
         cleaned.append((base, out_path))
     return CleanResult(tuple(cleaned), before, after, expire_at)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from pathlib import Path
 
 import crc32c
@@ -21,7 +22,7 @@ from broker.protocol.records import (
     split_batches,
 )
 from broker.protocol.validation import LONG_MAX, check_produced, max_timestamp_trusted
-from broker.storage import Log, LogConfig
+from broker.storage import Log, LogConfig, cleaner
 
 NOW = 1_700_000_000_000
 DAY = 86_400_000
@@ -136,3 +137,25 @@ def test_a_segment_of_header_max_zero_is_aged_by_its_file(tmp_path: Path) -> Non
     assert reopened.apply_retention(NOW + DAY + 1) == 1
     assert reopened.log_start_offset == 2
 
+
+
+def test_compaction_keeps_the_age_of_a_segment_without_timestamps(tmp_path: Path) -> None:
+    now = int(time.time() * 1000)
+    config = LogConfig(cleanup_policy="compact,delete", segment_bytes=300, retention_ms=2 * DAY)
+    log = Log.open(tmp_path / "k-0", config, now_ms=now)
+    for round_ in range(3):
+        for key in (b"a", b"b", b"c"):
+            log.append_as_leader(build_batch([Record(key, b"%s%d" % (key, round_), timestamp=-1)]),
+                                 leader_epoch=0, now_ms=now)
+    log.close()
+    three_days_ago = now - 3 * DAY
+    for segment in log.segments:
+        os.utime(segment.path, ns=(three_days_ago * 10**6, three_days_ago * 10**6))
+    log = Log.open(tmp_path / "k-0", config, now_ms=now)
+    log.high_watermark = log.log_end_offset
+    work = cleaner.plan(log, now)
+    assert work is not None
+    assert cleaner.swap(log, work, cleaner.build_cleaned(work, now)) >= 1
+    cleaned = [s for s in log.segments if s.base_offset in {base for base, _ in work.segments}]
+    assert cleaned and all(s.largest_timestamp() == three_days_ago for s in cleaned)
+    assert log.apply_retention(now) >= len(cleaned)  # as old as before: past retention.ms
