@@ -36,7 +36,9 @@ the client with the partition's next change.
 Bounds on what a client makes the leader hold: the slots; in a session only partitions this
 broker hosts plus at most ``UNKNOWN_MAX`` it does not know (answered with their error every time,
 as Kafka does, until forgotten); and a new session is refused when the cache already holds
-``TOTAL_PER_BROKER_PARTITION`` entries per partition the broker may host.
+``TOTAL_PER_BROKER_PARTITION`` entries per partition the broker may host (and a session that
+grows past that through incremental fetches is dropped: FETCH_SESSION_ID_NOT_FOUND, then its
+client's full fetch gets a session only if it fits).
 """
 
 from __future__ import annotations
@@ -116,6 +118,7 @@ class FetchSession:
     names: dict[uuid.UUID, str] = field(default_factory=dict)  # of the cached topics, to forget by id
     _changed: trio.Event | None = None
     unknown: int = 0  # cached partitions not hosted here
+    cache: FetchSessionCache | None = None  # counts the partitions of all its sessions
 
     @property
     def privileged(self) -> bool:
@@ -163,6 +166,8 @@ class FetchSession:
         if old is not None:
             cached.high_watermark, cached.log_start_offset = old.high_watermark, old.log_start_offset
             self._drop(old)
+        elif self.cache is not None:
+            self.cache.cached += 1
         self.partitions[key] = cached
         if cached.topic_id.int and cached.topic:
             self.names[cached.topic_id] = cached.topic
@@ -184,6 +189,8 @@ class FetchSession:
         self.pending.pop(key, None)
         if cached is not None:
             self._drop(cached)
+            if self.cache is not None:
+                self.cache.cached -= 1
 
     def _attach(self, cached: CachedPartition, partition: Partition | None) -> None:
         cached.watched = partition
@@ -202,6 +209,9 @@ class FetchSession:
         """Stop watching every partition (the session left the cache)."""
         for cached in self.partitions.values():
             self._drop(cached)
+        if self.cache is not None:
+            self.cache.cached -= len(self.partitions)
+            self.cache = None
         self.partitions.clear()
         self.pending.clear()
         self.unknown = 0
@@ -220,6 +230,7 @@ class FetchSessionCache:
         self.max_partitions = max_partitions
         self.eviction_ms = eviction_ms
         self._sessions: dict[int, FetchSession] = {}
+        self.cached = 0  # partitions of all sessions
         self._random = random.Random()
         self.evictions = 0
 
@@ -227,8 +238,14 @@ class FetchSessionCache:
         return len(self._sessions)
 
     def total_partitions(self) -> int:
-        # list(): the metrics thread calls this too, while the loop may change the dict
-        return sum(len(s.partitions) for s in list(self._sessions.values()))
+        """The partitions of all sessions together (kept as they change: the metrics thread
+        reads it too)."""
+        return self.cached
+
+    def over_budget(self) -> bool:
+        """Whether the sessions hold more partitions than the cache allows (a session grown by
+        incremental fetches past it is dropped: its client starts over, full)."""
+        return self.cached > self.max_partitions
 
     def get(self, session_id: int) -> FetchSession | None:
         return self._sessions.get(session_id)
@@ -252,7 +269,7 @@ class FetchSessionCache:
             if not self._try_evict(privileged, size, now_ms):
                 return None
         session_id = self._new_id()
-        session = FetchSession(session_id, replica_id, created_ms=now_ms, last_used_ms=now_ms)
+        session = FetchSession(session_id, replica_id, created_ms=now_ms, last_used_ms=now_ms, cache=self)
         self._sessions[session_id] = session
         return session
 

@@ -213,3 +213,37 @@ async def test_a_consumers_session_answers_what_changed_and_refuses_stale_epochs
     finally:
         broker.stop()
 
+
+
+async def test_sessions_never_hold_more_partitions_than_the_broker_allows(tmp_path: Path) -> None:
+    """The cache holds at most 10 entries per partition the broker may host (here 4: 40). A
+    client that grows its sessions past that through incremental fetches loses the session it
+    grew (FETCH_SESSION_ID_NOT_FOUND), and a full fetch that does not fit is answered without one."""
+    broker = BrokerProcess(tmp_path / "data", topics=("s:3",),
+                           overrides=("max.broker.partitions=4", "offsets.topic.num.partitions=1")).start()
+    try:
+        host, port = broker.bootstrap.rsplit(":", 1)
+        async with open_connection(host, int(port), client_id="raw") as conn:
+            def fetch(session_id: int, epoch: int, partitions: Sequence[int]) -> FetchRequest:
+                return FetchRequest(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, session_id=session_id,
+                                    session_epoch=epoch, topics=[FetchRequest.FetchTopic(topic="s", partitions=[
+                                        FetchRequest.FetchPartition(partition=p, partition_max_bytes=1024)
+                                        for p in partitions])])
+
+            sessions = []
+            for _ in range(16):
+                full = await _fetch(conn, fetch(0, 0, [0]))
+                assert full.session_id > 0
+                sessions.append(full.session_id)
+            codes = [ErrorCode((await _fetch(conn, fetch(sid, 1, [1, 2]))).error_code) for sid in sessions]
+            expected, held = [], len(sessions)
+            for _ in sessions:  # each growth adds 2; one past 40 drops its session (1 + 2)
+                fits = held + 2 <= 40
+                expected.append(ErrorCode.NONE if fits else ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
+                held += 2 if fits else -1
+            assert codes == expected and ErrorCode.FETCH_SESSION_ID_NOT_FOUND in codes, codes
+            again = await _fetch(conn, fetch(0, 0, [0, 1, 2]))  # 39 + 3 > 40
+            assert again.error_code == ErrorCode.NONE and again.session_id == 0
+            assert sorted(p.partition_index for t in again.responses for p in t.partitions) == [0, 1, 2]
+    finally:
+        broker.stop()

@@ -470,7 +470,7 @@ async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: i
     if session.epoch != request.session_epoch:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
     _update_session(ctx, session, request, replica_id)
-    if session.unknown > UNKNOWN_MAX:
+    if session.unknown > UNKNOWN_MAX or cache.over_budget():
         cache.remove(session.id)
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)  # the client starts over: full
     if not session.partitions:

@@ -183,3 +183,18 @@ async def test_a_follower_idle_in_its_session_stays_caught_up(tmp_path: Path) ->
     assert p.followers[2].last_caught_up_ms == 50_000
     assert p.followers[3].last_caught_up_ms == 1_000  # no session: its own fetches must say it
     assert p.out_of_sync_replicas(60_000, max_lag_ms=30_000) == [3]
+
+
+def test_the_cache_counts_partitions_as_sessions_grow_and_shrink() -> None:
+    cache = FetchSessionCache(slots=3, max_partitions=5)
+    a = filled(cache, -1, 2)
+    b = filled(cache, -1, 2)
+    assert cache.total_partitions() == 4 and not cache.over_budget()
+    a.put(cached("t", 0, offset=9), None)  # an update: no new entry
+    assert cache.total_partitions() == 4
+    a.put(cached("t", 7), None)
+    b.put(cached("t", 8), None)  # grown by incremental fetches past the bound
+    assert cache.total_partitions() == 6 and cache.over_budget()
+    cache.remove(b.id)
+    a.forget(("t", 7))
+    assert cache.total_partitions() == 2 and not cache.over_budget()
