@@ -484,6 +484,12 @@ class Log:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
                                     duplicate=True)
 
+        offsets = sum(header.last_offset_delta + 1 for _, header in batches) + (1 if self.copy.open else 0)
+        if self.log_end_offset + offsets > LONG_MAX:
+            # The log end offset (and every checkpoint holding it) must stay an int64.
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE,
+                             f"{self.directory.name}: the log end offset {self.log_end_offset} leaves no room for "
+                             f"{offsets} more offsets (the largest offset is {LONG_MAX - 1})")
         if self.copy.open:
             # The first local append after a link-mode promotion: the marker first, so that every
             # replica tells the copied batches before it from the local ones after it.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import uuid
 from pathlib import Path
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.support.broker import BrokerProcess
@@ -99,5 +99,41 @@ def test_nineteen_digit_offsets_keep_every_checkpoint_of_the_dir(tmp_path: Path)
         assert [m.value() for m in read_partition(broker.bootstrap, "high", start=-2)] == [
             b"high-%d" % i for i in range(3, 10)]
         assert "ignoring damaged" not in broker.log_path.read_text()  # no checkpoint was forgotten
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+
+
+def test_a_produce_past_the_largest_offset_is_refused_and_the_checkpoints_stay_readable(tmp_path: Path) -> None:
+    # A log ending 3 offsets below 2**63 - 1 (a copy of a source that high): 3 records fit,
+    # 5 would take the log end, and the checkpoints holding it, past an int64.
+    data = tmp_path / "data"
+    top = 2**63 - 1
+    broker = BrokerProcess(data, topics=("kept:1", "top:1")).start()
+    try:
+        assert produce(broker.bootstrap, "kept", [b"kept-%03d" % i for i in range(10)]) == list(range(10))
+        assert delete_records(broker.bootstrap, "kept", 4) == 4
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+    move_log_to(data / "top-0", top - 3)
+    broker.start()
+    try:
+        producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 50, "retries": 0})
+        errors: list[object] = []
+        for i in range(5):
+            producer.produce("top", value=b"top-%d" % i, partition=0,
+                             on_delivery=lambda err, _msg: errors.append(err))
+        assert producer.flush(TIMEOUT_S) == 0
+        assert len(errors) == 5 and all(e is not None and e.code() == KafkaError.OFFSET_OUT_OF_RANGE  # type: ignore[attr-defined]
+                                        for e in errors), errors
+        assert produce(broker.bootstrap, "top", [b"top-%d" % i for i in range(3)]) == [top - 3, top - 2, top - 1]
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
+    assert f"top 0 {top}\n" in (data / "replication-offset-checkpoint").read_text()
+
+    broker.start()
+    try:
+        assert watermarks(broker.bootstrap, "kept") == (4, 10)
+        assert watermarks(broker.bootstrap, "top") == (top - 3, top)
+        assert "ignoring damaged" not in broker.log_path.read_text()
     finally:
         assert broker.stop() == 0, broker.log_tail()
