@@ -88,6 +88,7 @@ class ReplicaManager:
         # go ahead meanwhile: a small CreateTopics never waits behind a creation of thousands.
         self._topic_locks: dict[str, trio.Lock] = {}
         self.health = DirHealth()
+        logs.place_only_online(self.health.is_offline)
         self._leadership: list[LeadershipListener] = []
         self._zk_mode = config.zookeeper_connect is not None
         # LeaderAndIsr and StopReplica are applied one at a time (Kafka's replicaStateChangeLock).
@@ -351,9 +352,9 @@ class ReplicaManager:
             try:
                 root = self._logs.get(topic, partition).directory.parent
             except KafkaError:
-                # A new replica goes to the dir holding the fewest: an offline one would make it
-                # a leader that refuses every write.
-                root = self._logs.place(1)[0]
+                # A new replica: LogManager.place puts it in an online dir, or answers
+                # KAFKA_STORAGE_ERROR (through _logs_for) when none is.
+                return None
         return root if self.health.is_offline(root) else None
 
     # -- LeaderAndIsr and StopReplica (ZooKeeper mode) ------------------------------------------

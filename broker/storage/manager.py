@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import shutil
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,6 +60,13 @@ class LogManager:
         self._locks: list[LogDirLock] = []
         self.flusher: Flusher | None = None
         self._checkpoint_lock = threading.Lock()  # one writer of the checkpoint files at a time
+        self._is_offline: Callable[[Path], bool] = lambda _root: False
+
+    def place_only_online(self, is_offline: Callable[[Path], bool]) -> None:
+        """From now on new partitions go only to log dirs for which ``is_offline(root)`` is false
+        (ZooKeeper mode: the replica manager's DirHealth), as Kafka's LogManager creates logs only
+        in its live dirs: a replica placed in an offline dir could neither lead nor follow."""
+        self._is_offline = is_offline
 
     def use_flusher(self, flusher: Flusher) -> None:
         """From now on every log leaves its blocking disk work to `flusher` (worker threads)."""
@@ -138,11 +146,7 @@ class LogManager:
         if existing is not None:
             existing.update_config(config)
             return existing
-        # Place a new partition in the log dir holding the fewest, as Kafka does.
-        counts = {d: 0 for d in self.log_dirs}
-        for d in self._dir_of.values():
-            counts[d] += 1
-        root = min(self.log_dirs, key=lambda d: counts[d])
+        root = self.place(1)[0]
         created = self._own(Log.open(root / f"{topic}-{partition}", config, recovery_point=0))
         self._logs[key] = created
         self._dir_of[key] = root
@@ -153,13 +157,23 @@ class LogManager:
     # the loop registers them (`adopt`).
 
     def place(self, count: int) -> list[Path]:
-        """Log dirs for `count` new partitions, each to the dir holding the fewest, as Kafka does."""
-        counts = {d: 0 for d in self.log_dirs}
+        """Log dirs for `count` new partitions, each to the online dir holding the fewest, as Kafka's
+        LogManager.nextLogDirs (ties go to the first in ``log.dirs``).
+
+        Raises KafkaError(KAFKA_STORAGE_ERROR) when no log dir is online, Kafka's answer for a log
+        it cannot create; nothing is placed then."""
+        online = [d for d in self.log_dirs if not self._is_offline(d)]
+        if not online:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
+                             f"no log dir is online to create a partition in (offline: "
+                             f"{', '.join(map(str, self.log_dirs))})")
+        counts = dict.fromkeys(online, 0)
         for d in self._dir_of.values():
-            counts[d] += 1
+            if d in counts:
+                counts[d] += 1
         out = []
         for _ in range(count):
-            root = min(self.log_dirs, key=lambda d: counts[d])
+            root = min(online, key=lambda d: counts[d])
             counts[root] += 1
             out.append(root)
         return out

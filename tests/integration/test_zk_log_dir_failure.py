@@ -13,47 +13,20 @@ the filler is removed the dir comes back without a restart: broker 1 rejoins the
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.support.cluster import ZkCluster
 from tests.support.consume import read_partition
 from tests.support.polling import wait_until
+from tests.support.produce import produce_acked, records
 from tests.support.small_disk import fill_to_the_last_byte, small_disk
 from tests.support.zookeeper import ZooKeeperServer
 
 OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1",
              "offsets.topic.replication.factor=3", "min.insync.replicas=2", "replica.lag.time.max.ms=4000",
              "leader.imbalance.check.interval.seconds=1")
-
-
-def _produce(bootstrap: str, topic: str, values: list[bytes]) -> list[bytes]:
-    """Send ``values`` (idempotent, acks=all, librdkafka's retries); the acknowledged ones, in
-    the order their acknowledgements came. Fails on any delivery error."""
-    producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
-                         "linger.ms": 5, "message.timeout.ms": 60000})
-    acked: list[bytes] = []
-    errors: list[KafkaError] = []
-
-    def report(err: KafkaError | None, msg: object) -> None:
-        if err is None:
-            acked.append(msg.value())  # type: ignore[attr-defined]
-        else:
-            errors.append(err)
-
-    for value in values:
-        producer.produce(topic, value, partition=0, on_delivery=report)
-        producer.poll(0)
-    assert producer.flush(90) == 0, "records left unacknowledged"
-    assert not errors, errors[:3]
-    return acked
-
-
-def _values(start: int, stop: int) -> list[bytes]:
-    return [i.to_bytes(4, "big") + os.urandom(1020) for i in range(start, stop)]
 
 
 def test_a_full_leader_dir_goes_offline_leadership_moves_and_it_comes_back(
@@ -69,14 +42,14 @@ def test_a_full_leader_dir_goes_offline_leadership_moves_and_it_comes_back(
             wait_until(lambda: cluster.state("orders")["isr"] == [1, 2, 3], what="orders led by 1, ISR of 3",
                        timeout_s=60)
             assert cluster.state("orders")["leader"] == 1
-            before = _values(0, 200)
-            assert _produce(bootstrap, "orders", before) == before
-            solo = _values(0, 10)
-            assert _produce(bootstrap, "solo", solo) == solo
+            before = records(0, 200)
+            assert produce_acked(bootstrap, "orders", before) == before
+            solo = records(0, 10)
+            assert produce_acked(bootstrap, "solo", solo) == solo
 
             fill_to_the_last_byte(disk / "filler")
-            during = _values(200, 600)
-            acked = _produce(bootstrap, "orders", during)
+            during = records(200, 600)
+            acked = produce_acked(bootstrap, "orders", during)
             assert sorted(acked) == sorted(during)
 
             state = cluster.state("orders")
@@ -88,11 +61,12 @@ def test_a_full_leader_dir_goes_offline_leadership_moves_and_it_comes_back(
             assert "replicas are in an offline log dir" in controller.log_path.read_text()
             read = [m.value() for m in read_partition(bootstrap, "orders", timeout_s=60)]
             assert read == before + during  # every acknowledged record, in order, once
-            # A topic created now is not led from the offline dir either: broker 1 answers the
-            # controller KAFKA_STORAGE_ERROR for it, and the next replica leads.
+            # A topic created now is not led from the offline dir either: broker 1 has no online
+            # log dir to place it in, answers the controller KAFKA_STORAGE_ERROR, and the next
+            # replica leads (a broker with an online dir places it there: test_zk_jbod_log_dirs).
             admin.create_topics([NewTopic("late", 1, replica_assignment=[[1, 2, 3]])])["late"].result(60)
-            late = _values(0, 20)
-            assert _produce(bootstrap, "late", late) == late
+            late = records(0, 20)
+            assert produce_acked(bootstrap, "late", late) == late
             assert cluster.state("late")["leader"] in (2, 3)
 
             (disk / "filler").unlink()
@@ -102,8 +76,8 @@ def test_a_full_leader_dir_goes_offline_leadership_moves_and_it_comes_back(
                        timeout_s=60)
             wait_until(lambda: cluster.state("solo")["leader"] == 1, what="solo online again", timeout_s=60)
             assert f"log dir {disk} accepts writes again" in cluster.brokers[1].log_path.read_text()
-            after = _values(600, 700)
-            assert _produce(bootstrap, "orders", after) == after
+            after = records(600, 700)
+            assert produce_acked(bootstrap, "orders", after) == after
             assert [m.value() for m in read_partition(cluster.brokers[1].bootstrap, "orders", timeout_s=60)] \
                 == before + during + after
             assert [m.value() for m in read_partition(bootstrap, "solo", timeout_s=60)] == solo

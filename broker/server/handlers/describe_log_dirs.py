@@ -6,7 +6,10 @@ broker: one result per configured ``log.dirs`` entry, each with the hosted repli
 (all of them when ``topics`` is null), their size in bytes and offset lag (how far the high
 watermark is past the log end: 0 on a leader; a future replica's lag has no meaning here, as
 replicas never move between directories), and from version 4 the directory's total and usable
-bytes.
+bytes. A log dir that is offline (it failed a write, broker/replication/dir_health.py) is answered
+as Kafka's ReplicaManager.describeLogDirs answers it: KAFKA_STORAGE_ERROR, no replicas, no sizes
+(``kafka-log-dirs --describe`` prints the error KafkaStorageException for it), until it is back
+online.
 """
 
 from __future__ import annotations
@@ -45,8 +48,14 @@ async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> Descri
         by_dir.setdefault(root, {}).setdefault(partition.topic, []).append(
             DescribeLogDirsResponse.DescribeLogDirsPartition(
                 partition_index=partition.index, partition_size=partition.log.size_bytes, offset_lag=lag))
+    health = ctx.services.replicas.health
     results = []
     for directory, topics in by_dir.items():
+        if health.is_offline(directory):
+            results.append(DescribeLogDirsResponse.DescribeLogDirsResult(
+                error_code=ErrorCode.KAFKA_STORAGE_ERROR, log_dir=str(directory), total_bytes=-1, usable_bytes=-1,
+                topics=[]))
+            continue
         total, usable = await trio.to_thread.run_sync(_space, directory) if ctx.version >= 4 else (-1, -1)
         results.append(DescribeLogDirsResponse.DescribeLogDirsResult(
             error_code=ErrorCode.NONE, log_dir=str(directory), total_bytes=total, usable_bytes=usable,

@@ -1,7 +1,7 @@
 """A ZooKeeper-mode replica manager with two log dirs, one of which fails a write (JBOD, as
 Kafka's handleLogDirFailure is for): only the replicas of the failed dir stop, LeaderAndIsr answers
-KAFKA_STORAGE_ERROR for them (and for a new replica that would land there), the controller is told
-once, and the dir comes back by itself when its probe writes, told again, its replicas leading
+KAFKA_STORAGE_ERROR for them (a new replica goes to the healthy dir instead), the controller is
+told once, and the dir comes back by itself when its probe writes, told again, its replicas leading
 again on the next LeaderAndIsr."""
 
 from __future__ import annotations
@@ -61,9 +61,11 @@ async def test_one_failed_dir_goes_offline_alone_and_comes_back(tmp_path: Path) 
             a.append(b"", now_ms=0)
         assert info.value.code == ErrorCode.NOT_LEADER_OR_FOLLOWER
         answers = await replicas.apply_leader_and_isr(1, 1, [_state("a"), _state("b"), _state("c")], {})
-        # "c" is new: it would go to the failed dir (it holds as few as the other).
+        # "c" is new: the failed dir holds as few as the other and comes first, but a new replica
+        # goes only to an online dir (Kafka's live log dirs), where it leads.
         assert answers == {("a", 0): ErrorCode.KAFKA_STORAGE_ERROR, ("b", 0): ErrorCode.NONE,
-                           ("c", 0): ErrorCode.KAFKA_STORAGE_ERROR}
+                           ("c", 0): ErrorCode.NONE}
+        assert replicas.get("c", 0).log.directory.parent == healthy and replicas.get("c", 0).is_leader
         assert len(told) == 1
         checked.set()
 
