@@ -9,6 +9,7 @@ stops the command (`Refused`); 2 a command line that cannot be run as given (`Us
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -20,7 +21,7 @@ import trio
 
 from broker.tasks import leaves
 
-__all__ = ["ErrorRule", "Refused", "SignalStop", "UsageError", "run", "until_signalled"]
+__all__ = ["ErrorRule", "Refused", "SignalStop", "UsageError", "run", "stdout_reader_gone", "until_signalled"]
 
 log = logging.getLogger("causeway")
 
@@ -73,6 +74,12 @@ def run(prog: str, body: Callable[[], int | None], *, bootstrap: str | None = No
         if isinstance(exc, KeyboardInterrupt):
             return 130
         raise
+
+
+def stdout_reader_gone() -> None:
+    """The reader of stdout went away (`| head`): a normal end, not an error. Later writes, the
+    interpreter's flush at exit included, go nowhere instead of raising BrokenPipeError."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
 
 
 @dataclass

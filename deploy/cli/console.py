@@ -50,7 +50,7 @@ from broker.client.partitioner import kafka_partition
 from broker.clock import now_ms
 from broker.protocol.records import Compression, Record, TimestampType, build_batch, decode_batch, split_batches
 from broker.tasks import gather
-from deploy.cli.command import Refused, UsageError, run, until_signalled
+from deploy.cli.command import Refused, UsageError, run, stdout_reader_gone, until_signalled
 
 __all__ = ["register"]
 
@@ -341,8 +341,7 @@ async def _consume(args: argparse.Namespace, props: dict[str, str]) -> int:
                 try:
                     await _consume_loop(client, args, state, formatter, write)
                 except BrokenPipeError:
-                    # The reader went away (`| head`): a normal end. Later writes (at exit) go nowhere.
-                    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                    stdout_reader_gone()
                 finally:
                     print(f"Processed a total of {state.count} messages", file=sys.stderr)
             if args.group:

@@ -13,7 +13,7 @@ from typing import Any
 
 import trio
 
-from deploy.cli.command import run, until_signalled
+from deploy.cli.command import run, stdout_reader_gone, until_signalled
 from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
 from deploy.launcher.launch import STATE_FILE, LaunchState, StateDirError, prepare_state_dir, run_plan
 from deploy.launcher.plan import LaunchPlan
@@ -148,9 +148,18 @@ def _status(args: argparse.Namespace) -> int:
     state_dir = _state_dir(args)
     report = status(state_dir)
     code = 0 if report["running"] and report["healthy"] else 2 if report["running"] or report["orphans"] else 1
-    if args.json:
-        print(json.dumps(report, indent=2))
-        return code
+    try:
+        if args.json:
+            print(json.dumps(report, indent=2))
+        else:
+            _print_status(report, state_dir)
+        sys.stdout.flush()  # here, where a reader gone (`| head`) is caught, not at exit
+    except BrokenPipeError:
+        stdout_reader_gone()
+    return code
+
+
+def _print_status(report: dict[str, Any], state_dir: Path) -> None:
     down = f"`causeway down --state-dir {state_dir}`"
     if "state_error" in report:
         print(f"causeway: the state file {report['state_file']} {report['state_error']}")
@@ -159,7 +168,7 @@ def _status(args: argparse.Namespace) -> int:
                   "them and sets the damaged file aside")
         else:
             print(f"nothing from {state_dir} is running; {down} sets the damaged file aside (or remove it)")
-        return code
+        return
     if not report["running"]:
         if report["orphans"]:
             launcher = f" (pid {report['pid']})" if report.get("pid") else ""
@@ -172,8 +181,8 @@ def _status(args: argparse.Namespace) -> int:
             print(f"nothing is running from {state_dir}")
         for stranger in report.get("strangers", []):
             print(f"  the state file names {stranger}, but that pid now belongs to another process "
-                  "(start time or command line differ): not ours, left alone")
-        return code
+                  "(its start time or command line differ, or it lacks this state dir's mark): not ours, left alone")
+        return
     print(f"topology {report['name']} (launcher pid {report['pid']}), WAN API http://{report['wan']['api']}"
           + ("" if report["wan"]["healthy"] else " NOT HEALTHY"))
     rows: list[tuple[Any, ...]] = [("CLUSTER", "DATACENTER", "HEALTHY", "BROKERS", "CONTROLLER", "PARTITIONS",
@@ -191,21 +200,28 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  WAN: {problem}")
     if report["mirrors"]:
         print()
-        rows = [("MIRROR", "MODE", "SOURCE", "TARGET", "STATE", "HEALTHY", "LAG", "RECORDS", "LATENCY-MS", "PID",
-                 "RESTARTS")]
-        problems: list[str] = []
-        for name, m in report["mirrors"].items():
-            state = m.get("state") or "starting" if m["alive"] else "DOWN"
-            rows.append((name, m.get("mode", "mm2"), m["source"], m["target"], state, "yes" if m["healthy"] else "NO",
-                         _or_dash(m.get("lag")), _or_dash(m.get("records")), _or_dash(m.get("max_latency_ms")),
-                         m["pid"], m["restarts"]))
-            problems += [f"  mirror {name}: {reason}" for reason in m["unhealthy_because"]]
-            problems += [f"  mirror {name}: {p['topic']}-{p['partition']}: {p['error']}"
-                         for p in m.get("partitions", []) if p["error"]]
-        _print_table(rows)
-        for line in problems:
-            print(line)
-    return code
+        _print_mirrors(report["mirrors"])
+
+
+def _print_mirrors(mirrors: dict[str, dict[str, Any]]) -> None:
+    """The mirrors' table, then what is wrong with each: a lag that cannot be known (the source
+    does not answer) shows as `>=N`, never as a figure."""
+    rows: list[tuple[Any, ...]] = [("MIRROR", "MODE", "SOURCE", "TARGET", "STATE", "HEALTHY", "LAG", "RECORDS",
+                                    "LATENCY-MS", "PID", "RESTARTS")]
+    lines: list[str] = []
+    for name, m in mirrors.items():
+        state = m.get("state") or "starting" if m["alive"] else "DOWN"
+        if m.get("source_reachable") is False:
+            state = "SOURCE UNREACHABLE"
+        lag = _or_dash(m.get("lag")) if m.get("lag_at_least") is None else f">={m['lag_at_least']}"
+        rows.append((name, m.get("mode", "mm2"), m["source"], m["target"], state, "yes" if m["healthy"] else "NO",
+                     lag, _or_dash(m.get("records")), _or_dash(m.get("max_latency_ms")), m["pid"], m["restarts"]))
+        lines += [f"  mirror {name}: {reason}" for reason in m["unhealthy_because"]]
+        lines += [f"  mirror {name}: {p['topic']}-{p['partition']}: {p['error']}"
+                  for p in m.get("partitions", []) if p["error"]]
+    _print_table(rows)
+    for line in lines:
+        print(line)
 
 
 def _print_cluster_details(name: str, c: dict[str, Any]) -> None:

@@ -24,7 +24,7 @@ from broker.tasks import gather
 from deploy.launcher.plan import TopicPlan
 from deploy.supervisor import StartFailed
 
-__all__ = ["ClusterView", "PartitionProblem", "create_topics", "read_view", "read_views_sync", "view_of",
+__all__ = ["ClusterView", "PartitionProblem", "create_topics", "read_view", "read_views", "view_of",
            "wait_for_controller"]
 
 log = logging.getLogger(__name__)
@@ -91,23 +91,22 @@ async def read_view(bootstrap: str, *, timeout_s: float = 5.0) -> ClusterView:
 
 
 async def _view_or_reason(address: str, timeout_s: float) -> ClusterView | str:
-    try:
-        return await read_view(address, timeout_s=timeout_s)
-    except (ClientError, KafkaError, OSError, ValueError, trio.TooSlowError) as exc:
-        return f"no answer to Metadata from {address}: {exc or type(exc).__name__}"
+    with trio.move_on_after(timeout_s):  # the client's requests end by this deadline too
+        try:
+            return await read_view(address, timeout_s=timeout_s)
+        except (ClientError, KafkaError, OSError, ValueError, trio.TooSlowError) as exc:
+            return f"no answer to Metadata from {address}: {exc or type(exc).__name__}"
+    return f"no answer to Metadata from {address} within {timeout_s:g} s"
 
 
-def read_views_sync(addresses: Sequence[str], *, timeout_s: float = 3.0) -> list[ClusterView | str]:
-    """Each broker's own view (`causeway status`), asked of all at once, in `addresses`' order;
-    a string says why a broker gave none. Each broker separately, not any one of them: a broker
-    that just restarted answers before it has rejoined, and the others may still list its
-    previous run until ZooKeeper expires that run's session."""
-
-    async def ask_all() -> list[ClusterView | str]:
-        calls = [partial(_view_or_reason, address, timeout_s) for address in addresses]
-        return await gather(calls, collect=())
-
-    return trio.run(ask_all)
+async def read_views(addresses: Sequence[str], *, timeout_s: float = 3.0) -> list[ClusterView | str]:
+    """Each broker's own view (`causeway status`), asked of all at once, each for at most
+    `timeout_s`, in `addresses`' order; a string says why a broker gave none. Each broker
+    separately, not any one of them: a broker that just restarted answers before it has
+    rejoined, and the others may still list its previous run until ZooKeeper expires that
+    run's session."""
+    calls = [partial(_view_or_reason, address, timeout_s) for address in addresses]
+    return await gather(calls, collect=())
 
 
 async def wait_for_controller(bootstrap: str, broker_ids: set[int], *, what: str, log_path: Path,

@@ -16,17 +16,22 @@ import select
 import signal
 import socket
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+import trio
 
 from broker.address import parse_host_port
 from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.small_file import UnusableFile, read_small_file
-from deploy.launcher.cluster_view import ClusterView, read_views_sync
-from deploy.launcher.launch import STATE_FILE
+from deploy.launcher.cluster_view import ClusterView, read_views
+from deploy.launcher.launch import STATE_FILE, StateDirError, state_path
 from deploy.launcher.state_file import (
     MAX_STATE_BYTES,
     ClusterRecord,
@@ -35,15 +40,18 @@ from deploy.launcher.state_file import (
     ProcessRecord,
     StateFileError,
     WanRecord,
+    ZooKeeperRecord,
     parse_state,
 )
 from deploy.process_identity import Identity, carries_mark, find_marked, identity_of, is_running, parent_of
 from deploy.wan.client import WanApiError, WanClient
 from deploy.zookeeper.four_letter import srvr
-from mirror.status import MirrorStatus, StatusFileError, read_status
+from mirror.status import MirrorStatus, PartitionStatus, StatusFileError, read_status
 
 __all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
            "status", "stop", "stop_report"]
+
+T = TypeVar("T")
 
 STOP_TIMEOUT_S = 60.0
 #: A mirror's status file older than this (the mirror rewrites it every second) means the mirror
@@ -232,10 +240,12 @@ def status(state_dir: Path) -> dict[str, Any]:
             report.update(name=state.name, pid=state.pid, stale=True)
         return report
     ours = {identity.pid for _, identity in found.children}
-    clusters = {name: _cluster_status(cluster, ours) for name, cluster in state.clusters.items()}
-    wan = _wan_status(state.wan, ours)
+    answers = trio.run(_ask_all, state)
+    clusters = {name: _cluster_status(cluster, ours, answers.views[name], answers.zookeeper.get(name))
+                for name, cluster in state.clusters.items()}
+    wan = _wan_status(state.wan, ours, answers.wan)
     processes = {identity.pid: identity for _, identity in found.children}
-    mirrors = {name: _mirror_status(m, processes.get(m.pid or 0)) for name, m in state.mirrors.items()}
+    mirrors = {name: _mirror_status(m, processes.get(m.pid or 0), state_dir) for name, m in state.mirrors.items()}
     return {
         "name": state.name,
         "running": True,
@@ -250,9 +260,67 @@ def status(state_dir: Path) -> dict[str, Any]:
 
 #: At most this many under-replicated or offline partitions are listed by name (all are counted).
 LISTED_PARTITIONS = 20
+#: How long `status` waits for each answer (a broker's Metadata, a ZooKeeper node's `srvr`, the
+#: WAN API). Every question is asked at once, so frozen brokers cost `status` this, not this
+#: per broker: a process that is stopped still accepts connections (the kernel does) and never
+#: answers.
+PROBE_TIMEOUT_S = 1.5
 
 
-def _cluster_status(cluster: ClusterRecord, ours: set[int]) -> dict[str, Any]:
+@dataclass
+class _Answers:
+    """What every process asked by `status` answered (or why not)."""
+
+    views: dict[str, list[ClusterView | str]] = field(default_factory=dict)  # cluster -> per broker
+    zookeeper: dict[str, dict[str, str | None]] = field(default_factory=dict)  # cluster -> node -> mode
+    wan: object = None  # the WAN API's proxies, None when it did not answer
+
+
+def _broker_addresses(cluster: ClusterRecord) -> list[str]:
+    listed = cluster.bootstrap.split(",")
+    return [b.address or (listed[i] if i < len(listed) else listed[0]) for i, b in enumerate(cluster.brokers)]
+
+
+async def _in_thread(call: Callable[[], T]) -> T | None:
+    """A blocking question in a worker thread, given up (left to finish alone) after
+    PROBE_TIMEOUT_S; None then."""
+    with trio.move_on_after(PROBE_TIMEOUT_S):
+        return await trio.to_thread.run_sync(call, abandon_on_cancel=True)
+    return None
+
+
+async def _ask_all(state: LaunchStateFile) -> _Answers:
+    """Ask every broker, ZooKeeper node and the WAN API at once, each bounded."""
+    answers = _Answers()
+
+    async def views(name: str, cluster: ClusterRecord) -> None:
+        answers.views[name] = await read_views(_broker_addresses(cluster), timeout_s=PROBE_TIMEOUT_S)
+
+    async def mode(name: str, address: str) -> None:
+        try:
+            host, port = parse_host_port(address)
+        except ValueError:
+            return
+        answer = await _in_thread(partial(srvr, host, port, timeout_s=PROBE_TIMEOUT_S))
+        answers.zookeeper[name][address] = answer.mode if answer is not None else None
+
+    async def wan() -> None:
+        answers.wan = await _in_thread(partial(_wan_proxies, state.wan.api))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(wan)
+        for name, cluster in state.clusters.items():
+            nursery.start_soon(views, name, cluster)
+            if cluster.zookeeper is not None:
+                hosts = cluster.zookeeper.connect.partition("/")[0].split(",")
+                answers.zookeeper[name] = dict.fromkeys(hosts)
+                for address in hosts:
+                    nursery.start_soon(mode, name, address)
+    return answers
+
+
+def _cluster_status(cluster: ClusterRecord, ours: set[int], answers: list[ClusterView | str],
+                    zookeeper_nodes: dict[str, str | None] | None) -> dict[str, Any]:
     """A cluster as its processes and its brokers' own Metadata show it.
 
     Each broker is asked separately. Its state: `down` (its process is not running), `not
@@ -261,12 +329,10 @@ def _cluster_status(cluster: ClusterRecord, ours: set[int]) -> dict[str, Any]:
     registered` (the controller does not list it) or `serving`. The cluster's view is the
     controller's own answer (else any answer naming a controller). Healthy: every broker
     serving, a ZooKeeper cluster has its ZooKeeper and a controller, and no partition is offline
-    or under-replicated; `unhealthy_because` says what is not so.
+    or under-replicated; `unhealthy_because` says what is not so. `answers` are the brokers'
+    own (in the record's order), `zookeeper_nodes` what each ZooKeeper node said of its mode.
     """
     reasons: list[str] = []
-    listed = cluster.bootstrap.split(",")
-    addresses = [b.address or (listed[i] if i < len(listed) else listed[0]) for i, b in enumerate(cluster.brokers)]
-    answers = read_views_sync(addresses)
     zookeeper_mode = cluster.zookeeper is not None
     views = {b.id: a for b, a in zip(cluster.brokers, answers, strict=True) if isinstance(a, ClusterView)}
     view = next((v for broker_id, v in views.items() if v.controller_id == broker_id), None)
@@ -290,7 +356,7 @@ def _cluster_status(cluster: ClusterRecord, ours: set[int]) -> dict[str, Any]:
     out: dict[str, Any] = {"datacenter": cluster.datacenter, "bootstrap": cluster.bootstrap, "wan": cluster.wan,
                            "brokers": brokers}
     if cluster.zookeeper is not None:
-        out["zookeeper"] = zookeeper = _zookeeper_status(cluster.zookeeper.connect, cluster.zookeeper, ours)
+        out["zookeeper"] = zookeeper = _zookeeper_status(cluster.zookeeper, ours, zookeeper_nodes or {})
         if not zookeeper["healthy"]:
             reasons.append("its ZooKeeper is not serving")
     if view is None:
@@ -308,29 +374,19 @@ def _cluster_status(cluster: ClusterRecord, ours: set[int]) -> dict[str, Any]:
     return out
 
 
-def _zookeeper_status(connect: str, record: ProcessRecord, ours: set[int]) -> dict[str, Any]:
+def _zookeeper_status(record: ZooKeeperRecord, ours: set[int], nodes: dict[str, str | None]) -> dict[str, Any]:
     """A cluster's ZooKeeper: its process runs and each node answers `srvr` in a serving mode."""
-    hosts, _, _chroot = connect.partition("/")
-    nodes: dict[str, str | None] = {}
-    for address in hosts.split(","):
-        try:
-            host, port = parse_host_port(address)
-        except ValueError:
-            nodes[address] = None
-            continue
-        state = srvr(host, port, timeout_s=2.0)
-        nodes[address] = state.mode if state is not None else None
-    healthy = record.pid in ours and all(mode is not None for mode in nodes.values())
-    return {"connect": connect, "pid": record.pid, "restarts": record.restarts, "nodes": nodes, "healthy": healthy}
+    healthy = record.pid in ours and bool(nodes) and all(mode is not None for mode in nodes.values())
+    return {"connect": record.connect, "pid": record.pid, "restarts": record.restarts, "nodes": nodes,
+            "healthy": healthy}
 
 
-def _wan_status(wan: WanRecord, ours: set[int]) -> dict[str, Any]:
+def _wan_status(wan: WanRecord, ours: set[int], proxies: object) -> dict[str, Any]:
     """The emulator (or external Toxiproxy) answers, and every link proxy is there and enabled."""
     out: dict[str, Any] = {"api": wan.api, "pid": wan.pid, "restarts": wan.restarts}
     problems: list[str] = []
     if wan.pid is not None and wan.pid not in ours:
         problems.append("the WAN emulator is not running")
-    proxies = _wan_proxies(wan.api)
     if not isinstance(proxies, dict):
         problems.append(f"the WAN API at {wan.api} does not answer")
     else:
@@ -346,16 +402,17 @@ def _wan_status(wan: WanRecord, ours: set[int]) -> dict[str, Any]:
 
 def _wan_proxies(api: str) -> object:
     try:
-        return WanClient(api, timeout_s=2).proxies()
+        return WanClient(api, timeout_s=PROBE_TIMEOUT_S).proxies()
     except (OSError, ValueError, WanApiError):
         return None
 
 
-def _mirror_status(mirror: MirrorRecord, process: Identity | None) -> dict[str, Any]:
+def _mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Path) -> dict[str, Any]:
     """What the launcher knows of a mirror, with what the daemon last reported of itself.
 
     Healthy means: running, reporting (its status file is fresh), and no problem reported, in
-    particular none reaching its source: a mirror that cannot fetch is not "lag 0".
+    particular none reaching its source: a mirror that cannot fetch is not "lag 0". Its lag is
+    then unknown (`lag` None): `lag_at_least` is what it was when the source last answered.
     """
     out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "mode": mirror.mode,
                            "pid": mirror.pid, "restarts": mirror.restarts, "log": mirror.log}
@@ -363,7 +420,7 @@ def _mirror_status(mirror: MirrorRecord, process: Identity | None) -> dict[str, 
     out["alive"] = running
     reasons: list[str] = []
     try:
-        report = read_status(Path(mirror.status_file))
+        report = _read_report(mirror, state_dir)
     except StatusFileError as exc:
         report = None
         if running:
@@ -376,15 +433,50 @@ def _mirror_status(mirror: MirrorRecord, process: Identity | None) -> dict[str, 
         if process is None or process.age_s() > MIRROR_STATUS_STALE_S:
             reasons.append("no status reported")
     else:
+        source = _source_reach(mirror, report, running)
         reasons += _report_reasons(mirror, report, running)
-        out.update(state=report.state, lag=report.lag, records=report.records,
+        out.update(state=report.state, records=report.records,
                    max_latency_ms=report.max_latency_ms, problems=report.problems, topics=report.topics,
-                   updated_ms=report.updated_ms,
-                   partitions=[p.model_dump(include={"topic", "partition", "remote_topic", "position",
-                                                     "source_end", "lag", "latency_ms", "error"})
-                               for p in report.partitions])
+                   updated_ms=report.updated_ms, **source,
+                   partitions=[_partition_status(p, known=source["lag"] is not None) for p in report.partitions])
     out["healthy"] = not reasons
     out["unhealthy_because"] = reasons
+    return out
+
+
+def _read_report(mirror: MirrorRecord, state_dir: Path) -> MirrorStatus | None:
+    """The mirror's status file, which must be in the state dir (the state file names it, and
+    anyone may have written that). Raises StatusFileError."""
+    try:
+        path = state_path(state_dir, os.path.relpath(mirror.status_file, state_dir))
+    except (StateDirError, ValueError) as exc:
+        raise StatusFileError(f"{mirror.status_file}: not read: {exc}") from None
+    return read_status(path)
+
+
+def _source_reach(mirror: MirrorRecord, report: MirrorStatus, running: bool) -> dict[str, Any]:
+    """Whether the mirror reaches its source, and its lag as far as that allows knowing it: the
+    lag it reports counts against the source ends of its last answered fetch, so while the
+    source is unreachable (or the report itself is stale) it is a lower bound, never a figure."""
+    unreachable = _source_problem(mirror, report) is not None
+    stale = running and now_ms() - report.updated_ms > MIRROR_STATUS_STALE_S * 1000
+    out: dict[str, Any] = {"source_reachable": not unreachable, "lag": report.lag, "lag_at_least": None}
+    if unreachable or stale:
+        out.update(lag=None, lag_at_least=report.lag)
+    return out
+
+
+def _source_problem(mirror: MirrorRecord, report: MirrorStatus) -> str | None:
+    """What the mirror last said of reaching its source: its fetches (`source`), or, before it
+    could start, its requests for the source's topics (`source <alias>`)."""
+    return report.problems.get("source") or report.problems.get(f"source {mirror.source}")
+
+
+def _partition_status(partition: PartitionStatus, *, known: bool) -> dict[str, Any]:
+    out = partition.model_dump(include={"topic", "partition", "remote_topic", "position", "source_end", "lag",
+                                        "latency_ms", "error"})
+    if not known:
+        out.update(lag=None, lag_at_least=partition.lag)
     return out
 
 
@@ -394,12 +486,21 @@ def _report_reasons(mirror: MirrorRecord, report: MirrorStatus, running: bool) -
     # Starting and waiting states are fine until they fail: a failure shows in `problems`.
     if report.state == "stopped":
         reasons.append("stopped")
-    if "source" in report.problems:
-        reasons.append(f"cannot reach its source {mirror.source}: {report.problems['source']}")
-    reasons += [f"{what}: {text}" for what, text in report.problems.items() if what != "source"]
+    problem = _source_problem(mirror, report)
+    if problem is not None:
+        reasons.append(f"cannot reach its source {mirror.source}: {problem}; lag unknown, at least {report.lag} "
+                       f"(against the source's ends when last reached)")
+    reasons += [f"{what}: {text}" for what, text in report.problems.items()
+                if what not in ("source", f"source {mirror.source}")]
     if running and now_ms() - report.updated_ms > MIRROR_STATUS_STALE_S * 1000:
-        reasons.append(f"its status file has not been updated for over {MIRROR_STATUS_STALE_S:.0f} s")
+        reasons.append(f"its status file has not been updated for over {MIRROR_STATUS_STALE_S:.0f} s "
+                       f"(last at {_clock(report.updated_ms)})")
     return reasons
+
+
+def _clock(ms: int) -> str:
+    """A time of day in UTC, for an operator reading `status`."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%H:%M:%S UTC")
 
 
 # -- down --------------------------------------------------------------------------------------

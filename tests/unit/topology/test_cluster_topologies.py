@@ -121,29 +121,26 @@ def test_status_trusts_each_broker_about_itself(monkeypatch: pytest.MonkeyPatch)
     # still list its previous run (its ZooKeeper session has not expired).
     answers: list[ClusterView | str] = [view_of(_metadata(1, (1, 2, 3))), view_of(_metadata(1, (1, 2, 3))),
                                         view_of(_metadata(-1, (3,)))]
-    asked: list[list[str]] = []
-
-    def read_views(addresses: list[str]) -> list[ClusterView | str]:
-        asked.append(addresses)
-        return answers
-
-    monkeypatch.setattr(control, "read_views_sync", read_views)
-    monkeypatch.setattr(control, "_zookeeper_status", lambda connect, record, ours: {"healthy": True})
-    out = control._cluster_status(_record(), ours={101, 102, 103})
+    zookeeper = {"127.0.0.1:2181": "standalone"}
+    assert control._broker_addresses(_record()) == ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"]
+    out = control._cluster_status(_record(), {99, 101, 102, 103}, answers, zookeeper)
     assert [b["state"] for b in out["brokers"]] == ["serving", "serving", "starting"]
-    assert out["controller"] == 1 and not out["healthy"]
+    assert out["controller"] == 1 and not out["healthy"] and out["zookeeper"]["healthy"]
     assert out["unhealthy_because"] == ["broker 3 has not rejoined the cluster yet (it knows no controller)"]
-    assert asked == [["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"]]  # each broker by itself
 
     # Rejoined, but one follower is behind; broker 2's process is gone.
     answers[:] = [view_of(_metadata(1, (1, 3), isr0=(1, 3))), "no answer to Metadata from 127.0.0.1:9002: refused",
                   view_of(_metadata(1, (1, 3), isr0=(1, 3)))]
-    out = control._cluster_status(_record(), ours={101, 103})
+    out = control._cluster_status(_record(), {99, 101, 103}, answers, zookeeper)
     assert [b["state"] for b in out["brokers"]] == ["serving", "down", "serving"]
     assert out["under_replicated"] == ["orders-0 (leader 1, replicas 1,2,3, isr 1,3)"]
     assert out["unhealthy_because"] == ["broker 2 is not running", "1 under-replicated partition(s)"]
 
     # Whole again.
     answers[:] = [view_of(_metadata(3, (1, 2, 3)))] * 3
-    out = control._cluster_status(_record(), ours={101, 102, 103})
+    out = control._cluster_status(_record(), {99, 101, 102, 103}, answers, zookeeper)
     assert out["healthy"] and out["controller"] == 3 and out["offline_count"] == 0
+
+    # A ZooKeeper node that did not answer `srvr` in time makes the cluster unhealthy.
+    out = control._cluster_status(_record(), {99, 101, 102, 103}, answers, {"127.0.0.1:2181": None})
+    assert out["unhealthy_because"] == ["its ZooKeeper is not serving"]
