@@ -309,10 +309,12 @@ def test_topic_lifecycle_through_zookeeper_and_a_controlled_shutdown(cluster: Cl
 
     # Deletion: replicas stopped and deleted on every broker, znodes removed.
     admin.delete_topics(["shaped"], operation_timeout=30)["shaped"].result(timeout=60)
-    wait_until(lambda: zk.exists("/brokers/topics/shaped") is None, what="/brokers/topics/shaped removed",
+    # The controller removes them in Kafka's order (TopicDeletionManager.completeDeleteTopic), one
+    # ZooKeeper operation each: the topic, its config, then the deletion request. Seeing the first
+    # go says nothing of the others yet: wait for all three.
+    gone = ("/brokers/topics/shaped", "/config/topics/shaped", "/admin/delete_topics/shaped")
+    wait_until(lambda: all(zk.exists(path) is None for path in gone), what=f"{', '.join(gone)} removed",
                timeout_s=30)
-    assert zk.exists("/config/topics/shaped") is None
-    assert zk.exists("/admin/delete_topics/shaped") is None
     for process in cluster.brokers.values():
         wait_until(lambda p=process: not any(d.name.startswith("shaped-") for d in p.data_dir.iterdir()),
                    what=f"shaped's logs gone from {process.data_dir}", timeout_s=30)
