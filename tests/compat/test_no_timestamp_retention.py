@@ -182,12 +182,8 @@ def test_segments_written_before_the_fix_age_from_their_last_write(broker: Broke
     assert read_partition(broker.bootstrap, "legacy-old", start=-2) == []
 
 
-class _Cluster(ZkCluster):
-    pass
-
-
 def test_every_replica_of_a_cluster_keeps_records_without_timestamp(tmp_path: Path) -> None:
-    with own_zookeeper_cluster(_Cluster, tmp_path, overrides=RETENTION) as cluster:
+    with own_zookeeper_cluster(ZkCluster, tmp_path, overrides=RETENTION) as cluster:
         create_topic(cluster.bootstrap(), "replicated", replicas=3, **{"min.insync.replicas": "2"})
         offsets = produce_without_timestamp(cluster.bootstrap(), "replicated", 100, compression="zstd", acks="all")
         assert offsets == list(range(100))
