@@ -11,7 +11,7 @@ STAMP  := $(VENV)/.installed
 # COMMAND may be an absolute path to a file the package installs (zookeeper puts none on PATH).
 SYSTEM_PACKAGES := kcat maven:mvn openjdk-17-jdk-headless:javac zookeeper:/usr/share/java/zookeeper.jar
 
-.PHONY: install up test peers test-fast chaos fuzz system-deps constraints lint typecheck bench clean
+.PHONY: install up test docs peers test-fast chaos fuzz system-deps constraints lint typecheck bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,13 @@ up: install system-deps
 	$(BIN)/causeway up examples/two-dc.yaml
 
 test: install system-deps peers
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
 	$(BIN)/python -m pytest -q
+
+# The manual (docs/, mkdocs.yml) into site/, offline; --strict: a broken link or anchor, or a page
+# missing from the nav, fails the build (make test builds it too).
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 # Apache Kafka's jars (broker, tools, MirrorMaker 2) from Maven Central into a cache outside the
 # repo (~/.cache/causeway/peers, or $$CAUSEWAY_PEERS_DIR), per bench/peers/pom.xml. Silent when cached.
