@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["write_atomically"]
+__all__ = ["fsync_dir", "write_atomically"]
 
 
 def write_atomically(path: Path, content: str | bytes) -> None:
@@ -25,7 +25,12 @@ def write_atomically(path: Path, content: str | bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make the entries of `directory` (a file created, renamed into it) survive a crash."""
+    dir_fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

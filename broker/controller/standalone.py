@@ -1,10 +1,12 @@
 """A one-node cluster whose metadata lives in the data dir.
 
 This is the embedded default (development, examples, quick tests): no ZooKeeper, one broker that
-is its own controller, leader of every partition and the whole ISR. Metadata is one JSON document,
-``cluster-metadata.json`` in the first log dir, rewritten atomically (temp file, fsync, rename,
-fsync of the directory, in a worker thread) on every change, so a crash leaves either the old or
-the new version; a damaged file stops the start with a message naming it (``metadata_file``).
+is its own controller, leader of every partition and the whole ISR. Metadata lives in the first log
+dir as KRaft keeps it: a log of changes (``cluster-metadata.log``) replayed at start on a snapshot
+(``cluster-metadata.json``), formats and damage in ``metadata_file``. Each change is one record,
+acknowledged once fsynced; changes made meanwhile share one write and one fsync, in a worker thread,
+and the log is folded into the snapshot as it grows (``metadata_log``), so N changes cost O(N)
+bytes on disk, not one rewrite of every topic each.
 Partition counts are bounded by ``max.broker.partitions`` and ``max.partitions``. ``meta.properties`` is written
 as Kafka writes it, so the data dir carries its cluster id and broker id.
 """
@@ -21,6 +23,15 @@ from broker.atomic_file import write_atomically
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file
 from broker.controller.base import MetadataListener
+from broker.controller.metadata_file import (
+    SNAPSHOT_FILE,
+    ConfigRecord,
+    PartitionRecord,
+    ProducerIdsRecord,
+    RemoveTopicRecord,
+    TopicRecord,
+)
+from broker.controller.metadata_log import MetadataLog
 from broker.controller.model import (
     BrokerInfo,
     PartitionInfo,
@@ -31,12 +42,13 @@ from broker.controller.model import (
 from broker.controller.zk.assignment import check_partition_limits, validate_assignment
 from broker.ids import random_uuid, random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.server.topic_configs import validate_topic_configs
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
 
 log = logging.getLogger(__name__)
 
-METADATA_FILE = "cluster-metadata.json"
+METADATA_FILE = SNAPSHOT_FILE
 # Producer ids are handed out from blocks; only the end of the current block is persisted, so a
 # restart skips the rest of a block but never hands out an id twice (as Kafka's blocks do).
 PRODUCER_ID_BLOCK = 1000
@@ -55,15 +67,12 @@ class StandaloneController:
         self._dir = config.log_dirs[0]
         self._dir.mkdir(parents=True, exist_ok=True)
         self._listener = listener
-        self._topics: dict[str, TopicInfo] = {}
-        self._next_producer_id = 0
-        self._producer_id_block_end = 0
-        # One metadata write at a time, each of the state at the moment it starts: the last
-        # write to finish is always of the newest state.
-        self._save_lock = trio.Lock()
         self._local = BrokerInfo(config.broker_id, config.advertised_listeners, config.rack)
         self._cluster_id = self._load_meta_properties()
-        self._load()
+        self._log = self._load()
+        # Start after the last block that may have been handed out before the restart.
+        self._next_producer_id = self._log.image.producer_id_block_end
+        self._block_in_flight: trio.Event | None = None
 
     def set_listener(self, listener: MetadataListener) -> None:
         self._listener = listener
@@ -87,17 +96,19 @@ class StandaloneController:
         self._local = info
 
     def topics(self) -> Mapping[str, TopicInfo]:
-        return self._topics
+        return self._log.image.topics
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
-        for topic in self._topics.values():
-            if topic.topic_id == topic_id:
-                return topic
-        return None
+        return self._log.image.topic_by_id(topic_id)
 
     def partition_count(self) -> int:
         """Partitions of every topic; in a one-broker cluster each has a replica here."""
-        return sum(len(t.partitions) for t in self._topics.values())
+        return self._log.image.partition_count
+
+    @property
+    def metadata_log(self) -> MetadataLog:
+        """The durable metadata (statistics for tests and the bench)."""
+        return self._log
 
     # -- changes -------------------------------------------------------------------------
 
@@ -119,9 +130,9 @@ class StandaloneController:
         problem = validate_topic_name(name)
         if problem is not None:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-        if name in self._topics:
+        if name in self.topics():
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        collision = self._collides(name)
+        collision = self._log.image.colliding(name)
         if collision is not None:
             raise KafkaError(
                 ErrorCode.INVALID_TOPIC_EXCEPTION,
@@ -151,39 +162,31 @@ class StandaloneController:
         )
         if validate_only:
             return topic
-        # In the map before the first await, so a concurrent request sees the name as taken.
-        self._topics[name] = topic
-        try:
-            await self._save()
-        except KafkaError:
-            del self._topics[name]
-            raise
+        # In the image before the first await, so a concurrent request sees the name as taken.
+        await self._log.commit(TopicRecord(topic))
         if self._listener is not None:
             await self._listener.on_topic_changed(topic)
         return topic
 
     async def allocate_producer_id(self) -> int:
-        """A producer id never handed out before by this cluster, across restarts."""
-        if self._next_producer_id >= self._producer_id_block_end:
-            previous = self._producer_id_block_end
-            self._producer_id_block_end = self._next_producer_id + PRODUCER_ID_BLOCK
+        """A producer id never handed out before by this cluster, across restarts: one from a
+        block whose end is on disk (a concurrent caller waits for the block being written)."""
+        while self._block_in_flight is not None:
+            await self._block_in_flight.wait()
+        if self._next_producer_id >= self._log.image.producer_id_block_end:
+            written = self._block_in_flight = trio.Event()
             try:
-                await self._save()
-            except KafkaError:
-                self._producer_id_block_end = previous
-                raise
+                await self._log.commit(ProducerIdsRecord(self._next_producer_id + PRODUCER_ID_BLOCK))
+            finally:
+                self._block_in_flight = None
+                written.set()
         producer_id = self._next_producer_id
         self._next_producer_id += 1
         return producer_id
 
     async def delete_topic(self, name: str, *, deadline: float | None = None) -> None:
         topic = self._require(name)
-        del self._topics[name]
-        try:
-            await self._save()
-        except KafkaError:
-            self._topics[name] = topic
-            raise
+        await self._log.commit(RemoveTopicRecord(name, topic.topic_id))
         if self._listener is not None:
             await self._listener.on_topic_deleted(topic)
 
@@ -210,27 +213,15 @@ class StandaloneController:
         if validate_only:
             return
         added = tuple(self._new_partition(i) for i in range(current, total))
-        updated = TopicInfo(topic.name, topic.topic_id, topic.partitions + added, topic.configs, topic.is_internal)
-        self._topics[name] = updated
-        try:
-            await self._save()
-        except KafkaError:
-            self._topics[name] = topic
-            raise
+        await self._log.commit(PartitionRecord(name, topic.topic_id, added))
         if self._listener is not None:
-            await self._listener.on_topic_changed(updated)
+            await self._listener.on_topic_changed(self._require(name))
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         topic = self._require(name)
-        updated = TopicInfo(topic.name, topic.topic_id, topic.partitions, dict(configs), topic.is_internal)
-        self._topics[name] = updated
-        try:
-            await self._save()
-        except KafkaError:
-            self._topics[name] = topic
-            raise
+        await self._log.commit(ConfigRecord(name, topic.topic_id, dict(configs)))
         if self._listener is not None:
-            await self._listener.on_topic_changed(updated)
+            await self._listener.on_topic_changed(self._require(name))
 
     # -- internals -----------------------------------------------------------------------
 
@@ -244,19 +235,12 @@ class StandaloneController:
         return PartitionInfo(partition=index, leader=me, leader_epoch=0, replicas=(me,), isr=(me,))
 
     def _require(self, name: str) -> TopicInfo:
-        topic = self._topics.get(name)
+        topic = self.topics().get(name)
         if topic is None:
             raise KafkaError(
                 ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host topic '{name}'."
             )
         return topic
-
-    def _collides(self, name: str) -> str | None:
-        folded = name.replace(".", "_")
-        for existing in self._topics:
-            if existing != name and existing.replace(".", "_") == folded:
-                return existing
-        return None
 
     def _load_meta_properties(self) -> str:
         """Read or create ``meta.properties``; refuses a data dir of another broker or cluster."""
@@ -299,26 +283,26 @@ class StandaloneController:
         )
         return cluster_id
 
-    def _load(self) -> None:
-        """Read the metadata file; raises StartupError naming it when it is damaged."""
-        stored = metadata_file.read(self._dir / METADATA_FILE)
-        if stored is None:
-            return
-        # Start after the last block that may have been handed out before the restart.
-        self._next_producer_id = self._producer_id_block_end = stored.producer_id_block_end
-        self._topics.update(stored.topics)
-
-    async def _save(self) -> None:
-        """Write the metadata file in a worker thread. A failed write (a full disk) leaves the
-        file as it was and raises KafkaError(KAFKA_STORAGE_ERROR); callers undo their change."""
-        async with self._save_lock:
-            # TopicInfo values are frozen: a shallow copy is a consistent snapshot to encode and
-            # write off the loop (thousands of partitions make a large document).
-            snapshot = (self._cluster_id, self._producer_id_block_end, dict(self._topics))
-            path = self._dir / METADATA_FILE
+    def _load(self) -> MetadataLog:
+        """Replay the snapshot and the log, then fold the log into a new snapshot, so each start
+        begins with an empty log (and a new data dir, or one of an earlier version, with a snapshot
+        in this version's format). Raises StartupError naming the file, the byte offset and the
+        topic when they are damaged."""
+        loaded = metadata_file.load(self._dir, self._check_topic_configs)
+        metadata_log = MetadataLog(self._dir, self._cluster_id, loaded)
+        path = self._dir / SNAPSHOT_FILE
+        if loaded.migrated or loaded.log_bytes or not path.exists():
             try:
-                await trio.to_thread.run_sync(lambda: metadata_file.write(path, metadata_file.encode(*snapshot)))
+                metadata_log.compact_at_start()
             except OSError as exc:
-                log.error("cannot write %s: %s", path, exc)
-                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
-                                 f"cannot write the cluster metadata: {exc.strerror or exc}") from exc
+                raise StartupError(f"cannot write the metadata snapshot {path}: {exc.strerror or exc}") from None
+        if loaded.migrated:
+            log.info("%s was in the format of earlier versions (rewritten whole on every change): migrated to a "
+                     "snapshot (format version %d) and a log of changes, %s; %d topics", path,
+                     metadata_file.FORMAT_VERSION, self._dir / metadata_file.LOG_FILE, len(loaded.image.topics))
+        return metadata_log
+
+    def _check_topic_configs(self, configs: Mapping[str, str]) -> None:
+        """What an admin request's overrides must pass, for those read back from disk: the broker
+        could not open the topic's logs otherwise. Raises KafkaError(INVALID_CONFIG)."""
+        validate_topic_configs(configs, self._config)

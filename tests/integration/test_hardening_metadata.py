@@ -30,9 +30,12 @@ def start_and_fail(data_dir: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def stopped_broker(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, bytes]:
-    """A data dir a broker ran on (topic 'orders', 3 partitions) and its intact metadata file."""
+    """A data dir a broker ran on (topic 'orders', 3 partitions) and its intact metadata file
+    (the snapshot: written at start with what the log held, so after a second start)."""
     data_dir = tmp_path_factory.mktemp("meta") / "broker"
     process = BrokerProcess(data_dir, topics=("orders:3",)).start()
+    assert process.stop() == 0
+    process.start()
     assert process.stop() == 0
     return data_dir, (data_dir / "cluster-metadata.json").read_bytes()
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 
+import trio
+
 from broker.controller.model import TopicInfo, validate_topic_name
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
@@ -17,6 +19,9 @@ Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = MetadataResponse.MetadataResponsePartition
 # Authorized operations are not computed yet; Kafka's "not requested" value.
 _NO_OPERATIONS = -2147483648
+# Topics of one request auto-created at once: their metadata changes share one write and fsync.
+# A bound on the tasks a request can start, far above what the partition limits let through.
+_AUTO_CREATE_AT_ONCE = 1000
 
 
 def topic_response(ctx: RequestContext, topic: TopicInfo) -> Topic:
@@ -69,6 +74,23 @@ async def auto_create(ctx: RequestContext, name: str) -> TopicInfo | ErrorCode:
     return topic
 
 
+async def auto_create_all(ctx: RequestContext, names: list[str]) -> dict[str, TopicInfo | ErrorCode]:
+    """``auto_create`` for each name, concurrently (in groups of ``_AUTO_CREATE_AT_ONCE``): the
+    controller writes the metadata of changes made together in one batch, so a request naming
+    100 new topics costs one fsync, not 100 in a row."""
+    results: dict[str, TopicInfo | ErrorCode] = {}
+
+    async def create(name: str) -> None:
+        results[name] = await auto_create(ctx, name)
+
+    unique = list(dict.fromkeys(names))
+    for start in range(0, len(unique), _AUTO_CREATE_AT_ONCE):
+        async with trio.open_nursery() as nursery:
+            for name in unique[start:start + _AUTO_CREATE_AT_ONCE]:
+                nursery.start_soon(create, name)
+    return results
+
+
 async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataResponse:
     controller = ctx.services.controller
     version = ctx.version
@@ -81,11 +103,15 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         allow_auto = ctx.config.auto_create_topics_enable and (
             version < 4 or request.allow_auto_topic_creation
         )
+        if version < 12 and any(wanted.name is None for wanted in request.topics):
+            # v10-11 carry topic ids but cannot answer by id: a topic's name may not be null
+            # in their response, so Kafka refuses the request (found by deploy/fuzz).
+            raise ProtocolError(f"topic name is null in Metadata v{version}; lookup by topic id needs v12")
+        created: dict[str, TopicInfo | ErrorCode] = {}
+        if allow_auto:
+            created = await auto_create_all(ctx, [w.name for w in request.topics
+                                                  if w.name is not None and w.name not in known])
         for wanted in request.topics:
-            if wanted.name is None and version < 12:
-                # v10-11 carry topic ids but cannot answer by id: a topic's name may not be null
-                # in their response, so Kafka refuses the request (found by deploy/fuzz).
-                raise ProtocolError(f"topic name is null in Metadata v{version}; lookup by topic id needs v12")
             if wanted.name is None:
                 found = controller.topic_by_id(wanted.topic_id)
                 if found is None:
@@ -96,14 +122,13 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                     topics.append(topic_response(ctx, found))
                 continue
             topic = known.get(wanted.name)
+            outcome = created.get(wanted.name)
             if topic is not None:
                 topics.append(topic_response(ctx, topic))
-            elif allow_auto:
-                created = await auto_create(ctx, wanted.name)
-                if isinstance(created, TopicInfo):
-                    topics.append(topic_response(ctx, created))
-                else:
-                    topics.append(Topic(error_code=created, name=wanted.name))
+            elif isinstance(outcome, TopicInfo):
+                topics.append(topic_response(ctx, outcome))
+            elif outcome is not None:
+                topics.append(Topic(error_code=outcome, name=wanted.name))
             else:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
     brokers = []

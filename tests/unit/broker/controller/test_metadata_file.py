@@ -34,7 +34,7 @@ def test_what_encode_writes_decodes_back() -> None:
         (b"\xff\xfe\x00garbage", "not UTF-8"),
         (b'{"version": 1, "topics": {', "not valid JSON at line 1"),
         (b"[1, 2]", "the document: expected an object, got a list"),
-        (b'{"version": 2, "topics": {}}', "format version 2"),
+        (b'{"version": 3, "topics": {}}', "format version 3"),
         (b'{"version": 1, "topics": []}', "topics: expected an object, got a list"),
         (b'{"version": 1, "producer_id_block_end": "x", "topics": {}}', "producer_id_block_end: expected a number"),
         (b'{"version": 1, "topics": {"t": {"topic_id": "nope", "partitions": []}}}', "topics.t.topic_id: not a UUID"),
