@@ -30,7 +30,9 @@ Errors back off ``replica.fetch.backoff.ms`` (through broker/retry.py for the co
 partition for a partition's error), so a dead leader is never spun on. OFFSET_OUT_OF_RANGE below
 the leader's log start empties our log and starts at the leader's log start (Kafka's
 truncateFullyAndStartAt); above it, truncation by epoch runs again. A partition whose leader
-fences our epoch waits for the controller's next LeaderAndIsr.
+fences our epoch waits for the controller's next LeaderAndIsr. An append the disk refuses (full,
+failing) is reported to the broker's DirHealth as a leader's is (broker/replication/dir_health.py):
+in ZooKeeper mode its log dir goes offline, with every replica in it.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ from broker.protocol.messages import (
     OffsetForLeaderEpochRequest,
     OffsetForLeaderEpochResponse,
 )
+from broker.replication.dir_health import DirHealth
 from broker.replication.partition import Partition
 from broker.retry import Backoff, retry, worth_reporting
 from broker.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
@@ -127,8 +130,11 @@ class _Session:
 class Fetcher:
     """Fetches the partitions this broker follows from one leader broker."""
 
-    def __init__(self, settings: FetcherSettings, source_id: int, host: str, port: int) -> None:
+    def __init__(self, settings: FetcherSettings, source_id: int, host: str, port: int, *,
+                 health: DirHealth | None = None) -> None:
         self.settings = settings
+        # The broker's one record of failing log dirs (the replica manager's); its own without one.
+        self._health = health if health is not None else DirHealth()
         self.source_id = source_id
         self.host = host
         self.port = port
@@ -458,7 +464,12 @@ class Fetcher:
             self._truncate_again(f)
             return
         except OSError as exc:
-            self._delay(f, ErrorCode.KAFKA_STORAGE_ERROR, f"appending what the leader sent ({exc})")
+            # A follower's write failure is its log dir's, as a leader's is (Kafka's follower
+            # append reports it to the LogDirFailureChannel): in ZooKeeper mode the dir goes
+            # offline and the replica manager stops this partition; until then it backs off.
+            error = self._health.failed(partition_log.directory.parent, exc,
+                                        f"appending to {p.topic}-{p.index} as a follower")
+            self._delay(f, error.code, f"appending what the leader sent ({exc})")
             return
         f.last_error = ErrorCode.NONE
         hw = min(answer.high_watermark, partition_log.log_end_offset)

@@ -472,7 +472,7 @@ class ReplicaManager:
         else:
             moving = []
         if fetcher is None:
-            fetcher = Fetcher(self.fetcher_settings, source, host, port)
+            fetcher = Fetcher(self.fetcher_settings, source, host, port, health=self.health)
             self._fetchers[source] = fetcher
             if self._nursery is None:
                 raise RuntimeError("ReplicaManager.run is not running: followers cannot fetch")
