@@ -15,6 +15,7 @@ from broker.server.group_configs import GROUP_CONFIGS
 from broker.server.handlers import HANDLERS
 from broker.server.topic_configs import TOPIC_CONFIG_NAMES
 from deploy.cli import _COMMAND_MODULES
+from mirror.config import MirrorConfig
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 _KEY = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)*)`")
@@ -71,3 +72,10 @@ def test_every_api_the_broker_serves_is_listed_with_its_versions() -> None:
         if wanted not in page:
             missing.append(wanted)
     assert not missing, f"APIs served but not listed (or with other versions) in docs/index.md: {missing}"
+
+
+def test_every_mirror_key_is_in_the_reference() -> None:
+    documented = set(re.findall(r"^\| `([^`]+)` \|", (REFERENCE / "mirror-config.md").read_text(), re.M))
+    accepted = {field.alias or name for name, field in MirrorConfig.model_fields.items()}
+    assert accepted == documented, (f"missing: {sorted(accepted - documented)}, "
+                                    f"not accepted: {sorted(documented - accepted)}")
