@@ -14,13 +14,14 @@ instead of reconnecting to the dead one until the deadline.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import trio
 
 from broker.client.cluster import Client, NodeNotReady, TopicPartition
 from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
 from broker.client.deadline import wire_timeout_ms
+from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
 from broker.protocol.records import Compression, Record, build_batch, read_batch_header, split_batches, stamp_producer
@@ -250,7 +251,8 @@ class IdempotentProducer:
         *,
         compression: int = Compression.NONE,
     ) -> ProduceResult:
-        """Build one batch of `records` and write it exactly once.
+        """Build one batch of `records` and write it exactly once. A record without a timestamp
+        gets the current time, as Kafka's producers stamp it (never 0, which is 1970).
 
         Raises KafkaError (e.g. OUT_OF_ORDER_SEQUENCE_NUMBER, UNKNOWN_PRODUCER_ID,
         MESSAGE_TOO_LARGE; NETWORK_EXCEPTION or REQUEST_TIMED_OUT when the leader stayed
@@ -260,6 +262,9 @@ class IdempotentProducer:
         tp = TopicPartition(topic, partition)
         async with self._locks.setdefault(tp, trio.Lock()):
             sequence = self._sequences.get(tp, 0)
+            if any(r.timestamp is None for r in records):
+                now = now_ms()
+                records = [r if r.timestamp is not None else replace(r, timestamp=now) for r in records]
             batch = build_batch(
                 records,
                 compression=compression,

@@ -26,6 +26,7 @@ from broker.client import (
     produce_batches,
     whole_batches,
 )
+from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.messages import MetadataRequest
 from broker.protocol.records import Compression, Record, build_batch, split_batches
@@ -227,6 +228,23 @@ async def test_idempotent_producer_offsets_and_duplicates(broker: BrokerProcess)
         fetched = (await fetch(client, {TopicPartition("idem", 0): 0}, max_wait_ms=0))[TopicPartition("idem", 0)]
         assert fetched.high_watermark == 15
         assert [r.value for r in decode_records(fetched.records)][-1] == b"v4-2"
+
+
+async def test_the_producer_stamps_records_without_a_timestamp_with_the_current_time(broker: BrokerProcess) -> None:
+    """As Kafka's producers do: a record given no timestamp is read back with the time it was
+    sent, not 0 (1970, which retention would take as ancient); a given one is kept."""
+    async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
+        await admin.create_topics(client, {"stamped": 1})
+        producer = await init_idempotent_producer(client)
+        before = now_ms()
+        await producer.send("stamped", 0, [Record(None, b"no time"), Record(None, b"given", timestamp=before - 5000)])
+        await producer.send("stamped", 0, [Record(None, b"none either")])
+        after = now_ms()
+        fetched = (await fetch(client, {TopicPartition("stamped", 0): 0}, max_wait_ms=0))[TopicPartition("stamped", 0)]
+        stamps = {r.value: r.timestamp for r in decode_records(fetched.records)}
+    assert before <= stamps[b"no time"] <= after, stamps
+    assert stamps[b"given"] == before - 5000
+    assert before <= stamps[b"none either"] <= after, stamps
 
 
 async def test_list_offsets_and_delete_records(broker: BrokerProcess) -> None:
