@@ -16,6 +16,7 @@ from broker.server.handlers import HANDLERS
 from broker.server.topic_configs import TOPIC_CONFIG_NAMES
 from deploy.cli import _COMMAND_MODULES
 from mirror.config import MirrorConfig
+from topology import schema
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
 _KEY = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)*)`")
@@ -79,3 +80,11 @@ def test_every_mirror_key_is_in_the_reference() -> None:
     accepted = {field.alias or name for name, field in MirrorConfig.model_fields.items()}
     assert accepted == documented, (f"missing: {sorted(accepted - documented)}, "
                                     f"not accepted: {sorted(documented - accepted)}")
+
+
+def test_every_topology_key_is_in_the_reference() -> None:
+    page = (REFERENCE / "topology.md").read_text()
+    documented = set(re.findall(r"^\| `([^`]+)` \|", page, re.M))
+    models = (schema.TopologySpec, schema.Datacenter, schema.Cluster, schema.TopicSpec, schema.Link, schema.Mirror)
+    accepted = {field.alias or name for model in models for name, field in model.model_fields.items()}
+    assert accepted <= documented, f"topology keys missing from topology.md: {sorted(accepted - documented)}"
