@@ -295,3 +295,20 @@ def test_a_bad_topic_config_names_the_file_and_the_topic(tmp_path: Path, where: 
     assert str(data / where) in result.stderr
     assert "topic 'orders'" in result.stderr
     assert "Invalid value -1 for configuration segment.bytes" in result.stderr
+
+
+def test_names_of_one_request_that_collide_are_decided_in_request_order(tmp_path: Path) -> None:
+    """Auto-created together, the topics of one request still meet the name-collision check in
+    the request's order: the first of 'x.N' and 'x_N' wins, whichever comes first."""
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        names = [n for i in range(20) for n in ((f"x.{i}", f"x_{i}") if i % 2 else (f"x_{i}", f"x.{i}"))]
+        request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=n) for n in names],
+                                  allow_auto_topic_creation=True)
+        with connect(broker.bootstrap) as sock:
+            response: MetadataResponse = call(sock, request, 9)
+        codes = {t.name: t.error_code for t in response.topics}
+        assert [n for n in names if codes[n] == ErrorCode.INVALID_TOPIC_EXCEPTION] == names[1::2]
+        assert all(codes[n] in (ErrorCode.NONE, ErrorCode.LEADER_NOT_AVAILABLE) for n in names[::2])
+    finally:
+        broker.kill()
