@@ -9,21 +9,37 @@ other mirror on it). The fetch lanes are mm2 mode's (mirror/fetcher.py); what di
   error saying so (`MirrorRefused`);
 - resume: each partition starts at the target's high watermark (ListOffsets latest), or at the
   source's log start when the target has never held a record there. No positions topic, no
-  offset syncs: offsets are equal at both ends, so the target's log end *is* the position;
+  offset syncs: offsets are equal at both ends, so the target's log end *is* the position. The
+  first write repeats the source's batch holding the copy's last offset, which the target takes
+  only if it holds that very batch: a copy someone else wrote to while the mirror was away is
+  found at once (FAILED) rather than copied on from;
 - write: the fetched batches go to the mirror topic as they are, several per request (no
   producer re-stamp, control batches included, no trimming; only their CRC is checked, which is
-  per batch and in C). The target skips what it already has (a restart, a resent request);
+  per batch and in C). The target skips what it already has (a restart, a resent request), once
+  it sees it holds those very batches. Each request says where the source's batch before its
+  first one ended (`previous_end`: what this mirror fetched and wrote before, or the offset the
+  source was read from, or the source's log start after a gap there), so the target takes a gap
+  only where the source has one;
+- failed: the copy is not the source's (the target refuses the batches as skipping ahead of its
+  end or differing from what it holds, OFFSET_OUT_OF_RANGE, or its log end is past the source's
+  high watermark: someone else wrote there). Copying on would drop records silently, so the
+  partition stops, FAILED, in the log, the events and the status (its `error`, and `problems`
+  under "FAILED <topic>-<partition>", so `causeway status` says the mirror is unhealthy and exits
+  2; its lag keeps counting the source's new records); a restart or a re-created mirror topic
+  starts it again;
 - refusals: INVALID_REQUEST means the topic is no longer this mirror's (promoted by deleting
   `causeway.mirror.name`, or someone else's): the topic's config is read again and, promoted,
   the topic is stopped for good (logged once, `not_mirrored` in the status says so). A batch the
-  target refuses as invalid (its LogValidator's verdicts, or INVALID_RECORD for a batch that
-  straddles the copy's end: the source diverged) parks the partition, as poison does in mm2;
+  target refuses as invalid (its LogValidator's verdicts) parks the partition, as poison does in
+  mm2; OFFSET_OUT_OF_RANGE (a batch that straddles the copy's end: the source diverged, or the
+  copy is not where the source's batches follow) fails it, as above;
 - a topic of that name at the target that is not this mirror's mirror topic is never written:
   it is reported (status `not_mirrored` and `problems`) and looked at again every round;
 - log start: each LinkAppend carries the source partition's log start offset (as its last fetch
-  response said), and an idle partition sends it alone when it moved: the copy's log start
-  follows the source's (DeleteRecords, retention), so a consumer from `earliest` at the target
-  reads what one at the source reads;
+  response said; never past what the request or the copy holds, which the target refuses), and
+  an idle partition sends it alone when it moved: the copy's log start follows the source's
+  (DeleteRecords, retention), so a consumer from `earliest` at the target reads what one at the
+  source reads;
 - consumer groups: mirror/link_groups.py commits the source's offsets at the target unchanged.
 """
 
@@ -48,6 +64,7 @@ from broker.client import (
     supports_link_append,
 )
 from broker.client.admin import EARLIEST, LATEST
+from broker.client.link import LINK_APPEND_VERSION
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, is_retriable
 from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
@@ -112,13 +129,49 @@ class LinkPartition(PartitionMirror):
     # the topic's config again and stops the topic when it was promoted or is someone else's.
     on_refused: Callable[[LinkPartition], Awaitable[None]] = _no_refusal_handler
     target_start: int = -1  # the copy's log start offset, as the target last answered; -1: unknown
+    # The highest source high watermark of a fetch whose batches were queued: nothing the target
+    # holds of this mirror's lies past it, so a target log end past it is someone else's.
+    source_end_seen: int = -1
+    # The source offset of a promotion marker the target left out at the end of the last write
+    # (broker/storage/link_copy.py): the copy ends one below what was written, and the next write
+    # follows it from there. -1: none.
+    left_out_at: int = -1
+    # At a resume, the copy's last offset: the source's batch holding it is sent again (not
+    # counted as copied) so that the target checks it holds that very batch. -1: done.
+    verify_at: int = -1
+    on_failed: Callable[[LinkPartition], None] = lambda pm: None  # the mirror's status and events
+
+    def put(self, chunk: Chunk) -> None:
+        # The fetcher sets high_watermark from the same answer just before: it covers the chunk.
+        self.source_end_seen = max(self.source_end_seen, self.high_watermark)
+        super().put(chunk)
+
+    def previous_end(self, first: BatchHeader) -> int:
+        """Where the source's batch before `first` ended, as this mirror read the source: right
+        after what it wrote (one below, past a promotion marker the target left out), or the
+        source's log start after a gap the fetcher met there (retention, DeleteRecords); never
+        past `first` (the offset it was fetched from holds nothing up to it)."""
+        marker_last = self.left_out_at >= 0 and self.left_out_at == self.written_through
+        written = self.written_through if marker_last else self.written_through + 1
+        return min(first.base_offset, max(written, self.trim_below))
+
+    def fail(self, why: str) -> None:
+        """The copy at the target is not the source's: stop this partition, FAILED, loudly.
+        Copying on would skip records (the target takes them as already there) or mix them."""
+        if self.failed is not None:
+            return
+        self.failed = self.error = f"FAILED: {why}; this partition is no longer copied"
+        log.error("%s: %s", _name(self.source), self.failed)
+        self.stop()
+        self.on_failed(self)
 
     def source_went_back(self, start: int, end: int) -> str | None:
         """Offsets are equal at both ends: copying the source again from its log start would
         put other records under offsets the target's consumers have read. Park and say so."""
         first = not self.parked
         self.fetch_failures += 1
-        self.park_at_source(f"the source log now ends at {end}, before the copy's end {self.position} (truncated, "
+        copied = max(self.position, self.written_through + 1)  # fetched from one below it at a resume
+        self.park_at_source(f"the source log now ends at {end}, before the copy's end {copied} (truncated, "
                             f"or deleted and created again): it is no longer the log this mirror topic copies; "
                             f"nothing more is copied", PARK_BACKOFF.delay(self.fetch_failures))
         return self.error if first else None
@@ -151,8 +204,12 @@ class LinkPartition(PartitionMirror):
         if not self._log_start_behind():
             return
         epoch = self.epoch
+        # Never past the copy's end (as far as its high watermark says), which the target refuses.
+        start = min(self.log_start_offset, self.target_end)
+        if start < 0:
+            return
         result = (await link_append(client, self.link_name, {self.target: b""},
-                                    log_start_offsets={self.target: self.log_start_offset}))[self.target]
+                                    log_start_offsets={self.target: start}))[self.target]
         if self.stopped or self.epoch != epoch:
             return
         if result.error == ErrorCode.NONE:
@@ -161,6 +218,8 @@ class LinkPartition(PartitionMirror):
         elif result.error == ErrorCode.INVALID_REQUEST:
             self.error = f"INVALID_REQUEST from LinkAppend to {_name(self.target)}: {result.error_message}"
             await self.on_refused(self)  # stops this partition when the topic was promoted
+        elif result.error == ErrorCode.OFFSET_OUT_OF_RANGE:
+            self.fail(f"the target refused the source's log start offset {start}: {result.error_message}")
         else:
             log.debug("%s: moving the copy's log start to %d: %s", _name(self.source), self.log_start_offset,
                       result.error.name)
@@ -169,7 +228,8 @@ class LinkPartition(PartitionMirror):
         """Returns True when the chunk was not written through (rewound, parked or stopped)."""
         epoch = self.epoch
         data = chunk.data
-        spans = [(pos, header) for pos, header in chunk.spans if header.last_offset > self.written_through]
+        low = self.written_through if self.verify_at < 0 else min(self.written_through, self.verify_at - 1)
+        spans = [(pos, header) for pos, header in chunk.spans if header.last_offset > low]
         damaged = next((i for i, (pos, header) in enumerate(spans) if not batch_crc_ok(data, pos, header)), None)
         pieces = _pieces(spans if damaged is None else spans[:damaged], LINK_REQUEST_MAX_BYTES)
         while pieces:
@@ -195,11 +255,15 @@ class LinkPartition(PartitionMirror):
         first, last = piece[0][1], piece[-1][1]
         start, end = piece[0][0], piece[-1][0] + last.size
         records = data[start:end]
+        previous_end = {self.target: self.previous_end(first)}
         failures = 0
         while not self.stopped and self.epoch == epoch:
-            start = self.log_start_offset  # the source's, from the latest fetch: the copy follows it
-            result = (await link_append(client, self.link_name, {self.target: records},
-                                        log_start_offsets={self.target: start} if start >= 0 else None))[self.target]
+            # The source's, from the latest fetch (the copy follows it), never past this piece's
+            # end: the copy's log start never passes what it holds.
+            log_start = min(self.log_start_offset, last.last_offset + 1)
+            result = (await link_append(client, self.link_name, {self.target: records}, previous_ends=previous_end,
+                                        log_start_offsets={self.target: log_start} if log_start >= 0 else None,
+                                        ))[self.target]
             if self.stopped or self.epoch != epoch:
                 break
             if result.high_watermark >= 0:
@@ -208,8 +272,19 @@ class LinkPartition(PartitionMirror):
                 self.target_start = result.log_start_offset
             code = result.error
             if code == ErrorCode.NONE:
-                self._written(piece, end - start)
+                if result.log_end_offset > self.source_end_seen:
+                    self.fail(f"the mirror topic {_name(self.target)} ends at offset {result.log_end_offset} at the "
+                              f"target, past the source's high watermark {self.source_end_seen}: it holds records "
+                              f"this mirror never copied (someone else wrote there)")
+                    break
+                self._written(piece, result.log_end_offset)
                 return _Outcome.DONE
+            if code == ErrorCode.OFFSET_OUT_OF_RANGE:
+                # The copy is not where the source's batches follow (it went ahead, or holds
+                # other batches at these offsets): copying on would skip or mix records.
+                self.fail(f"the target refused source offsets {first.base_offset}..{last.last_offset}: "
+                          f"{result.error_message}")
+                break
             failures += 1
             self.error = f"{code.name} from LinkAppend to {_name(self.target)}" + (
                 f": {result.error_message}" if result.error_message else "")
@@ -236,11 +311,16 @@ class LinkPartition(PartitionMirror):
             await trio.sleep(PARK_BACKOFF.delay(failures))
         return _Outcome.STOPPED
 
-    def _written(self, piece: list[Span], size: int) -> None:
+    def _written(self, piece: list[Span], log_end: int) -> None:
         last = piece[-1][1]
-        self.written_through = last.last_offset
-        self.records += sum(header.last_offset_delta + 1 for _, header in piece)
-        self.bytes += size
+        new = [header for _, header in piece if header.last_offset > self.written_through]  # not a resume's check
+        self.written_through, self.verify_at = max(self.written_through, last.last_offset), -1
+        # A lone producer-less control batch the copy ends just below: a promotion marker of
+        # the source's own, which the target leaves out (broker/storage/link_copy.py).
+        lone_control = last.is_control and not last.has_producer_id and last.records_count == 1
+        self.left_out_at = last.base_offset if lone_control and log_end == last.base_offset else -1
+        self.records += sum(header.last_offset_delta + 1 for header in new)
+        self.bytes += sum(header.size for header in new)
         if last.timestamp_type == TimestampType.CREATE_TIME and last.max_timestamp >= 0:
             self.latency_ms = max(0, now_ms() - last.max_timestamp)
         if self.error is not None:
@@ -293,8 +373,9 @@ async def _prepare(mirror: Mirror) -> None:
         if not await supports_link_append(mirror.target):
             raise MirrorRefused(
                 f"mode: link needs a Causeway target, and {mirror.target_alias} ({config.target.bootstrap}) is not "
-                f"one: it does not serve LinkAppend (API key 10000), so it cannot hold mirror topics with the "
-                f"source's offsets; use mode: mm2 to mirror to it")
+                f"one: it does not serve LinkAppend (API key 10000) version {LINK_APPEND_VERSION} (not a Causeway "
+                f"broker, or one older than this mirror), so it cannot hold mirror topics with the source's offsets; "
+                f"use mode: mm2 to mirror to it, or upgrade its brokers")
         if config.heartbeats_s > 0:
             await ensure_topic(mirror.target, HEARTBEATS_TOPIC, replication_factor=config.replication_factor,
                                configs=COMPACTED)
@@ -346,6 +427,7 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
         if new:
             await _start_partitions(mirror, nursery, topic, new, created=target_count is None)
     await _check_target_ends(mirror)
+    await _follow_failed_sources(mirror)
 
 
 def _state(mirror: Mirror) -> LinkState:
@@ -404,17 +486,16 @@ async def _on_refused(mirror: Mirror, pm: LinkPartition) -> None:
 async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, partitions: list[int], *,
                             created: bool) -> None:
     """Start copying `partitions` at the target's high watermark, or at the source's log start
-    when the target never held a record there (`created`: the mirror just made the topic)."""
+    when the target never held a record there (`created`: the mirror just made the topic). A
+    copy that ends inside the source's log is first checked: its last batch is sent again."""
     tps = [TopicPartition(topic, p) for p in partitions]
     ends = {tp: 0 for tp in tps}
     if not created:
         listed = await admin.list_offsets(mirror.target, {tp: LATEST for tp in tps})
         ends = {tp: listed[tp].offset for tp in tps}
-    fresh = [tp for tp in tps if ends[tp] <= 0]
-    starts: dict[TopicPartition, int] = {}
-    if fresh:
-        listed = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in fresh})
-        starts = {tp: listed[tp].offset for tp in fresh}
+    listed = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in tps})
+    source_starts = {tp: listed[tp].offset for tp in tps}
+    starts = {tp: source_starts[tp] for tp in tps if ends[tp] <= 0}
     config = mirror.config
     link = _state(mirror)
     for tp in tps:
@@ -423,7 +504,9 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, p
         position = starts[tp] if tp in starts else ends[tp]
         pm = LinkPartition(tp, tp, position, config.offset_lag_max, config.queue_max_bytes,
                            written_through=position - 1, link_name=link.name,
-                           on_refused=partial(_on_refused, mirror))
+                           on_refused=partial(_on_refused, mirror), on_failed=partial(_on_failed, mirror))
+        if tp not in starts and position - 1 >= source_starts[tp]:
+            pm.position = pm.verify_at = position - 1  # fetched from the copy's last offset: checked
         pm.target_end = ends[tp]
         pm.copied_from = position
         mirror.partitions[tp] = pm
@@ -435,30 +518,77 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, p
 
 
 async def _check_target_ends(mirror: Mirror) -> None:
-    """A mirror topic whose log end at the target went below what the mirror copied there
+    """A mirror topic whose log end at the target went below what the target last said it held
     (truncated at the target): copy again from where it ends. Offsets are equal at both ends,
-    so that is all it takes; what the target still has is skipped."""
-    watched = {pm.target: (pm, pm.written_through + 1, pm.epoch) for pm in mirror.partitions.values()
-               if isinstance(pm, LinkPartition) and pm.written_through >= 0 and not pm.stopped}
-    if not watched:
+    so that is all it takes; what the target still has is skipped. One whose log end is past the
+    source's high watermark holds records this mirror never copied: FAILED.
+
+    "What the target held" is its own answer (ListOffsets at the start, each LinkAppend's high
+    watermark since), never the mirror's position: a partition that starts at the source's log
+    start (say 120) has copied nothing yet, and its empty copy ending at 0 is not a truncation."""
+    watched = {pm.target: (pm, pm.target_end, pm.epoch) for pm in mirror.partitions.values()
+               if isinstance(pm, LinkPartition) and not pm.stopped and (pm.target_end > 0 or pm.source_end_seen >= 0)}
+    ends = await _latest(mirror.target, list(watched)) if watched else None
+    if ends is None:
         return
-    try:
-        ends = await admin.list_offsets(mirror.target, {tp: LATEST for tp in watched})
-    except KafkaError as exc:
-        if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
-                        ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE):
-            return  # deleted or moving meanwhile: the next round looks again
-        raise
     for tp, (pm, expected, epoch) in watched.items():
-        end = ends[tp].offset
-        if 0 <= end < expected and pm.epoch == epoch and not pm.stopped:
+        end = ends[tp]
+        if pm.stopped or pm.epoch != epoch:
+            continue  # rewound or stopped meanwhile: the next round looks again
+        if end > pm.source_end_seen >= 0:
+            pm.fail(f"the mirror topic ends at offset {end} at the target, past the source's high watermark "
+                    f"{pm.source_end_seen}: it holds records this mirror never copied (someone else wrote there)")
+        elif 0 <= end < expected:
             message = (f"{_name(tp)}: the mirror topic ends at offset {end} at the target, below the {expected} "
                        f"copied there (truncated at the target); copying source offsets from {end} again")
             pm.rewind(end)
-            pm.written_through = end - 1
+            pm.written_through, pm.target_end = end - 1, end
             pm.note_gap(message)
             mirror.event(message)
             log.error("%s", message)
+
+
+def _on_failed(mirror: Mirror, pm: LinkPartition) -> None:
+    assert pm.failed is not None
+    mirror.event(f"{_name(pm.source)}: {pm.failed}")
+    _report_failed(mirror)
+
+
+def _report_failed(mirror: Mirror) -> None:
+    """The FAILED partitions in `problems` (what `causeway status` counts as unhealthy), and no
+    others: one stopped since (its topic deleted, or created again at the target) is gone."""
+    failed = {f"FAILED {_name(pm.source)}": pm.failed for pm in _failed(mirror).values()}
+    for what in [what for what in mirror.problems if what.startswith("FAILED ") and what not in failed]:
+        del mirror.problems[what]
+    mirror.problems.update({what: why for what, why in failed.items() if why is not None})
+
+
+def _failed(mirror: Mirror) -> dict[TopicPartition, LinkPartition]:
+    return {tp: pm for tp, pm in mirror.partitions.items() if isinstance(pm, LinkPartition) and pm.failed is not None}
+
+
+async def _follow_failed_sources(mirror: Mirror) -> None:
+    """A FAILED partition is no longer fetched; its source high watermark is still read each
+    round, so its lag in the status counts what the source wrote since and never reads 0."""
+    _report_failed(mirror)
+    failed = _failed(mirror)
+    ends = await _latest(mirror.source, list(failed)) if failed else None
+    if ends is not None:
+        for tp, pm in failed.items():
+            pm.high_watermark = max(pm.high_watermark, ends[tp])
+
+
+async def _latest(client: Client, tps: list[TopicPartition]) -> dict[TopicPartition, int] | None:
+    """Each partition's high watermark at `client`'s cluster; None while one of them is deleted
+    or moving (the next round looks again). Raises KafkaError / ClientError otherwise."""
+    try:
+        listed = await admin.list_offsets(client, {tp: LATEST for tp in tps})
+    except KafkaError as exc:
+        if exc.code in (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, ErrorCode.NOT_LEADER_OR_FOLLOWER,
+                        ErrorCode.OFFSET_NOT_AVAILABLE, ErrorCode.LEADER_NOT_AVAILABLE):
+            return None
+        raise
+    return {tp: offset.offset for tp, offset in listed.items()}
 
 
 def _name(tp: TopicPartition) -> str:

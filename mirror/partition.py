@@ -178,6 +178,7 @@ class PartitionMirror:
     recopy: str | None = None  # while re-copying what the target lost: why, for the status
     recopy_until: int = -1  # the source end when the re-copy began: caught up past it, it is done
     lost: str | None = None  # records the target lost that the source no longer has, by offsets
+    failed: str | None = None  # stopped for good, FAILED: the target's copy is not the source's (why)
     on_target_went_back: Callable[[PartitionMirror, int, str], None] = lambda pm, end, why: None
     fetch_failures: int = 0  # consecutive failed fetches of this partition
     retry_at: float = 0.0  # trio clock: not fetched again before this

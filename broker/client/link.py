@@ -5,7 +5,8 @@ serves it, and says so in ApiVersions (`supports_link_append`). The batches go t
 partition's leader as the source's log holds them (their base offsets, timestamps, producer
 fields, control batches); the leader keeps them, skips those it already has and answers where
 the copy stands (log end, high watermark, log start). Sending the same batches again is safe:
-they are skipped.
+they are skipped. Each partition's batches say where the source's batch before them ended
+(version 1's PreviousEndOffset), so the leader takes a gap only where the source has one.
 """
 
 from __future__ import annotations
@@ -22,10 +23,13 @@ from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, LinkAppendRequest, LinkAppendResponse
+from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 
-__all__ = ["MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "supports_link_append"]
+__all__ = ["LINK_APPEND_VERSION", "MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "supports_link_append"]
 
 Buffer = bytes | bytearray | memoryview
+#: The LinkAppend version this client needs: 1 says where the source's previous batch ended.
+LINK_APPEND_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,7 @@ def _failed(code: ErrorCode, message: str | None) -> LinkAppendResult:
 
 async def link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer], *,
                       timeout_ms: int = 30000, log_start_offsets: Mapping[TopicPartition, int] | None = None,
+                      previous_ends: Mapping[TopicPartition, int] | None = None,
                       ) -> dict[TopicPartition, LinkAppendResult]:
     """Append each partition's batches (whole RecordBatch v2 batches, as a fetch from the source
     returned them) to its leader, as mirror ``link_name``: one request per leader, the leaders
@@ -60,21 +65,35 @@ async def link_append(client: Client, link_name: str, batches: Mapping[TopicPart
     Never raises for a partition's failure: its result carries the error code. After
     NOT_LEADER_OR_FOLLOWER or UNKNOWN_TOPIC_OR_PARTITION the topic's metadata is refreshed at
     the next call. INVALID_REQUEST: the topic is not (or no longer: promoted) this mirror's
-    mirror topic; INVALID_RECORD: a batch straddles the log end (the source diverged); a leader
+    mirror topic; OFFSET_OUT_OF_RANGE: the copy is not where these batches follow (see
+    ``previous_ends``; a batch that straddles its log end: the source diverged); a leader
     that cannot be reached or does not answer in time gives NETWORK_EXCEPTION or
     REQUEST_TIMED_OUT (the batches may or may not be there: send them again).
 
     ``log_start_offsets``: each source partition's log start offset (from its fetch response);
-    the leader moves the copy's log start up to it once the batches are replicated. A partition's
-    batches may then be empty: only its log start moves.
+    the leader moves the copy's log start up to it once the batches are replicated, never past
+    the copy's log end (OFFSET_OUT_OF_RANGE). A partition's batches may then be empty: only its
+    log start moves.
+
+    ``previous_ends``: for each partition, where the source's batch before the first one sent
+    ended (the source holds nothing from there up to that batch: compacted away, deleted).
+    Not given: the first batch's base offset (no gap claimed). The leader refuses batches that
+    would leave records missing between its log end and there (unless the source's log starts
+    there), or that differ from those it holds at their offsets: OFFSET_OUT_OF_RANGE, the copy
+    is not where the source's batches follow.
     """
+    ends = dict(previous_ends or {})
+    for tp, data in batches.items():
+        if tp not in ends and len(data) >= BATCH_HEADER_SIZE:
+            ends[tp] = read_batch_header(data, 0).base_offset
     with client.deadline("LinkAppend", extra_s=timeout_ms / 1000):
-        return await _link_append(client, link_name, batches, wire_timeout_ms(timeout_ms), log_start_offsets or {})
+        return await _link_append(client, link_name, batches, wire_timeout_ms(timeout_ms), log_start_offsets or {},
+                                  ends)
 
 
 async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer],
                        timeout_ms: int, log_start_offsets: Mapping[TopicPartition, int],
-                       ) -> dict[TopicPartition, LinkAppendResult]:
+                       previous_ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, LinkAppendResult]:
     results: dict[TopicPartition, LinkAppendResult] = {}
     try:
         by_leader, leaderless = await client.partitions_by_leader(batches)
@@ -88,7 +107,8 @@ async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPar
         for tp in tps:
             topics.setdefault(tp.topic, []).append(
                 LinkAppendRequest.LinkAppendPartition(index=tp.partition, records=batches[tp],
-                                                      log_start_offset=log_start_offsets.get(tp, -1)))
+                                                      log_start_offset=log_start_offsets.get(tp, -1),
+                                                      previous_end_offset=previous_ends.get(tp, -1)))
         request = LinkAppendRequest(
             link_name=link_name,
             timeout_ms=timeout_ms,
@@ -131,10 +151,11 @@ def _connection_failed(exc: ConnectionFailed) -> LinkAppendResult:
 
 
 async def supports_link_append(client: Client) -> bool:
-    """Whether the cluster serves LinkAppend (a Causeway broker: Kafka does not list key
-    10000 in ApiVersions), as any reachable broker answers. Raises ConnectionFailed /
-    RequestTimeout when none answers in time."""
+    """Whether the cluster serves LinkAppend version 1 (a Causeway broker: Kafka does not list
+    key 10000 in ApiVersions; an older Causeway serves version 0 only), as any reachable broker
+    answers. Raises ConnectionFailed / RequestTimeout when none answers in time."""
     with client.deadline("ApiVersions"):
         response: ApiVersionsResponse = await client.request_any(ApiVersionsRequest(
             client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION))
-    return any(k.api_key == ApiKey.LINK_APPEND and k.min_version <= 0 <= k.max_version for k in response.api_keys)
+    return any(k.api_key == ApiKey.LINK_APPEND and k.min_version <= LINK_APPEND_VERSION <= k.max_version
+               for k in response.api_keys)

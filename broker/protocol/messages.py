@@ -11566,14 +11566,14 @@ class WriteTxnMarkersResponse:
 class LinkAppendRequest:
     API_KEY: ClassVar[int] = 10000
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
     @dataclass(slots=True)
     class LinkAppendTopic:
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('name', 'string', 0, 0, 1, 0),
-            FieldSpec('partitions', '[]LinkAppendPartition', 0, 0, 1, 0),
+            FieldSpec('name', 'string', 0, 1, 1, 0),
+            FieldSpec('partitions', '[]LinkAppendPartition', 0, 1, 1, 0),
         )
         name: str = ''
         partitions: list[LinkAppendRequest.LinkAppendPartition] = field(default_factory=list)
@@ -11599,18 +11599,22 @@ class LinkAppendRequest:
     @dataclass(slots=True)
     class LinkAppendPartition:
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('index', 'int32', 0, 0, 1, 0),
-            FieldSpec('records', 'records', 0, 0, 0, 0),
-            FieldSpec('log_start_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('index', 'int32', 0, 1, 1, 0),
+            FieldSpec('records', 'records', 0, 1, 0, 1),
+            FieldSpec('log_start_offset', 'int64', 0, 1, 1, 0),
+            FieldSpec('previous_end_offset', 'int64', 1, 1, 1, 0),
         )
         index: int = 0
         records: Records | None = None
         log_start_offset: int = -1
+        previous_end_offset: int = -1
 
         def encode_into(self, w: Writer, version: int) -> None:
             w.int32(self.index)
             w.compact_nullable_bytes(self.records)
             w.int64(self.log_start_offset)
+            if version >= 1:
+                w.int64(self.previous_end_offset)
             w.unsigned_varint(0)
 
         @classmethod
@@ -11619,13 +11623,15 @@ class LinkAppendRequest:
             self.index = r.int32()
             self.records = r.compact_nullable_bytes_view()
             self.log_start_offset = r.int64()
+            if version >= 1:
+                self.previous_end_offset = r.int64()
             r.skip_tagged_fields()
             return self
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('link_name', 'string', 0, 0, 1, 0),
-        FieldSpec('timeout_ms', 'int32', 0, 0, 1, 0),
-        FieldSpec('topics', '[]LinkAppendTopic', 0, 0, 1, 0),
+        FieldSpec('link_name', 'string', 0, 1, 1, 0),
+        FieldSpec('timeout_ms', 'int32', 0, 1, 1, 0),
+        FieldSpec('topics', '[]LinkAppendTopic', 0, 1, 1, 0),
     )
     link_name: str = ''
     timeout_ms: int = 0
@@ -11665,14 +11671,14 @@ class LinkAppendRequest:
 class LinkAppendResponse:
     API_KEY: ClassVar[int] = 10000
     MIN_VERSION: ClassVar[int] = 0
-    MAX_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 1
     FLEXIBLE_VERSION: ClassVar[int | None] = 0
 
     @dataclass(slots=True)
     class LinkAppendTopicResponse:
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('name', 'string', 0, 0, 1, 0),
-            FieldSpec('partitions', '[]LinkAppendPartitionResponse', 0, 0, 1, 0),
+            FieldSpec('name', 'string', 0, 1, 1, 0),
+            FieldSpec('partitions', '[]LinkAppendPartitionResponse', 0, 1, 1, 0),
         )
         name: str = ''
         partitions: list[LinkAppendResponse.LinkAppendPartitionResponse] = field(default_factory=list)
@@ -11698,12 +11704,12 @@ class LinkAppendResponse:
     @dataclass(slots=True)
     class LinkAppendPartitionResponse:
         FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-            FieldSpec('index', 'int32', 0, 0, 1, 0),
-            FieldSpec('error_code', 'int16', 0, 0, 1, 0),
-            FieldSpec('error_message', 'string', 0, 0, 0, 0),
-            FieldSpec('log_end_offset', 'int64', 0, 0, 1, 0),
-            FieldSpec('high_watermark', 'int64', 0, 0, 1, 0),
-            FieldSpec('log_start_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('index', 'int32', 0, 1, 1, 0),
+            FieldSpec('error_code', 'int16', 0, 1, 1, 0),
+            FieldSpec('error_message', 'string', 0, 1, 0, 1),
+            FieldSpec('log_end_offset', 'int64', 0, 1, 1, 0),
+            FieldSpec('high_watermark', 'int64', 0, 1, 1, 0),
+            FieldSpec('log_start_offset', 'int64', 0, 1, 1, 0),
         )
         index: int = 0
         error_code: int = 0
@@ -11734,8 +11740,8 @@ class LinkAppendResponse:
             return self
 
     FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
-        FieldSpec('throttle_time_ms', 'int32', 0, 0, 1, 0),
-        FieldSpec('topics', '[]LinkAppendTopicResponse', 0, 0, 1, 0),
+        FieldSpec('throttle_time_ms', 'int32', 0, 1, 1, 0),
+        FieldSpec('topics', '[]LinkAppendTopicResponse', 0, 1, 1, 0),
     )
     throttle_time_ms: int = 0
     topics: list[LinkAppendResponse.LinkAppendTopicResponse] = field(default_factory=list)

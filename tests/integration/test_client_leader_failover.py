@@ -195,8 +195,13 @@ async def run_loops(cluster: ZkCluster) -> dict[str, object]:
             batch = build_batch([Record(b"k", b"v" * 100)], base_offset=offset, producer_id=7, producer_epoch=0,
                                 base_sequence=offset)
 
-            async def append(batch: bytes = batch) -> bool:
-                result = (await link_append(loop.client, LINK, {loop.tp: batch}, timeout_ms=10000))[loop.tp]
+            # The source's log starts at 1000, and holds nothing between its batches.
+            previous_end = linked[-1] + 1 if linked else 1000
+
+            async def append(batch: bytes = batch, previous_end: int = previous_end) -> bool:
+                result = (await link_append(loop.client, LINK, {loop.tp: batch}, timeout_ms=10000,
+                                            previous_ends={loop.tp: previous_end},
+                                            log_start_offsets={loop.tp: 1000}))[loop.tp]
                 if result.error == ErrorCode.NONE:
                     return True
                 assert result.error in MOVING, result

@@ -84,8 +84,13 @@ def same_but_epoch(a: bytes, b: bytes) -> bool:
     return True
 
 
-async def append(client: Client, tp: TopicPartition, data: bytes, link: str = LINK) -> LinkAppendResult:
-    return (await link_append(client, link, {tp: data}))[tp]
+async def append(client: Client, tp: TopicPartition, data: bytes, link: str = LINK, *, previous_end: int | None = None,
+                 log_start: int | None = None) -> LinkAppendResult:
+    """LinkAppend `data` to `tp`; `previous_end` (default: no gap claimed) and `log_start` as
+    the source's claims."""
+    return (await link_append(client, link, {tp: data},
+                              previous_ends=None if previous_end is None else {tp: previous_end},
+                              log_start_offsets=None if log_start is None else {tp: log_start}))[tp]
 
 
 async def test_round_trip_keeps_offsets_bytes_and_timestamps_and_a_retry_is_skipped(broker: BrokerProcess) -> None:
@@ -143,13 +148,15 @@ async def test_gaps_and_a_source_log_that_starts_above_zero(broker: BrokerProces
     async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
         await make_mirror_topic(client, "gappy")
         tp = TopicPartition("gappy", 0)
-        result = await append(client, tp, batch(1000, 3) + batch(1010, 2))
+        # The source's log starts at 1000: the empty copy starts there too.
+        result = await append(client, tp, batch(1000, 3) + batch(1010, 2), previous_end=1000, log_start=1000)
         assert result.error == ErrorCode.NONE, result
         assert (result.log_start_offset, result.log_end_offset, result.high_watermark) == (1000, 1012, 1012)
-        # A compacted source batch: fewer records than its offset range, its last offset kept.
+        # A compacted source batch: fewer records than its offset range, its last offset kept;
+        # the source holds nothing from 1012 (where its previous batch ended) up to it.
         compacted = build_batch([Record(b"a", b"1"), Record(b"b", b"2")], base_offset=5000,
                                 offset_deltas=[0, 9], base_timestamp=1_600_000_000_000)
-        result = await append(client, tp, compacted)
+        result = await append(client, tp, compacted, previous_end=1012)
         assert result.error == ErrorCode.NONE and result.log_end_offset == 5010, result
         assert (await admin.list_offsets(client, {tp: -2}))[tp].offset == 1000
         assert (await admin.list_offsets(client, {tp: -1}))[tp].offset == 5010
@@ -165,7 +172,7 @@ async def test_straddles_disorder_and_bad_batches_are_refused_and_write_nothing(
         tp = TopicPartition("strict", 0)
         assert (await append(client, tp, batch(0, 10))).log_end_offset == 10
         straddle = await append(client, tp, batch(5, 10))
-        assert straddle.error == ErrorCode.INVALID_RECORD, straddle
+        assert straddle.error == ErrorCode.OFFSET_OUT_OF_RANGE, straddle
         assert "[5, 14]" in (straddle.error_message or "") and "10" in (straddle.error_message or "")
         assert straddle.log_end_offset == 10  # where the copy stands, even after a refusal
         disorder = await append(client, tp, batch(20, 2) + batch(15, 2))
@@ -245,9 +252,11 @@ async def test_mirror_name_mismatch_config_changes_and_promotion(broker: BrokerP
     assert reports == [None]
 
 
-def _link_request(topic: str, records: bytes | None, *, index: int = 0, link: str = LINK) -> LinkAppendRequest:
+def _link_request(topic: str, records: bytes | None, *, index: int = 0, link: str = LINK, previous_end: int = 0,
+                  log_start: int = -1) -> LinkAppendRequest:
     return LinkAppendRequest(link_name=link, timeout_ms=5000, topics=[LinkAppendRequest.LinkAppendTopic(
-        name=topic, partitions=[LinkAppendRequest.LinkAppendPartition(index=index, records=records)])])
+        name=topic, partitions=[LinkAppendRequest.LinkAppendPartition(
+            index=index, records=records, previous_end_offset=previous_end, log_start_offset=log_start)])])
 
 
 def _metadata_works(broker: BrokerProcess) -> bool:
@@ -270,7 +279,7 @@ async def test_hostile_link_appends_get_error_codes_and_the_broker_lives(broker:
         "garbage records": ("target", bytes(garbage_records), {ErrorCode.INVALID_RECORD}),
         "not a batch": ("target", b"\xff" * 70, {ErrorCode.CORRUPT_MESSAGE}),
         "no records": ("target", None, {ErrorCode.CORRUPT_MESSAGE}),
-        "negative offset": ("target", batch(-5, 2), {ErrorCode.INVALID_RECORD}),
+        "negative offset": ("target", batch(-5, 2), {ErrorCode.INVALID_RECORD, ErrorCode.INVALID_REQUEST}),
         "unknown topic": ("no-such-topic", batch(0, 1), {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}),
         "internal topic": ("__consumer_offsets", batch(0, 1), {ErrorCode.INVALID_TOPIC_EXCEPTION}),
         "partition not there": ("target#7", batch(0, 1), {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}),
@@ -279,7 +288,7 @@ async def test_hostile_link_appends_get_error_codes_and_the_broker_lives(broker:
         for i, (why, (topic, records, codes)) in enumerate(cases.items()):
             name, _, index = topic.partition("#")
             request = _link_request(name, records, index=int(index or 0))
-            answer: LinkAppendResponse | None = exchange(sock, request, 0, correlation_id=i)
+            answer: LinkAppendResponse | None = exchange(sock, request, 1, correlation_id=i)
             assert answer is not None, why
             code = answer.topics[0].partitions[0].error_code
             assert code in codes, (why, ErrorCode(code), answer.topics[0].partitions[0].error_message)
@@ -304,3 +313,86 @@ async def test_fewer_in_sync_replicas_than_min_insync_replicas_write_nothing(bro
             result.error_message or ""), result
         assert result.log_end_offset == 0
         assert (await admin.list_offsets(client, {tp: -1}))[tp].offset == 0
+
+
+async def _copy_state(client: Client, tp: TopicPartition) -> tuple[int, int, int]:
+    """(log start, high watermark, records readable from the log start) of `tp`."""
+    start = (await admin.list_offsets(client, {tp: -2}))[tp].offset
+    end = (await admin.list_offsets(client, {tp: -1}))[tp].offset
+    data = await read_all(client, tp, start) if end > start else b""
+    return start, end, sum(header.records_count for _, header in split_batches(data))
+
+
+async def test_a_copy_is_never_skipped_ahead_or_wiped(broker: BrokerProcess) -> None:
+    """Issue 19 item 2: a LinkAppend past the copy's end, or a log start past it, was taken; the
+    real mirror's next batches were then "already here" and every later record was dropped."""
+    async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
+        await make_mirror_topic(client, "dr")
+        tp = TopicPartition("dr", 0)
+        assert (await append(client, tp, batch(0, 10))).log_end_offset == 10
+        # Skipping ahead: at the log end + 1,000,000 or at 2**62, claimed to follow the batch
+        # before it (no gap) or claiming the gap with nothing to show for it.
+        for base, previous_end in ((1_000_010, None), (2**62, None), (2**62, 2**62), (1_000_010, 11)):
+            ahead = await append(client, tp, batch(base, 3), previous_end=previous_end)
+            assert ahead.error == ErrorCode.OFFSET_OUT_OF_RANGE, (base, ahead)
+            assert "10.." in (ahead.error_message or "") and ahead.log_end_offset == 10, ahead
+        assert await _copy_state(client, tp) == (0, 10, 10)
+        # A log start past the copy's end, with records or alone (the "2**63 - 1" wipe); nothing moves.
+        for records, log_start in ((b"", 2**63 - 1), (b"", 11), (batch(10, 2), 13)):
+            wipe = await append(client, tp, records, previous_end=-1 if not records else None, log_start=log_start)
+            assert wipe.error == ErrorCode.OFFSET_OUT_OF_RANGE and "log start" in (wipe.error_message or ""), wipe
+        assert await _copy_state(client, tp) == (0, 10, 10)
+        # A gap the source really has: its log starts past the copy's end (retention, DeleteRecords):
+        # the copy follows it there.
+        follow = await append(client, tp, batch(40, 2), previous_end=40, log_start=40)
+        assert follow.error == ErrorCode.NONE and (follow.log_start_offset, follow.log_end_offset) == (40, 42), follow
+        # Claims that look honest (the source has nothing from the copy's end up to the batch) are
+        # taken, but the real mirror's batches at those offsets are then refused, not skipped.
+        assert (await append(client, tp, batch(1_000_042, 1), previous_end=42)).error == ErrorCode.NONE
+        real = await append(client, tp, batch(42, 5))
+        assert real.error == ErrorCode.OFFSET_OUT_OF_RANGE and "not the batch held there" in (
+            real.error_message or ""), real
+
+        # The variation: someone else's batch at the very log end, then the real one there.
+        await make_mirror_topic(client, "dr2")
+        tp2 = TopicPartition("dr2", 0)
+        assert (await append(client, tp2, batch(0, 5))).error == ErrorCode.NONE
+        foreign = build_batch([Record(b"x", b"not the source's")] * 3, base_offset=5, base_timestamp=1)
+        assert (await append(client, tp2, foreign)).error == ErrorCode.NONE
+        for data in (batch(5, 3), batch(5, 3) + batch(8, 2), batch(0, 5) + batch(5, 3)):
+            refused = await append(client, tp2, data, previous_end=0 if data.startswith(batch(0, 5)) else None)
+            assert refused.error == ErrorCode.OFFSET_OUT_OF_RANGE, refused
+        assert await _copy_state(client, tp2) == (0, 8, 8)
+        # What the copy holds is still taken again as it is (a retried request).
+        assert (await append(client, tp2, batch(0, 5) + foreign, previous_end=0)).error == ErrorCode.NONE
+
+        # A compacted topic: the source's cleaner may rewrite a batch after it was copied. Sent
+        # again, it is taken (the copy holds a batch over its offsets); a copy moved ahead holds
+        # none there, and is still caught.
+        await admin.create_topics(client, {"dr-compact": NewTopic(1, configs={
+            MIRROR_NAME_CONFIG: LINK, "cleanup.policy": "compact"})})
+        tp3 = TopicPartition("dr-compact", 0)
+        assert (await append(client, tp3, batch(0, 5))).error == ErrorCode.NONE
+        cleaned = build_batch([Record(b"k4", b"v4")], base_offset=0, offset_deltas=[4], base_timestamp=1)
+        assert (await append(client, tp3, cleaned + batch(5, 2), previous_end=0)).log_end_offset == 7
+        assert (await append(client, tp3, batch(1_000_007, 1), previous_end=7)).error == ErrorCode.NONE
+        assert (await append(client, tp3, batch(7, 2))).error == ErrorCode.OFFSET_OUT_OF_RANGE
+
+
+async def test_link_append_v0_and_a_missing_previous_end_are_refused(broker: BrokerProcess) -> None:
+    """Version 0 cannot say where the source's previous batch ended: refused with a message that
+    says so, per partition; version 1 without PreviousEndOffset, or one past its first batch, too."""
+    async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
+        await make_mirror_topic(client, "strict-v1")
+    cases = [(0, 0, ErrorCode.UNSUPPORTED_VERSION, "PreviousEndOffset"),
+             (1, -1, ErrorCode.INVALID_REQUEST, "PreviousEndOffset"),
+             (1, 5, ErrorCode.INVALID_REQUEST, "past the first batch")]
+    with connect(broker.bootstrap, timeout_s=30) as sock:
+        for i, (version, previous_end, code, says) in enumerate(cases):
+            answer: LinkAppendResponse | None = exchange(
+                sock, _link_request("strict-v1", batch(0, 2), previous_end=previous_end), version, correlation_id=i)
+            assert answer is not None
+            part = answer.topics[0].partitions[0]
+            assert (part.error_code, says in (part.error_message or "")) == (code, True), (version, part)
+        ok: LinkAppendResponse | None = exchange(sock, _link_request("strict-v1", batch(0, 2)), 1, correlation_id=9)
+        assert ok is not None and ok.topics[0].partitions[0].error_code == ErrorCode.NONE

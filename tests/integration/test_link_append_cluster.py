@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -79,13 +80,17 @@ def offsets_in(data: bytes) -> list[int]:
     return [h.base_offset for _, h in split_batches(data)]
 
 
-async def send_all(cluster: ZkCluster, batches: list[bytes], acked: list[int]) -> None:
-    """Link-append each batch in turn, retrying (bounded) through leader changes; record the
-    base offsets acknowledged."""
+async def send_all(cluster: ZkCluster, batches: list[bytes], acked: list[int], *, start: int = 0) -> None:
+    """Link-append each batch from `start` in turn, saying where the source's batch before it
+    ended (its log start, 100, before the first), retrying (bounded) through leader changes;
+    record the base offsets acknowledged."""
     async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
-        for data in batches:
+        for i in range(start, len(batches)):
+            data = batches[i]
+            previous_end = split_batches(batches[i - 1])[-1][1].last_offset + 1 if i else 100
             for _ in range(100):
-                result = (await link_append(client, LINK, {TP: data}, timeout_ms=10000))[TP]
+                result = (await link_append(client, LINK, {TP: data}, timeout_ms=10000,
+                                            previous_ends={TP: previous_end}, log_start_offsets={TP: 100}))[TP]
                 if result.error == ErrorCode.NONE:
                     acked.append(split_batches(data)[0][1].base_offset)
                     break
@@ -122,7 +127,7 @@ def test_followers_replicate_a_mirror_topic_and_a_leader_kill_keeps_acknowledged
 
     def mirror() -> None:
         try:
-            trio.run(send_all, cluster, batches[15:], acked)
+            trio.run(partial(send_all, cluster, batches, acked, start=15))
         except BaseException as exc:  # noqa: BLE001 - re-raised by the test below
             failed.append(exc)
 

@@ -147,7 +147,7 @@ async def produce_batch(bootstrap: str, topic: str, count: int, tag: str) -> Non
         await produce(client, topic, 0, batch)
 
 
-async def test_a_source_that_diverged_from_the_copy_parks_the_partition(east: BrokerProcess,
+async def test_a_source_that_diverged_from_the_copy_fails_the_partition(east: BrokerProcess,
                                                                         west: BrokerProcess) -> None:
     async with open_client(east.bootstrap) as client:
         await admin.create_topics(client, {"ledger": NewTopic(1)})
@@ -165,12 +165,14 @@ async def test_a_source_that_diverged_from_the_copy_parks_the_partition(east: Br
         await wait_for(lambda: "parked ledger-0" in mirror.status()["problems"], what="the partition parked")
         parked = mirror.status()["problems"]["parked ledger-0"]
         assert "the source log now ends at 5, before the copy's end 10" in parked
-        # It grows past the copy's end: its batch [5, 14] straddles the copy's end, 10.
+        # It grows past the copy's end: its batch [5, 14] straddles the copy's end, 10. The copy
+        # is not this source's log: the partition stops, FAILED (copying on would mix the two).
         await produce_batch(east.bootstrap, "ledger", 10, "third")
-        await wait_for(lambda: "INVALID_RECORD" in mirror.status()["problems"].get("parked ledger-0", ""),
+        await wait_for(lambda: "FAILED ledger-0" in mirror.status()["problems"],
                        what="the target to refuse the straddling batch", timeout_s=60)
-        problem = mirror.status()["problems"]["parked ledger-0"]
-    assert "parked at source offset 5 (batch 5..14)" in problem and "straddles" in problem, problem
+        problem = mirror.status()["problems"]["FAILED ledger-0"]
+        failed = next(p for p in mirror.status()["partitions"] if p["topic"] == "ledger")["error"]
+    assert problem == failed and "source offsets 5..14" in problem and "straddles" in problem, problem
     assert await ends_of(west.bootstrap, "ledger", 1) == {0: 10}  # the copy is left as it was
 
 

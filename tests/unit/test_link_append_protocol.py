@@ -17,7 +17,7 @@ from tools import gen_protocol
 def test_link_append_is_key_10000_and_flexible_from_v0() -> None:
     spec = API_SPECS[ApiKey.LINK_APPEND]
     assert int(ApiKey.LINK_APPEND) == 10000
-    assert (spec.min_version, spec.max_version, spec.request_header_version(0)) == (0, 0, 2)
+    assert (spec.min_version, spec.max_version, spec.request_header_version(0)) == (0, 1, 2)
 
 
 def test_request_and_response_round_trip() -> None:
@@ -30,6 +30,10 @@ def test_request_and_response_round_trip() -> None:
     assert decoded.link_name == "east-to-west" and decoded.timeout_ms == 30000
     parts = decoded.topics[0].partitions
     assert (parts[0].index, bytes(parts[0].records or b""), parts[1].records) == (3, records, None)
+    # Version 1 carries where the source's previous batch ended; version 0 leaves it out.
+    request.topics[0].partitions[0].previous_end_offset = 40
+    assert LinkAppendRequest.decode(bytes(request.encode(1)), 1).topics[0].partitions[0].previous_end_offset == 40
+    assert LinkAppendRequest.decode(bytes(request.encode(0)), 0).topics[0].partitions[0].previous_end_offset == -1
     response = LinkAppendResponse(topics=[LinkAppendResponse.LinkAppendTopicResponse(name="orders", partitions=[
         LinkAppendResponse.LinkAppendPartitionResponse(index=3, error_code=87, error_message="straddles")])])
     answer = LinkAppendResponse.decode(bytes(response.encode(0)), 0).topics[0].partitions[0]

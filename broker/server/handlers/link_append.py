@@ -5,7 +5,9 @@ Per partition, on its leader: the topic must be a mirror topic (``causeway.mirro
 owned by the request's ``LinkName``, else INVALID_REQUEST saying why (a promoted topic, another
 mirror's, a normal topic). The batches keep their offsets, timestamps and producer fields and are
 stamped with this leader's epoch (``Partition.append_copied``): already-present batches are
-skipped, gaps allowed, a batch straddling the log end refused (INVALID_RECORD). Then the answer
+skipped once seen to be the very batches held, a gap allowed only where the source has one, a
+batch that would skip ahead of the log end, straddle it or differ from the one held refused
+(OFFSET_OUT_OF_RANGE; broker/storage/link_offsets.py). Then the answer
 waits as Produce's acks=all does: NOT_ENOUGH_REPLICAS before appending when the ISR is below
 ``min.insync.replicas``; the high watermark reaching the new log end within ``TimeoutMs``, else
 REQUEST_TIMED_OUT. Each partition answers its log end, high watermark and log start offset, so
@@ -14,8 +16,15 @@ the mirror knows where the copy stands even after a refusal.
 ``LogStartOffset`` (the source partition's, -1: not given) then moves the copy's log start up to
 it, as a Kafka follower follows its leader's log start from each fetch response: never backwards,
 never past the high watermark (so only once the in-sync replicas hold what it keeps), and records
-the source deleted (DeleteRecords, retention) leave the copy too. A partition may carry no
-batches, only a log start (the source deleted records while nothing new was written).
+the source deleted (DeleteRecords, retention) leave the copy too. One past the copy's log end
+(after the append) is refused, OFFSET_OUT_OF_RANGE: it would delete every record the copy holds.
+A partition may carry no batches, only a log start (the source deleted records while nothing new
+was written).
+
+Version 0 does not say where the source's batch before the first one ended (PreviousEndOffset),
+so a gap cannot be told from a skip ahead of the copy: every partition of a version 0 request is
+refused, UNSUPPORTED_VERSION, saying so. (Refused rather than unlisted in ApiVersions: an older
+mirror then says why in its status, instead of taking this broker for one that is not Causeway's.)
 """
 
 from __future__ import annotations
@@ -31,6 +40,7 @@ from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.handlers.produce import wait_for_replicas
 from broker.server.topic_configs import mirror_name
+from broker.storage.link_offsets import check_copied_offsets, check_log_start
 
 __all__ = ["HANDLER"]
 
@@ -64,6 +74,14 @@ def _positions(response: PartitionResponse, partition: Partition) -> None:
     response.log_start_offset = log.log_start_offset
 
 
+def _check_version(version: int) -> None:
+    if version < 1:
+        raise KafkaError(ErrorCode.UNSUPPORTED_VERSION,
+                         f"LinkAppend version {version} does not say where the source's batch before the first one "
+                         f"ended (PreviousEndOffset, version 1), so a gap cannot be told from a skip ahead of the "
+                         f"copy: this broker takes version 1; upgrade the mirror")
+
+
 async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendResponse:
     replicas = ctx.services.replicas
     timestamp = now_ms()
@@ -84,6 +102,7 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
                 if topic is None:
                     raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                                      f"This server does not host topic-partition {topic_data.name}-{data.index}")
+                _check_version(ctx.version)
                 _check_owner(topic_data.name, topic, request.link_name)
                 partition = replicas.get(topic_data.name, data.index)
                 if not partition.is_leader:
@@ -97,10 +116,15 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
                                      f"ISR has {isr} replicas, min.insync.replicas is {min_isr}")
                 if has_records:
                     assert data.records is not None
+                    # Checked and appended with no await between: the log end cannot move meanwhile.
+                    check_copied_offsets(partition.log, data.records, previous_end=data.previous_end_offset,
+                                         source_log_start=data.log_start_offset)
                     result = partition.append_copied(data.records, now_ms=timestamp)
                     if result is not None:
                         await partition.wait_flushed(result)
                 if data.log_start_offset >= 0:
+                    check_log_start(f"{topic_data.name}-{data.index}", data.log_start_offset,
+                                    partition.log.log_end_offset)
                     starts.append((answer, partition, data.log_start_offset))
             except KafkaError as exc:
                 answer.error_code, answer.error_message = exc.code, exc.message or None
@@ -134,4 +158,4 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
     return LinkAppendResponse(topics=topics)
 
 
-HANDLER = ApiHandler(ApiKey.LINK_APPEND, 0, 0, handle)
+HANDLER = ApiHandler(ApiKey.LINK_APPEND, 0, 1, handle)
