@@ -25,8 +25,8 @@ other mirror on it). The fetch lanes are mm2 mode's (mirror/fetcher.py); what di
   high watermark: someone else wrote there). Copying on would drop records silently, so the
   partition stops, FAILED, in the log, the events and the status (its `error`, and `problems`
   under "FAILED <topic>-<partition>", so `causeway status` says the mirror is unhealthy and exits
-  2; its lag keeps counting the source's new records); a restart or a re-created mirror topic
-  starts it again;
+  2; its lag keeps counting the source's new records); a restart looks again, and a mirror topic
+  deleted at the target is copied again whole;
 - refusals: INVALID_REQUEST means the topic is no longer this mirror's (promoted by deleting
   `causeway.mirror.name`, or someone else's): the topic's config is read again and, promoted,
   the topic is stopped for good (logged once, `not_mirrored` in the status says so). A batch the
