@@ -123,16 +123,21 @@ class MetadataLog:
             if not batch:
                 return
             first = self._next_offset
-            data = metadata_file.encode_batch(first, [c.record for c in batch])
             snapshot = None
-            if self._log_bytes + len(data) > max(self._snapshot_bytes, MIN_LOG_BYTES_BEFORE_SNAPSHOT):
-                # The image as of this batch: every applied change is in it or already on disk.
-                snapshot = _Snapshot(dict(self.image.topics), self.image.producer_id_block_end, first + len(batch))
             try:
+                data = metadata_file.encode_batch(first, [c.record for c in batch])
+                if self._log_bytes + len(data) > max(self._snapshot_bytes, MIN_LOG_BYTES_BEFORE_SNAPSHOT):
+                    # The image as of this batch: every applied change is in it or already on disk.
+                    snapshot = _Snapshot(dict(self.image.topics), self.image.producer_id_block_end,
+                                         first + len(batch))
                 await trio.to_thread.run_sync(self._append, data)
-            except OSError as exc:
+            except BaseException as exc:
+                # Every change taken or queued since gets an outcome: none waits for a batch that
+                # no writer holds any more.
                 self._undo(batch + self._pending, exc)
                 self._pending = []
+                if not isinstance(exc, OSError):
+                    raise
                 return
             self._next_offset = first + len(batch)
             self._log_bytes += len(data)
@@ -150,9 +155,9 @@ class MetadataLog:
         self._turn_over.set()
         self._turn_over = trio.Event()
 
-    def _undo(self, failed: list[_Change], exc: OSError) -> None:
+    def _undo(self, failed: list[_Change], exc: BaseException) -> None:
         """Newest first, so each undo finds the state its change was applied to."""
-        reason = exc.strerror or str(exc)
+        reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
         for change in reversed(failed):
             change.undo()
             change.outcome = reason
