@@ -19,7 +19,12 @@ written (``check_copied_offsets``):
   at or below the source's log start the request claims (the source deleted what lies between;
   the copy's log start then follows it). Else OFFSET_OUT_OF_RANGE naming the missing offsets;
 - a claimed source log start is refused past the copy's log end after the append
-  (``check_log_start``): it would delete records the copy holds for offsets it never had.
+  (``check_log_start``): it would delete records the copy holds for offsets it never had;
+- at most one batch of a request may start further past the one before it (or the log end) than
+  a segment's 32-bit relative offsets reach: each such gap opens a new segment (three files),
+  and a request of tiny batches 2**32 apart would open thousands. A real source has a segment
+  per such gap too, each after 2**31 records compacted away: RECORD_LIST_TOO_LARGE, which a
+  mirror answers by sending the batches one by one.
 
 What a sender with cluster rights can still do with claims that look honest (the source has
 nothing from the copy's end up to its batch; the source's log starts at the copy's end): write
@@ -42,6 +47,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, read_batch_header, split_batches
 from broker.storage.link_copy import is_promotion_marker
 from broker.storage.log import Log
+from broker.storage.segment import MAX_RELATIVE_OFFSET
 
 __all__ = ["check_copied_offsets", "check_log_start", "holds_batch"]
 
@@ -91,6 +97,20 @@ def check_copied_offsets(log: Log, records: bytes | bytearray | memoryview, *, p
                          f"{where}: the copy ends at offset {end} and the batch at offset {first.base_offset} follows "
                          f"the source's offset {follows}: offsets {end}..{follows - 1} would be missing (the "
                          f"source's log start is {source_log_start}); a copy never skips ahead")
+    _check_wide_gaps(where, end, [header for _, header in batches if header.last_offset >= end])
+
+
+def _check_wide_gaps(where: str, end: int, appended: list[BatchHeader]) -> None:
+    wide = 0
+    for header in appended:
+        if header.base_offset - end > MAX_RELATIVE_OFFSET:
+            wide += 1
+            if wide > 1:
+                raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE,
+                                 f"{where}: the batch at offset {header.base_offset} is the second of the request "
+                                 f"after a gap wider than a segment's offsets ({MAX_RELATIVE_OFFSET}): one such "
+                                 f"gap per request; send the batches one by one")
+        end = header.last_offset + 1
 
 
 def check_log_start(where: str, source_log_start: int, log_end: int) -> None:

@@ -396,3 +396,22 @@ async def test_link_append_v0_and_a_missing_previous_end_are_refused(broker: Bro
             assert (part.error_code, says in (part.error_message or "")) == (code, True), (version, part)
         ok: LinkAppendResponse | None = exchange(sock, _link_request("strict-v1", batch(0, 2)), 1, correlation_id=9)
         assert ok is not None and ok.topics[0].partitions[0].error_code == ErrorCode.NONE
+
+
+async def test_one_gap_wider_than_a_segment_per_request(broker: BrokerProcess) -> None:
+    """Claims that look honest may put gaps between batches; one wider than a segment's 32-bit
+    relative offsets opens a segment (three files). Tiny batches 2**32 apart in one request would
+    open thousands: one such gap per request (RECORD_LIST_TOO_LARGE), the batches one by one are
+    taken."""
+    async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
+        await make_mirror_topic(client, "wide")
+        tp = TopicPartition("wide", 0)
+        assert (await append(client, tp, batch(0, 1))).error == ErrorCode.NONE
+        step = 2**32
+        wide = b"".join(batch(i * step, 1) for i in range(1, 4))
+        refused = await append(client, tp, wide, previous_end=1)
+        assert refused.error == ErrorCode.RECORD_LIST_TOO_LARGE and refused.log_end_offset == 1, refused
+        for i in range(1, 4):
+            taken = await append(client, tp, batch(i * step, 1), previous_end=(i - 1) * step + 1)
+            assert taken.error == ErrorCode.NONE and taken.log_end_offset == i * step + 1, taken
+    assert len(list((broker.data_dir / "wide-0").glob("*.log"))) == 4
