@@ -158,7 +158,8 @@ async def run_broker(
         replicas = ReplicaManager(config, logs)
         controller: Controller
         if config.zookeeper_connect is None:
-            standalone = StandaloneController(config)
+            # In a worker thread: it replays (and may cut or migrate) the metadata files.
+            standalone = await trio.to_thread.run_sync(StandaloneController, config)
             standalone.set_listener(replicas)
             controller = standalone
             for topic in list(controller.topics().values()):
