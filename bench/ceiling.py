@@ -12,7 +12,7 @@ import tempfile
 import threading
 import time
 
-__all__ = ["loopback_tcp_mb_s", "file_append_mb_s", "machine_summary"]
+__all__ = ["loopback_tcp_mb_s", "file_append_mb_s", "loopback_round_trip_us", "machine_summary"]
 
 CHUNK = 1 << 20
 
@@ -77,3 +77,33 @@ def machine_summary() -> str:
         pass
     mem_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
     return f"{os.cpu_count()} cores ({cpu}), {mem_gib:.0f} GiB"
+
+
+def loopback_round_trip_us(count: int = 2000) -> tuple[float, float]:
+    """(p50, p99) in µs of a 100-byte request and its 100-byte answer between two Python threads
+    over 127.0.0.1: the floor under any one-record request/response latency on this machine."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+
+    def echo() -> None:
+        conn, _ = server.accept()
+        with conn:
+            while data := conn.recv(100):
+                conn.sendall(data)
+
+    thread = threading.Thread(target=echo)
+    thread.start()
+    times: list[float] = []
+    with socket.create_connection(("127.0.0.1", port)) as client:
+        client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for _ in range(count):
+            start = time.perf_counter()
+            client.sendall(b"x" * 100)
+            got = 0
+            while got < 100:
+                got += len(client.recv(100 - got))
+            times.append(time.perf_counter() - start)
+    thread.join()
+    server.close()
+    times.sort()
+    return times[len(times) // 2] * 1e6, times[int(len(times) * 0.99)] * 1e6

@@ -62,12 +62,13 @@ def zookeeper(directory: Path) -> Iterator[str]:
 
 @contextmanager
 def cluster(tmp: Path, connect: str, brokers: int = 3, session_timeout_ms: int = 18000,
-            profile_dir: Path | None = None) -> Iterator[list[BrokerProcess]]:
-    """Three brokers; with `profile_dir`, each under cProfile, written there at their clean stop."""
+            profile_dir: Path | None = None, overrides: tuple[str, ...] = ()) -> Iterator[list[BrokerProcess]]:
+    """Three brokers; with `profile_dir`, each under cProfile, written there at their clean stop;
+    `overrides` are more broker configs."""
     processes = [BrokerProcess(tmp / f"broker-{i}", log_level="warning", python_args=(
         ("-m", "cProfile", "-o", str(profile_dir / f"broker-{i}.prof")) if profile_dir else ()), overrides=(
         f"zookeeper.connect={connect}", f"node.id={i}", "offsets.topic.num.partitions=3",
-        f"zookeeper.session.timeout.ms={session_timeout_ms}"))
+        f"zookeeper.session.timeout.ms={session_timeout_ms}", *overrides))
         for i in range(1, brokers + 1)]
     with ThreadPoolExecutor(brokers) as pool:
         list(pool.map(lambda b: b.start(), processes))
