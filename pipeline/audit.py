@@ -45,13 +45,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from broker.faults import crash_point
 from pipeline.identity import with_identity
 from pipeline.leftovers import HOST, writer_gone
-from pipeline.options import PipelineError, parse_read_options
+from pipeline.options import PipelineError, ReadOptions, parse_read_options
 from pipeline.progress import stage_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["FINDINGS", "AuditReport", "MirrorSpec", "PartitionAudit", "audit", "write_json", "write_parquet"]
+__all__ = ["FINDINGS", "AuditReport", "MirrorSpec", "PartitionAudit", "audit", "check_inputs", "check_mirror",
+           "write_json", "write_parquet"]
 
 # Kinds counted against the copy (exit 1), then those only reported.
 FINDINGS = ("missing", "extra", "duplicated", "reordered", "mismatched", "shifted")
@@ -415,6 +416,32 @@ def _ranges(found: DataFrame, max_ranges: int) -> list[Any]:
                   key=lambda r: (r.kind, r.topic, r.partition, r.first))
 
 
+def check_inputs(spec: MirrorSpec, topics_regex: str | None = None,
+                 options: Mapping[str, str] | None = None) -> ReadOptions:
+    """The topic pattern, the mode and the read options of an audit (or a lag report), checked
+    without a cluster: a bad one is named now. Raises PipelineError."""
+    if topics_regex is not None:
+        try:
+            re.compile(topics_regex)
+        except re.error as exc:
+            raise PipelineError(f"--topics: bad regular expression {topics_regex!r}: {exc}") from None
+    if spec.mode not in ("mm2", "link"):
+        raise PipelineError(f"mode must be mm2 or link, got {spec.mode!r}")
+    # The options as a read takes them (the offsets are the audit's own).
+    return parse_read_options({**(options or {}), "kafka.bootstrap.servers": spec.source_bootstrap,
+                               "assign": '{"t":[0]}'})
+
+
+def check_mirror(spec: MirrorSpec, topics_regex: str | None = None, options: Mapping[str, str] | None = None) -> None:
+    """What an audit or a lag report checks before Spark starts: `check_inputs`, then both
+    clusters within seconds. Raises PipelineError naming what is wrong."""
+    from pipeline.planning import check_cluster
+
+    check_inputs(spec, topics_regex, options)
+    check_cluster(spec.source_bootstrap)
+    check_cluster(spec.target_bootstrap)
+
+
 def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = None, max_ranges: int = 20,
           options: Mapping[str, str] | None = None, request_timeout_s: float | None = None,
           say: Callable[[str], None] | None = None) -> AuditReport:
@@ -433,16 +460,8 @@ def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = N
 
     from pipeline.planning import job_error
 
-    if topics_regex is not None:
-        try:
-            re.compile(topics_regex)
-        except re.error as exc:
-            raise PipelineError(f"--topics: bad regular expression {topics_regex!r}: {exc}") from None
-    if spec.mode not in ("mm2", "link"):
-        raise PipelineError(f"mode must be mm2 or link, got {spec.mode!r}")
+    checked = check_inputs(spec, topics_regex, options)
     opts = dict(options or {})
-    # The options as a read takes them (the offsets are the audit's own): a bad one is named now.
-    checked = parse_read_options({**opts, "kafka.bootstrap.servers": spec.source_bootstrap, "assign": '{"t":[0]}'})
     if request_timeout_s is None:
         request_timeout_s = checked.request_timeout_s
     say = say or (lambda _line: None)

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pyarrow as pa
 import trio
@@ -42,14 +43,15 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
 from mirror.daemon import EXCLUDED_CONFIGS
 from pipeline.identity import with_identity
-from pipeline.options import PipelineError, parse_read_options
-from pipeline.planning import OffsetRange, Plan, job_error, plan_read
+from pipeline.options import PipelineError, ReadOptions, parse_read_options
+from pipeline.planning import OffsetRange, Plan, check_cluster, job_error, plan_read
 from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
 
-__all__ = ["CopyResult", "CopySink", "DuplicateCopy", "copy"]
+__all__ = ["CopyResult", "CopySink", "DuplicateCopy", "check_copy", "copy"]
 
 DEFAULT_STEP_RECORDS = 1_000_000
+_T = TypeVar("_T")
 _SINK = "causeway-copy"
 _BATCH_BYTES = 512 * 1024
 # Topic configs a copy does not carry over, as MirrorMaker 2 leaves them (they describe the
@@ -263,15 +265,33 @@ class CopySink(DataSource):
 # -- the job ------------------------------------------------------------------------------------
 
 
-def _plan(source: str, topic: str, starting: str, ending: str, options: Mapping[str, str]) -> tuple[Plan, float]:
-    opts = parse_read_options({**options, "kafka.bootstrap.servers": source, "subscribe": topic,
-                               "startingOffsets": starting, "endingOffsets": ending})
+def _on_source(source: str, topic: str, ask: Callable[[], _T]) -> _T:
+    """`ask()`, a missing `topic` named as the source cluster's."""
     try:
-        return plan_read(opts), opts.request_timeout_s
+        return ask()
     except PipelineError as exc:
         if str(exc) == f"topic {topic!r} does not exist":
             raise PipelineError(f"topic {topic!r} does not exist on the source cluster {source}") from None
         raise
+
+
+def _read_options(source: str, topic: str, starting: str, ending: str, options: Mapping[str, str]) -> ReadOptions:
+    return parse_read_options({**options, "kafka.bootstrap.servers": source, "subscribe": topic,
+                               "startingOffsets": starting, "endingOffsets": ending})
+
+
+def _plan(source: str, topic: str, starting: str, ending: str, options: Mapping[str, str]) -> tuple[Plan, float]:
+    opts = _read_options(source, topic, starting, ending, options)
+    return _on_source(source, topic, lambda: plan_read(opts)), opts.request_timeout_s
+
+
+def check_copy(source: str, target: str, topic: str, *, starting_offsets: str = "earliest",
+               ending_offsets: str = "latest", options: Mapping[str, str] | None = None) -> None:
+    """What `copy` checks before Spark starts: its read options, the source topic, both clusters
+    within seconds. Raises PipelineError as `copy` does."""
+    _read_options(source, topic, starting_offsets, ending_offsets, options or {})
+    _on_source(source, topic, lambda: check_cluster(source, [topic]))
+    check_cluster(target)
 
 
 def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_topic: str | None = None,

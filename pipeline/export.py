@@ -34,9 +34,10 @@ import fcntl
 import json
 import os
 import shutil
+import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,11 +50,11 @@ from broker.atomic_file import write_atomically
 from broker.faults import crash_point
 from pipeline.leftovers import fsync_path
 from pipeline.options import PipelineError, parse_read_options
-from pipeline.planning import OffsetRange, plan_read
+from pipeline.planning import OffsetRange, check_cluster, plan_read
 from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
 
-__all__ = ["ExportResult", "OFFSETS_FILE", "export_topic"]
+__all__ = ["ExportResult", "OFFSETS_FILE", "check_export", "check_output_dir", "export_topic"]
 
 OFFSETS_FILE = "_causeway_export.json"
 STAGING = "_staging"
@@ -79,16 +80,76 @@ def read_offsets(out_dir: Path, topic: str) -> dict[int, int]:
     path = out_dir / OFFSETS_FILE
     if not path.exists():
         return {}
-    data = json.loads(path.read_text())
-    if data.get("topic") != topic:
-        raise PipelineError(f"{out_dir} holds an export of topic {data.get('topic')!r}, not {topic!r}")
-    return {int(p): int(o) for p, o in data["offsets"].items()}
+    try:
+        data = json.loads(path.read_text())
+        found = data.get("topic")
+        offsets = {int(p): int(o) for p, o in data["offsets"].items()}
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise PipelineError(f"{path} is not an offsets file an export wrote ({exc!r})") from None
+    if found != topic:
+        raise PipelineError(f"{out_dir} holds an export of topic {found!r}, not {topic!r}")
+    return offsets
+
+
+def check_output_dir(out: Path) -> None:
+    """Raise PipelineError unless an export can write to `out`: an existing directory, or one
+    that can be made. Tried for real (a file made and removed in `out`, or in the nearest
+    directory above it that exists), so a read-only file system says so too; nothing is left."""
+    probe = out
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        what = "exists and is not a directory" if probe == out else f"cannot be made: {probe} is not a directory"
+        raise PipelineError(f"cannot export to {out}: it {what}")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        where = "" if probe == out else f"it cannot be made in {probe}: "
+        raise PipelineError(f"cannot export to {out}: {where}{exc.strerror or exc}") from None
+
+
+def check_export(bootstrap: str, topic: str, out_dir: str | Path, *, min_partitions: int | None = None,
+                 options: Mapping[str, str] | None = None) -> None:
+    """What an export checks before Spark starts: its read options, its output directory, the
+    cluster and the topic (within seconds). Raises PipelineError as `export_topic` does."""
+    read = {"kafka.bootstrap.servers": bootstrap, **(options or {}), "subscribe": topic}
+    if min_partitions is not None:
+        read["minPartitions"] = str(min_partitions)
+    parse_read_options(read)
+    out = Path(out_dir)
+    check_output_dir(out)
+    if out.is_dir():
+        read_offsets(out, topic)  # another topic's export there is refused
+    check_cluster(bootstrap, [topic])
+
+
+def _make_dirs(out: Path) -> list[Path]:
+    """Make `out` and its missing parents; the directories made, deepest first."""
+    made = []
+    probe = out
+    while not probe.exists() and probe.parent != probe:
+        made.append(probe)
+        probe = probe.parent
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise PipelineError(f"cannot export to {out}: {exc.strerror or exc}") from None
+    return made
 
 
 @contextmanager
-def _exclusive(out: Path) -> Iterator[None]:
-    """Hold DIR's export lock for the run, or refuse: another export is writing to DIR now."""
+def _exclusive(out: Path, made: list[Path]) -> Iterator[None]:
+    """Hold DIR's export lock for the run, or refuse: another export is writing to DIR now.
+
+    When the run fails before it journalled a step in a DIR it made (`made`, deepest first),
+    DIR and those parents are removed again, lock file included (under the lock: an export
+    that opened it meanwhile is refused, and one that comes after makes a new one). A
+    journalled step stays, for the next run to complete."""
     fd = os.open(out / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    removed: list[Path] = []
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -98,9 +159,26 @@ def _exclusive(out: Path) -> Iterator[None]:
                                 f"{out / LOCK_FILE}); run one export per directory at a time") from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        yield  # the lock file stays: removing it would let two runs lock different files
+        try:
+            yield  # the lock file stays: removing it would let two runs lock different files
+        except BaseException:
+            if made and _nothing_to_keep(out):
+                shutil.rmtree(out, ignore_errors=True)  # this run's lock and unjournalled staging only
+                removed = made
+            raise
     finally:
         os.close(fd)  # drops the lock
+        for directory in removed[1:]:
+            try:
+                directory.rmdir()  # only if empty: another run may have started in it since
+            except OSError:
+                break
+
+
+def _nothing_to_keep(out: Path) -> bool:
+    """Whether `out` holds only the lock and staging without a journal (a failed step's files)."""
+    return (all(p.name in (LOCK_FILE, STAGING) for p in out.iterdir())
+            and not any((out / STAGING).glob(f"*/{JOURNAL}")))
 
 
 def _fsync_tree(paths: list[Path], top: Path) -> None:
@@ -188,12 +266,14 @@ def export_topic(spark: SparkSession, bootstrap: str, topic: str, out_dir: str |
                  say: Callable[[str], None] = print, options: dict[str, str] | None = None) -> ExportResult:
     """Export `topic` from its committed offsets to the log end into `out_dir` (see the module).
 
-    Raises PipelineError for a missing topic, an unreachable cluster, or data no longer in the
-    log (the committed offset below the log start: failOnDataLoss, set false to skip it).
+    Raises PipelineError for a missing topic, an unreachable cluster, data no longer in the
+    log (the committed offset below the log start: failOnDataLoss, set false to skip it), or an
+    `out_dir` it cannot write to. A run that fails before its first commit into a directory it
+    made removes that directory again.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    with _exclusive(out):
+    check_output_dir(out)
+    with _exclusive(out, _make_dirs(out)):
         return _export(spark, bootstrap, topic, out, step_records, min_partitions, say, options)
 
 

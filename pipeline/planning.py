@@ -25,13 +25,16 @@ from broker.client import (
     admin,
     open_client,
 )
+from broker.client.cluster import parse_bootstrap
 from broker.protocol.constants import EARLIEST as LIST_EARLIEST
 from broker.protocol.constants import LATEST as LIST_LATEST
 from pipeline.options import EARLIEST, LATEST, OffsetSpec, PipelineError, ReadOptions, Subscription
 
 __all__ = [
+    "CHECK_TIMEOUT_S",
     "OffsetRange",
     "Plan",
+    "check_cluster",
     "plan_ranges",
     "plan_read",
     "split_ranges",
@@ -41,6 +44,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# How long a job waits for a cluster to answer its first Metadata request before Spark starts.
+CHECK_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,6 +242,34 @@ def cluster_error(bootstrap: str, exc: BaseException) -> PipelineError:
     if isinstance(exc, KafkaError):
         return PipelineError(f"cluster {bootstrap}: {exc}")
     return PipelineError(f"cluster {bootstrap} is unreachable or did not answer in time: {exc}")
+
+
+def check_cluster(bootstrap: str, topics: Sequence[str] = (), *, timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Ask `bootstrap` for the metadata of `topics` (or of none) within `timeout_s`: what a job
+    checks before it starts Spark, so that a cluster out of reach or a missing topic is said in
+    seconds, not after Spark's start-up and the read's own timeouts.
+
+    Raises PipelineError naming the cluster (malformed, unreachable, silent) or the topic."""
+    try:
+        parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        raise PipelineError(f"bootstrap {bootstrap!r}: {exc}") from None
+
+    async def main() -> None:
+        async with open_client(bootstrap, client_id="causeway-pipeline", request_timeout_s=timeout_s,
+                               connect_timeout_s=timeout_s) as client:
+            with trio.fail_after(timeout_s):
+                if topics:
+                    await _describe(client, topics)
+                else:
+                    await client.refresh_metadata([])
+
+    try:
+        trio.run(main)
+    except BaseException as exc:
+        if isinstance(first_error(exc), trio.TooSlowError):
+            raise PipelineError(f"cluster {bootstrap} did not answer within {timeout_s:g} s") from None
+        raise job_error(bootstrap, exc) from None
 
 
 def plan_read(opts: ReadOptions) -> Plan:

@@ -13,6 +13,7 @@ import re
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import IO
 
 from pyspark.sql import SparkSession
 
@@ -25,10 +26,14 @@ _LOG4J = Path(__file__).with_name("log4j2.properties")
 
 
 def session(master: str = DEFAULT_MASTER, *, app_name: str = "causeway-pipeline", shuffle_partitions: int = 2,
-            conf: Mapping[str, str] | None = None) -> SparkSession:
+            conf: Mapping[str, str] | None = None, jvm_output: IO[bytes] | None = None,
+            log_level: str = "ERROR") -> SparkSession:
     """The active SparkSession for `master`, made if need be, with format "causeway" registered.
 
     A session already running in this process is reused as it is (Spark allows one per JVM).
+    `jvm_output`: where the Spark JVM this makes writes its stdout and stderr (its log lines,
+    the JVM's own warnings, stack traces Spark's threads print while it stops) instead of this
+    process's terminal; it has no effect once a JVM runs in this process. `log_level`: Spark's.
     """
     from pipeline.source import CausewayDataSource
 
@@ -39,22 +44,39 @@ def session(master: str = DEFAULT_MASTER, *, app_name: str = "causeway-pipeline"
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
-        .config("spark.driver.extraJavaOptions", f"-Dlog4j.configurationFile=file:{_LOG4J}")
-    )
+    settings = {
+        "spark.master": master,
+        "spark.app.name": app_name,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions),
+        "spark.driver.extraJavaOptions": f"-Dlog4j.configurationFile=file:{_LOG4J}",
+    }
     if local:
-        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
-    for key, value in (conf or {}).items():
+        settings.update({"spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1"})
+    settings.update(conf or {})
+    if jvm_output is not None:
+        _start_jvm(settings, jvm_output)
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
+    spark.sparkContext.setLogLevel(log_level)
     spark.dataSource.register(CausewayDataSource)
     return spark
+
+
+def _start_jvm(settings: Mapping[str, str], output: IO[bytes]) -> None:
+    """Launch Spark's JVM (spark-submit, as PySpark does) with its output going to `output`,
+    unless this process runs one already; the session is then made on it."""
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:
+        return
+    conf = SparkConf(loadDefaults=False).setAll(list(settings.items()))
+    gateway = launch_gateway(conf, popen_kwargs={"stdout": output, "stderr": output})  # type: ignore[no-untyped-call]
+    SparkContext._ensure_initialized(gateway=gateway, conf=conf)
 
 
 # What an executor's failure looks like in the driver's exception text: the PipelineError a task

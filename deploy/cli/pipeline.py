@@ -1,13 +1,15 @@
 """`causeway pipeline`: jobs on Spark over Kafka-compatible clusters (see pipeline/).
 
-    causeway pipeline export --bootstrap HOST:PORT --topic T --to DIR [--master local[2]]
+    causeway pipeline export --bootstrap HOST:PORT --topic T --to DIR [--master local[2]] [--verbose]
                              [--step-records N] [--min-partitions N] [--option KEY=VALUE]...
     causeway pipeline audit TOPOLOGY --mirror NAME ...   (deploy/cli/pipeline_audit.py)
     causeway pipeline copy --from H:P --to H:P --topic T ...   (deploy/cli/pipeline_jobs.py)
     causeway pipeline lag TOPOLOGY --mirror NAME ...          (deploy/cli/pipeline_jobs.py)
 
 Local mode by default; any Spark master with --master. Exit 1 with one line for a missing
-topic, an unreachable cluster or data no longer in the log; 2 for a bad command line.
+topic, an unreachable cluster, an output directory it cannot write or data no longer in the log;
+2 for a bad command line. Options, paths and clusters are checked before Spark starts (a cluster
+gets a few seconds to answer); Spark's own output stays off the terminal unless --verbose.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import argparse
 from typing import TYPE_CHECKING
 
 from deploy.cli.command import UsageError, run
-from deploy.cli.pipeline_common import on_spark, option_flags
+from deploy.cli.pipeline_common import add_spark_options, on_spark, option_flags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -31,7 +33,14 @@ def _say(line: str) -> None:
 def _export(args: argparse.Namespace) -> int:
     if args.step_records <= 0:
         raise UsageError("--step-records must be positive")
+    if args.min_partitions is not None and args.min_partitions <= 0:
+        raise UsageError("--min-partitions must be positive")
     options = option_flags(args.option)
+
+    def checks() -> None:
+        from pipeline.export import check_export
+
+        check_export(args.bootstrap, args.topic, args.to, min_partitions=args.min_partitions, options=options)
 
     def job(spark: SparkSession) -> int:
         from pipeline.export import export_topic
@@ -42,7 +51,7 @@ def _export(args: argparse.Namespace) -> int:
              + ", ".join(f"{p}:{o}" for p, o in sorted(result.offsets.items())))
         return 0
 
-    return on_spark(args.master, job)
+    return on_spark(args.master, job, verbose=args.verbose, checks=checks)
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,7 +61,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     export.add_argument("--bootstrap", required=True, help="host:port[,host:port...] of the cluster")
     export.add_argument("--topic", required=True)
     export.add_argument("--to", required=True, help="the output directory (offsets reached are kept in it)")
-    export.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_spark_options(export)
     export.add_argument("--step-records", type=int, default=1_000_000,
                         help="offsets per partition per Spark job; each step commits (default 1000000)")
     export.add_argument("--min-partitions", type=int, default=None, help="Spark's minPartitions for the reads")

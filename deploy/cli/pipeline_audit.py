@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from deploy.cli.command import UsageError, run
-from deploy.cli.pipeline_common import mirror_from_topology, on_spark, option_flags
+from deploy.cli.pipeline_common import add_spark_options, mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
     from pipeline.audit import MirrorSpec
@@ -52,8 +52,15 @@ def _audit(args: argparse.Namespace) -> int:
         print(line, file=sys.stderr, flush=True)  # progress on stderr: stdout is the table
 
     options = option_flags(args.option)
+
+    def checks() -> None:
+        from pipeline.audit import check_mirror
+
+        check_mirror(spec, args.topics, options)
+
     report = on_spark(args.master, lambda spark: audit(spark, spec, topics_regex=args.topics, options=options,
-                                                       max_ranges=args.max_ranges, say=say))
+                                                       max_ranges=args.max_ranges, say=say),
+                      verbose=args.verbose, checks=checks)
     print(f"audit of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
     if report.partitions:
         print(report.table())
@@ -81,7 +88,7 @@ def register_audit(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
     p.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     p.add_argument("--parquet", metavar="DIR", help="append the report to a Parquet history (one file per run)")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_spark_options(p)
     p.add_argument("--max-ranges", type=int, default=20, help="offset ranges listed per kind and partition")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a read option of the data source for both sides, e.g. kafka.request.timeout.ms=5000")

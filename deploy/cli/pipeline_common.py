@@ -1,5 +1,7 @@
-"""What the `causeway pipeline` commands share: `--option KEY=VALUE` flags, the mirror named in
-a topology `causeway up` started, and a Spark session run for one job.
+"""What the `causeway pipeline` commands share: `--option KEY=VALUE` flags, `--master` and
+`--verbose`, the mirror named in a topology `causeway up` started, and a Spark session run for
+one job, after the job's checks: bad options, paths and clusters out of reach are refused in
+seconds, before Spark starts.
 
 Spark and the pipeline are imported only when a job runs, so `causeway --help` stays quick.
 """
@@ -7,6 +9,11 @@ Spark and the pipeline are imported only when a job runs, so `causeway --help` s
 from __future__ import annotations
 
 import argparse
+import logging
+import os
+import re
+import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -18,7 +25,7 @@ if TYPE_CHECKING:
 
     from pipeline.audit import MirrorSpec
 
-__all__ = ["mirror_from_topology", "on_spark", "option_flags"]
+__all__ = ["add_spark_options", "check_master", "mirror_from_topology", "on_spark", "option_flags"]
 
 _T = TypeVar("_T")
 
@@ -34,31 +41,81 @@ def option_flags(items: list[str]) -> dict[str, str]:
     return out
 
 
-def on_spark(master: str, job: Callable[[SparkSession], _T]) -> _T:
-    """`job` on the SparkSession for `master`; a PipelineError, raised here or by a Spark task,
-    becomes the command's one-line refusal. A session this process already runs (a notebook, a test) is used and left
-    running; one made here is stopped."""
+def add_spark_options(parser: argparse.ArgumentParser) -> None:
+    """--master and --verbose, which every job takes."""
+    parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    parser.add_argument("--verbose", action="store_true",
+                        help="show Spark's own output (its INFO log, the JVM's warnings and stack traces); "
+                             "by default it goes to a file, named when the job fails unexpectedly")
+
+
+# The master URLs Spark takes (SparkContext.createTaskScheduler, and cluster managers by scheme).
+_MASTER = re.compile(r"local(\[(\d+|\*)(,\s*\d+)?\])?|local-cluster\[\d+,\s*\d+,\s*\d+\]|yarn|[a-z][a-z0-9+.-]*://.+")
+
+
+def check_master(master: str) -> None:
+    """Raise UsageError for a master URL Spark would refuse (after its start-up, 10-30 s later)."""
+    if not _MASTER.fullmatch(master):
+        raise UsageError(f"--master {master!r} is not a Spark master URL: local, local[N], local[*], "
+                         "spark://HOST:PORT, yarn, k8s://URL")
+
+
+def on_spark(master: str, job: Callable[[SparkSession], _T], *, verbose: bool = False,
+             checks: Callable[[], None] | None = None) -> _T:
+    """`checks()` (the job's options, paths and clusters: a PipelineError there is the command's
+    one-line refusal, and Spark is never started), then `job` on the SparkSession for `master`;
+    a PipelineError, raised by the job or by a Spark task, becomes the command's one-line refusal.
+
+    A session this process already runs (a notebook, a test) is used and left running; one made
+    here is stopped. Spark's own output (the JVM's, and py4j's INFO lines) goes to the terminal
+    only with `verbose`; otherwise into a file that is removed unless the job fails with an
+    error nobody foresaw (a bug: its traceback is printed, and the file named beside it)."""
+    from pipeline.options import PipelineError
+
+    check_master(master)
+    if checks is not None:
+        try:
+            checks()
+        except PipelineError as exc:
+            raise Refused(str(exc)) from None
     from pyspark.sql import SparkSession
 
-    from pipeline.options import PipelineError
     from pipeline.spark import session, task_failure
 
     owned = SparkSession.getActiveSession() is None
-    spark = session(master)
+    logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.WARNING)
+    spark_log = None if verbose or not owned else tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept on a bug
+        prefix="causeway-spark-", suffix=".log", delete=False)
+    keep_log = False
     try:
-        return job(spark)
-    except PipelineError as exc:
-        raise Refused(str(exc)) from None
-    except Exception as exc:
-        # A task's failure (a corrupt batch, a cluster gone mid-job, a killed executor) reaches
-        # the driver inside Spark's exception and its Java stack: say it in one line.
-        failed = task_failure(exc)
-        if failed is None:
-            raise
-        raise Refused(str(failed)) from None
+        spark = session(master, jvm_output=spark_log, log_level="INFO" if verbose else "ERROR")
+        try:
+            result = job(spark)
+        except PipelineError as exc:
+            raise Refused(str(exc)) from None
+        except Exception as exc:
+            # A task's failure (a corrupt batch, a cluster gone mid-job, a killed executor) reaches
+            # the driver inside Spark's exception and its Java stack: say it in one line.
+            failed = task_failure(exc)
+            if failed is None:
+                raise
+            raise Refused(str(failed)) from None
+        finally:
+            if owned:
+                spark.stop()
+        return result
+    except Refused:
+        raise
+    except Exception:
+        keep_log = True  # a bug: its traceback follows, and what Spark said may explain it
+        raise
     finally:
-        if owned:
-            spark.stop()
+        if spark_log is not None:
+            spark_log.close()
+            if keep_log:
+                print(f"Spark's own output: {spark_log.name}", file=sys.stderr)
+            else:
+                os.unlink(spark_log.name)
 
 
 def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:

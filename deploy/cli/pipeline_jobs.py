@@ -19,7 +19,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from deploy.cli.command import UsageError, run
-from deploy.cli.pipeline_common import mirror_from_topology, on_spark, option_flags
+from deploy.cli.pipeline_common import add_spark_options, mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,6 +38,12 @@ def _copy(args: argparse.Namespace) -> int:
         raise UsageError("--step-records must be positive")
     options = option_flags(args.option)
 
+    def checks() -> None:
+        from pipeline.copy import check_copy
+
+        check_copy(args.source, args.target, args.topic, starting_offsets=args.starting_offsets,
+                   ending_offsets=args.ending_offsets, options=options)
+
     def job(spark: SparkSession) -> int:
         result = copy(spark, args.source, args.target, args.topic,
                       target_topic=args.target_topic, starting_offsets=args.starting_offsets,
@@ -46,7 +52,7 @@ def _copy(args: argparse.Namespace) -> int:
         _say(f"copy {args.topic} -> {result.target_topic}: done: {result.copied} records in {result.steps} step(s)")
         return 0
 
-    return on_spark(args.master, job)
+    return on_spark(args.master, job, verbose=args.verbose, checks=checks)
 
 
 def _lag(args: argparse.Namespace) -> int:
@@ -63,6 +69,11 @@ def _lag(args: argparse.Namespace) -> int:
         raise UsageError(f"--chart writes SVG: name the file *.svg, not {chart.name!r}")
     spec = mirror_from_topology(args)
 
+    def checks() -> None:
+        from pipeline.audit import check_mirror
+
+        check_mirror(spec, args.topics)
+
     def job(spark: SparkSession) -> int:
         report = lag(spark, spec, topics_regex=args.topics, window_s=args.window,
                      say=lambda line: print(line, file=sys.stderr, flush=True))
@@ -78,7 +89,7 @@ def _lag(args: argparse.Namespace) -> int:
             Path(args.json).write_text(json.dumps(report.to_dict(), indent=1, sort_keys=True))
         return 0
 
-    return on_spark(args.master, job)
+    return on_spark(args.master, job, verbose=args.verbose, checks=checks)
 
 
 def register_jobs(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -95,7 +106,7 @@ def register_jobs(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="copy even when the target already holds records of the range (they are written again)")
     p.add_argument("--step-records", type=int, default=1_000_000,
                    help="offsets per partition per Spark job (default 1000000)")
-    p.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_spark_options(p)
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="a read option of the data source, e.g. failOnDataLoss=false (repeatable)")
 
@@ -112,7 +123,7 @@ def register_jobs(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--window", type=int, default=60, help="seconds per time window (default 60)")
     q.add_argument("--chart", metavar="FILE.svg", help="also draw p50, p99 and max per window as an SVG chart")
     q.add_argument("--json", metavar="FILE", help="also write the report as JSON")
-    q.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
+    add_spark_options(q)
 
     def lag_main(args: argparse.Namespace) -> int:
         return run("causeway pipeline lag", lambda: _lag(args))

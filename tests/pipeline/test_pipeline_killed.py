@@ -15,11 +15,9 @@ complete and is not, and the next run ends with exactly the records, once each:
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,12 +29,12 @@ from pyspark.sql import SparkSession
 from deploy.cli import main
 from pipeline.export import OFFSETS_FILE, export_topic
 from tests.pipeline.brokers import pipeline_broker_process
+from tests.pipeline.cli import causeway_pipeline
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
 from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.compat
 
-REPO = Path(__file__).resolve().parents[2]
 BASE_TS = 1_767_308_400_000  # 2026-01-01 23:00 UTC
 
 
@@ -50,18 +48,7 @@ def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
 def killed_at(point: str, *argv: str) -> subprocess.CompletedProcess[str]:
     """`causeway pipeline ARGV` in a process (and a Spark JVM) of its own, with the crash point
     armed; the whole process group is gone when this returns."""
-    env = {**os.environ, "CAUSEWAY_CRASH_AT": point}
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "pipeline", *argv], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=240)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)  # the Spark JVM it started, should it outlive it
-        except ProcessLookupError:
-            pass
-        proc.wait()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return causeway_pipeline(*argv, env={"CAUSEWAY_CRASH_AT": point}, timeout_s=240)
 
 
 def test_an_export_killed_after_moving_a_steps_files_is_completed_not_repeated(
