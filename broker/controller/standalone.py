@@ -214,16 +214,21 @@ class StandaloneController:
             return
         added = tuple(self._new_partition(i) for i in range(current, total))
         await self._log.commit(PartitionRecord(name, topic.topic_id, added))
-        if self._listener is not None:
-            await self._listener.on_topic_changed(self._require(name))
+        await self._changed(topic)
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         topic = self._require(name)
         await self._log.commit(ConfigRecord(name, topic.topic_id, dict(configs)))
-        if self._listener is not None:
-            await self._listener.on_topic_changed(self._require(name))
+        await self._changed(topic)
 
     # -- internals -----------------------------------------------------------------------
+
+    async def _changed(self, topic: TopicInfo) -> None:
+        """Tell the listener about ``topic`` as it is now that a change to it is durable; nothing
+        when a concurrent request deleted it meanwhile (its deletion told the listener)."""
+        now = self.topics().get(topic.name)
+        if self._listener is not None and now is not None and now.topic_id == topic.topic_id:
+            await self._listener.on_topic_changed(now)
 
     def _check_partition_limits(self, new_replicas: int, new_partitions: int) -> None:
         """max.broker.partitions and max.partitions (KIP-578): one broker holds every partition."""

@@ -13,6 +13,7 @@ import logging
 import os
 import threading
 import uuid
+from collections.abc import Awaitable
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,21 @@ import trio
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file, metadata_log
 from broker.controller.metadata_file import LOG_FILE, SNAPSHOT_FILE, TopicRecord
+from broker.controller.model import TopicInfo
 from broker.controller.standalone import PRODUCER_ID_BLOCK, StandaloneController
 from broker.protocol.errors import ErrorCode, KafkaError
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.changed: list[str] = []
+        self.deleted: list[str] = []
+
+    async def on_topic_changed(self, topic: TopicInfo) -> None:
+        self.changed.append(topic.name)
+
+    async def on_topic_deleted(self, topic: TopicInfo) -> None:
+        self.deleted.append(topic.name)
 
 
 def _config(tmp_path: Path) -> BrokerConfig:
@@ -286,3 +300,23 @@ async def test_a_bad_topic_config_names_the_file_and_the_topic(tmp_path: Path, w
     assert str(path) in message
     assert "topic 'broken'" in message
     assert "Invalid value -1 for configuration segment.bytes" in message
+
+
+async def test_a_change_durable_after_a_concurrent_deletion_still_succeeds(tmp_path: Path) -> None:
+    """CreatePartitions and DeleteTopics of one topic at once: both are acknowledged (the
+    partitions were added before the deletion), and the restart finds the topic deleted."""
+    controller = StandaloneController(_config(tmp_path))
+    await controller.create_topic("t", 1, 1, {})
+    async def applied_first(change: Awaitable[None], *, task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()  # the change is applied before this task first waits
+        await change
+
+    recorder = Recorder()
+    controller.set_listener(recorder)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(applied_first, controller.create_partitions("t", 3))
+        await nursery.start(applied_first, controller.set_topic_configs("t", {"retention.ms": "1"}))
+        nursery.start_soon(controller.delete_topic, "t")
+    assert recorder.deleted == ["t"] and recorder.changed == []
+    assert "t" not in controller.topics()
+    assert "t" not in StandaloneController(_config(tmp_path)).topics()
