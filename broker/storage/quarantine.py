@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.atomic_file import fsync_dir
 from broker.protocol.errors import KafkaError
 from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, batch_crc_ok, read_batch_header
 
@@ -216,14 +217,6 @@ def copy_range(src_fd: int, start: int, end: int, dest: Path) -> None:
             pos += len(chunk)
         out.flush()
         os.fsync(out.fileno())
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def segment_files(log_file: Path) -> list[Path]:
