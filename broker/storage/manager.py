@@ -57,6 +57,9 @@ class LogManager:
         self.default_config = default_config
         self._logs: dict[tuple[str, int], Log] = {}
         self._dir_of: dict[tuple[str, int], Path] = {}
+        # Logs per dir, kept as logs come and go: `place` reads it, so creating N partitions
+        # costs O(N), not a count of every existing log for each new one.
+        self._held: dict[Path, int] = dict.fromkeys(self.log_dirs, 0)
         self._locks: list[LogDirLock] = []
         self.flusher: Flusher | None = None
         self._checkpoint_lock = threading.Lock()  # one writer of the checkpoint files at a time
@@ -131,7 +134,7 @@ class LogManager:
                                   log_start_offset=starts.get(key, 0), now_ms=now_ms,
                                   high_watermark=replication.get(key, 0))
                 self._logs[key] = opened
-                self._dir_of[key] = root
+                self._set_dir(key, root)
         log.info("loaded %d partition logs", len(self._logs))
 
     def get(self, topic: str, partition: int) -> Log:
@@ -149,7 +152,7 @@ class LogManager:
         root = self.place(1)[0]
         created = self._own(Log.open(root / f"{topic}-{partition}", config, recovery_point=0))
         self._logs[key] = created
-        self._dir_of[key] = root
+        self._set_dir(key, root)
         return created
 
     # Creating many partitions without blocking the event loop (ReplicaManager): the loop picks
@@ -167,10 +170,7 @@ class LogManager:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR,
                              f"no log dir is online to create a partition in (offline: "
                              f"{', '.join(map(str, self.log_dirs))})")
-        counts = dict.fromkeys(online, 0)
-        for d in self._dir_of.values():
-            if d in counts:
-                counts[d] += 1
+        counts = {d: self._held.get(d, 0) for d in online}
         out = []
         for _ in range(count):
             root = min(online, key=lambda d: counts[d])
@@ -185,20 +185,30 @@ class LogManager:
         if existing is not None:
             return existing
         self._logs[key] = self._own(opened)
-        self._dir_of[key] = root
+        self._set_dir(key, root)
         return opened
+
+    def _set_dir(self, key: tuple[str, int], root: Path) -> None:
+        self._forget_dir(key)
+        self._dir_of[key] = root
+        self._held[root] = self._held.get(root, 0) + 1
+
+    def _forget_dir(self, key: tuple[str, int]) -> None:
+        root = self._dir_of.pop(key, None)
+        if root is not None:
+            self._held[root] -= 1
 
     def detach(self, topic: str, partition: int) -> Log | None:
         """Unregister a partition's log without touching its files (the caller deletes them,
         in a worker thread)."""
         key = (topic, partition)
-        self._dir_of.pop(key, None)
+        self._forget_dir(key)
         return self._logs.pop(key, None)
 
     def delete(self, topic: str, partition: int) -> None:
         key = (topic, partition)
         doomed = self._logs.pop(key, None)
-        self._dir_of.pop(key, None)
+        self._forget_dir(key)
         if doomed is not None:
             doomed.delete()
 
