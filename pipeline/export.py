@@ -34,7 +34,6 @@ import fcntl
 import json
 import os
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -50,17 +49,19 @@ from broker.atomic_file import write_atomically
 from broker.faults import crash_point
 from pipeline.leftovers import fsync_path
 from pipeline.options import PipelineError, parse_read_options
+from pipeline.paths import check_writable
 from pipeline.planning import OffsetRange, check_cluster, plan_read
 from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
 
-__all__ = ["ExportResult", "OFFSETS_FILE", "check_export", "check_output_dir", "export_topic"]
+__all__ = ["ExportResult", "OFFSETS_FILE", "check_export", "export_topic"]
 
 OFFSETS_FILE = "_causeway_export.json"
 STAGING = "_staging"
 JOURNAL = "_journal.json"
 LOCK_FILE = "_causeway_export.lock"
 DEFAULT_STEP_RECORDS = 1_000_000
+_CANNOT_EXPORT = "cannot export to"
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,26 +92,6 @@ def read_offsets(out_dir: Path, topic: str) -> dict[int, int]:
     return offsets
 
 
-def check_output_dir(out: Path) -> None:
-    """Raise PipelineError unless an export can write to `out`: an existing directory, or one
-    that can be made. Tried for real (a file made and removed in `out`, or in the nearest
-    directory above it that exists), so a read-only file system says so too; nothing is left."""
-    probe = out
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if not probe.is_dir():
-        what = "exists and is not a directory" if probe == out else f"cannot be made: {probe} is not a directory"
-        raise PipelineError(f"cannot export to {out}: it {what}")
-    try:
-        with tempfile.TemporaryFile(dir=probe):
-            pass
-    except OSError as exc:
-        where = "" if probe == out else f"it cannot be made in {probe}: "
-        raise PipelineError(f"cannot export to {out}: {where}{exc.strerror or exc}") from None
-
-
 def check_export(bootstrap: str, topic: str, out_dir: str | Path, *, min_partitions: int | None = None,
                  options: Mapping[str, str] | None = None) -> None:
     """What an export checks before Spark starts: its read options, its output directory, the
@@ -120,7 +101,7 @@ def check_export(bootstrap: str, topic: str, out_dir: str | Path, *, min_partiti
         read["minPartitions"] = str(min_partitions)
     parse_read_options(read)
     out = Path(out_dir)
-    check_output_dir(out)
+    check_writable(out, _CANNOT_EXPORT, directory=True)
     if out.is_dir():
         read_offsets(out, topic)  # another topic's export there is refused
     check_cluster(bootstrap, [topic])
@@ -136,7 +117,7 @@ def _make_dirs(out: Path) -> list[Path]:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise PipelineError(f"cannot export to {out}: {exc.strerror or exc}") from None
+        raise PipelineError(f"{_CANNOT_EXPORT} {out}: {exc.strerror or exc}") from None
     return made
 
 
@@ -272,7 +253,7 @@ def export_topic(spark: SparkSession, bootstrap: str, topic: str, out_dir: str |
     made removes that directory again.
     """
     out = Path(out_dir)
-    check_output_dir(out)
+    check_writable(out, _CANNOT_EXPORT, directory=True)
     with _exclusive(out, _make_dirs(out)):
         return _export(spark, bootstrap, topic, out, step_records, min_partitions, say, options)
 

@@ -55,7 +55,12 @@ def _audit(args: argparse.Namespace) -> int:
 
     def checks() -> None:
         from pipeline.audit import check_mirror
+        from pipeline.paths import check_writable
 
+        if args.json is not None:
+            check_writable(Path(args.json), "cannot write the JSON report to", directory=False)
+        if args.parquet is not None:
+            check_writable(Path(args.parquet), "cannot write the Parquet history to", directory=True)
         check_mirror(spec, args.topics, options)
 
     report = on_spark(args.master, lambda spark: audit(spark, spec, topics_regex=args.topics, options=options,

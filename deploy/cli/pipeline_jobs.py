@@ -71,7 +71,12 @@ def _lag(args: argparse.Namespace) -> int:
 
     def checks() -> None:
         from pipeline.audit import check_mirror
+        from pipeline.paths import check_writable
 
+        if chart is not None:
+            check_writable(chart, "cannot write the chart to", directory=False)
+        if args.json is not None:
+            check_writable(Path(args.json), "cannot write the JSON report to", directory=False)
         check_mirror(spec, args.topics)
 
     def job(spark: SparkSession) -> int:

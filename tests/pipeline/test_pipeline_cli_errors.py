@@ -139,6 +139,20 @@ CASES: dict[str, Case] = {
         lambda w, b, t, dead: ["audit", "--source-bootstrap", b, "--target-bootstrap", dead, "--identity"], 1,
         lambda w, b, t, dead: f"Error: cluster {dead} is unreachable or did not answer in time: connect to {dead} "
                               f"failed: all attempts to connect to {dead} failed"),
+    "audit with its JSON report in a missing directory": (
+        lambda w, b, t, dead: ["audit", "--source-bootstrap", b, "--target-bootstrap", b, "--identity",
+                               "--json", str(w / "missing" / "audit.json")], 1,
+        lambda w, b, t, dead: f"Error: cannot write the JSON report to {w / 'missing' / 'audit.json'}: "
+                              f"{w / 'missing'} does not exist"),
+    "audit with its Parquet history below a file": (
+        lambda w, b, t, dead: ["audit", "--source-bootstrap", b, "--target-bootstrap", b, "--identity",
+                               "--parquet", str(w / "a-file" / "history")], 1,
+        lambda w, b, t, dead: f"Error: cannot write the Parquet history to {w / 'a-file' / 'history'}: it cannot "
+                              f"be made: {w / 'a-file'} is not a directory"),
+    "lag with its chart in an unwritable place": (
+        lambda w, b, t, dead: ["lag", "cli-demo", "--mirror", "east-west", "--state-dir", str(state_dir(w, b, b)),
+                               "--chart", "/sys/causeway-lag.svg"], 1,
+        lambda w, b, t, dead: "Error: cannot write the chart to /sys/causeway-lag.svg: Permission denied"),
     "lag of a mirror whose target is unreachable": (
         lambda w, b, t, dead: ["lag", "cli-demo", "--mirror", "east-west", "--state-dir",
                                str(state_dir(w, b, dead))], 1,
