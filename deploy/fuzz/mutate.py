@@ -34,7 +34,9 @@ MAX_FRAME = 104_857_600  # Kafka's default socket.request.max.bytes
 
 _INT_LIMITS = {1: (-(2**7), 2**7 - 1), 2: (-(2**15), 2**15 - 1), 4: (-(2**31), 2**31 - 1), 8: (-(2**63), 2**63 - 1)}
 _INT_FMT = {1: ">b", 2: ">h", 4: ">i", 8: ">q"}
-_UNSERVED_KEYS = (4, 5, 6, 7, 17, 24, 27, 36, 57, 67, 80, 81, 999, 32767, -1, -32768)
+# Keys the broker does not serve (computed, so that an API it starts serving leaves the list).
+_UNSERVED_KEYS = tuple(k for k in (4, 5, 6, 7, 17, 24, 27, 36, 57, 67, 80, 81, 999, 32767, -1, -32768)
+                       if k not in API_SPECS)
 
 
 @dataclass(frozen=True, slots=True)
