@@ -37,6 +37,8 @@ __all__ = [
     "BROKER_KEYS",
     "BrokerConfig",
     "ConfigError",
+    "DYNAMIC_BROKER_KEYS",
+    "IGNORED_DYNAMIC_KEYS",
     "ListenerSpec",
     "StartupError",
     "TOPIC_CONFIG_SYNONYMS",
@@ -210,6 +212,22 @@ TOPIC_CONFIG_SYNONYMS: dict[str, str | None] = {
     "segment.index.bytes": "log.index.size.max.bytes",
     "segment.ms": "log.roll.ms",
 }
+
+# Keys Causeway honours that Kafka updates dynamically (DynamicLogConfig: every broker key behind
+# a topic config except the message format; LogCleaner's backoff; DynamicThreadPool's replica
+# fetchers; unclean.leader.election.enable, which the controller reads at each election). Here
+# rather than beside the AlterConfigs handler: the ZooKeeper controller checks them too, and the
+# controller does not import the server.
+DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
+    {key for key in TOPIC_CONFIG_SYNONYMS.values() if key is not None}
+    | {"log.cleaner.backoff.ms", "num.replica.fetchers", "unclean.leader.election.enable"}
+)
+# Kafka's dynamic keys that Causeway accepts in server.properties and ignores: stored and
+# described as set, with no effect (as their static values).
+IGNORED_DYNAMIC_KEYS: frozenset[str] = frozenset(
+    {"num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir", "background.threads",
+     "log.cleaner.threads", "log.preallocate"}
+)
 
 # Topic configs Kafka defines that Causeway stores and reports but does not act on yet, with
 # Kafka's defaults. Accepting them matters: tools that copy topic configs between clusters (a

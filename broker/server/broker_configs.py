@@ -12,25 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from broker.config import BROKER_KEYS, TOPIC_CONFIG_SYNONYMS, BrokerConfig, ConfigError
+from broker.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig, ConfigError
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 
 __all__ = ["DYNAMIC_BROKER_KEYS", "IGNORED_DYNAMIC_KEYS", "LIST_BROKER_KEYS", "check_broker_update"]
 
-# Keys Causeway honours that Kafka updates dynamically (DynamicLogConfig: every broker key behind
-# a topic config except the message format; LogCleaner's backoff; DynamicThreadPool's replica
-# fetchers; unclean.leader.election.enable, which the controller reads at each election).
-DYNAMIC_BROKER_KEYS: frozenset[str] = frozenset(
-    {key for key in TOPIC_CONFIG_SYNONYMS.values() if key is not None}
-    | {"log.cleaner.backoff.ms", "num.replica.fetchers", "unclean.leader.election.enable"}
-)
-# Kafka's dynamic keys that Causeway accepts in server.properties and ignores: stored and
-# described as set, with no effect (as their static values).
-IGNORED_DYNAMIC_KEYS: frozenset[str] = frozenset(
-    {"num.io.threads", "num.network.threads", "num.recovery.threads.per.data.dir", "background.threads",
-     "log.cleaner.threads", "log.preallocate"}
-)
 # Older names Kafka also updates dynamically; Causeway takes only the precise key at run time.
 _PRECISE_KEY = {"log.retention.hours": "log.retention.ms", "log.retention.minutes": "log.retention.ms",
                 "log.roll.hours": "log.roll.ms"}

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
-from broker.config import BROKER_KEYS, BrokerConfig
+from broker.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig
 from broker.controller.zk.znodes import DEFAULT_ENTITY
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG, AlterConfigOp, ConfigResourceType, ConfigSource
@@ -28,12 +28,7 @@ from broker.protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from broker.server.broker_configs import (
-    DYNAMIC_BROKER_KEYS,
-    IGNORED_DYNAMIC_KEYS,
-    LIST_BROKER_KEYS,
-    check_broker_update,
-)
+from broker.server.broker_configs import LIST_BROKER_KEYS, check_broker_update
 from broker.server.context import RequestContext
 from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group_configs
 from broker.server.handlers.base import ApiHandler
