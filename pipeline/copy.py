@@ -37,8 +37,7 @@ from broker.client import KafkaError, TopicPartition, admin, init_idempotent_pro
 from broker.client.admin import NewTopic
 from broker.client.batching import size_batches
 from broker.faults import crash_point
-from broker.protocol.constants import EARLIEST as LIST_EARLIEST
-from broker.protocol.constants import LATEST as LIST_LATEST
+from broker.protocol.constants import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
 from mirror.daemon import EXCLUDED_CONFIGS
@@ -107,8 +106,8 @@ async def _prepare_target(source: str, target: str, topic: str, target_topic: st
                                     f"fewer than the {partitions} of {topic!r} on {source}: partition p is copied "
                                     f"to partition p, so add partitions to the target first")
             tps = [TopicPartition(target_topic, p) for p in range(partitions)]
-            starts = await admin.list_offsets(client, {tp: LIST_EARLIEST for tp in tps})
-            ends = await admin.list_offsets(client, {tp: LIST_LATEST for tp in tps})
+            starts = await admin.list_offsets(client, {tp: EARLIEST for tp in tps})
+            ends = await admin.list_offsets(client, {tp: LATEST for tp in tps})
     return _Target(created, {tp.partition: (starts[tp].offset, ends[tp].offset) for tp in tps})
 
 
@@ -195,7 +194,7 @@ async def _produce(batches: Iterator[pa.RecordBatch], target: str, topic: str, t
                 return 0
             tp = TopicPartition(topic, partition)
             with trio.fail_after(timeout_s + 1):
-                end = (await admin.list_offsets(client, {tp: LIST_LATEST}))[tp].offset
+                end = (await admin.list_offsets(client, {tp: LATEST}))[tp].offset
             return max(0, end - expected[partition])
 
         # Pulling the next batch from Spark blocks this thread briefly; nothing is in flight then:

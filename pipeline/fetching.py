@@ -32,8 +32,7 @@ from broker.client import (
     fetch,
     open_client,
 )
-from broker.protocol.constants import EARLIEST as LIST_EARLIEST
-from broker.protocol.constants import LATEST as LIST_LATEST
+from broker.protocol.constants import EARLIEST, LATEST
 from broker.protocol.records import split_batches
 from pipeline.columns import ColumnBuilder, CorruptBatch
 from pipeline.options import PipelineError, ReadOptions
@@ -82,8 +81,8 @@ def _lost(opts: ReadOptions, what: str) -> None:
 
 
 async def _log_bounds(client: Client, tp: TopicPartition) -> tuple[int, int]:
-    starts = await admin.list_offsets(client, {tp: LIST_EARLIEST})
-    ends = await admin.list_offsets(client, {tp: LIST_LATEST})
+    starts = await admin.list_offsets(client, {tp: EARLIEST})
+    ends = await admin.list_offsets(client, {tp: LATEST})
     return starts[tp].offset, ends[tp].offset
 
 

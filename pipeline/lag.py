@@ -33,8 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from broker.client import TopicPartition, admin, open_client
-from broker.protocol.constants import EARLIEST as LIST_EARLIEST
-from broker.protocol.constants import LATEST as LIST_LATEST
+from broker.protocol.constants import EARLIEST, LATEST
 from mirror.naming import HEARTBEATS_TOPIC
 from pipeline.audit import MirrorSpec, read_pinned
 from pipeline.identity import identity_hashes
@@ -128,8 +127,8 @@ async def _logs(bootstrap: str, topics: Mapping[str, int], timeout_s: float) -> 
     if not tps:
         return {}
     async with open_client(bootstrap, client_id="causeway-pipeline-lag", request_timeout_s=timeout_s) as client:
-        starts = await admin.list_offsets(client, {tp: LIST_EARLIEST for tp in tps})
-        ends = await admin.list_offsets(client, {tp: LIST_LATEST for tp in tps})
+        starts = await admin.list_offsets(client, {tp: EARLIEST for tp in tps})
+        ends = await admin.list_offsets(client, {tp: LATEST for tp in tps})
     return {(tp.topic, tp.partition): (starts[tp].offset, ends[tp].offset) for tp in tps}
 
 

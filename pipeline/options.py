@@ -12,10 +12,10 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from broker.protocol.constants import EARLIEST, LATEST
+
 __all__ = [
     "DEFAULT_BATCH_BYTES",
-    "EARLIEST",
-    "LATEST",
     "OffsetSpec",
     "PipelineError",
     "ReadOptions",
@@ -27,9 +27,7 @@ __all__ = [
     "parse_write_options",
 ]
 
-# Spark's per-partition JSON uses Kafka's ListOffsets sentinels.
-LATEST = -1
-EARLIEST = -2
+# Spark's per-partition JSON uses Kafka's ListOffsets sentinels: EARLIEST (-2) and LATEST (-1).
 
 
 class PipelineError(Exception):

@@ -26,9 +26,9 @@ from broker.client import (
     open_client,
 )
 from broker.client.cluster import parse_bootstrap
-from broker.protocol.constants import EARLIEST as LIST_EARLIEST
-from broker.protocol.constants import LATEST as LIST_LATEST
-from pipeline.options import EARLIEST, LATEST, OffsetSpec, PipelineError, ReadOptions, Subscription
+from broker.protocol.constants import EARLIEST, LATEST
+from broker.tasks import leaves
+from pipeline.options import OffsetSpec, PipelineError, ReadOptions, Subscription
 
 __all__ = [
     "CHECK_TIMEOUT_S",
@@ -39,7 +39,6 @@ __all__ = [
     "plan_read",
     "split_ranges",
     "cluster_error",
-    "first_error",
     "job_error",
 ]
 
@@ -161,8 +160,8 @@ async def plan_ranges(client: Client, opts: ReadOptions) -> Plan:
     tps = await _partitions(client, opts.subscription)
     if not tps:
         return Plan(())
-    starts = await admin.list_offsets(client, {tp: LIST_EARLIEST for tp in tps})
-    ends = await admin.list_offsets(client, {tp: LIST_LATEST for tp in tps})
+    starts = await admin.list_offsets(client, {tp: EARLIEST for tp in tps})
+    ends = await admin.list_offsets(client, {tp: LATEST for tp in tps})
     log_start = {tp: starts[tp].offset for tp in tps}
     log_end = {tp: ends[tp].offset for tp in tps}
     start = await _resolve(client, opts.starting, "starting", tps, log_start, log_end, opts.timestamp_strategy)
@@ -219,18 +218,12 @@ def split_ranges(ranges: tuple[OffsetRange, ...] | list[OffsetRange], min_partit
     return out
 
 
-def first_error(exc: BaseException) -> BaseException:
-    """The first leaf of nested exception groups (a nursery wraps its tasks' errors): the one
-    that says what went wrong; the others are usually its cancellations' echoes."""
-    while isinstance(exc, BaseExceptionGroup):
-        exc = exc.exceptions[0]
-    return exc
-
-
 def job_error(bootstrap: str, exc: BaseException) -> BaseException:
     """What a job reports for `exc`: a PipelineError as it is, a cluster failure as a
     PipelineError naming the cluster, anything else unchanged."""
-    exc = first_error(exc)
+    # The first leaf of a nursery's groups says what went wrong; the others are usually its
+    # cancellations' echoes.
+    exc = leaves(exc)[0]
     if isinstance(exc, PipelineError):
         return exc
     if isinstance(exc, (KafkaError, ConnectionFailed, trio.TooSlowError, OSError)):
@@ -267,7 +260,7 @@ def check_cluster(bootstrap: str, topics: Sequence[str] = (), *, timeout_s: floa
     try:
         trio.run(main)
     except BaseException as exc:
-        if isinstance(first_error(exc), trio.TooSlowError):
+        if isinstance(leaves(exc)[0], trio.TooSlowError):
             raise PipelineError(f"cluster {bootstrap} did not answer within {timeout_s:g} s") from None
         raise job_error(bootstrap, exc) from None
 

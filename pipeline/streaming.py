@@ -39,8 +39,8 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
+from broker.protocol.constants import EARLIEST
 from pipeline.options import (
-    EARLIEST,
     OffsetSpec,
     PipelineError,
     ReadOptions,
