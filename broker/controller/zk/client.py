@@ -72,6 +72,7 @@ from kazoo.protocol.states import KazooState  # type: ignore[import-untyped]
 from kazoo.retry import KazooRetry  # type: ignore[import-untyped]
 
 from broker.retry import Backoff, retry
+from broker.tasks import leaves
 
 __all__ = [
     "ZkClient", "open_zk_client", "parse_connect", "ConnectString",
@@ -690,9 +691,7 @@ class _Unreachable(Exception):
 
 def _reason(exc: OSError) -> str:
     # trio wraps the per-address errors ("all attempts to connect ... failed"): show the first.
-    cause: BaseException | None = exc.__cause__
-    if isinstance(cause, BaseExceptionGroup) and cause.exceptions:
-        cause = cause.exceptions[0]
+    cause = None if exc.__cause__ is None else leaves(exc.__cause__)[0]
     if isinstance(cause, OSError) and cause.errno:
         return os.strerror(cause.errno).lower()
     return (exc.strerror or str(exc)).lower()

@@ -79,6 +79,7 @@ from broker.protocol.messages import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
+from broker.tasks import leaves
 
 __all__ = ["ZkController", "run_controller_election", "LEADER_DURING_DELETE"]
 
@@ -1001,12 +1002,12 @@ async def _serve_term(zk: ZkClient, controller: ZkController, epoch: int, versio
     try:
         await controller.serve(epoch, version)
     except* Resigned as group:
-        log.warning("controller %d resigns: %s", controller.broker_id, group.exceptions[0])
+        log.warning("controller %d resigns: %s", controller.broker_id, leaves(group)[0])
     except* ZkError as group:
-        log.warning("controller %d resigns after a ZooKeeper error: %s", controller.broker_id, group.exceptions[0])
+        log.warning("controller %d resigns after a ZooKeeper error: %s", controller.broker_id, leaves(group)[0])
     except* Exception as group:
         # A bug must not take the broker down with it: another term starts from ZooKeeper's state.
-        log.error("controller %d failed and resigns", controller.broker_id, exc_info=group.exceptions[0])
+        log.error("controller %d failed and resigns", controller.broker_id, exc_info=leaves(group)[0])
 
 
 async def _become_controller(zk: ZkClient, me: int) -> tuple[int, int]:
