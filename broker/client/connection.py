@@ -71,8 +71,10 @@ class ConnectionFailed(ClientError):
 
 
 class RequestTimeout(ConnectionFailed):
-    """No answer within the request timeout; the connection was closed because the broker's
-    answers to later requests could no longer be trusted to arrive."""
+    """No answer before the deadline (the caller's, or the request or connect timeout): how the
+    client reports every deadline that passes, never a bare trio.TooSlowError. A connection
+    whose request got no answer was closed, because the broker's answers to later requests
+    could no longer be trusted to arrive."""
 
 
 def pick_version(
@@ -356,8 +358,8 @@ class BrokerConnection:
 async def _connect(host: str, port: int, connect_timeout_s: float) -> trio.SocketStream:
     address = f"{host}:{port}"
 
-    def no_answer(seconds: float) -> ConnectionFailed:
-        return ConnectionFailed(f"connect to {address}: no answer within {seconds:.3g}s")
+    def no_answer(seconds: float) -> RequestTimeout:
+        return RequestTimeout(f"connect to {address}: no answer within {seconds:.3g}s")
 
     try:
         with timeout_error(no_answer, at_most_s=connect_timeout_s):
@@ -405,8 +407,8 @@ async def open_connection(
     `connect_timeout_s` bounds the TCP connect (default: the request timeout); the version
     handshake is bounded by the request timeout.
 
-    Raises ConnectionFailed if the connection cannot be made, RequestTimeout if the broker does
-    not answer ApiVersions, KafkaError if it refuses it.
+    Raises ConnectionFailed if the connection cannot be made, RequestTimeout if the connect or
+    the ApiVersions handshake gets no answer in time, KafkaError if the broker refuses it.
     """
     connect_timeout = request_timeout_s if connect_timeout_s is None else connect_timeout_s
     stream = await _connect(host, port, connect_timeout)

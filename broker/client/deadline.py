@@ -59,12 +59,28 @@ def timeout_error(make_error: Callable[[float], Exception], *, default_s: float 
     try:
         with trio.CancelScope(deadline=deadline) as scope:
             yield scope
-    except trio.Cancelled as exc:
+    except (trio.Cancelled, BaseExceptionGroup) as exc:
         # An enclosing scope with the same (or an earlier) deadline takes the cancellation
         # from this one (trio delivers it to the outermost cancelled scope): the deadline has
-        # still passed in the body, and the caller is owed the error that says where.
-        if exc.source != "deadline" or trio.current_time() < deadline:
+        # still passed in the body, and the caller is owed the error that says where. The
+        # cancellation comes wrapped in a group when a nursery in the body saw it (trio's
+        # open_tcp_stream runs its connect attempts in one), and is the deadline's all the same.
+        if not _is_deadline(exc) or trio.current_time() < deadline:
             raise
         raise make_error(deadline - now) from None
     if scope.cancelled_caught:
         raise make_error(deadline - now)
+
+
+def _is_deadline(exc: BaseException) -> bool:
+    """Whether `exc` is a deadline's cancellation and nothing else: a Cancelled from a deadline,
+    or a group (nested or not) of Cancelled, one at least from a deadline. A group that holds
+    any other exception carries a real failure, which must not be hidden behind a timeout."""
+    if isinstance(exc, trio.Cancelled):
+        return exc.source == "deadline"
+    if not isinstance(exc, BaseExceptionGroup):
+        return False
+    cancelled, rest = exc.split(trio.Cancelled)
+    if cancelled is None or rest is not None:
+        return False
+    return any(_is_deadline(e) for e in cancelled.exceptions)

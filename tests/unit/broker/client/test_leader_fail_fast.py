@@ -130,11 +130,11 @@ async def test_a_connection_lost_in_flight_is_not_resent_to_the_same_node() -> N
             assert broker.produce_requests == 1
             await client.leader_for(T1)
             assert len(broker.metadata_requests) == asked + 1  # stale after the loss
-            # (Without fail_fast the request is resent until the caller's deadline. That is not
-            # checked here: a deadline that passes while the client connects escapes as
-            # trio.TooSlowError instead of RequestTimeout, a known race in deadline.py's
-            # timeout_error, which misses a Cancelled wrapped in an exception group by trio's
-            # open_tcp_stream; see the closing note of stop 17.)
+
+            # Without fail_fast (a request only that broker can answer) it is resent until the deadline.
+            with pytest.raises(ConnectionFailed), trio.fail_after(0.5):
+                await client.request(1, produce)
+            assert broker.produce_requests > 2
         nursery.cancel_scope.cancel()
 
 
