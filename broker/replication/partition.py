@@ -464,7 +464,8 @@ class Partition:
         self._waiters.discard(event)
 
     def wake_fetches(self) -> None:
-        """Wake long polls waiting on this partition (the follower's fetcher appended)."""
+        """Wake long polls waiting on this partition and tell its fetch sessions (the follower's
+        fetcher appended; the log start moved: DeleteRecords, retention)."""
         self._wake()
 
     def watch(self, watcher: FetchWatcher) -> None:

@@ -231,8 +231,14 @@ async def run_broker(
             nursery.start_soon(flusher.run)
 
             async def retention() -> None:
-                # Detaches expired segments here; the flusher unlinks their files in a worker.
+                # Detaches expired segments here; the flusher unlinks their files in a worker. A
+                # log start that moved is news for fetch sessions, which answer a partition only
+                # when something about it changed (followers follow the leader's log start).
+                starts = [(p, p.log.log_start_offset) for p in replicas.partitions()]
                 logs.apply_retention(now_ms())
+                for partition, start in starts:
+                    if partition.log.log_start_offset != start:
+                        partition.wake_fetches()
 
             nursery.start_soon(_every, config.log_retention_check_interval_ms, "retention", retention)
             nursery.start_soon(_every, config.log_flush_offset_checkpoint_interval_ms, "checkpoint",
