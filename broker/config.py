@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -32,6 +31,17 @@ from pydantic import (
 )
 
 from broker.address import parse_host_port
+from broker.config_parsing import (
+    INT_MAX,
+    LONG_MAX,
+    ConfigModel,
+    Parse,
+    Wording,
+    boolean,
+    choice,
+    cleanup_policy,
+    integer,
+)
 
 __all__ = [
     "BROKER_KEYS",
@@ -47,11 +57,20 @@ __all__ = [
     "parse_listeners",
 ]
 
-LONG_MAX = 9223372036854775807
-
-
 class ConfigError(ValueError):
     """A configuration value or key is invalid; the message names the key."""
+
+
+# How a broker config refuses a value: the key first, as an operator reading a start-up error
+# about server.properties looks for it.
+_WORDING = Wording(
+    refuse=lambda key, _text, reason: ConfigError(f"{key}: {reason}"),
+    not_integer="expected an integer, got '{text}'",
+    out_of_range="{number} is outside [{low}, {high}]",
+    not_choice="'{text}' is not one of {choices}",
+    not_boolean="expected true or false, got '{text}'",
+    not_cleanup_policy="'{text}' must be delete, compact or both",
+)
 
 
 class StartupError(RuntimeError):
@@ -101,35 +120,6 @@ def parse_listeners(key: str, value: str) -> tuple[ListenerSpec, ...]:
     return tuple(specs)
 
 
-def _parse_bool(key: str, value: str) -> bool:
-    lowered = value.strip().lower()
-    if lowered in ("true", "false"):
-        return lowered == "true"
-    raise ConfigError(f"{key}: expected true or false, got '{value}'")
-
-
-def _int_parser(low: int, high: int = LONG_MAX) -> Callable[[str, str], int]:
-    def parse(key: str, value: str) -> int:
-        try:
-            number = int(value.strip())
-        except ValueError:
-            raise ConfigError(f"{key}: expected an integer, got '{value}'") from None
-        if not low <= number <= high:
-            raise ConfigError(f"{key}: {number} is outside [{low}, {high}]")
-        return number
-
-    return parse
-
-
-def _choice_parser(*choices: str) -> Callable[[str, str], str]:
-    def parse(key: str, value: str) -> str:
-        if value.strip() not in choices:
-            raise ConfigError(f"{key}: '{value}' is not one of {', '.join(choices)}")
-        return value.strip()
-
-    return parse
-
-
 def _str(key: str, value: str) -> str:
     return value.strip()
 
@@ -148,13 +138,6 @@ def _host_port(key: str, value: str) -> str:
     except ValueError:
         raise ConfigError(f"{key}: '{value}' is not of the form HOST:PORT") from None
     return value.strip()
-
-
-def _cleanup_policy(key: str, value: str) -> str:
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or any(p not in ("delete", "compact") for p in parts):
-        raise ConfigError(f"{key}: '{value}' must be delete, compact or both")
-    return ",".join(parts)
 
 
 # Kafka's older names for the same settings: a file may use either.
@@ -257,28 +240,8 @@ PASSIVE_TOPIC_CONFIGS: dict[str, str] = {
 }
 
 
-
-class _Parse:
-    """Annotation metadata: how a key's text (or a default given in code) becomes a field value.
-
-    ``as_text``: the field holds a structure built from the text (listeners, directories), and
-    DescribeConfigs reports the text as given rather than a rendering of the structure.
-    """
-
-    def __init__(self, parse: Callable[[str, str], Any], *, as_text: bool = False) -> None:
-        self.parse = parse
-        self.as_text = as_text
-
-    def __call__(self, key: str, value: object) -> Any:
-        if value is None or not isinstance(value, str | int):
-            return value  # unset (None) or already built
-        if isinstance(value, bool):  # a default such as True: checked as its Kafka text "true"
-            value = "true" if value else "false"
-        return self.parse(key, str(value))
-
-
-def _int(low: int, high: int = LONG_MAX) -> _Parse:
-    return _Parse(_int_parser(low, high))
+def _int(low: int, high: int = LONG_MAX) -> Parse:
+    return Parse(integer(_WORDING, low, high))
 
 
 def _text(default: str) -> Any:
@@ -287,12 +250,11 @@ def _text(default: str) -> Any:
     return default
 
 
-_STR = _Parse(_str)
-_BOOL = _Parse(_parse_bool)
-INT_MAX = 2**31 - 1
+_STR = Parse(_str)
+_BOOL = Parse(boolean(_WORDING))
 
 
-class BrokerConfig(BaseModel):
+class BrokerConfig(ConfigModel):
     """The broker's configuration, parsed and checked. Build it with :meth:`from_properties`.
 
     Every field's alias is the Kafka key (Causeway's own keys under ``causeway.``) and its default
@@ -302,18 +264,18 @@ class BrokerConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
 
     broker_id: Annotated[int, _int(-1, INT_MAX)] = Field(default=0, alias="node.id")
-    listeners: Annotated[tuple[ListenerSpec, ...], _Parse(parse_listeners, as_text=True)] = Field(
+    listeners: Annotated[tuple[ListenerSpec, ...], Parse(parse_listeners, as_text=True)] = Field(
         default=_text("PLAINTEXT://:9092"), alias="listeners")
     # Unset: clients are told the listeners' own addresses (see `advertised_listeners`).
-    advertised: Annotated[tuple[ListenerSpec, ...] | None, _Parse(_optional_listeners, as_text=True)] = Field(
+    advertised: Annotated[tuple[ListenerSpec, ...] | None, Parse(_optional_listeners, as_text=True)] = Field(
         default=None, alias="advertised.listeners")
-    security_protocols: Annotated[dict[str, str], _Parse(lambda _key, text: _parse_protocol_map(text),
+    security_protocols: Annotated[dict[str, str], Parse(lambda _key, text: _parse_protocol_map(text),
                                                          as_text=True)] = Field(
         default=_text("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
         alias="listener.security.protocol.map")
     inter_broker_listener_name: Annotated[str | None, _STR] = Field(default=None, alias="inter.broker.listener.name")
     rack: Annotated[str | None, _STR] = Field(default=None, alias="broker.rack")
-    log_dirs: Annotated[tuple[Path, ...], _Parse(_log_dirs, as_text=True)] = Field(
+    log_dirs: Annotated[tuple[Path, ...], Parse(_log_dirs, as_text=True)] = Field(
         default=_text("/tmp/kafka-logs"), alias="log.dirs")
     num_partitions: Annotated[int, _int(1, INT_MAX)] = Field(default=1, alias="num.partitions")
     # Partition bounds (KIP-578's names; Kafka's default is unbounded, Causeway's is not: every
@@ -341,7 +303,7 @@ class BrokerConfig(BaseModel):
         default=LONG_MAX, alias="log.flush.scheduler.interval.ms")
     log_flush_offset_checkpoint_interval_ms: Annotated[int, _int(0, INT_MAX)] = Field(
         default=60000, alias="log.flush.offset.checkpoint.interval.ms")
-    log_message_timestamp_type: Annotated[str, _Parse(_choice_parser("CreateTime", "LogAppendTime"))] = Field(
+    log_message_timestamp_type: Annotated[str, Parse(choice(_WORDING, "CreateTime", "LogAppendTime"))] = Field(
         default="CreateTime", alias="log.message.timestamp.type")
     # How far a CreateTime record's timestamp may lie before or after the broker's clock
     # (KIP-937; the after default is Kafka 4.0's); the difference key (removed in Kafka 4.0,
@@ -352,7 +314,8 @@ class BrokerConfig(BaseModel):
         default=3600000, alias="log.message.timestamp.after.max.ms")
     log_message_timestamp_difference_max_ms: Annotated[int, _int(0)] = Field(
         default=LONG_MAX, alias="log.message.timestamp.difference.max.ms")
-    log_cleanup_policy: Annotated[str, _Parse(_cleanup_policy)] = Field(default="delete", alias="log.cleanup.policy")
+    log_cleanup_policy: Annotated[str, Parse(cleanup_policy(_WORDING))] = Field(
+        default="delete", alias="log.cleanup.policy")
     log_cleaner_delete_retention_ms: Annotated[int, _int(0)] = Field(
         default=86400000, alias="log.cleaner.delete.retention.ms")
     log_cleaner_enable: Annotated[bool, _BOOL] = Field(default=True, alias="log.cleaner.enable")
@@ -397,7 +360,7 @@ class BrokerConfig(BaseModel):
     group_max_size: Annotated[int, _int(1, INT_MAX)] = Field(default=INT_MAX, alias="group.max.size")
     # Causeway's own keys (no Kafka equivalent), under a prefix of their own. HOST:PORT where the
     # broker serves Prometheus metrics over HTTP (/metrics); unset: no metrics endpoint.
-    metrics_listener: Annotated[str | None, _Parse(_host_port)] = Field(default=None, alias="causeway.metrics.listener")
+    metrics_listener: Annotated[str | None, Parse(_host_port)] = Field(default=None, alias="causeway.metrics.listener")
     # ZooKeeper mode (unset zookeeper.connect: a standalone broker, metadata in its data dir).
     # HOST:PORT[,HOST:PORT...][/chroot], as Kafka's.
     zookeeper_connect: Annotated[str | None, _STR] = Field(default=None, alias="zookeeper.connect")
@@ -441,15 +404,6 @@ class BrokerConfig(BaseModel):
     # by key; the fields above already hold their effect (see `with_dynamic`).
     _dynamic_default: dict[str, str] = PrivateAttr(default_factory=dict)
     _dynamic_broker: dict[str, str] = PrivateAttr(default_factory=dict)
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _parse(cls, value: object, info: ValidationInfo) -> Any:
-        field = cls.model_fields[info.field_name or ""]
-        for meta in field.metadata:
-            if isinstance(meta, _Parse):
-                return meta(field.alias or "", value)
-        return value
 
     @field_validator("queued_max_request_bytes")
     @classmethod
@@ -507,7 +461,7 @@ class BrokerConfig(BaseModel):
                 value = given[alias]
                 scale = _ALIAS_SCALE.get(alias)
                 if scale is not None and value.strip() != "-1":
-                    value = str(_int_parser(0)(alias, value) * scale)
+                    value = str(integer(_WORDING, 0)(alias, value) * scale)
                 canonical[target] = value
         try:
             config = cls.model_validate(canonical)
@@ -566,7 +520,7 @@ class BrokerConfig(BaseModel):
         """
         name = _FIELD_BY_KEY[key]
         field = type(self).model_fields[name]
-        if any(isinstance(meta, _Parse) and meta.as_text for meta in field.metadata):
+        if any(isinstance(meta, Parse) and meta.as_text for meta in field.metadata):
             text = self._explicit.get(key, field.default)
             return None if text is None else str(text).strip()
         value = getattr(self, name)

@@ -8,17 +8,16 @@ field names as the constructor's keywords.)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Annotated, Any
+from collections.abc import Mapping
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import ConfigDict, Field
 
+from broker.config_parsing import LONG_MAX, ConfigModel, Parse, Wording, choice, cleanup_policy, integer
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.validation import DEFAULT_AFTER_MAX_MS, effective_timestamp_bounds
 
 __all__ = ["LogConfig", "is_metadata_version"]
-
-LONG_MAX = 2**63 - 1
 
 # Kafka 3.x's MetadataVersion releases, each with how many inter-broker protocol steps it has
 # (`2.8-IV0`, `2.8-IV1`); 0 for the releases before those steps existed. message.format.version
@@ -45,53 +44,32 @@ def is_metadata_version(value: str) -> bool:
     return (text if keep >= len(parts) else ".".join(parts[:keep])) in _METADATA_VERSIONS
 
 
-class _Parse:
-    """Annotation metadata: how a topic config's text (or a value given in code) becomes a field.
-
-    Raises KafkaError(INVALID_CONFIG) naming the Kafka key; pydantic lets it through unwrapped
-    because it is not a ValueError.
-    """
-
-    def __init__(self, parse: Callable[[str, str], Any]) -> None:
-        self.parse = parse
-
-    def __call__(self, key: str, value: object) -> Any:
-        return self.parse(key, value if isinstance(value, str) else str(value))
-
-
-def _long(lo: int) -> _Parse:
-    def parse(key: str, text: str) -> int:
-        try:
-            value = int(text.strip())
-        except ValueError:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {text} for configuration {key}: "
-                             "not a number") from None
-        if value < lo or value > LONG_MAX:
-            raise KafkaError(ErrorCode.INVALID_CONFIG,
-                             f"Invalid value {text} for configuration {key}: must be at least {lo}")
-        return value
-    return _Parse(parse)
+# How a topic config refuses a value: Kafka's ConfigException text, which clients show as the
+# INVALID_CONFIG error message of a CreateTopics or AlterConfigs.
+_WORDING = Wording(
+    refuse=lambda key, text, reason: KafkaError(ErrorCode.INVALID_CONFIG,
+                                                f"Invalid value {text} for configuration {key}: {reason}"),
+    not_integer="not a number",
+    out_of_range="must be at least {low}",
+    not_choice="must be one of {choices}",
+    not_boolean="Expected value to be either true or false",
+    not_cleanup_policy="must be compact, delete or both",
+)
 
 
-def _choice(*allowed: str) -> _Parse:
-    def parse(key: str, text: str) -> str:
-        value = text.strip()
-        if value not in allowed:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {text} for configuration {key}: "
-                             f"must be one of {', '.join(allowed)}")
-        return value
-    return _Parse(parse)
+def _long(low: int) -> Parse:
+    return Parse(integer(_WORDING, low))
 
 
-def _cleanup_policy(key: str, text: str) -> str:
-    parts = sorted(p.strip() for p in text.split(",") if p.strip())
-    if not parts or any(p not in ("compact", "delete") for p in parts):
-        raise KafkaError(ErrorCode.INVALID_CONFIG,
-                         f"Invalid value {text} for configuration {key}: must be compact, delete or both")
-    return ",".join(parts)
+def _choice(*allowed: str) -> Parse:
+    return Parse(choice(_WORDING, *allowed))
 
 
-class LogConfig(BaseModel):
+# Named here: in LogConfig's body the field cleanup_policy hides the parser's name.
+_CLEANUP_POLICY = Parse(cleanup_policy(_WORDING, sort=True))
+
+
+class LogConfig(ConfigModel):
     """Built from Kafka-named topic configs (:meth:`from_topic_configs`) or, in code, by field name."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, validate_default=False)
@@ -115,7 +93,8 @@ class LogConfig(BaseModel):
     # Deprecated by KIP-937, still honoured.
     message_timestamp_difference_max_ms: Annotated[int, _long(0)] = Field(
         default=LONG_MAX, validation_alias="message.timestamp.difference.max.ms")
-    cleanup_policy: Annotated[str, _Parse(_cleanup_policy)] = Field(default="delete", validation_alias="cleanup.policy")
+    cleanup_policy: Annotated[str, _CLEANUP_POLICY] = Field(
+        default="delete", validation_alias="cleanup.policy")
     delete_retention_ms: Annotated[int, _long(0)] = Field(default=86400000, validation_alias="delete.retention.ms")
     min_insync_replicas: Annotated[int, _long(1)] = Field(default=1, validation_alias="min.insync.replicas")
     compression_type: Annotated[str, _choice("producer", "uncompressed", "gzip", "snappy", "lz4", "zstd")] = Field(
@@ -123,15 +102,6 @@ class LogConfig(BaseModel):
     # Causeway's own: the link-mode mirror whose read-only copy this log is (empty: a normal topic).
     # Its log keeps copied batches out of the idempotent-producer state (broker/storage/link_copy.py).
     mirror_name: str = Field(default="", validation_alias="causeway.mirror.name")
-
-    @field_validator("*", mode="before")
-    @classmethod
-    def _parse(cls, value: object, info: ValidationInfo) -> Any:
-        name = info.field_name or ""
-        for meta in cls.model_fields[name].metadata:
-            if isinstance(meta, _Parse):
-                return meta(_KEY_OF_FIELD.get(name, name), value)
-        return value
 
     @classmethod
     def from_topic_configs(cls, configs: Mapping[str, str], defaults: LogConfig) -> LogConfig:
