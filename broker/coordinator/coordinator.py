@@ -9,7 +9,8 @@ Timers (session timeouts, rebalance deadlines, the initial rebalance delay, offs
 are served by one task that sleeps until the next deadline and is woken early when a deadline
 moves.
 
-State transitions, as Kafka's classic protocol has them:
+State transitions, as Kafka's classic protocol has them (the table that `Group.transition`
+checks, with the reason for each, is `VALID_PREVIOUS_STATES` in group.py):
 
     Empty ──join──▶ PreparingRebalance ──all joined / rebalance timeout──▶ CompletingRebalance
       ▲                    ▲    │ (nobody left)                               │ leader's SyncGroup

@@ -2,12 +2,16 @@
 
 States: Empty (no members, maybe committed offsets), PreparingRebalance (waiting for members to
 (re)join), CompletingRebalance (joined; waiting for the leader's assignment), Stable, Dead.
+Which state may follow which is one table, `VALID_PREVIOUS_STATES` (Kafka's GroupState
+`validPreviousStates`), and `Group.transition` is the only way a group changes state: it refuses
+a move the table does not allow with `IllegalGroupStateTransition` instead of applying it.
 """
 
 from __future__ import annotations
 
 import enum
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +21,7 @@ from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.coordinator.subscriptions import topics_of
 from broker.protocol.errors import ErrorCode
 
-__all__ = ["Group", "GroupState", "Member", "Reply"]
+__all__ = ["VALID_PREVIOUS_STATES", "Group", "GroupState", "IllegalGroupStateTransition", "Member", "Reply"]
 
 
 class GroupState(enum.Enum):
@@ -26,6 +30,46 @@ class GroupState(enum.Enum):
     COMPLETING_REBALANCE = "CompletingRebalance"
     STABLE = "Stable"
     DEAD = "Dead"
+
+
+_S = GroupState
+
+# Each state, and the states a group may come to it from. A move the table does not list is a
+# bug in the coordinator, refused loudly rather than applied.
+VALID_PREVIOUS_STATES: Mapping[GroupState, frozenset[GroupState]] = {
+    # A rebalance starts: a member joins (a new one, one rejoining, or one with other protocols)
+    # an Empty, Stable or CompletingRebalance group; a member leaves or its session times out in
+    # Stable or CompletingRebalance; the leader's assignment cannot be stored (CompletingRebalance).
+    # Never from PreparingRebalance itself: a join then waits in the rebalance under way.
+    _S.PREPARING_REBALANCE: frozenset({_S.EMPTY, _S.STABLE, _S.COMPLETING_REBALANCE}),
+    # The join phase ends (every member rejoined, or the rebalance timeout passed) with members
+    # left: the generation is bumped and the leader is to assign.
+    _S.COMPLETING_REBALANCE: frozenset({_S.PREPARING_REBALANCE}),
+    # The leader's SyncGroup assignment was stored: every member gets its share.
+    _S.STABLE: frozenset({_S.COMPLETING_REBALANCE}),
+    # The join phase ends with no member left (all left or timed out). And, unlike Kafka (whose
+    # group stays Dead when its tombstones fail), a DeleteGroups whose tombstones were not stored
+    # undoes its Dead: the group was not deleted, its offsets and metadata are still in the log,
+    # and the client was told so. (The Dead meanwhile kept joins off while the tombstones were
+    # being written.)
+    _S.EMPTY: frozenset({_S.PREPARING_REBALANCE, _S.DEAD}),
+    # Deleted (DeleteGroups or offset retention, both of an Empty group only, as the callers
+    # check) or unloaded because this broker stopped leading its __consumer_offsets partition,
+    # which may happen in any state, Dead included (a group unloaded while being deleted).
+    _S.DEAD: frozenset(GroupState),
+}
+
+
+class IllegalGroupStateTransition(RuntimeError):
+    """A group was asked to move to a state the table does not allow from its current one."""
+
+    def __init__(self, group_id: str, current: GroupState, target: GroupState) -> None:
+        allowed = ", ".join(sorted(s.value for s in VALID_PREVIOUS_STATES[target]))
+        super().__init__(f"group {group_id}: cannot move from {current.value} to {target.value} "
+                         f"(only from {allowed})")
+        self.group_id = group_id
+        self.current = current
+        self.target = target
 
 
 class Reply:
@@ -78,6 +122,8 @@ class Member:
 @dataclass(slots=True)
 class Group:
     group_id: str
+    # The state the group is built in (Empty, or as read back from the log); changed afterwards
+    # by `transition` only.
     state: GroupState = GroupState.EMPTY
     generation: int = 0
     protocol_type: str | None = None
@@ -94,6 +140,13 @@ class Group:
     state_timestamp_ms: int = -1
 
     def transition(self, state: GroupState, now_ms: int) -> None:
+        """Move to `state` at `now_ms` (the state's timestamp, which DescribeGroups reports and
+        offset retention of an Empty group counts from).
+
+        Raises IllegalGroupStateTransition, changing nothing, when `VALID_PREVIOUS_STATES` does
+        not allow `state` after the current one."""
+        if self.state not in VALID_PREVIOUS_STATES[state]:
+            raise IllegalGroupStateTransition(self.group_id, self.state, state)
         self.state = state
         self.state_timestamp_ms = now_ms
 

@@ -82,7 +82,9 @@ class GroupLoader:
 
     def _restore(self, group_id: str, meta: GroupMetadataValue) -> None:
         old = self.groups.get(group_id)
-        group = Group(group_id, offsets=old.offsets if old is not None else {})
+        # Built in its state, not moved there: Stable with members, else Empty (Kafka's loadGroup).
+        group = Group(group_id, state=GroupState.STABLE if meta.members else GroupState.EMPTY,
+                      offsets=old.offsets if old is not None else {})
         self.groups[group_id] = group
         group.generation = meta.generation
         group.protocol_type = meta.protocol_type or None
@@ -98,6 +100,3 @@ class GroupLoader:
                 group.static_members[m.group_instance_id] = m.member_id
         if group.members:
             group.leader_id = meta.leader if meta.leader in group.members else next(iter(group.members))
-            group.state = GroupState.STABLE
-        else:
-            group.state = GroupState.EMPTY
