@@ -33,7 +33,8 @@ from tests.support.zookeeper import ZooKeeperServer
 
 SESSION_TIMEOUT_MS = 6000
 OVERRIDES = (f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", "offsets.topic.num.partitions=1",
-             "replica.lag.time.max.ms=4000", "min.insync.replicas=2", "leader.imbalance.check.interval.seconds=3600")
+             "replica.lag.time.max.ms=4000", "min.insync.replicas=2", "leader.imbalance.check.interval.seconds=3600",
+             "log.flush.offset.checkpoint.interval.ms=200")
 LINK = "east-to-west"
 TP = TopicPartition("copy", 0)
 TIMEOUT_S = 30.0
@@ -102,6 +103,19 @@ async def send_all(cluster: ZkCluster, batches: list[bytes], acked: list[int], *
                 raise AssertionError(f"batch at {split_batches(data)[0][1].base_offset} never acknowledged")
 
 
+async def move_log_start(cluster: ZkCluster, offset: int) -> None:
+    async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
+        result = (await link_append(client, LINK, {TP: b""}, timeout_ms=10000, log_start_offsets={TP: offset}))[TP]
+    assert result.error == ErrorCode.NONE and result.log_start_offset == offset, result
+
+
+def replica_log_start(cluster: ZkCluster, broker_id: int) -> int | None:
+    """The copy's log start offset in the broker's log-start-offset-checkpoint (None: not there)."""
+    path = cluster.brokers[broker_id].data_dir / "log-start-offset-checkpoint"
+    lines = path.read_text().splitlines()[2:] if path.exists() else []
+    return next((int(o) for t, p, o in (line.split() for line in lines) if (t, p) == ("copy", "0")), None)
+
+
 async def create(cluster: ZkCluster) -> None:
     async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
         await admin.create_topics(client, {"copy": NewTopic(1, 3, {MIRROR_NAME_CONFIG: LINK})})
@@ -118,6 +132,12 @@ def test_followers_replicate_a_mirror_topic_and_a_leader_kill_keeps_acknowledged
     wait_until(lambda: len({log_bytes(cluster, i) for i in ids}) == 1, what="identical replicas", timeout_s=30)
     first = log_bytes(cluster, ids[0])
     assert offsets_in(first) == [split_batches(b)[0][1].base_offset for b in batches[:20]]
+    # The source's log start moves (retention there) with nothing new to copy: every replica's
+    # log start follows the leader's, although no batch comes to tell the followers' fetch sessions.
+    new_start = split_batches(batches[5])[0][1].base_offset
+    trio.run(move_log_start, cluster, new_start)
+    wait_until(lambda: all(replica_log_start(cluster, i) == new_start for i in ids),
+               what=f"every replica's log start at {new_start}", timeout_s=30, interval_s=0.2)
 
     leader = int(cluster.state("copy")["leader"])  # type: ignore[call-overload]
     old_epoch = int(cluster.state("copy")["leader_epoch"])  # type: ignore[call-overload]
