@@ -57,7 +57,9 @@ test-fast: install
 # The long chaos matrix: real processes, seeded faults over the emulated WAN link and on the
 # processes; prints one line per scenario, exits 1 on anything lost, reordered or corrupted.
 # SEED=N picks another schedule. Then Kafka's replication matrix on a 3-broker ZooKeeper cluster
-# (deploy/chaos/replication.py); MATRIX=mirror or MATRIX=replication runs one of them.
+# (deploy/chaos/replication.py) and the hostile-bytes matrix (forged LinkAppend, controller
+# requests and znodes beside a link mirror: deploy/chaos/hostile.py); MATRIX=mirror,
+# MATRIX=replication or MATRIX=hostile runs one of them.
 chaos: install system-deps
 	$(BIN)/python -m deploy.chaos --matrix $(or $(MATRIX),all) --seed $(or $(SEED),1)
 

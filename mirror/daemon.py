@@ -228,7 +228,7 @@ class Mirror:
                 target_end=pm.target_end,
                 latency_ms=pm.latency_ms, records=pm.records, bytes=pm.bytes,
                 error=pm.error or pm.recopy, parked=pm.parked, gaps=list(pm.gaps),
-                lost=pm.lost, recopy=pm.recopy,
+                lost=pm.lost, recopy=pm.recopy, failed=pm.failed,
             ))
             if pm.parked and pm.error is not None:
                 problems[f"parked {name}"] = pm.error  # which batch and why: nothing passes it

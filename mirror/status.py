@@ -57,6 +57,9 @@ class PartitionStatus(_Report):
     gaps: list[str] = Field(default_factory=list)
     lost: str | None = None
     recopy: str | None = None
+    # FAILED: the partition stopped for good because the target's copy is not the source's
+    # (link mode: it went ahead of what the mirror copied, or holds other batches); why.
+    failed: str | None = None
 
 
 class MirrorStatus(_Report):

@@ -1,7 +1,8 @@
-"""`python -m deploy.chaos [--seed N] [--matrix mirror|replication|all] [--scenarios NAME ...] [--profile]`:
+"""`python -m deploy.chaos [--seed N] [--matrix mirror|replication|hostile|all] [--scenarios NAME ...] [--profile]`:
 run chaos scenarios with real processes and print one line per scenario; exit 1 when any fails.
 `--matrix replication` is Kafka's replication matrix on a ZooKeeper-mode cluster
-(deploy.chaos.replication)."""
+(deploy.chaos.replication); `--matrix hostile` forges LinkAppend, controller requests and znodes
+beside a link mirror and a 3-broker cluster under load (deploy.chaos.hostile)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import trio
 
-from deploy.chaos import replication
+from deploy.chaos import hostile, replication
 from deploy.chaos.runner import MATRIX, PROFILE, ScenarioResult, format_table, run_matrix
 
 __all__ = ["main"]
@@ -23,6 +24,7 @@ __all__ = ["main"]
 def main(argv: list[str] | None = None) -> int:
     known = {s.name: s for s in (*MATRIX, *PROFILE)}
     replicated = {s.name: s for s in (*replication.MATRIX, *replication.PROFILE)}
+    forged = {s.name: s for s in (*hostile.MATRIX, *hostile.PROFILE)}
     parser = argparse.ArgumentParser(
         prog="python -m deploy.chaos",
         description="Fault injection over an emulated WAN link: a source broker, a target broker, the WAN "
@@ -30,10 +32,10 @@ def main(argv: list[str] | None = None) -> int:
                     "run; source and target compared per partition.")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first scenario's schedule; "
                                                              "scenario i uses seed + i (default 1)")
-    parser.add_argument("--matrix", choices=["mirror", "replication", "all"], default="mirror",
+    parser.add_argument("--matrix", choices=["mirror", "replication", "hostile", "all"], default="mirror",
                         help="the mirror's matrix over the WAN link (default), Kafka's replication matrix on a "
-                             "3-broker ZooKeeper cluster, or both")
-    parser.add_argument("--scenarios", nargs="+", metavar="NAME", choices=sorted({*known, *replicated}),
+                             "3-broker ZooKeeper cluster, the hostile-bytes matrix, or all three")
+    parser.add_argument("--scenarios", nargs="+", metavar="NAME", choices=sorted({*known, *replicated, *forged}),
                         help="run only these (default: the whole matrix, or the profile with --profile)")
     parser.add_argument("--profile", action="store_true", help="the short profile that `make test` runs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -50,16 +52,22 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.name:16} {r.rounds:2d} x {r.fault} of the {r.target or 'ZooKeeper node'}; 3 brokers, RF 3, "
                   f"min.insync.replicas=2, {r.rate:.0f} records/s (replication"
                   f"{', profile' if r in replication.PROFILE else ''})")
+        for h in (*hostile.MATRIX, *hostile.PROFILE):
+            print(f"{h.name:20} {h.attacks} forged requests or znodes from each of {', '.join(h.attackers)}; "
+                  f"{h.records} records at {h.rate:.0f}/s (hostile{', profile' if h in hostile.PROFILE else ''})")
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.scenarios:
         scenarios = [known[name] for name in args.scenarios if name in known]
         replicating = [replicated[name] for name in args.scenarios if name in replicated]
+        attacking = [forged[name] for name in args.scenarios if name in forged]
     else:
-        scenarios = list(PROFILE if args.profile else MATRIX) if args.matrix != "replication" else []
+        scenarios = list(PROFILE if args.profile else MATRIX) if args.matrix in ("mirror", "all") else []
         replicating = (list(replication.PROFILE if args.profile else replication.MATRIX)
-                       if args.matrix != "mirror" else [])
+                       if args.matrix in ("replication", "all") else [])
+        attacking = (list(hostile.PROFILE if args.profile else hostile.MATRIX)
+                     if args.matrix in ("hostile", "all") else [])
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="causeway-chaos-"))
 
     def report(result: ScenarioResult) -> None:
@@ -73,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     replicated_results = trio.run(lambda: replication.run_matrix(
         replicating, seed=args.seed, work_dir=work_dir, keep=args.keep,
         on_result=report_replication)) if replicating else []
+    hostile_results = trio.run(lambda: hostile.run_matrix(
+        attacking, seed=args.seed, work_dir=work_dir, keep=args.keep,
+        on_result=lambda r: print(r.describe(), flush=True))) if attacking else []
     if results:
         print()
         print(format_table(results))
@@ -80,8 +91,12 @@ def main(argv: list[str] | None = None) -> int:
         print()
         print(replication.format_table(replicated_results))
     failed = [r.scenario.name for r in results if not r.passed]
+    if hostile_results:
+        print()
+        print(hostile.format_table(hostile_results))
     failed += [r.scenario.name for r in replicated_results if not r.passed]
-    ran = len(results) + len(replicated_results)
+    failed += [r.scenario.name for r in hostile_results if not r.passed]
+    ran = len(results) + len(replicated_results) + len(hostile_results)
     if failed:
         print(f"\n{len(failed)} of {ran} scenarios failed: {', '.join(failed)}; logs under {work_dir}")
         return 1

@@ -64,8 +64,8 @@ from deploy.chaos.payload import make_record
 from deploy.zookeeper.config import Tuning
 from deploy.zookeeper.ensemble import Ensemble, run_ensemble
 
-__all__ = ["FAULTS", "MATRIX", "PROFILE", "ReplicationResult", "ReplicationScenario", "format_table", "run_matrix",
-           "run_scenario"]
+__all__ = ["FAULTS", "MATRIX", "PROFILE", "ProduceLog", "ReplicationResult", "ReplicationScenario", "Seen",
+           "check_acknowledged", "consume_all", "format_table", "produce", "run_matrix", "run_scenario"]
 
 log = logging.getLogger(__name__)
 
@@ -725,7 +725,17 @@ async def _fault(cluster: Cluster, scenario: ReplicationScenario, rng: random.Ra
 
 def _check(result: ReplicationResult, consumed: dict[int, list[Seen]], ends: dict[int, int]) -> None:
     """The checker, with the producer's acknowledged records (in producer order) as the reference."""
-    plog = result.plog
+    run = f"{result.scenario.name}-{result.seed}"
+    result.report, result.moved, problems = check_acknowledged(result.plog, run, consumed)
+    result.problems += problems
+    log.info("read up to %s", ends)
+
+
+def check_acknowledged(plog: ProduceLog, run: str, consumed: dict[int, list[Seen]],
+                       ) -> tuple[Report, list[str], list[str]]:
+    """What `consumed` (per partition, as read back) holds of what `plog` saw acknowledged for
+    `run`: the checker's report, the records read at another offset than they were acknowledged
+    at, and records the producer never handed over (both as lines to print)."""
     reference: dict[int, list[Seen]] = {}
     acked_offset: dict[int, dict[int, int]] = {}
     for p in range(PARTITIONS):
@@ -736,22 +746,23 @@ def _check(result: ReplicationResult, consumed: dict[int, list[Seen]], ends: dic
             rows.append(Seen(acked_offset[p][seq], record.timestamp or 0, record.key, record.value,
                              tuple(record.headers)))
         reference[p] = rows
-    run = f"{result.scenario.name}-{result.seed}"
-    result.report = check(reference, consumed, acked={p: plog.acked.get(p, []) for p in range(PARTITIONS)}, run=run)
+    report = check(reference, consumed, acked={p: plog.acked.get(p, []) for p in range(PARTITIONS)}, run=run)
     # Every acknowledged record stays where it was acknowledged (librdkafka reports -1 when unknown).
+    moved = []
     for p, records in consumed.items():
         for r in records:
             seq = int(dict(r.headers).get("seq") or -1)
             offset = acked_offset[p].get(seq, -1)
             if offset >= 0 and offset != r.offset:
-                result.moved.append(f"p{p} seq {seq}: acknowledged at {offset}, read at {r.offset}")
+                moved.append(f"p{p} seq {seq}: acknowledged at {offset}, read at {r.offset}")
     # Records in the log that were never acknowledged are allowed (the "unexpected" category):
     # only a record the producer never handed over would be foreign.
-    for p, part in (result.report.partitions.items()):
+    problems = []
+    for p, part in report.partitions.items():
         for example in part.examples.get("unexpected", []):
             if example.seq is None or example.seq not in plog.sent.get(p, {}):
-                result.problems.append(f"a record the producer never sent in partition {p}: {example}")
-    log.info("read up to %s", ends)
+                problems.append(f"a record the producer never sent in partition {p}: {example}")
+    return report, moved, problems
 
 
 # -- a matrix ----------------------------------------------------------------------------------------
