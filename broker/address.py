@@ -1,13 +1,18 @@
 """HOST:PORT addresses: one parser for the broker's configs, the client's bootstrap list, the
-tools and the WAN emulator. No imports beyond the standard library, so any layer may use it."""
+tools and the WAN emulator, and for Kafka's endpoints (``NAME://host:port``: listeners, and the
+endpoints of a broker's registration znode). No imports beyond the standard library, so any
+layer may use it."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
 
-__all__ = ["format_host_port", "parse_host_port"]
+__all__ = ["format_host_port", "parse_endpoint", "parse_host_port"]
 
 MAX_HOST_CHARS = 253  # DNS: a name's longest text form
+# The characters Kafka's EndPoint takes in an endpoint's host (EndPoint.scala's uriParseExp).
+_ENDPOINT_HOST = re.compile(r"[0-9a-zA-Z\-%._:]*")
 
 
 def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
@@ -32,6 +37,21 @@ def parse_host_port(text: str, what: str = "address") -> tuple[str, int]:
         raise ValueError(f"{what} {_short(text)} has a bad port")
     _check_host(host, text, what)
     return host, int(port_text)
+
+
+def parse_endpoint(text: str, what: str = "endpoint") -> tuple[str, str, int]:
+    """Kafka's ``NAME://host:port`` as ``(name, host, port)``: a listener name (any text without
+    ':' or '/', as Kafka's EndPoint; a caller with a stricter rule checks), then HOST:PORT as
+    `parse_host_port` reads it, with a host of the characters Kafka allows there (letters,
+    digits, '-', '%', '.', '_', ':'). Raises ValueError naming `what`.
+    """
+    name, sep, address = text.partition("://")
+    if not sep or not name or ":" in name or "/" in name:
+        raise ValueError(f"{what} {_short(text)} must be NAME://HOST:PORT")
+    host, port = parse_host_port(address, what)
+    if _ENDPOINT_HOST.fullmatch(host) is None:
+        raise ValueError(f"{what} {_short(text)} has a bad host")
+    return name, host, port
 
 
 def format_host_port(host: str, port: int) -> str:

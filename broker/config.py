@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from broker.address import parse_host_port
+from broker.address import format_host_port, parse_endpoint, parse_host_port
 from broker.config_parsing import (
     INT_MAX,
     LONG_MAX,
@@ -87,11 +87,10 @@ class ListenerSpec:
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{self.name}://{host}:{self.port}"
+        return f"{self.name}://{format_host_port(self.host, self.port)}"
 
 
-_LISTENER_RE = re.compile(r"^(?P<name>[A-Za-z0-9_]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]*):(?P<port>\d+)$")
+_LISTENER_NAME = re.compile(r"[A-Za-z0-9_]+")
 
 
 def parse_listeners(key: str, value: str) -> tuple[ListenerSpec, ...]:
@@ -104,13 +103,13 @@ def parse_listeners(key: str, value: str) -> tuple[ListenerSpec, ...]:
         entry = raw.strip()
         if not entry:
             continue
-        m = _LISTENER_RE.match(entry)
-        if m is None:
-            raise ConfigError(f"{key}: '{entry}' is not of the form NAME://host:port")
-        port = int(m["port"])
-        if port > 65535:
-            raise ConfigError(f"{key}: port {port} in '{entry}' is out of range")
-        specs.append(ListenerSpec(m["name"].upper(), m["host"].strip("[]"), port))
+        try:
+            name, host, port = parse_endpoint(entry, key)
+            if _LISTENER_NAME.fullmatch(name) is None:  # stricter than Kafka's: it names config keys
+                raise ValueError(name)
+        except ValueError:
+            raise ConfigError(f"{key}: '{entry}' is not of the form NAME://host:port") from None
+        specs.append(ListenerSpec(name.upper(), host, port))
     names = [s.name for s in specs]
     for name in names:
         if names.count(name) > 1:

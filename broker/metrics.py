@@ -16,7 +16,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import Counter, Gauge, start_http_server
 
-from broker.address import parse_host_port
+from broker.address import format_host_port, parse_host_port
 
 __all__ = [
     "MetricsServer",
@@ -151,8 +151,7 @@ class MetricsServer:
 
     @property
     def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}/metrics"
+        return f"http://{format_host_port(self.host, self.port)}/metrics"
 
     def close(self) -> None:
         self._server.shutdown()

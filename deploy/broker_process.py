@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from broker.address import format_host_port, parse_endpoint, parse_host_port
 from deploy.supervisor import log_tail
 
 __all__ = ["READY", "START_TIMEOUT_S", "BrokerProcess", "broker_command", "fd_count", "parse_ready_line",
@@ -58,8 +59,8 @@ def parse_ready_line(line: str) -> dict[str, str] | None:
         return None
     listeners: dict[str, str] = {}
     for url in match.group(2).split(","):
-        name, _, address = url.strip().partition("://")
-        listeners[name] = address
+        name, host, port = parse_endpoint(url.strip(), "ready line listener")
+        listeners[name] = format_host_port(host, port)
     return listeners
 
 
@@ -123,7 +124,7 @@ class BrokerProcess:
 
     @property
     def port(self) -> int:
-        return int(self.bootstrap.rsplit(":", 1)[1])
+        return parse_host_port(self.bootstrap)[1]
 
     def stop(self) -> int:
         """SIGTERM and wait: the clean shutdown path. Returns the exit code."""

@@ -19,6 +19,7 @@ import socket
 import struct
 from typing import Any
 
+from broker.address import parse_host_port
 from broker.protocol.api import API_SPECS
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.primitives import Reader
@@ -35,8 +36,7 @@ def connect(address: str | tuple[str, int], *, timeout_s: float | None = 60.0,
     """A connection to `address` (HOST:PORT, or a (host, port) pair); `rcvbuf` sets SO_RCVBUF
     before connecting, so a client that never reads advertises a small window from the start."""
     if isinstance(address, str):
-        host, port = address.rsplit(":", 1)
-        address = (host.strip("[]"), int(port))
+        address = parse_host_port(address)
     if rcvbuf is None:
         return socket.create_connection(address, timeout=timeout_s)
     sock = socket.socket(socket.AF_INET6 if ":" in address[0] else socket.AF_INET)

@@ -11,6 +11,7 @@ import socket
 import time
 from typing import Any
 
+from broker.address import parse_host_port
 from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ProtocolError
 from broker.protocol.messages import ApiVersionsRequest
@@ -25,11 +26,9 @@ class LoopbackOnly(ValueError):
 
 def loopback_address(bootstrap: str) -> tuple[str, int]:
     """`host:port` as a (host, port) pair, refused unless every address of host is loopback."""
-    host, _, port_text = bootstrap.rpartition(":")
-    host = host.strip("[]")
-    if not host or not port_text.isdigit():
-        raise ValueError(f"expected HOST:PORT, got {bootstrap!r}")
-    port = int(port_text)
+    host, port = parse_host_port(bootstrap, "bootstrap")  # ValueError saying what is wrong
+    if not host:
+        raise ValueError(f"bootstrap {bootstrap!r} names no host")
     infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     for info in infos:
         address = ipaddress.ip_address(info[4][0])

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from broker.address import parse_host_port
 from broker.client.connection import open_connection
 from broker.protocol.messages import AlterPartitionReassignmentsRequest
 from tests.support.broker import BrokerProcess
@@ -28,11 +29,11 @@ __all__ = ["alter_reassignment", "frozen", "send"]
 
 def send(process: BrokerProcess, request: Any, *, timeout_s: float = 60) -> Any:
     """One request to the broker on a connection of its own; its decoded answer."""
-    host, port = process.bootstrap.rsplit(":", 1)
+    host, port = parse_host_port(process.bootstrap)
 
     async def call() -> Any:
         with trio.fail_after(timeout_s):
-            async with open_connection(host, int(port)) as conn:
+            async with open_connection(host, port) as conn:
                 return await conn.request(request)
 
     return trio.run(call)

@@ -71,6 +71,7 @@ from kazoo.exceptions import (  # type: ignore[import-untyped]
 from kazoo.protocol.states import KazooState  # type: ignore[import-untyped]
 from kazoo.retry import KazooRetry  # type: ignore[import-untyped]
 
+from broker.address import format_host_port, parse_host_port
 from broker.retry import Backoff, retry
 from broker.tasks import leaves
 
@@ -235,7 +236,7 @@ class ConnectString:
 
     @property
     def hosts_text(self) -> str:
-        return ",".join(f"[{h}]:{p}" if ":" in h else f"{h}:{p}" for h, p in self.hosts)
+        return ",".join(format_host_port(h, p) for h, p in self.hosts)
 
     def __str__(self) -> str:
         return self.hosts_text + self.chroot
@@ -255,18 +256,11 @@ def parse_connect(connect: str) -> ConnectString:
         entry = raw.strip()
         if not entry:
             continue
-        if entry.startswith("["):
-            host, sep, rest = entry[1:].partition("]")
-            port_text = rest[1:] if rest.startswith(":") else ""
-            if not sep or (rest and not rest.startswith(":")):
-                raise ValueError(f"zookeeper.connect: {entry!r} is not host:port")
-        else:
-            host, _, port_text = entry.rpartition(":") if ":" in entry else (entry, "", "")
-        port = DEFAULT_PORT
-        if port_text:
-            if not port_text.isdigit() or not 0 < int(port_text) <= 65535:
-                raise ValueError(f"zookeeper.connect: {entry!r} has no valid port")
-            port = int(port_text)
+        # An entry without a port ("zk", "[::1]") names ZooKeeper's.
+        no_port = ":" not in entry or (entry.startswith("[") and entry.endswith("]"))
+        host, port = parse_host_port(f"{entry}:{DEFAULT_PORT}" if no_port else entry, "zookeeper.connect:")
+        if port == 0:
+            raise ValueError(f"zookeeper.connect: {entry!r} has no valid port")
         if not host:
             raise ValueError(f"zookeeper.connect: {entry!r} has no host")
         hosts.append((host, port))

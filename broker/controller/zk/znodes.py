@@ -37,7 +37,6 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-import re
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -45,6 +44,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from broker.address import parse_endpoint
 from broker.config import ListenerSpec
 from broker.controller.model import BrokerInfo, validate_topic_name
 from broker.ids import uuid_text
@@ -278,9 +278,6 @@ def parse_cluster_id(path: str, data: bytes | None) -> str:
 
 # -- /brokers/ids/<id> ---------------------------------------------------------------------
 
-# Kafka's endpoint syntax (EndPoint.scala): any listener name (Strimzi's "REPLICATION-9091"
-# included), a host name or bracketed IPv6 address, a port.
-_ENDPOINT_RE = re.compile(r"^(?P<name>[^:/]+)://(?P<host>\[[0-9a-fA-F:.%]*\]|[0-9a-zA-Z\-%._]*):(?P<port>\d{1,5})$")
 # Kafka's default listener map when a registration has none (SocketServerConfigs).
 _DEFAULT_PROTOCOLS = {name: name for name in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")}
 
@@ -315,13 +312,16 @@ class BrokerRegistration(_Doc):
         protocols = self.security_protocols()
         specs: list[ListenerSpec] = []
         for entry in self.endpoints:
-            match = _ENDPOINT_RE.match(entry)
-            if match is None or not 0 <= int(match["port"]) <= 65535:
-                raise ValueError(f"endpoint {entry!r} is not NAME://host:port")
-            name = match["name"].upper()
+            # Kafka's endpoint syntax (EndPoint.scala): any listener name (Strimzi's
+            # "REPLICATION-9091" included), a host name or IPv6 address, a port.
+            try:
+                name, host, port = parse_endpoint(entry)
+            except ValueError:
+                raise ValueError(f"endpoint {entry!r} is not NAME://host:port") from None
+            name = name.upper()
             if name not in protocols:
                 raise ValueError(f"endpoint {entry!r}: listener {name} has no security protocol")
-            specs.append(ListenerSpec(name, match["host"].strip("[]"), int(match["port"])))
+            specs.append(ListenerSpec(name, host, port))
         return tuple(specs)
 
     def security_protocols(self) -> dict[str, str]:

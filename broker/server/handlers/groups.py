@@ -3,6 +3,7 @@ DescribeGroups, DeleteGroups. The state machine lives in broker.coordinator."""
 
 from __future__ import annotations
 
+from broker.address import parse_host_port
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator, MemberIdRequired
 from broker.coordinator.group import GroupState
 from broker.coordinator.offsets_records import partition_for
@@ -98,6 +99,15 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                                    node_id=only.node_id, host=only.host, port=only.port)
 
 
+def _client_host(peer: str) -> str:
+    """A member's client host (DescribeGroups): the peer's address without its port, or the peer
+    text as it is when the address could not be read ("?")."""
+    try:
+        return parse_host_port(peer)[0]
+    except ValueError:
+        return peer
+
+
 async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
     try:
         # v0 had no rebalance timeout: the session timeout served for both.
@@ -107,7 +117,7 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
             request.member_id,
             request.group_instance_id,
             ctx.header.client_id or "",
-            ctx.connection.peer.rsplit(":", 1)[0],
+            _client_host(ctx.connection.peer),
             request.session_timeout_ms,
             rebalance_timeout,
             request.protocol_type,
