@@ -26,8 +26,8 @@ from pathlib import Path
 
 import trio
 
-from broker.atomic_file import write_atomically
 from broker.config import StartupError
+from broker.controller.meta_properties import META_PROPERTIES, read_meta_properties, write_meta_properties
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import new_cluster_id
 from broker.controller.zk import znodes
@@ -36,8 +36,6 @@ from broker.controller.zk.client import ZkClient, ZkNodeExists, ZkNoNode, ZkUnav
 __all__ = ["ensure_persistent_paths", "get_or_create_cluster_id", "check_meta_properties", "register_broker"]
 
 log = logging.getLogger(__name__)
-
-META_PROPERTIES = "meta.properties"
 
 
 async def ensure_persistent_paths(zk: ZkClient) -> None:
@@ -69,45 +67,19 @@ async def get_or_create_cluster_id(zk: ZkClient, proposed: str | None = None) ->
                        f"{zk.connect_string}")
 
 
-def _read_properties(path: Path) -> dict[str, str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StartupError(
-            f"cannot read {path} ({exc}); it names the broker and cluster this data dir belongs to: "
-            "restore it, or write broker.id=<id> and cluster.id=<id> lines") from None
-    props: dict[str, str] = {}
-    for line in text.splitlines():
-        if line and not line.startswith(("#", "!")) and "=" in line:
-            key, _, value = line.partition("=")
-            props[key.strip()] = value.strip()
-    return props
-
-
 def _check_meta_properties(log_dirs: Sequence[Path], broker_id: int, cluster_id: str) -> None:
     for log_dir in log_dirs:
-        path = log_dir / META_PROPERTIES
-        if path.exists():
-            props = _read_properties(path)
-            raw_id = props.get("broker.id", props.get("node.id", "-1"))
-            try:
-                stored_id = int(raw_id)
-            except ValueError:
-                raise StartupError(f"{path}: broker.id '{raw_id}' is not a number; restore the file or "
-                                   "correct the line") from None
-            if stored_id != broker_id:
-                raise StartupError(f"{path}: data dir belongs to broker {stored_id}, not {broker_id}")
-            stored_cluster = props.get("cluster.id", "")
-            if stored_cluster and stored_cluster != cluster_id:
-                # Kafka's InconsistentClusterIdException.
-                raise StartupError(
-                    f"The Cluster ID {cluster_id} doesn't match stored clusterId {stored_cluster} in {path}. "
-                    "The broker is trying to join the wrong cluster. Configured zookeeper.connect may be wrong.")
-            if stored_cluster:
-                continue
+        stored_cluster = read_meta_properties(log_dir, broker_id)
+        if stored_cluster and stored_cluster != cluster_id:
+            # Kafka's InconsistentClusterIdException.
+            raise StartupError(
+                f"The Cluster ID {cluster_id} doesn't match stored clusterId {stored_cluster} in "
+                f"{log_dir / META_PROPERTIES}. The broker is trying to join the wrong cluster. Configured "
+                "zookeeper.connect may be wrong.")
+        if stored_cluster:
+            continue
         log_dir.mkdir(parents=True, exist_ok=True)
-        # As standalone.py writes it (and Kafka: version 0, the ZooKeeper-mode format).
-        write_atomically(path, f"#\n# written by causeway\nversion=0\nbroker.id={broker_id}\ncluster.id={cluster_id}\n")
+        write_meta_properties(log_dir, broker_id, cluster_id)
 
 
 async def check_meta_properties(log_dirs: Sequence[Path], broker_id: int, cluster_id: str) -> None:
