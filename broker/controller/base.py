@@ -11,11 +11,46 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from broker.controller.model import BrokerInfo, TopicInfo
+from broker.protocol.errors import KafkaError
 
-__all__ = ["Controller", "MetadataListener"]
+__all__ = ["Controller", "MetadataListener", "NewTopic", "PartitionBudget", "the_one_created"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    """One topic of a :meth:`Controller.create_topics` call (Kafka's CreatableTopic, with the
+    broker's defaults already filled in)."""
+
+    name: str
+    num_partitions: int
+    replication_factor: int
+    configs: Mapping[str, str] = field(default_factory=dict)
+    # partition -> replicas, the first the preferred leader; replaces the controller's assignment
+    assignments: Mapping[int, Sequence[int]] | None = None
+
+
+def the_one_created(results: list[TopicInfo | KafkaError]) -> TopicInfo:
+    """What a ``create_topics`` of one topic answered (``create_topic`` is that): the topic, or
+    raises the KafkaError that refused it."""
+    [result] = results
+    if isinstance(result, KafkaError):
+        raise result
+    return result
+
+
+class PartitionBudget(Protocol):
+    """A limit on the partitions one request may add (max.partitions.per.request), consulted by
+    the controller topic by topic in request order, where it decides each."""
+
+    def take(self, partitions: int) -> None:
+        """Raises KafkaError(POLICY_VIOLATION) when ``partitions`` more would pass the limit."""
+
+    def commit(self, partitions: int) -> None:
+        """``partitions`` were accepted: they count against what the later topics may take."""
 
 
 class MetadataListener(Protocol):
@@ -70,6 +105,22 @@ class Controller(Protocol):
         change made elsewhere (ZooKeeper mode): REQUEST_TIMED_OUT when it is still pending then,
         while the change goes on; at once when the deadline is already past. A controller that
         applies changes before it returns ignores it."""
+        ...
+
+    async def create_topics(
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        validate_only: bool = False,
+        deadline: float | None = None,
+        budget: PartitionBudget | None = None,
+    ) -> list[TopicInfo | KafkaError]:
+        """Create ``topics``, each as ``create_topic`` would, and answer each: the topic, or the
+        KafkaError that refused it. They are decided in request order, each seeing the ones before
+        it: the first of two colliding names wins, and so do the first topics when the request
+        would pass a partition limit (``budget``, then max.broker.partitions and max.partitions).
+        The standalone controller makes them durable in one metadata write (Kafka's controller
+        appends a CreateTopics request's records as one batch)."""
         ...
 
     async def delete_topic(self, name: str, *, deadline: float | None = None) -> None:

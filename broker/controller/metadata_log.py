@@ -40,7 +40,7 @@ from broker.controller.model import TopicInfo
 from broker.faults import crash_point
 from broker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["MIN_LOG_BYTES_BEFORE_SNAPSHOT", "MetadataLog"]
+__all__ = ["MIN_LOG_BYTES_BEFORE_SNAPSHOT", "MetadataLog", "PendingChange"]
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +49,7 @@ _DURABLE = "durable"
 
 
 @dataclass(slots=True)
-class _Change:
+class PendingChange:
     record: Record
     undo: Callable[[], None]
     outcome: str | None = None  # _DURABLE, or why it was not written
@@ -73,7 +73,7 @@ class MetadataLog:
         self._next_offset = loaded.next_offset
         self._log_bytes = loaded.log_bytes
         self._snapshot_bytes = loaded.snapshot_bytes
-        self._pending: list[_Change] = []
+        self._pending: list[PendingChange] = []
         self._writing = False
         self._turn_over = trio.Event()
         self._broken: str | None = None
@@ -87,10 +87,23 @@ class MetadataLog:
         Raises KafkaError(KAFKA_STORAGE_ERROR), with the record undone, when it cannot be
         written. Not cancellable once applied: the change ends on disk or undone, never half.
         """
+        await self.wait_durable(self.append(record))
+
+    def append(self, record: Record) -> PendingChange:
+        """The first half of :meth:`commit`, for a caller that applies several changes in a row,
+        each seeing the ones before (a CreateTopics request, decided topic by topic), and then
+        waits for them all at once: one batch. Apply ``record`` to the image now and queue it;
+        the caller then awaits :meth:`wait_durable` with what this returns (shielded from
+        cancellation, as ``commit``: the change is in the image already). Raises
+        KafkaError(KAFKA_STORAGE_ERROR) when the log refuses changes."""
         if self._broken is not None:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, self._broken)
-        change = _Change(record, self.image.apply(record))
+        change = PendingChange(record, self.image.apply(record))
         self._pending.append(change)
+        return change
+
+    async def wait_durable(self, change: PendingChange) -> None:
+        """The second half of :meth:`commit`: return once ``change`` is on disk; raises as it."""
         with trio.CancelScope(shield=True):
             while change.outcome is None:
                 if self._writing:
@@ -155,7 +168,7 @@ class MetadataLog:
         self._turn_over.set()
         self._turn_over = trio.Event()
 
-    def _undo(self, failed: list[_Change], exc: BaseException) -> None:
+    def _undo(self, failed: list[PendingChange], exc: BaseException) -> None:
         """Newest first, so each undo finds the state its change was applied to."""
         reason = (exc.strerror if isinstance(exc, OSError) else None) or str(exc) or type(exc).__name__
         for change in reversed(failed):

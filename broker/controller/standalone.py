@@ -22,7 +22,7 @@ import trio
 from broker.atomic_file import write_atomically
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file
-from broker.controller.base import MetadataListener
+from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
 from broker.controller.metadata_file import (
     SNAPSHOT_FILE,
     ConfigRecord,
@@ -31,7 +31,7 @@ from broker.controller.metadata_file import (
     RemoveTopicRecord,
     TopicRecord,
 )
-from broker.controller.metadata_log import MetadataLog
+from broker.controller.metadata_log import MetadataLog, PendingChange
 from broker.controller.model import (
     BrokerInfo,
     PartitionInfo,
@@ -123,10 +123,56 @@ class StandaloneController:
         assignments: Mapping[int, Sequence[int]] | None = None,
         deadline: float | None = None,  # changes are made before this returns: nothing to wait for
     ) -> TopicInfo:
-        if assignments:
+        return the_one_created(await self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, configs, assignments)], validate_only=validate_only))
+
+    async def create_topics(
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        validate_only: bool = False,
+        deadline: float | None = None,  # changes are made before this returns: nothing to wait for
+        budget: PartitionBudget | None = None,
+    ) -> list[TopicInfo | KafkaError]:
+        results: list[TopicInfo | KafkaError] = []
+        queued: list[tuple[int, TopicInfo, PendingChange]] = []
+        for new in topics:
+            try:
+                if budget is not None and new.num_partitions >= 1:
+                    budget.take(new.num_partitions)
+                topic = self._new_topic(new)
+                if not validate_only:
+                    # In the image at once, so the next topic of the request (and a concurrent
+                    # request) is decided with this one counted and its name taken.
+                    queued.append((len(results), topic, self._log.append(TopicRecord(topic))))
+                if budget is not None:
+                    budget.commit(new.num_partitions)
+                results.append(topic)
+            except KafkaError as exc:
+                results.append(exc)
+        durable: list[TopicInfo] = []
+        with trio.CancelScope(shield=True):  # every change appended is waited for: one write for them all
+            for index, topic, change in queued:
+                try:
+                    await self._log.wait_durable(change)
+                    durable.append(topic)
+                except KafkaError as exc:
+                    results[index] = exc
+        if self._listener is not None and durable:
+            listener = self._listener
+            async with trio.open_nursery() as nursery:  # the logs of each, in worker threads, together
+                for topic in durable:
+                    nursery.start_soon(listener.on_topic_changed, topic)
+        return results
+
+    def _new_topic(self, new: NewTopic) -> TopicInfo:
+        """The topic ``new`` asks for, checked against the image as it is now (Kafka's checks and
+        messages). Raises KafkaError."""
+        name, num_partitions, replication_factor = new.name, new.num_partitions, new.replication_factor
+        if new.assignments:
             # One broker: every replica must be this one (Kafka's checks and messages).
-            validate_assignment(assignments, [self._config.broker_id])
-            num_partitions, replication_factor = len(assignments), len(next(iter(assignments.values())))
+            validate_assignment(new.assignments, [self._config.broker_id])
+            num_partitions, replication_factor = len(new.assignments), len(next(iter(new.assignments.values())))
         problem = validate_topic_name(name)
         if problem is not None:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
@@ -153,20 +199,13 @@ class StandaloneController:
             )
         # Before anything is built: a refused count costs nothing.
         self._check_partition_limits(num_partitions * replication_factor, num_partitions)
-        topic = TopicInfo(
+        return TopicInfo(
             name=name,
             topic_id=random_uuid(),
             partitions=tuple(self._new_partition(i) for i in range(num_partitions)),
-            configs=dict(configs),
+            configs=dict(new.configs),
             is_internal=is_internal_topic(name),
         )
-        if validate_only:
-            return topic
-        # In the image before the first await, so a concurrent request sees the name as taken.
-        await self._log.commit(TopicRecord(topic))
-        if self._listener is not None:
-            await self._listener.on_topic_changed(topic)
-        return topic
 
     async def allocate_producer_id(self) -> int:
         """A producer id never handed out before by this cluster, across restarts: one from a

@@ -80,6 +80,9 @@ class FixedController:
     async def create_topic(self, *args: object, **kwargs: object) -> TopicInfo:
         raise KafkaError(ErrorCode.POLICY_VIOLATION, "the test cluster creates topics itself")
 
+    async def create_topics(self, topics: Sequence[object], **kwargs: object) -> list[TopicInfo | KafkaError]:
+        return [KafkaError(ErrorCode.POLICY_VIOLATION, "the test cluster creates topics itself") for _ in topics]
+
     async def delete_topic(self, name: str, **kwargs: object) -> None:
         raise KafkaError(ErrorCode.POLICY_VIOLATION, "not in the test cluster")
 

@@ -28,13 +28,16 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import trio
 
 from broker.client.connection import ClientError, open_connection
 from broker.config import BrokerConfig, ListenerSpec
+from broker.controller.base import NewTopic, PartitionBudget, the_one_created
 from broker.controller.model import (
     BrokerInfo,
     PartitionInfo,
@@ -82,6 +85,34 @@ ADMIN_WAIT_S = 30.0
 CONFIG_CHANGE_EXPIRY_MS = 15 * 60 * 1000
 # Reads of /controller and /controller_epoch before a request claiming a newer epoch is refused.
 _CONTROLLER_READS = 4
+
+
+def _fold_names(names: Iterable[str]) -> dict[str, list[str]]:
+    """Topic names by their metric name ('.' and '_' are the same there): names that collide."""
+    folded: dict[str, list[str]] = {}
+    for name in names:
+        folded.setdefault(name.replace(".", "_"), []).append(name)
+    return folded
+
+
+@dataclass(slots=True)
+class _Existing:
+    """The cluster as one CreateTopics request checks its topics against it: read from ZooKeeper
+    once for the request (``ZkMetadata._read_existing``), then each topic it writes added, so the
+    later topics of the request are checked with the earlier ones counted and the work per topic
+    is proportional to the topic, not to the cluster."""
+
+    brokers: list[int]
+    names: set[str]
+    folded: dict[str, list[str]]
+    held: Counter[int]  # broker -> partition replicas it holds
+    partitions: int
+
+    def add(self, name: str, replicas: Mapping[int, int], partitions: int) -> None:
+        self.names.add(name)
+        self.folded.setdefault(name.replace(".", "_"), []).append(name)
+        self.held.update(replicas)
+        self.partitions += partitions
 
 
 class ZkMetadata:
@@ -591,43 +622,90 @@ class ZkMetadata:
         assignments: Mapping[int, Sequence[int]] | None = None,
         deadline: float | None = None,
     ) -> TopicInfo:
-        problem = validate_topic_name(name)
-        if problem is not None:
-            raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
-        async with self._placing:
-            info, assignment = await self._write_new_topic(name, num_partitions, replication_factor, configs,
-                                                           validate_only, assignments)
-        if validate_only:
-            return info
-        await self._wait_for(lambda: self._has_leaders(name, len(assignment)),
-                             f"Topic '{name}' is written to ZooKeeper, but not every partition had a leader yet",
-                             deadline)
-        return self._topics.get(name, info)
+        return the_one_created(await self.create_topics(
+            [NewTopic(name, num_partitions, replication_factor, configs, assignments)], validate_only=validate_only,
+            deadline=deadline))
 
-    async def _write_new_topic(self, name: str, num_partitions: int, replication_factor: int,
-                               configs: Mapping[str, str], validate_only: bool,
-                               assignments: Mapping[int, Sequence[int]] | None
-                               ) -> tuple[TopicInfo, dict[int, list[int]]]:
-        """Check a new topic (within the partition limits too) and, unless ``validate_only``, write
-        its znodes; returns it and its assignment."""
+    async def create_topics(
+        self,
+        topics: Sequence[NewTopic],
+        *,
+        validate_only: bool = False,
+        deadline: float | None = None,
+        budget: PartitionBudget | None = None,
+    ) -> list[TopicInfo | KafkaError]:
+        """Each topic's znodes are written in request order, each checked with the ones before it
+        in ZooKeeper (Kafka's AdminZkClient writes a CreateTopics topic by topic); then the
+        leaders of all of them are waited for together, up to the request's one deadline."""
+        results: list[TopicInfo | KafkaError] = []
+        written: list[tuple[int, str, int]] = []
+        async with self._placing:  # one request's topics are checked and written before another's
+            existing: _Existing | None = None  # read once, at the first topic that needs it
+            for new in topics:
+                try:
+                    if budget is not None and new.num_partitions >= 1:
+                        budget.take(new.num_partitions)
+                    problem = validate_topic_name(new.name)
+                    if problem is not None:
+                        raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, problem)
+                    if existing is None:
+                        existing = await self._read_existing()
+                    info, assignment = await self._write_new_topic(new, existing, validate_only)
+                    if budget is not None:
+                        budget.commit(new.num_partitions)
+                except KafkaError as exc:
+                    results.append(exc)
+                    continue
+                if not validate_only:
+                    written.append((len(results), new.name, len(assignment)))
+                results.append(info)
+
+        async def wait_for_leaders(index: int, name: str, count: int) -> None:
+            try:
+                await self._wait_for(lambda: self._has_leaders(name, count),
+                                     f"Topic '{name}' is written to ZooKeeper, but not every partition had a leader "
+                                     "yet", deadline)
+            except KafkaError as exc:
+                results[index] = exc
+            else:
+                results[index] = self._topics.get(name, results[index])
+
+        async with trio.open_nursery() as nursery:
+            for index, name, count in written:
+                nursery.start_soon(wait_for_leaders, index, name, count)
+        return results
+
+    async def _read_existing(self) -> _Existing:
+        """What ZooKeeper holds now, for the topics of one CreateTopics request (Kafka's
+        AdminZkClient reads the cluster's topics to check a new one): the live brokers, every
+        topic's name (``/brokers/topics``), and the replicas each broker holds. Raises KafkaError."""
         brokers = await self._live_broker_ids()
-        existing = await self._topic_names()
-        if name in existing:
+        names = await self._topic_names()
+        held = await self._held_replicas(names)
+        return _Existing(brokers, set(names), _fold_names(names), replicas_per_broker(held), len(held))
+
+    async def _write_new_topic(self, new: NewTopic, existing: _Existing, validate_only: bool
+                               ) -> tuple[TopicInfo, dict[int, list[int]]]:
+        """Check a new topic against ``existing`` (within the partition limits too) and, unless
+        ``validate_only``, write its znodes and count it in ``existing``; returns it and its assignment."""
+        name, replication_factor, configs = new.name, new.replication_factor, new.configs
+        if name in existing.names:
             raise KafkaError(ErrorCode.TOPIC_ALREADY_EXISTS, f"Topic '{name}' already exists.")
-        folded = name.replace(".", "_")
-        colliding = [t for t in existing if t.replace(".", "_") == folded]
+        colliding = existing.folded.get(name.replace(".", "_"))
         if colliding:
             raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                              f"Topic '{name}' collides with existing topics: {', '.join(colliding)}")
-        if assignments:
-            assignment = {p: list(r) for p, r in assignments.items()}
+        brokers = existing.brokers
+        if new.assignments:
+            assignment = {p: list(r) for p, r in new.assignments.items()}
             validate_assignment(assignment, brokers)
         else:
             if name == "__consumer_offsets":
                 # offsets.topic.replication.factor, capped by the brokers present (plan of issue 12).
                 replication_factor = max(1, min(self._config.offsets_topic_replication_factor, len(brokers)))
-            assignment = assign_replicas(brokers, num_partitions, replication_factor)
-        await self._check_partition_limits(assignment, existing)
+            assignment = assign_replicas(brokers, new.num_partitions, replication_factor)
+        adding = replicas_per_broker(assignment.values())
+        check_partition_limits(self._config, existing.held, existing.partitions, adding, len(assignment))
         topic_id = random_uuid()
         partitions = tuple(PartitionInfo(p, -1, 0, tuple(r), ()) for p, r in sorted(assignment.items()))
         info = TopicInfo(name, topic_id, partitions, dict(configs), is_internal_topic(name))
@@ -648,6 +726,7 @@ class ZkMetadata:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write topic {name} to ZooKeeper: {exc}") from exc
         log.info("created topic %s: %d partitions, assignment %s", name, len(assignment),
                  {p: list(r) for p, r in sorted(assignment.items())})
+        existing.add(name, adding, len(assignment))
         return info, assignment
 
     async def _topic_names(self) -> list[str]:
@@ -657,10 +736,17 @@ class ZkMetadata:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read topics from ZooKeeper: {exc}") from exc
 
     async def _check_partition_limits(self, adding: Mapping[int, Sequence[int]], names: Sequence[str]) -> None:
-        """KIP-578's limits against what ZooKeeper holds: the topics ``names`` (``/brokers/topics``),
-        each as this broker's cache shows it, or read from its znode when the cache does not have it
-        yet (created a moment ago, perhaps by another broker). Topics marked for deletion do not
-        count: a DeleteTopics answered makes room at once. Raises KafkaError(POLICY_VIOLATION)."""
+        """KIP-578's limits against what ZooKeeper holds, the topics ``names`` (``/brokers/topics``)
+        counted as ``_held_replicas`` does. Raises KafkaError(POLICY_VIOLATION)."""
+        held = await self._held_replicas(names)
+        check_partition_limits(self._config, replicas_per_broker(held), len(held),
+                               replicas_per_broker(adding.values()), len(adding))
+
+    async def _held_replicas(self, names: Sequence[str]) -> list[Sequence[int]]:
+        """The replicas of every partition of the topics ``names``, each as this broker's cache
+        shows it, or read from its znode when the cache does not have it yet (created a moment ago,
+        perhaps by another broker). Topics marked for deletion do not count: a DeleteTopics
+        answered makes room at once. Raises KafkaError(KAFKA_STORAGE_ERROR)."""
         try:
             deleting = set(await self._zk.get_children(znodes.DELETE_TOPICS))
         except ZkNoNode:
@@ -683,8 +769,7 @@ class ZkMetadata:
                 continue  # gone, or a znode no controller serves a partition of
             except ZkError as exc:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read {path}: {exc}") from exc
-        check_partition_limits(self._config, replicas_per_broker(held), len(held),
-                               replicas_per_broker(adding.values()), len(adding))
+        return held
 
     async def wait_for_leaders(self, expected: Mapping[tuple[str, int], int], timeout_s: float
                                ) -> set[tuple[str, int]]:

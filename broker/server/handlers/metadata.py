@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import logging
 
-import trio
-
+from broker.controller.base import NewTopic
 from broker.controller.model import TopicInfo, validate_topic_name
 from broker.protocol.api import ApiKey
-from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
+from broker.protocol.errors import ErrorCode, ProtocolError
 from broker.protocol.messages import MetadataRequest, MetadataResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
@@ -19,9 +18,6 @@ Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = MetadataResponse.MetadataResponsePartition
 # Authorized operations are not computed yet; Kafka's "not requested" value.
 _NO_OPERATIONS = -2147483648
-# Topics of one request auto-created at once: their metadata changes share one write and fsync.
-# A bound on the tasks a request can start, far above what the partition limits let through.
-_AUTO_CREATE_AT_ONCE = 1000
 
 
 def topic_response(ctx: RequestContext, topic: TopicInfo) -> Topic:
@@ -55,52 +51,32 @@ def topic_response(ctx: RequestContext, topic: TopicInfo) -> Topic:
     )
 
 
-async def auto_create(ctx: RequestContext, name: str) -> TopicInfo | ErrorCode:
-    """Create ``name`` with the broker's defaults, as auto.create.topics.enable does."""
-    problem = validate_topic_name(name)
-    if problem is not None:
-        return ErrorCode.INVALID_TOPIC_EXCEPTION
-    config = ctx.config
-    try:
-        topic = await ctx.services.controller.create_topic(
-            name, config.num_partitions, config.default_replication_factor, {}
-        )
-    except KafkaError as exc:
-        if exc.code == ErrorCode.TOPIC_ALREADY_EXISTS:
-            existing = ctx.services.controller.topics().get(name)
-            return existing if existing is not None else ErrorCode.LEADER_NOT_AVAILABLE
-        return exc.code
-    log.info("auto-created topic %s with %d partitions", name, config.num_partitions)
-    return topic
-
-
 async def auto_create_all(ctx: RequestContext, names: list[str]) -> dict[str, TopicInfo | ErrorCode]:
-    """``auto_create`` for each name, concurrently (in groups of ``_AUTO_CREATE_AT_ONCE``): the
-    controller writes the metadata of changes made together in one batch, so a request naming
-    100 new topics costs one fsync, not 100 in a row. A name that folds to an earlier one's
-    ('.' and '_' are the same in metric names) waits for it, so the first in the request wins,
-    as it does one at a time. (Which topics fit under max.broker.partitions, when the request
-    would pass it, is decided in no particular order.)"""
+    """Create each of ``names`` with the broker's defaults, as auto.create.topics.enable does.
+
+    One call to the controller for them all: it decides them in request order, each seeing the
+    ones before it (of two names that fold to the same metric name ('.' and '_'), the first wins;
+    when the request would pass max.broker.partitions, its first topics are created and the later
+    ones refused), and writes their metadata in one batch, so a request naming 100 new topics costs
+    one fsync, not 100 in a row."""
+    config = ctx.config
     results: dict[str, TopicInfo | ErrorCode] = {}
-
-    async def create(name: str) -> None:
-        results[name] = await auto_create(ctx, name)
-
-    first: dict[str, str] = {}
-    later: list[str] = []
+    wanted: list[NewTopic] = []
     for name in dict.fromkeys(names):
-        folded = name.replace(".", "_")
-        if folded in first:
-            later.append(name)
+        if validate_topic_name(name) is not None:
+            results[name] = ErrorCode.INVALID_TOPIC_EXCEPTION
         else:
-            first[folded] = name
-    together = list(first.values())
-    for start in range(0, len(together), _AUTO_CREATE_AT_ONCE):
-        async with trio.open_nursery() as nursery:
-            for name in together[start:start + _AUTO_CREATE_AT_ONCE]:
-                nursery.start_soon(create, name)
-    for name in later:
-        await create(name)
+            wanted.append(NewTopic(name, config.num_partitions, config.default_replication_factor))
+    outcomes = await ctx.services.controller.create_topics(wanted)
+    for new, outcome in zip(wanted, outcomes, strict=True):
+        if isinstance(outcome, TopicInfo):
+            log.info("auto-created topic %s with %d partitions", new.name, new.num_partitions)
+            results[new.name] = outcome
+        elif outcome.code == ErrorCode.TOPIC_ALREADY_EXISTS:  # a concurrent request created it
+            existing = ctx.services.controller.topics().get(new.name)
+            results[new.name] = existing if existing is not None else ErrorCode.LEADER_NOT_AVAILABLE
+        else:
+            results[new.name] = outcome.code
     return results
 
 

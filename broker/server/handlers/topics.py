@@ -6,6 +6,8 @@ import uuid
 
 import trio
 
+from broker.config import BrokerConfig
+from broker.controller.base import NewTopic
 from broker.controller.model import is_internal_topic
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -37,8 +39,9 @@ def _deadline(timeout_ms: int) -> float:
 
 class _RequestBudget:
     """max.partitions.per.request: the partitions one CreateTopics or CreatePartitions may add,
-    counted topic by topic; a topic that would pass it is refused (POLICY_VIOLATION) before
-    anything is built for it, so an absurd count costs nothing."""
+    counted topic by topic in request order; a topic that would pass it is refused
+    (POLICY_VIOLATION) before anything is built for it, so an absurd count costs nothing. (A
+    :class:`~broker.controller.base.PartitionBudget`: CreateTopics hands it to the controller.)"""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -57,55 +60,61 @@ class _RequestBudget:
         self.used += partitions
 
 
+def _new_topic(topic: CreateTopicsRequest.CreatableTopic, config: BrokerConfig) -> NewTopic:
+    """What one topic of a CreateTopics asks for, with the broker's defaults filled in and its
+    configs checked. Raises KafkaError (INVALID_REQUEST, INVALID_CONFIG)."""
+    assignments: dict[int, list[int]] | None = None
+    if topic.assignments:
+        if topic.num_partitions != _DEFAULT or topic.replication_factor != _DEFAULT:
+            raise KafkaError(ErrorCode.INVALID_REQUEST,
+                             "Both numPartitions or replicationFactor and replicasAssignments were set. "
+                             "Both cannot be used at the same time.")
+        assignments = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
+        partitions, factor = len(assignments), len(topic.assignments[0].broker_ids)
+    else:
+        partitions = config.num_partitions if topic.num_partitions == _DEFAULT else topic.num_partitions
+        factor = config.default_replication_factor if topic.replication_factor == _DEFAULT else topic.replication_factor
+    overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
+    return NewTopic(topic.name, partitions, factor, overrides, assignments)
+
+
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
-    controller = ctx.services.controller
     config = ctx.config
     results = []
+    asked: list[tuple[CreateTopicsResponse.CreatableTopicResult, NewTopic]] = []
     seen: set[str] = set()
-    budget = _RequestBudget(config.max_partitions_per_request)
-    deadline = _deadline(request.timeout_ms)  # one for the whole request, as Kafka's
     for topic in request.topics:
         result = CreateTopicsResponse.CreatableTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
             if topic.name in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' appears twice in the request")
             seen.add(topic.name)
-            assignments: dict[int, list[int]] | None = None
-            if topic.assignments:
-                if topic.num_partitions != _DEFAULT or topic.replication_factor != _DEFAULT:
-                    raise KafkaError(ErrorCode.INVALID_REQUEST,
-                                     "Both numPartitions or replicationFactor and replicasAssignments were set. "
-                                     "Both cannot be used at the same time.")
-                assignments = {a.partition_index: list(a.broker_ids) for a in topic.assignments}
-                partitions, factor = len(assignments), len(topic.assignments[0].broker_ids)
-            else:
-                partitions = config.num_partitions if topic.num_partitions == _DEFAULT else topic.num_partitions
-                factor = (
-                    config.default_replication_factor
-                    if topic.replication_factor == _DEFAULT
-                    else topic.replication_factor
-                )
-            if partitions >= 1:
-                budget.take(partitions)
-            overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
-            created = await controller.create_topic(
-                topic.name, partitions, factor, overrides, validate_only=request.validate_only,
-                assignments=assignments, deadline=deadline,
-            )
-            budget.commit(partitions)
-            result.topic_id = created.topic_id
-            result.num_partitions = partitions
-            result.replication_factor = factor
-            result.configs = [
-                CreateTopicsResponse.CreatableTopicConfigs(
-                    name=name, value=value, read_only=False, config_source=source, is_sensitive=False
-                )
-                for name, value, source in describe_topic_configs(overrides, config)
-            ]
+            asked.append((result, _new_topic(topic, config)))
         except KafkaError as exc:
             result.error_code = exc.code
             result.error_message = exc.message or None
         results.append(result)
+    # All at once, decided in request order (the first topics win a partition limit), made durable
+    # together: one metadata write for the request, as Kafka's controller writes it.
+    outcomes = await ctx.services.controller.create_topics(
+        [new for _, new in asked], validate_only=request.validate_only,
+        deadline=_deadline(request.timeout_ms),  # one for the whole request, as Kafka's
+        budget=_RequestBudget(config.max_partitions_per_request),
+    )
+    for (result, new), outcome in zip(asked, outcomes, strict=True):
+        if isinstance(outcome, KafkaError):
+            result.error_code = outcome.code
+            result.error_message = outcome.message or None
+            continue
+        result.topic_id = outcome.topic_id
+        result.num_partitions = new.num_partitions
+        result.replication_factor = new.replication_factor
+        result.configs = [
+            CreateTopicsResponse.CreatableTopicConfigs(
+                name=name, value=value, read_only=False, config_source=source, is_sensitive=False
+            )
+            for name, value, source in describe_topic_configs(new.configs, config)
+        ]
     return CreateTopicsResponse(topics=results)
 
 
