@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 
 import trio
 
-from broker.atomic_file import write_atomically
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file
 from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
+from broker.controller.meta_properties import META_PROPERTIES, read_meta_properties, write_meta_properties
 from broker.controller.metadata_file import (
     SNAPSHOT_FILE,
     ConfigRecord,
@@ -288,43 +288,14 @@ class StandaloneController:
 
     def _load_meta_properties(self) -> str:
         """Read or create ``meta.properties``; refuses a data dir of another broker or cluster."""
-        path = self._dir / "meta.properties"
-        if path.exists():
-            props: dict[str, str] = {}
-            try:
-                text = path.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as exc:
-                raise StartupError(
-                    f"cannot read {path} ({exc}); it names the broker and cluster this data dir "
-                    "belongs to: restore it, or write broker.id=<id> and cluster.id=<id> lines"
-                ) from None
-            for line in text.splitlines():
-                if line and not line.startswith("#") and "=" in line:
-                    k, _, v = line.partition("=")
-                    props[k.strip()] = v.strip()
-            raw_id = props.get("broker.id", props.get("node.id", "-1"))
-            try:
-                stored_id = int(raw_id)
-            except ValueError:
-                raise StartupError(
-                    f"{path}: broker.id '{raw_id}' is not a number; restore the file or correct the line"
-                ) from None
-            if stored_id != self._config.broker_id:
-                raise StartupError(
-                    f"{path}: data dir belongs to broker {stored_id}, not {self._config.broker_id}"
-                )
-            cluster_id = props.get("cluster.id", "")
+        cluster_id = read_meta_properties(self._dir, self._config.broker_id)
+        if cluster_id is not None:
             if self._config.cluster_id and cluster_id != self._config.cluster_id:
-                raise StartupError(
-                    f"{path}: data dir belongs to cluster {cluster_id}, not {self._config.cluster_id}"
-                )
+                raise StartupError(f"{self._dir / META_PROPERTIES}: data dir belongs to cluster {cluster_id}, "
+                                   f"not {self._config.cluster_id}")
             return cluster_id
         cluster_id = self._config.cluster_id or new_cluster_id()
-        write_atomically(
-            path,
-            "#\n# written by causeway\nversion=0\n"
-            f"broker.id={self._config.broker_id}\ncluster.id={cluster_id}\n",
-        )
+        write_meta_properties(self._dir, self._config.broker_id, cluster_id)
         return cluster_id
 
     def _load(self) -> MetadataLog:
