@@ -16,7 +16,7 @@ from broker.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import broker_log_config
 
-__all__ = ["DYNAMIC_BROKER_KEYS", "IGNORED_DYNAMIC_KEYS", "LIST_BROKER_KEYS", "check_broker_update"]
+__all__ = ["LIST_BROKER_KEYS", "check_broker_update"]
 
 # Older names Kafka also updates dynamically; Causeway takes only the precise key at run time.
 _PRECISE_KEY = {"log.retention.hours": "log.retention.ms", "log.retention.minutes": "log.retention.ms",

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.client.connection import ClientError, open_connection
-from broker.config import BrokerConfig, ListenerSpec
+from broker.config import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig, ListenerSpec
 from broker.controller.base import NewTopic, PartitionBudget, the_one_created
 from broker.controller.model import (
     BrokerInfo,
@@ -66,7 +66,6 @@ from broker.protocol.messages import (
     UpdateMetadataRequest,
 )
 from broker.retry import Backoff, retry, worth_reporting
-from broker.server.broker_configs import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS
 from broker.server.log_limits import limiter
 
 if TYPE_CHECKING:
