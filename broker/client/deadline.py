@@ -25,6 +25,8 @@ from contextlib import contextmanager
 
 import trio
 
+from broker.tasks import leaves
+
 __all__ = ["timeout_error", "wire_timeout_ms"]
 
 _INT32_MAX = 2**31 - 1
@@ -76,11 +78,6 @@ def _is_deadline(exc: BaseException) -> bool:
     """Whether `exc` is a deadline's cancellation and nothing else: a Cancelled from a deadline,
     or a group (nested or not) of Cancelled, one at least from a deadline. A group that holds
     any other exception carries a real failure, which must not be hidden behind a timeout."""
-    if isinstance(exc, trio.Cancelled):
-        return exc.source == "deadline"
-    if not isinstance(exc, BaseExceptionGroup):
-        return False
-    cancelled, rest = exc.split(trio.Cancelled)
-    if cancelled is None or rest is not None:
-        return False
-    return any(_is_deadline(e) for e in cancelled.exceptions)
+    found = leaves(exc)
+    return (all(isinstance(leaf, trio.Cancelled) for leaf in found)
+            and any(isinstance(leaf, trio.Cancelled) and leaf.source == "deadline" for leaf in found))

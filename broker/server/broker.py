@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker.address import format_host_port
 from broker.clock import now_ms
 from broker.config import BrokerConfig, ListenerSpec, StartupError
 from broker.controller.base import Controller
@@ -64,7 +65,7 @@ class RunningBroker:
         """``host:port`` of the named listener (the first one by default)."""
         for bound in self.listeners:
             if listener_name is None or bound.spec.name == listener_name:
-                return f"{bound.host}:{bound.port}"
+                return format_host_port(bound.host, bound.port)
         raise KeyError(listener_name)
 
 
@@ -199,7 +200,7 @@ async def run_broker(
         async def on_connection(stream: trio.SocketStream, spec: ListenerSpec) -> None:
             try:
                 host, port = stream.socket.getpeername()[:2]
-                peer = f"{host}:{port}"
+                peer = format_host_port(host, port)
             except OSError:
                 peer = "?"
             info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name])
