@@ -33,7 +33,7 @@ from typing import Any, NamedTuple
 
 import trio
 
-from broker.address import parse_host_port
+from broker.address import format_host_port, parse_host_port
 from broker.client.connection import (
     DEFAULT_MAX_FRAME_SIZE,
     BrokerConnection,
@@ -87,7 +87,7 @@ class BrokerInfo:
 
     @property
     def address(self) -> str:
-        return f"{self.host}:{self.port}"
+        return format_host_port(self.host, self.port)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,12 +192,12 @@ class Client:
         self.connect_timeout_s = connect_timeout_s
         self.backoff = backoff
         self._nursery = nursery
-        self._bootstrap = [f"{h}:{p}" for h, p in bootstrap]
+        self._bootstrap = [format_host_port(h, p) for h, p in bootstrap]
         self._version_caps = dict(version_caps)
         self._max_frame_size = max_frame_size
         self._peers: dict[str, _Peer] = {}
         for host, port in bootstrap:
-            self._peers.setdefault(f"{host}:{port}", _Peer(host, port))
+            self._peers.setdefault(format_host_port(host, port), _Peer(host, port))
         self._metadata = ClusterMetadata()
         self._metadata_stale = True  # everything must be fetched again
         self._stale_topics: set[str] = set()  # these topics' leaders must be fetched again
@@ -523,7 +523,7 @@ class Client:
 
         Raises ConnectionFailed when the connect fails or cannot start before the deadline.
         """
-        address = f"{peer.host}:{peer.port}"
+        address = format_host_port(peer.host, peer.port)
 
         def passed(seconds: float) -> RequestTimeout:
             error = RequestTimeout(f"connect to {address}: deadline passed")

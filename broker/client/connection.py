@@ -31,6 +31,7 @@ from typing import Any
 
 import trio
 
+from broker.address import format_host_port
 from broker.client.deadline import timeout_error
 from broker.protocol.api import API_SPECS, ApiKey, ApiSpec
 from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
@@ -356,7 +357,7 @@ class BrokerConnection:
 
 
 async def _connect(host: str, port: int, connect_timeout_s: float) -> trio.SocketStream:
-    address = f"{host}:{port}"
+    address = format_host_port(host, port)
 
     def no_answer(seconds: float) -> RequestTimeout:
         return RequestTimeout(f"connect to {address}: no answer within {seconds:.3g}s")
@@ -416,7 +417,7 @@ async def open_connection(
         async with trio.open_nursery() as nursery:
             conn = BrokerConnection(
                 stream,
-                address=f"{host}:{port}",
+                address=format_host_port(host, port),
                 client_id=client_id,
                 request_timeout_s=request_timeout_s,
                 max_frame_size=max_frame_size,

@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from broker.address import format_host_port
 from broker.client.connection import BrokerConnection, ClientError, open_connection
 from broker.protocol.errors import KafkaError
 from broker.protocol.schema import Message
@@ -110,7 +111,7 @@ class ControllerChannel:
         return item
 
     async def _sender(self, queue: _BrokerQueue) -> None:
-        address = f"{queue.host}:{queue.port}"
+        address = format_host_port(queue.host, queue.port)
         try:
             await self._send_forever(queue, address)
         finally:

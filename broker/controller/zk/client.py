@@ -699,12 +699,12 @@ async def _probe(connect: ConnectString, deadline: float) -> None:
             try:
                 stream = await trio.open_tcp_stream(host, port)
             except OSError as exc:
-                problems.append(f"{host}:{port}: {_reason(exc)}")
+                problems.append(f"{format_host_port(host, port)}: {_reason(exc)}")
                 continue
             await stream.aclose()
             return
         if scope.cancelled_caught:
-            problems.append(f"{host}:{port}: no answer within {_PROBE_TIMEOUT_S:.0f} s")
+            problems.append(f"{format_host_port(host, port)}: no answer within {_PROBE_TIMEOUT_S:.0f} s")
     raise _Unreachable("; ".join(problems))
 
 
