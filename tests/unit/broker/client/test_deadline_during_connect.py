@@ -11,7 +11,6 @@ clock makes the wait virtual, so nothing depends on how fast the machine is.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 
 import pytest
@@ -22,6 +21,7 @@ from broker.client.cluster import Backoff, open_client
 from broker.client.connection import RequestTimeout, open_connection
 from broker.client.deadline import timeout_error
 from broker.protocol.messages import MetadataRequest
+from tests.support.stalled import stalled_port as stalled
 from tests.unit.broker.client.test_leader_fail_fast import ScriptedBroker
 
 
@@ -31,21 +31,8 @@ class Passed(Exception):
 
 @pytest.fixture
 def stalled_port() -> Iterator[int]:
-    """A port whose connects never complete: a listener (backlog 0) that never accepts, its queue
-    filled first, so Linux drops every later SYN and the connecting side waits."""
-    listener = socket.create_server(("127.0.0.1", 0), backlog=0)
-    port = int(listener.getsockname()[1])
-    fillers = [socket.create_connection(("127.0.0.1", port), timeout=5)]
-    for _ in range(2):  # margin for a kernel that queues one more than the backlog
-        filler = socket.socket()
-        filler.setblocking(False)
-        filler.connect_ex(("127.0.0.1", port))
-        fillers.append(filler)
-    try:
+    with stalled() as port:
         yield port
-    finally:
-        for s in [*fillers, listener]:
-            s.close()
 
 
 async def test_timeout_error_names_a_deadline_that_a_nursery_in_the_body_saw(autojump_clock: object) -> None:
