@@ -10,8 +10,11 @@ timeout argument. Inside, two things need the deadline as a number:
   the deadline passes inside it, raises the client's own error naming the operation and the
   broker's address in place of the bare cancellation. So under `trio.fail_after` the caller
   gets `RequestTimeout("METADATA v12 to 10.0.0.1:9092: no answer within 5s")`, not
-  `TooSlowError`, as `broker.retry.retry` gives the real error rather than TooSlowError; a
-  cancellation that is not a deadline (a nursery shutting down) passes unchanged.
+  `TooSlowError`, as `broker.retry.retry` gives the real error rather than TooSlowError. That
+  holds wherever in the body the deadline passes, inside a nursery too (trio's open_tcp_stream
+  connects in one, and hands the cancellation on wrapped in an exception group); a cancellation
+  that is not a deadline (a nursery shutting down), or a group that also holds a real failure,
+  passes unchanged.
 
 A call with no enclosing deadline still ends: `timeout_error(..., default_s=...)` sets one
 (Kafka's request.timeout.ms, the client's `request_timeout_s`).
