@@ -87,6 +87,7 @@ BROKER_CONFIGS = {
 FORGED_PARTITION = 0  # the one partition the link attacker writes a forged batch into
 FORGED_RECORDS = 3
 FORGE_ATTEMPTS = 20
+OVERSIZED_ZNODES = 5  # 1 MB notifications: each broker reads each one
 WARMUP_TIMEOUT_S = 120.0
 CATCH_UP_TIMEOUT_S = 120.0
 REQUEST_TIMEOUT_S = 15.0
@@ -374,7 +375,11 @@ async def _inter_broker_attacker(state: LaunchState, scenario: HostileScenario, 
         for _ in range(scenario.attacks):
             await pacer.pause()
             broker_id = rng.choice(list(brokers))
-            controller, epoch, broker_epoch = await trio.to_thread.run_sync(_controller_facts, zk, broker_id)
+            try:
+                controller, epoch, broker_epoch = await trio.to_thread.run_sync(_controller_facts, zk, broker_id)
+            except (KazooException, ValueError, KeyError) as exc:  # e.g. a moment without a controller
+                tally.notes.append(f"could not read the controller's epochs from ZooKeeper: {exc!r}")
+                continue
             lie = rng.choice(("stale-epoch", "future-epoch", "other-controller", "stale-broker-epoch"))
             c_id, c_epoch, b_epoch = controller, epoch, broker_epoch
             if lie == "stale-epoch":
@@ -452,6 +457,8 @@ async def _znode_attacker(state: LaunchState, scenario: HostileScenario, rng: ra
             kind = rng.choice(("delete-internal-topic", "config-change-garbage", "config-change-oversized",
                                "config-change-unknown-entity", "reassign-garbage", "preferred-election-garbage",
                                "isr-change-garbage", "log-dir-event-garbage"))
+            if kind == "config-change-oversized" and tally.sent[kind] >= OVERSIZED_ZNODES:
+                kind = "config-change-garbage"  # ZooKeeper holds every znode in memory: a few make the point
             try:
                 await trio.to_thread.run_sync(_write_znode, zk, kind, rng)
             except KazooException as exc:

@@ -27,10 +27,13 @@ QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
 CLI_MAIN = "org.apache.zookeeper.ZooKeeperMain"  # zkCli, for the README
 HOST = "127.0.0.1"
 
-# A small JVM: ZooKeeper holds a few znodes for a test or a demo cluster, so a modest heap and
-# the serial collector (no GC threads per core) keep each node's RSS low; C1 only (tiered level
-# 1) starts faster and compiles less. IPv4 only: every address here is 127.0.0.1.
-JVM_OPTIONS: tuple[str, ...] = ("-Xms16m", "-Xmx128m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+# A small JVM: ZooKeeper holds a few znodes for a test or a demo cluster, so a small initial heap
+# and the serial collector (no GC threads per core) keep each node's RSS low; C1 only (tiered level
+# 1) starts faster and compiles less. IPv4 only: every address here is 127.0.0.1. The heap may
+# grow to Kafka's own default for ZooKeeper (zookeeper-server-start.sh: 512 MB): ZooKeeper keeps
+# every znode in memory, and at 128 MB some thirty 1 MB notifications (anyone with write access
+# can make them) read by three brokers ran it out of heap and it exited (the hostile chaos matrix).
+JVM_OPTIONS: tuple[str, ...] = ("-Xms16m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
                                 "-XX:MaxMetaspaceSize=64m", "-Xss512k", "-Djava.net.preferIPv4Stack=true")
 
 

@@ -47,11 +47,13 @@ PARTITIONS = 3  # on three brokers: each broker leads one partition of each topi
 REQUEST_TIMEOUT_S = 30.0  # the old behaviour kept one call on the dead leader this long and more
 LOOP_PAUSE = Backoff(initial_s=0.05, max_s=0.5)  # the callers' own backoff between failed calls
 SUCCESSES_AFTER = 5  # each loop goes on until it succeeded this often against the new leader
-# Errors a call may meet while the leader moves; anything else fails the test.
+# Errors a call may meet while the leader moves; anything else fails the test. A broker the
+# client's metadata names before the controller's LeaderAndIsr reached it answers
+# UNKNOWN_TOPIC_OR_PARTITION ("does not host"), retriable as in Kafka's clients.
 MOVING = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT, ErrorCode.NOT_LEADER_OR_FOLLOWER,
                     ErrorCode.LEADER_NOT_AVAILABLE, ErrorCode.NOT_ENOUGH_REPLICAS,
                     ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND, ErrorCode.FENCED_LEADER_EPOCH,
-                    ErrorCode.UNKNOWN_LEADER_EPOCH})
+                    ErrorCode.UNKNOWN_LEADER_EPOCH, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
 
 
 @pytest.fixture
