@@ -1,6 +1,6 @@
 """The standalone controller's metadata as topics pile up, up to max.broker.partitions: bytes the
-broker writes, time of a Metadata request that auto-creates 100 topics, of a CreateTopics of 100,
-and of a restart that replays them all.
+broker writes, time of a Metadata request that auto-creates 100 topics, of a CreateTopics of 100
+(with the metadata writes it cost), and of a restart that replays them all.
 
     python -m bench.metadata                                  # this tree, up to 10,000 partitions
     python -m bench.metadata --before /tmp/base --before-topics 2600
@@ -12,6 +12,8 @@ max.broker.partitions. Bytes are the broker process's write_bytes (/proc/PID/io:
 sent towards the disk, partition files and checkpoints included), so the metadata's share is an
 upper bound. Beside them, this machine's own ceilings, measured in the same run: 1 MiB appends
 (MB/s) and 256-byte appends each followed by fdatasync (per second), by a trivial Python loop.
+Last, in process, the time to place 100 new partitions' logs in log dirs beside 2,500 and 10,000
+existing logs (``LogManager.place``, which counted every log for each new one).
 Figures go to BENCHMARKS.md, "Standalone metadata".
 """
 
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -37,6 +41,7 @@ OFFSETS_PARTITIONS = 50
 METADATA_VERSION = 9
 CREATE_TOPICS_VERSION = 5
 REPORT_AT = (100, 500, 1000, 2500, 5000, 7500)
+CREATE_TOPICS_REQUESTS = 3  # CreateTopics of PER_REQUEST names in a row (one figure is one sample on a shared machine)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +82,31 @@ def fsync_appends_per_s(count: int = 500) -> float:
             os.close(fd)
 
 
+_PLACEMENT = """
+import sys, tempfile, time
+from pathlib import Path
+from broker.storage import LogConfig, LogManager
+with tempfile.TemporaryDirectory() as tmp:
+    dirs = [Path(tmp) / "a", Path(tmp) / "b"]
+    manager = LogManager(dirs, LogConfig())
+    for i in range(int(sys.argv[1])):
+        manager.adopt("t", i, dirs[i % 2], object())  # only registered: place() counts them
+    start = time.perf_counter()
+    for _ in range(100):
+        manager.place(1)
+    print((time.perf_counter() - start) * 1000)
+"""
+
+
+def placement_ms(tree: Path | None, logs: int) -> float:
+    """Milliseconds to place 100 new partitions' logs beside ``logs`` existing ones, with the
+    LogManager of ``tree`` (this tree when None), in a fresh interpreter."""
+    root = tree if tree is not None else Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-P", "-c", _PLACEMENT, str(logs)], check=True, capture_output=True,
+                         text=True, env={**os.environ, "PYTHONPATH": str(root)}).stdout
+    return float(out)
+
+
 @contextmanager
 def broker(tree: Path | None, data: Path) -> Iterator[BrokerProcess]:
     python_args = ("-P",) if tree is not None else ()  # the baseline's modules from PYTHONPATH
@@ -103,6 +133,12 @@ def auto_create(bootstrap: str, names: list[str]) -> float:
     return elapsed
 
 
+def metadata_writes(data: Path) -> int:
+    """Batches in cluster-metadata.log, each one write and one fdatasync (a line each)."""
+    path = data / "cluster-metadata.log"
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
 def create_topics(bootstrap: str, names: list[str]) -> float:
     """Milliseconds of one CreateTopics request of `names` (1 partition each)."""
     request = CreateTopicsRequest(topics=[CreateTopicsRequest.CreatableTopic(name=n, num_partitions=1,
@@ -119,9 +155,15 @@ def create_topics(bootstrap: str, names: list[str]) -> float:
 
 
 @dataclass(frozen=True, slots=True)
+class CreateTopics:
+    ms: float
+    writes: int | None  # metadata batches it cost; None when a snapshot folded the log meanwhile
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     steps: list[Step]
-    create_topics_ms: float  # CreateTopics of PER_REQUEST names, at 2,500 topics or at the end
+    create_topics: list[CreateTopics]  # CreateTopics of PER_REQUEST names, from 2,500 topics or near the end
     create_topics_at: int
     restart_s: float
     topics: int
@@ -131,16 +173,20 @@ def measure(tree: Path | None, topics: int) -> Run:
     with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_DIR")) as tmp:
         data = Path(tmp) / "data"
         steps: list[Step] = []
-        created, create_topics_ms = 0, 0.0
-        # One CreateTopics of PER_REQUEST names, at 2,500 topics (the issue's figure) or last.
-        create_topics_at = 2500 if topics >= 2500 + 2 * PER_REQUEST else max(0, topics - PER_REQUEST)
+        created, create_topics_runs = 0, list[CreateTopics]()
+        # CreateTopics of PER_REQUEST names, from 2,500 topics (the issue's figure) or last.
+        requests = CREATE_TOPICS_REQUESTS * PER_REQUEST
+        create_topics_at = 2500 if topics >= 2500 + requests + PER_REQUEST else max(0, topics - requests)
         with broker(tree, data) as process:
             assert process.proc is not None
             pid = process.proc.pid
             while created < topics:
                 names = [f"t{created + i:05d}" for i in range(min(PER_REQUEST, topics - created))]
-                if created == create_topics_at:
-                    create_topics_ms = create_topics(process.bootstrap, names)
+                if create_topics_at <= created < create_topics_at + requests:
+                    lines, snapshot = metadata_writes(data), (data / "cluster-metadata.json").stat().st_mtime_ns
+                    elapsed = create_topics(process.bootstrap, names)
+                    folded = (data / "cluster-metadata.json").stat().st_mtime_ns != snapshot
+                    create_topics_runs.append(CreateTopics(elapsed, None if folded else metadata_writes(data) - lines))
                     created += len(names)
                     continue
                 elapsed = auto_create(process.bootstrap, names)
@@ -158,7 +204,7 @@ def measure(tree: Path | None, topics: int) -> Run:
             process.stop()
             process.start(port=port)
             restart_s = time.perf_counter() - start
-        return Run(steps, create_topics_ms, create_topics_at, restart_s, created)
+        return Run(steps, create_topics_runs, create_topics_at, restart_s, created)
 
 
 def main() -> None:
@@ -180,7 +226,7 @@ def main() -> None:
         print(f"{name}: {count:,} topics, {PER_REQUEST} auto-created per Metadata request", flush=True)
         run = measure(tree, count)
         runs.append((name, run))
-        print(f"  CreateTopics of {PER_REQUEST} at {run.create_topics_at:,} topics: {run.create_topics_ms:,.0f} ms; "
+        print(f"  CreateTopics of {PER_REQUEST} from {run.create_topics_at:,} topics: {describe(run.create_topics)}; "
               f"restart with {run.topics:,} topics: {run.restart_s:.1f} s", flush=True)
     print("\n| broker | topics | MB handed to write() | per topic | MB write_bytes | per topic "
           "| Metadata request of 100 new | metadata on disk |")
@@ -190,9 +236,17 @@ def main() -> None:
             print(f"| {name} | {s.topics:,} | {s.handed_mb:,.1f} | {s.handed_mb * 1e6 / s.topics:,.0f} B | "
                   f"{s.written_mb:,.1f} | {s.written_mb * 1e6 / s.topics:,.0f} B | {s.request_ms:,.0f} ms | "
                   f"{s.on_disk_kb:,.0f} kB |")
-    print("\n| broker | CreateTopics of 100 | at topics | restart with all topics |\n| --- | ---: | ---: | ---: |")
+    print(f"\n| broker | CreateTopics of {PER_REQUEST}, {CREATE_TOPICS_REQUESTS} in a row (metadata writes) "
+          "| from topics | restart with all topics |\n| --- | ---: | ---: | ---: |")
     for name, run in runs:
-        print(f"| {name} | {run.create_topics_ms:,.0f} ms | {run.create_topics_at:,} | {run.restart_s:.1f} s |")
+        print(f"| {name} | {describe(run.create_topics)} | {run.create_topics_at:,} | {run.restart_s:.1f} s |")
+    print("\n| broker | 100 placements beside 2,500 logs | beside 10,000 logs |\n| --- | ---: | ---: |")
+    for name, tree, _ in trees:
+        print(f"| {name} | {placement_ms(tree, 2500):,.2f} ms | {placement_ms(tree, 10_000):,.2f} ms |")
+
+
+def describe(requests: list[CreateTopics]) -> str:
+    return ", ".join(f"{r.ms:,.0f} ms ({'snapshot' if r.writes is None else r.writes})" for r in requests)
 
 
 if __name__ == "__main__":
