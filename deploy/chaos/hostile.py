@@ -38,10 +38,10 @@ from __future__ import annotations
 import json
 import logging
 import random
-import shutil
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -64,6 +64,7 @@ from broker.protocol.messages import (
 from broker.protocol.records import DecodedRecord, Record, build_batch
 from broker.tasks import leaves
 from deploy.chaos.checker import Report
+from deploy.chaos.matrix import run_in_turn, table
 from deploy.chaos.replication import PARTITIONS, TOPIC, ProduceLog, Seen, check_acknowledged, produce
 from deploy.chaos.workload import read_topic
 from deploy.kafka_socket import ask
@@ -358,20 +359,26 @@ async def _version_zero(state: LaunchState, link_name: str, tp: TopicPartition, 
         tally.took("version-0", f"{tp}: {answer}")
 
 
-def _zk_client(state: LaunchState) -> KazooClient:
+@asynccontextmanager
+async def _zookeeper(state: LaunchState) -> AsyncIterator[KazooClient]:
+    """A kazoo client of the source cluster's ZooKeeper (its chroot), started, closed after."""
     quiet = logging.getLogger(f"{__name__}.kazoo")
     quiet.setLevel(logging.ERROR)
-    return KazooClient(hosts=state.clusters[SOURCE].zookeeper_connect, timeout=10.0, logger=quiet,
-                       connection_retry={"max_tries": 20, "max_delay": 1.0})
+    zk = KazooClient(hosts=state.clusters[SOURCE].zookeeper_connect, timeout=10.0, logger=quiet,
+                     connection_retry={"max_tries": 20, "max_delay": 1.0})
+    await trio.to_thread.run_sync(partial(zk.start, timeout=15))
+    try:
+        yield zk
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(_close, zk)
 
 
 async def _inter_broker_attacker(state: LaunchState, scenario: HostileScenario, rng: random.Random,
                                  tally: Tally) -> None:
     brokers = state.clusters[SOURCE].brokers
-    zk = _zk_client(state)
-    await trio.to_thread.run_sync(partial(zk.start, timeout=15))
     pacer = _Pacer(scenario, rng)
-    try:
+    async with _zookeeper(state) as zk:
         for _ in range(scenario.attacks):
             await pacer.pause()
             broker_id = rng.choice(list(brokers))
@@ -405,8 +412,6 @@ async def _inter_broker_attacker(state: LaunchState, scenario: HostileScenario, 
                 tally.took(kind, f"broker {broker_id} answered {ErrorCode(answer.error_code).name} to controller "
                                  f"{c_id} epoch {c_epoch} broker epoch {b_epoch} (ZooKeeper: controller {controller}"
                                  f" epoch {epoch}, broker epoch {broker_epoch})")
-    finally:
-        await trio.to_thread.run_sync(_close, zk)
 
 
 def _controller_facts(zk: KazooClient, broker_id: int) -> tuple[int, int, int]:
@@ -448,10 +453,8 @@ def _controller_request(api: str, controller: int, epoch: int, broker_epoch: int
 
 
 async def _znode_attacker(state: LaunchState, scenario: HostileScenario, rng: random.Random, tally: Tally) -> None:
-    zk = _zk_client(state)
-    await trio.to_thread.run_sync(partial(zk.start, timeout=15))
     pacer = _Pacer(scenario, rng)
-    try:
+    async with _zookeeper(state) as zk:
         for _ in range(scenario.attacks):
             await pacer.pause()
             kind = rng.choice(("delete-internal-topic", "config-change-garbage", "config-change-oversized",
@@ -475,8 +478,6 @@ async def _znode_attacker(state: LaunchState, scenario: HostileScenario, rng: ra
         if tally.sent["delete-internal-topic"] and not await trio.to_thread.run_sync(
                 zk.exists, "/brokers/topics/__consumer_offsets"):
             tally.accepted.append("delete-internal-topic: __consumer_offsets was deleted")
-    finally:
-        await trio.to_thread.run_sync(_close, zk)
 
 
 def _write_znode(zk: KazooClient, kind: str, rng: random.Random) -> None:
@@ -658,30 +659,17 @@ async def _failed_partitions(status_file: Path) -> dict[int, str]:
 
 def format_table(results: Sequence[HostileResult]) -> str:
     header = ("scenario", "seed", "forged", "acked", "lost", "accepted", "copied", "FAILED", "verdict")
-    rows = [header]
-    for r in results:
-        rows.append((r.scenario.name, str(r.seed), str(sum(sum(t.sent.values()) for t in r.tallies.values())),
-                     str(r.plog.acked_count), "-" if r.report is None else str(r.lost),
-                     str(sum(len(t.accepted) for t in r.tallies.values())), str(len(r.copied)), str(len(r.failed)),
-                     "pass" if r.passed else "FAIL"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    rows = [(r.scenario.name, str(r.seed), str(sum(sum(t.sent.values()) for t in r.tallies.values())),
+             str(r.plog.acked_count), "-" if r.report is None else str(r.lost),
+             str(sum(len(t.accepted) for t in r.tallies.values())), str(len(r.copied)), str(len(r.failed)),
+             "pass" if r.passed else "FAIL") for r in results]
+    return table(header, rows)
 
 
 async def run_matrix(scenarios: Sequence[HostileScenario], *, seed: int, work_dir: Path, keep: bool = False,
                      on_result: Callable[[HostileResult], None] | None = None) -> list[HostileResult]:
     """Scenarios one after another (scenario i uses seed + i); a passing scenario's directory is
     removed unless `keep`."""
-    results = []
-    for i, scenario in enumerate(scenarios):
-        result = await run_scenario(scenario, seed=seed + i, work_dir=work_dir / f"hostile-{i:02d}-{scenario.name}")
-        results.append(result)
-        if result.passed and not keep and result.work_dir is not None:
-            shutil.rmtree(result.work_dir, ignore_errors=True)
-        if on_result is not None:
-            on_result(result)
-    return results
-
+    return await run_in_turn(scenarios, lambda s, seed, d: run_scenario(s, seed=seed, work_dir=d), seed=seed,
+                             work_dir=work_dir, prefix="hostile-", name=lambda s: s.name, keep=keep,
+                             on_result=on_result)

@@ -37,7 +37,6 @@ import logging
 import os
 import random
 import re
-import shutil
 import signal
 import threading
 import time
@@ -60,6 +59,7 @@ from broker.protocol.records import Record
 from broker.tasks import leaves
 from deploy.broker_process import BrokerProcess
 from deploy.chaos.checker import Report, check
+from deploy.chaos.matrix import run_in_turn, table
 from deploy.chaos.payload import make_record
 from deploy.zookeeper.config import Tuning
 from deploy.zookeeper.ensemble import Ensemble, run_ensemble
@@ -770,29 +770,18 @@ def check_acknowledged(plog: ProduceLog, run: str, consumed: dict[int, list[Seen
 
 def format_table(results: Sequence[ReplicationResult]) -> str:
     header = ("scenario", "seed", "faults", "acked", "lost", "dup", "reordered", "failover", "verdict")
-    rows = [header]
-    for r in results:
-        rows.append((r.scenario.name, str(r.seed), str(len(r.rounds)), str(r.plog.acked_count),
-                     "-" if r.report is None else str(r.lost), "-" if r.report is None else str(r.count("duplicated")),
-                     "-" if r.report is None else str(r.count("reordered")),
-                     "-" if r.failover_s is None else f"{r.failover_s:.2f}s", "pass" if r.passed else "FAIL"))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    rows = [(r.scenario.name, str(r.seed), str(len(r.rounds)), str(r.plog.acked_count),
+             "-" if r.report is None else str(r.lost), "-" if r.report is None else str(r.count("duplicated")),
+             "-" if r.report is None else str(r.count("reordered")),
+             "-" if r.failover_s is None else f"{r.failover_s:.2f}s", "pass" if r.passed else "FAIL")
+            for r in results]
+    return table(header, rows)
 
 
 async def run_matrix(scenarios: Sequence[ReplicationScenario], *, seed: int, work_dir: Path, keep: bool = False,
                      on_result: Callable[[ReplicationResult], None] | None = None) -> list[ReplicationResult]:
     """Scenarios one after another (scenario i uses seed + i); a passing scenario's directory is
     removed unless `keep`."""
-    results = []
-    for i, scenario in enumerate(scenarios):
-        result = await run_scenario(scenario, seed=seed + i, work_dir=work_dir / f"replication-{i:02d}-{scenario.name}")
-        results.append(result)
-        if result.passed and not keep and result.work_dir is not None:
-            shutil.rmtree(result.work_dir, ignore_errors=True)
-        if on_result is not None:
-            on_result(result)
-    return results
+    return await run_in_turn(scenarios, lambda s, seed, d: run_scenario(s, seed=seed, work_dir=d), seed=seed,
+                             work_dir=work_dir, prefix="replication-", name=lambda s: s.name, keep=keep,
+                             on_result=on_result)

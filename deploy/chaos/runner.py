@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import logging
 import re
-import shutil
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +31,7 @@ from broker.protocol.records import DecodedRecord
 from broker.tasks import leaves
 from deploy.chaos.checker import Report, check
 from deploy.chaos.faults import API_TIMEOUT_S, LINK_FAULTS, Applied, Step, make_schedule, run_schedule
+from deploy.chaos.matrix import run_in_turn, table
 from deploy.chaos.payload import read_payload
 from deploy.chaos.workload import (
     ProducerStats,
@@ -413,7 +413,7 @@ def format_table(results: Sequence[ScenarioResult]) -> str:
     """One line per scenario: what `python -m deploy.chaos` prints."""
     header = ("scenario", "seed", "faults", "records", "lost", "dup", "reordered", "corrupted", "unexpected",
               "catch-up", "verdict")
-    rows = [header]
+    rows = []
     for r in results:
         rep = r.report
 
@@ -426,25 +426,12 @@ def format_table(results: Sequence[ScenarioResult]) -> str:
             lost, n("duplicated"), n("reordered"), n("corrupted"), n("unexpected"),
             "-" if r.catch_up_s is None else f"{r.catch_up_s:.1f}s", "pass" if r.passed else "FAIL",
         ))
-    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
-    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths,
-                                                                                                   strict=True)))
-             for row in rows]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
+    return table(header, rows)
 
 
 async def run_matrix(scenarios: Sequence[Scenario], *, seed: int, work_dir: Path, keep: bool = False,
                      on_result: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
     """Run scenarios one after another (scenario i uses seed + i); a passing scenario's
     directory is removed unless `keep`. `on_result(result)` hears of each as it finishes."""
-    results = []
-    for i, scenario in enumerate(scenarios):
-        result = await run_scenario(scenario, seed=seed + i, work_dir=work_dir / f"{i:02d}-{scenario.name}")
-        results.append(result)
-        if result.passed and not keep:
-            shutil.rmtree(result.work_dir or work_dir, ignore_errors=True)
-        if on_result is not None:
-            on_result(result)
-    return results
-
+    return await run_in_turn(scenarios, lambda s, seed, d: run_scenario(s, seed=seed, work_dir=d), seed=seed,
+                             work_dir=work_dir, prefix="", name=lambda s: s.name, keep=keep, on_result=on_result)

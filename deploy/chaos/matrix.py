@@ -1,0 +1,52 @@
+"""What every chaos matrix shares: scenarios run one after another, and the one-line-per-scenario
+table `python -m deploy.chaos` prints."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+from typing import Protocol, TypeVar
+
+__all__ = ["Outcome", "run_in_turn", "table"]
+
+
+class Outcome(Protocol):
+    @property
+    def passed(self) -> bool: ...
+
+    @property
+    def work_dir(self) -> Path | None: ...
+
+
+S = TypeVar("S")
+R = TypeVar("R", bound=Outcome)
+
+
+async def run_in_turn(scenarios: Sequence[S], run: Callable[[S, int, Path], Awaitable[R]], *, seed: int,
+                      work_dir: Path, prefix: str, name: Callable[[S], str], keep: bool = False,
+                      on_result: Callable[[R], None] | None = None) -> list[R]:
+    """`run(scenario, seed, its_dir)` for each scenario in turn (scenario i uses seed + i, its
+    directory `<prefix>-<i>-<name>` under `work_dir`); a passing scenario's directory is removed
+    unless `keep`; `on_result` hears of each as it finishes."""
+    results = []
+    for i, scenario in enumerate(scenarios):
+        result = await run(scenario, seed + i, work_dir / f"{prefix}{i:02d}-{name(scenario)}")
+        results.append(result)
+        if result.passed and not keep and result.work_dir is not None:
+            shutil.rmtree(result.work_dir, ignore_errors=True)
+        if on_result is not None:
+            on_result(result)
+    return results
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Columns padded to their widest cell, the first left-aligned, the rest right-aligned, and a
+    rule under the header."""
+    everything = [tuple(header), *(tuple(r) for r in rows)]
+    widths = [max(len(row[i]) for row in everything) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w) for i, (cell, w) in enumerate(zip(row, widths,
+                                                                                                   strict=True)))
+             for row in everything]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
