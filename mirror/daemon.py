@@ -116,6 +116,7 @@ class Mirror:
     events: deque[MirrorEvent] = field(default_factory=lambda: deque(maxlen=EVENTS_KEPT))
     nursery: trio.Nursery | None = None  # where re-copies run
     started_ms: int = field(default_factory=now_ms)
+    source_reached_ms: int | None = None  # when fetches from the source last answered (the status's)
     group_checkpoints: int = 0
     stop_requested: trio.Event = field(default_factory=trio.Event)
     # One status file write at a time: the every-second one and the last one on stop share a
@@ -239,6 +240,8 @@ class Mirror:
         unreachable = [lane.last_error for lane in self.lanes if lane.last_error]
         if unreachable:
             problems["source"] = unreachable[0]
+        elif self.partitions:
+            self.source_reached_ms = now_ms()  # every lane's last fetch answered
         return MirrorStatus(
             name=self.config.display_name,
             source=ClusterRef(alias=self.source_alias, bootstrap=self.config.source.bootstrap),
@@ -254,6 +257,8 @@ class Mirror:
                                default=None),
             group_checkpoints=self.group_checkpoints,
             problems=problems,
+            source_reached_ms=self.source_reached_ms,
+            promoted=sorted(self.link.promoted) if self.link is not None else [],
             partitions=partitions,
             events=list(self.events),
         )

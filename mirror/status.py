@@ -12,6 +12,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from broker.small_file import UnusableFile, read_small_file
+
 __all__ = ["ClusterRef", "MirrorEvent", "MirrorStatus", "PartitionStatus", "StatusFileError", "read_status"]
 
 #: The status file is a few KB per hundred partitions; anything far larger is not ours.
@@ -78,6 +80,12 @@ class MirrorStatus(_Report):
     max_latency_ms: int | None = None
     group_checkpoints: int = 0  # link mode: group offsets committed at the target (no checkpoints there)
     problems: dict[str, str] = Field(default_factory=dict)  # what -> its last error
+    # When fetches from the source last answered (ms since the epoch; None: not yet in this
+    # run). While `problems["source"]` is set, the source has been unreachable since then, and
+    # `lag` counts against the source ends seen then: at least that much.
+    source_reached_ms: int | None = None
+    # Link mode: source topics promoted at the target (normal writable topics there now).
+    promoted: list[str] = Field(default_factory=list)
     partitions: list[PartitionStatus] = Field(default_factory=list)
     events: list[MirrorEvent] = Field(default_factory=list)
 
@@ -91,14 +99,13 @@ def read_status(path: Path) -> MirrorStatus | None:
     Raises StatusFileError naming the file and the first bad field for anything else.
     """
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_STATUS_BYTES + 1)
+        raw = read_small_file(path, MAX_STATUS_BYTES)  # bounded, and never blocks on a FIFO
     except FileNotFoundError:
         return None
+    except UnusableFile as exc:
+        raise StatusFileError(f"{path}: {exc}: not a mirror status file") from None
     except OSError as exc:
         raise StatusFileError(f"{path}: cannot be read: {exc.strerror or exc}") from None
-    if len(raw) > MAX_STATUS_BYTES:
-        raise StatusFileError(f"{path}: larger than {MAX_STATUS_BYTES} bytes: not a mirror status file")
     try:
         return MirrorStatus.model_validate_json(raw)
     except ValidationError as exc:

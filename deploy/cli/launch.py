@@ -216,6 +216,10 @@ def _print_mirrors(mirrors: dict[str, dict[str, Any]]) -> None:
         lag = _or_dash(m.get("lag")) if m.get("lag_at_least") is None else f">={m['lag_at_least']}"
         rows.append((name, m.get("mode", "mm2"), m["source"], m["target"], state, "yes" if m["healthy"] else "NO",
                      lag, _or_dash(m.get("records")), _or_dash(m.get("max_latency_ms")), m["pid"], m["restarts"]))
+        if m.get("promoted"):
+            left = "nothing is mirrored any more" if m.get("state") == "promoted" else "the others are still mirrored"
+            lines.append(f"  mirror {name}: promoted at {m['target']}: {', '.join(m['promoted'])} (normal writable "
+                         f"topics there now); {left}")
         lines += [f"  mirror {name}: {reason}" for reason in m["unhealthy_because"]]
         lines += [f"  mirror {name}: {p['topic']}-{p['partition']}: {p['error']}"
                   for p in m.get("partitions", []) if p["error"]]

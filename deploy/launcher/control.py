@@ -412,7 +412,9 @@ def _mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pa
 
     Healthy means: running, reporting (its status file is fresh), and no problem reported, in
     particular none reaching its source: a mirror that cannot fetch is not "lag 0". Its lag is
-    then unknown (`lag` None): `lag_at_least` is what it was when the source last answered.
+    then unknown (`lag` None): `lag_at_least` is what it was when the source last answered, and
+    `source_unreachable_since_ms` says when that was. A link-mode mirror whose every topic was
+    promoted at the target is in state `promoted`: it has nothing left to copy.
     """
     out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "mode": mirror.mode,
                            "pid": mirror.pid, "restarts": mirror.restarts, "log": mirror.log}
@@ -434,10 +436,11 @@ def _mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pa
             reasons.append("no status reported")
     else:
         source = _source_reach(mirror, report, running)
-        reasons += _report_reasons(mirror, report, running)
-        out.update(state=report.state, records=report.records,
+        reasons += _report_reasons(mirror, report, running, source)
+        promoted = report.mode == "link" and bool(report.promoted) and not report.topics
+        out.update(state="promoted" if promoted else report.state, records=report.records,
                    max_latency_ms=report.max_latency_ms, problems=report.problems, topics=report.topics,
-                   updated_ms=report.updated_ms, **source,
+                   promoted=report.promoted, updated_ms=report.updated_ms, **source,
                    partitions=[_partition_status(p, known=source["lag"] is not None) for p in report.partitions])
     out["healthy"] = not reasons
     out["unhealthy_because"] = reasons
@@ -460,7 +463,9 @@ def _source_reach(mirror: MirrorRecord, report: MirrorStatus, running: bool) -> 
     source is unreachable (or the report itself is stale) it is a lower bound, never a figure."""
     unreachable = _source_problem(mirror, report) is not None
     stale = running and now_ms() - report.updated_ms > MIRROR_STATUS_STALE_S * 1000
-    out: dict[str, Any] = {"source_reachable": not unreachable, "lag": report.lag, "lag_at_least": None}
+    out: dict[str, Any] = {"source_reachable": not unreachable,
+                           "source_unreachable_since_ms": report.source_reached_ms if unreachable else None,
+                           "lag": report.lag, "lag_at_least": None}
     if unreachable or stale:
         out.update(lag=None, lag_at_least=report.lag)
     return out
@@ -480,7 +485,7 @@ def _partition_status(partition: PartitionStatus, *, known: bool) -> dict[str, A
     return out
 
 
-def _report_reasons(mirror: MirrorRecord, report: MirrorStatus, running: bool) -> list[str]:
+def _report_reasons(mirror: MirrorRecord, report: MirrorStatus, running: bool, source: dict[str, Any]) -> list[str]:
     """Why a mirror's own report says it is unhealthy (nothing: it is fine)."""
     reasons: list[str] = []
     # Starting and waiting states are fine until they fail: a failure shows in `problems`.
@@ -488,8 +493,11 @@ def _report_reasons(mirror: MirrorRecord, report: MirrorStatus, running: bool) -
         reasons.append("stopped")
     problem = _source_problem(mirror, report)
     if problem is not None:
-        reasons.append(f"cannot reach its source {mirror.source}: {problem}; lag unknown, at least {report.lag} "
-                       f"(against the source's ends when last reached)")
+        since = source["source_unreachable_since_ms"]
+        when = (f"since {_clock(since)} ({(now_ms() - since) / 1000:.0f} s)" if since is not None
+                else "since it started (never reached in this run)")
+        reasons.append(f"cannot reach its source {mirror.source} {when}: {problem}; lag unknown, at least "
+                       f"{report.lag} (against the source's ends when last reached)")
     reasons += [f"{what}: {text}" for what, text in report.problems.items()
                 if what not in ("source", f"source {mirror.source}")]
     if running and now_ms() - report.updated_ms > MIRROR_STATUS_STALE_S * 1000:

@@ -1,7 +1,8 @@
 """Issue 19, item 17: `causeway status` on a running link-mode topology (examples/dr-link.yaml).
 
 - During a WAN cut it showed `LAG 0` and the last source ends it had seen: now the source is
-  unreachable, and the lag is unknown (`>=N`), never a figure.
+  unreachable since a time that stays put, and the lag is unknown (`>=N`), never a figure.
+- After promotion it said "healthy" while nothing was mirrored any more: now `promoted`.
 - With frozen (SIGSTOPped) brokers each probe waited its own timeout one after the other: now
   every probe runs at once, each bounded, and says so.
 - `status --json | head -c 10` ended in a BrokenPipe traceback: now it exits with its code.
@@ -21,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from broker.clock import now_ms
 from deploy.launcher.control import PROBE_TIMEOUT_S
 from tests.integration.test_hardening_wan import call
 from tests.integration.test_link_mode_launcher import DEADLINE_S, EXAMPLE, MIRROR, TOPICS, caught_up, causeway, produce
@@ -38,8 +40,9 @@ def mirror_row(table: str) -> list[str]:
     return next(line for line in table.splitlines() if line.startswith(MIRROR)).split()
 
 
-def test_status_through_a_wan_cut_frozen_brokers_and_a_closed_pipe(tmp_path: Path) -> None:
+def test_status_through_a_wan_cut_frozen_brokers_a_closed_pipe_and_a_promotion(tmp_path: Path) -> None:
     state = tmp_path / "state"
+    started_ms = now_ms()
     up = causeway("up", EXAMPLE, "-d", "--state-dir", str(state))
     frozen: list[int] = []
     try:
@@ -67,10 +70,13 @@ def test_status_through_a_wan_cut_frozen_brokers_and_a_closed_pipe(tmp_path: Pat
         assert code == 2 and not mirror["healthy"]
         assert mirror["lag"] is None and mirror["lag_at_least"] == 0, mirror  # unknown, never "0"
         assert all(p["lag"] is None and p["lag_at_least"] == 0 for p in mirror["partitions"]), mirror["partitions"]
+        since = mirror["source_unreachable_since_ms"]
+        assert since is not None and started_ms < since <= now_ms(), mirror  # when fetches last answered
         table = causeway("status", "--state-dir", str(state), timeout_s=60).stdout
         row = mirror_row(table)
         assert "UNREACHABLE" in row and ">=0" in row, table
-        assert f"mirror {MIRROR}: cannot reach its source east: " in table and "lag unknown, at least 0" in table
+        assert f"mirror {MIRROR}: cannot reach its source east since " in table and "lag unknown, at least 0" in table
+        assert status(state)[1]["mirrors"][MIRROR]["source_unreachable_since_ms"] == since  # it stays put
 
         for link in links:
             assert call(api, "POST", f"/proxies/{link}", '{"enabled": true}')[0] == 200
@@ -108,6 +114,20 @@ def test_status_through_a_wan_cut_frozen_brokers_and_a_closed_pipe(tmp_path: Pat
                                shell=True, capture_output=True, cwd=REPO, timeout=60)
         assert piped.stdout == b'{\n  "name"' and b"Traceback" not in piped.stderr, piped
 
+        # -- promotion: nothing is mirrored any more, and status says so --------------------
+        promoted = causeway("mirror", "promote", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state),
+                            "--timeout", "60")
+        assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+
+        def says_promoted() -> bool:
+            return status(state)[1]["mirrors"][MIRROR].get("state") == "promoted"
+
+        wait_until(says_promoted, what="status to call the mirror promoted", timeout_s=DEADLINE_S, interval_s=0.5)
+        mirror = status(state)[1]["mirrors"][MIRROR]
+        assert sorted(mirror["promoted"]) == sorted(TOPICS) and mirror["topics"] == {}, mirror
+        table = causeway("status", "--state-dir", str(state), timeout_s=60).stdout
+        assert "promoted" in mirror_row(table), table
+        assert f"mirror {MIRROR}: promoted at west: orders, payments" in table and "nothing is mirrored" in table
     finally:
         for pid in frozen:
             os.kill(pid, signal.SIGCONT)

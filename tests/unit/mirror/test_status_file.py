@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-from mirror.status import MirrorStatus, StatusFileError, read_status
+from mirror.status import MAX_STATUS_BYTES, MirrorStatus, StatusFileError, read_status
 
 SAMPLE = {
     "name": "east->west",
@@ -24,11 +25,14 @@ SAMPLE = {
     "max_latency_ms": 12,
     "group_checkpoints": 1,
     "problems": {"parked orders-0": "parked at source offset 5: CRC mismatch"},
+    "source_reached_ms": 1_699_999_999_000,
+    "promoted": [],
     "partitions": [{
         "topic": "orders", "partition": 0, "remote_topic": "east.orders", "position": 5, "source_end": 8,
         "lag": 3, "target_end": -1, "latency_ms": 12, "records": 10, "bytes": 900,
         "error": "parked at source offset 5: CRC mismatch",
         "parked": True, "gaps": ["offsets 1..2 are gone at the source"], "lost": None, "recopy": None,
+        "failed": None,
     }],
     "events": [{"time_ms": 1_700_000_000_000, "message": "a gap"}],
 }
@@ -64,3 +68,15 @@ def test_a_damaged_status_file_is_named_with_its_field(tmp_path: Path, content: 
     with pytest.raises(StatusFileError) as caught:
         read_status(path)
     assert str(path) in str(caught.value) and reason in str(caught.value)
+
+
+def test_a_fifo_or_a_huge_file_is_refused_without_blocking_or_reading_it_whole(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo.status.json"
+    os.mkfifo(fifo)
+    with pytest.raises(StatusFileError, match="is a FIFO, not a regular file"):
+        read_status(fifo)  # a plain open() would wait here for a writer
+    huge = tmp_path / "huge.status.json"
+    with huge.open("wb") as f:
+        f.truncate(MAX_STATUS_BYTES * 20)
+    with pytest.raises(StatusFileError, match=f"is larger than {MAX_STATUS_BYTES} bytes"):
+        read_status(huge)
