@@ -37,11 +37,12 @@ up: install system-deps
 	$(BIN)/causeway up examples/two-dc.yaml
 
 test: install system-deps peers
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	$(BIN)/python -m pytest -q
 
 # The manual (docs/, mkdocs.yml) into site/, offline; --strict: a broken link or anchor, or a page
-# missing from the nav, fails the build (make test builds it too).
+# missing from the nav, fails the build (make test builds it too). Never --quiet: it hides the
+# warnings that --strict counts, and the build then passes whatever is broken.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
