@@ -36,7 +36,7 @@ TOOLS: dict[str, str] = {
     "kafka-storage": "kafka.tools.StorageTool",
     "kafka-server-start": "kafka.Kafka",
     "connect-mirror-maker": "org.apache.kafka.connect.mirror.MirrorMaker",
-    # Operator tools beyond the list (README says which work against Causeway).
+    # Operator tools beyond the list (docs/kafka-tools.md says which work against Causeway).
     "kafka-broker-api-versions": "org.apache.kafka.tools.BrokerApiVersionsCommand",
     "kafka-cluster": "org.apache.kafka.tools.ClusterTool",
     "kafka-features": "org.apache.kafka.tools.FeatureCommand",

@@ -351,8 +351,8 @@ class Log:
     def _report_missing(self, what: str, offsets: int) -> None:
         """Say, as an error, that offsets are missing from the middle of the log, and count them."""
         topic, partition = parse_partition_dir(self.directory.name) or (self.directory.name, -1)
-        log.error("%s: %s; a fetch skips them. Restore the data, or see the README, 'Recovery and quarantined "
-                  "data'", self.directory.name, what)
+        log.error("%s: %s; a fetch skips them. Restore the data, or see docs/operations/storage.md, "
+                  "'Recovery and quarantined data'", self.directory.name, what)
         count_missing(topic, partition, offsets)
 
     def _keep_cut(self, segment: LogSegment, result: RecoveryResult, later: list[int]) -> Cut:
@@ -363,7 +363,8 @@ class Log:
             cut = keep_cut(self.directory, topic, partition, segment.path, fd, segment.size, segment.next_offset,
                            result.valid_end, result.reason, later, offset_damage=result.offset_damage)
         if cut.mid_log:
-            log.error("mid-log corruption: %s. See the README, 'Recovery and quarantined data'", cut.describe())
+            log.error("mid-log corruption: %s. See docs/operations/storage.md, 'Recovery and quarantined data'",
+                      cut.describe())
         else:
             log.warning("torn tail: %s", cut.describe())
         return cut

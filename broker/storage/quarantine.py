@@ -263,7 +263,7 @@ def _write_cut_manifest(cut: Cut) -> None:
     write_manifest(cut.destination, head, cut.bytes, tail, cut.later_segments, [
         "The log continues from the cut offset without these records. Inspect the files with",
         "kafka-dump-log.sh --files <file>.log (or any RecordBatch v2 reader), re-produce what",
-        "you need, then delete this directory. See the README, 'Recovery and quarantined data'.",
+        "you need, then delete this directory. See docs/operations/storage.md, 'Recovery and quarantined data'.",
     ])
 
 

@@ -78,7 +78,7 @@ def _write_manifest(cut: Truncation) -> None:
     write_manifest(cut.destination, head, cut.bytes, tail, cut.whole_segments, [
         "These batches were never committed (the high watermark never passed them): the partition's",
         "leader does not have them. Inspect them with kafka-dump-log.sh --files <file>.log, then delete",
-        "this directory. See the README, 'Recovery and quarantined data'.",
+        "this directory. See docs/operations/storage.md, 'Recovery and quarantined data'.",
     ])
 
 

@@ -8,5 +8,5 @@ compares what a mirror wrote at the target with what the source holds.
 - `runner`: one scenario end to end (WAN emulator, two brokers, the mirror), and a matrix;
 - `replication`: Kafka's replication matrix on a 3-broker ZooKeeper cluster (librdkafka clients).
 
-`python -m deploy.chaos` runs the matrix and prints a table (see README, "Chaos testing").
+`python -m deploy.chaos` runs the matrix and prints a table (see docs/operations/chaos.md).
 """

@@ -20,7 +20,7 @@ __all__ = ["register"]
 
 log = logging.getLogger("causeway")
 
-# Start-up failures as one clear line each (stderr), with the exit code the README gives.
+# Start-up failures as one clear line each (stderr), with the exit code the manual gives (docs/reference/cli/).
 _ERRORS: tuple[ErrorRule, ...] = (
     (StartupError, 1, lambda exc: f"causeway: cannot start: {exc}"),
     (ConfigError, 2, lambda exc: f"causeway: config error: {exc}"),

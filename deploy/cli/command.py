@@ -1,6 +1,6 @@
 """What every `causeway` command shares: exceptions mapped to exit codes, and SIGINT/SIGTERM.
 
-Exit codes, as the README's command sections give them: 0 done; 1 the cluster refused
+Exit codes, as the manual's command pages give them (docs/reference/cli/): 0 done; 1 the cluster refused
 (`Error: NAME: message`, Kafka's error name) or could not be reached, or the input or state
 stops the command (`Refused`); 2 a command line that cannot be run as given (`UsageError`);
 130 interrupted before the command could catch the signal.

@@ -26,7 +26,7 @@ def register(commands: Any) -> None:
         description="Run one mirror from a YAML config: source and target bootstrap, topic and group "
                     "patterns, naming, mode (mm2 or link), and MirrorMaker 2's knobs by their MM2 names. "
                     "`causeway mirror promote` makes a link-mode mirror's topics writable. "
-                    "See README, 'causeway mirror' and 'Link mode'.")
+                    "See docs/operations/mirror.md and docs/operations/mirror-link.md.")
     parser.add_argument("--config", type=Path, help="the mirror's YAML file (required to run a mirror)")
     parser.add_argument("--status-file", type=Path, help="write the mirror's status (JSON) here every second")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

@@ -69,7 +69,7 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
         "promote", help="make a link-mode mirror's topics normal writable topics (switch-over or failover)",
         description="Promote mirror topics (those with causeway.mirror.name set) to normal topics by deleting "
                     "that config. Without --failover, first wait until the target holds the source's log end "
-                    "on every partition. See README, 'Link mode: mirror topics, promotion and failover'.")
+                    "on every partition. See docs/operations/mirror-link.md.")
     p.add_argument("topology", nargs="?", help="the topology file `causeway up` started, or its name")
     p.add_argument("--mirror", help="the link-mode mirror (required with a topology; with --bootstrap it "
                                     "narrows to that mirror's topics)")

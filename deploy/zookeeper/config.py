@@ -24,7 +24,7 @@ CLASSPATH = f"{ZOOKEEPER_JAR}:/usr/share/java/slf4j-simple.jar"
 JAVA = "java"
 STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
-CLI_MAIN = "org.apache.zookeeper.ZooKeeperMain"  # zkCli, for the README
+CLI_MAIN = "org.apache.zookeeper.ZooKeeperMain"  # zkCli, for the manual (docs/operations/zookeeper.md)
 HOST = "127.0.0.1"
 
 # A small JVM: ZooKeeper holds a few znodes for a test or a demo cluster, so a small initial heap
