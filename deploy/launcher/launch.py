@@ -312,7 +312,8 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
     Raises deploy.supervisor.StartFailed naming the process that could not start (after stopping
     everything started before it).
     """
-    prepare_state_dir(state_dir)  # once, before anything starts
+    # Once, before anything starts; in a worker thread, as the probe is fsynced.
+    await trio.to_thread.run_sync(prepare_state_dir, state_dir)
     state = LaunchState(plan, state_dir)
     try:
         await _run(state, toxiproxy, task_status)

@@ -456,6 +456,16 @@ class Proxy:
             listener.socket.close()
             stopped.set()
 
+    async def _resolves_to_listener(self, host: str, port: int) -> bool:
+        """Whether `host` (a name: addresses were checked when the proxy was made) resolves to a
+        proxy listener of this emulator on this host. A name that does not resolve is the
+        connect's to report."""
+        try:
+            infos = await trio.socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except (OSError, UnicodeError):
+            return False
+        return any(self._is_listener((str(info[4][0]), int(info[4][1])), "") for info in infos)
+
     def _refuse(self, client: trio.SocketStream, why: str) -> None:
         """Close a client connection at once; logged the first time, then ever more rarely."""
         client.socket.close()
@@ -467,6 +477,13 @@ class Proxy:
         upstream: trio.SocketStream | None = None
         try:
             host, port = split_hostport(self.upstream, "upstream")
+            if await self._resolves_to_listener(host, port):
+                # Refused before connecting: a handler that connected first and then saw the loop
+                # would have made one more looped connection, whose handler would do the same,
+                # one after another for ever.
+                self._refuse(client, f"its upstream {self.upstream} resolves to a listener of this emulator "
+                                     "(a proxy loop)")
+                return
             try:
                 upstream = await trio.open_tcp_stream(host, port)
             except (OSError, UnicodeError) as error:  # UnicodeError: a name the resolver cannot encode
