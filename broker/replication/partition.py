@@ -465,7 +465,14 @@ class Partition:
 
     def wake_fetches(self) -> None:
         """Wake long polls waiting on this partition and tell its fetch sessions (the follower's
-        fetcher appended; the log start moved: DeleteRecords, retention)."""
+        fetcher appended; retention moved the log start)."""
+        self._wake()
+
+    def delete_records_before(self, offset: int) -> None:
+        """Move the log start up to ``offset`` (DeleteRecords, a LinkAppend's source log start)
+        and tell the fetch sessions, which answer a partition only when something about it
+        changed: followers follow the leader's log start. Raises as ``Log.delete_records_before``."""
+        self.log.delete_records_before(offset)
         self._wake()
 
     def watch(self, watcher: FetchWatcher) -> None:

@@ -30,8 +30,8 @@ partition told the session it changed (an append, a high watermark move, a role 
 the session is a watcher of each cached partition, see ``Partition.watch``), and those whose last
 read found records or an error (read again until the client moves on, as Kafka would answer them
 again). An incremental fetch reads, answers and waits on that set only; its long poll waits on
-the session's own event, not on every partition. A log start moved by DeleteRecords,
-retention or a LinkAppend touches the partition too (``Partition.wake_fetches``).
+the session's own event, not on every partition. A log start moved by DeleteRecords or a
+LinkAppend (``Partition.delete_records_before``) or by retention touches the partition too.
 
 Bounds on what a client makes the leader hold: the slots; in a session only partitions this
 broker hosts plus at most ``UNKNOWN_MAX`` it does not know (answered with their error every time,

@@ -109,7 +109,7 @@ def _loopback_name() -> str:
     not tell from an address without resolving it."""
     name = socket.gethostname()
     if not socket.gethostbyname(name).startswith("127."):
-        pytest.skip(f"this host's name {name} does not resolve to a loopback address")
+        pytest.fail(f"this host's name {name} does not resolve to a loopback address (/etc/hosts)")
     return name
 
 

@@ -64,8 +64,7 @@ def _follow_log_start(partition: Partition, source_start: int) -> None:
     log = partition.log
     target = min(source_start, log.high_watermark)
     if partition.is_leader and target > log.log_start_offset:
-        log.delete_records_before(target)
-        partition.wake_fetches()  # fetch sessions answer the new log start (followers follow it)
+        partition.delete_records_before(target)
 
 
 def _positions(response: PartitionResponse, partition: Partition) -> None:

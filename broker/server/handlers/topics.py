@@ -226,8 +226,7 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
                 offset = partition.high_watermark if req.offset == -1 else req.offset
                 if offset < 0 or offset > partition.high_watermark:
                     raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE)
-                partition.log.delete_records_before(offset)
-                partition.wake_fetches()  # fetch sessions answer the new log start (followers follow it)
+                partition.delete_records_before(offset)
                 result.low_watermark = partition.log.log_start_offset
             except KafkaError as exc:
                 result.error_code = exc.code
