@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -121,7 +122,7 @@ def produce_latency(bootstrap: str, topic: str, rate: int, seconds: float, size:
         while (now := time.perf_counter()) < target:
             producer.poll(min(target - now, 0.001))
         sent = time.perf_counter()
-        producer.produce(topic, payload, on_delivery=lambda e, m, s=sent: on_delivery(e, m, s))
+        producer.produce(topic, payload, on_delivery=functools.partial(on_delivery, sent=sent))
         producer.poll(0)
     producer.flush(60)
     latencies.sort()

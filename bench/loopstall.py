@@ -16,6 +16,7 @@ inline on the request thread. Figures go to BENCHMARKS.md, "Event loop stalls".
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
 import threading
@@ -97,7 +98,7 @@ def probe(bootstrap: str, rate: int, seconds: float) -> list[float]:
         while (now := time.perf_counter()) < target:
             producer.poll(min(target - now, 0.001))
         sent = time.perf_counter()
-        producer.produce("probe", b"p" * 100, partition=0, on_delivery=lambda e, m, s=sent: delivered(e, m, s))
+        producer.produce("probe", b"p" * 100, partition=0, on_delivery=functools.partial(delivered, sent=sent))
         producer.poll(0)
     producer.flush(60)
     return sorted(latencies)

@@ -83,9 +83,11 @@ def librdkafka_read(bootstrap: str, records: int, partitions: int) -> float:
     eof: set[int] = set()
     while len(eof) < partitions:
         for msg in consumer.consume(10000, 1.0):
-            if msg.error() is not None:
-                if msg.error().code() == KafkaError._PARTITION_EOF:
-                    eof.add(msg.partition())
+            error = msg.error()
+            if error is not None:
+                partition = msg.partition()
+                if error.code() == KafkaError._PARTITION_EOF and partition is not None:
+                    eof.add(partition)
                 continue
             seen += 1
     elapsed = time.perf_counter() - start

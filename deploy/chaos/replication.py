@@ -50,7 +50,7 @@ from typing import Any
 
 import trio
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, NewTopic
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import KazooException, NoNodeError  # type: ignore[import-untyped]
 

@@ -14,7 +14,7 @@ def round_trip(bootstrap: str, topic: str, *, timeout_s: float = 60.0) -> str | 
     """None when the round trip works, else what went wrong."""
     try:
         from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-        from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+        from confluent_kafka.admin import AdminClient, NewTopic
     except ImportError:
         return "confluent-kafka is not installed (pip install confluent-kafka)"
     deadline = time.monotonic() + timeout_s
