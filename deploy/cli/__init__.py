@@ -12,6 +12,7 @@ Subcommands:
   mirror             copy topics between clusters, as MirrorMaker 2
   pipeline           Spark jobs: audit a mirror, its lag, copy or export a topic
   zookeeper          a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters
+  certs              a development CA and broker and client certificates (TLS, mutual TLS)
 
 One module per command in this package (`deploy.cli.broker`, `deploy.cli.console`, ...), each
 with a `register(subparsers)`; `deploy.cli.command` holds what they share: exceptions mapped to
@@ -56,6 +57,7 @@ _COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.wan", (("wan", "run the WAN-link emulator (Toxiproxy HTTP API)"),)),
     ("deploy.cli.pipeline", (("pipeline", "Spark jobs: audit a mirror, its lag, copy or export a topic"),)),
     ("deploy.cli.zookeeper", (("zookeeper", "run a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters"),)),
+    ("deploy.cli.certs", (("certs", "a development CA and broker and client certificates (TLS, mutual TLS)"),)),
 )
 
 
