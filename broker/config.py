@@ -50,7 +50,10 @@ __all__ = [
     "DYNAMIC_BROKER_KEYS",
     "IGNORED_DYNAMIC_KEYS",
     "ListenerSpec",
+    "IGNORED_SSL_KEYS",
+    "SslConfig",
     "StartupError",
+    "TLS_VERSIONS",
     "TOPIC_CONFIG_SYNONYMS",
     "PASSIVE_TOPIC_CONFIGS",
     "load_properties",
@@ -153,6 +156,8 @@ _ALIAS_SCALE = {
     "log.retention.minutes": 60_000,
 }
 
+_LISTENER_PREFIX = "listener.name."
+
 # Kafka keys that are valid in a server.properties but have no effect here. They are accepted
 # so existing files work, and listed at start-up so nobody believes they took effect.
 _IGNORED_KAFKA_KEYS = frozenset(
@@ -251,6 +256,86 @@ def _text(default: str) -> Any:
 
 _STR = Parse(_str)
 _BOOL = Parse(boolean(_WORDING))
+
+
+def _names(key: str, text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _tls_versions(key: str, text: str) -> tuple[str, ...]:
+    versions = _names(key, text)
+    unknown = [v for v in versions if v not in TLS_VERSIONS]
+    if not versions or unknown:
+        raise ConfigError(f"{key}: '{text}' must list TLS versions among {', '.join(TLS_VERSIONS)} "
+                          "(older ones are insecure and refused)")
+    return versions
+
+
+def _principal_mapping_rules(key: str, text: str) -> str:
+    if text.strip() != "DEFAULT":
+        raise ConfigError(f"{key}: only DEFAULT (the certificate's distinguished name) is supported yet")
+    return "DEFAULT"
+
+
+# The TLS versions a listener may enable; Kafka's names. TLSv1 and TLSv1.1 are refused, as
+# OpenSSL's and Java's current defaults refuse them.
+TLS_VERSIONS = ("TLSv1.2", "TLSv1.3")
+_STORE_TYPES = ("JKS", "PKCS12", "PEM")
+# Java-only SSL keys (JCA algorithm and provider names): accepted so existing server.properties
+# files work, and without effect on OpenSSL.
+IGNORED_SSL_KEYS = frozenset({"ssl.keymanager.algorithm", "ssl.trustmanager.algorithm",
+                              "ssl.secure.random.implementation", "ssl.provider"})
+
+
+class SslConfig(ConfigModel):
+    """A TLS listener's ``ssl.*`` configs, by Kafka's names and defaults: the broker-wide keys
+    overlaid by the listener's own ``listener.name.<listener>.ssl.*`` keys. Build it with
+    :meth:`BrokerConfig.ssl_for`; ``security/tls.py`` turns it into an SSL context."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, validate_default=True)
+
+    keystore_type: Annotated[str, Parse(choice(_WORDING, *_STORE_TYPES))] = Field(
+        default="JKS", alias="ssl.keystore.type")
+    keystore_location: Annotated[str | None, _STR] = Field(default=None, alias="ssl.keystore.location")
+    # Secrets: never in a repr, a log line or DescribeConfigs.
+    keystore_password: Annotated[str | None, _STR] = Field(default=None, alias="ssl.keystore.password", repr=False)
+    key_password: Annotated[str | None, _STR] = Field(default=None, alias="ssl.key.password", repr=False)
+    keystore_certificate_chain: Annotated[str | None, _STR] = Field(
+        default=None, alias="ssl.keystore.certificate.chain")
+    keystore_key: Annotated[str | None, _STR] = Field(default=None, alias="ssl.keystore.key", repr=False)
+    truststore_type: Annotated[str, Parse(choice(_WORDING, *_STORE_TYPES))] = Field(
+        default="JKS", alias="ssl.truststore.type")
+    truststore_location: Annotated[str | None, _STR] = Field(default=None, alias="ssl.truststore.location")
+    truststore_password: Annotated[str | None, _STR] = Field(
+        default=None, alias="ssl.truststore.password", repr=False)
+    truststore_certificates: Annotated[str | None, _STR] = Field(default=None, alias="ssl.truststore.certificates")
+    client_auth: Annotated[str, Parse(choice(_WORDING, "none", "requested", "required"))] = Field(
+        default="none", alias="ssl.client.auth")
+    enabled_protocols: Annotated[tuple[str, ...], Parse(_tls_versions, as_text=True)] = Field(
+        default=_text("TLSv1.2,TLSv1.3"), alias="ssl.enabled.protocols")
+    protocol: Annotated[str, Parse(choice(_WORDING, "TLS", *TLS_VERSIONS))] = Field(
+        default="TLSv1.3", alias="ssl.protocol")
+    # OpenSSL cipher names (or IANA names OpenSSL knows); empty: OpenSSL's secure defaults.
+    cipher_suites: Annotated[tuple[str, ...], Parse(_names, as_text=True)] = Field(
+        default=_text(""), alias="ssl.cipher.suites")
+    endpoint_identification_algorithm: Annotated[str, Parse(choice(_WORDING, "https", ""))] = Field(
+        default="https", alias="ssl.endpoint.identification.algorithm")
+    principal_mapping_rules: Annotated[str, Parse(_principal_mapping_rules)] = Field(
+        default="DEFAULT", alias="ssl.principal.mapping.rules")
+
+    @classmethod
+    def from_properties(cls, props: Mapping[str, str]) -> SslConfig:
+        """Raises ConfigError naming an unknown ``ssl.*`` key or a value that does not parse."""
+        known = {field.alias for field in cls.model_fields.values() if field.alias is not None}
+        for key in props:
+            if key not in known and key not in IGNORED_SSL_KEYS:
+                close = difflib.get_close_matches(key, sorted(known), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"{key}: unknown SSL config{hint}")
+        try:
+            return cls.model_validate({k: v for k, v in props.items() if k in known})
+        except ValidationError as exc:
+            raise _config_error(exc) from None
 
 
 class BrokerConfig(ConfigModel):
@@ -403,6 +488,10 @@ class BrokerConfig(ConfigModel):
     # by key; the fields above already hold their effect (see `with_dynamic`).
     _dynamic_default: dict[str, str] = PrivateAttr(default_factory=dict)
     _dynamic_broker: dict[str, str] = PrivateAttr(default_factory=dict)
+    # ``ssl.*`` and ``listener.name.<listener>.ssl.*`` as given, and each TLS listener's SslConfig
+    # built from them (checked at start, so a bad key stops the broker before it listens).
+    _ssl_props: dict[str, str] = PrivateAttr(default_factory=dict)
+    _ssl: dict[str, SslConfig] = PrivateAttr(default_factory=dict)
 
     @field_validator("queued_max_request_bytes")
     @classmethod
@@ -447,8 +536,12 @@ class BrokerConfig(ConfigModel):
         """
         canonical: dict[str, str] = {}
         given = {raw_key.strip(): raw_value for raw_key, raw_value in props.items()}
+        ssl_props: dict[str, str] = {}
         for key, value in given.items():
             if key in _ALIASES or key in _IGNORED_KAFKA_KEYS:
+                continue
+            if key.startswith("ssl.") or key.startswith(_LISTENER_PREFIX):
+                ssl_props[key] = value
                 continue
             if key not in _FIELD_BY_KEY:
                 raise ConfigError(_unknown_key_message(key))
@@ -467,7 +560,50 @@ class BrokerConfig(ConfigModel):
         except ValidationError as exc:
             raise _config_error(exc) from None
         config._explicit = dict(canonical)
+        config._ssl_props = ssl_props
+        config._ssl = config._tls_listeners(ssl_props)
         return config
+
+    def _tls_listeners(self, ssl_props: Mapping[str, str]) -> dict[str, SslConfig]:
+        """Each TLS listener's SslConfig: the broker-wide ``ssl.*`` keys overlaid by its own
+        ``listener.name.<listener>.ssl.*`` (Kafka's lower-case listener name in the key)."""
+        names = {spec.name for spec in self.listeners}
+        per_listener: dict[str, dict[str, str]] = {}
+        for key, value in ssl_props.items():
+            if not key.startswith(_LISTENER_PREFIX):
+                continue
+            listener, dot, rest = key[len(_LISTENER_PREFIX):].partition(".")
+            if not dot or not rest.startswith("ssl."):
+                raise ConfigError(f"{key}: unknown broker config (per-listener keys are "
+                                  "listener.name.<listener>.ssl.*)")
+            if listener.upper() not in names:
+                raise ConfigError(f"{key}: {listener} is not one of the listeners ({', '.join(sorted(names))})")
+            per_listener.setdefault(listener.upper(), {})[rest] = value
+        inter_broker = (self.inter_broker_listener_name or self.listeners[0].name).upper()
+        if self.zookeeper_connect is not None and self.security_protocols[inter_broker] != "PLAINTEXT":
+            # Followers and the controller connect to this listener of every broker, and their
+            # client side speaks plaintext only so far.
+            raise ConfigError(f"inter.broker.listener.name: listener {inter_broker} is "
+                              f"{self.security_protocols[inter_broker]}; brokers reach each other over "
+                              "PLAINTEXT only so far: add a PLAINTEXT listener and name it here")
+        shared = {k: v for k, v in ssl_props.items() if k.startswith("ssl.")}
+        tls: dict[str, SslConfig] = {}
+        for spec in self.listeners:
+            protocol = self.security_protocols[spec.name]
+            if protocol.startswith("SASL_"):
+                raise ConfigError(f"listeners: listener {spec.name} is {protocol}, and SASL is not supported yet: "
+                                  "use PLAINTEXT or SSL")
+            own = per_listener.get(spec.name, {})
+            if protocol == "SSL":
+                tls[spec.name] = SslConfig.from_properties({**shared, **own})
+            elif own:
+                raise ConfigError(f"{_LISTENER_PREFIX}{spec.name.lower()}.ssl.*: listener {spec.name} is "
+                                  f"{protocol}, not SSL")
+        return tls
+
+    def ssl_for(self, listener_name: str) -> SslConfig | None:
+        """The TLS configs of listener ``listener_name``; None for a plaintext listener."""
+        return self._ssl.get(listener_name)
 
     @property
     def explicit(self) -> Mapping[str, str]:
@@ -491,7 +627,7 @@ class BrokerConfig(ConfigModel):
 
         Raises ConfigError naming a key whose value does not parse.
         """
-        config = BrokerConfig.from_properties({**self._explicit, **default, **per_broker})
+        config = BrokerConfig.from_properties({**self._explicit, **self._ssl_props, **default, **per_broker})
         config._explicit = dict(self._explicit)
         config._dynamic_default = dict(default)
         config._dynamic_broker = dict(per_broker)

@@ -30,6 +30,7 @@ from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
+from broker.server import log_limits
 from broker.server.connection import ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, ConnectionInfo
 from broker.server.dispatch import Dispatcher
@@ -39,6 +40,7 @@ from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
+from security.tls import ANONYMOUS, TlsHandshakeFailed, handshake, principal_of, server_context
 
 if TYPE_CHECKING:
     from broker.controller.zk.metadata import ZkMetadata
@@ -46,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["RunningBroker", "run_broker"]
 
 log = logging.getLogger(__name__)
+_limited_log = log_limits.limiter(log)
 
 # The longest a stopping ZooKeeper-mode broker spends on its controlled shutdown.
 _CONTROLLED_SHUTDOWN_MAX_S = 30.0
@@ -196,6 +199,10 @@ async def run_broker(
         pool = RequestMemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
         responses = ResponseMemoryPool(config.fetch_max_bytes)
         limits = ConnectionLimits.from_config(config)
+        # Built before anything listens: a keystore that cannot be read stops the start, naming it.
+        tls_contexts = {spec.name: server_context(ssl_config, spec.name) for spec in config.listeners
+                        if (ssl_config := config.ssl_for(spec.name)) is not None}
+        handshake_timeout_s = min(limits.idle_timeout_s, limits.arrival_timeout_s)
 
         async def on_connection(stream: trio.SocketStream, spec: ListenerSpec) -> None:
             try:
@@ -203,8 +210,21 @@ async def run_broker(
                 peer = format_host_port(host, port)
             except OSError:
                 peer = "?"
-            info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name])
-            await serve_connection(stream, info, dispatcher, pool, limits=limits, responses=responses)
+            served: trio.abc.Stream = stream
+            principal = ANONYMOUS
+            context = tls_contexts.get(spec.name)
+            if context is not None:
+                try:
+                    tls = await handshake(stream, context, handshake_timeout_s)
+                except TlsHandshakeFailed as exc:
+                    # One summary per listener and reason (OpenSSL's reasons are a bounded set).
+                    _limited_log.warning(f"tls handshake {spec.name} {exc}", "TLS handshake with %s on listener "
+                                         "%s failed: %s", peer, spec.name, exc)
+                    await trio.aclose_forcefully(stream)
+                    return
+                served, principal = tls, principal_of(tls)
+            info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name], principal)
+            await serve_connection(served, info, dispatcher, pool, limits=limits, responses=responses)
 
         async with trio.open_nursery() as nursery:
             await nursery.start(replicas.run)

@@ -24,11 +24,13 @@ __all__ = ["BrokerServices", "ConnectionInfo", "RequestContext"]
 
 @dataclass(frozen=True, slots=True)
 class ConnectionInfo:
-    """Where a request came from: the listener it arrived on and the peer's address."""
+    """Where a request came from: the listener it arrived on, the peer's address, and who the
+    peer authenticated as (Kafka's principal: ``User:ANONYMOUS`` on a plaintext listener)."""
 
     listener_name: str
     peer: str
     security_protocol: str
+    principal: str = "User:ANONYMOUS"
 
 
 @dataclass(slots=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from broker.config import _ALIASES, _IGNORED_KAFKA_KEYS, BROKER_KEYS
+from broker.config import _ALIASES, _IGNORED_KAFKA_KEYS, BROKER_KEYS, IGNORED_SSL_KEYS, SslConfig
 from broker.server.group_configs import GROUP_CONFIGS
 from broker.server.handlers import HANDLERS
 from broker.server.topic_configs import TOPIC_CONFIG_NAMES
@@ -19,6 +19,7 @@ from mirror.config import MirrorConfig
 from topology import schema
 
 REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
+_SSL_KEYS = {field.alias for field in SslConfig.model_fields.values() if field.alias} | set(IGNORED_SSL_KEYS)
 _KEY = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)*)`")
 
 
@@ -28,13 +29,13 @@ def _keys_in(page: str) -> set[str]:
 
 def test_every_broker_key_is_in_the_reference() -> None:
     documented = _keys_in("broker-configs.md")
-    accepted = set(BROKER_KEYS) | set(_ALIASES) | set(_IGNORED_KAFKA_KEYS)
+    accepted = set(BROKER_KEYS) | set(_ALIASES) | set(_IGNORED_KAFKA_KEYS) | _SSL_KEYS
     assert not accepted - documented, f"broker keys missing from broker-configs.md: {sorted(accepted - documented)}"
 
 
 def test_the_broker_reference_names_no_key_the_broker_refuses() -> None:
     """Every key in a table's first column is one `causeway broker` accepts."""
-    accepted = set(BROKER_KEYS) | set(_ALIASES) | set(_IGNORED_KAFKA_KEYS)
+    accepted = set(BROKER_KEYS) | set(_ALIASES) | set(_IGNORED_KAFKA_KEYS) | _SSL_KEYS
     first_column = set()
     for line in (REFERENCE / "broker-configs.md").read_text().splitlines():
         if line.startswith("| `"):

@@ -1,0 +1,215 @@
+"""TLS for a broker's SSL listeners: Kafka's ``ssl.*`` configs as an OpenSSL context, the
+handshake of an accepted connection, and the principal its client certificate names.
+
+Keystores and truststores are read as Kafka reads them: PEM files (key and chain in one file, or
+the chain and key inline in ``ssl.keystore.certificate.chain`` / ``ssl.keystore.key``) and
+PKCS12. JKS cannot be read without Java; it is refused with the ``keytool`` command that converts
+it. Key material read from a PKCS12 store or an inline value reaches OpenSSL through an anonymous
+in-memory file (``memfd``), so no decrypted key is ever written to disk.
+
+The principal of a TLS connection is ``User:`` and the client certificate's distinguished name
+(RFC 2253, as Java's ``X500Principal.getName()`` writes it: ``CN=alice,O=example``), which is what
+Kafka's ``ssl.principal.mapping.rules=DEFAULT`` gives; ``User:ANONYMOUS`` without a certificate.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import trio
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.serialization import pkcs12
+
+from broker.config import SslConfig, StartupError
+
+__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "handshake", "principal_of", "server_context"]
+
+ANONYMOUS = "User:ANONYMOUS"
+_VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
+_CLIENT_AUTH = {"none": ssl.CERT_NONE, "requested": ssl.CERT_OPTIONAL, "required": ssl.CERT_REQUIRED}
+
+
+class TlsHandshakeFailed(Exception):
+    """A connection on a TLS listener that did not complete the handshake (a plaintext client,
+    an untrusted or missing certificate, a peer that went quiet): the reason, never a secret."""
+
+
+def server_context(config: SslConfig, listener: str) -> ssl.SSLContext:
+    """An OpenSSL server context for listener `listener`, from its ``ssl.*`` configs.
+
+    Raises StartupError naming the key and file that cannot be used (a missing keystore, a wrong
+    password, a JKS store, a cipher OpenSSL does not know).
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    versions = sorted(_VERSIONS[v] for v in config.enabled_protocols)
+    context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    if config.cipher_suites:
+        # Python's ssl sets TLS 1.2 suites only; TLS 1.3 suites (named TLS_...) stay OpenSSL's,
+        # which are all AEAD and sound.
+        tls12 = [name for name in config.cipher_suites if not name.startswith("TLS_")]
+        if tls12:
+            try:
+                context.set_ciphers(":".join(tls12))
+            except ssl.SSLError:
+                raise StartupError(f"listener {listener}: ssl.cipher.suites: OpenSSL knows none of "
+                                   f"{', '.join(tls12)} (use OpenSSL's cipher names)") from None
+    _load_keystore(context, config, listener)
+    context.verify_mode = _CLIENT_AUTH[config.client_auth]
+    has_truststore = _load_truststore(context, config, listener)
+    if config.client_auth != "none" and not has_truststore:
+        raise StartupError(f"listener {listener}: ssl.client.auth={config.client_auth} needs a truststore "
+                           "(ssl.truststore.location or ssl.truststore.certificates) to check client certificates")
+    return context
+
+
+def _refuse_jks(key: str, listener: str, location: str | None) -> StartupError:
+    source = location or "store.jks"
+    return StartupError(
+        f"listener {listener}: {key}=JKS cannot be read here; convert the store to PKCS12 with "
+        f"`keytool -importkeystore -srckeystore {source} -destkeystore {Path(source).with_suffix('.p12')} "
+        f"-deststoretype PKCS12` and set {key}=PKCS12 (or use PEM files)")
+
+
+def _read(path: str, key: str, listener: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise StartupError(f"listener {listener}: {key}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def _in_memory_file(content: bytes) -> Iterator[str]:
+    # OpenSSL reads key material from a path: an anonymous memory file has one (/proc/self/fd/N)
+    # and never reaches a disk.
+    fd = os.memfd_create("causeway-tls", os.MFD_CLOEXEC)
+    try:
+        os.write(fd, content)
+        yield f"/proc/self/fd/{fd}"
+    finally:
+        os.close(fd)
+
+
+def _load_keystore(context: ssl.SSLContext, config: SslConfig, listener: str) -> None:
+    kind = config.keystore_type
+    inline = config.keystore_certificate_chain is not None or config.keystore_key is not None
+    if inline and config.keystore_location is not None:
+        raise StartupError(f"listener {listener}: set ssl.keystore.location or ssl.keystore.certificate.chain "
+                           "with ssl.keystore.key, not both")
+    if not inline and config.keystore_location is None:
+        raise StartupError(f"listener {listener} is SSL and needs a certificate: set ssl.keystore.location "
+                           f"(listener.name.{listener.lower()}.ssl.keystore.location for this listener only)")
+    if kind == "JKS":
+        raise _refuse_jks("ssl.keystore.type", listener, config.keystore_location)
+    what = config.keystore_location or "ssl.keystore.certificate.chain"
+    try:
+        if kind == "PKCS12":
+            if inline:
+                raise StartupError(f"listener {listener}: inline keystore values need ssl.keystore.type=PEM")
+            assert config.keystore_location is not None
+            pem = _pkcs12_as_pem(_read(config.keystore_location, "ssl.keystore.location", listener),
+                                 config.keystore_password, "ssl.keystore", listener)
+            with _in_memory_file(pem) as path:
+                context.load_cert_chain(path)
+        elif inline:
+            if config.keystore_certificate_chain is None or config.keystore_key is None:
+                raise StartupError(f"listener {listener}: ssl.keystore.certificate.chain and ssl.keystore.key "
+                                   "go together")
+            pem = f"{config.keystore_key}\n{config.keystore_certificate_chain}\n".encode()
+            with _in_memory_file(pem) as path:
+                context.load_cert_chain(path, password=config.key_password)
+        else:
+            assert config.keystore_location is not None
+            _read(config.keystore_location, "ssl.keystore.location", listener)  # a clear error when unreadable
+            context.load_cert_chain(config.keystore_location, password=config.key_password)
+    except ssl.SSLError as exc:
+        raise StartupError(f"listener {listener}: the keystore {what} holds no usable private key and "
+                           f"certificate chain (or ssl.key.password is wrong): {exc.reason or exc}") from None
+
+
+def _pkcs12_as_pem(data: bytes, password: str | None, prefix: str, listener: str) -> bytes:
+    try:
+        key, certificate, chain = pkcs12.load_key_and_certificates(data, password.encode() if password else None)
+    except ValueError:
+        raise StartupError(f"listener {listener}: {prefix}.location is not a PKCS12 store, or "
+                           f"{prefix}.password is wrong") from None
+    if key is None or certificate is None:
+        raise StartupError(f"listener {listener}: the PKCS12 keystore holds no private key with its certificate")
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption())
+    for cert in [certificate, *chain]:
+        pem += cert.public_bytes(serialization.Encoding.PEM)
+    return pem
+
+
+def _load_truststore(context: ssl.SSLContext, config: SslConfig, listener: str) -> bool:
+    if config.truststore_location is None and config.truststore_certificates is None:
+        return False
+    if config.truststore_type == "JKS":
+        raise _refuse_jks("ssl.truststore.type", listener, config.truststore_location)
+    try:
+        if config.truststore_certificates is not None:
+            if config.truststore_type != "PEM":
+                raise StartupError(f"listener {listener}: ssl.truststore.certificates needs ssl.truststore.type=PEM")
+            context.load_verify_locations(cadata=config.truststore_certificates)
+        elif config.truststore_type == "PKCS12":
+            assert config.truststore_location is not None
+            data = _read(config.truststore_location, "ssl.truststore.location", listener)
+            password = config.truststore_password.encode() if config.truststore_password else None
+            try:
+                store = pkcs12.load_pkcs12(data, password)
+            except ValueError:
+                raise StartupError(f"listener {listener}: ssl.truststore.location is not a PKCS12 store, or "
+                                   "ssl.truststore.password is wrong") from None
+            certs = [c.certificate for c in store.additional_certs]
+            if store.cert is not None:
+                certs.append(store.cert.certificate)
+            if not certs:
+                raise StartupError(f"listener {listener}: the PKCS12 truststore holds no certificate")
+            context.load_verify_locations(
+                cadata="".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs))
+        else:
+            assert config.truststore_location is not None
+            _read(config.truststore_location, "ssl.truststore.location", listener)
+            context.load_verify_locations(cafile=config.truststore_location)
+    except ssl.SSLError as exc:
+        where = config.truststore_location or "ssl.truststore.certificates"
+        raise StartupError(f"listener {listener}: the truststore {where} holds no usable certificate: "
+                           f"{exc.reason or exc}") from None
+    return True
+
+
+def principal_of(stream: trio.SSLStream[trio.SocketStream]) -> str:
+    """``User:`` and the client certificate's distinguished name, or User:ANONYMOUS."""
+    der = stream.getpeercert(binary_form=True)
+    if not der:
+        return ANONYMOUS
+    return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()
+
+
+async def handshake(stream: trio.SocketStream, context: ssl.SSLContext,
+                    timeout_s: float) -> trio.SSLStream[trio.SocketStream]:
+    """The server side of a TLS handshake on an accepted connection, within `timeout_s`.
+
+    Raises TlsHandshakeFailed with the reason; the caller closes `stream` then (after saying
+    why: a peer that sees the close may look for the reason at once).
+    """
+    tls = trio.SSLStream(stream, context, server_side=True)
+    reason = "the client went quiet during the TLS handshake"
+    with trio.move_on_after(timeout_s):
+        try:
+            await tls.do_handshake()
+            return tls
+        except trio.BrokenResourceError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ssl.SSLError):
+                reason = cause.reason or cause.__class__.__name__
+                if reason == "HTTP_REQUEST" or reason == "WRONG_VERSION_NUMBER":
+                    reason += " (a plaintext client on a TLS listener?)"
+            else:
+                reason = "the client closed the connection during the TLS handshake"
+    raise TlsHandshakeFailed(reason)
