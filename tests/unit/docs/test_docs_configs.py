@@ -18,7 +18,7 @@ from deploy.cli import _COMMAND_MODULES
 from mirror.config import MirrorConfig
 from topology import schema
 
-REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
+REFERENCE = Path(__file__).resolve().parents[3] / "docs" / "reference"
 _KEY = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)*)`")
 
 
