@@ -143,7 +143,7 @@ def _host_port(key: str, value: str) -> str:
 
 
 # Kafka's older names for the same settings: a file may use either.
-_ALIASES = {
+CONFIG_ALIASES = {
     "broker.id": "node.id",
     "log.dir": "log.dirs",
     "log.roll.hours": "log.roll.ms",
@@ -160,7 +160,7 @@ _LISTENER_PREFIX = "listener.name."
 
 # Kafka keys that are valid in a server.properties but have no effect here. They are accepted
 # so existing files work, and listed at start-up so nobody believes they took effect.
-_IGNORED_KAFKA_KEYS = frozenset(
+IGNORED_KAFKA_KEYS = frozenset(
     {
         "num.network.threads",
         "num.io.threads",
@@ -538,7 +538,7 @@ class BrokerConfig(ConfigModel):
         given = {raw_key.strip(): raw_value for raw_key, raw_value in props.items()}
         ssl_props: dict[str, str] = {}
         for key, value in given.items():
-            if key in _ALIASES or key in _IGNORED_KAFKA_KEYS:
+            if key in CONFIG_ALIASES or key in IGNORED_KAFKA_KEYS:
                 continue
             if key.startswith("ssl.") or key.startswith(_LISTENER_PREFIX):
                 ssl_props[key] = value
@@ -546,9 +546,9 @@ class BrokerConfig(ConfigModel):
             if key not in _FIELD_BY_KEY:
                 raise ConfigError(_unknown_key_message(key))
             canonical[key] = value
-        # An older alias applies only where the precise key is absent; _ALIASES lists the
+        # An older alias applies only where the precise key is absent; CONFIG_ALIASES lists the
         # more precise alias first (minutes before hours), as Kafka resolves them.
-        for alias, target in _ALIASES.items():
+        for alias, target in CONFIG_ALIASES.items():
             if alias in given and target not in canonical:
                 value = given[alias]
                 scale = _ALIAS_SCALE.get(alias)
@@ -698,11 +698,11 @@ def _config_error(exc: ValidationError) -> ConfigError:
 
 def ignored_keys(props: Mapping[str, str]) -> list[str]:
     """Keys of ``props`` that Kafka knows but Causeway does not act on."""
-    return sorted(k.strip() for k in props if k.strip() in _IGNORED_KAFKA_KEYS)
+    return sorted(k.strip() for k in props if k.strip() in IGNORED_KAFKA_KEYS)
 
 
 def _unknown_key_message(key: str) -> str:
-    known = list(BROKER_KEYS) + list(_ALIASES) + sorted(_IGNORED_KAFKA_KEYS)
+    known = list(BROKER_KEYS) + list(CONFIG_ALIASES) + sorted(IGNORED_KAFKA_KEYS)
     close = difflib.get_close_matches(key, known, n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"{key}: unknown broker config{hint}"

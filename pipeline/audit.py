@@ -574,17 +574,17 @@ def write_json(report: AuditReport, path: Path, say: Callable[[str], None] | Non
     Such names beside `path` that killed runs left are removed first, saying so (stderr by default)."""
     tmp = path.with_name(f".{path.name}.{HOST}.{os.getpid()}.tmp")
     stray = re.compile(re.escape(f".{path.name}.") + _WRITER + r"\.tmp")
-    _remove_strays(path.parent, stray, f"audit JSON {path}", say or _say_on_stderr)
+    remove_strays(path.parent, stray, f"audit JSON {path}", say or _say_on_stderr)
     tmp.write_text(json.dumps(report.to_dict(), indent=2) + "\n")
     _replace_durably(tmp, path)
 
 
 # A file being written names its writer: `<name>.<host>.<pid>.tmp` (older runs: without the host).
 _WRITER = r"(?:(?P<host>[A-Za-z0-9-]+)\.)?(?P<pid>\d+)"
-_HISTORY_TMP = re.compile(r"_audit-\d+-[0-9a-f]+\.parquet\." + _WRITER + r"\.tmp")
+HISTORY_TMP = re.compile(r"_audit-\d+-[0-9a-f]+\.parquet\." + _WRITER + r"\.tmp")
 
 
-def _remove_strays(directory: Path, pattern: re.Pattern[str], what: str, say: Callable[[str], None]) -> None:
+def remove_strays(directory: Path, pattern: re.Pattern[str], what: str, say: Callable[[str], None]) -> None:
     """Remove the files matching `pattern` that runs killed while writing them left (their
     process gone: see pipeline.leftovers), saying so in one line; a running audit's are left alone."""
     if not directory.is_dir():
@@ -620,7 +620,7 @@ def write_parquet(report: AuditReport, directory: Path, say: Callable[[str], Non
     import pyarrow.parquet as pq
 
     directory.mkdir(parents=True, exist_ok=True)
-    _remove_strays(directory, _HISTORY_TMP, f"audit history {directory}", say)
+    remove_strays(directory, HISTORY_TMP, f"audit history {directory}", say)
     rows = list(_counted(report))
     schema = pa.schema([
         ("run_id", pa.string()), ("audited_at_ms", pa.int64()), ("mirror", pa.string()), ("mode", pa.string()),

@@ -87,8 +87,8 @@ class _Target:
     logs: dict[int, tuple[int, int]]  # partition -> (log start, log end) before the copy
 
 
-async def _prepare_target(source: str, target: str, topic: str, target_topic: str, partitions: int,
-                          timeout_s: float) -> _Target:
+async def prepare_target(source: str, target: str, topic: str, target_topic: str, partitions: int,
+                         timeout_s: float) -> _Target:
     created = False
     async with open_client(target, client_id="causeway-pipeline-copy", request_timeout_s=timeout_s) as client:
         with trio.fail_after(timeout_s * 4):
@@ -122,7 +122,7 @@ async def _source_configs(source: str, topic: str, timeout_s: float) -> dict[str
 
 def _target(source: str, target: str, topic: str, target_topic: str, partitions: int, timeout_s: float) -> _Target:
     try:
-        return trio.run(_prepare_target, source, target, topic, target_topic, partitions, timeout_s)
+        return trio.run(prepare_target, source, target, topic, target_topic, partitions, timeout_s)
     except BaseException as exc:
         raise job_error(target, exc) from None
 
@@ -175,8 +175,8 @@ def _overlap(spark: SparkSession, source: str, target: str, topic: str, target_t
 # -- the executor's half: one task writes one partition's range -----------------------------------
 
 
-async def _produce(batches: Iterator[pa.RecordBatch], target: str, topic: str, timeout_s: float,
-                   expected: Mapping[int, int], retry: bool) -> int:
+async def produce_rows(batches: Iterator[pa.RecordBatch], target: str, topic: str, timeout_s: float,
+                      expected: Mapping[int, int], retry: bool) -> int:
     """Produce the rows to `topic`, partition by partition in order; return how many were written.
 
     `expected` holds each partition's log end when the step began. A retried task (`retry`)
@@ -241,7 +241,7 @@ class _CopyWriter(DataSourceArrowWriter):
         context = TaskContext.get()
         retry = context is not None and context.attemptNumber() > 0
         try:
-            trio.run(_produce, iterator, self.target, self.topic, self.timeout_s, self.expected, retry)
+            trio.run(produce_rows, iterator, self.target, self.topic, self.timeout_s, self.expected, retry)
         except BaseException as exc:
             raise job_error(self.target, exc) from None
         return WriterCommitMessage()

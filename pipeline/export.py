@@ -72,7 +72,7 @@ class ExportResult:
     offsets: dict[int, int]  # the next offset per partition, as committed
 
 
-def _write_json_atomically(path: Path, data: object) -> None:
+def write_json_atomically(path: Path, data: object) -> None:
     write_atomically(path, json.dumps(data, indent=1, sort_keys=True))
 
 
@@ -197,7 +197,7 @@ def _roll_forward(out_dir: Path, topic: str, say: Callable[[str], None]) -> None
         if journal.exists():
             step = json.loads(journal.read_text())
             say(f"export {topic}: completing a step an earlier run journalled ({len(step['files'])} files)")
-            _apply(out_dir, run_dir, step, topic)
+            apply_step(out_dir, run_dir, step, topic)
         else:
             files = sum(1 for p in run_dir.rglob("*") if p.is_file())
             say(f"export {topic}: discarding an unfinished step a run that is gone left in {run_dir} "
@@ -205,7 +205,7 @@ def _roll_forward(out_dir: Path, topic: str, say: Callable[[str], None]) -> None
         _remove_dir(run_dir)
 
 
-def _seal_step(out_dir: Path, run_dir: Path, run: str, offsets: dict[str, int]) -> tuple[dict[str, object], int]:
+def seal_step(out_dir: Path, run_dir: Path, run: str, offsets: dict[str, int]) -> tuple[dict[str, object], int]:
     """Journal the step Spark wrote into `run_dir/data`, once its files are on disk.
 
     The files get run-prefixed names (so steps never overwrite each other's files); then each
@@ -222,11 +222,11 @@ def _seal_step(out_dir: Path, run_dir: Path, run: str, offsets: dict[str, int]) 
     _fsync_tree([data_dir / rel for rel in renamed] or [data_dir], out_dir)
     rows = sum(pq.read_metadata(data_dir / rel).num_rows for rel in renamed)  # the footers only
     step: dict[str, object] = {"files": [str(rel) for rel in renamed], "offsets": offsets, "records": rows}
-    _write_json_atomically(run_dir / JOURNAL, step)
+    write_json_atomically(run_dir / JOURNAL, step)
     return step, rows
 
 
-def _apply(out_dir: Path, run_dir: Path, step: dict[str, object], topic: str) -> None:
+def apply_step(out_dir: Path, run_dir: Path, step: dict[str, object], topic: str) -> None:
     files = step["files"]
     assert isinstance(files, list)
     placed = []
@@ -239,7 +239,7 @@ def _apply(out_dir: Path, run_dir: Path, step: dict[str, object], topic: str) ->
     # The moves (and directories made for them) on disk before the offsets that count them.
     _fsync_tree([p.parent for p in placed] or [out_dir], out_dir)
     crash_point("pipeline-export-files-moved")  # the step's files in place, its offsets not yet
-    _write_json_atomically(out_dir / OFFSETS_FILE, {"topic": topic, "offsets": step["offsets"]})
+    write_json_atomically(out_dir / OFFSETS_FILE, {"topic": topic, "offsets": step["offsets"]})
 
 
 def export_topic(spark: SparkSession, bootstrap: str, topic: str, out_dir: str | Path, *,
@@ -279,7 +279,7 @@ def _export(spark: SparkSession, bootstrap: str, topic: str, out: Path, step_rec
         f"(from {json.dumps(position, sort_keys=True)} to {json.dumps(ends, sort_keys=True)})")
     if planned == 0:
         offsets = {str(p): o for p, o in position.items()}
-        _write_json_atomically(out / OFFSETS_FILE, {"topic": topic, "offsets": offsets})
+        write_json_atomically(out / OFFSETS_FILE, {"topic": topic, "offsets": offsets})
         return ExportResult(0, 0, 0, dict(position))
     zone = spark.conf.get("spark.sql.session.timeZone") or "UTC"
     spark.conf.set("spark.sql.session.timeZone", "UTC")  # date and hour directories are UTC
@@ -311,8 +311,8 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
         with stage_progress(spark, say, label):
             df.write.partitionBy("date", "hour").parquet(str(run_dir / "data"))
         crash_point("pipeline-export-step-written")  # Spark's files in staging, no journal yet
-        journal, rows = _seal_step(out, run_dir, run, {str(p): r.end for p, r in step.items()})
-        _apply(out, run_dir, journal, topic)
+        journal, rows = seal_step(out, run_dir, run, {str(p): r.end for p, r in step.items()})
+        apply_step(out, run_dir, journal, topic)
         _remove_dir(run_dir)  # before the next step's offsets: a power cut never replays this one
         steps += 1
         exported += rows

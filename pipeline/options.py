@@ -84,7 +84,7 @@ def _positive_int(name: str, value: str) -> int:
     return number
 
 
-def _partition_json(name: str, text: str) -> dict[tuple[str, int], int]:
+def parse_partition_json(name: str, text: str) -> dict[tuple[str, int], int]:
     """Spark's {"topicA":{"0":23,"1":-1},"topicB":{"0":-2}} as {(topic, partition): number}."""
     try:
         data = json.loads(text)
@@ -155,8 +155,8 @@ def _offsets(opts: Mapping[str, str], which: str) -> OffsetSpec:
             raise PipelineError(f"option {which}Timestamp must be milliseconds since the epoch, "
                                 f"got {opts[f'{which}timestamp']!r}") from None
     if f"{which}offsetsbytimestamp" in opts:
-        return OffsetSpec("timestamps", _partition_json(f"{which}OffsetsByTimestamp",
-                                                        opts[f"{which}offsetsbytimestamp"]))
+        return OffsetSpec("timestamps", parse_partition_json(f"{which}OffsetsByTimestamp",
+                                                             opts[f"{which}offsetsbytimestamp"]))
     raw = opts.get(name.lower())
     default = "earliest" if which == "starting" else "latest"
     text = (raw if raw is not None else default).strip()
@@ -168,7 +168,7 @@ def _offsets(opts: Mapping[str, str], which: str) -> OffsetSpec:
         if which == "ending" and kind == "earliest":
             raise PipelineError("option endingOffsets: ending offset can't be earliest for batch queries")
         return OffsetSpec(kind)
-    offsets = _partition_json(name, text)
+    offsets = parse_partition_json(name, text)
     for (topic, partition), offset in offsets.items():
         if which == "starting" and offset == LATEST:
             raise PipelineError(f"option startingOffsets: {topic}-{partition}: starting offset can't be latest (-1) "

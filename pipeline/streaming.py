@@ -45,7 +45,7 @@ from pipeline.options import (
     PipelineError,
     ReadOptions,
     WriteOptions,
-    _partition_json,
+    parse_partition_json,
     parse_read_options,
 )
 
@@ -89,7 +89,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     elif text.lower() in ("earliest", "latest"):
         starting = OffsetSpec(text.lower())
     else:
-        offsets = _partition_json("startingOffsets", text)
+        offsets = parse_partition_json("startingOffsets", text)
         for (topic, partition), offset in offsets.items():
             if offset < EARLIEST:
                 raise PipelineError(f"option startingOffsets: {topic}-{partition}: offset {offset} is neither an "

@@ -108,8 +108,8 @@ class ListedOffset:
     leader_epoch: int = -1
 
 
-async def _retrying(client: Client, what: str, attempt: Callable[[], Awaitable[T]], *,
-                    unreachable_leader: bool = False) -> T:
+async def retrying(client: Client, what: str, attempt: Callable[[], Awaitable[T]], *,
+                   unreachable_leader: bool = False) -> T:
     """Run `attempt()` again after a retriable KafkaError (and, with `unreachable_leader`, after
     a ConnectionFailed from a leader-routed request: the leader is moving), with fresh metadata
     and backoff, until the call's deadline; then (or for any other error) raise."""
@@ -206,7 +206,7 @@ async def describe_topics(client: Client, names: Iterable[str] | None = None) ->
             out[name] = topic
         return out
 
-    return await _retrying(client, "describe topics", attempt)
+    return await retrying(client, "describe topics", attempt)
 
 
 async def list_topics(client: Client, *, include_internal: bool = False) -> dict[str, int]:
@@ -245,7 +245,7 @@ async def _change_topics(
     tolerated: ErrorCode | None = None,
 ) -> None:
     """Send a topic change (`request()`, built for each attempt so that its timeout_ms is what
-    is left of the deadline) to the controller, retried as `_retrying` does; raise KafkaError
+    is left of the deadline) to the controller, retried as `retrying` does; raise KafkaError
     for the first of `results_of(response)` (each with name, error code and message) that
     failed other than with `tolerated`. The topics' metadata is fetched again afterwards."""
 
@@ -256,7 +256,7 @@ async def _change_topics(
                 check_error(result.error_code, f"{what} {result.name!r}", result.error_message)
 
     names = list(names)
-    await _retrying(client, f"{what} {', '.join(map(repr, names))}", attempt)
+    await retrying(client, f"{what} {', '.join(map(repr, names))}", attempt)
     client.invalidate_metadata(names)
 
 
@@ -293,7 +293,7 @@ async def describe_configs(
                 out[c.name] = ConfigEntry(c.name, c.value, source, c.read_only, c.is_sensitive)
         return out
 
-    return await _retrying(client, f"describe configs of {resource.name.lower()} {name!r}", attempt)
+    return await retrying(client, f"describe configs of {resource.name.lower()} {name!r}", attempt)
 
 
 async def alter_configs(
@@ -330,7 +330,7 @@ async def alter_configs(
         for result in response.responses:
             check_error(result.error_code, f"alter configs of {resource.name.lower()} {name!r}", result.error_message)
 
-    await _retrying(client, f"alter configs of {resource.name.lower()} {name!r}", attempt)
+    await retrying(client, f"alter configs of {resource.name.lower()} {name!r}", attempt)
 
 
 async def _config_request(
@@ -356,7 +356,7 @@ async def _per_leader(
     value_of: Callable[[Any], T],
 ) -> dict[TopicPartition, T]:
     """Send `request_for(its partitions, timeout_ms left)` to each leader of `partitions`, the
-    leaders concurrently, retried as `_retrying` does (an unreachable leader too), and map each
+    leaders concurrently, retried as `retrying` does (an unreachable leader too), and map each
     partition to `value_of` its part of the answer (a response with `topics[].name` and
     `topics[].partitions[]` carrying `partition_index` and `error_code`, as ListOffsets and
     DeleteRecords have). Raises KafkaError (naming `what` and the partition) for the first
@@ -383,7 +383,7 @@ async def _per_leader(
                                collect=(KafkaError, ConnectionFailed))
         return _all_answered(wanted, {tp: value for answer in answers for tp, value in answer.items()})
 
-    return await _retrying(client, what, attempt, unreachable_leader=True)
+    return await retrying(client, what, attempt, unreachable_leader=True)
 
 
 def _by_topic(tps: Iterable[TopicPartition], topic: Callable[..., T], partition: Callable[[TopicPartition], Any]

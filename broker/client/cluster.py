@@ -236,7 +236,7 @@ class Client:
         )
         self._metadata_requests += 1
         response: MetadataResponse = await self.request_any(request)
-        fresh = _metadata_from_response(response)
+        fresh = metadata_from_response(response)
         if names is not None:
             merged = dict(self._metadata.topics)
             merged.update(fresh.topics)
@@ -573,7 +573,7 @@ class Client:
             await conn.wait_closed()
 
 
-def _metadata_from_response(response: MetadataResponse) -> ClusterMetadata:
+def metadata_from_response(response: MetadataResponse) -> ClusterMetadata:
     brokers = {b.node_id: BrokerInfo(b.node_id, b.host, b.port, b.rack) for b in response.brokers}
     topics: dict[str, TopicMetadata] = {}
     for t in response.topics:

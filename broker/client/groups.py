@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TypeAlias, TypeVar
 
-from broker.client.admin import _retrying
+from broker.client.admin import retrying
 from broker.client.cluster import BrokerInfo, Client, TopicPartition
 from broker.client.connection import ConnectionFailed, check_error
 from broker.protocol.constants import CoordinatorType
@@ -195,7 +195,7 @@ async def find_coordinator(client: Client, group_id: str) -> BrokerInfo:
         check_error(code, f"find coordinator of group {group_id!r}", message)
         return broker
 
-    broker = await _retrying(client, f"find coordinator of group {group_id!r}", attempt)
+    broker = await retrying(client, f"find coordinator of group {group_id!r}", attempt)
     cache[group_id] = broker
     return broker
 
@@ -221,7 +221,7 @@ async def _ask_coordinator(
             forget_coordinator(client, group_id)
             raise
 
-    return await _retrying(client, f"{what} of group {group_id!r}", attempt)
+    return await retrying(client, f"{what} of group {group_id!r}", attempt)
 
 
 # -- groups -----------------------------------------------------------------------------------
@@ -249,7 +249,7 @@ async def list_groups(client: Client) -> list[GroupListing]:
         found = {g.group_id: g for listing in listings for g in listing}
         return [found[g] for g in sorted(found)]
 
-    return await _retrying(client, "list groups", attempt)
+    return await retrying(client, "list groups", attempt)
 
 
 async def describe_groups(client: Client, group_ids: Iterable[str]) -> dict[str, GroupDescription]:
@@ -371,10 +371,10 @@ async def _per_coordinator(
 
         await gather([partial(ask_node, node) for node in by_node], collect=(KafkaError, ConnectionFailed))
         if retry:
-            raise retry[0]  # _retrying asks again for the groups still without an answer
+            raise retry[0]  # retrying asks again for the groups still without an answer
 
     if wanted:
-        await _retrying(client, what, attempt)
+        await retrying(client, what, attempt)
     return {g: results[g] for g in wanted}
 
 

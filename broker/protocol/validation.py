@@ -246,7 +246,7 @@ def _check_untrusted(buf: Buffer, pos: int, header: BatchHeader, low: int | None
     data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
     found = _fast_walk(data, start, stop, header.records_count, True)
     if found is None:
-        _walk_precisely(data, start, stop, header.records_count)  # raises, naming the first bad record
+        walk_precisely(data, start, stop, header.records_count)  # raises, naming the first bad record
     if found is not None and found[0] == found[1]:
         # Equal bounds come only from runs, which the fast walk reads exactly: one timestamp.
         lowest = highest = (header.base_timestamp + found[0], 0)
@@ -273,7 +273,7 @@ def _check_records(buf: Buffer, pos: int, header: BatchHeader, *, deltas: bool) 
     data, start, stop = _records(buf, pos, header, header.attributes & 0x07)
     found = _fast_walk(data, start, stop, header.records_count, deltas)
     if found is None:
-        _walk_precisely(data, start, stop, header.records_count)  # raises, naming the first bad record
+        walk_precisely(data, start, stop, header.records_count)  # raises, naming the first bad record
     return found
 
 
@@ -409,7 +409,7 @@ def _period_repeats(data: Records, start: int, period: int, most: int) -> int:
     return done
 
 
-def _framing_ok(data: Records, start: int, end: int, count: int) -> bool:
+def framing_ok(data: Records, start: int, end: int, count: int) -> bool:
     """Whether data[start:end] is exactly `count` records with one- or two-byte lengths of at
     least the smallest record body. False means "not proven", not "invalid"."""
     return _fast_walk(data, start, end, count, False) is not None
@@ -538,7 +538,7 @@ def _run_deltas(data: Records, first_delta: int, size: int, run: int) -> tuple[i
     return lowest, highest
 
 
-def _walk_precisely(data: Records, start: int, end: int, count: int) -> None:
+def walk_precisely(data: Records, start: int, end: int, count: int) -> None:
     """Walk every record length, any varint width; raise INVALID_RECORD naming the first
     problem. Each step advances at least a smallest record, so the walk is bounded."""
     if count * _MIN_RECORD > end - start:

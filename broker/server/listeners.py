@@ -51,7 +51,7 @@ async def _open(spec: ListenerSpec) -> list[trio.SocketListener]:
         raise OSError(exc.errno, f"cannot listen on {spec}: {exc.strerror}") from exc
 
 
-async def _accept_loop(
+async def accept_loop(
     listener: trio.SocketListener,
     spec: ListenerSpec,
     handler: ConnectionHandler,
@@ -113,5 +113,5 @@ async def serve_listeners(
         async with trio.open_nursery() as accepters:
             for spec, listeners in opened:
                 for lst in listeners:
-                    accepters.start_soon(_accept_loop, lst, spec, handler, connections)
+                    accepters.start_soon(accept_loop, lst, spec, handler, connections)
             task_status.started(bound)

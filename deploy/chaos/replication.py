@@ -666,7 +666,7 @@ async def _exercise(cluster: Cluster, result: ReplicationResult) -> None:
     live = ",".join(f"127.0.0.1:{cluster.ports[b]}" for b in cluster.live)
     consumed, ends = await trio.to_thread.run_sync(consume_all, live)
     result.consumed = sum(len(c) for c in consumed.values())
-    _check(result, consumed, ends)
+    check_result(result, consumed, ends)
     if not result.passed:
         result.evidence = cluster.log_evidence()
 
@@ -723,7 +723,7 @@ async def _fault(cluster: Cluster, scenario: ReplicationScenario, rng: random.Ra
     return applied
 
 
-def _check(result: ReplicationResult, consumed: dict[int, list[Seen]], ends: dict[int, int]) -> None:
+def check_result(result: ReplicationResult, consumed: dict[int, list[Seen]], ends: dict[int, int]) -> None:
     """The checker, with the producer's acknowledged records (in producer order) as the reference."""
     run = f"{result.scenario.name}-{result.seed}"
     result.report, result.moved, problems = check_acknowledged(result.plog, run, consumed)

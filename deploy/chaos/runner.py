@@ -233,7 +233,7 @@ class Rig:
                         records += await read_partition(client, POSITIONS_TOPIC, p)
         stored: dict[int, int] = {}
         for r in records:
-            position = _decode_position(r.key, r.value)
+            position = decode_position(r.key, r.value)
             if position is not None:
                 stored[position[0]] = position[1]
         return {p: stored[p] + 1 if p in stored else 0 for p in range(self.scenario.partitions)}
@@ -244,7 +244,7 @@ class Rig:
         return {name: p.restarts for name, p in self.processes().items() if p.restarts}
 
 
-def _decode_position(key: bytes | None, value: bytes | None) -> tuple[int, int] | None:
+def decode_position(key: bytes | None, value: bytes | None) -> tuple[int, int] | None:
     """(partition, last mirrored offset) of one of our topic's position records, else None."""
     try:
         connector, where = json.loads(key or b"")

@@ -180,13 +180,13 @@ async def last_records(client: Client, topic: str, ends: dict[int, int]) -> dict
     for tp, part in fetched.items():
         if part.error != ErrorCode.NONE:
             continue
-        for record in _decode(part.records, positions[tp]):
+        for record in decode_records(part.records, positions[tp]):
             if record.offset == positions[tp]:
                 out[tp.partition] = record
     return out
 
 
-def _decode(data: bytes | bytearray | memoryview, from_offset: int) -> list[DecodedRecord]:
+def decode_records(data: bytes | bytearray | memoryview, from_offset: int) -> list[DecodedRecord]:
     """The records of the whole batches in `data` at or after `from_offset`. A batch that fails
     its CRC or does not parse becomes one placeholder per record slot (value None, which the
     checker calls corrupted), so damage is counted rather than stopping the read."""
@@ -231,7 +231,7 @@ async def read_partition(client: Client, topic: str, partition: int, *,
         following = part.next_offset
         if following is None:  # nothing whole came back: a batch larger than the fetch size
             raise KafkaError(ErrorCode.RECORD_LIST_TOO_LARGE, f"{topic}-{partition} at {position}")
-        out.extend(r for r in _decode(part.records, position) if r.offset < end)
+        out.extend(r for r in decode_records(part.records, position) if r.offset < end)
         position = following
     raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic}-{partition} did not end after {max_rounds} fetches")
 

@@ -34,7 +34,7 @@ __all__ = ["main"]
 # and the protocol among them, cost most of a second); the others appear as placeholders with
 # the same help line, so `causeway --help` reads as before.
 # tests/unit/deploy/test_cli_lazy.py checks these lines against the modules.
-_COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
+COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.broker", (
         ("broker", "run a broker: standalone, or one of a ZooKeeper-mode cluster with --zookeeper"),
         ("demo", "a standalone broker with a 'demo' topic on 127.0.0.1:9092"),
@@ -74,7 +74,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     the module of `command` does and the rest are placeholders with their help lines."""
     parser = argparse.ArgumentParser(prog="causeway", description="Causeway: Kafka-compatible brokers and mirrors")
     commands = parser.add_subparsers(dest="command", required=True)
-    for module, entries in _COMMAND_MODULES:
+    for module, entries in COMMAND_MODULES:
         if command is None or any(name == command for name, _ in entries):
             importlib.import_module(module).register(commands)
         else:

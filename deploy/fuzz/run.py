@@ -39,7 +39,7 @@ MiB = 1024 * 1024
 FILES_PER_PARTITION = 4
 # A log record at ERROR or CRITICAL ("2026-01-01 12:00:00,000 ERROR name: message"), and the
 # broker's summary of repeated records ("... and 1,234 more like this (kind) in the last 60 s").
-_ERROR_RECORD = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+ (ERROR|CRITICAL) ")
+ERROR_RECORD = re.compile(r"^\d{4}-\d\d-\d\d[ T][\d:,.]+ (ERROR|CRITICAL) ")
 _REPEATS = re.compile(r"\.\.\. and ([\d,]+) more like this")
 
 
@@ -161,7 +161,7 @@ def _scan_log(path: Path, start: int, counters: Counters) -> tuple[int, int]:
             f.seek(start)
             for raw in f:
                 line = raw.decode("utf-8", "replace").rstrip()
-                match = _ERROR_RECORD.match(line)
+                match = ERROR_RECORD.match(line)
                 if not match:
                     continue
                 repeats = _REPEATS.search(line)

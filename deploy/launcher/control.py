@@ -240,12 +240,12 @@ def status(state_dir: Path) -> dict[str, Any]:
             report.update(name=state.name, pid=state.pid, stale=True)
         return report
     ours = {identity.pid for _, identity in found.children}
-    answers = trio.run(_ask_all, state)
-    clusters = {name: _cluster_status(cluster, ours, answers.views[name], answers.zookeeper.get(name))
+    answers = trio.run(ask_all, state)
+    clusters = {name: cluster_status(cluster, ours, answers.views[name], answers.zookeeper.get(name))
                 for name, cluster in state.clusters.items()}
     wan = _wan_status(state.wan, ours, answers.wan)
     processes = {identity.pid: identity for _, identity in found.children}
-    mirrors = {name: _mirror_status(m, processes.get(m.pid or 0), state_dir) for name, m in state.mirrors.items()}
+    mirrors = {name: mirror_status(m, processes.get(m.pid or 0), state_dir) for name, m in state.mirrors.items()}
     return {
         "name": state.name,
         "running": True,
@@ -268,7 +268,7 @@ PROBE_TIMEOUT_S = 1.5
 
 
 @dataclass
-class _Answers:
+class ProbeAnswers:
     """What every process asked by `status` answered (or why not)."""
 
     views: dict[str, list[ClusterView | str]] = field(default_factory=dict)  # cluster -> per broker
@@ -276,7 +276,7 @@ class _Answers:
     wan: object = None  # the WAN API's proxies, None when it did not answer
 
 
-def _broker_addresses(cluster: ClusterRecord) -> list[str]:
+def broker_addresses(cluster: ClusterRecord) -> list[str]:
     listed = cluster.bootstrap.split(",")
     return [b.address or (listed[i] if i < len(listed) else listed[0]) for i, b in enumerate(cluster.brokers)]
 
@@ -289,12 +289,12 @@ async def _in_thread(call: Callable[[], T]) -> T | None:
     return None
 
 
-async def _ask_all(state: LaunchStateFile) -> _Answers:
+async def ask_all(state: LaunchStateFile) -> ProbeAnswers:
     """Ask every broker, ZooKeeper node and the WAN API at once, each bounded."""
-    answers = _Answers()
+    answers = ProbeAnswers()
 
     async def views(name: str, cluster: ClusterRecord) -> None:
-        answers.views[name] = await read_views(_broker_addresses(cluster), timeout_s=PROBE_TIMEOUT_S)
+        answers.views[name] = await read_views(broker_addresses(cluster), timeout_s=PROBE_TIMEOUT_S)
 
     async def mode(name: str, address: str) -> None:
         try:
@@ -319,8 +319,8 @@ async def _ask_all(state: LaunchStateFile) -> _Answers:
     return answers
 
 
-def _cluster_status(cluster: ClusterRecord, ours: set[int], answers: list[ClusterView | str],
-                    zookeeper_nodes: dict[str, str | None] | None) -> dict[str, Any]:
+def cluster_status(cluster: ClusterRecord, ours: set[int], answers: list[ClusterView | str],
+                   zookeeper_nodes: dict[str, str | None] | None) -> dict[str, Any]:
     """A cluster as its processes and its brokers' own Metadata show it.
 
     Each broker is asked separately. Its state: `down` (its process is not running), `not
@@ -407,7 +407,7 @@ def _wan_proxies(api: str) -> object:
         return None
 
 
-def _mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Path) -> dict[str, Any]:
+def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Path) -> dict[str, Any]:
     """What the launcher knows of a mirror, with what the daemon last reported of itself.
 
     Healthy means: running, reporting (its status file is fresh), and no problem reported, in

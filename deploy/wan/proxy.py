@@ -114,7 +114,7 @@ def _host(text: str) -> str:
 _EVERY_ADDRESS = ("0.0.0.0", "::")
 
 
-def _reaches(upstream: str, listen: str) -> bool:
+def upstream_reaches(upstream: str, listen: str) -> bool:
     """Whether connecting to `upstream` reaches a listener bound to `listen`: the same port on
     the same host, or a loopback or unspecified address and a listener on all addresses (or on
     loopback: connecting to 0.0.0.0 reaches this host). A name other than localhost cannot be
@@ -528,11 +528,11 @@ class ProxyRegistry:
         for other, (other_listen, other_upstream) in (self._addresses() if proxies is None else proxies).items():
             if other == name:
                 continue
-            if _reaches(upstream, other_listen):
+            if upstream_reaches(upstream, other_listen):
                 raise bad_request(f"upstream {upstream} is the listen address of proxy {other!r}: a proxy loop")
-            if _reaches(other_upstream, listen):
+            if upstream_reaches(other_upstream, listen):
                 raise bad_request(f"listen {listen} is the upstream of proxy {other!r}: a proxy loop")
-        if _reaches(upstream, listen):
+        if upstream_reaches(upstream, listen):
             raise bad_request(f"upstream {upstream} is the proxy's own listen address: a proxy loop")
 
     async def _check_bound(self, proxy: Proxy) -> None:

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 
 from deploy.chaos.payload import make_record
-from deploy.chaos.replication import PARTITIONS, PROFILE, ProduceLog, ReplicationResult, Seen, _check, run_scenario
+from deploy.chaos.replication import (
+    PARTITIONS,
+    PROFILE,
+    ProduceLog,
+    ReplicationResult,
+    Seen,
+    check_result,
+    run_scenario,
+)
 
 SEED = 1
 
@@ -55,7 +63,7 @@ def _made_up(logs: dict[int, list[int]], acked: int = 6) -> ReplicationResult:
         consumed[p] = [Seen(offset, records[seq].timestamp or 0, records[seq].key, records[seq].value,
                             tuple(records[seq].headers))
                        for offset, seq in enumerate(logs.get(p, range(acked)))]
-    _check(result, consumed, {p: len(c) for p, c in consumed.items()})
+    check_result(result, consumed, {p: len(c) for p, c in consumed.items()})
     return result
 
 
@@ -83,6 +91,6 @@ def test_a_record_read_at_another_offset_than_acknowledged_fails() -> None:
     result.plog.acked_at[2][3] = (1.0, 3, 7)  # the broker said offset 7; the log holds it at 3
     consumed = {p: [Seen(seq, r.timestamp or 0, r.key, r.value, tuple(r.headers))
                     for seq, (r, _) in sorted(result.plog.sent[p].items())] for p in range(PARTITIONS)}
-    _check(result, consumed, {p: len(c) for p, c in consumed.items()})
+    check_result(result, consumed, {p: len(c) for p, c in consumed.items()})
     assert result.moved == ["p2 seq 3: acknowledged at 7, read at 3"]
     assert not result.passed

@@ -15,7 +15,7 @@ import uuid
 from typing import Any
 
 from broker.protocol.messages import ApiVersionsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest
-from deploy.fuzz.run import _ERROR_RECORD
+from deploy.fuzz.run import ERROR_RECORD
 from tests.support.broker import BrokerProcess
 from tests.support.wire import ask, connect, exchange
 
@@ -49,7 +49,7 @@ def test_a_retention_time_near_the_int64_limit_is_committed_not_an_internal_erro
         assert fetched_offset(broker) == 102
         broker.restart()  # the commit records, with their far expiry, load again
         assert fetched_offset(broker) == 102
-        errors = [line for line in broker.log_path.read_text().splitlines() if _ERROR_RECORD.match(line)]
+        errors = [line for line in broker.log_path.read_text().splitlines() if ERROR_RECORD.match(line)]
         assert not errors, errors
     finally:
         assert broker.stop() == 0, broker.log_tail()
@@ -64,5 +64,5 @@ def test_metadata_by_topic_id_before_v12_is_refused_without_an_internal_error(br
     with connect(broker.bootstrap, timeout_s=30) as sock:
         reply = exchange(sock, by_id, 12, 2)  # v12 answers by id: unknown here
     assert reply is not None and reply.topics[0].error_code == 100  # UNKNOWN_TOPIC_ID
-    errors = [line for line in broker.log_path.read_text().splitlines() if _ERROR_RECORD.match(line)]
+    errors = [line for line in broker.log_path.read_text().splitlines() if ERROR_RECORD.match(line)]
     assert not errors, errors

@@ -143,7 +143,7 @@ def _batches(data: bytes) -> list[tuple[int, int, int, int]]:
     return [(pos, h.size, h.base_offset, h.records_count) for pos, h in split_batches(data)]
 
 
-def _scrape(url: str) -> dict[str, float]:
+def scrape_metrics(url: str) -> dict[str, float]:
     with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - a loopback test server
         text = response.read().decode()
     out: dict[str, float] = {}
@@ -213,7 +213,7 @@ def test_mid_log_corruption_is_quarantined_logged_and_counted_never_deleted(tmp_
         # ... and the metrics count it.
         urls = re.findall(r"metrics served on (http://\S+)", log)
         assert len(urls) == 2, log
-        metrics = _scrape(urls[-1])  # this start's endpoint
+        metrics = scrape_metrics(urls[-1])  # this start's endpoint
         labels = '{partition="0",topic="events"}'
         assert metrics[f"causeway_log_recovery_quarantined_records_total{labels}"] == expected_records
         assert metrics[f"causeway_log_recovery_quarantined_bytes_total{labels}"] == expected_bytes

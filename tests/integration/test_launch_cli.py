@@ -45,8 +45,8 @@ def test_up_detached_status_and_down(tmp_path: Path) -> None:
             c["brokers"][0]["pid"] for c in doc["clusters"].values()]
 
         # Records produced in east arrive in west as east.orders, across the emulated link.
-        sent = _produce(doc["clusters"]["east"]["bootstrap"], "orders", 60)
-        assert _read(doc["clusters"]["west"]["bootstrap"], "east.orders", 60) == sent
+        sent = produce_records(doc["clusters"]["east"]["bootstrap"], "orders", 60)
+        assert read_records(doc["clusters"]["west"]["bootstrap"], "east.orders", 60) == sent
         table = causeway("status", "--state-dir", str(state))
         assert "east" in table.stdout and "yes" in table.stdout and "east-to-west" in table.stdout
     finally:
@@ -57,7 +57,7 @@ def test_up_detached_status_and_down(tmp_path: Path) -> None:
     assert causeway("status", "--state-dir", str(state)).returncode == 1  # nothing running
 
 
-def _produce(bootstrap: str, topic: str, count: int) -> dict[int, list[bytes]]:
+def produce_records(bootstrap: str, topic: str, count: int) -> dict[int, list[bytes]]:
     producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
     sent: dict[int, list[bytes]] = {}
     for i in range(count):
@@ -67,7 +67,7 @@ def _produce(bootstrap: str, topic: str, count: int) -> dict[int, list[bytes]]:
     return sent
 
 
-def _read(bootstrap: str, topic: str, count: int, deadline_s: float = 90) -> dict[int, list[bytes]]:
+def read_records(bootstrap: str, topic: str, count: int, deadline_s: float = 90) -> dict[int, list[bytes]]:
     """Every partition of `topic` from the beginning, until `count` records (or the deadline)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "west-check", "enable.auto.commit": False})
     got: dict[int, list[bytes]] = {}

@@ -24,7 +24,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.records import split_batches
 from broker.storage.checkpoints import read_offsets
-from tests.integration.test_hardening_storage import _scrape, end_offset, log_text, produce
+from tests.integration.test_hardening_storage import end_offset, log_text, produce, scrape_metrics
 from tests.support.broker import BrokerProcess
 from tests.support.consume import read_partition
 from tests.support.polling import wait_until
@@ -72,7 +72,7 @@ def _set_base_offset(segments: list[Path], damaged: Path, index: int, shift: int
 
 def _metrics(broker: BrokerProcess) -> dict[str, float]:
     urls = re.findall(r"metrics served on (http://\S+)", log_text(broker))
-    return _scrape(urls[-1])  # this start's endpoint
+    return scrape_metrics(urls[-1])  # this start's endpoint
 
 
 def _assert_served_as_acknowledged(broker: BrokerProcess, acked: dict[int, bytes], *,

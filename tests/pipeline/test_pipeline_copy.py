@@ -132,7 +132,7 @@ def test_copy_errors_are_one_line(bootstrap: str, target_broker: BrokerProcess,
 def test_a_retried_task_skips_what_its_failed_attempt_wrote(target_broker: BrokerProcess) -> None:
     """The executor's writer as Spark runs it: a first attempt that wrote 10 of 30 rows and died,
     then the retried attempt of the same rows: the partition holds each row once, in order."""
-    from pipeline.copy import _produce
+    from pipeline.copy import produce_rows
 
     target, topic = target_broker.bootstrap, "copy-retried"
     create_topic(target, topic, 1)
@@ -146,26 +146,26 @@ def test_a_retried_task_skips_what_its_failed_attempt_wrote(target_broker: Broke
         for i in range(0, len(part), 7):  # several Arrow batches, as Spark hands them over
             yield pa.RecordBatch.from_pylist(part[i:i + 7], schema=schema)
 
-    assert trio.run(_produce, batches(rows[:10]), target, topic, 10.0, {0: 0}, False) == 10
-    assert trio.run(_produce, batches(rows), target, topic, 10.0, {0: 0}, True) == 20
+    assert trio.run(produce_rows, batches(rows[:10]), target, topic, 10.0, {0: 0}, False) == 10
+    assert trio.run(produce_rows, batches(rows), target, topic, 10.0, {0: 0}, True) == 20
     got = consume_all(target, topic, [0])
     assert [(r.key, r.value, r.timestamp_ms, r.headers) for r in got] == [
         (r["key"], r["value"], r["ts"], (("i", r["key"][1:]),)) for r in rows]  # type: ignore[index]
     # A first attempt writes everything it is given, whatever the log end: it has no earlier try.
-    assert trio.run(_produce, batches(rows[:3]), target, topic, 10.0, {0: 0}, False) == 3
+    assert trio.run(produce_rows, batches(rows[:3]), target, topic, 10.0, {0: 0}, False) == 3
 
 
 def test_the_target_is_created_with_the_data_configs_not_the_clock_ones(bootstrap: str,
                                                                         target_broker: BrokerProcess) -> None:
     """A LogAppendTime source: its records' timestamps are kept at the target only if the target
     does not stamp them again, so message.timestamp.type stays behind (as MirrorMaker 2 leaves it)."""
-    from pipeline.copy import _prepare_target
+    from pipeline.copy import prepare_target
 
     topic = "copy-configs"
     create_topic(bootstrap, topic, 4, {"message.timestamp.type": "LogAppendTime", "retention.bytes": "12345678",
                                       "message.timestamp.before.max.ms": "60000"})
     target = target_broker.bootstrap
-    prepared = trio.run(_prepare_target, bootstrap, target, topic, topic, 4, 10.0)
+    prepared = trio.run(prepare_target, bootstrap, target, topic, topic, 4, 10.0)
     assert prepared.created and prepared.logs == {p: (0, 0) for p in range(4)}
     configs = topic_configs(target, topic)
     assert configs.get("retention.bytes") == "12345678"

@@ -32,7 +32,7 @@ from pyspark.sql import SparkSession
 
 import pipeline.export as export
 from broker import atomic_file
-from pipeline.audit import _HISTORY_TMP, AuditReport, _remove_strays, write_json
+from pipeline.audit import HISTORY_TMP, AuditReport, remove_strays, write_json
 from pipeline.leftovers import HOST
 from pipeline.options import PipelineError
 from tests.pipeline.clients import consume_all, create_topic, produce
@@ -75,8 +75,8 @@ def test_a_steps_journal_comes_after_its_files_are_on_disk_and_its_offsets_after
     monkeypatch.setattr(os, "fsync", fsync)
     monkeypatch.setattr("pipeline.export.write_atomically", write_atomically)
 
-    journal, rows = export._seal_step(out, run_dir, run, {"0": 4, "1": 2})
-    export._apply(out, run_dir, journal, "t")
+    journal, rows = export.seal_step(out, run_dir, run, {"0": 4, "1": 2})
+    export.apply_step(out, run_dir, journal, "t")
 
     def at(kind: str, path: Path) -> int:
         return events.index((kind, str(path.resolve())))
@@ -181,7 +181,7 @@ def test_an_audit_history_loses_only_the_files_of_runs_that_are_gone(tmp_path: P
         stale = os.stat(history / names["live"]).st_mtime - 3600
         os.utime(history / names["a pid the live process reuses"], (stale, stale))
         said: list[str] = []
-        _remove_strays(history, _HISTORY_TMP, f"audit history {history}", said.append)
+        remove_strays(history, HISTORY_TMP, f"audit history {history}", said.append)
         gone = ["dead", "dead, named before hosts were", "a pid the live process reuses"]
         assert sorted(p.name for p in history.iterdir()) == sorted(n for k, n in names.items() if k not in gone)
         assert said == [f"audit history {history}: removed 3 unfinished file(s) that killed runs left: "

@@ -66,7 +66,7 @@ def test_a_run_killed_midway_is_finished_or_discarded_by_the_next(spark: SparkSe
     create_topic(bootstrap, topic, 2)
     produce(bootstrap, topic, records(0, 100))
     out = tmp_path / "out"
-    write_json = export._write_json_atomically
+    write_json = export.write_json_atomically
 
     class Killed(Exception):
         pass
@@ -76,10 +76,10 @@ def test_a_run_killed_midway_is_finished_or_discarded_by_the_next(spark: SparkSe
             raise Killed
         write_json(path, data)
 
-    monkeypatch.setattr(export, "_write_json_atomically", killed_before_the_offsets)
+    monkeypatch.setattr(export, "write_json_atomically", killed_before_the_offsets)
     with pytest.raises(Killed):
         export_topic(spark, bootstrap, topic, out, step_records=1000, say=lambda _: None)
-    monkeypatch.setattr(export, "_write_json_atomically", write_json)
+    monkeypatch.setattr(export, "write_json_atomically", write_json)
     assert not (out / OFFSETS_FILE).exists()
     # A second killed run, this time before its journal: its staging is all it left.
     stale = out / "_staging" / "20260101T000000-deadbeef" / "data" / "date=2026-01-01" / "hour=23"

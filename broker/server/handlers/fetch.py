@@ -95,7 +95,7 @@ _VANISHED = frozenset({errno.ENOENT, errno.EBADF})
 _OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 
-class _Wanted:
+class Wanted:
     """One requested partition, resolved once, read on every pass."""
 
     __slots__ = ("topic_name", "topic_id", "request", "partition", "error", "read_error", "read_max_bytes",
@@ -148,7 +148,7 @@ def _topic_name(ctx: RequestContext, replica_id: int, fetch_topic: FetchRequest.
 
 
 def _resolve_one(ctx: RequestContext, replica_id: int, name: str | None, topic_id: uuid.UUID,
-                 fp: FetchRequest.FetchPartition, *, timestamp: int | None, requested: str = "") -> _Wanted:
+                 fp: FetchRequest.FetchPartition, *, timestamp: int | None, requested: str = "") -> Wanted:
     """One partition of a fetch, resolved against what this broker hosts now (``requested``: the
     name to answer an unknown topic under, before v13). A follower's fetch offset is recorded
     when ``timestamp`` is given (the request named the partition: that is the follower's log end
@@ -170,15 +170,15 @@ def _resolve_one(ctx: RequestContext, replica_id: int, name: str | None, topic_i
             partition = None
         if partition is not None:
             topic_id = partition.topic_id
-    w = _Wanted(name if name is not None else requested, topic_id, fp, partition, error)
+    w = Wanted(name if name is not None else requested, topic_id, fp, partition, error)
     w.follower = replica_id >= 0
     return w
 
 
-def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[_Wanted]:
+def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[Wanted]:
     """Every partition the request names, in its order."""
     timestamp = monotonic_ms()
-    wanted: list[_Wanted] = []
+    wanted: list[Wanted] = []
     for fetch_topic in request.topics:
         name, topic_id = _topic_name(ctx, replica_id, fetch_topic)
         requested = fetch_topic.topic if ctx.version < 13 else ""
@@ -187,7 +187,7 @@ def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> lis
     return wanted
 
 
-def _read_all(wanted: list[_Wanted], max_bytes: int, lookup: Lookup) -> tuple[list[ReadResult | None], int, bool]:
+def read_all(wanted: list[Wanted], max_bytes: int, lookup: Lookup) -> tuple[list[ReadResult | None], int, bool]:
     """Find every partition's batches once (nothing is read into memory); returns where they
     lie (None for a partition in error), the bytes found and whether any partition has an
     error (which ends the long poll, as in Kafka)."""
@@ -217,14 +217,14 @@ def _read_all(wanted: list[_Wanted], max_bytes: int, lookup: Lookup) -> tuple[li
     return out, total, any_error
 
 
-def _answers(wanted: list[_Wanted], reads: list[ReadResult | None], lookup: Lookup) -> list[PartitionData]:
+def answers(wanted: list[Wanted], reads: list[ReadResult | None], lookup: Lookup) -> list[PartitionData]:
     """The partition answers, each record set a FileSlice of its segment file (the server
     sends it from the file and closes it; see :func:`close_slices`). No await may come between
     the read and this call: the log could change in between."""
     slices: list[FileSlice | None] = [None] * len(wanted)
     try:
         _cut_slices(wanted, reads, slices, lookup)
-        return [_answer(w, piece) for w, piece in zip(wanted, slices, strict=True)]
+        return [answer(w, piece) for w, piece in zip(wanted, slices, strict=True)]
     except BaseException:
         for piece in slices:
             if piece is not None:
@@ -232,7 +232,7 @@ def _answers(wanted: list[_Wanted], reads: list[ReadResult | None], lookup: Look
         raise
 
 
-def _cut_slices(wanted: list[_Wanted], reads: list[ReadResult | None], slices: list[FileSlice | None],
+def _cut_slices(wanted: list[Wanted], reads: list[ReadResult | None], slices: list[FileSlice | None],
                 lookup: Lookup) -> None:
     """Fill ``slices`` with a pinned slice for each partition that has data and gets a pin (see
     the module's docstring): from a random one on, the first over the budget if it must be."""
@@ -260,7 +260,7 @@ def _cut_slices(wanted: list[_Wanted], reads: list[ReadResult | None], slices: l
             answered = True
 
 
-def _open_slice(w: _Wanted, result: ReadResult, lookup: Lookup, *, over_budget: bool) -> FileSlice | None:
+def _open_slice(w: Wanted, result: ReadResult, lookup: Lookup, *, over_budget: bool) -> FileSlice | None:
     """The read's slice; None when the budget is spent (never when ``over_budget``) or when a
     read made again finds no data. Raises KafkaError (the answer of a read made again) or
     OSError."""
@@ -278,14 +278,14 @@ def _open_slice(w: _Wanted, result: ReadResult, lookup: Lookup, *, over_budget: 
     return again.open_slice(within_budget=not over_budget)
 
 
-def _hosted(w: _Wanted, lookup: Lookup) -> Partition | None:
+def _hosted(w: Wanted, lookup: Lookup) -> Partition | None:
     try:
         return lookup(w.topic_name, w.request.partition)
     except KafkaError:
         return None
 
 
-def _read_failed(w: _Wanted, exc: OSError, lookup: Lookup) -> ErrorCode:
+def _read_failed(w: Wanted, exc: OSError, lookup: Lookup) -> ErrorCode:
     """The error code for a partition whose read or slice failed with ``exc``."""
     if _hosted(w, lookup) is not w.partition:
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION  # deleted meanwhile: its files went with it
@@ -294,7 +294,7 @@ def _read_failed(w: _Wanted, exc: OSError, lookup: Lookup) -> ErrorCode:
     return ErrorCode.KAFKA_STORAGE_ERROR
 
 
-def _answer(w: _Wanted, records: FileSlice | None) -> PartitionData:
+def answer(w: Wanted, records: FileSlice | None) -> PartitionData:
     if w.partition is None:
         return PartitionData(partition_index=w.request.partition, error_code=w.error,
                              high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
@@ -320,7 +320,7 @@ def close_slices(response: FetchResponse) -> None:
                 part.records.close()
 
 
-async def _wait_appended(wanted: list[_Wanted]) -> None:
+async def _wait_appended(wanted: list[Wanted]) -> None:
     """The long poll of a full fetch: until an append to (or a high watermark move of) one of
     its partitions."""
     appended = trio.Event()
@@ -335,21 +335,21 @@ async def _wait_appended(wanted: list[_Wanted]) -> None:
                 w.partition.remove_waiter(appended)
 
 
-async def _poll(request: FetchRequest, max_bytes: int, lookup: Lookup, pick: Callable[[], list[_Wanted]],
-                wait: Callable[[list[_Wanted]], Awaitable[None]]) -> tuple[list[_Wanted], list[ReadResult | None]]:
+async def _poll(request: FetchRequest, max_bytes: int, lookup: Lookup, pick: Callable[[], list[Wanted]],
+                wait: Callable[[list[Wanted]], Awaitable[None]]) -> tuple[list[Wanted], list[ReadResult | None]]:
     """Read what ``pick`` names until ``min_bytes`` are found, an error is, or ``max_wait_ms``
     passes, waiting with ``wait`` in between; the partitions read last and what was found."""
     deadline = trio.current_time() + max(request.max_wait_ms, 0) / 1000
     while True:
         wanted = pick()
-        reads, total, any_error = _read_all(wanted, max_bytes, lookup)
+        reads, total, any_error = read_all(wanted, max_bytes, lookup)
         if total >= request.min_bytes or any_error or trio.current_time() >= deadline:
             return wanted, reads
         with trio.move_on_at(deadline):
             await wait(wanted)
 
 
-def _group(answered: list[tuple[_Wanted, PartitionData]]) -> list[FetchResponse.FetchableTopicResponse]:
+def _group(answered: list[tuple[Wanted, PartitionData]]) -> list[FetchResponse.FetchableTopicResponse]:
     """Partition answers under their topics, in the order the topics first come."""
     by_topic: dict[tuple[str, uuid.UUID], list[PartitionData]] = {}
     for w, part in answered:
@@ -364,7 +364,7 @@ def _max_bytes(ctx: RequestContext, request: FetchRequest) -> int:
     return ctx.config.fetch_max_bytes
 
 
-def _worth_reading_again(w: _Wanted, result: ReadResult | None) -> bool:
+def _worth_reading_again(w: Wanted, result: ReadResult | None) -> bool:
     """Whether a session reads this partition again next time although nothing told it of a
     change: it had records (answered until the client moves on, as Kafka answers them), an
     error, or it was not read (the answer's byte limits were spent first)."""
@@ -390,7 +390,7 @@ async def _full(ctx: RequestContext, request: FetchRequest, replica_id: int, *, 
     lookup = ctx.services.replicas.get
     resolved = _resolve(ctx, request, replica_id)
     wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup, lambda: resolved, _wait_appended)
-    parts = _answers(wanted, reads, lookup)
+    parts = answers(wanted, reads, lookup)
     # Group the partition answers back under their topics, in request order.
     responses: list[FetchResponse.FetchableTopicResponse] = []
     index = 0
@@ -410,7 +410,7 @@ async def _full(ctx: RequestContext, request: FetchRequest, replica_id: int, *, 
     return FetchResponse(error_code=ErrorCode.NONE, session_id=session_id, responses=responses)
 
 
-def _new_session(ctx: RequestContext, replica_id: int, wanted: list[_Wanted], reads: list[ReadResult | None],
+def _new_session(ctx: RequestContext, replica_id: int, wanted: list[Wanted], reads: list[ReadResult | None],
                  parts: list[PartitionData]) -> FetchSession | None:
     cache = ctx.services.fetch_sessions
     if cache is None:
@@ -447,7 +447,7 @@ def _update_session(ctx: RequestContext, session: FetchSession, request: FetchRe
             session.forget(key_of(name, forgotten.topic_id, index))
 
 
-def _pending(ctx: RequestContext, session: FetchSession, replica_id: int) -> list[_Wanted]:
+def _pending(ctx: RequestContext, session: FetchSession, replica_id: int) -> list[Wanted]:
     """The session's partitions worth reading, resolved against what this broker hosts now."""
     wanted = []
     for key in session.pending:
@@ -480,19 +480,19 @@ async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: i
     session.last_used_ms = monotonic_ms()
     lookup = ctx.services.replicas.get
 
-    async def wait(_: list[_Wanted]) -> None:
+    async def wait(_: list[Wanted]) -> None:
         await session.wait_changed()
 
     wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup, lambda: _pending(ctx, session, replica_id),
                                 wait)
-    parts = _answers(wanted, reads, lookup)
+    parts = answers(wanted, reads, lookup)
     if session.epoch != expected or cache.get(session.id) is not session:
         # Another request of this session came meanwhile (a duplicate), or it was evicted.
         for part in parts:
             if isinstance(part.records, FileSlice):
                 part.records.close()
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-    answered: list[tuple[_Wanted, PartitionData]] = []
+    answered: list[tuple[Wanted, PartitionData]] = []
     for w, result, part in zip(wanted, reads, parts, strict=True):
         key = key_of(w.topic_name, w.topic_id, w.request.partition)
         cached = session.partitions[key]

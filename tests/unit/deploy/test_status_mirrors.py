@@ -37,7 +37,7 @@ def _status(tmp_path: Path, report: MirrorStatus | None, status_file: Path | Non
     process = identity_of(1)
     assert process is not None
     record = MirrorRecord(source="east", target="west", mode="link", status_file=str(path), pid=process.pid)
-    return control._mirror_status(record, process, tmp_path)
+    return control.mirror_status(record, process, tmp_path)
 
 
 def test_a_reachable_source_gives_the_lag(tmp_path: Path) -> None:

@@ -40,9 +40,9 @@ def _state(addresses: list[str]) -> LaunchStateFile:
 
 
 def test_every_probe_runs_at_once_each_bounded(silent: list[str]) -> None:
-    async def ask() -> tuple[control._Answers, float]:
+    async def ask() -> tuple[control.ProbeAnswers, float]:
         start = trio.current_time()
-        answers = await control._ask_all(_state(silent))
+        answers = await control.ask_all(_state(silent))
         return answers, trio.current_time() - start
 
     answers, elapsed = trio.run(ask, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -122,8 +122,8 @@ def test_status_trusts_each_broker_about_itself(monkeypatch: pytest.MonkeyPatch)
     answers: list[ClusterView | str] = [view_of(_metadata(1, (1, 2, 3))), view_of(_metadata(1, (1, 2, 3))),
                                         view_of(_metadata(-1, (3,)))]
     zookeeper = {"127.0.0.1:2181": "standalone"}
-    assert control._broker_addresses(_record()) == ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"]
-    out = control._cluster_status(_record(), {99, 101, 102, 103}, answers, zookeeper)
+    assert control.broker_addresses(_record()) == ["127.0.0.1:9001", "127.0.0.1:9002", "127.0.0.1:9003"]
+    out = control.cluster_status(_record(), {99, 101, 102, 103}, answers, zookeeper)
     assert [b["state"] for b in out["brokers"]] == ["serving", "serving", "starting"]
     assert out["controller"] == 1 and not out["healthy"] and out["zookeeper"]["healthy"]
     assert out["unhealthy_because"] == ["broker 3 has not rejoined the cluster yet (it knows no controller)"]
@@ -131,16 +131,16 @@ def test_status_trusts_each_broker_about_itself(monkeypatch: pytest.MonkeyPatch)
     # Rejoined, but one follower is behind; broker 2's process is gone.
     answers[:] = [view_of(_metadata(1, (1, 3), isr0=(1, 3))), "no answer to Metadata from 127.0.0.1:9002: refused",
                   view_of(_metadata(1, (1, 3), isr0=(1, 3)))]
-    out = control._cluster_status(_record(), {99, 101, 103}, answers, zookeeper)
+    out = control.cluster_status(_record(), {99, 101, 103}, answers, zookeeper)
     assert [b["state"] for b in out["brokers"]] == ["serving", "down", "serving"]
     assert out["under_replicated"] == ["orders-0 (leader 1, replicas 1,2,3, isr 1,3)"]
     assert out["unhealthy_because"] == ["broker 2 is not running", "1 under-replicated partition(s)"]
 
     # Whole again.
     answers[:] = [view_of(_metadata(3, (1, 2, 3)))] * 3
-    out = control._cluster_status(_record(), {99, 101, 102, 103}, answers, zookeeper)
+    out = control.cluster_status(_record(), {99, 101, 102, 103}, answers, zookeeper)
     assert out["healthy"] and out["controller"] == 3 and out["offline_count"] == 0
 
     # A ZooKeeper node that did not answer `srvr` in time makes the cluster unhealthy.
-    out = control._cluster_status(_record(), {99, 101, 102, 103}, answers, {"127.0.0.1:2181": None})
+    out = control.cluster_status(_record(), {99, 101, 102, 103}, answers, {"127.0.0.1:2181": None})
     assert out["unhealthy_because"] == ["its ZooKeeper is not serving"]

@@ -9,7 +9,7 @@ from functools import partial
 import pytest
 import trio
 
-from broker.client.cluster import Backoff, TopicPartition, _metadata_from_response, open_client, parse_bootstrap
+from broker.client.cluster import Backoff, TopicPartition, metadata_from_response, open_client, parse_bootstrap
 from broker.client.connection import ConnectionFailed
 from broker.protocol.messages import MetadataResponse
 
@@ -71,7 +71,7 @@ def test_metadata_from_response_maps_leaders() -> None:
             )
         ],
     )
-    metadata = _metadata_from_response(response)
+    metadata = metadata_from_response(response)
     assert metadata.brokers[1].address == "h:9"
     assert metadata.topics["t"].partition_count == 2
     assert metadata.leader(TopicPartition("t", 0)) == 1

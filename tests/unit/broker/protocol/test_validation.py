@@ -305,14 +305,14 @@ def test_damaged_records_are_refused_or_still_decode(values: list[bytes], data: 
     for _ in range(data.draw(st.integers(1, 4))):
         body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
     damaged = restamp(batch, bytes(body))
-    fast = validation._framing_ok(damaged, BATCH_HEADER_SIZE, len(damaged), len(values))
+    fast = validation.framing_ok(damaged, BATCH_HEADER_SIZE, len(damaged), len(values))
     try:
         check(damaged)
     except KafkaError as exc:
         assert exc.code == ErrorCode.INVALID_RECORD
         assert not fast
         return
-    validation._walk_precisely(damaged, BATCH_HEADER_SIZE, len(damaged), len(values))
+    validation.walk_precisely(damaged, BATCH_HEADER_SIZE, len(damaged), len(values))
     try:
         decode_batch(damaged)
     except KafkaError:

@@ -56,7 +56,7 @@ async def test_accept_failures_back_off_and_shed_idle_segment_files(
 
     with caplog.at_level(logging.ERROR, logger="broker.server.listeners"):
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(listeners._accept_loop, listener,  # type: ignore[arg-type]
+            nursery.start_soon(listeners.accept_loop, listener,  # type: ignore[arg-type]
                                ListenerSpec("PLAINTEXT", "127.0.0.1", 0), handler, nursery)
             await accepted.wait()
             nursery.cancel_scope.cancel()

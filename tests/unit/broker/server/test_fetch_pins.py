@@ -63,17 +63,17 @@ def _lookup(hosted: dict[int, Partition]) -> fetch.Lookup:
     return lookup
 
 
-def _wanted(hosted: dict[int, Partition], offsets: dict[int, int] | None = None) -> list[fetch._Wanted]:
+def _wanted(hosted: dict[int, Partition], offsets: dict[int, int] | None = None) -> list[fetch.Wanted]:
     offsets = offsets if offsets is not None else dict.fromkeys(hosted, 0)
-    return [fetch._Wanted(TOPIC, uuid.UUID(int=1), FetchRequest.FetchPartition(
+    return [fetch.Wanted(TOPIC, uuid.UUID(int=1), FetchRequest.FetchPartition(
         partition=i, fetch_offset=offset, partition_max_bytes=1 << 20), hosted[i], ErrorCode.NONE)
         for i, offset in offsets.items()]
 
 
 def _answer(hosted: dict[int, Partition], offsets: dict[int, int] | None = None) -> list[FetchResponse.PartitionData]:
     wanted = _wanted(hosted, offsets)
-    reads, _, _ = fetch._read_all(wanted, 50 << 20, _lookup(hosted))
-    return fetch._answers(wanted, reads, _lookup(hosted))
+    reads, _, _ = fetch.read_all(wanted, 50 << 20, _lookup(hosted))
+    return fetch.answers(wanted, reads, _lookup(hosted))
 
 
 def _close(parts: list[FetchResponse.PartitionData]) -> None:
@@ -161,16 +161,16 @@ def test_a_segment_deleted_between_read_and_slice_is_read_again(
     lookup = _lookup(hosted)
     # Offset 0: the segment goes, and with it the offset (retention moved the log start).
     wanted = _wanted(hosted, {0: 0})
-    reads, _, _ = fetch._read_all(wanted, 50 << 20, lookup)
+    reads, _, _ = fetch.read_all(wanted, 50 << 20, lookup)
     old = reads[0]
     assert old is not None and old.segment is log.segments[0]
     log.delete_records_before(2)
-    [part] = fetch._answers(wanted, reads, lookup)
+    [part] = fetch.answers(wanted, reads, lookup)
     assert part.error_code == ErrorCode.OFFSET_OUT_OF_RANGE and part.records == b""
     # Offset 2 with a read that still names the deleted segment: the second read finds the data.
     wanted = _wanted(hosted, {0: 2})
     wanted[0].read_max_bytes, wanted[0].min_one_batch = 1 << 20, True  # as the first read left them
-    [part] = fetch._answers(wanted, [ReadResult(old.segment, old.position, old.length)], lookup)
+    [part] = fetch.answers(wanted, [ReadResult(old.segment, old.position, old.length)], lookup)
     assert part.error_code == ErrorCode.NONE and isinstance(part.records, FileSlice)
     [(_, header)] = split_batches(part.records.read(0, len(part.records)))
     assert header.base_offset == 2
@@ -180,11 +180,11 @@ def test_a_segment_deleted_between_read_and_slice_is_read_again(
 
 def test_a_partition_deleted_meanwhile_is_unknown(hosted: dict[int, Partition], cache: FileHandleCache) -> None:
     wanted = _wanted(hosted, {3: 0})
-    reads, _, _ = fetch._read_all(wanted, 50 << 20, _lookup(hosted))
+    reads, _, _ = fetch.read_all(wanted, 50 << 20, _lookup(hosted))
     gone = hosted.pop(3)
     cache.close(gone.log.segments[0])
     gone.log.segments[0].path.unlink()
-    [part] = fetch._answers(wanted, reads, _lookup(hosted))
+    [part] = fetch.answers(wanted, reads, _lookup(hosted))
     assert part.error_code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION and part.records == b""
     hosted[3] = gone
 
@@ -194,7 +194,7 @@ def test_an_io_error_is_a_storage_error_of_that_partition_only(
         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.setattr(fetch, "rotation", lambda n: 0)
     wanted = _wanted(hosted, {0: 0, 1: 0, 2: 0})
-    reads, _, _ = fetch._read_all(wanted, 50 << 20, _lookup(hosted))
+    reads, _, _ = fetch.read_all(wanted, 50 << 20, _lookup(hosted))
     bad = hosted[1].log.segments[0]
     cache.shed_idle()
 
@@ -203,7 +203,7 @@ def test_an_io_error_is_a_storage_error_of_that_partition_only(
 
     monkeypatch.setattr(bad, "_open_file", broken)
     with caplog.at_level(logging.ERROR):
-        parts = fetch._answers(wanted, reads, _lookup(hosted))
+        parts = fetch.answers(wanted, reads, _lookup(hosted))
     assert [p.error_code for p in parts] == [ErrorCode.NONE, ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE]
     assert _with_data(parts) == [0, 2]
     assert "t-1" in caplog.text and "KAFKA_STORAGE_ERROR" in caplog.text
@@ -215,7 +215,7 @@ def test_out_of_descriptors_answers_instead_of_closing_the_connection(
         hosted: dict[int, Partition], cache: FileHandleCache, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(fetch, "rotation", lambda n: 0)
     wanted = _wanted(hosted, {0: 0, 1: 0, 2: 0})
-    reads, _, _ = fetch._read_all(wanted, 50 << 20, _lookup(hosted))
+    reads, _, _ = fetch.read_all(wanted, 50 << 20, _lookup(hosted))
     cache.shed_idle()
 
     def emfile() -> int:
@@ -223,7 +223,7 @@ def test_out_of_descriptors_answers_instead_of_closing_the_connection(
 
     for partition in hosted.values():
         monkeypatch.setattr(partition.log.segments[0], "_open_file", emfile)
-    parts = fetch._answers(wanted, reads, _lookup(hosted))
+    parts = fetch.answers(wanted, reads, _lookup(hosted))
     # The first fails and says so; the rest are not tried (they would fail alike) and are
     # answered without records, to be fetched again.
     assert [p.error_code for p in parts] == [ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE, ErrorCode.NONE]
@@ -238,9 +238,9 @@ def test_a_read_that_fails_is_a_storage_error_not_an_exception(
 
     monkeypatch.setattr(hosted[4], "read", broken)
     wanted = _wanted(hosted, {4: 0, 5: 0})
-    reads, _, any_error = fetch._read_all(wanted, 50 << 20, _lookup(hosted))
+    reads, _, any_error = fetch.read_all(wanted, 50 << 20, _lookup(hosted))
     assert any_error and reads[0] is None
-    parts = fetch._answers(wanted, reads, _lookup(hosted))
+    parts = fetch.answers(wanted, reads, _lookup(hosted))
     assert [p.error_code for p in parts] == [ErrorCode.KAFKA_STORAGE_ERROR, ErrorCode.NONE]
     _close(parts)
 
@@ -248,14 +248,14 @@ def test_a_read_that_fails_is_a_storage_error_not_an_exception(
 def test_pins_are_given_back_when_building_the_answer_fails(
         hosted: dict[int, Partition], cache: FileHandleCache, monkeypatch: pytest.MonkeyPatch) -> None:
     calls = itertools.count()
-    real = fetch._answer
+    real = fetch.answer
 
-    def failing(w: fetch._Wanted, records: FileSlice | None) -> FetchResponse.PartitionData:
+    def failing(w: fetch.Wanted, records: FileSlice | None) -> FetchResponse.PartitionData:
         if next(calls) == 5:
             raise RuntimeError("boom")
         return real(w, records)
 
-    monkeypatch.setattr(fetch, "_answer", failing)
+    monkeypatch.setattr(fetch, "answer", failing)
     with pytest.raises(RuntimeError):
         _answer(hosted)
     assert cache.sliced == 0

@@ -8,8 +8,8 @@ from pathlib import Path
 from broker.protocol.records import Record, build_batch
 from deploy.chaos.checker import check
 from deploy.chaos.faults import Step
-from deploy.chaos.runner import Scenario, ScenarioResult, _decode_position, format_table
-from deploy.chaos.workload import Workload, _decode
+from deploy.chaos.runner import Scenario, ScenarioResult, decode_position, format_table
+from deploy.chaos.workload import Workload, decode_records
 from tests.unit.deploy.chaos.test_checker import RUN, at_target, records
 
 
@@ -24,17 +24,17 @@ def test_a_batch_failing_its_crc_reads_as_corrupted_placeholders() -> None:
     damaged[-1] ^= 0xFF
     # Offsets: the second batch as if it followed the first.
     damaged[0:8] = (3).to_bytes(8, "big")
-    out = _decode(good + bytes(damaged), 1)
+    out = decode_records(good + bytes(damaged), 1)
     assert [r.offset for r in out] == [1, 2, 3, 4]
     assert [r.value for r in out] == [b"v1", b"v2", None, None]
 
 
 def test_position_records_are_read_as_kafka_connect_stores_them() -> None:
     key = b'["MirrorSourceConnector",{"cluster":"east","partition":2,"topic":"orders"}]'
-    assert _decode_position(key, b'{"offset":41}') == (2, 41)
-    assert _decode_position(key, None) is None
-    assert _decode_position(key.replace(b"orders", b"other"), b'{"offset":1}') is None
-    assert _decode_position(b"not json", b"{}") is None
+    assert decode_position(key, b'{"offset":41}') == (2, 41)
+    assert decode_position(key, None) is None
+    assert decode_position(key.replace(b"orders", b"other"), b'{"offset":1}') is None
+    assert decode_position(b"not json", b"{}") is None
 
 
 def test_verdicts_and_the_table() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from deploy.wan.proxy import _reaches
+from deploy.wan.proxy import upstream_reaches
 
 
 @pytest.mark.parametrize(("upstream", "listen", "reaches"), [
@@ -23,4 +23,4 @@ from deploy.wan.proxy import _reaches
     ("127.0.0.1:0", "127.0.0.1:0", False),  # port 0 is not bound yet: checked once it is
 ])
 def test_which_upstream_reaches_which_listener(upstream: str, listen: str, reaches: bool) -> None:
-    assert _reaches(upstream, listen) is reaches
+    assert upstream_reaches(upstream, listen) is reaches

@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from broker.config import _ALIASES, _IGNORED_KAFKA_KEYS, BROKER_KEYS, IGNORED_SSL_KEYS, SslConfig
+from broker.config import BROKER_KEYS, CONFIG_ALIASES, IGNORED_KAFKA_KEYS, IGNORED_SSL_KEYS, SslConfig
 from broker.server.group_configs import GROUP_CONFIGS
 from broker.server.handlers import HANDLERS
 from broker.server.topic_configs import TOPIC_CONFIG_NAMES
-from deploy.cli import _COMMAND_MODULES
+from deploy.cli import COMMAND_MODULES
 from mirror.config import MirrorConfig
 from topology import schema
 
-REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference"
+REFERENCE = Path(__file__).resolve().parents[3] / "docs" / "reference"
 _SSL_KEYS = {field.alias for field in SslConfig.model_fields.values() if field.alias} | set(IGNORED_SSL_KEYS)
 _KEY = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)*)`")
 
@@ -29,13 +29,13 @@ def _keys_in(page: str) -> set[str]:
 
 def test_every_broker_key_is_in_the_reference() -> None:
     documented = _keys_in("broker-configs.md")
-    accepted = set(BROKER_KEYS) | set(_ALIASES) | set(_IGNORED_KAFKA_KEYS) | _SSL_KEYS
+    accepted = set(BROKER_KEYS) | set(CONFIG_ALIASES) | set(IGNORED_KAFKA_KEYS) | _SSL_KEYS
     assert not accepted - documented, f"broker keys missing from broker-configs.md: {sorted(accepted - documented)}"
 
 
 def test_the_broker_reference_names_no_key_the_broker_refuses() -> None:
     """Every key in a table's first column is one `causeway broker` accepts."""
-    accepted = set(BROKER_KEYS) | set(_ALIASES) | set(_IGNORED_KAFKA_KEYS) | _SSL_KEYS
+    accepted = set(BROKER_KEYS) | set(CONFIG_ALIASES) | set(IGNORED_KAFKA_KEYS) | _SSL_KEYS
     first_column = set()
     for line in (REFERENCE / "broker-configs.md").read_text().splitlines():
         if line.startswith("| `"):
@@ -50,7 +50,7 @@ def test_every_topic_and_group_key_is_in_the_reference() -> None:
 
 
 def test_every_command_has_a_page() -> None:
-    commands = [name for _, names in _COMMAND_MODULES for name, _ in names]
+    commands = [name for _, names in COMMAND_MODULES for name, _ in names]
     assert commands, "no commands found in deploy.cli"
     pages = {p.stem for p in (REFERENCE / "cli").glob("*.md")}
     missing = sorted(set(commands) - pages)

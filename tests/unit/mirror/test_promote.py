@@ -27,7 +27,7 @@ from mirror.promote import PromotionError, promote
 from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 #: Bounds each test's calls so that a hang fails the test instead of holding the suite.
 BOUND_S = 60
 
