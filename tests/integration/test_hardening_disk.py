@@ -16,10 +16,10 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import call, connect
 from tests.support.small_disk import fill_to_the_last_byte
 from tests.support.small_disk import small_disk as mounted_small_disk
-from tests.support.wire import call, connect
 
 FILLER_BYTES = 2 * 1024 * 1024
 VALUE_BYTES = 16 * 1024

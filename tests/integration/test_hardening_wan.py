@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.child_process import ChildProcess
 from deploy.cli import main
 from deploy.launcher.control import alive
 from deploy.launcher.control import status as status_of
@@ -60,7 +61,7 @@ class Echo:
 
 
 @pytest.fixture
-def wan(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def wan(tmp_path: Path) -> Iterator[tuple[ChildProcess, str]]:
     with WanProcess(request_timeout_s=1, log_path=tmp_path / "wan.log") as emulator:
         assert emulator.proc is not None
         yield emulator.proc, emulator.api
@@ -129,7 +130,7 @@ BAD_PROXIES = [
 
 
 def test_bad_toxic_and_proxy_fields_are_400_and_the_emulator_keeps_forwarding(
-        wan: tuple[subprocess.Popen[str], str]) -> None:
+        wan: tuple[ChildProcess, str]) -> None:
     proc, api = wan
     echo = Echo()
     try:
@@ -175,7 +176,7 @@ def _receive_all(sock: socket.socket) -> bytes:
     b"POST /proxies HTTP/1.1\r\nHost: x\r\nContent-Le",
 ], ids=["body", "chunked body", "headers"])
 def test_a_request_that_never_finishes_gets_408_and_is_closed(
-        wan: tuple[subprocess.Popen[str], str], request_head: bytes) -> None:
+        wan: tuple[ChildProcess, str], request_head: bytes) -> None:
     proc, api = wan
     host, port = api.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as sock:

@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.supervisor import log_tail
+from deploy.child_process import log_tail
 from deploy.zookeeper.config import NodePorts, Tuning, pick_free_port
 from deploy.zookeeper.four_letter import ServerState, srvr
 from deploy.zookeeper.node import NodeFailed, ZkNode
