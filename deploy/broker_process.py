@@ -18,9 +18,10 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from broker.address import format_host_port, parse_endpoint, parse_host_port
-from deploy.child_process import ChildFailed, ChildProcess, log_tail
+from deploy.child_process import ChildFailed, ChildOwner, ChildProcess, log_tail
 
 __all__ = ["READY", "START_TIMEOUT_S", "BrokerProcess", "broker_command", "parse_ready_line"]
 
@@ -59,7 +60,7 @@ def parse_ready_line(line: str) -> dict[str, str] | None:
 
 
 @dataclass
-class BrokerProcess:
+class BrokerProcess(ChildOwner):
     """One broker process; `bootstrap` is host:port of its first listener."""
 
     data_dir: Path
@@ -71,6 +72,7 @@ class BrokerProcess:
     nofile: int | None = None  # RLIMIT_NOFILE (soft and hard) for the broker process, when set
     proc: ChildProcess | None = None
     bootstrap: str = ""
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
     listeners: dict[str, str] = field(default_factory=dict)
     starts: int = 0
 
@@ -108,17 +110,6 @@ class BrokerProcess:
     @property
     def port(self) -> int:
         return parse_host_port(self.bootstrap)[1]
-
-    def stop(self) -> int:
-        """SIGTERM and wait: the clean shutdown path. Returns the exit code."""
-        proc, self.proc = self.proc, None
-        return 0 if proc is None else proc.stop(STOP_TIMEOUT_S)
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, no chance to flush or checkpoint."""
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
 
     def restart(self) -> BrokerProcess:
         port = self.port

@@ -37,11 +37,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, ClassVar, Literal
 
 import trio
 
-__all__ = ["NO_LOG", "ChildFailed", "ChildProcess", "Stdout", "fd_count", "log_tail", "rss_bytes"]
+__all__ = ["NO_LOG", "ChildFailed", "ChildOwner", "ChildProcess", "Stdout", "fd_count", "log_tail", "rss_bytes"]
 
 #: Where a child's stdout goes: a pipe the handle reads (`ChildProcess.stdout`), the log file
 #: (with stderr), nowhere, or a descriptor the caller opened.
@@ -250,6 +250,27 @@ class ChildProcess:
                 return f.read().decode(errors="replace")
         except OSError:
             return ""
+
+
+class ChildOwner:
+    """What a kind of child (a broker, the WAN emulator, a ZooKeeper node, a Kafka peer) offers
+    whoever runs it: `proc` is its ChildProcess while it runs, None once `stop` or `kill` (or a
+    failed start) has reaped it, so it can be started again."""
+
+    proc: ChildProcess | None
+    stop_timeout_s: ClassVar[float]  # how long `stop` waits after SIGTERM before it kills
+
+    def stop(self, timeout_s: float | None = None) -> int:
+        """SIGTERM and wait (SIGKILL after `timeout_s`, else `stop_timeout_s`): the clean shutdown
+        path. The exit code; 0 when not running."""
+        proc, self.proc = self.proc, None
+        return 0 if proc is None else proc.stop(self.stop_timeout_s if timeout_s is None else timeout_s)
+
+    def kill(self) -> None:
+        """SIGKILL: a crash, no chance to flush or checkpoint."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            proc.kill()
 
 
 def _open_log(log_path: Path | None) -> contextlib.AbstractContextManager[IO[bytes] | int]:

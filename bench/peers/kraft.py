@@ -16,13 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import ClassVar
 
 from bench.peers.cache import peer
 from bench.peers.tools import java_command, main_class
 from broker.ids import random_uuid_text
 from broker.protocol.errors import ProtocolError
 from broker.protocol.messages import ApiVersionsRequest
-from deploy.child_process import NO_LOG, ChildFailed, ChildProcess, log_tail
+from deploy.child_process import NO_LOG, ChildFailed, ChildOwner, ChildProcess, log_tail
 from deploy.kafka_socket import ask
 
 LOG4J2_BROKER = Path(__file__).with_name("broker-log4j2.properties")
@@ -68,7 +69,7 @@ def api_versions_answers(host: str, port: int, timeout: float = 2.0) -> bool:
 
 
 @dataclass
-class KafkaBroker:
+class KafkaBroker(ChildOwner):
     """One Apache Kafka 4.x KRaft node in `directory`; `bootstrap` once started."""
 
     directory: Path
@@ -77,6 +78,7 @@ class KafkaBroker:
     jvm_flags: Sequence[str] = BROKER_JVM_FLAGS
     proc: ChildProcess | None = None
     port: int = 0
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
     controller_port: int = 0
     startup_seconds: float = 0.0
 
@@ -144,15 +146,6 @@ class KafkaBroker:
             raise ChildFailed(f"{exc}\n--- {self.log_path.name}\n{log_tail(self.log_path)}") from None
         self.startup_seconds = time.monotonic() - began
         return self
-
-    def stop(self) -> int:
-        proc, self.proc = self.proc, None
-        return 0 if proc is None else proc.stop(STOP_TIMEOUT_S)
-
-    def kill(self) -> None:
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
 
     def log_tail(self, lines: int = 40) -> str:
         parts = []

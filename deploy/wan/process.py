@@ -17,8 +17,9 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import ClassVar
 
-from deploy.child_process import NO_LOG, ChildFailed, ChildProcess, log_tail
+from deploy.child_process import NO_LOG, ChildFailed, ChildOwner, ChildProcess, log_tail
 
 __all__ = ["READY", "START_TIMEOUT_S", "WanProcess", "wan_command"]
 
@@ -42,7 +43,7 @@ def wan_command(listen: str = "127.0.0.1:0", *, request_timeout_s: float | None 
 
 
 @dataclass
-class WanProcess:
+class WanProcess(ChildOwner):
     """One emulator process; `api` is the HOST:PORT of its HTTP API once started.
 
     As a context manager it is started on entry and stopped on exit."""
@@ -53,6 +54,7 @@ class WanProcess:
     max_connections: int | None = None
     proc: ChildProcess | None = None
     api: str = ""
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     def start(self) -> WanProcess:
         """Start the emulator and return once it has printed its ready line. Raises ChildFailed
@@ -70,11 +72,6 @@ class WanProcess:
             raise ChildFailed(f"unexpected first line from the WAN emulator: {line!r}; log:\n{self.log_tail()}")
         self.api = match.group(1)
         return self
-
-    def stop(self) -> int:
-        """SIGTERM and wait (SIGKILL after STOP_TIMEOUT_S). Returns the exit code."""
-        proc, self.proc = self.proc, None
-        return 0 if proc is None else proc.stop(STOP_TIMEOUT_S)
 
     def log_tail(self, lines: int = 40) -> str:
         return NO_LOG if self.log_path is None else log_tail(self.log_path, lines)

@@ -16,8 +16,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from deploy.child_process import ChildProcess, log_tail
+from deploy.child_process import ChildOwner, ChildProcess, log_tail
 from deploy.zookeeper.config import HOST, JAVA, ZOOKEEPER_JAR, NodePorts, Tuning, java_argv, write_node_files
 from deploy.zookeeper.four_letter import ServerState, srvr
 
@@ -50,7 +51,7 @@ def check_installed() -> None:
 
 
 @dataclass
-class ZkNode:
+class ZkNode(ChildOwner):
     """One node; `peers` lists every (id, ports) of its ensemble, empty for a lone node."""
 
     node_id: int
@@ -62,6 +63,8 @@ class ZkNode:
     proc: ChildProcess | None = None
     starts: int = 0
     _last: ChildProcess | None = field(default=None, repr=False)  # the running or last JVM: its log lines
+    # SIGTERM, then SIGKILL after this: ZooKeeper stops in well under a second (exit 143 on SIGTERM)
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     @property
     def log_path(self) -> Path:
@@ -149,13 +152,5 @@ class ZkNode:
                 raise self.failure(f"not serving after {timeout_s} s")
             time.sleep(0.05)
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, then SIGKILL after `timeout_s`; the exit code (ZooKeeper exits 143 on SIGTERM)."""
-        proc, self.proc = self.proc, None
-        return 0 if proc is None else proc.stop(timeout_s)
-
-    def kill(self) -> None:
-        """SIGKILL: a crash."""
-        proc, self.proc = self.proc, None
-        if proc is not None:
-            proc.kill()
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)

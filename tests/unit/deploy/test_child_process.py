@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from deploy.child_process import NO_LOG, ChildFailed, ChildProcess, fd_count, log_tail, rss_bytes
+from deploy.child_process import NO_LOG, ChildFailed, ChildOwner, ChildProcess, fd_count, log_tail, rss_bytes
 
 # A child that logs a line on stderr, prints its ready line, then waits to be stopped.
 READY_THEN_WAIT = "import sys, time; print('old', file=sys.stderr, flush=True); print('child ready: 1', flush=True); " \
@@ -97,3 +99,25 @@ async def test_aclose_kills_a_child_that_ignores_sigterm(tmp_path: Path) -> None
     child = ChildProcess.start("child", python(code), log_path=None)
     child.read_ready_line(60)  # its handler is in place
     assert await child.aclose(0.1) == -signal.SIGKILL
+
+
+@dataclass
+class Sleeper(ChildOwner):
+    proc: ChildProcess | None = None
+    stop_timeout_s: ClassVar[float] = 60.0
+
+    def start(self) -> Sleeper:
+        self.proc = ChildProcess.start("sleeper", python(READY_THEN_WAIT), log_path=None)
+        self.proc.read_ready_line(60)
+        return self
+
+
+def test_an_owner_forgets_its_child_once_stopped_or_killed() -> None:
+    sleeper = Sleeper()
+    assert sleeper.stop() == 0  # nothing runs
+    first = sleeper.start().proc
+    assert sleeper.stop() == -signal.SIGTERM and sleeper.proc is None
+    assert first is not None and first.returncode == -signal.SIGTERM
+    second = sleeper.start().proc
+    sleeper.kill()
+    assert sleeper.proc is None and second is not None and second.returncode == -signal.SIGKILL
