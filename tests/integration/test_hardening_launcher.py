@@ -111,7 +111,7 @@ def test_a_killed_launcher_takes_its_children_and_survivors_are_orphans(
         cli(capsys, "down", "--state-dir", str(state))
 
 
-def _state_naming(pid: int, start_time: int | None, cmdline: list[str]) -> dict[str, object]:
+def state_naming(pid: int, start_time: int | None, cmdline: list[str]) -> dict[str, object]:
     process = {"pid": pid, "start_time": start_time, "cmdline": cmdline, "restarts": 0}
     return {"format": 2, "name": "solo", **process,
             "wan": {"api": "127.0.0.1:1", "proxies": [], **process},
@@ -133,7 +133,7 @@ def test_down_never_signals_a_pid_that_is_not_its_own(tmp_path: Path, capsys: py
                                                                                  "up", "solo.yaml"]
         state = tmp_path / "state"
         state.mkdir()
-        (state / "state.json").write_text(json.dumps(_state_naming(sleeper.pid, start, cmdline)))
+        (state / "state.json").write_text(json.dumps(state_naming(sleeper.pid, start, cmdline)))
 
         report = cli(capsys, "status", "--state-dir", str(state))
         assert report.returncode == 1, report.stdout  # a stranger is not "running"

@@ -26,7 +26,7 @@ import pytest
 
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, MirrorPlan
 from deploy.process_identity import STATE_DIR_ENV, identity_of
-from tests.integration.test_hardening_launcher import SOLO, _state_naming
+from tests.integration.test_hardening_launcher import SOLO, state_naming
 from tests.unit.topology.test_hostile_yaml import PEAK_RSS_LIMIT_KB, run_measured
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +46,7 @@ def _forge(state: Path, pid: int, *, named: str) -> None:
     a broker, or as both: everything a forger can read about any process."""
     identity = identity_of(pid)
     assert identity is not None
-    doc = _state_naming(pid, identity.start_time, list(identity.cmdline))
+    doc = state_naming(pid, identity.start_time, list(identity.cmdline))
     if named == "broker":
         doc.update(pid=None, start_time=None, cmdline=None)
         doc["wan"] = {"api": "127.0.0.1:1", "proxies": []}  # type: ignore[assignment]

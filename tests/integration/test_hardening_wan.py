@@ -27,8 +27,9 @@ from deploy.cli import main
 from deploy.launcher.control import alive
 from deploy.launcher.control import status as status_of
 from deploy.wan.process import WanProcess
-from tests.integration.test_launch_cli import _produce, _read
+from tests.support.consume import read_topic
 from tests.support.polling import wait_until
+from tests.support.produce import produce_spread
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -219,8 +220,8 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
 
         # The mirror, reading east through the link, carries on.
         east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
-        sent = _produce(east, "orders", 30)
-        assert _read(west, "east.orders", 30) == sent
+        sent = produce_spread(east, "orders", 30)
+        assert read_topic(west, "east.orders", 30) == sent
         wait_until(lambda: status_of(state)["healthy"], what="status to be healthy", timeout_s=60, interval_s=0.5)
 
         # Cut the link: the mirror cannot reach its source, and status says so.

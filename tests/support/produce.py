@@ -13,7 +13,7 @@ import os
 
 from confluent_kafka import KafkaError, Producer
 
-__all__ = ["Deliveries", "produce_acked", "records"]
+__all__ = ["Deliveries", "produce_acked", "produce_spread", "records"]
 
 
 class Deliveries:
@@ -44,6 +44,18 @@ def produce_acked(bootstrap: str, topic: str, values: list[bytes], *, partition:
     assert producer.flush(90) == 0, "records left unacknowledged"
     assert not report.errors, report.errors[:3]
     return report.acked
+
+
+def produce_spread(bootstrap: str, topic: str, count: int) -> dict[int, list[bytes]]:
+    """`count` records `record-<i>` over `topic`'s partitions 0, 1 and 2 in turn (idempotent, acks
+    from librdkafka's defaults); what went to each partition, in order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    sent: dict[int, list[bytes]] = {}
+    for i in range(count):
+        producer.produce(topic, value=b"record-%d" % i, partition=i % 3)
+        sent.setdefault(i % 3, []).append(b"record-%d" % i)
+    assert producer.flush(30) == 0
+    return sent
 
 
 def records(start: int, stop: int) -> list[bytes]:
