@@ -112,7 +112,7 @@ def stalled_fetches_rss(bootstrap: str, topic: str, pid: int, *, clients: int = 
     Each client shrinks its receive buffer so that what stays behind is what the broker holds.
     RSS is read from /proc until it has not grown for `settle_s` (bounded at 60 s).
     """
-    from deploy.broker_process import rss_bytes
+    from deploy.child_process import rss_bytes
 
     request = FetchRequest(replica_id=-1, max_wait_ms=500, min_bytes=1, max_bytes=max_bytes, topics=[
         FetchRequest.FetchTopic(topic=topic, partitions=[
@@ -144,7 +144,8 @@ def main() -> None:
     """Stalled-fetch RSS and fetch throughput on a fresh broker: the figures of BENCHMARKS.md's
     "Fetch memory" section (python -m bench.raw)."""
     from bench.clients import create_topic
-    from deploy.broker_process import BrokerProcess, rss_bytes
+    from deploy.broker_process import BrokerProcess
+    from deploy.child_process import rss_bytes
 
     parser = argparse.ArgumentParser(prog="python -m bench.raw")
     parser.add_argument("--clients", type=int, default=12)

@@ -34,10 +34,9 @@ from pathlib import Path
 
 from bench import ceiling, clients, perf_tools
 from bench.fixed_rate import end_to_end_at_rate
-from bench.peers import KafkaBroker, main_class, peer
-from bench.peers.kraft import START_TIMEOUT_S, cluster_id, free_port
-from bench.peers.tools import java_command
-from deploy.broker_process import BrokerProcess, rss_bytes
+from bench.peers import KafkaBroker, peer
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import rss_bytes
 
 __all__ = ["CAUSEWAY", "FULL", "KAFKA", "QUICK", "Figure", "Profile", "Results", "main", "run"]
 
@@ -117,17 +116,10 @@ def kafka_format_seconds(directory: Path) -> float:
     node's start-up counts (KafkaBroker.start times both together). Run on a scratch node's config
     the way KafkaBroker runs it, so that start-up less this is the broker process's own."""
     scratch = KafkaBroker(directory)
-    scratch.port, scratch.controller_port = free_port(), free_port()
-    directory.mkdir(parents=True, exist_ok=True)
-    scratch.config_path.write_text("".join(f"{k}={v}\n" for k, v in scratch.config().items()))
-    cmd = java_command(peer(scratch.profile), main_class("kafka-storage", scratch.profile),
-                       ["format", "-t", cluster_id(), "-c", str(scratch.config_path)])
+    scratch.write_config()
     began = time.monotonic()
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=START_TIMEOUT_S)
-    elapsed = time.monotonic() - began
-    if done.returncode != 0:
-        raise RuntimeError(f"kafka-storage format failed ({done.returncode}):\n{done.stdout}{done.stderr}")
-    return elapsed
+    scratch.format_storage()
+    return time.monotonic() - began
 
 
 @contextmanager

@@ -6,11 +6,11 @@ Every Causeway daemon prints one line on stdout when it is ready (`causeway brok
 the child exits, it is started again after a backoff that doubles up to a cap and resets once a
 child has stayed up for a while, so a crash loop never spins.
 
-A child dies with its supervisor: it is forked from the trio thread with a parent-death signal
-(SIGTERM, so it still shuts down cleanly), so a supervisor that is SIGKILLed leaves no orphans.
-The signal fires when the *thread* that forked exits, which is why the fork happens here and not
-in one of trio's worker threads (`trio.lowlevel.open_process` forks in one, and those exit after
-a few idle seconds). The trio thread lives as long as every supervisor running in it.
+A child dies with its supervisor: it is started (deploy/child_process.py) from the trio thread
+with a parent-death signal, so a supervisor that is SIGKILLed leaves no orphans. The signal fires
+when the *thread* that forked exits, which is why the fork happens here and not in one of trio's
+worker threads (`trio.lowlevel.open_process` forks in one, and those exit after a few idle
+seconds). The trio thread lives as long as every supervisor running in it.
 
 `hold` and `release` stop a supervised child on purpose and start it again (the chaos rig's
 process faults): a held child is not restarted behind its caller's back, and its stop is no
@@ -19,23 +19,21 @@ restart in `Supervised.restarts`, which counts only the children that died on th
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 import trio
 
 from broker.retry import Backoff
+from deploy.child_process import ChildProcess, log_tail
 from deploy.process_identity import Identity, identity_of
 
-__all__ = ["ProcessSpec", "Supervised", "StartFailed", "hold", "log_tail", "release", "supervise"]
+__all__ = ["ProcessSpec", "Supervised", "StartFailed", "hold", "release", "supervise"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +83,7 @@ class Supervised:
     on_ready: Callable[[Supervised], Awaitable[None]] | None = None
     # The supervisor's side of `hold`/`release`: the running child, set when held (released by
     # setting it), set once a held child is gone, and set while the child is healthy.
-    _process: _Child | None = field(default=None, repr=False)
+    _process: _Running | None = field(default=None, repr=False)
     _held: trio.Event | None = field(default=None, repr=False)
     _gone: trio.Event = field(default_factory=trio.Event, repr=False)
     _up: trio.Event = field(default_factory=trio.Event, repr=False)
@@ -95,78 +93,35 @@ class Supervised:
             self.on_change(self)
 
 
-def log_tail(path: Path, lines: int = 20) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+class _Running:
+    """The supervised child and the read end of its stdout, which trio reads."""
 
-
-PR_SET_PDEATHSIG = 1
-_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
-
-
-def _die_with(parent: int) -> None:
-    """Runs in the forked child before exec: only a system call, no lock another thread may hold."""
-    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-    if os.getppid() != parent:  # the parent died between fork and prctl: nobody would signal us
-        os._exit(1)
-
-
-class _Child:
-    """A child process forked on this thread, waited for through a pidfd (no polling)."""
-
-    def __init__(self, popen: subprocess.Popen[bytes], stdout: trio.lowlevel.FdStream) -> None:
-        self.popen = popen
-        self.pid = popen.pid
+    def __init__(self, child: ChildProcess, stdout: trio.lowlevel.FdStream) -> None:
+        self.child = child
         self.stdout = stdout
-        self._pidfd: int | None = os.pidfd_open(popen.pid)
-
-    @property
-    def returncode(self) -> int | None:
-        return self.popen.poll()
-
-    async def wait(self) -> int:
-        if self._pidfd is not None and self.popen.returncode is None:
-            await trio.lowlevel.wait_readable(self._pidfd)
-        return self.popen.wait()
-
-    def send_signal(self, sig: int) -> None:
-        self.popen.send_signal(sig)  # does nothing once the child has been reaped
-
-    def close(self) -> None:
-        if self._pidfd is not None:
-            trio.lowlevel.notify_closing(self._pidfd)
-            os.close(self._pidfd)
-            self._pidfd = None
 
 
-def _spawn(spec: ProcessSpec) -> _Child:
-    """Fork and exec on the calling (trio) thread: see the module docstring for why. It blocks
+def _spawn(spec: ProcessSpec) -> _Running:
+    """Start the child on the calling (trio) thread: see the module docstring for why. It blocks
     only until the exec has happened, a few milliseconds."""
-    spec.log_path.parent.mkdir(parents=True, exist_ok=True)
     read_end, write_end = os.pipe2(os.O_CLOEXEC)
     try:
-        with open(spec.log_path, "ab") as log_file:  # noqa: ASYNC230 - a local log file, handed to the child
-            popen = subprocess.Popen(
-                list(spec.argv), stdin=subprocess.DEVNULL, stdout=write_end, stderr=log_file,
-                env={**os.environ, **spec.env}, start_new_session=True,
-                preexec_fn=partial(_die_with, os.getpid()),  # noqa: PLW1509 - only a system call, see _die_with
-            )
+        child = ChildProcess.start(spec.name, spec.argv, log_path=spec.log_path, stdout=write_end, env=spec.env,
+                                   die_with_parent=True)
     except BaseException:
         os.close(read_end)
         raise
     finally:
         os.close(write_end)
-    return _Child(popen, trio.lowlevel.FdStream(read_end))
+    return _Running(child, trio.lowlevel.FdStream(read_end))
 
 
-async def _start(state: Supervised) -> tuple[_Child, bytes]:
+async def _start(state: Supervised) -> tuple[_Running, bytes]:
     spec = state.spec
     process = state._process = _spawn(spec)
     # Recorded now, while the unreaped child holds its pid: nothing else can have it.
-    state.pid = process.pid
-    state.identity = identity_of(process.pid)
+    state.pid = process.child.pid
+    state.identity = identity_of(process.child.pid)
     buffered = b""
     with trio.move_on_after(spec.start_timeout_s) as timer:
         while b"\n" not in buffered:
@@ -193,17 +148,10 @@ async def _copy_to_log(stream: trio.abc.ReceiveStream, path: Path, first: bytes)
             f.flush()
 
 
-async def _stop(process: _Child) -> None:
+async def _stop(process: _Running) -> None:
     """SIGTERM, a grace period, then SIGKILL; shielded so cancellation cannot orphan it."""
     with trio.CancelScope(shield=True):
-        if process.returncode is None:
-            process.send_signal(signal.SIGTERM)
-            with trio.move_on_after(STOP_GRACE_S):
-                await process.wait()
-            if process.returncode is None:
-                process.send_signal(signal.SIGKILL)
-                await process.wait()
-        process.close()
+        await process.child.aclose(STOP_GRACE_S)
         await process.stdout.aclose()
 
 
@@ -248,7 +196,7 @@ async def supervise(state: Supervised, *, task_status: trio.TaskStatus[str] = tr
                     if first:
                         task_status.started(state.ready_line)
                         first = False
-                    code = await process.wait()
+                    code = await process.child.wait_exited()
                 nursery.cancel_scope.cancel()
         finally:
             await _stop(process)
@@ -283,12 +231,12 @@ async def hold(state: Supervised, *, hard: bool = False) -> None:
     state._held = trio.Event()
     gone = state._gone = trio.Event()
     process = state._process
-    if process is not None and process.returncode is None:
-        process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+    if process is not None and process.child.poll() is None:
+        process.child.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
         with trio.move_on_after(STOP_GRACE_S):
             await gone.wait()
         if not gone.is_set():
-            process.send_signal(signal.SIGKILL)
+            process.child.send_signal(signal.SIGKILL)
     await gone.wait()
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.peers import PeerMissing, peer
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 

@@ -125,14 +125,21 @@ def fetch(target: Peer, *, say: Callable[[str], None] = print) -> bool:
     fetch never leaves a half classpath that looks fresh; a lock on the peer's directory makes a
     second `make peers` on the machine (another clone, CI) wait for the first and then find it done.
     """
-    if target.is_fresh():
+    return build_once(target.directory, target.is_fresh, lambda: _resolve(target, say))
+
+
+def build_once(directory: Path, done: Callable[[], bool], build: Callable[[], None]) -> bool:
+    """Run `build` unless `done()` already holds, under a lock on `directory`/.lock: a second run
+    on the machine (another clone, CI, a parallel test) waits for the first, then finds it done.
+    True if this call built."""
+    if done():
         return False
-    target.directory.mkdir(parents=True, exist_ok=True)
-    with (target.directory / ".lock").open("w") as lock:
+    directory.mkdir(parents=True, exist_ok=True)
+    with (directory / ".lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if target.is_fresh():
+        if done():
             return False
-        _resolve(target, say)
+        build()
     return True
 
 

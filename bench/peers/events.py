@@ -21,7 +21,7 @@ from typing import Any
 
 from bench.peers.cache import peer
 from bench.peers.tools import LOG4J2_TOOLS, TOOL_JVM_FLAGS, class_data_sharing, java_command, keep_archive, main_class
-from deploy.broker_process import stop_process
+from deploy.child_process import ChildProcess, log_tail
 
 Event = dict[str, Any]
 STOP_TIMEOUT_S = 30.0
@@ -33,7 +33,7 @@ class ToolProcess:
     """One running tool; `events` fills in as it prints (non-JSON lines go to `other`)."""
 
     name: str
-    proc: subprocess.Popen[str]
+    proc: ChildProcess
     stderr_path: Path
     partial_archive: Path | None = None
     events: list[Event] = field(default_factory=list)
@@ -80,16 +80,13 @@ class ToolProcess:
             return list(self.events)
 
     def stderr_tail(self, lines: int = 40) -> str:
-        try:
-            return "\n".join(self.stderr_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no stderr)"
+        return log_tail(self.stderr_path, lines)
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM (the tool's shutdown hook closes its clients), SIGKILL if it lingers; then reaped.
         Returns 0 for an exit by itself or through its shutdown hooks, else the exit code."""
         if self.returncode is None:
-            code = stop_process(self.proc, timeout_s) if self.proc.poll() is None else self.proc.wait()
+            code = self.proc.stop(timeout_s)
             self.returncode = 0 if code == SIGTERM_EXIT else code
             self._finish()
         return self.returncode
@@ -97,8 +94,7 @@ class ToolProcess:
     def kill(self) -> int:
         """SIGKILL: a crash, no clean close."""
         if self.returncode is None:
-            self.proc.kill()
-            self.returncode = self.proc.wait()
+            self.returncode = self.proc.kill()
             self._finish()
         return self.returncode
 
@@ -137,6 +133,4 @@ def start_tool(tool: str, *args: str, stderr_path: Path, profile: str = "kafka4"
     if extra_classpath:
         at = cmd.index("-cp") + 1
         cmd[at] = ":".join([cmd[at], *map(str, extra_classpath)])
-    with stderr_path.open("ab") as err:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, text=True)
-    return ToolProcess(tool, proc, stderr_path, partial)
+    return ToolProcess(tool, ChildProcess.start(tool, cmd, log_path=stderr_path), stderr_path, partial)

@@ -8,14 +8,13 @@ and renamed into place, so a half-compiled directory is never used.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import shutil
 import subprocess
 from pathlib import Path
 
-from bench.peers.cache import Peer, peer
+from bench.peers.cache import Peer, build_once, peer
 from bench.peers.tools import LOG4J2_TOOLS, TOOL_JVM_FLAGS, TOOL_TIMEOUT_S, ToolRun, java_command
 
 COMPILE_TIMEOUT_S = 120.0
@@ -25,13 +24,8 @@ def compiled(source: Path, target: Peer) -> Path:
     """The directory of `source`'s classes, compiled against `target`'s jars if not yet done."""
     digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
     classes = target.directory / "classes" / f"{source.stem}-{digest}"
-    if classes.is_dir():
-        return classes
-    classes.parent.mkdir(parents=True, exist_ok=True)
-    with (classes.parent / ".lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if classes.is_dir():
-            return classes
+
+    def build() -> None:
         scratch = classes.with_name(f"{classes.name}.partial-{os.getpid()}")
         shutil.rmtree(scratch, ignore_errors=True)
         done = subprocess.run(["javac", "-nowarn", "-d", str(scratch), "-cp", target.classpath(), str(source)],
@@ -40,6 +34,8 @@ def compiled(source: Path, target: Peer) -> Path:
             shutil.rmtree(scratch, ignore_errors=True)
             raise RuntimeError(f"javac {source.name} failed ({done.returncode}):\n{done.stdout}{done.stderr}")
         scratch.rename(classes)
+
+    build_once(classes.parent, classes.is_dir, build)
     return classes
 
 

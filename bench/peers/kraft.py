@@ -10,18 +10,21 @@ metadata log. Stop = SIGTERM (Kafka's controlled shutdown), SIGKILL if it linger
 from __future__ import annotations
 
 import socket
-import struct
 import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
+from typing import ClassVar
 
 from bench.peers.cache import peer
 from bench.peers.tools import java_command, main_class
 from broker.ids import random_uuid_text
-from deploy.broker_process import stop_process
+from broker.protocol.errors import ProtocolError
+from broker.protocol.messages import ApiVersionsRequest
+from deploy.child_process import NO_LOG, ChildFailed, ChildOwner, ChildProcess, log_tail
+from deploy.kafka_socket import ask
 
 LOG4J2_BROKER = Path(__file__).with_name("broker-log4j2.properties")
 # A broker that keeps a small heap beside Causeway on two shared cores.
@@ -58,42 +61,24 @@ def cluster_id() -> str:
 
 def api_versions_answers(host: str, port: int, timeout: float = 2.0) -> bool:
     """True when the listener answers ApiVersions v0 with error code 0."""
-    client_id = b"causeway-peers"
-    body = struct.pack(">hhih", 18, 0, 1, len(client_id)) + client_id
     try:
-        with socket.create_connection((host, port), timeout=timeout) as sock:
-            sock.sendall(struct.pack(">i", len(body)) + body)
-            head = _recv_exact(sock, 4)
-            (size,) = struct.unpack(">i", head)
-            if not 6 <= size <= 1 << 20:
-                return False
-            reply = _recv_exact(sock, size)
-    except OSError:
+        answer = ask((host, port), ApiVersionsRequest(), 0, timeout_s=timeout, client_id="causeway-peers")
+    except (OSError, ProtocolError):
         return False
-    correlation, error = struct.unpack(">ih", reply[:6])
-    return bool(correlation == 1 and error == 0)
-
-
-def _recv_exact(sock: socket.socket, count: int) -> bytes:
-    data = b""
-    while len(data) < count:
-        chunk = sock.recv(count - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
+    return bool(answer.error_code == 0)
 
 
 @dataclass
-class KafkaBroker:
+class KafkaBroker(ChildOwner):
     """One Apache Kafka 4.x KRaft node in `directory`; `bootstrap` once started."""
 
     directory: Path
     overrides: dict[str, str] = field(default_factory=dict)
     profile: str = "kafka4"
     jvm_flags: Sequence[str] = BROKER_JVM_FLAGS
-    proc: subprocess.Popen[str] | None = None
+    proc: ChildProcess | None = None
     port: int = 0
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
     controller_port: int = 0
     startup_seconds: float = 0.0
 
@@ -124,59 +109,51 @@ class KafkaBroker:
             **self.overrides,
         }
 
-    def start(self) -> KafkaBroker:
+    def write_config(self) -> None:
+        """Pick the node's free ports and write its server.properties."""
         self.directory.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
         self.controller_port = free_port()
         while self.controller_port == self.port:
             self.controller_port = free_port()
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.config().items()))
-        began = time.monotonic()
-        target = peer(self.profile)
-        fmt = subprocess.run(java_command(target, main_class("kafka-storage", self.profile),
+
+    def format_storage(self) -> None:
+        """`kafka-storage format` with a fresh cluster id: the first of a fresh node's two JVMs.
+        Raises RuntimeError, with what it printed, when it fails."""
+        fmt = subprocess.run(java_command(peer(self.profile), main_class("kafka-storage", self.profile),
                                           ["format", "-t", cluster_id(), "-c", str(self.config_path)]),
                              capture_output=True, text=True, timeout=START_TIMEOUT_S)
         if fmt.returncode != 0:
             raise RuntimeError(f"kafka-storage format failed ({fmt.returncode}):\n{fmt.stdout}{fmt.stderr}")
+
+    def start(self) -> KafkaBroker:
+        """Format the node's storage, start it and return once it answers ApiVersions. Raises
+        RuntimeError (ChildFailed, with the logs' last lines) when it exits or is not ready in time."""
+        self.write_config()
+        began = time.monotonic()
+        self.format_storage()
+        target = peer(self.profile)
         cmd = java_command(target, main_class("kafka-server-start", self.profile), [str(self.config_path)],
                            jvm_flags=[*self.jvm_flags, f"-Dkafka.logs.dir={self.directory}"], log4j2=LOG4J2_BROKER)
-        with (self.directory / "console.log").open("ab") as console:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=console, stderr=subprocess.STDOUT,
-                                         text=True)
-        deadline = began + START_TIMEOUT_S
-        while not api_versions_answers("127.0.0.1", self.port):
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                self.proc = None
-                raise RuntimeError(f"Kafka exited with {code} before it was ready:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                self.kill()
-                raise RuntimeError(f"Kafka not ready in {START_TIMEOUT_S}s:\n{self.log_tail()}")
-            time.sleep(0.2)  # polling another process's listener; it has no readiness channel to us
+        self.proc = proc = ChildProcess.start("Kafka", cmd, log_path=self.directory / "console.log", stdout="log")
+        try:
+            # Polling another process's listener: it has no readiness channel to us.
+            proc.wait_ready(lambda: api_versions_answers("127.0.0.1", self.port),
+                            START_TIMEOUT_S - (time.monotonic() - began), interval_s=0.2)
+        except ChildFailed as exc:
+            self.proc = None  # exited or killed, and waited for
+            raise ChildFailed(f"{exc}\n--- {self.log_path.name}\n{log_tail(self.log_path)}") from None
         self.startup_seconds = time.monotonic() - began
         return self
-
-    def stop(self) -> int:
-        if self.proc is None:
-            return 0
-        code = stop_process(self.proc, STOP_TIMEOUT_S)
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.proc = None
 
     def log_tail(self, lines: int = 40) -> str:
         parts = []
         for path in (self.log_path, self.directory / "console.log"):
-            try:
-                parts.append(f"--- {path.name}\n" + "\n".join(path.read_text().splitlines()[-lines:]))
-            except OSError:
-                continue
-        return "\n".join(parts) or "(no log)"
+            tail = log_tail(path, lines)
+            if tail != NO_LOG:
+                parts.append(f"--- {path.name}\n{tail}")
+        return "\n".join(parts) or NO_LOG
 
     def __enter__(self) -> KafkaBroker:
         return self.start()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
-from deploy.broker_process import rss_bytes
+from deploy.child_process import rss_bytes
 
 __all__ = ["ESTABLISHED", "CLOSE_WAIT", "LISTEN", "Descriptors", "TcpSocket", "alive", "close_wait_peers",
            "descriptors", "listener_pid", "rss_bytes", "tcp_sockets"]

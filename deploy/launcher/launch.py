@@ -56,6 +56,8 @@ from deploy.launcher.state_file import (
 from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
 from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, supervise
 from deploy.wan.client import WanApiError, WanClient
+from deploy.wan.process import READY as WAN_READY
+from deploy.wan.process import wan_command
 
 __all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError", "free_port", "link_toxics",
            "prepare_state_dir", "run_plan", "state_path"]
@@ -63,7 +65,6 @@ __all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDir
 log = logging.getLogger(__name__)
 
 STATE_FILE = "state.json"
-WAN_READY = re.compile(r"^causeway wan ready: http://([^\s]+)$")
 MIRROR_READY = re.compile(r"^causeway mirror ready: ")
 ZOOKEEPER_READY = re.compile(r"^causeway zookeeper ready: (\S+)$")
 
@@ -394,7 +395,7 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
     if toxiproxy is not None:
         state.wan_api = toxiproxy
     else:
-        state.wan = Supervised(_spec(state_dir, "wan emulator", _cli("wan", "--api", f"127.0.0.1:{free_port()}"),
+        state.wan = Supervised(_spec(state_dir, "wan emulator", wan_command(f"127.0.0.1:{free_port()}"),
                                      state_path(state_dir, "logs", "wan.log"), WAN_READY),
                                on_change=state.changed, on_ready=partial(_restore_links, state))
         ready = await nursery.start(supervise, state.wan)

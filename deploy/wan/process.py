@@ -7,21 +7,19 @@ address it bound. Its stderr (the log) goes to `log_path` when one is given, els
 
 The launcher runs the emulator through `deploy.supervisor` instead (restarted, links and all,
 when it dies); it builds the same command (`wan_command`) and waits for the same line (`READY`).
+Both start the process through `deploy.child_process`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import IO
+from typing import ClassVar
 
-from deploy.broker_process import read_ready_line, stop_process
-from deploy.supervisor import log_tail
+from deploy.child_process import NO_LOG, ChildFailed, ChildOwner, ChildProcess, log_tail
 
 __all__ = ["READY", "START_TIMEOUT_S", "WanProcess", "wan_command"]
 
@@ -45,7 +43,7 @@ def wan_command(listen: str = "127.0.0.1:0", *, request_timeout_s: float | None 
 
 
 @dataclass
-class WanProcess:
+class WanProcess(ChildOwner):
     """One emulator process; `api` is the HOST:PORT of its HTTP API once started.
 
     As a context manager it is started on entry and stopped on exit."""
@@ -54,39 +52,29 @@ class WanProcess:
     request_timeout_s: float | None = None
     log_path: Path | None = None
     max_connections: int | None = None
-    proc: subprocess.Popen[str] | None = None
+    proc: ChildProcess | None = None
     api: str = ""
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     def start(self) -> WanProcess:
-        """Start the emulator and return once it has printed its ready line. Raises RuntimeError,
-        with the log's last lines, when it exits or stays silent instead."""
+        """Start the emulator and return once it has printed its ready line. Raises ChildFailed
+        (a RuntimeError), with the log's last lines, when it exits or stays silent instead."""
         cmd = wan_command(self.listen, request_timeout_s=self.request_timeout_s, max_connections=self.max_connections)
-        with self._log() as log:
-            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=_REPO)
+        self.proc = proc = ChildProcess.start("WAN emulator", cmd, log_path=self.log_path, cwd=_REPO)
         try:
-            line = read_ready_line(self.proc, "WAN emulator", START_TIMEOUT_S, self.log_tail)
-        except RuntimeError:
+            line = proc.read_ready_line(START_TIMEOUT_S)
+        except ChildFailed:
             self.proc = None  # killed or exited, and waited for
             raise
         match = READY.match(line.strip())
         if match is None:
             self.stop()
-            raise RuntimeError(f"unexpected first line from the WAN emulator: {line!r}; log:\n{self.log_tail()}")
+            raise ChildFailed(f"unexpected first line from the WAN emulator: {line!r}; log:\n{self.log_tail()}")
         self.api = match.group(1)
         return self
 
-    def _log(self) -> contextlib.AbstractContextManager[IO[str] | int]:
-        if self.log_path is None:
-            return contextlib.nullcontext(subprocess.DEVNULL)
-        return self.log_path.open("a")
-
-    def stop(self) -> int:
-        """SIGTERM and wait (SIGKILL after STOP_TIMEOUT_S). Returns the exit code."""
-        proc, self.proc = self.proc, None
-        return 0 if proc is None else stop_process(proc, STOP_TIMEOUT_S)
-
     def log_tail(self, lines: int = 40) -> str:
-        return "(no log)" if self.log_path is None else log_tail(self.log_path, lines)
+        return NO_LOG if self.log_path is None else log_tail(self.log_path, lines)
 
     def __enter__(self) -> WanProcess:
         return self.start()

@@ -21,7 +21,6 @@ a NodeFailed naming the node with its log's last lines.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -32,7 +31,8 @@ from pathlib import Path
 import trio
 
 from broker.tasks import leaves
-from deploy.supervisor import RESTART_BACKOFF, STABLE_AFTER_S, log_tail
+from deploy.child_process import ChildProcess, log_tail
+from deploy.supervisor import RESTART_BACKOFF, STABLE_AFTER_S
 from deploy.zookeeper.config import HOST, JAVA, NodePorts, Tuning, pick_free_port
 from deploy.zookeeper.four_letter import ServerState
 from deploy.zookeeper.node import STOP_TIMEOUT_S, NodeFailed, ZkNode, ZooKeeperMissing, check_installed
@@ -144,23 +144,15 @@ class Ensemble:
         node.spawn(write_files=False)
         self._spawned_at[node.node_id] = trio.current_time()
         assert self._nursery is not None and node.proc is not None
-        self._nursery.start_soon(self._watch, node, node.proc.pid)
+        self._nursery.start_soon(self._watch, node, node.proc)
 
-    async def _watch(self, node: ZkNode, pid: int) -> None:
+    async def _watch(self, node: ZkNode, jvm: ChildProcess) -> None:
         """Wait (through a pidfd, no polling) for this JVM to exit; report an exit nobody asked
         for and, when supervising, start the node again with backoff."""
-        try:
-            pidfd = os.pidfd_open(pid)
-        except ProcessLookupError:
-            return
-        try:
-            await trio.lowlevel.wait_readable(pidfd)
-        finally:
-            trio.lowlevel.notify_closing(pidfd)
-            os.close(pidfd)
-        if node.node_id in self._down or node.node_id in self._starting or node.proc is None or node.proc.pid != pid:
+        code = await jvm.wait_exited()
+        if node.node_id in self._down or node.node_id in self._starting or node.proc is not jvm:
             return  # stopped on purpose, reported by the start waiting for it, or already replaced
-        code = node.proc.poll()
+        pid = jvm.pid
         log.warning("zookeeper node %d (pid %d) exited with %s\n--- last lines of %s ---\n%s", node.node_id, pid,
                     code, node.log_path, log_tail(node.log_path, 10))
         if not self.supervise:
@@ -170,7 +162,7 @@ class Ensemble:
         while True:
             failures = self._failures[node.node_id] = self._failures.get(node.node_id, 0) + 1
             await trio.sleep(RESTART_BACKOFF.delay(failures))
-            if node.node_id in self._down or (node.proc is not None and node.proc.pid != pid):
+            if node.node_id in self._down or (node.proc is not None and node.proc is not jvm):
                 return  # stopped, or started by someone else, meanwhile
             log.info("zookeeper node %d: starting again", node.node_id)
             node.proc = None

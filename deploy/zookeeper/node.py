@@ -4,24 +4,21 @@ Plain blocking code, shared by the test fixture (tests/support/zookeeper.py, whi
 `wait_serving`) and the trio ensemble (deploy/zookeeper/ensemble.py, which calls `spawn` on the
 trio thread and polls `check` from a worker thread).
 
-The JVM dies with the process that started it: it is forked with the launcher's parent-death
-signal (deploy.supervisor), which fires when the *thread* that forked exits, so `spawn` must be
-called on a thread that lives as long as the node should (the main thread or the trio thread).
+The JVM dies with the process that started it: it is started by `deploy.child_process` with a
+parent-death signal, which fires when the *thread* that forked exits, so `spawn` must be called
+on a thread that lives as long as the node should (the main thread or the trio thread).
 Its stdout and stderr go to `zookeeper.log` in the node's dir, next to `zoo.cfg` and `data/`.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
+from typing import ClassVar
 
-from deploy.broker_process import stop_process
-from deploy.supervisor import _die_with, log_tail
+from deploy.child_process import ChildOwner, ChildProcess, log_tail
 from deploy.zookeeper.config import HOST, JAVA, ZOOKEEPER_JAR, NodePorts, Tuning, java_argv, write_node_files
 from deploy.zookeeper.four_letter import ServerState, srvr
 
@@ -54,7 +51,7 @@ def check_installed() -> None:
 
 
 @dataclass
-class ZkNode:
+class ZkNode(ChildOwner):
     """One node; `peers` lists every (id, ports) of its ensemble, empty for a lone node."""
 
     node_id: int
@@ -63,9 +60,11 @@ class ZkNode:
     peers: tuple[tuple[int, NodePorts], ...] = ()
     tuning: Tuning = field(default_factory=Tuning)
     java: str = JAVA
-    proc: subprocess.Popen[bytes] | None = None
+    proc: ChildProcess | None = None
     starts: int = 0
-    _log_offset: int = 0  # the log's size when the running JVM started: its own lines follow
+    _last: ChildProcess | None = field(default=None, repr=False)  # the running or last JVM: its log lines
+    # SIGTERM, then SIGKILL after this: ZooKeeper stops in well under a second (exit 143 on SIGTERM)
+    stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
 
     @property
     def log_path(self) -> Path:
@@ -99,26 +98,16 @@ class ZkNode:
         check_installed()
         cfg = self.write_files() if write_files else self.node_dir / "zoo.cfg"
         argv = java_argv(cfg, ensemble=bool(self.peers), java=self.java)
-        with open(self.log_path, "ab") as log:
-            self._log_offset = log.tell()
-            try:
-                self.proc = subprocess.Popen(
-                    argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=self.node_dir,
-                    start_new_session=True,  # a terminal's Ctrl-C reaches the parent, which stops us
-                    preexec_fn=partial(_die_with, os.getpid()),  # noqa: PLW1509 - only a system call
-                )
-            except OSError as exc:
-                raise NodeFailed(f"zookeeper node {self.node_id}: cannot run {argv[0]!r}: {exc}") from exc
+        try:
+            self.proc = self._last = ChildProcess.start(f"zookeeper node {self.node_id}", argv, log_path=self.log_path,
+                                                        stdout="log", cwd=self.node_dir, die_with_parent=True)
+        except OSError as exc:
+            raise NodeFailed(f"zookeeper node {self.node_id}: cannot run {argv[0]!r}: {exc}") from exc
         self.starts += 1
 
     def own_log(self) -> str:
         """What the running (or last) JVM wrote to the log."""
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(self._log_offset)
-                return f.read().decode(errors="replace")
-        except OSError:
-            return ""
+        return "" if self._last is None else self._last.own_log()
 
     def failure(self, what: str) -> NodeFailed:
         """A NodeFailed naming the node, what happened and its log's last lines."""
@@ -163,18 +152,5 @@ class ZkNode:
                 raise self.failure(f"not serving after {timeout_s} s")
             time.sleep(0.05)
 
-    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
-        """SIGTERM, then SIGKILL after `timeout_s`; the exit code (ZooKeeper exits 143 on SIGTERM)."""
-        if self.proc is None:
-            return 0
-        code = stop_process(self.proc, timeout_s)  # type: ignore[arg-type]  # works on any Popen
-        self.proc = None
-        return code
-
-    def kill(self) -> None:
-        """SIGKILL: a crash."""
-        if self.proc is not None:
-            if self.proc.poll() is None:
-                self.proc.kill()
-            self.proc.wait()
-            self.proc = None
+    def log_tail(self, lines: int = 40) -> str:
+        return log_tail(self.log_path, lines)

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.compat
 

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.errors import ErrorCode
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.compat
 TIMEOUT_S = 60.0
@@ -349,13 +349,13 @@ class Wire:
     """Requests by hand over one socket, for what real clients never send."""
 
     def __init__(self, bootstrap: str) -> None:
-        from tests.support.wire import connect
+        from deploy.kafka_socket import connect
 
         self.sock = connect(bootstrap, timeout_s=30)
         self.correlation = 0
 
     def call(self, request: Any, version: int) -> Any:
-        from tests.support.wire import call
+        from deploy.kafka_socket import call
 
         self.correlation += 1
         return call(self.sock, request, version, self.correlation)

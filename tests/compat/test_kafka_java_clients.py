@@ -20,7 +20,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.peers.events import Event, ToolProcess, start_tool
 from broker.protocol.records import Compression, split_batches
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.compat
 TIMEOUT_S = 60.0

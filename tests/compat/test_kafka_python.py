@@ -6,7 +6,7 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType, NewTopic
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.compat
 

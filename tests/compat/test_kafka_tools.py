@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from bench.peers import KafkaBroker, ToolRun, run_tool
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.consume import committed
 from tests.support.polling import wait_until
 

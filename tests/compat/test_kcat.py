@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.compat
 

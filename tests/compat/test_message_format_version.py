@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from broker.storage.config import is_metadata_version
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 pytestmark = pytest.mark.compat
 TIMEOUT_S = 30.0

@@ -9,7 +9,6 @@ each, so one pair serves the whole module.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -21,7 +20,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from bench.peers import KafkaBroker
-from deploy.broker_process import stop_process
+from deploy.child_process import ChildProcess
 from mirror.formats import Checkpoint, Heartbeat, OffsetSync
 from tests.support.polling import wait_until
 
@@ -133,7 +132,7 @@ def committed(bootstrap: str, group: str, topic: str, partitions: int) -> dict[i
     return {tp.partition: tp.offset for tp in found if tp.offset >= 0}
 
 
-def start_mirror(tmp_path: Path, source: str, target: str, topic: str, group: str) -> subprocess.Popen[str]:
+def start_mirror(tmp_path: Path, source: str, target: str, topic: str, group: str) -> ChildProcess:
     config = tmp_path / "mirror.yaml"
     config.write_text(json.dumps({
         "source": {"alias": SOURCE_ALIAS, "bootstrap": source},
@@ -142,9 +141,8 @@ def start_mirror(tmp_path: Path, source: str, target: str, topic: str, group: st
         "refresh.topics.interval.seconds": 1, "refresh.groups.interval.seconds": 1,
         "emit.heartbeats.interval.seconds": 1, "emit.checkpoints.interval.seconds": 1,
         "sync.group.offsets.interval.seconds": 1}))
-    with (tmp_path / "mirror.log").open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)], cwd=REPO,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    argv = [sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)]
+    return ChildProcess.start("causeway mirror", argv, log_path=tmp_path / "mirror.log", stdout="discard", cwd=REPO)
 
 
 def test_causeway_mirror_between_two_apache_kafka_clusters(kafkas: tuple[KafkaBroker, KafkaBroker],
@@ -221,8 +219,8 @@ def test_causeway_mirror_between_two_apache_kafka_clusters(kafkas: tuple[KafkaBr
         stop_mirror(mirror, tmp_path)
 
 
-def stop_mirror(mirror: subprocess.Popen[str], tmp_path: Path) -> None:
-    code = stop_process(mirror, TIMEOUT_S)
+def stop_mirror(mirror: ChildProcess, tmp_path: Path) -> None:
+    code = mirror.stop(TIMEOUT_S)
     log = (tmp_path / "mirror.log").read_text(errors="replace")
     assert code == 0, log[-3000:]
     assert "Traceback" not in log, log[-3000:]

@@ -11,7 +11,6 @@ are most of its ~10 s) serves every check of the first test.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -25,9 +24,9 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from bench.peers import KafkaBroker, run_tool
 from bench.peers.events import start_tool
 from bench.peers.java import run_java_program
-from deploy.broker_process import stop_process
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import ChildProcess
 from mirror.formats import Checkpoint, Heartbeat, OffsetSync, decode_position
-from tests.support.broker import BrokerProcess
 from tests.support.consume import committed
 from tests.support.polling import wait_until
 
@@ -273,7 +272,7 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
 
 
 def start_mirror(tmp_path: Path, source: BrokerProcess, target: BrokerProcess, alias: str, topic: str,
-                 group: str, **settings: object) -> subprocess.Popen[str]:
+                 group: str, **settings: object) -> ChildProcess:
     """`causeway mirror` (mm2 mode) from `source` (as `alias`) to `target` (as `west`)."""
     config = tmp_path / f"mirror-{alias}.yaml"
     config.write_text(json.dumps({
@@ -281,13 +280,13 @@ def start_mirror(tmp_path: Path, source: BrokerProcess, target: BrokerProcess, a
         "target": {"alias": "west", "bootstrap": target.bootstrap},
         "topics": {"include": [topic]}, "groups": {"include": [group]},
         "refresh.topics.interval.seconds": 1, **settings}))
-    with (tmp_path / f"mirror-{alias}.log").open("ab") as log:
-        return subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)], cwd=REPO,
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    argv = [sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)]
+    return ChildProcess.start("causeway mirror", argv, log_path=tmp_path / f"mirror-{alias}.log", stdout="discard",
+                              cwd=REPO)
 
 
-def stop_mirror(mirror: subprocess.Popen[str], tmp_path: Path) -> None:
-    code = stop_process(mirror, TIMEOUT_S)
+def stop_mirror(mirror: ChildProcess, tmp_path: Path) -> None:
+    code = mirror.stop(TIMEOUT_S)
     logs = "".join(path.read_text(errors="replace")[-3000:] for path in tmp_path.glob("mirror-*.log"))
     assert code == 0, logs
 

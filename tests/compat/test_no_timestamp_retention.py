@@ -29,8 +29,8 @@ from confluent_kafka import TIMESTAMP_LOG_APPEND_TIME, KafkaError, KafkaExceptio
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.records import batch_crc_ok, decode_batch, split_batches
+from deploy.broker_process import BrokerProcess
 from tests.compat.test_kcat import kcat
-from tests.support.broker import BrokerProcess
 from tests.support.cluster import ZkCluster, own_zookeeper_cluster
 from tests.support.consume import read_partition
 from tests.support.polling import wait_until

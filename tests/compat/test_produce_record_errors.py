@@ -10,9 +10,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.protocol.records import Record, build_batch
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import ask
 from tests.support.consume import read_partition
-from tests.support.wire import ask
 
 pytestmark = pytest.mark.compat
 TIMEOUT_S = 30.0

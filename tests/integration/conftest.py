@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 
 @pytest.fixture

@@ -9,8 +9,9 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.protocol.messages import ApiVersionsResponse, MetadataRequest, MetadataResponse
-from tests.support.broker import BrokerProcess, rss_bytes
-from tests.support.wire import ask, connect, read_frame_or_none, request_frame
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import rss_bytes
+from deploy.kafka_socket import ask, connect, read_frame_or_none, request_frame
 
 MiB = 1024 * 1024
 

@@ -30,7 +30,7 @@ from broker.clock import now_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.messages import MetadataRequest
 from broker.protocol.records import Compression, Record, build_batch, split_batches
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 TIMEOUT_S = 20.0
 

@@ -20,8 +20,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.client import TopicPartition, fetch, open_client
 from broker.client.partitioner import kafka_partition
 from broker.protocol.records import Compression, split_batches
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
-from tests.support.broker import BrokerProcess
 from tests.support.consume import group_offsets
 
 REPO = Path(__file__).resolve().parents[2]

@@ -18,9 +18,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import JoinGroupRequest
+from deploy.kafka_socket import ask
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
-from tests.support.wire import ask
 from tests.support.zookeeper import ZooKeeperServer
 
 OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1",

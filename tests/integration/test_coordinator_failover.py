@@ -25,7 +25,7 @@ from broker.client.connection import open_connection
 from broker.coordinator.offsets_records import partition_for
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import FindCoordinatorRequest, OffsetFetchRequest
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, Producer, TopicPartition
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 TOTAL = 20_000
 KILL_AFTER_ACKS = 5_000

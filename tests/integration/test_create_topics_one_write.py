@@ -20,8 +20,8 @@ from broker.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
 )
-from tests.support.broker import BrokerProcess
-from tests.support.wire import ask
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import ask
 
 LOG = "cluster-metadata.log"
 # One partition for __consumer_offsets, so the limits below leave known room; offset checkpoints

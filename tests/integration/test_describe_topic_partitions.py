@@ -15,8 +15,8 @@ from broker.protocol.messages import (
     DescribeTopicPartitionsRequest,
     DescribeTopicPartitionsResponse,
 )
-from tests.support.broker import BrokerProcess
-from tests.support.wire import call, connect, decode_response, message_frame, read_frame
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import call, connect, decode_response, message_frame, read_frame
 
 Request = DescribeTopicPartitionsRequest
 Response = DescribeTopicPartitionsResponse

@@ -27,10 +27,10 @@ from confluent_kafka.admin import (
 
 from bench.peers import run_tool
 from broker.protocol.messages import DescribeConfigsRequest, IncrementalAlterConfigsRequest
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import ask
 from tests.support.cluster import ZkCluster, own_zookeeper_cluster
 from tests.support.polling import wait_until
-from tests.support.wire import ask
 
 OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1", "log.segment.bytes=2097152")
 TIMEOUT_S = 30

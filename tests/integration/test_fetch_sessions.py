@@ -19,7 +19,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.client.connection import open_connection
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import FetchRequest, FetchResponse, MetadataRequest
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.consume import read_partition
 from tests.support.metrics import metrics_url, scrape

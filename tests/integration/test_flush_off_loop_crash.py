@@ -9,7 +9,7 @@ import pytest
 from confluent_kafka import KafkaError, Producer
 
 from broker.storage.checkpoints import read_offsets
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.consume import read_partition
 
 RECORDS = 600

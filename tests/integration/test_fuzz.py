@@ -13,8 +13,8 @@ producer and consumer afterwards, and stop cleanly (the fixture checks that).
 
 from __future__ import annotations
 
+from deploy.broker_process import BrokerProcess
 from deploy.fuzz.run import FuzzOptions, run_fuzz
-from tests.support.broker import BrokerProcess
 
 FRAMES = 30_000
 # Bytes the broker's log may grow by per minute: the rate limits let through one line per kind

@@ -15,9 +15,9 @@ import uuid
 from typing import Any
 
 from broker.protocol.messages import ApiVersionsRequest, MetadataRequest, OffsetCommitRequest, OffsetFetchRequest
+from deploy.broker_process import BrokerProcess
 from deploy.fuzz.run import ERROR_RECORD
-from tests.support.broker import BrokerProcess
-from tests.support.wire import ask, connect, exchange
+from deploy.kafka_socket import ask, connect, exchange
 
 LONG_MAX = 2**63 - 1
 

@@ -10,8 +10,8 @@ from broker.protocol.messages import (
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 )
-from tests.support.broker import BrokerProcess
-from tests.support.wire import ask
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import ask
 
 GROUP = 32
 DYNAMIC_GROUP_CONFIG, DEFAULT_CONFIG = 8, 5

@@ -14,8 +14,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
-from tests.support.broker import BrokerProcess
 from tests.support.consume import first_offsets, group_offsets
 from tests.support.polling import wait_until
 

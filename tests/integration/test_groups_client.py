@@ -26,7 +26,7 @@ from broker.client import (
     list_groups,
     open_client,
 )
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.consume import first_offsets
 from tests.support.polling import wait_for
 

@@ -16,10 +16,11 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import OffsetCommitRequest, OffsetCommitResponse
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import call, connect
+from tests.support.produce import Deliveries
 from tests.support.small_disk import fill_to_the_last_byte
 from tests.support.small_disk import small_disk as mounted_small_disk
-from tests.support.wire import call, connect
 
 FILLER_BYTES = 2 * 1024 * 1024
 VALUE_BYTES = 16 * 1024
@@ -36,20 +37,12 @@ def produce(broker: BrokerProcess, values: list[bytes]) -> tuple[list[bytes], li
     the acknowledged values and the errors."""
     producer = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "retries": 0,
                          "enable.idempotence": False, "linger.ms": 0, "message.timeout.ms": 30000})
-    acked: list[bytes] = []
-    errors: list[KafkaError] = []
-
-    def report(err: KafkaError | None, msg: object) -> None:
-        if err is None:
-            acked.append(msg.value())  # type: ignore[attr-defined]
-        else:
-            errors.append(err)
-
+    report = Deliveries()
     for value in values:
         producer.produce("fill", value, partition=0, on_delivery=report)
         producer.flush(30)  # one at a time: each answer is known before the next is sent
     assert producer.flush(30) == 0
-    return acked, errors
+    return report.acked, report.errors
 
 
 def consume_all(broker: BrokerProcess, expected: int) -> list[bytes]:

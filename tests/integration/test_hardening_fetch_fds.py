@@ -26,8 +26,9 @@ from confluent_kafka import Consumer, TopicPartition
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import ApiVersionsRequest, FetchRequest, FetchResponse, ProduceRequest, ProduceResponse
 from broker.protocol.records import Record, build_batch, split_batches
-from tests.support.broker import BrokerProcess, fd_count
-from tests.support.wire import call, connect
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import fd_count
+from deploy.kafka_socket import call, connect
 
 TOPIC = "wide"
 PARTITIONS = 300

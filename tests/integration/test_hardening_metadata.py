@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
-from tests.support.broker import BrokerProcess, broker_command
+from deploy.broker_process import BrokerProcess, broker_command
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -20,9 +20,9 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from broker.controller import metadata_file
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import MetadataRequest, MetadataResponse
-from tests.support.broker import BrokerProcess, broker_command
+from deploy.broker_process import BrokerProcess, broker_command
+from deploy.kafka_socket import call, connect
 from tests.support.polling import wait_until
-from tests.support.wire import call, connect
 
 ROOT = Path(__file__).resolve().parents[2]
 LOG = "cluster-metadata.log"

@@ -30,10 +30,10 @@ from broker.client import Backoff, TopicPartition, admin, open_client
 from broker.client.admin import LATEST
 from broker.client.produce import init_idempotent_producer
 from broker.protocol.records import Record, build_batch, split_batches
+from deploy.broker_process import BrokerProcess
 from mirror import daemon
 from mirror.partition import Chunk, PartitionMirror, ProducerIdentity
 from tests.integration.test_mirror import config_for, produce_with_confluent, running, wait_for_end_offsets
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for, wait_until
 
 Content = list[tuple[object, ...]]

@@ -21,8 +21,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.protocol.records import BATCH_HEADER_SIZE, Compression, Record, build_batch
-from tests.support.broker import BrokerProcess
-from tests.support.wire import call, connect
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import call, connect
 
 TOPIC = "poison"
 PRODUCE_VERSION = 9

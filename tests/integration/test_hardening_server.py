@@ -24,10 +24,11 @@ from broker.protocol.messages import (
     ProduceRequest,
 )
 from broker.protocol.records import Record, build_batch
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import fd_count, rss_bytes
 from deploy.fuzz.proc import CLOSE_WAIT, ESTABLISHED, tcp_sockets
-from tests.support.broker import BrokerProcess, fd_count, rss_bytes
+from deploy.kafka_socket import call, connect, message_frame, read_frame
 from tests.support.polling import wait_until
-from tests.support.wire import call, connect, message_frame, read_frame
 
 TOPIC = "hardening"
 

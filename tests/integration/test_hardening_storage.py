@@ -19,7 +19,8 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.records import read_batch_header, split_batches
-from tests.support.broker import BrokerProcess, broker_command, fd_count
+from deploy.broker_process import BrokerProcess, broker_command
+from deploy.child_process import fd_count
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,9 +22,10 @@ from broker.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
 )
-from tests.support.broker import BrokerProcess, fd_count, rss_bytes
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import fd_count, rss_bytes
+from deploy.kafka_socket import ask, call, connect, decode_response, message_frame, read_frame
 from tests.support.polling import wait_until
-from tests.support.wire import ask, call, connect, decode_response, message_frame, read_frame
 
 MiB = 1024 * 1024
 

@@ -22,12 +22,14 @@ from pathlib import Path
 
 import pytest
 
+from deploy.child_process import ChildProcess
 from deploy.cli import main
 from deploy.launcher.control import alive
 from deploy.launcher.control import status as status_of
 from deploy.wan.process import WanProcess
-from tests.integration.test_launch_cli import produce_records, read_records
+from tests.support.consume import read_topic
 from tests.support.polling import wait_until
+from tests.support.produce import produce_spread
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -60,7 +62,7 @@ class Echo:
 
 
 @pytest.fixture
-def wan(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def wan(tmp_path: Path) -> Iterator[tuple[ChildProcess, str]]:
     with WanProcess(request_timeout_s=1, log_path=tmp_path / "wan.log") as emulator:
         assert emulator.proc is not None
         yield emulator.proc, emulator.api
@@ -129,7 +131,7 @@ BAD_PROXIES = [
 
 
 def test_bad_toxic_and_proxy_fields_are_400_and_the_emulator_keeps_forwarding(
-        wan: tuple[subprocess.Popen[str], str]) -> None:
+        wan: tuple[ChildProcess, str]) -> None:
     proc, api = wan
     echo = Echo()
     try:
@@ -175,7 +177,7 @@ def _receive_all(sock: socket.socket) -> bytes:
     b"POST /proxies HTTP/1.1\r\nHost: x\r\nContent-Le",
 ], ids=["body", "chunked body", "headers"])
 def test_a_request_that_never_finishes_gets_408_and_is_closed(
-        wan: tuple[subprocess.Popen[str], str], request_head: bytes) -> None:
+        wan: tuple[ChildProcess, str], request_head: bytes) -> None:
     proc, api = wan
     host, port = api.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as sock:
@@ -218,8 +220,8 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
 
         # The mirror, reading east through the link, carries on.
         east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
-        sent = produce_records(east, "orders", 30)
-        assert read_records(west, "east.orders", 30) == sent
+        sent = produce_spread(east, "orders", 30)
+        assert read_topic(west, "east.orders", 30) == sent
         wait_until(lambda: status_of(state)["healthy"], what="status to be healthy", timeout_s=60, interval_s=0.5)
 
         # Cut the link: the mirror cannot reach its source, and status says so.

@@ -5,13 +5,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-
 from deploy.launcher.control import alive
-from tests.support.polling import wait_until
+from tests.support.consume import read_topic
+from tests.support.produce import produce_spread
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -45,8 +43,8 @@ def test_up_detached_status_and_down(tmp_path: Path) -> None:
             c["brokers"][0]["pid"] for c in doc["clusters"].values()]
 
         # Records produced in east arrive in west as east.orders, across the emulated link.
-        sent = produce_records(doc["clusters"]["east"]["bootstrap"], "orders", 60)
-        assert read_records(doc["clusters"]["west"]["bootstrap"], "east.orders", 60) == sent
+        sent = produce_spread(doc["clusters"]["east"]["bootstrap"], "orders", 60)
+        assert read_topic(doc["clusters"]["west"]["bootstrap"], "east.orders", 60) == sent
         table = causeway("status", "--state-dir", str(state))
         assert "east" in table.stdout and "yes" in table.stdout and "east-to-west" in table.stdout
     finally:
@@ -55,39 +53,6 @@ def test_up_detached_status_and_down(tmp_path: Path) -> None:
     assert "stopped launcher" in down.stdout
     assert not any(alive(pid) for pid in pids)
     assert causeway("status", "--state-dir", str(state)).returncode == 1  # nothing running
-
-
-def produce_records(bootstrap: str, topic: str, count: int) -> dict[int, list[bytes]]:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
-    sent: dict[int, list[bytes]] = {}
-    for i in range(count):
-        producer.produce(topic, value=b"record-%d" % i, partition=i % 3)
-        sent.setdefault(i % 3, []).append(b"record-%d" % i)
-    assert producer.flush(30) == 0
-    return sent
-
-
-def read_records(bootstrap: str, topic: str, count: int, deadline_s: float = 90) -> dict[int, list[bytes]]:
-    """Every partition of `topic` from the beginning, until `count` records (or the deadline)."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "west-check", "enable.auto.commit": False})
-    got: dict[int, list[bytes]] = {}
-    deadline = time.monotonic() + deadline_s
-    try:
-        # The mirror creates the topic when it discovers it; ask until it is there.
-        def created() -> bool:
-            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
-            return metadata.error is None and bool(metadata.partitions)
-
-        wait_until(created, what=f"{topic} at {bootstrap}", timeout_s=deadline_s, interval_s=0.2)
-        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        while sum(map(len, got.values())) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is not None and msg.error() is None:
-                got.setdefault(msg.partition(), []).append(msg.value())
-    finally:
-        consumer.close()
-    return got
 
 
 def test_a_broken_topology_is_refused_before_anything_starts(tmp_path: Path) -> None:

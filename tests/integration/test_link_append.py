@@ -38,8 +38,8 @@ from broker.protocol.messages import (
     MetadataResponse,
 )
 from broker.protocol.records import Record, build_batch, read_batch_header, split_batches
-from tests.support.broker import BrokerProcess
-from tests.support.wire import ask, connect, exchange, read_frame_or_none, request_frame
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import ask, connect, exchange, read_frame_or_none, request_frame
 
 TIMEOUT_S = 20.0
 LINK = "dc1-to-dc2"

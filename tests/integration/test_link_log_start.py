@@ -9,8 +9,8 @@ import trio
 
 from broker.client import TopicPartition, admin, open_client
 from broker.client.admin import EARLIEST, NewTopic
+from deploy.broker_process import BrokerProcess
 from tests.integration.test_mirror_link import consume, link_config, produce, running, wait_copied
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 TP = TopicPartition("events", 0)

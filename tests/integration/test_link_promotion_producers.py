@@ -26,8 +26,8 @@ from broker.client import (
 )
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.protocol.records import Record, build_batch, split_batches
+from deploy.broker_process import BrokerProcess
 from tests.integration.test_mirror_link import consume, link_config, running, wait_copied
-from tests.support.broker import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for, wait_until
 from tests.support.zookeeper import ZooKeeperServer

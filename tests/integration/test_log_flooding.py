@@ -27,10 +27,10 @@ from broker.protocol.messages import (
     StopReplicaRequest,
     UpdateMetadataRequest,
 )
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import ask, connect, message_frame, read_frame
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
-from tests.support.wire import ask, connect, message_frame, read_frame
 from tests.support.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 60

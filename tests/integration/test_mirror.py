@@ -20,11 +20,11 @@ from broker.client import TopicPartition, admin, decode_records, fetch, open_cli
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import DecodedRecord
+from deploy.broker_process import BrokerProcess
 from mirror.config import MirrorConfig, mirror_config_from_data
 from mirror.daemon import Mirror, run_mirror
 from mirror.formats import Heartbeat, OffsetSync, decode_position
 from mirror.topics import describe_topic, read_whole_topic
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 DEADLINE_S = 60.0

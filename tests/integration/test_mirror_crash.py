@@ -15,10 +15,10 @@ import trio
 from confluent_kafka import Producer
 
 from broker.client import open_client
+from deploy.broker_process import BrokerProcess
 from mirror.formats import decode_position
 from mirror.topics import read_whole_topic
 from tests.integration.test_mirror import content, read_partition, wait_for_end_offsets
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,10 +7,10 @@ import trio
 from confluent_kafka import Consumer, TopicPartition
 
 from broker.client import open_client
+from deploy.broker_process import BrokerProcess
 from mirror.formats import Checkpoint
 from mirror.topics import read_whole_topic
 from tests.integration.test_mirror import config_for, produce_with_confluent, running, wait_for_end_offsets
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 

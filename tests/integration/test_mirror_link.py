@@ -26,10 +26,10 @@ from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.client.groups import CommittedOffset, commit_offsets, fetch_offsets
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import split_batches
+from deploy.broker_process import BrokerProcess
 from deploy.launcher.launch import free_port
 from mirror.config import MirrorConfig, mirror_config_from_data
 from mirror.daemon import Mirror, run_mirror
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 DEADLINE_S = 60.0

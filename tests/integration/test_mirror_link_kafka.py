@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from bench.peers import KafkaBroker
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -20,6 +20,7 @@ from broker.client import LinkAppendResult, TopicPartition, admin, link_append, 
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
+from deploy.broker_process import BrokerProcess
 from mirror.daemon import Mirror
 from mirror.status import MirrorStatus, read_status
 from tests.integration.test_mirror_link import (
@@ -31,7 +32,6 @@ from tests.integration.test_mirror_link import (
     running,
     wait_copied,
 )
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 

@@ -24,8 +24,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.records import split_batches
 from broker.storage.checkpoints import read_offsets
+from deploy.broker_process import BrokerProcess
 from tests.integration.test_hardening_storage import end_offset, log_text, produce, scrape_metrics
-from tests.support.broker import BrokerProcess
 from tests.support.consume import read_partition
 from tests.support.polling import wait_until
 

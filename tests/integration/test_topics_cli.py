@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -28,7 +28,7 @@ from broker.protocol.messages import (
     DeleteTopicsRequest,
     MetadataRequest,
 )
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster, own_zookeeper_cluster
 from tests.support.polling import wait_until
 from tests.support.reassignment import alter_reassignment, frozen, send

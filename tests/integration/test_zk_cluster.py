@@ -26,7 +26,7 @@ from broker.client.connection import open_connection
 from broker.controller.zk.znodes import topic_id_from_string
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import AlterPartitionRequest, LeaderAndIsrRequest, UpdateMetadataRequest
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer

@@ -20,9 +20,9 @@ from broker.protocol.messages import (
     MetadataRequest,
     MetadataResponse,
 )
+from deploy.kafka_socket import ask
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
-from tests.support.wire import ask
 from tests.support.zookeeper import ZooKeeperServer
 
 # __consumer_offsets is one partition: the cluster starts at 1 of max.partitions=10.

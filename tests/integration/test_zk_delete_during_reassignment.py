@@ -29,7 +29,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import ListPartitionReassignmentsRequest
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.reassignment import alter_reassignment as _alter

@@ -25,7 +25,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.peers import run_tool
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.consume import read_partition
 from tests.support.polling import wait_until

@@ -43,7 +43,7 @@ from broker.protocol.messages import (
     ElectLeadersRequest,
     ListPartitionReassignmentsRequest,
 )
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
 

@@ -19,7 +19,7 @@ import pytest
 import trio
 from kazoo.client import KazooClient
 
-from deploy.broker_process import fd_count, stop_process
+from deploy.child_process import ChildProcess, fd_count
 from deploy.cli.zookeeper import READY_PREFIX
 from deploy.process_identity import is_running
 from deploy.zookeeper.config import pick_free_port
@@ -160,12 +160,12 @@ async def test_a_jvm_that_cannot_run_is_a_clear_error(tmp_path: Path) -> None:
     assert not failed.value.bind_failed
 
 
-def start_cli(tmp_path: Path, *args: str) -> tuple[subprocess.Popen[bytes], str, list[int]]:
+def start_cli(tmp_path: Path, *args: str) -> tuple[ChildProcess, str, list[int]]:
     """`causeway zookeeper` in its own process: its ready line's connect string and the pids of
     its nodes (from the lines that follow)."""
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "zookeeper", "--data-dir", str(tmp_path / "zk"),
-                             "--tick-time", "500", *args], stdout=subprocess.PIPE,
-                            stderr=(tmp_path / "cli.log").open("w"), cwd=REPO)
+    proc = ChildProcess.start("causeway zookeeper", [sys.executable, "-m", "deploy.cli", "zookeeper", "--data-dir",
+                                                     str(tmp_path / "zk"), "--tick-time", "500", *args],
+                              log_path=tmp_path / "cli.log", cwd=REPO)
     assert proc.stdout is not None
     fd = proc.stdout.fileno()  # read raw: a buffered reader would hide lines from select
     output = b""
@@ -189,7 +189,7 @@ def test_the_cli_prints_the_connect_string_and_stops_cleanly_on_sigterm(tmp_path
     proc, connect, pids = start_cli(tmp_path, "--nodes", "3")
     assert len(connect.split(",")) == 3 and len(pids) == 3
     write(connect, "/causeway/cli", b"up")
-    assert stop_process(proc, 30) == 0
+    assert proc.stop(30) == 0
     assert not any(is_running(pid) for pid in pids)
     for node in ("node-1", "node-2", "node-3"):
         assert (tmp_path / "zk" / node / "data" / "myid").read_text().strip() == node[-1]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 __all__ = ["KEEP_FOREVER", "pipeline_broker_process"]
 

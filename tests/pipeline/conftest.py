@@ -13,9 +13,9 @@ from collections.abc import Iterator
 import pytest
 from pyspark.sql import SparkSession
 
+from deploy.broker_process import BrokerProcess
 from pipeline.spark import session
 from tests.pipeline.brokers import pipeline_broker_process
-from tests.support.broker import BrokerProcess
 
 
 @pytest.fixture(scope="session")

@@ -23,12 +23,12 @@ import trio
 from pyspark.sql import SparkSession
 
 from broker.client import TopicPartition, admin, open_client
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from tests.integration.test_mirror import wait_for_end_offsets
 from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.clients import create_topic, produce
-from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.compat
 

@@ -19,13 +19,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from deploy.broker_process import BrokerProcess
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from pipeline.export import LOCK_FILE, export_topic
 from pipeline.options import PipelineError
 from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.cli import causeway_pipeline
 from tests.pipeline.clients import create_topic, produce
-from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.compat
 

@@ -16,10 +16,10 @@ import trio
 from pyspark.sql import SparkSession
 
 from broker.client import TopicPartition, admin, open_client
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
-from tests.support.broker import BrokerProcess
 
 BASE_TS = 1_700_000_000_000
 

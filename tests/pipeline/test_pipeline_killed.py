@@ -26,12 +26,12 @@ import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from pipeline.export import OFFSETS_FILE, export_topic
 from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.cli import causeway_pipeline
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
-from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.compat
 

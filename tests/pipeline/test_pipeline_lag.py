@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from mirror.formats import Heartbeat
@@ -24,7 +25,6 @@ from pipeline.audit import MirrorSpec
 from pipeline.lag import lag
 from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.clients import consume_all, create_topic, produce
-from tests.support.broker import BrokerProcess
 
 APPEND = {"message.timestamp.type": "LogAppendTime"}
 

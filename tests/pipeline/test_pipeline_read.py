@@ -13,12 +13,12 @@ from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
 from broker.client import TopicPartition, admin, open_client
+from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from pipeline.fetching import read_range
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce, spark_records
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat

@@ -26,7 +26,7 @@ from typing import Self, TypeVar
 from kazoo.client import KazooClient
 from kazoo.exceptions import NoNodeError
 
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 

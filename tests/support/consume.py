@@ -13,10 +13,19 @@ from __future__ import annotations
 import time
 import uuid
 
-from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, Message, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    ConsumerGroupTopicPartitions,
+    KafkaError,
+    Message,
+    TopicPartition,
+)
 from confluent_kafka.admin import AdminClient
 
-__all__ = ["committed", "first_offsets", "group_offsets", "read_partition"]
+from tests.support.polling import wait_until
+
+__all__ = ["committed", "first_offsets", "group_offsets", "read_partition", "read_topic"]
 
 
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int = 0,
@@ -77,3 +86,27 @@ def first_offsets(member: Consumer, topic: str, partitions: set[int], timeout_s:
     finally:
         member.close()
     return first
+
+
+def read_topic(bootstrap: str, topic: str, count: int, deadline_s: float = 90) -> dict[int, list[bytes]]:
+    """Every partition of `topic` from the beginning, until `count` records (or the deadline), by
+    partition; waits for the topic to exist first (a mirror creates it when it finds it)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "west-check", "enable.auto.commit": False})
+    got: dict[int, list[bytes]] = {}
+    deadline = time.monotonic() + deadline_s
+    try:
+        # The mirror creates the topic when it discovers it; ask until it is there.
+        def created() -> bool:
+            metadata = consumer.list_topics(topic, timeout=10).topics[topic]
+            return metadata.error is None and bool(metadata.partitions)
+
+        wait_until(created, what=f"{topic} at {bootstrap}", timeout_s=deadline_s, interval_s=0.2)
+        partitions = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        while sum(map(len, got.values())) < count and time.monotonic() < deadline:
+            msg = consumer.poll(0.5)
+            if msg is not None and msg.error() is None:
+                got.setdefault(msg.partition(), []).append(msg.value())
+    finally:
+        consumer.close()
+    return got

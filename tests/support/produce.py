@@ -13,7 +13,22 @@ import os
 
 from confluent_kafka import KafkaError, Producer
 
-__all__ = ["produce_acked", "records"]
+__all__ = ["Deliveries", "produce_acked", "produce_spread", "records"]
+
+
+class Deliveries:
+    """librdkafka's delivery reports (`on_delivery`): the acknowledged values in the order their
+    acknowledgements came, and the errors."""
+
+    def __init__(self) -> None:
+        self.acked: list[bytes] = []
+        self.errors: list[KafkaError] = []
+
+    def __call__(self, err: KafkaError | None, msg: object) -> None:
+        if err is None:
+            self.acked.append(msg.value())  # type: ignore[attr-defined]
+        else:
+            self.errors.append(err)
 
 
 def produce_acked(bootstrap: str, topic: str, values: list[bytes], *, partition: int = 0) -> list[bytes]:
@@ -22,21 +37,25 @@ def produce_acked(bootstrap: str, topic: str, values: list[bytes], *, partition:
     or on a record still unacknowledged after 90 s."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "linger.ms": 5, "message.timeout.ms": 60000})
-    acked: list[bytes] = []
-    errors: list[KafkaError] = []
-
-    def report(err: KafkaError | None, msg: object) -> None:
-        if err is None:
-            acked.append(msg.value())  # type: ignore[attr-defined]
-        else:
-            errors.append(err)
-
+    report = Deliveries()
     for value in values:
         producer.produce(topic, value, partition=partition, on_delivery=report)
         producer.poll(0)
     assert producer.flush(90) == 0, "records left unacknowledged"
-    assert not errors, errors[:3]
-    return acked
+    assert not report.errors, report.errors[:3]
+    return report.acked
+
+
+def produce_spread(bootstrap: str, topic: str, count: int) -> dict[int, list[bytes]]:
+    """`count` records `record-<i>` over `topic`'s partitions 0, 1 and 2 in turn (idempotent, acks
+    from librdkafka's defaults); what went to each partition, in order."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    sent: dict[int, list[bytes]] = {}
+    for i in range(count):
+        producer.produce(topic, value=b"record-%d" % i, partition=i % 3)
+        sent.setdefault(i % 3, []).append(b"record-%d" % i)
+    assert producer.flush(30) == 0
+    return sent
 
 
 def records(start: int, stop: int) -> list[bytes]:

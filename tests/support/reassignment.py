@@ -22,7 +22,7 @@ import trio
 from broker.address import parse_host_port
 from broker.client.connection import open_connection
 from broker.protocol.messages import AlterPartitionReassignmentsRequest
-from tests.support.broker import BrokerProcess
+from deploy.broker_process import BrokerProcess
 
 __all__ = ["alter_reassignment", "frozen", "send"]
 

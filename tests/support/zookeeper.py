@@ -26,7 +26,6 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from deploy.supervisor import log_tail
 from deploy.zookeeper.config import NodePorts, Tuning, pick_free_port
 from deploy.zookeeper.four_letter import ServerState, srvr
 from deploy.zookeeper.node import NodeFailed, ZkNode
@@ -44,68 +43,48 @@ def _fresh_ports() -> NodePorts:
 
 
 @dataclass
-class ZooKeeperServer:
-    """One ZooKeeper node; `connect` is its zookeeper.connect string, "127.0.0.1:PORT"."""
-
-    node: ZkNode
+class ZooKeeperServer(ZkNode):
+    """One ZooKeeper node (a ZkNode that starts as a test needs); `connect` is its
+    zookeeper.connect string, "127.0.0.1:PORT"."""
 
     @property
     def connect(self) -> str:
-        return self.node.address
+        return self.address
 
     @property
     def port(self) -> int:
-        return self.node.ports.client
-
-    @property
-    def pid(self) -> int | None:
-        return self.node.pid
-
-    @property
-    def log_path(self) -> Path:
-        return self.node.log_path
+        return self.ports.client
 
     def start(self) -> ZooKeeperServer:
         """Start the node and return once it serves. A first start whose port was taken meanwhile
         picks another; a restart keeps its port (clients know it) and fails instead."""
-        first = self.node.starts == 0
+        first = self.starts == 0
         for attempt in range(1, START_ATTEMPTS + 1):
-            self.node.spawn()
+            self.spawn()
             try:
-                self.node.wait_serving(START_TIMEOUT_S)
+                self.wait_serving(START_TIMEOUT_S)
                 return self
             except NodeFailed as exc:
                 if not (first and exc.bind_failed and attempt < START_ATTEMPTS):
                     raise
-                self.node.ports = _fresh_ports()
+                self.ports = _fresh_ports()
         raise AssertionError("unreachable")
 
     def state(self) -> ServerState | None:
         """The node's `srvr` answer; None when it does not answer."""
         return srvr("127.0.0.1", self.port)
 
-    def stop(self) -> int:
-        """SIGTERM, bounded wait, SIGKILL; the exit code (143: stopped by SIGTERM)."""
-        return self.node.stop()
-
-    def kill(self) -> None:
-        """SIGKILL: a crash, the data dir stays."""
-        self.node.kill()
-
     def restart(self) -> ZooKeeperServer:
         """Stop (SIGTERM) if running, then start on the same port with the same data."""
-        self.node.stop()
+        self.stop()
         return self.start()
-
-    def log_tail(self, lines: int = 40) -> str:
-        return log_tail(self.log_path, lines)
 
 
 @contextmanager
 def zookeeper_server(directory: Path, *, tuning: Tuning = TEST_TUNING) -> Iterator[ZooKeeperServer]:
     """A running single-node ZooKeeper in `directory` (zoo.cfg, data/, zookeeper.log); killed
     on exit (a test's ZooKeeper has nothing to flush)."""
-    server = ZooKeeperServer(ZkNode(node_id=1, node_dir=directory, ports=_fresh_ports(), tuning=tuning))
+    server = ZooKeeperServer(node_id=1, node_dir=directory, ports=_fresh_ports(), tuning=tuning)
     try:
         yield server.start()
     finally:

@@ -19,7 +19,6 @@ PACKAGES = tuple(sorted(p.parent.name for p in ROOT.glob("*/__init__.py")))
 # Uses waiting for the helper that owns the file (this session's issue 20 step), as
 # (file, private name): remove an entry when its use is gone.
 WAITING: dict[tuple[str, str], str] = {
-    ("deploy/zookeeper/node.py", "deploy.supervisor._die_with"): "the child-process handle's helper",
     ("broker/controller/zk/reassignment.py", "broker.controller.zk.controller._Partition"):
         "the controller-context helper",
 }

@@ -12,8 +12,8 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
 from bench import pipeline as bench_pipeline
+from deploy.broker_process import BrokerProcess
 from pipeline.planning import OffsetRange
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_until
 
 RECORDS = 2_000

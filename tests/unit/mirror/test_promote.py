@@ -23,8 +23,8 @@ from broker.client import ErrorCode, TopicPartition, open_client
 from broker.client.admin import NewTopic, create_topics, describe_configs
 from broker.client.fetch import fetch, whole_batches
 from broker.protocol.constants import MIRROR_NAME_CONFIG
+from deploy.broker_process import BrokerProcess
 from mirror.promote import PromotionError, promote
-from tests.support.broker import BrokerProcess
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[3]

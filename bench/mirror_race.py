@@ -2,7 +2,7 @@
 the same Causeway target, one mirror after the other; first on loopback, then over the emulated
 WAN link.
 
-    .venv/bin/python -m bench.peers.mirror_race [--records 200000] [--size 100] [--partitions 4]
+    .venv/bin/python -m bench.mirror_race [--records 200000] [--size 100] [--partitions 4]
                                                  [--rate-mbit 100] [--latency-ms 40] [--no-wan]
 
 Each mirror gets a topic of its own (`race-mm2`, `race-causeway`: same partitions, same records)
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -40,13 +39,14 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench.mirror import link_ceiling_mb_s
 from bench.peers.events import ToolProcess, start_tool
-from deploy.broker_process import BrokerProcess, rss_bytes, stop_process
+from deploy.broker_process import BrokerProcess
+from deploy.child_process import ChildProcess, rss_bytes
 from deploy.launcher.launch import free_port, link_toxics
 from deploy.launcher.plan import LinkPlan
 from deploy.wan.client import WanClient
 from deploy.wan.process import WanProcess
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[1]
 MM2_JVM_FLAGS = ("-Xms128m", "-Xmx1g", "-XX:+UseG1GC", "-Xshare:auto", "-Xlog:disable",
                  "-Xlog:all=warning,cds*=off:stderr", "-Djava.awt.headless=true")
 COPY_TIMEOUT_S = 600.0
@@ -117,7 +117,7 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
     for topic in topics:
         fill(fill_bootstrap, topic, args.records, args.size, args.partitions)
     mm2: ToolProcess | None = None
-    mirror: subprocess.Popen[str] | None = None
+    mirror: ChildProcess | None = None
     try:
         properties = base / "mm2.properties"
         properties.write_text("".join(f"{k} = {v}\n" for k, v in {
@@ -142,10 +142,9 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
                                           "target": {"alias": "west", "bootstrap": target.bootstrap},
                                           "topics": {"include": [topics[1]]},
                                           "tasks.max": tasks}))
-            with (base / "mirror.log").open("ab") as log:
-                mirror = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)],
-                                          cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                          stderr=log, text=True)
+            mirror = ChildProcess.start("causeway mirror",
+                                        [sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)],
+                                        log_path=base / "mirror.log", stdout="discard", cwd=REPO)
             return mirror.pid
 
         results = [race("MirrorMaker 2 (4.3.1)", start_mm2, target, f"east.{topics[0]}", args.records,
@@ -160,7 +159,7 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
         if mm2 is not None:
             mm2.stop()
         if mirror is not None:
-            stop_process(mirror, 60)
+            mirror.stop(60)
     for result in results:
         result["setting"] = setting
         result["tasks"] = tasks
@@ -225,7 +224,7 @@ def warm_wave(fill_bootstrap: str, topic: str, target: BrokerProcess, remote: st
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.peers.mirror_race", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.mirror_race", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--records", type=int, default=200_000)
     parser.add_argument("--size", type=int, default=100)
