@@ -42,7 +42,7 @@ from broker.controller.model import (
 from broker.controller.zk.assignment import check_partition_limits, validate_assignment
 from broker.ids import random_uuid, random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.server.topic_configs import validate_topic_configs
+from broker.storage.topic_configs import validate_topic_configs
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
 

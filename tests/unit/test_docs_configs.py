@@ -13,7 +13,7 @@ from pathlib import Path
 from broker.config import _ALIASES, _IGNORED_KAFKA_KEYS, BROKER_KEYS
 from broker.server.group_configs import GROUP_CONFIGS
 from broker.server.handlers import HANDLERS
-from broker.server.topic_configs import TOPIC_CONFIG_NAMES
+from broker.storage.topic_configs import TOPIC_CONFIG_NAMES
 from deploy.cli import _COMMAND_MODULES
 from mirror.config import MirrorConfig
 from topology import schema

@@ -31,13 +31,13 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from broker.client.connection import ClientError, open_connection
 from broker.config import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig, ListenerSpec
-from broker.controller.base import NewTopic, PartitionBudget, the_one_created
+from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
 from broker.controller.model import (
     BrokerInfo,
     PartitionInfo,
@@ -58,6 +58,7 @@ from broker.controller.zk.controller import LEADER_DURING_DELETE, ZkController, 
 from broker.controller.zk.producer_ids import allocate_producer_id_block
 from broker.controller.zk.registration import register_broker
 from broker.ids import random_uuid
+from broker.log_limits import limiter
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterPartitionRequest,
@@ -66,12 +67,8 @@ from broker.protocol.messages import (
     UpdateMetadataRequest,
 )
 from broker.retry import Backoff, retry, worth_reporting
-from broker.server.log_limits import limiter
 
-if TYPE_CHECKING:
-    from broker.replication.replica_manager import ReplicaManager
-
-__all__ = ["ZkMetadata"]
+__all__ = ["LocalReplicas", "ZkMetadata"]
 
 log = logging.getLogger(__name__)
 _limited = limiter(log)
@@ -114,10 +111,30 @@ class _Existing:
         self.partitions += partitions
 
 
+class LocalPartition(Protocol):
+    is_leader: bool
+
+    def make_offline(self) -> None:
+        """Stop leading."""
+
+
+class LocalReplicas(MetadataListener, Protocol):
+    """What this broker's metadata asks of the replicas it hosts (the replica manager, which
+    sits above the controller): topic changes and dynamic configs to apply, leaderships to fence
+    when the session is lost, and a way to hear of log dir events."""
+
+    def partitions(self) -> Sequence[LocalPartition]: ...
+
+    def reconfigure(self, config: BrokerConfig) -> None: ...
+
+    def on_log_dir_event(self, announce: Callable[[], Awaitable[None]]) -> None:
+        """``announce`` is called when a log dir went offline or came back."""
+
+
 class ZkMetadata:
     """The ``Controller`` of a broker in ZooKeeper mode; see the module docstring."""
 
-    def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: LocalReplicas) -> None:
         self._config = config
         self._zk = zk
         self._cluster_id = cluster_id

@@ -33,7 +33,6 @@ from broker.server.context import RequestContext
 from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group_configs
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import (
-    TOPIC_CONFIG_NAMES,
     Synonym,
     broker_source,
     broker_synonyms,
@@ -41,8 +40,8 @@ from broker.server.topic_configs import (
     describe_topic_configs,
     mirror_name,
     topic_config_synonyms,
-    validate_topic_configs,
 )
+from broker.storage.topic_configs import TOPIC_CONFIG_NAMES, validate_topic_configs
 
 log = logging.getLogger(__name__)
 

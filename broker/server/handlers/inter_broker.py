@@ -23,6 +23,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from broker.controller.model import PartitionInfo
+from broker.log_limits import limiter
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
@@ -39,7 +40,6 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.log_limits import limiter
 
 if TYPE_CHECKING:
     from broker.controller.zk.metadata import ZkMetadata
