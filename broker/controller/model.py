@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker.config import ListenerSpec
+from broker.config import BrokerConfig, ListenerSpec
 
 __all__ = [
     "BrokerInfo", "PartitionInfo", "TopicInfo", "validate_topic_name", "TOPIC_NAME_MAX", "INTERNAL_TOPICS",
@@ -37,6 +37,13 @@ class BrokerInfo:
             if spec.name == listener_name:
                 return spec
         return None
+
+    def inter_broker_endpoint(self, config: BrokerConfig) -> ListenerSpec | None:
+        """Where the controller and the other brokers reach this broker: its endpoint on the
+        inter-broker listener of ``config`` (inter.broker.listener.name, else the first listener),
+        else its first endpoint; None when it advertises none."""
+        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
+        return self.endpoint(listener) or (self.endpoints[0] if self.endpoints else None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -54,7 +54,8 @@ from broker.controller.zk.assignment import (
     validate_assignment,
 )
 from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeExists, ZkNoNode, ZkSessionState
-from broker.controller.zk.controller import LEADER_DURING_DELETE, ZkController, run_controller_election
+from broker.controller.zk.context import LEADER_DURING_DELETE
+from broker.controller.zk.controller import ZkController, run_controller_election
 from broker.controller.zk.producer_ids import allocate_producer_id_block
 from broker.controller.zk.registration import register_broker
 from broker.ids import random_uuid
@@ -187,6 +188,11 @@ class ZkMetadata:
 
     def register_local_broker(self, info: BrokerInfo) -> None:
         self._local = info
+
+    @property
+    def config(self) -> BrokerConfig:
+        """This broker's config as it is now: the dynamic broker configs applied."""
+        return self._config
 
     def active_controller(self) -> ZkController | None:
         """This broker's controller term, when it is the controller."""
@@ -538,7 +544,6 @@ class ZkMetadata:
         if not config.controlled_shutdown_enable or self.broker_epoch < 0:
             return
         request = ControlledShutdownRequest(broker_id=config.broker_id, broker_epoch=self.broker_epoch)
-        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
         for attempt in range(1, config.controlled_shutdown_max_retries + 1):
             # Who the controller is now (it may have moved while this broker stopped serving).
             try:
@@ -549,7 +554,7 @@ class ZkMetadata:
             if controller_id == config.broker_id:
                 return  # this broker is the controller: its term ends with its session
             broker = self._brokers.get(controller_id)
-            endpoint = (broker.endpoint(listener) or broker.endpoints[0]) if broker and broker.endpoints else None
+            endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
             problem: str
             if endpoint is None:
                 problem = "no controller known"
@@ -907,17 +912,16 @@ class ControllerIsrChannel:
     async def alter_partition(self, topic: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
                               new_isr: Sequence[int], partition_epoch: int) -> PartitionInfo:
         metadata = self._metadata
-        config = metadata._config
+        config = metadata.config
         me = config.broker_id
         active = metadata.active_controller()
         if active is not None:
             return await active.alter_partition(me, topic_id, partition, leader_epoch, new_isr, partition_epoch)
         controller_id = metadata.controller_id
         broker = next((b for b in metadata.brokers() if b.broker_id == controller_id), None)
-        if broker is None or not broker.endpoints:
+        endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
+        if endpoint is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller known yet")
-        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
-        endpoint = broker.endpoint(listener) or broker.endpoints[0]
         request = AlterPartitionRequest(broker_id=me, broker_epoch=metadata.broker_epoch, topics=[
             AlterPartitionRequest.TopicData(topic_name=topic, topic_id=topic_id, partitions=[
                 AlterPartitionRequest.PartitionData(
