@@ -68,6 +68,29 @@ class TopicInfo:
     is_internal: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A partition moving from its original replicas to target ones (KIP-455), as the controller
+    lists it (ListPartitionReassignments) and keeps it in the topic znode."""
+
+    origin: tuple[int, ...]  # ORS
+    target: tuple[int, ...]  # TRS
+    from_znode: bool = False  # asked through /admin/reassign_partitions (ZooKeeper mode), which it leaves when done
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        """RS: the target first, then the original replicas not in it (Kafka's fullReplicaSet)."""
+        return tuple(dict.fromkeys(self.target + self.origin))
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        return tuple(b for b in self.target if b not in self.origin)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        return tuple(b for b in self.origin if b not in self.target)
+
+
 def validate_topic_name(name: str) -> str | None:
     """Return why ``name`` is not a legal Kafka topic name, or None when it is."""
     if not name:

@@ -21,6 +21,7 @@ import trio
 
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file
+from broker.controller.assignment import check_partition_limits, validate_assignment
 from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
 from broker.controller.meta_properties import META_PROPERTIES, read_meta_properties, write_meta_properties
 from broker.controller.metadata_file import (
@@ -39,7 +40,6 @@ from broker.controller.model import (
     is_internal_topic,
     validate_topic_name,
 )
-from broker.controller.zk.assignment import check_partition_limits, validate_assignment
 from broker.ids import random_uuid, random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.topic_configs import validate_topic_configs
@@ -100,6 +100,10 @@ class StandaloneController:
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._log.image.topic_by_id(topic_id)
+
+    def zookeeper(self) -> None:
+        """Standalone: no ZooKeeper."""
+        return None
 
     def partition_count(self) -> int:
         """Partitions of every topic; in a one-broker cluster each has a replica here."""

@@ -48,7 +48,7 @@ from typing import Any, TypeVar
 import trio
 
 from broker.config import BrokerConfig
-from broker.controller.model import PartitionInfo, is_internal_topic, validate_topic_name
+from broker.controller.model import PartitionInfo, Reassignment, is_internal_topic, validate_topic_name
 from broker.controller.zk import znodes
 from broker.controller.zk.client import (
     CreateOp,
@@ -79,7 +79,7 @@ from broker.controller.zk.election import (
     on_broker_loss,
 )
 from broker.controller.zk.leader_election import elect_leaders, follow_preferred_replica_election
-from broker.controller.zk.reassignment import Reassignment, Reassignments
+from broker.controller.zk.reassignment import Reassignments
 from broker.ids import random_uuid
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.tasks import leaves

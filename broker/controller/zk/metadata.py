@@ -37,6 +37,13 @@ import trio
 
 from broker.client.connection import ClientError, open_connection
 from broker.config import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig, ListenerSpec
+from broker.controller.assignment import (
+    assign_replicas,
+    check_partition_limits,
+    replicas_per_broker,
+    start_index_for_growth,
+    validate_assignment,
+)
 from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
 from broker.controller.model import (
     BrokerInfo,
@@ -46,13 +53,6 @@ from broker.controller.model import (
     validate_topic_name,
 )
 from broker.controller.zk import znodes
-from broker.controller.zk.assignment import (
-    assign_replicas,
-    check_partition_limits,
-    replicas_per_broker,
-    start_index_for_growth,
-    validate_assignment,
-)
 from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeExists, ZkNoNode, ZkSessionState
 from broker.controller.zk.context import LEADER_DURING_DELETE
 from broker.controller.zk.controller import ZkController, run_controller_election
@@ -185,6 +185,9 @@ class ZkMetadata:
             if topic.topic_id == topic_id:
                 return topic
         return None
+
+    def zookeeper(self) -> ZkMetadata:
+        return self
 
     def register_local_broker(self, info: BrokerInfo) -> None:
         self._local = info

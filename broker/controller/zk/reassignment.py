@@ -37,43 +37,24 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
+from broker.controller.assignment import check_partition_limits, replicas_per_broker
+from broker.controller.model import Reassignment
 from broker.controller.zk import znodes
-from broker.controller.zk.assignment import check_partition_limits, replicas_per_broker
 from broker.controller.zk.client import ZkError, ZkNoNode
 from broker.controller.zk.context import ControllerContext, PartitionEntry
 from broker.controller.zk.election import NO_LEADER
 from broker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["Reassignment", "Reassignments"]
+__all__ = ["Reassignments"]
 
 log = logging.getLogger(__name__)
 
 Key = tuple[str, int]
 Answer = tuple[ErrorCode, "str | None"]
-
-
-@dataclass(frozen=True, slots=True)
-class Reassignment:
-    origin: tuple[int, ...]  # ORS
-    target: tuple[int, ...]  # TRS
-    from_znode: bool = False
-
-    @property
-    def full(self) -> tuple[int, ...]:
-        """RS: the target first, then the original replicas not in it (Kafka's fullReplicaSet)."""
-        return tuple(dict.fromkeys(self.target + self.origin))
-
-    @property
-    def adding(self) -> tuple[int, ...]:
-        return tuple(b for b in self.target if b not in self.origin)
-
-    @property
-    def removing(self) -> tuple[int, ...]:
-        return tuple(b for b in self.origin if b not in self.target)
 
 
 class Reassignments:
