@@ -24,8 +24,7 @@ from broker.controller.model import BrokerInfo, PartitionInfo, Reassignment, Top
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LeaderAndIsrRequest, UpdateMetadataRequest
 
-__all__ = ["ActiveController", "Controller", "MetadataListener", "NewTopic", "PartitionBudget", "ZooKeeperSupport",
-           "the_one_created"]
+__all__ = ["ActiveController", "Controller", "MetadataListener", "NewTopic", "PartitionBudget", "ZooKeeperSupport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,15 +38,6 @@ class NewTopic:
     configs: Mapping[str, str] = field(default_factory=dict)
     # partition -> replicas, the first the preferred leader; replaces the controller's assignment
     assignments: Mapping[int, Sequence[int]] | None = None
-
-
-def the_one_created(results: list[TopicInfo | KafkaError]) -> TopicInfo:
-    """What a ``create_topics`` of one topic answered (``create_topic`` is that): the topic, or
-    raises the KafkaError that refused it."""
-    [result] = results
-    if isinstance(result, KafkaError):
-        raise result
-    return result
 
 
 class PartitionBudget(Protocol):
@@ -182,8 +172,14 @@ class Controller(Protocol):
         ``deadline`` (trio clock; from an admin request's timeout_ms) bounds the wait for a
         change made elsewhere (ZooKeeper mode): REQUEST_TIMED_OUT when it is still pending then,
         while the change goes on; at once when the deadline is already past. A controller that
-        applies changes before it returns ignores it."""
-        ...
+        applies changes before it returns ignores it.
+
+        The controllers subclass this protocol and so share this: ``create_topics`` of one topic."""
+        [result] = await self.create_topics([NewTopic(name, num_partitions, replication_factor, configs, assignments)],
+                                            validate_only=validate_only, deadline=deadline)
+        if isinstance(result, KafkaError):
+            raise result
+        return result
 
     async def create_topics(
         self,

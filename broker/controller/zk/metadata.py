@@ -44,7 +44,7 @@ from broker.controller.assignment import (
     start_index_for_growth,
     validate_assignment,
 )
-from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
+from broker.controller.base import Controller, MetadataListener, NewTopic, PartitionBudget
 from broker.controller.model import (
     BrokerInfo,
     PartitionInfo,
@@ -132,7 +132,7 @@ class LocalReplicas(MetadataListener, Protocol):
         """``announce`` is called when a log dir went offline or came back."""
 
 
-class ZkMetadata:
+class ZkMetadata(Controller):
     """The ``Controller`` of a broker in ZooKeeper mode; see the module docstring."""
 
     def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: LocalReplicas) -> None:
@@ -634,21 +634,6 @@ class ZkMetadata:
         except ZkError as exc:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot read the brokers from ZooKeeper: {exc}") from exc
         return sorted(int(c) for c in children if c.isdigit())
-
-    async def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        *,
-        validate_only: bool = False,
-        assignments: Mapping[int, Sequence[int]] | None = None,
-        deadline: float | None = None,
-    ) -> TopicInfo:
-        return the_one_created(await self.create_topics(
-            [NewTopic(name, num_partitions, replication_factor, configs, assignments)], validate_only=validate_only,
-            deadline=deadline))
 
     async def create_topics(
         self,
