@@ -225,14 +225,14 @@ async def test_a_restarted_zookeeper_suspends_then_resumes_the_session(zookeeper
 
 
 def test_unread_session_events_collapse_but_keep_an_expiry() -> None:
-    from broker.controller.zk.client import ZkSessionEvent, _collapse
+    from broker.controller.zk.client import ZkSessionEvent, collapse_unread_events
 
     c, s, lost = ZkSessionState.CONNECTED, ZkSessionState.SUSPENDED, ZkSessionState.LOST
     flapping = [ZkSessionEvent(s, 1), ZkSessionEvent(c, 1), ZkSessionEvent(lost, 1), ZkSessionEvent(c, 2),
                 ZkSessionEvent(s, 2), ZkSessionEvent(c, 2)]
-    assert _collapse(flapping) == [ZkSessionEvent(lost, 1), ZkSessionEvent(c, 2)]
-    assert _collapse(flapping[:2]) == [ZkSessionEvent(c, 1)]
-    assert _collapse(flapping[:3]) == [ZkSessionEvent(lost, 1)]
+    assert collapse_unread_events(flapping) == [ZkSessionEvent(lost, 1), ZkSessionEvent(c, 2)]
+    assert collapse_unread_events(flapping[:2]) == [ZkSessionEvent(c, 1)]
+    assert collapse_unread_events(flapping[:3]) == [ZkSessionEvent(lost, 1)]
 
 
 def _refused_port() -> tuple[socket.socket, int]:

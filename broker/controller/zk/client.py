@@ -394,7 +394,7 @@ class ZkClient:
                         pending.append(keep.receive_nowait())
                     except trio.WouldBlock:
                         break
-                for kept in _collapse([*pending, event]):
+                for kept in collapse_unread_events([*pending, event]):
                     send.send_nowait(kept)
         self._subscribers = alive
 
@@ -661,7 +661,7 @@ class ZkClient:
             await trio.to_thread.run_sync(_stop_kazoo, self._kazoo)
 
 
-def _collapse(events: list[ZkSessionEvent]) -> list[ZkSessionEvent]:
+def collapse_unread_events(events: list[ZkSessionEvent]) -> list[ZkSessionEvent]:
     """Unread session events that no longer fit: the last expiry (nobody may miss that its
     ephemerals are gone) and the newest state."""
     last = events[-1]
