@@ -687,6 +687,7 @@ class ZkController:
                  len(remaining))
         return remaining
 
+
 def _sample(partitions: Iterable[tuple[str, int]], shown: int = 10) -> str:
     """A few partitions by name, for a log line."""
     listed = sorted(partitions)
