@@ -187,6 +187,7 @@ class ZkMetadata(Controller):
         return None
 
     def zookeeper(self) -> ZkMetadata:
+        """This broker is in ZooKeeper mode: this object is its ZooKeeperSupport too."""
         return self
 
     def register_local_broker(self, info: BrokerInfo) -> None:
