@@ -2,9 +2,15 @@
 
 Request handlers read metadata through :class:`Controller` and ask it for changes (create a
 topic, delete it, add partitions, change configs). The standalone controller keeps metadata in
-the data dir; a ZooKeeper-backed one will keep it in Kafka's znodes. Both tell the broker about
+the data dir; a ZooKeeper-backed one keeps it in Kafka's znodes. Both tell the broker about
 changes through :class:`MetadataListener`, so the broker's local logs follow the metadata the
 same way in either mode.
+
+What only a ZooKeeper-mode broker has (requests from and to the elected controller, dynamic
+broker configs, elections and reassignments on request) is :class:`ZooKeeperSupport`, which
+:meth:`Controller.zookeeper` answers, None in standalone mode: the one place that asks "is this a
+ZooKeeper cluster" (Kafka's MetadataSupport.requireZkOrThrow). Handlers never import the
+ZooKeeper modules, so a standalone broker never loads them (nor kazoo).
 """
 
 from __future__ import annotations
@@ -14,10 +20,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from broker.controller.model import BrokerInfo, TopicInfo
-from broker.protocol.errors import KafkaError
+from broker.controller.model import BrokerInfo, PartitionInfo, Reassignment, TopicInfo
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import LeaderAndIsrRequest, UpdateMetadataRequest
 
-__all__ = ["Controller", "MetadataListener", "NewTopic", "PartitionBudget", "the_one_created"]
+__all__ = ["ActiveController", "Controller", "MetadataListener", "NewTopic", "PartitionBudget", "ZooKeeperSupport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,15 +38,6 @@ class NewTopic:
     configs: Mapping[str, str] = field(default_factory=dict)
     # partition -> replicas, the first the preferred leader; replaces the controller's assignment
     assignments: Mapping[int, Sequence[int]] | None = None
-
-
-def the_one_created(results: list[TopicInfo | KafkaError]) -> TopicInfo:
-    """What a ``create_topics`` of one topic answered (``create_topic`` is that): the topic, or
-    raises the KafkaError that refused it."""
-    [result] = results
-    if isinstance(result, KafkaError):
-        raise result
-    return result
 
 
 class PartitionBudget(Protocol):
@@ -64,6 +62,72 @@ class MetadataListener(Protocol):
         """A topic was deleted; its local logs should go."""
 
 
+class ActiveController(Protocol):
+    """This broker's term as the elected controller of a ZooKeeper-mode cluster: what the
+    requests sent to the controller ask of it. Each raises KafkaError(NOT_CONTROLLER) once the
+    term is over."""
+
+    async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None, *, unclean: bool
+                            ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """ElectLeaders (KIP-460) of ``partitions`` (None: all): per partition (error, message, leader)."""
+        ...
+
+    async def alter_partition_reassignments(self, requests: Sequence[tuple[str, int, Sequence[int] | None]]
+                                            ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
+        """AlterPartitionReassignments (KIP-455): start, replace or (None) cancel each."""
+        ...
+
+    async def list_partition_reassignments(self, partitions: Sequence[tuple[str, int]] | None
+                                           ) -> dict[tuple[str, int], Reassignment]:
+        """The reassignments in progress, of ``partitions`` (None: all)."""
+        ...
+
+    async def broker_epoch_is_current(self, broker_id: int, broker_epoch: int) -> bool: ...
+
+    async def alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int, leader_epoch: int,
+                              new_isr: Sequence[int], partition_epoch: int) -> PartitionInfo:
+        """AlterPartition (KIP-497) from the leader ``broker_id``: the partition's state after it."""
+        ...
+
+    async def controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[tuple[str, int]]:
+        """ControlledShutdown: leaderships move away from ``broker_id``; returns those that remain."""
+        ...
+
+
+class ZooKeeperSupport(Protocol):
+    """What a broker has in ZooKeeper mode only (Kafka's ZkSupport); see the module docstring."""
+
+    def active_controller(self) -> ActiveController | None:
+        """This broker's controller term, when it is the controller."""
+        ...
+
+    async def wait_for_leaders(self, expected: Mapping[tuple[str, int], int], timeout_s: float
+                               ) -> set[tuple[str, int]]:
+        """Wait until this broker's metadata shows each partition led by its expected leader, at
+        most ``timeout_s``; returns the partitions that it does not show so."""
+        ...
+
+    async def check_controller(self, controller_id: int, controller_epoch: int, broker_epoch: int) -> ErrorCode:
+        """NONE when a request comes from ZooKeeper's current controller to this broker's current
+        registration; the error to answer otherwise."""
+        ...
+
+    def brokers_for_leader_and_isr(self, live_leaders: Sequence[LeaderAndIsrRequest.LeaderAndIsrLiveLeader],
+                                   ) -> dict[int, BrokerInfo]: ...
+
+    async def before_leader_and_isr(self, states: Sequence[tuple[str, uuid.UUID, PartitionInfo, bool]]) -> None: ...
+
+    async def apply_update_metadata(self, request: UpdateMetadataRequest) -> None: ...
+
+    async def broker_configs(self, entity: str) -> dict[str, str]:
+        """The dynamic configs of ``entity``: a broker id, or ``"<default>"``."""
+        ...
+
+    async def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace them, tell every broker, and apply them here."""
+        ...
+
+
 class Controller(Protocol):
     @property
     def cluster_id(self) -> str: ...
@@ -76,6 +140,10 @@ class Controller(Protocol):
     def topics(self) -> Mapping[str, TopicInfo]: ...
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None: ...
+
+    def zookeeper(self) -> ZooKeeperSupport | None:
+        """What this broker has in ZooKeeper mode; None in standalone mode."""
+        ...
 
     def register_local_broker(self, info: BrokerInfo) -> None:
         """Publish this broker's endpoints once its listeners are bound."""
@@ -104,8 +172,14 @@ class Controller(Protocol):
         ``deadline`` (trio clock; from an admin request's timeout_ms) bounds the wait for a
         change made elsewhere (ZooKeeper mode): REQUEST_TIMED_OUT when it is still pending then,
         while the change goes on; at once when the deadline is already past. A controller that
-        applies changes before it returns ignores it."""
-        ...
+        applies changes before it returns ignores it.
+
+        The controllers subclass this protocol and so share this: ``create_topics`` of one topic."""
+        [result] = await self.create_topics([NewTopic(name, num_partitions, replication_factor, configs, assignments)],
+                                            validate_only=validate_only, deadline=deadline)
+        if isinstance(result, KafkaError):
+            raise result
+        return result
 
     async def create_topics(
         self,

@@ -10,7 +10,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from broker.config import ListenerSpec
+from broker.config import BrokerConfig, ListenerSpec
 
 __all__ = [
     "BrokerInfo", "PartitionInfo", "TopicInfo", "validate_topic_name", "TOPIC_NAME_MAX", "INTERNAL_TOPICS",
@@ -38,6 +38,13 @@ class BrokerInfo:
                 return spec
         return None
 
+    def inter_broker_endpoint(self, config: BrokerConfig) -> ListenerSpec | None:
+        """Where the controller and the other brokers reach this broker: its endpoint on the
+        inter-broker listener of ``config`` (inter.broker.listener.name, else the first listener),
+        else its first endpoint; None when it advertises none."""
+        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
+        return self.endpoint(listener) or (self.endpoints[0] if self.endpoints else None)
+
 
 @dataclass(frozen=True, slots=True)
 class PartitionInfo:
@@ -59,6 +66,29 @@ class TopicInfo:
     # Only the topic's own overrides; defaults come from the broker config.
     configs: Mapping[str, str] = field(default_factory=dict)
     is_internal: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A partition moving from its original replicas to target ones (KIP-455), as the controller
+    lists it (ListPartitionReassignments) and keeps it in the topic znode."""
+
+    origin: tuple[int, ...]  # ORS
+    target: tuple[int, ...]  # TRS
+    from_znode: bool = False  # asked through /admin/reassign_partitions (ZooKeeper mode), which it leaves when done
+
+    @property
+    def full(self) -> tuple[int, ...]:
+        """RS: the target first, then the original replicas not in it (Kafka's fullReplicaSet)."""
+        return tuple(dict.fromkeys(self.target + self.origin))
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        return tuple(b for b in self.target if b not in self.origin)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        return tuple(b for b in self.origin if b not in self.target)
 
 
 def validate_topic_name(name: str) -> str | None:

@@ -21,7 +21,8 @@ import trio
 
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file
-from broker.controller.base import MetadataListener, NewTopic, PartitionBudget, the_one_created
+from broker.controller.assignment import check_partition_limits, validate_assignment
+from broker.controller.base import Controller, MetadataListener, NewTopic, PartitionBudget
 from broker.controller.meta_properties import META_PROPERTIES, read_meta_properties, write_meta_properties
 from broker.controller.metadata_file import (
     SNAPSHOT_FILE,
@@ -39,10 +40,9 @@ from broker.controller.model import (
     is_internal_topic,
     validate_topic_name,
 )
-from broker.controller.zk.assignment import check_partition_limits, validate_assignment
 from broker.ids import random_uuid, random_uuid_text
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.server.topic_configs import validate_topic_configs
+from broker.storage.topic_configs import validate_topic_configs
 
 __all__ = ["StandaloneController", "METADATA_FILE"]
 
@@ -59,7 +59,7 @@ def new_cluster_id() -> str:
     return random_uuid_text()
 
 
-class StandaloneController:
+class StandaloneController(Controller):
     """Controller of a single-broker cluster; see the module docstring."""
 
     def __init__(self, config: BrokerConfig, listener: MetadataListener | None = None) -> None:
@@ -101,6 +101,10 @@ class StandaloneController:
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._log.image.topic_by_id(topic_id)
 
+    def zookeeper(self) -> None:
+        """Standalone: no ZooKeeper."""
+        return None
+
     def partition_count(self) -> int:
         """Partitions of every topic; in a one-broker cluster each has a replica here."""
         return self._log.image.partition_count
@@ -111,20 +115,6 @@ class StandaloneController:
         return self._log
 
     # -- changes -------------------------------------------------------------------------
-
-    async def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        *,
-        validate_only: bool = False,
-        assignments: Mapping[int, Sequence[int]] | None = None,
-        deadline: float | None = None,  # changes are made before this returns: nothing to wait for
-    ) -> TopicInfo:
-        return the_one_created(await self.create_topics(
-            [NewTopic(name, num_partitions, replication_factor, configs, assignments)], validate_only=validate_only))
 
     async def create_topics(
         self,

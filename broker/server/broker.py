@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker import log_limits
 from broker.address import format_host_port
 from broker.clock import now_ms
 from broker.config import BrokerConfig, ListenerSpec, StartupError
@@ -30,7 +31,6 @@ from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
-from broker.server import log_limits
 from broker.server.connection import ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, ConnectionInfo
 from broker.server.dispatch import Dispatcher

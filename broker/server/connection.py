@@ -23,7 +23,7 @@ What a peer can make the connection hold is bounded:
 Errors are translated here, at one place: bytes that do not parse close the connection (Kafka
 closes it on a request it cannot parse); a handler bug is logged with its traceback and closes
 the connection; the broker goes on serving everyone else. Per-connection messages go through a
-:class:`~broker.server.log_limits.RepeatLimiter`, so hostile peers cannot flood the log.
+:class:`~broker.log_limits.RepeatLimiter`, so hostile peers cannot flood the log.
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker.log_limits import limiter
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
 from broker.server.context import ConnectionInfo
-from broker.server.log_limits import limiter
 from broker.server.sending import SendStalled, SliceTruncated, close_parts, send_bytes, send_parts
 
 if TYPE_CHECKING:

@@ -39,6 +39,7 @@ class BrokerServices:
 
     ``controller`` is the :class:`~broker.controller.base.Controller` protocol, not a particular
     controller: handlers work the same whether metadata lives in the data dir or in ZooKeeper.
+    What only ZooKeeper mode has, they get from ``controller.zookeeper()`` (None otherwise).
     """
 
     config: BrokerConfig

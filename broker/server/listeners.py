@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import trio
 
+from broker import log_limits
 from broker.config import ListenerSpec
-from broker.server import log_limits
 from broker.storage.handles import HANDLES, emfile_advice
 
 __all__ = ["BoundListener", "serve_listeners"]
@@ -90,7 +90,7 @@ async def serve_listeners(
     """Listen on every spec and run ``handler(stream, spec)`` per connection, forever.
 
     Repeated per-connection log messages are summarised once per ``log_repeat_window_s``
-    (``causeway.log.repeat.window.ms``; see ``broker.server.log_limits``).
+    (``causeway.log.repeat.window.ms``; see ``broker.log_limits``).
     Raises OSError (naming the listener) when an address cannot be bound; nothing is served then.
     """
     log_limits.set_window(log_repeat_window_s)

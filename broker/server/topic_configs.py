@@ -1,52 +1,19 @@
-"""Topic config overrides: validate them and describe them as Kafka does."""
+"""Topic config overrides as a client sees them: described as Kafka describes them (sources and
+synonyms), and the mirror-topic rules. Which names a topic takes and the check of their values
+are in broker/storage/topic_configs.py, where the controllers check them too."""
 
 from __future__ import annotations
 
 import functools
-import logging
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
 from broker.protocol.constants import MIRROR_NAME_CONFIG, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.replication.replica_manager import broker_log_config
-from broker.server.log_limits import limiter
-from broker.storage import LogConfig
-from broker.storage.config import is_metadata_version
+from broker.storage.topic_configs import CAUSEWAY_TOPIC_CONFIGS, TOPIC_CONFIG_NAMES
 
-__all__ = ["CAUSEWAY_TOPIC_CONFIGS", "REMOVED_IN_KAFKA_4", "TOPIC_CONFIG_NAMES", "Synonym", "broker_source",
-           "broker_synonyms", "check_mirror_name_change", "describe_topic_configs", "mirror_name", "refuse_if_mirror",
-           "topic_config_synonyms", "validate_topic_configs"]
-
-# Causeway's own topic configs: listed by DescribeConfigs only when set (a Kafka tool never
-# sees a key it does not know on an ordinary topic).
-CAUSEWAY_TOPIC_CONFIGS = frozenset({MIRROR_NAME_CONFIG})
-TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS) | CAUSEWAY_TOPIC_CONFIGS
-
-log = logging.getLogger(__name__)
-_limited = limiter(log)  # what a request's configs make us say: once per window, then counted
-
-
-def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConfig) -> dict[str, str]:
-    """Check overrides for a topic; returns them without null values.
-
-    Raises KafkaError(INVALID_CONFIG) naming an unknown key or a value that does not parse.
-    """
-    out: dict[str, str] = {}
-    for name, value in configs.items():
-        if name not in TOPIC_CONFIG_NAMES:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Unknown topic config name: {name}")
-        if value is None:
-            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Null value not supported for topic config {name}")
-        if name == "message.format.version":
-            _check_message_format_version(value)
-        if name == MIRROR_NAME_CONFIG and not value:
-            continue  # empty: not a mirror topic, nothing to keep
-        out[name] = value
-    acted_on = {k: v for k, v in out.items() if k in TOPIC_CONFIG_SYNONYMS}
-    # Parsing into a LogConfig is the one check of every value; it raises INVALID_CONFIG.
-    LogConfig.from_topic_configs(acted_on, broker_log_config(broker))
-    return out
+__all__ = ["REMOVED_IN_KAFKA_4", "Synonym", "broker_source", "broker_synonyms", "check_mirror_name_change",
+           "describe_topic_configs", "mirror_name", "refuse_if_mirror", "topic_config_synonyms"]
 
 
 def mirror_name(configs: Mapping[str, str]) -> str | None:
@@ -83,19 +50,6 @@ def check_mirror_name_change(topic: str, current: Mapping[str, str], new: Mappin
                      f"topic {topic} is the mirror topic of mirror {before}: {MIRROR_NAME_CONFIG} cannot be "
                      f"changed to {after!r} (a topic becomes a mirror topic only when created, and failback is "
                      f"not supported yet); delete the config to promote the topic to a normal topic")
-
-
-def _check_message_format_version(value: str) -> None:
-    """Kafka 3.x accepts any release name here and ignores it (inter-broker protocol 3.0 and
-    later always write the v2 format); Kafka 4.0 removed the key. Do as 3.x did: refuse what is
-    not a release, keep the rest, say it has no effect."""
-    if not is_metadata_version(value):
-        raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration message.format.version: "
-                                                   f"Version {value} is not a valid version")
-    _limited.warning("message.format.version ignored",
-                     "Topic configuration message.format.version with value `%s` is ignored: the message format "
-                     "is always v2 (as with inter-broker protocol 3.0 and later). This configuration is "
-                     "deprecated and was removed in Apache Kafka 4.0.", value)
 
 
 # A synonym as DescribeConfigs lists it: (name, value, source).

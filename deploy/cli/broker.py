@@ -12,8 +12,8 @@ from pathlib import Path
 import trio
 
 from broker.config import BrokerConfig, ConfigError, StartupError, ignored_keys, load_properties, parse_overrides
+from broker.log_limits import limit_call_sites
 from broker.server.broker import RunningBroker, run_broker
-from broker.server.log_limits import limit_call_sites
 from deploy.cli.command import ErrorRule, run, until_signalled
 
 __all__ = ["register"]
@@ -50,7 +50,7 @@ def _broker_config(args: argparse.Namespace) -> BrokerConfig:
 
 async def _serve_until_signalled(config: BrokerConfig, initial_topics: dict[str, int], banner: bool) -> None:
     # Every line of this process's log is bounded per call site: a line nobody thought a peer
-    # could repeat cannot flood it either (broker.server.log_limits).
+    # could repeat cannot flood it either (broker.log_limits).
     limit_call_sites()
     async with until_signalled("shutting down") as stop:
         running: RunningBroker = await stop.nursery.start(

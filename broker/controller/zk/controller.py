@@ -27,6 +27,10 @@ to ZooKeeper, one event at a time, as Kafka's controller event thread does:
   request (leader_election.py); AlterPartitionReassignments and ``/admin/reassign_partitions``:
   replicas moved between brokers (reassignment.py).
 
+The term's state (brokers, topics, deletions, shutdowns) and the actions taken with it (state
+znode writes, requests to brokers, jobs on the event loop) are a ControllerContext (context.py),
+which is all that the helpers (leader_election.py, reassignment.py) see of the controller.
+
 Partition state znodes are only ever written conditionally on their zkVersion, in a transaction
 that also checks ``/controller_epoch`` is still ours; the new zkVersion is the partition epoch the
 brokers receive in LeaderAndIsr and UpdateMetadata. A lost session (or a write that finds a newer
@@ -36,21 +40,17 @@ controller) ends the term: the controller resigns and its brokers' queues are dr
 from __future__ import annotations
 
 import logging
-import math
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
 import trio
 
 from broker.config import BrokerConfig
-from broker.controller.model import BrokerInfo, PartitionInfo, is_internal_topic, validate_topic_name
+from broker.controller.model import PartitionInfo, Reassignment, is_internal_topic, validate_topic_name
 from broker.controller.zk import znodes
-from broker.controller.zk.channel import ControllerChannel
 from broker.controller.zk.client import (
-    CheckVersionOp,
     CreateOp,
     SetOp,
     ZkBadVersion,
@@ -60,6 +60,14 @@ from broker.controller.zk.client import (
     ZkNoNode,
     ZkSessionExpired,
     ZnodeStat,
+)
+from broker.controller.zk.context import (
+    EPOCH_DURING_DELETE,
+    BrokerEntry,
+    ControllerContext,
+    PartitionEntry,
+    Resigned,
+    TopicEntry,
 )
 from broker.controller.zk.election import (
     NO_LEADER,
@@ -71,80 +79,28 @@ from broker.controller.zk.election import (
     on_broker_loss,
 )
 from broker.controller.zk.leader_election import elect_leaders, follow_preferred_replica_election
-from broker.controller.zk.reassignment import Reassignment, Reassignments
+from broker.controller.zk.reassignment import Reassignments
 from broker.ids import random_uuid
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.messages import (
-    LeaderAndIsrRequest,
-    StopReplicaRequest,
-    UpdateMetadataRequest,
-)
 from broker.tasks import leaves
 
-__all__ = ["ZkController", "run_controller_election", "LEADER_DURING_DELETE"]
+__all__ = ["ZkController", "run_controller_election"]
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-# UpdateMetadata marks the partitions of a deleted topic with this leader (Kafka's
-# LeaderAndIsr.LeaderDuringDelete): brokers drop them from their metadata cache.
-LEADER_DURING_DELETE = -2
-SECURITY_PROTOCOL_IDS = {"PLAINTEXT": 0, "SSL": 1, "SASL_PLAINTEXT": 2, "SASL_SSL": 3}
 # The least time between two terms of this broker as controller.
 _MIN_TERM_S = 1.0
-
-
-class Resigned(Exception):
-    """This controller found a newer one (or lost its session); its term is over."""
-
-
-@dataclass(slots=True)
-class _Broker:
-    info: BrokerInfo
-    epoch: int  # the czxid of its registration znode (Kafka's broker epoch)
-    protocols: dict[str, str]
-
-
-@dataclass(slots=True)
-class _Partition:
-    replicas: tuple[int, ...]
-    state: LeaderAndIsr | None = None  # None: no state znode yet
-    zk_version: int = -1
-    controller_epoch: int = 0
-
-
-@dataclass(slots=True)
-class _Topic:
-    name: str
-    topic_id: uuid.UUID
-    partitions: dict[int, _Partition] = field(default_factory=dict)
-    watch: trio.CancelScope = field(default_factory=trio.CancelScope)
 
 
 class ZkController:
     """One term of this broker as the controller; see the module docstring."""
 
     def __init__(self, config: BrokerConfig, zk: ZkClient) -> None:
-        self._config = config
-        self._zk = zk
         self.broker_id = config.broker_id
-        self.epoch = 0
-        self._epoch_version = -1
-        self._brokers: dict[int, _Broker] = {}
-        self._topics: dict[str, _Topic] = {}
-        self._shutting_down: set[int] = set()
-        # Replicas in an offline log dir, by broker (Kafka's replicasOnOfflineDirs).
-        self._offline: dict[int, set[tuple[str, int]]] = {}
-        # Topics being deleted -> the brokers whose replicas are not deleted yet.
-        self._deleting: dict[str, set[int]] = {}
-        # Topics asked to be deleted whose deletion waits for their partition reassignments to end
-        # (Kafka's topics ineligible for deletion): served as usual meanwhile, so a move can finish.
-        self._queued: set[str] = set()
-        self._reassignments = Reassignments(self)
-        self._jobs_send, self._jobs = trio.open_memory_channel[Callable[[], Awaitable[None]]](math.inf)
-        self._channel = ControllerChannel(request_timeout_s=config.controller_socket_timeout_ms / 1000,
-                                          client_id=f"controller-{config.broker_id}")
+        self._ctx = ControllerContext(config, zk, self._replica_states)
+        self._reassignments = Reassignments(self._ctx, resume_deletion=self._resume_deletion)
         self._nursery: trio.Nursery | None = None
         self._ready = trio.Event()
         self._ended = trio.Event()
@@ -155,23 +111,23 @@ class ZkController:
                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Act as controller with ``epoch`` until cancelled; raises Resigned when a newer
         controller shows up."""
-        self.epoch, self._epoch_version = epoch, epoch_version
+        self._ctx.epoch, self._ctx.epoch_version = epoch, epoch_version
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
-                await nursery.start(self._channel.run)
+                await nursery.start(self._ctx.channel.run)
                 await self._failover()
                 nursery.start_soon(self._watch, znodes.BROKER_IDS, self._on_brokers)
                 nursery.start_soon(self._watch, znodes.BROKER_TOPICS, self._on_topics)
                 nursery.start_soon(self._watch, znodes.DELETE_TOPICS, self._on_delete_topics)
                 nursery.start_soon(self._watch, znodes.LOG_DIR_EVENT_NOTIFICATION, self._on_log_dir_events)
-                nursery.start_soon(follow_preferred_replica_election, self)
+                nursery.start_soon(follow_preferred_replica_election, self._ctx)
                 nursery.start_soon(self._reassignments.follow_znode)
-                if self._config.auto_leader_rebalance_enable:
+                if self._ctx.config.auto_leader_rebalance_enable:
                     nursery.start_soon(self._rebalance_forever)
                 self._ready.set()
                 task_status.started()
-                async for job in self._jobs:
+                async for job in self._ctx.jobs:
                     try:
                         await job()
                     except (Resigned, ZkError):
@@ -203,7 +159,7 @@ class ZkController:
         await _first_of(self._ready, self._ended)
         if self._ended.is_set():
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
-        self._jobs_send.send_nowait(run)
+        self._ctx.submit(run)
         await _first_of(done, self._ended)
         if not box:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {self.broker_id} is no longer the controller")
@@ -213,51 +169,50 @@ class ZkController:
         return value  # type: ignore[no-any-return]
 
     async def _watch(self, path: str, handle: Callable[[list[str]], Awaitable[None]]) -> None:
-        with self._zk.watch_children(path) as changes:
+        with self._ctx.zk.watch_children(path) as changes:
             async for children in changes:
-                self._jobs_send.send_nowait(partial(handle, children))
+                self._ctx.submit(partial(handle, children))
 
     # -- failover: read everything, tell everyone --------------------------------------------
 
     async def _failover(self) -> None:
-        log.info("broker %d is the controller (epoch %d)", self.broker_id, self.epoch)
-        for broker_id in await self._zk.get_children(znodes.BROKER_IDS):
+        log.info("broker %d is the controller (epoch %d)", self.broker_id, self._ctx.epoch)
+        for broker_id in await self._ctx.zk.get_children(znodes.BROKER_IDS):
             await self._load_broker(broker_id)
-        for name in await self._zk.get_children(znodes.BROKER_TOPICS):
+        for name in await self._ctx.zk.get_children(znodes.BROKER_TOPICS):
             await self._load_topic(name)
         await self._reassignments.resume()
-        for broker in self._brokers.values():
-            self._add_to_channel(broker)
+        for broker in self._ctx.brokers.values():
+            self._ctx.add_to_channel(broker)
         # Brokers that died while nobody was controller leave leaderships and ISRs; offline and
         # new partitions get leaders; then everyone learns the whole state under this epoch.
         await self._on_brokers_failed(set(), notify=False)
         await self._elect_where_needed(notify=False)
-        self._send_leader_and_isr(self._all_partitions())
-        self._send_update_metadata(set(self._brokers), self._all_partitions())
+        self._ctx.announce(self._ctx.all_partitions())
         await self._reassignments.complete_resumed()
 
-    async def _load_broker(self, child: str) -> _Broker | None:
+    async def _load_broker(self, child: str) -> BrokerEntry | None:
         path = f"{znodes.BROKER_IDS}/{child}"
         try:
-            data, stat = await self._zk.get(path)
+            data, stat = await self._ctx.zk.get(path)
             registration = znodes.parse_broker(path, data)
         except ZkNoNode:
             return None
         except znodes.ZnodeError as exc:
             log.error("ignoring broker registration: %s", exc)
             return None
-        broker = _Broker(registration.broker_info(int(child)), stat.czxid, registration.security_protocols())
-        self._brokers[int(child)] = broker
+        broker = BrokerEntry(registration.broker_info(int(child)), stat.czxid, registration.security_protocols())
+        self._ctx.brokers[int(child)] = broker
         return broker
 
-    async def _load_topic(self, name: str) -> _Topic | None:
+    async def _load_topic(self, name: str) -> TopicEntry | None:
         path = f"{znodes.BROKER_TOPICS}/{name}"
         problem = validate_topic_name(name)
         if problem is not None:
             log.error("ignoring znode %s: %s", path, problem)
             return None
         try:
-            data, _ = await self._zk.get(path)
+            data, _ = await self._ctx.zk.get(path)
             assignment = znodes.parse_topic(path, data)
         except ZkNoNode:
             return None
@@ -269,66 +224,46 @@ class ZkController:
             # A topic written by a tool without topic ids (version 1/2): give it one, as Kafka does.
             topic_id = random_uuid()
             try:
-                _, stat = await self._zk.get(path)
-                await self._zk.set(path, znodes.encode_topic(topic_id, assignment.replicas()), version=stat.version)
+                _, stat = await self._ctx.zk.get(path)
+                await self._ctx.zk.set(path, znodes.encode_topic(topic_id, assignment.replicas()), version=stat.version)
             except ZkError as exc:
                 log.warning("cannot add a topic id to %s: %s", path, exc)
-        topic = self._topics.get(name)
+        topic = self._ctx.topics.get(name)
         if topic is None:
-            topic = _Topic(name, topic_id)
-            self._topics[name] = topic
+            topic = TopicEntry(name, topic_id)
+            self._ctx.topics[name] = topic
             assert self._nursery is not None
             self._nursery.start_soon(self._watch_assignment, topic)
         for partition, replicas in assignment.replicas().items():
             if partition in topic.partitions:
                 continue
-            entry = _Partition(tuple(replicas))
-            await self._read_state(name, partition, entry)
+            entry = PartitionEntry(tuple(replicas))
+            await self._ctx.read_state(name, partition, entry)
             topic.partitions[partition] = entry
         return topic
 
-    async def _read_state(self, topic: str, partition: int, entry: _Partition) -> None:
-        path = znodes.partition_state_path(topic, partition)
-        try:
-            data, stat = await self._zk.get(path)
-            state = znodes.parse_partition_state(path, data)
-        except ZkNoNode:
-            entry.state = None
-            return
-        except znodes.ZnodeError as exc:
-            # The partition is left without a leader until an operator repairs the znode.
-            log.error("partition %s-%d has no usable state: %s", topic, partition, exc)
-            entry.state = None
-            return
-        entry.state = LeaderAndIsr(state.leader, state.leader_epoch, tuple(state.isr))
-        entry.zk_version = stat.version
-        entry.controller_epoch = state.controller_epoch
-        if state.controller_epoch > self.epoch:
-            raise Resigned(f"{path} was written by controller epoch {state.controller_epoch}, newer than ours "
-                           f"({self.epoch})")
-
-    async def _watch_assignment(self, topic: _Topic) -> None:
+    async def _watch_assignment(self, topic: TopicEntry) -> None:
         with topic.watch:
             path = znodes.topic_path(topic.name)
             # The first value too: the assignment may have grown since _load_topic read it
             # (_on_assignment changes nothing when it did not).
-            with self._zk.watch_data(path) as changes:
+            with self._ctx.zk.watch_data(path) as changes:
                 async for data in changes:
                     if data is not None:
-                        self._jobs_send.send_nowait(partial(self._on_assignment, topic.name))
+                        self._ctx.submit(partial(self._on_assignment, topic.name))
 
     # -- events ------------------------------------------------------------------------------
 
     async def _on_brokers(self, children: list[str]) -> None:
-        before = {b: broker.epoch for b, broker in self._brokers.items()}
-        now: dict[int, _Broker] = {}
+        before = {b: broker.epoch for b, broker in self._ctx.brokers.items()}
+        now: dict[int, BrokerEntry] = {}
         for child in children:
             if not child.isdigit():
                 continue
             broker = await self._load_broker(child)
             if broker is not None:
                 now[int(child)] = broker
-        self._brokers = now
+        self._ctx.brokers = now
         dead = {b for b in before if b not in now}
         bounced = {b for b in before if b in now and now[b].epoch != before[b]}
         new = {b for b in now if b not in before}
@@ -337,11 +272,11 @@ class ZkController:
         log.info("brokers changed: live %s, new %s, gone %s, re-registered %s", sorted(now), sorted(new),
                  sorted(dead), sorted(bounced))
         for b in dead | bounced:
-            self._channel.remove_broker(b)
-            self._shutting_down.discard(b)
-            self._offline.pop(b, None)  # a restarted broker's answers say afresh what is offline
+            self._ctx.channel.remove_broker(b)
+            self._ctx.shutting_down.discard(b)
+            self._ctx.offline.pop(b, None)  # a restarted broker's answers say afresh what is offline
         for b in new | bounced:
-            self._add_to_channel(now[b])
+            self._ctx.add_to_channel(now[b])
         if dead or bounced:
             await self._on_brokers_failed(dead | bounced)
         if new or bounced:
@@ -351,12 +286,12 @@ class ZkController:
         """Partitions led by, or with ISR members among, brokers outside the live set (and
         ``failed``, which may have re-registered) or replicas in offline log dirs get a new leader
         and ISR."""
-        live = set(self._brokers) - failed
+        live = set(self._ctx.brokers) - failed
         changed = []
-        for topic, p, entry in self._iter_partitions():
+        for topic, p, entry in self._ctx.iter_partitions():
             if entry.state is None:
                 continue
-            online = self._online(topic, p, live)
+            online = self._ctx.online(topic, p, live)
             gone = (entry.state.leader != NO_LEADER and entry.state.leader not in online) or any(
                 b not in online for b in entry.state.isr)
             if not gone:
@@ -364,28 +299,27 @@ class ZkController:
             new = on_broker_loss(entry.replicas, entry.state, online, unclean=False)
             if new is not None and new.leader == NO_LEADER and await self._unclean(topic):
                 new = on_broker_loss(entry.replicas, entry.state, online, unclean=True)
-            if new is not None and await self._write_state(topic, p, entry, new):
+            if new is not None and await self._ctx.write_state(topic, p, entry, new):
                 changed.append((topic, p))
                 if new.leader == NO_LEADER:
                     log.warning("partition %s-%d is offline: no live replica in its ISR %s", topic, p, list(new.isr))
         if notify:
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(set(self._brokers), changed)
+            self._ctx.announce(changed)
 
     async def _on_brokers_started(self, started: set[int]) -> None:
         # The new brokers learn everything; the others learn the new broker list.
-        self._send_update_metadata(started, self._all_partitions())
-        self._send_update_metadata(set(self._brokers) - started, [])
-        mine = [(t, p) for t, p, entry in self._iter_partitions() if started & set(entry.replicas)]
-        self._send_leader_and_isr(mine, only=started)
+        self._ctx.send_update_metadata(started, self._ctx.all_partitions())
+        self._ctx.send_update_metadata(set(self._ctx.brokers) - started, [])
+        mine = [(t, p) for t, p, entry in self._ctx.iter_partitions() if started & set(entry.replicas)]
+        self._ctx.send_leader_and_isr(mine, only=started)
         # Deletions waiting for these brokers: their replicas go now.
-        for name, pending in list(self._deleting.items()):
+        for name, pending in list(self._ctx.deleting.items()):
             for broker_id in sorted(pending & started):
-                self._send_stop_replica_delete(self._topics[name], broker_id)
+                self._send_stop_replica_delete(self._ctx.topics[name], broker_id)
         await self._elect_where_needed()
 
     async def _on_topics(self, children: list[str]) -> None:
-        new = [name for name in children if name not in self._topics]
+        new = [name for name in children if name not in self._ctx.topics]
         for name in new:
             topic = await self._load_topic(name)
             if topic is not None:
@@ -394,22 +328,22 @@ class ZkController:
             await self._elect_where_needed()
 
     async def _on_assignment(self, name: str) -> None:
-        if name not in self._topics or name in self._deleting:
+        if name not in self._ctx.topics or name in self._ctx.deleting:
             return
-        before = set(self._topics[name].partitions)
+        before = set(self._ctx.topics[name].partitions)
         topic = await self._load_topic(name)
         if topic is not None and set(topic.partitions) != before:
             log.info("topic %s grew to %d partitions", name, len(topic.partitions))
             await self._elect_where_needed()
 
     async def _on_delete_topics(self, children: list[str]) -> None:
-        self._queued &= set(children)  # an operator may withdraw a queued deletion (its znode gone)
+        self._ctx.queued &= set(children)  # an operator may withdraw a queued deletion (its znode gone)
         for name in children:
-            if name in self._deleting or name in self._queued:
+            if name in self._ctx.deleting or name in self._ctx.queued:
                 continue
             if await self._refused_deletion(name):
                 continue
-            topic = self._topics.get(name)
+            topic = self._ctx.topics.get(name)
             if topic is None:
                 await self._delete_quietly(f"{znodes.DELETE_TOPICS}/{name}")
                 continue
@@ -417,7 +351,7 @@ class ZkController:
             if moving:
                 # Deleting now would lose the move's state (and leave its znode entries and the
                 # replicas it adds or removes behind): the deletion waits for it, as in Kafka.
-                self._queued.add(name)
+                self._ctx.queued.add(name)
                 log.warning("deletion of topic %s waits: partitions %s are being reassigned; it proceeds once "
                             "their reassignments complete or are cancelled", name, moving)
                 continue
@@ -434,27 +368,23 @@ class ZkController:
             log.error("refused the deletion of topic %s asked through %s: it is a kafka internal topic and is not "
                       "allowed to be marked for deletion (its loss would take every group's committed offsets); "
                       "the request znode is removed", name, path)
-        elif not self._config.delete_topic_enable:
+        elif not self._ctx.config.delete_topic_enable:
             log.warning("removed %s: topic deletion is disabled (delete.topic.enable=false)", path)
         else:
             return False
         await self._delete_quietly(path)
         return True
 
-    def is_queued_for_deletion(self, name: str) -> bool:
-        """Kafka's isTopicQueuedUpForDeletion: asked to be deleted, under way or waiting."""
-        return name in self._deleting or name in self._queued
-
     async def _resume_deletion(self, name: str) -> None:
         """A reassignment of ``name`` ended: its queued deletion proceeds once none is left."""
-        topic = self._topics.get(name)
-        if name not in self._queued or self._reassignments.partitions_moving(name) or topic is None:
+        topic = self._ctx.topics.get(name)
+        if name not in self._ctx.queued or self._reassignments.partitions_moving(name) or topic is None:
             return
-        self._queued.discard(name)
+        self._ctx.queued.discard(name)
         log.info("no partition of topic %s is being reassigned any more; its deletion proceeds", name)
         await self._start_deletion(topic)
 
-    async def _start_deletion(self, topic: _Topic) -> None:
+    async def _start_deletion(self, topic: TopicEntry) -> None:
         """Kafka's TopicDeletionManager: every replica is stopped and deleted (StopReplica with
         delete); the topic's znodes go only once each replica's broker has answered. A broker that
         is down meanwhile gets its StopReplica when it registers again, so no stale log of the
@@ -465,36 +395,31 @@ class ZkController:
         # deleting yet (down, or not answered): no copy of the topic may outlive it.
         pending = {b for entry in topic.partitions.values() for b in entry.replicas}
         pending |= self._reassignments.unconfirmed_brokers(topic.name)
-        self._deleting[topic.name] = pending
+        self._ctx.deleting[topic.name] = pending
         # Clients stop seeing it now (leader -2 marks a deleted partition in UpdateMetadata).
-        self._send_update_metadata(set(self._brokers), [(topic.name, p) for p in topic.partitions], deleting=True)
-        for broker_id in sorted(pending & set(self._brokers)):
+        self._ctx.send_update_metadata(set(self._ctx.brokers), [(topic.name, p) for p in topic.partitions],
+                                       deleting=True)
+        for broker_id in sorted(pending & set(self._ctx.brokers)):
             self._send_stop_replica_delete(topic, broker_id)
-        waiting = sorted(pending - set(self._brokers))
+        waiting = sorted(pending - set(self._ctx.brokers))
         if waiting:
             log.warning("deletion of topic %s waits for brokers %s to come back and delete their replicas",
                         topic.name, waiting)
         if not pending:
             await self._finish_deletion(topic.name)
 
-    def _send_stop_replica_delete(self, topic: _Topic, broker_id: int) -> None:
-        broker = self._brokers[broker_id]
+    def _send_stop_replica_delete(self, topic: TopicEntry, broker_id: int) -> None:
         partitions = sorted(p for p, entry in topic.partitions.items()
                             if broker_id in entry.replicas or self._reassignments.unconfirmed(topic.name, p, broker_id))
-        request = StopReplicaRequest(
-            controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=broker.epoch,
-            topic_states=[StopReplicaRequest.StopReplicaTopicState(
-                topic_name=topic.name,
-                partition_states=[StopReplicaRequest.StopReplicaPartitionState(
-                    partition_index=p, leader_epoch=-2, delete_partition=True) for p in partitions])])
 
         def answered(response: Any) -> None:
-            self._jobs_send.send_nowait(partial(self._replicas_deleted, topic.name, broker_id, response))
+            self._ctx.submit(partial(self._replicas_deleted, topic.name, broker_id, response))
 
-        self._channel.send(broker_id, request, answered)
+        self._ctx.send_stop_replica_delete(broker_id, topic.name, dict.fromkeys(partitions, EPOCH_DURING_DELETE),
+                                           answered)
 
     async def _replicas_deleted(self, name: str, broker_id: int, response: Any) -> None:
-        pending = self._deleting.get(name)
+        pending = self._ctx.deleting.get(name)
         if pending is None:
             return
         failed = [p.partition_index for p in response.partition_errors if p.error_code]
@@ -507,8 +432,8 @@ class ZkController:
             await self._finish_deletion(name)
 
     async def _finish_deletion(self, name: str) -> None:
-        self._deleting.pop(name, None)
-        self._topics.pop(name, None)
+        self._ctx.deleting.pop(name, None)
+        self._ctx.topics.pop(name, None)
         await self._reassignments.forget_topic(name)
         await self._delete_quietly(znodes.topic_path(name), recursive=True)
         await self._delete_quietly(znodes.topic_config_path(name))
@@ -517,17 +442,11 @@ class ZkController:
 
     async def _delete_quietly(self, path: str, *, recursive: bool = False) -> None:
         try:
-            await self._zk.delete(path, recursive=recursive)
+            await self._ctx.zk.delete(path, recursive=recursive)
         except ZkNoNode:
             pass
 
     # -- log dir failures ----------------------------------------------------------------------
-
-    def _online(self, topic: str, partition: int, live: set[int]) -> set[int]:
-        """``live`` without the brokers whose replica of this partition is in an offline log dir."""
-        if not self._offline:
-            return live
-        return {b for b in live if (topic, partition) not in self._offline.get(b, ())}
 
     async def _on_log_dir_events(self, children: list[str]) -> None:
         """Kafka's processLogDirEventNotification: each notifying broker gets LeaderAndIsr for all
@@ -537,26 +456,26 @@ class ZkController:
         for child in children:
             path = f"{znodes.LOG_DIR_EVENT_NOTIFICATION}/{child}"
             try:
-                data, _ = await self._zk.get(path)
+                data, _ = await self._ctx.zk.get(path)
                 brokers.add(znodes.parse_log_dir_event(path, data))
             except ZkNoNode:
                 continue
             except znodes.ZnodeError as exc:
                 log.error("ignoring a log dir event notification: %s", exc)
             await self._delete_quietly(path)
-        for broker_id in sorted(brokers & set(self._brokers)):
-            mine = [(t, p) for t, p, entry in self._iter_partitions() if broker_id in entry.replicas]
+        for broker_id in sorted(brokers & set(self._ctx.brokers)):
+            mine = [(t, p) for t, p, entry in self._ctx.iter_partitions() if broker_id in entry.replicas]
             log.info("log dir event from broker %d: asking for the state of its %d replicas", broker_id, len(mine))
-            self._send_leader_and_isr(mine, only={broker_id})
+            self._ctx.send_leader_and_isr(mine, only={broker_id})
 
     async def _replica_states(self, broker_id: int, response: Any) -> None:
         """A LeaderAndIsr answer of ``broker_id``: KAFKA_STORAGE_ERROR marks a replica offline,
         NONE online (Kafka's processLeaderAndIsrResponseReceived). Replicas newly offline lose
         leadership and ISR membership as if their broker had died; replicas back may lead
         offline partitions again."""
-        if broker_id not in self._brokers or response.error_code:
+        if broker_id not in self._ctx.brokers or response.error_code:
             return
-        names = {topic.topic_id: name for name, topic in self._topics.items()}
+        names = {topic.topic_id: name for name, topic in self._ctx.topics.items()}
         offline: set[tuple[str, int]] = set()
         online: set[tuple[str, int]] = set()
         for topic in response.topics:
@@ -568,12 +487,12 @@ class ZkController:
                     offline.add((name, p.partition_index))
                 elif p.error_code == ErrorCode.NONE:
                     online.add((name, p.partition_index))
-        before = self._offline.get(broker_id, set())
+        before = self._ctx.offline.get(broker_id, set())
         now = (before - online) | offline
         if now:
-            self._offline[broker_id] = now
+            self._ctx.offline[broker_id] = now
         else:
-            self._offline.pop(broker_id, None)
+            self._ctx.offline.pop(broker_id, None)
         gone, back = now - before, before - now
         if gone:
             log.warning("broker %d: %d replicas are in an offline log dir (%s); their leadership and ISR "
@@ -582,53 +501,53 @@ class ZkController:
         if back:
             log.info("broker %d: %d replicas are back from an offline log dir (%s)", broker_id, len(back),
                      _sample(back))
-            self._send_update_metadata(set(self._brokers), sorted(back))
+            self._ctx.send_update_metadata(set(self._ctx.brokers), sorted(back))
             await self._elect_where_needed()
 
     # -- elections ---------------------------------------------------------------------------
 
     async def _elect_where_needed(self, *, notify: bool = True) -> None:
         """New partitions get their first state; offline ones a leader if one is eligible now."""
-        live = set(self._brokers) - self._shutting_down
+        live = self._ctx.live()
         changed: list[tuple[str, int]] = []
         new: list[tuple[str, int]] = []
-        for topic, p, entry in self._iter_partitions():
-            if topic in self._deleting:
+        for topic, p, entry in self._ctx.iter_partitions():
+            if topic in self._ctx.deleting:
                 continue
             if entry.state is None:
                 first = initial_leader_and_isr(entry.replicas, live)
                 if first is None:
                     continue
-                if await self._create_state(topic, p, entry, first):
+                if await self._ctx.create_state(topic, p, entry, first):
                     new.append((topic, p))
-            elif entry.state.leader == NO_LEADER or entry.state.leader not in self._brokers:
-                online = self._online(topic, p, live)
+            elif entry.state.leader == NO_LEADER or entry.state.leader not in self._ctx.brokers:
+                online = self._ctx.online(topic, p, live)
                 elected = elect_offline(entry.replicas, entry.state, online, unclean=False)
                 if elected is None and await self._unclean(topic):
                     elected = elect_offline(entry.replicas, entry.state, online, unclean=True)
                     if elected is not None:
                         log.warning("unclean leader election: %s-%d is led by %d, outside its ISR %s; records "
                                     "only the old ISR had are lost", topic, p, elected.leader, list(entry.state.isr))
-                if elected is not None and await self._write_state(topic, p, entry, elected):
+                if elected is not None and await self._ctx.write_state(topic, p, entry, elected):
                     changed.append((topic, p))
         if notify:
-            self._send_leader_and_isr(new, is_new=True)
-            self._send_leader_and_isr(changed)
+            self._ctx.send_leader_and_isr(new, is_new=True)
+            self._ctx.send_leader_and_isr(changed)
             if new or changed:
-                self._send_update_metadata(set(self._brokers), new + changed)
+                self._ctx.send_update_metadata(set(self._ctx.brokers), new + changed)
 
     async def _rebalance_forever(self) -> None:
         """Preferred leaders take their partitions back (auto.leader.rebalance.enable): every
         leader.imbalance.check.interval.seconds, on brokers whose share of partitions led by
         others passes leader.imbalance.per.broker.percentage."""
         while True:
-            await trio.sleep(self._config.leader_imbalance_check_interval_seconds)
-            self._jobs_send.send_nowait(self._rebalance)
+            await trio.sleep(self._ctx.config.leader_imbalance_check_interval_seconds)
+            self._ctx.submit(self._rebalance)
 
     async def _rebalance(self) -> None:
-        live = set(self._brokers) - self._shutting_down
-        preferred: dict[int, list[tuple[str, int, _Partition]]] = {}
-        for topic, p, entry in self._iter_partitions():
+        live = self._ctx.live()
+        preferred: dict[int, list[tuple[str, int, PartitionEntry]]] = {}
+        for topic, p, entry in self._ctx.iter_partitions():
             if entry.replicas and entry.state is not None:
                 preferred.setdefault(entry.replicas[0], []).append((topic, p, entry))
         changed = []
@@ -636,22 +555,21 @@ class ZkController:
             if broker not in live:
                 continue
             elsewhere = [x for x in partitions if x[2].state is not None and x[2].state.leader != broker]
-            if len(elsewhere) * 100 <= self._config.leader_imbalance_per_broker_percentage * len(partitions):
+            if len(elsewhere) * 100 <= self._ctx.config.leader_imbalance_per_broker_percentage * len(partitions):
                 continue
             for topic, p, entry in elsewhere:
                 assert entry.state is not None
-                elected = elect_preferred(entry.replicas, entry.state, self._online(topic, p, live))
-                if elected is not None and await self._write_state(topic, p, entry, elected):
+                elected = elect_preferred(entry.replicas, entry.state, self._ctx.online(topic, p, live))
+                if elected is not None and await self._ctx.write_state(topic, p, entry, elected):
                     changed.append((topic, p))
         if changed:
             log.info("moved %d partitions back to their preferred leaders", len(changed))
-            self._send_leader_and_isr(changed)
-            self._send_update_metadata(set(self._brokers), changed)
+            self._ctx.announce(changed)
 
     async def elect_leaders(self, partitions: Sequence[tuple[str, int]] | None, *, unclean: bool
                             ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
         """ElectLeaders (KIP-460): see broker/controller/zk/leader_election.py."""
-        return await self._call(lambda: elect_leaders(self, partitions, unclean=unclean))
+        return await self._call(lambda: elect_leaders(self._ctx, partitions, unclean=unclean))
 
     async def alter_partition_reassignments(self, requests: Sequence[tuple[str, int, Sequence[int] | None]]
                                             ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
@@ -669,14 +587,14 @@ class ZkController:
     def reconfigure(self, config: BrokerConfig) -> None:
         """Dynamic broker configs changed (ZkMetadata): unclean.leader.election.enable is read
         from here at each election."""
-        self._config = config
+        self._ctx.config = config
 
     async def _unclean(self, topic: str) -> bool:
         """unclean.leader.election.enable for ``topic``: its override in ``/config/topics/<t>``,
         else the broker's. Read only when a clean election found nobody (rare)."""
         path = znodes.topic_config_path(topic)
         try:
-            data, _ = await self._zk.get(path)
+            data, _ = await self._ctx.zk.get(path)
             override = znodes.parse_config(path, data).get("unclean.leader.election.enable")
         except ZkNoNode:
             override = None
@@ -685,12 +603,12 @@ class ZkController:
             override = None
         if override is not None:
             return override.strip().lower() == "true"
-        return self._config.unclean_leader_election_enable
+        return self._ctx.config.unclean_leader_election_enable
 
     # -- requests from brokers ---------------------------------------------------------------
 
     async def broker_epoch_is_current(self, broker_id: int, broker_epoch: int) -> bool:
-        broker = self._brokers.get(broker_id)
+        broker = self._ctx.brokers.get(broker_id)
         return broker is not None and broker.epoch == broker_epoch
 
     async def alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int, leader_epoch: int,
@@ -700,8 +618,8 @@ class ZkController:
 
     async def _alter_partition(self, broker_id: int, topic_id: uuid.UUID, partition: int, leader_epoch: int,
                                new_isr: Sequence[int], partition_epoch: int) -> PartitionInfo:
-        topic = next((t for t in self._topics.values() if t.topic_id == topic_id), None)
-        if topic is None or topic.name in self._deleting:
+        topic = next((t for t in self._ctx.topics.values() if t.topic_id == topic_id), None)
+        if topic is None or topic.name in self._ctx.deleting:
             raise KafkaError(ErrorCode.UNKNOWN_TOPIC_ID)
         entry = topic.partitions.get(partition)
         if entry is None or entry.state is None:
@@ -720,18 +638,18 @@ class ZkController:
         if broker_id not in isr or any(b not in entry.replicas for b in isr):
             raise KafkaError(ErrorCode.INVALID_REQUEST, f"ISR {isr} is not a set of replicas {list(entry.replicas)} "
                                                          "that includes the leader")
-        online = self._online(topic.name, partition, set(self._brokers) - self._shutting_down)
+        online = self._ctx.online(topic.name, partition, self._ctx.live())
         if any(b not in online for b in isr if b not in state.isr):
             raise KafkaError(ErrorCode.INELIGIBLE_REPLICA)
         if tuple(isr) != state.isr:
             # An ISR change keeps the leader epoch (KIP-497); the zkVersion moves on.
             new = LeaderAndIsr(state.leader, state.leader_epoch, tuple(isr))
-            if not await self._write_state(topic.name, partition, entry, new):
+            if not await self._ctx.write_state(topic.name, partition, entry, new):
                 raise KafkaError(ErrorCode.INVALID_UPDATE_VERSION)
             log.info("ISR of %s-%d is now %s (partition epoch %d)", topic.name, partition, isr, entry.zk_version)
-            self._send_update_metadata(set(self._brokers), [(topic.name, partition)])
+            self._ctx.send_update_metadata(set(self._ctx.brokers), [(topic.name, partition)])
             # A reassignment may be complete now (its own event, after this answer).
-            self._jobs_send.send_nowait(partial(self._reassignments.on_isr_changed, topic.name, partition))
+            self._ctx.submit(partial(self._reassignments.on_isr_changed, topic.name, partition))
         assert entry.state is not None
         return PartitionInfo(partition, entry.state.leader, entry.state.leader_epoch, entry.replicas,
                              entry.state.isr, entry.zk_version)
@@ -740,201 +658,34 @@ class ZkController:
         return await self._call(lambda: self._controlled_shutdown(broker_id, broker_epoch))
 
     async def _controlled_shutdown(self, broker_id: int, broker_epoch: int) -> list[tuple[str, int]]:
-        broker = self._brokers.get(broker_id)
+        broker = self._ctx.brokers.get(broker_id)
         if broker is None:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
         if broker.epoch != broker_epoch:
             raise KafkaError(ErrorCode.STALE_BROKER_EPOCH)
-        self._shutting_down.add(broker_id)
-        live = set(self._brokers)
+        self._ctx.shutting_down.add(broker_id)
+        live = set(self._ctx.brokers)
         changed = []
-        for topic, p, entry in self._iter_partitions():
+        for topic, p, entry in self._ctx.iter_partitions():
             state = entry.state
             if state is None or broker_id not in entry.replicas:
                 continue
             if state.leader == broker_id:
-                new = elect_controlled_shutdown(entry.replicas, state, self._online(topic, p, live),
-                                                self._shutting_down)
+                new = elect_controlled_shutdown(entry.replicas, state, self._ctx.online(topic, p, live),
+                                                self._ctx.shutting_down)
             elif broker_id in state.isr and len(state.isr) > 1:
                 new = state.changed(state.leader, [b for b in state.isr if b != broker_id])
             else:
                 continue
-            if new is not None and await self._write_state(topic, p, entry, new):
+            if new is not None and await self._ctx.write_state(topic, p, entry, new):
                 changed.append((topic, p))
-        self._send_leader_and_isr(changed)
-        self._send_update_metadata(set(self._brokers), changed)
+        self._ctx.announce(changed)
         # Partitions of one replica cannot move: they are not waited for (as Kafka).
-        remaining = [(t, p) for t, p, e in self._iter_partitions()
+        remaining = [(t, p) for t, p, e in self._ctx.iter_partitions()
                      if e.state is not None and e.state.leader == broker_id and len(e.replicas) > 1]
         log.info("controlled shutdown of broker %d: %d leaderships moved, %d remain", broker_id, len(changed),
                  len(remaining))
         return remaining
-
-    # -- writes ------------------------------------------------------------------------------
-
-    async def _create_state(self, topic: str, partition: int, entry: _Partition, state: LeaderAndIsr) -> bool:
-        path = znodes.partition_state_path(topic, partition)
-        data = znodes.encode_partition_state(state.leader, state.leader_epoch, state.isr, self.epoch)
-        try:
-            await self._zk.ensure_path(znodes.partition_path(topic, partition))
-            await self._zk.create(path, data)
-        except ZkNodeExists:
-            # Another controller got there first: take what it wrote.
-            await self._read_state(topic, partition, entry)
-            return False
-        entry.state, entry.zk_version, entry.controller_epoch = state, 0, self.epoch
-        return True
-
-    async def _write_state(self, topic: str, partition: int, entry: _Partition, state: LeaderAndIsr) -> bool:
-        """Write ``state`` conditionally on the zkVersion we know, fenced by our controller epoch.
-
-        False when the znode moved on meanwhile (re-read: the caller's decision was made on an old
-        state and is dropped); raises Resigned when a newer controller wrote it.
-        """
-        path = znodes.partition_state_path(topic, partition)
-        data = znodes.encode_partition_state(state.leader, state.leader_epoch, state.isr, self.epoch)
-        try:
-            stat = await self._fenced_set(path, data, entry.zk_version)
-        except ZkBadVersion:
-            await self._check_still_controller()
-            await self._read_state(topic, partition, entry)
-            log.warning("state of %s-%d changed under the controller; re-read it", topic, partition)
-            return False
-        except ZkNoNode:
-            await self._read_state(topic, partition, entry)
-            return False
-        entry.state, entry.zk_version, entry.controller_epoch = state, stat.version, self.epoch
-        return True
-
-    async def _fenced_set(self, path: str, data: bytes, version: int) -> ZnodeStat:
-        """``set`` with ``version``, in one transaction with a check that ``/controller_epoch`` is
-        still at the version we wrote (Kafka's checkControllerEpoch multi-op)."""
-        results = await self._zk.transaction([CheckVersionOp(znodes.CONTROLLER_EPOCH, self._epoch_version),
-                                              SetOp(path, data, version)])
-        written = results[1]
-        assert isinstance(written, ZnodeStat)
-        return written
-
-    async def _check_still_controller(self) -> None:
-        try:
-            data, stat = await self._zk.get(znodes.CONTROLLER_EPOCH)
-        except ZkNoNode as exc:
-            raise Resigned("/controller_epoch is gone") from exc
-        if stat.version != self._epoch_version:
-            raise Resigned(f"/controller_epoch moved to {data.decode(errors='replace')}; another controller "
-                           "was elected")
-
-    # -- requests to brokers -----------------------------------------------------------------
-
-    def _add_to_channel(self, broker: _Broker) -> None:
-        listener = self._config.inter_broker_listener_name or self._config.listeners[0].name
-        endpoint = broker.info.endpoint(listener.upper()) or (broker.info.endpoints[0] if broker.info.endpoints
-                                                              else None)
-        if endpoint is None:
-            log.error("broker %d registered no endpoint; the controller cannot reach it", broker.info.broker_id)
-            return
-        self._channel.add_broker(broker.info.broker_id, endpoint.host or "127.0.0.1", endpoint.port)
-
-    def _iter_partitions(self) -> Iterable[tuple[str, int, _Partition]]:
-        """Every partition of every topic, but those of topics being deleted."""
-        for name, topic in list(self._topics.items()):
-            if name in self._deleting:
-                continue
-            for p, entry in sorted(topic.partitions.items()):
-                yield name, p, entry
-
-    def _all_partitions(self) -> list[tuple[str, int]]:
-        return [(t, p) for t, p, _ in self._iter_partitions()]
-
-    def _send_leader_and_isr(self, partitions: Sequence[tuple[str, int]], *, is_new: bool = False,
-                             only: set[int] | None = None) -> None:
-        """LeaderAndIsr to every live replica of ``partitions`` (``only`` those brokers)."""
-        by_broker: dict[int, dict[str, list[LeaderAndIsrRequest.LeaderAndIsrPartitionState]]] = {}
-        leaders: set[int] = set()
-        for name, p in partitions:
-            topic = self._topics.get(name)
-            entry = topic.partitions.get(p) if topic is not None else None
-            if entry is None or entry.state is None:
-                continue
-            state = LeaderAndIsrRequest.LeaderAndIsrPartitionState(
-                topic_name=name, partition_index=p, controller_epoch=entry.controller_epoch,
-                leader=entry.state.leader, leader_epoch=entry.state.leader_epoch, isr=list(entry.state.isr),
-                partition_epoch=entry.zk_version, replicas=list(entry.replicas), is_new=is_new)
-            leaders.add(entry.state.leader)
-            for b in entry.replicas:
-                if b in self._brokers and (only is None or b in only):
-                    by_broker.setdefault(b, {}).setdefault(name, []).append(state)
-        for b, topics in by_broker.items():
-            live_leaders = []
-            for leader in sorted(leaders):
-                address = self._channel_address(leader)
-                if address is not None:
-                    live_leaders.append(LeaderAndIsrRequest.LeaderAndIsrLiveLeader(
-                        broker_id=leader, host_name=address[0], port=address[1]))
-            request = LeaderAndIsrRequest(
-                controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=self._brokers[b].epoch,
-                topic_states=[LeaderAndIsrRequest.LeaderAndIsrTopicState(
-                    topic_name=name, topic_id=self._topics[name].topic_id, partition_states=states)
-                    for name, states in topics.items()],
-                live_leaders=live_leaders)
-            self._channel.send(b, request, self._leader_and_isr_answered(b))
-
-    def _leader_and_isr_answered(self, broker_id: int) -> Callable[[Any], None]:
-        def check(response: Any) -> None:
-            if response.error_code:
-                log.warning("broker %d refused LeaderAndIsr: %s", broker_id, ErrorCode(response.error_code).name)
-                return
-            for topic in response.topics:
-                for p in topic.partition_errors:
-                    if p.error_code and p.error_code != ErrorCode.KAFKA_STORAGE_ERROR:
-                        log.warning("broker %d: LeaderAndIsr for partition %d of topic %s: %s", broker_id,
-                                    p.partition_index, topic.topic_id, ErrorCode(p.error_code).name)
-            # Which of its replicas are in offline log dirs: an event of its own.
-            self._jobs_send.send_nowait(partial(self._replica_states, broker_id, response))
-        return check
-
-    def _channel_address(self, broker_id: int) -> tuple[str, int] | None:
-        broker = self._brokers.get(broker_id)
-        if broker is None or not broker.info.endpoints:
-            return None
-        listener = (self._config.inter_broker_listener_name or self._config.listeners[0].name).upper()
-        endpoint = broker.info.endpoint(listener) or broker.info.endpoints[0]
-        return endpoint.host, endpoint.port
-
-    def _send_update_metadata(self, targets: Iterable[int], partitions: Sequence[tuple[str, int]], *,
-                              deleting: bool = False) -> None:
-        live_brokers = [
-            UpdateMetadataRequest.UpdateMetadataBroker(
-                id=b, rack=broker.info.rack,
-                endpoints=[UpdateMetadataRequest.UpdateMetadataEndpoint(
-                    port=spec.port, host=spec.host, listener=spec.name,
-                    security_protocol=SECURITY_PROTOCOL_IDS.get(broker.protocols.get(spec.name, "PLAINTEXT"), 0))
-                    for spec in broker.info.endpoints])
-            for b, broker in sorted(self._brokers.items())]
-        topics: dict[str, list[UpdateMetadataRequest.UpdateMetadataPartitionState]] = {}
-        for name, p in partitions:
-            topic = self._topics.get(name)
-            entry = topic.partitions.get(p) if topic is not None else None
-            if entry is None or (entry.state is None and not deleting):
-                continue
-            state = entry.state or LeaderAndIsr(NO_LEADER, 0, ())
-            topics.setdefault(name, []).append(UpdateMetadataRequest.UpdateMetadataPartitionState(
-                topic_name=name, partition_index=p, controller_epoch=entry.controller_epoch,
-                leader=LEADER_DURING_DELETE if deleting else state.leader, leader_epoch=state.leader_epoch,
-                isr=list(state.isr), zk_version=entry.zk_version, replicas=list(entry.replicas),
-                offline_replicas=[b for b in entry.replicas
-                                  if b not in self._brokers or (name, p) in self._offline.get(b, ())]))
-        for b in targets:
-            broker = self._brokers.get(b)
-            if broker is None:
-                continue
-            request = UpdateMetadataRequest(
-                controller_id=self.broker_id, controller_epoch=self.epoch, broker_epoch=broker.epoch,
-                topic_states=[UpdateMetadataRequest.UpdateMetadataTopicState(
-                    topic_name=name, topic_id=self._topics[name].topic_id, partition_states=states)
-                    for name, states in topics.items()],
-                live_brokers=live_brokers)
-            self._channel.send(b, request)
 
 
 def _sample(partitions: Iterable[tuple[str, int]], shown: int = 10) -> str:

@@ -22,15 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
 from broker.controller.zk import znodes
 from broker.controller.zk.client import ZkError, ZkNoNode
+from broker.controller.zk.context import ControllerContext
 from broker.controller.zk.election import NO_LEADER, elect_offline, elect_preferred
 from broker.protocol.errors import ErrorCode
-
-if TYPE_CHECKING:
-    from broker.controller.zk.controller import ZkController
 
 __all__ = ["elect_leaders", "follow_preferred_replica_election"]
 
@@ -39,42 +36,41 @@ log = logging.getLogger(__name__)
 Result = tuple[ErrorCode, "str | None", int]
 
 
-async def elect_leaders(controller: ZkController, partitions: Sequence[tuple[str, int]] | None, *,
+async def elect_leaders(ctx: ControllerContext, partitions: Sequence[tuple[str, int]] | None, *,
                         unclean: bool) -> dict[tuple[str, int], Result]:
     """Run on the controller's event loop. ``partitions`` None: every partition. Returns, per
     partition, (error, message, leader)."""
-    c = controller
     if partitions is None:
-        partitions = c._all_partitions()
-    live = set(c._brokers) - c._shutting_down
+        partitions = ctx.all_partitions()
+    live = ctx.live()
     strategy = "OfflinePartitionLeaderElectionStrategy(true)" if unclean else \
         "PreferredReplicaPartitionLeaderElectionStrategy"
     kind = "UNCLEAN" if unclean else "PREFERRED"
     results: dict[tuple[str, int], Result] = {}
     changed: list[tuple[str, int]] = []
     for name, p in dict.fromkeys(partitions):
-        topic = c._topics.get(name)
+        topic = ctx.topics.get(name)
         entry = topic.partitions.get(p) if topic is not None else None
         if entry is None or not entry.replicas:
             results[(name, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, NO_LEADER)
             continue
-        if name in c._deleting:
+        if name in ctx.deleting:
             log.warning("skipping %s leader election for %s-%d: the topic is being deleted", kind, name, p)
             continue
         state = entry.state
         if state is not None:
-            if unclean and state.leader != NO_LEADER and state.leader in c._brokers:
+            if unclean and state.leader != NO_LEADER and state.leader in ctx.brokers:
                 results[(name, p)] = (ErrorCode.ELECTION_NOT_NEEDED, None, state.leader)
                 continue
             if not unclean and state.leader == entry.replicas[0]:
                 results[(name, p)] = (ErrorCode.ELECTION_NOT_NEEDED, None, state.leader)
                 continue
-            online = c._online(name, p, live)
+            online = ctx.online(name, p, live)
             elected = elect_offline(entry.replicas, state, online, unclean=True) if unclean else \
                 elect_preferred(entry.replicas, state, online)
         else:
             elected = None  # no state znode yet: the controller gives it its first leader itself
-        if elected is None or not await c._write_state(name, p, entry, elected):
+        if elected is None or not await ctx.write_state(name, p, entry, elected):
             code = ErrorCode.ELIGIBLE_LEADERS_NOT_AVAILABLE if unclean else ErrorCode.PREFERRED_LEADER_NOT_AVAILABLE
             results[(name, p)] = (code, f"Failed to elect leader for partition {name}-{p} under strategy "
                                         f"{strategy}", NO_LEADER)
@@ -87,35 +83,34 @@ async def elect_leaders(controller: ZkController, partitions: Sequence[tuple[str
     if changed:
         log.info("%s leader election moved %d partitions: %s", kind, len(changed),
                  ", ".join(f"{t}-{p}" for t, p in changed[:20]))
-        c._send_leader_and_isr(changed)
-        c._send_update_metadata(set(c._brokers), changed)
+        ctx.announce(changed)
     return results
 
 
-async def follow_preferred_replica_election(controller: ZkController) -> None:
+async def follow_preferred_replica_election(ctx: ControllerContext) -> None:
     """Watch ``/admin/preferred_replica_election`` for the controller's term: each time it
     appears (and at the start of the term, when it is already there) its partitions get a
     preferred election on the event loop, then the znode is deleted, as Kafka's controller does."""
-    with controller._zk.watch_data(znodes.PREFERRED_REPLICA_ELECTION) as changes:
+    with ctx.zk.watch_data(znodes.PREFERRED_REPLICA_ELECTION) as changes:
         async for data in changes:
             if data is not None:
-                controller._jobs_send.send_nowait(partial(_from_znode, controller, data))
+                ctx.submit(partial(_from_znode, ctx, data))
 
 
-async def _from_znode(controller: ZkController, data: bytes) -> None:
+async def _from_znode(ctx: ControllerContext, data: bytes) -> None:
     try:
         partitions = znodes.parse_isr_change(znodes.PREFERRED_REPLICA_ELECTION, data)
     except znodes.ZnodeError as exc:
         log.error("ignoring a preferred replica election: %s", exc)
         partitions = []
     if partitions:
-        results = await elect_leaders(controller, partitions, unclean=False)
+        results = await elect_leaders(ctx, partitions, unclean=False)
         failed = {tp: r for tp, r in results.items() if r[0] not in (ErrorCode.NONE, ErrorCode.ELECTION_NOT_NEEDED)}
         for (t, p), (code, message, _) in sorted(failed.items()):
             log.warning("preferred replica election of %s-%d failed: %s%s", t, p, code.name,
                         f" ({message})" if message else "")
     try:
-        await controller._zk.delete(znodes.PREFERRED_REPLICA_ELECTION)
+        await ctx.zk.delete(znodes.PREFERRED_REPLICA_ELECTION)
     except ZkNoNode:
         pass
     except ZkError as exc:

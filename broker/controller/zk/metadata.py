@@ -31,13 +31,20 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import trio
 
 from broker.client.connection import ClientError, open_connection
 from broker.config import DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig, ListenerSpec
-from broker.controller.base import NewTopic, PartitionBudget, the_one_created
+from broker.controller.assignment import (
+    assign_replicas,
+    check_partition_limits,
+    replicas_per_broker,
+    start_index_for_growth,
+    validate_assignment,
+)
+from broker.controller.base import Controller, MetadataListener, NewTopic, PartitionBudget
 from broker.controller.model import (
     BrokerInfo,
     PartitionInfo,
@@ -46,18 +53,13 @@ from broker.controller.model import (
     validate_topic_name,
 )
 from broker.controller.zk import znodes
-from broker.controller.zk.assignment import (
-    assign_replicas,
-    check_partition_limits,
-    replicas_per_broker,
-    start_index_for_growth,
-    validate_assignment,
-)
 from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeExists, ZkNoNode, ZkSessionState
-from broker.controller.zk.controller import LEADER_DURING_DELETE, ZkController, run_controller_election
+from broker.controller.zk.context import LEADER_DURING_DELETE
+from broker.controller.zk.controller import ZkController, run_controller_election
 from broker.controller.zk.producer_ids import allocate_producer_id_block
 from broker.controller.zk.registration import register_broker
 from broker.ids import random_uuid
+from broker.log_limits import limiter
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterPartitionRequest,
@@ -66,12 +68,8 @@ from broker.protocol.messages import (
     UpdateMetadataRequest,
 )
 from broker.retry import Backoff, retry, worth_reporting
-from broker.server.log_limits import limiter
 
-if TYPE_CHECKING:
-    from broker.replication.replica_manager import ReplicaManager
-
-__all__ = ["ZkMetadata"]
+__all__ = ["LocalReplicas", "ZkMetadata"]
 
 log = logging.getLogger(__name__)
 _limited = limiter(log)
@@ -114,10 +112,30 @@ class _Existing:
         self.partitions += partitions
 
 
-class ZkMetadata:
+class LocalPartition(Protocol):
+    is_leader: bool
+
+    def make_offline(self) -> None:
+        """Stop leading."""
+
+
+class LocalReplicas(MetadataListener, Protocol):
+    """What this broker's metadata asks of the replicas it hosts (the replica manager, which
+    sits above the controller): topic changes and dynamic configs to apply, leaderships to fence
+    when the session is lost, and a way to hear of log dir events."""
+
+    def partitions(self) -> Sequence[LocalPartition]: ...
+
+    def reconfigure(self, config: BrokerConfig) -> None: ...
+
+    def on_log_dir_event(self, announce: Callable[[], Awaitable[None]]) -> None:
+        """``announce`` is called when a log dir went offline or came back."""
+
+
+class ZkMetadata(Controller):
     """The ``Controller`` of a broker in ZooKeeper mode; see the module docstring."""
 
-    def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: LocalReplicas) -> None:
         self._config = config
         self._zk = zk
         self._cluster_id = cluster_id
@@ -168,8 +186,17 @@ class ZkMetadata:
                 return topic
         return None
 
+    def zookeeper(self) -> ZkMetadata:
+        """This broker is in ZooKeeper mode: this object is its ZooKeeperSupport too."""
+        return self
+
     def register_local_broker(self, info: BrokerInfo) -> None:
         self._local = info
+
+    @property
+    def config(self) -> BrokerConfig:
+        """This broker's config as it is now: the dynamic broker configs applied."""
+        return self._config
 
     def active_controller(self) -> ZkController | None:
         """This broker's controller term, when it is the controller."""
@@ -521,7 +548,6 @@ class ZkMetadata:
         if not config.controlled_shutdown_enable or self.broker_epoch < 0:
             return
         request = ControlledShutdownRequest(broker_id=config.broker_id, broker_epoch=self.broker_epoch)
-        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
         for attempt in range(1, config.controlled_shutdown_max_retries + 1):
             # Who the controller is now (it may have moved while this broker stopped serving).
             try:
@@ -532,7 +558,7 @@ class ZkMetadata:
             if controller_id == config.broker_id:
                 return  # this broker is the controller: its term ends with its session
             broker = self._brokers.get(controller_id)
-            endpoint = (broker.endpoint(listener) or broker.endpoints[0]) if broker and broker.endpoints else None
+            endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
             problem: str
             if endpoint is None:
                 problem = "no controller known"
@@ -609,21 +635,6 @@ class ZkMetadata:
         except ZkError as exc:
             raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"cannot read the brokers from ZooKeeper: {exc}") from exc
         return sorted(int(c) for c in children if c.isdigit())
-
-    async def create_topic(
-        self,
-        name: str,
-        num_partitions: int,
-        replication_factor: int,
-        configs: Mapping[str, str],
-        *,
-        validate_only: bool = False,
-        assignments: Mapping[int, Sequence[int]] | None = None,
-        deadline: float | None = None,
-    ) -> TopicInfo:
-        return the_one_created(await self.create_topics(
-            [NewTopic(name, num_partitions, replication_factor, configs, assignments)], validate_only=validate_only,
-            deadline=deadline))
 
     async def create_topics(
         self,
@@ -890,17 +901,16 @@ class ControllerIsrChannel:
     async def alter_partition(self, topic: str, topic_id: uuid.UUID, partition: int, leader_epoch: int,
                               new_isr: Sequence[int], partition_epoch: int) -> PartitionInfo:
         metadata = self._metadata
-        config = metadata._config
+        config = metadata.config
         me = config.broker_id
         active = metadata.active_controller()
         if active is not None:
             return await active.alter_partition(me, topic_id, partition, leader_epoch, new_isr, partition_epoch)
         controller_id = metadata.controller_id
         broker = next((b for b in metadata.brokers() if b.broker_id == controller_id), None)
-        if broker is None or not broker.endpoints:
+        endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
+        if endpoint is None:
             raise KafkaError(ErrorCode.NOT_CONTROLLER, "no controller known yet")
-        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
-        endpoint = broker.endpoint(listener) or broker.endpoints[0]
         request = AlterPartitionRequest(broker_id=me, broker_epoch=metadata.broker_epoch, topics=[
             AlterPartitionRequest.TopicData(topic_name=topic, topic_id=topic_id, partitions=[
                 AlterPartitionRequest.PartitionData(

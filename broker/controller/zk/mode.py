@@ -15,19 +15,15 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig, StartupError
 from broker.controller.zk.client import ZkError, ZkUnavailable, open_zk_client
-from broker.controller.zk.metadata import ZkMetadata
+from broker.controller.zk.metadata import LocalReplicas, ZkMetadata
 from broker.controller.zk.registration import (
     check_meta_properties,
     ensure_persistent_paths,
     get_or_create_cluster_id,
 )
-
-if TYPE_CHECKING:
-    from broker.replication.replica_manager import ReplicaManager
 
 __all__ = ["zookeeper_mode"]
 
@@ -35,7 +31,7 @@ log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def zookeeper_mode(config: BrokerConfig, replicas: ReplicaManager) -> AsyncIterator[ZkMetadata]:
+async def zookeeper_mode(config: BrokerConfig, replicas: LocalReplicas) -> AsyncIterator[ZkMetadata]:
     connect = config.zookeeper_connect
     assert connect is not None
     client = open_zk_client(connect, session_timeout_ms=config.zookeeper_session_timeout_ms,

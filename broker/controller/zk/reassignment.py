@@ -36,22 +36,20 @@ remembered, so that a deletion of the topic also waits for those brokers and del
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from broker.controller.assignment import check_partition_limits, replicas_per_broker
+from broker.controller.model import Reassignment
 from broker.controller.zk import znodes
-from broker.controller.zk.assignment import check_partition_limits, replicas_per_broker
 from broker.controller.zk.client import ZkError, ZkNoNode
+from broker.controller.zk.context import ControllerContext, PartitionEntry
 from broker.controller.zk.election import NO_LEADER
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.messages import StopReplicaRequest
 
-if TYPE_CHECKING:
-    from broker.controller.zk.controller import ZkController, _Partition
-
-__all__ = ["Reassignment", "Reassignments"]
+__all__ = ["Reassignments"]
 
 log = logging.getLogger(__name__)
 
@@ -59,31 +57,13 @@ Key = tuple[str, int]
 Answer = tuple[ErrorCode, "str | None"]
 
 
-@dataclass(frozen=True, slots=True)
-class Reassignment:
-    origin: tuple[int, ...]  # ORS
-    target: tuple[int, ...]  # TRS
-    from_znode: bool = False
-
-    @property
-    def full(self) -> tuple[int, ...]:
-        """RS: the target first, then the original replicas not in it (Kafka's fullReplicaSet)."""
-        return tuple(dict.fromkeys(self.target + self.origin))
-
-    @property
-    def adding(self) -> tuple[int, ...]:
-        return tuple(b for b in self.target if b not in self.origin)
-
-    @property
-    def removing(self) -> tuple[int, ...]:
-        return tuple(b for b in self.origin if b not in self.target)
-
-
 class Reassignments:
     """The controller's ongoing reassignments; every method runs on its event loop."""
 
-    def __init__(self, controller: ZkController) -> None:
-        self._c = controller
+    def __init__(self, ctx: ControllerContext, *, resume_deletion: Callable[[str], Awaitable[None]]) -> None:
+        self._ctx = ctx
+        # The controller's: a queued deletion of the topic proceeds once none of its moves is left.
+        self._resume_deletion = resume_deletion
         self.ongoing: dict[Key, Reassignment] = {}
         # Removed replicas whose brokers have not answered their StopReplica (delete) yet.
         self._unconfirmed: dict[Key, set[int]] = {}
@@ -99,26 +79,26 @@ class Reassignments:
 
     def _ended(self, name: str) -> None:
         """A reassignment of ``name`` is over: a deletion waiting for it may proceed (its own event)."""
-        if self._c.is_queued_for_deletion(name):
-            self._c._jobs_send.send_nowait(partial(self._c._resume_deletion, name))
+        if self._ctx.is_queued_for_deletion(name):
+            self._ctx.submit(partial(self._resume_deletion, name))
 
     # -- requests ------------------------------------------------------------------------------
 
     async def alter(self, requests: Sequence[tuple[str, int, Sequence[int] | None]], *,
                     from_znode: bool = False) -> dict[Key, Answer]:
         """Start, replace or (``None``) cancel the reassignment of each partition."""
-        c = self._c
+        ctx = self._ctx
         results: dict[Key, Answer] = {}
         # Replicas per broker, every topic's full replica sets (moves under way included).
-        held = replicas_per_broker(e.replicas for topic in c._topics.values() for e in topic.partitions.values())
+        held = replicas_per_broker(e.replicas for topic in ctx.topics.values() for e in topic.partitions.values())
         for name, p, replicas in requests:
             key = (name, p)
-            topic = c._topics.get(name)
-            entry = topic.partitions.get(p) if topic is not None and name not in c._deleting else None
+            topic = ctx.topics.get(name)
+            entry = topic.partitions.get(p) if topic is not None and name not in ctx.deleting else None
             if entry is None:
                 results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                 continue
-            if replicas is not None and c.is_queued_for_deletion(name):
+            if replicas is not None and ctx.is_queued_for_deletion(name):
                 log.info("skipping the reassignment of %s-%d: the topic is queued for deletion", name, p)
                 results[key] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, "The partition does not exist.")
                 continue
@@ -139,7 +119,7 @@ class Reassignments:
                     continue
             adding = {b: 1 for b in target if b not in entry.replicas}
             try:
-                check_partition_limits(c._config, held, 0, adding, 0)
+                check_partition_limits(ctx.config, held, 0, adding, 0)
             except KafkaError as exc:
                 results[key] = (exc.code, exc.message)
                 continue
@@ -156,14 +136,14 @@ class Reassignments:
         if any(b < 0 for b in target):
             return f"Invalid broker id in replica list: {list(target)}"
         adding = [b for b in target if b not in origin]
-        if not set(adding) <= set(self._c._brokers):
+        if not set(adding) <= set(self._ctx.brokers):
             return (f"Replica assignment has brokers that are not alive. Replica list: {adding}, live broker list: "
-                    f"{sorted(self._c._brokers)}")
+                    f"{sorted(self._ctx.brokers)}")
         return None
 
     def list(self, partitions: Iterable[Key] | None) -> dict[Key, Reassignment]:
-        c = self._c
-        for key in [k for k in self.ongoing if k[0] not in c._topics or k[0] in c._deleting]:
+        ctx = self._ctx
+        for key in [k for k in self.ongoing if k[0] not in ctx.topics or k[0] in ctx.deleting]:
             del self.ongoing[key]  # its topic was deleted meanwhile
         if partitions is None:
             return dict(sorted(self.ongoing.items()))
@@ -171,8 +151,8 @@ class Reassignments:
 
     # -- phase 1 -------------------------------------------------------------------------------
 
-    async def _start(self, name: str, p: int, entry: _Partition, reassignment: Reassignment) -> None:
-        c = self._c
+    async def _start(self, name: str, p: int, entry: PartitionEntry, reassignment: Reassignment) -> None:
+        ctx = self._ctx
         key = (name, p)
         previous = self.ongoing.get(key)
         # Replicas a replaced reassignment was adding that nobody wants any more.
@@ -190,10 +170,9 @@ class Reassignments:
         if await self._maybe_complete(name, p):
             return
         state = entry.state
-        if state is not None and await c._write_state(name, p, entry, state.changed(state.leader, state.isr)):
+        if state is not None and await ctx.write_state(name, p, entry, state.changed(state.leader, state.isr)):
             pass  # a new leader epoch: the leader learns its new followers
-        c._send_leader_and_isr([key])
-        c._send_update_metadata(set(c._brokers), [key])
+        ctx.announce([key])
 
     # -- phase 2 -------------------------------------------------------------------------------
 
@@ -202,19 +181,19 @@ class Reassignments:
 
     async def _maybe_complete(self, name: str, p: int) -> bool:
         """Finish the reassignment of ``name``-``p`` when all of its target is in the ISR."""
-        c = self._c
+        ctx = self._ctx
         key = (name, p)
         reassignment = self.ongoing.get(key)
-        topic = c._topics.get(name)
+        topic = ctx.topics.get(name)
         entry = topic.partitions.get(p) if topic is not None else None
-        if reassignment is None or entry is None or name in c._deleting:
+        if reassignment is None or entry is None or name in ctx.deleting:
             if self.ongoing.pop(key, None) is not None:
                 self._ended(name)
             return reassignment is None
         state = entry.state
         if state is None or not set(reassignment.target) <= set(state.isr):
             return False
-        live = c._online(name, p, set(c._brokers) - c._shutting_down)
+        live = ctx.online(name, p, ctx.live())
         leader = state.leader
         if leader not in reassignment.target or leader not in live:
             leader = next((b for b in reassignment.target if b in state.isr and b in live), NO_LEADER)
@@ -223,16 +202,16 @@ class Reassignments:
                             list(reassignment.target), list(state.isr))
                 return False
         isr = [b for b in state.isr if b in reassignment.target]
-        if not await c._write_state(name, p, entry, state.changed(leader, isr)):
+        if not await ctx.write_state(name, p, entry, state.changed(leader, isr)):
             return False  # the state moved on meanwhile; the next ISR change tries again
         del self.ongoing[key]
         entry.replicas = reassignment.target
         assert entry.state is not None
-        c._send_leader_and_isr([key])
+        ctx.send_leader_and_isr([key])
         if reassignment.removing:
             self._stop_and_delete(name, p, list(reassignment.removing), entry.state.leader_epoch)
         await self._write_assignment(name)
-        c._send_update_metadata(set(c._brokers), [key])
+        ctx.send_update_metadata(set(ctx.brokers), [key])
         if reassignment.from_znode:
             await self._remove_from_znode({key})
         log.info("reassignment of %s-%d to %s completed (leader %d, leader epoch %d)", name, p,
@@ -245,19 +224,12 @@ class Reassignments:
         that is down keeps its copy (as Kafka's ZooKeeper mode does) and is told nothing of it,
         unless the topic is deleted: each copy not confirmed deleted is remembered (in this
         controller's term), and the topic's deletion deletes it when its broker is back."""
-        c = self._c
         for broker_id in brokers:
             self._unconfirmed.setdefault((name, p), set()).add(broker_id)
-            broker = c._brokers.get(broker_id)
-            if broker is None:
+            if broker_id not in self._ctx.brokers:
                 log.warning("broker %d is down: its replica of %s-%d is not deleted", broker_id, name, p)
                 continue
-            request = StopReplicaRequest(
-                controller_id=c.broker_id, controller_epoch=c.epoch, broker_epoch=broker.epoch,
-                topic_states=[StopReplicaRequest.StopReplicaTopicState(
-                    topic_name=name, partition_states=[StopReplicaRequest.StopReplicaPartitionState(
-                        partition_index=p, leader_epoch=leader_epoch, delete_partition=True)])])
-            c._channel.send(broker_id, request, self._stopped(broker_id, name, p))
+            self._ctx.send_stop_replica_delete(broker_id, name, {p: leader_epoch}, self._stopped(broker_id, name, p))
 
     def _stopped(self, broker_id: int, name: str, p: int) -> Any:
         def check(response: Any) -> None:
@@ -267,7 +239,7 @@ class Reassignments:
                             ErrorCode(response.error_code or errors[0]).name)
             else:
                 log.info("broker %d deleted its removed replica of %s-%d", broker_id, name, p)
-                self._c._jobs_send.send_nowait(partial(self._confirmed, (name, p), broker_id))
+                self._ctx.submit(partial(self._confirmed, (name, p), broker_id))
         return check
 
     async def _confirmed(self, key: Key, broker_id: int) -> None:
@@ -285,7 +257,7 @@ class Reassignments:
         for key in [k for k in self._unconfirmed if k[0] == name]:
             del self._unconfirmed[key]
         try:
-            data, _ = await self._c._zk.get(znodes.REASSIGN_PARTITIONS)
+            data, _ = await self._ctx.zk.get(znodes.REASSIGN_PARTITIONS)
             listed = znodes.parse_reassign_partitions(znodes.REASSIGN_PARTITIONS, data)
         except (ZkNoNode, znodes.ZnodeError):
             return
@@ -295,25 +267,25 @@ class Reassignments:
 
     async def _write_assignment(self, name: str) -> None:
         """The topic znode from the controller's view: replicas, adding_replicas, removing_replicas."""
-        c = self._c
-        topic = c._topics[name]
+        ctx = self._ctx
+        topic = ctx.topics[name]
         path = znodes.topic_path(name)
-        _, stat = await c._zk.get(path)
+        _, stat = await ctx.zk.get(path)
         ongoing = {p: r for (t, p), r in self.ongoing.items() if t == name}
         data = znodes.encode_topic(topic.topic_id, {p: e.replicas for p, e in topic.partitions.items()},
                                    adding={p: r.adding for p, r in ongoing.items()},
                                    removing={p: r.removing for p, r in ongoing.items()})
-        await c._fenced_set(path, data, stat.version)
+        await ctx.fenced_set(path, data, stat.version)
 
     # -- a new controller ----------------------------------------------------------------------
 
     async def resume(self) -> None:
         """Take over the reassignments the topic znodes show in progress."""
-        c = self._c
-        for name in list(c._topics):
+        ctx = self._ctx
+        for name in list(ctx.topics):
             path = znodes.topic_path(name)
             try:
-                data, _ = await c._zk.get(path)
+                data, _ = await ctx.zk.get(path)
                 assignment = znodes.parse_topic(path, data)
             except ZkNoNode:
                 continue
@@ -336,11 +308,11 @@ class Reassignments:
 
     async def follow_znode(self) -> None:
         """Reassignments asked through the legacy znode, for the controller's term."""
-        c = self._c
-        with c._zk.watch_data(znodes.REASSIGN_PARTITIONS) as changes:
+        ctx = self._ctx
+        with ctx.zk.watch_data(znodes.REASSIGN_PARTITIONS) as changes:
             async for data in changes:
                 if data is not None:
-                    c._jobs_send.send_nowait(partial(self._from_znode, data))
+                    ctx.submit(partial(self._from_znode, data))
 
     async def _from_znode(self, data: bytes) -> None:
         try:
@@ -366,10 +338,10 @@ class Reassignments:
 
     async def _remove_from_znode(self, done: set[Key] | None) -> None:
         """Drop ``done`` (None: everything) from the znode; the znode goes once it is empty."""
-        c = self._c
+        ctx = self._ctx
         path = znodes.REASSIGN_PARTITIONS
         try:
-            data, stat = await c._zk.get(path)
+            data, stat = await ctx.zk.get(path)
             targets = {} if done is None else znodes.parse_reassign_partitions(path, data)
         except ZkNoNode:
             return
@@ -380,8 +352,8 @@ class Reassignments:
             return  # nothing done: no write (it would wake the watch for nothing)
         try:
             if left:
-                await c._zk.set(path, znodes.encode_reassign_partitions(left), version=stat.version)
+                await ctx.zk.set(path, znodes.encode_reassign_partitions(left), version=stat.version)
             else:
-                await c._zk.delete(path, version=stat.version)
+                await ctx.zk.delete(path, version=stat.version)
         except ZkError as exc:
             log.warning("cannot update %s: %s", path, exc)

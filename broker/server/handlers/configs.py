@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
 
 from broker.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS, BrokerConfig
+from broker.controller.base import ZooKeeperSupport
 from broker.controller.zk.znodes import DEFAULT_ENTITY
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG, AlterConfigOp, ConfigResourceType, ConfigSource
@@ -33,7 +33,6 @@ from broker.server.context import RequestContext
 from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group_configs
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import (
-    TOPIC_CONFIG_NAMES,
     Synonym,
     broker_source,
     broker_synonyms,
@@ -41,8 +40,8 @@ from broker.server.topic_configs import (
     describe_topic_configs,
     mirror_name,
     topic_config_synonyms,
-    validate_topic_configs,
 )
+from broker.storage.topic_configs import TOPIC_CONFIG_NAMES, validate_topic_configs
 
 log = logging.getLogger(__name__)
 
@@ -52,20 +51,6 @@ _LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.rep
 Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 # (name, value, source, synonyms): one described config.
 Row = tuple[str, str | None, int, list[Synonym]]
-
-
-@runtime_checkable
-class BrokerConfigStore(Protocol):
-    """Where dynamic broker configs live (ZooKeeper mode's controller object)."""
-
-    async def broker_configs(self, entity: str) -> dict[str, str]:
-        """The dynamic configs of ``entity``: a broker id, or ``"<default>"``."""
-        ...
-
-    async def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
-        """Replace them, tell every broker, and apply them here."""
-        ...
-
 
 
 def _broker_rows(config: BrokerConfig) -> list[Row]:
@@ -201,12 +186,13 @@ def _topic_overrides(ctx: RequestContext, name: str) -> dict[str, str]:
     return dict(topic.configs)
 
 
-def _broker_store(ctx: RequestContext) -> BrokerConfigStore:
-    controller = ctx.services.controller
-    if not isinstance(controller, BrokerConfigStore):
+def _broker_store(ctx: RequestContext) -> ZooKeeperSupport:
+    """Where dynamic broker configs live: ZooKeeper (``/config/brokers``)."""
+    zk = ctx.services.controller.zookeeper()
+    if zk is None:
         # Standalone: no shared store to keep them in, and nothing else would apply them.
         raise KafkaError(ErrorCode.INVALID_REQUEST, "Broker configs are static in Causeway; restart with new values")
-    return controller
+    return zk
 
 
 def _broker_entity(ctx: RequestContext, name: str) -> str:

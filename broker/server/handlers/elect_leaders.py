@@ -51,11 +51,8 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
     if election_type not in (PREFERRED, UNCLEAN):
         return _answer({}, everything=everything, code=ErrorCode.INVALID_REQUEST)
 
-    # Imported here: the standalone broker never loads the ZooKeeper modules (and kazoo).
-    from broker.controller.zk.metadata import ZkMetadata
-
-    zk = ctx.services.controller
-    if not isinstance(zk, ZkMetadata):
+    zk = ctx.services.controller.zookeeper()
+    if zk is None:
         known = set(_known(ctx))
         return _answer({tp: (ErrorCode.ELECTION_NOT_NEEDED if tp in known else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                              None) for tp in (asked if asked is not None else known)}, everything=everything)

@@ -61,6 +61,7 @@ from typing import cast
 
 import trio
 
+from broker.log_limits import limiter
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse, Records
@@ -77,7 +78,6 @@ from broker.server.fetch_sessions import (
     next_epoch,
 )
 from broker.server.handlers.base import ApiHandler
-from broker.server.log_limits import limiter
 from broker.storage import ReadResult
 from broker.storage.file_slice import FileSlice
 

@@ -20,9 +20,9 @@ AlterPartition 2-3.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from broker.controller.model import PartitionInfo
+from broker.log_limits import limiter
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
@@ -39,10 +39,6 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.log_limits import limiter
-
-if TYPE_CHECKING:
-    from broker.controller.zk.metadata import ZkMetadata
 
 __all__ = ["HANDLERS"]
 
@@ -51,19 +47,11 @@ log = logging.getLogger(__name__)
 _limited = limiter(log)
 
 
-def _zk(ctx: RequestContext) -> ZkMetadata | None:
-    # Imported here: the standalone broker never loads the ZooKeeper modules (and kazoo).
-    from broker.controller.zk.metadata import ZkMetadata
-
-    controller = ctx.services.controller
-    return controller if isinstance(controller, ZkMetadata) else None
-
-
 async def _check_controller(ctx: RequestContext, controller_id: int, controller_epoch: int, broker_epoch: int,
                             is_kraft: bool) -> ErrorCode:
     """NONE when the request comes from ZooKeeper's current controller to this broker's current
     registration; the error to answer otherwise."""
-    zk = _zk(ctx)
+    zk = ctx.services.controller.zookeeper()
     if zk is None or is_kraft:
         _limited.warning("controller request refused", "refused a controller request (controller %d, epoch %d) "
                          "from %s: this broker has no ZooKeeper controller", controller_id, controller_epoch,
@@ -99,7 +87,7 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
                                    request.is_k_raft_controller)
     if code != ErrorCode.NONE:
         return _leader_and_isr_answer(request, code)
-    zk = _zk(ctx)
+    zk = ctx.services.controller.zookeeper()
     assert zk is not None
     states = []
     for topic in request.topic_states:
@@ -122,7 +110,7 @@ async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -
                                    request.is_k_raft_controller)
     if code != ErrorCode.NONE:
         return UpdateMetadataResponse(error_code=int(code))
-    zk = _zk(ctx)
+    zk = ctx.services.controller.zookeeper()
     assert zk is not None
     await zk.apply_update_metadata(request)
     return UpdateMetadataResponse(error_code=0)
@@ -151,7 +139,7 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
 
 
 async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
-    zk = _zk(ctx)
+    zk = ctx.services.controller.zookeeper()
     active = zk.active_controller() if zk is not None else None
     if active is None:
         return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
@@ -169,7 +157,7 @@ async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRe
 
 
 async def alter_partition(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
-    zk = _zk(ctx)
+    zk = ctx.services.controller.zookeeper()
     active = zk.active_controller() if zk is not None else None
     if active is None:
         return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)

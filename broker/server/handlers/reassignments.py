@@ -10,6 +10,7 @@ nothing is ever in progress.
 
 from __future__ import annotations
 
+from broker.controller.base import ActiveController, ZooKeeperSupport
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
@@ -24,6 +25,14 @@ from broker.server.handlers.base import ApiHandler
 __all__ = ["HANDLERS"]
 
 Answers = dict[tuple[str, int], tuple[ErrorCode, str | None]]
+
+
+def _active(ctx: RequestContext, zk: ZooKeeperSupport) -> ActiveController:
+    """This broker's controller term; raises KafkaError(NOT_CONTROLLER) on any other broker."""
+    active = zk.active_controller()
+    if active is None:
+        raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {ctx.config.broker_id} is not the controller")
+    return active
 
 
 def _alter_answer(answers: Answers) -> AlterPartitionReassignmentsResponse:
@@ -58,17 +67,11 @@ async def alter(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
                 ) -> AlterPartitionReassignmentsResponse:
     asked = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
              for t in request.topics for p in t.partitions]
-    # Imported here: the standalone broker never loads the ZooKeeper modules (and kazoo).
-    from broker.controller.zk.metadata import ZkMetadata
-
-    zk = ctx.services.controller
-    if not isinstance(zk, ZkMetadata):
+    zk = ctx.services.controller.zookeeper()
+    if zk is None:
         return _alter_answer(_standalone_alter(ctx, asked))
-    active = zk.active_controller()
     try:
-        if active is None:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {ctx.config.broker_id} is not the controller")
-        answers = await active.alter_partition_reassignments(asked)
+        answers = await _active(ctx, zk).alter_partition_reassignments(asked)
     except KafkaError as exc:
         return AlterPartitionReassignmentsResponse(error_code=int(exc.code), error_message=None)
     return _alter_answer(answers)
@@ -76,17 +79,12 @@ async def alter(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 
 async def list_(ctx: RequestContext, request: ListPartitionReassignmentsRequest
                 ) -> ListPartitionReassignmentsResponse:
-    from broker.controller.zk.metadata import ZkMetadata
-
-    zk = ctx.services.controller
-    if not isinstance(zk, ZkMetadata):
+    zk = ctx.services.controller.zookeeper()
+    if zk is None:
         return ListPartitionReassignmentsResponse(error_code=0, error_message=None)
     asked = None if request.topics is None else [(t.name, p) for t in request.topics for p in t.partition_indexes]
-    active = zk.active_controller()
     try:
-        if active is None:
-            raise KafkaError(ErrorCode.NOT_CONTROLLER, f"broker {ctx.config.broker_id} is not the controller")
-        ongoing = await active.list_partition_reassignments(asked)
+        ongoing = await _active(ctx, zk).list_partition_reassignments(asked)
     except KafkaError as exc:
         return ListPartitionReassignmentsResponse(error_code=int(exc.code), error_message=None)
     by_topic: dict[str, list[ListPartitionReassignmentsResponse.OngoingPartitionReassignment]] = {}

@@ -24,7 +24,8 @@ from broker.protocol.messages import (
 from broker.protocol.primitives import ZERO_UUID
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror, validate_topic_configs
+from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror
+from broker.storage.topic_configs import validate_topic_configs
 
 # CreateTopics: -1 partitions / replication factor means "the broker's default" (KIP-464).
 _DEFAULT = -1

@@ -13,7 +13,7 @@ from pathlib import Path
 from broker.config import BROKER_KEYS, CONFIG_ALIASES, IGNORED_KAFKA_KEYS, IGNORED_SSL_KEYS, SslConfig
 from broker.server.group_configs import GROUP_CONFIGS
 from broker.server.handlers import HANDLERS
-from broker.server.topic_configs import TOPIC_CONFIG_NAMES
+from broker.storage.topic_configs import TOPIC_CONFIG_NAMES
 from deploy.cli import COMMAND_MODULES
 from mirror.config import MirrorConfig
 from topology import schema

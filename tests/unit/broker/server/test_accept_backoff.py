@@ -11,8 +11,8 @@ import pytest
 import trio
 
 from broker.config import ListenerSpec
+from broker.log_limits import RepeatLimiter
 from broker.server import listeners
-from broker.server.log_limits import RepeatLimiter
 from broker.storage.handles import FileHandleCache
 
 

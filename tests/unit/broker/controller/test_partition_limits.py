@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfig
-from broker.controller.zk.assignment import check_partition_limits, replicas_per_broker
+from broker.controller.assignment import check_partition_limits, replicas_per_broker
 from broker.protocol.errors import ErrorCode, KafkaError
 
 

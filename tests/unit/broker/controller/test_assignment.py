@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from broker.controller.zk.assignment import assign_replicas, start_index_for_growth, validate_assignment
+from broker.controller.assignment import assign_replicas, start_index_for_growth, validate_assignment
 from broker.protocol.errors import ErrorCode, KafkaError
 
 

@@ -3,7 +3,7 @@ import re
 
 import pytest
 
-from broker.server.log_limits import MAX_MESSAGE_CHARS, CallSiteLimit, RepeatLimiter
+from broker.log_limits import MAX_MESSAGE_CHARS, CallSiteLimit, RepeatLimiter
 
 
 class Clock:
