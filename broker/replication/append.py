@@ -105,7 +105,9 @@ class LeaderAppend:
     index: int
     partition: Partition | None = None  # set once it was found hosted here
     result: AppendResult | None = None  # None: nothing appended (refused, or a link's batches were all here)
-    refused: KafkaError | None = None  # refused at or before the append, or its fsync failed
+    # Refused at or before the append, or its fsync failed. A link's log start refused after its
+    # batches went in leaves ``result`` set: they are fsynced all the same.
+    refused: KafkaError | None = None
     required_offset: int = -1  # acks=-1: the high watermark that acknowledges it
     acks: ErrorCode = ErrorCode.NONE  # acks=-1: how the wait for the ISR ended
 
