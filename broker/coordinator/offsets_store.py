@@ -1,9 +1,11 @@
 """`__consumer_offsets` as the group coordinator's store: create it, append to it, replay it.
 
-Appends go through the partition's replica as leader and are acknowledged once committed: in
-the log of every ISR member (the high watermark passed them), as Kafka appends group metadata
-and offset commits with acks=all semantics. Replays read a partition up to its log end in
-chunks: each chunk is located on the trio thread, read and decoded in a worker thread.
+Appends go through the broker's one append path (broker/replication/append.py, as the
+coordinator's: ``AppendOrigin.COORDINATOR``, the one origin allowed to write an internal topic)
+and are acknowledged once committed: in the log of every ISR member (the high watermark passed
+them), as Kafka appends group metadata and offset commits with acks=all semantics. Replays read
+a partition up to its log end in chunks: each chunk is located on the trio thread, read and
+decoded in a worker thread.
 """
 
 from __future__ import annotations
@@ -20,9 +22,9 @@ from broker.coordinator.coordinator import OFFSETS_TOPIC
 from broker.coordinator.loader import Records
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_batch, split_batches
-from broker.replication.partition import Partition
+from broker.replication.append import AppendEntry, AppendOrigin, LeaderAppend, append_to_leader, wait_for_acks
 from broker.replication.replica_manager import ReplicaManager
-from broker.storage import AppendResult, Log
+from broker.storage import Log
 from broker.storage.file_slice import FileSlice
 
 __all__ = ["OffsetsStore"]
@@ -82,25 +84,23 @@ class OffsetsStore:
         The coordinator maps them to what Kafka answers for a commit or a group write."""
         timestamp = now_ms()
         batch = build_batch([Record(key, value) for key, value in records], base_timestamp=timestamp)
-        replica = self._replicas.get(OFFSETS_TOPIC, partition)
-        if replica.is_leader and len(replica.isr) < replica.log.config.min_insync_replicas:
-            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                             f"{OFFSETS_TOPIC}-{partition} has {len(replica.isr)} in-sync replicas, "
-                             f"min.insync.replicas is {replica.log.config.min_insync_replicas}")
-        result = replica.append(batch, now_ms=timestamp)
-        return self._committed(replica, partition, result)
+        appended = append_to_leader(self._replicas, AppendEntry(OFFSETS_TOPIC, partition, batch),
+                                    origin=AppendOrigin.COORDINATOR, required_acks=-1, now_ms=timestamp)
+        if appended.refused is not None:
+            raise appended.refused
+        return self._committed(appended)
 
-    async def _committed(self, replica: Partition, partition: int, result: AppendResult) -> None:
+    async def _committed(self, appended: LeaderAppend) -> None:
         # At flush.messages, a commit is answered after its fsync (in a worker thread).
-        await replica.wait_flushed(result)
-        with trio.move_on_after(self._config.offsets_commit_timeout_ms / 1000) as waited:
-            code = await replica.wait_for_high_watermark(result.last_offset + 1)
-        if waited.cancelled_caught:
+        await wait_for_acks([appended], required_acks=-1, timeout_ms=self._config.offsets_commit_timeout_ms)
+        if appended.refused is not None:
+            raise appended.refused
+        if appended.acks == ErrorCode.REQUEST_TIMED_OUT:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
-                             f"the ISR of {OFFSETS_TOPIC}-{partition} did not confirm the write within "
+                             f"the ISR of {OFFSETS_TOPIC}-{appended.index} did not confirm the write within "
                              f"offsets.commit.timeout.ms={self._config.offsets_commit_timeout_ms}")
-        if code != ErrorCode.NONE:
-            raise KafkaError(code, f"writing to {OFFSETS_TOPIC}-{partition}")
+        if appended.acks != ErrorCode.NONE:
+            raise KafkaError(appended.acks, f"writing to {OFFSETS_TOPIC}-{appended.index}")
 
     async def replay_partition(self, partition: int, sink: Callable[[Records], None],
                                still_wanted: Callable[[], bool]) -> None:

@@ -472,12 +472,7 @@ class Fetcher:
             self._delay(f, error.code, f"appending what the leader sent ({exc})")
             return
         f.last_error = ErrorCode.NONE
-        hw = min(answer.high_watermark, partition_log.log_end_offset)
-        if hw > partition_log.high_watermark:
-            partition_log.high_watermark = hw
-        leader_start = answer.log_start_offset
-        if partition_log.log_start_offset < leader_start <= partition_log.high_watermark:
-            partition_log.delete_records_before(leader_start)  # the leader's retention moved it
+        p.follow_leader_offsets(answer.high_watermark, answer.log_start_offset)
         if f.state() != f.sent:
             self._dirty[f.key] = None  # the next fetch tells the leader
 

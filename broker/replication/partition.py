@@ -10,7 +10,8 @@ produces waiting for the high watermark to pass their batches. A standalone brok
 of one: the high watermark follows the log end offset after each append, nothing waits.
 
 As follower it holds the leader's id and epoch; its log is written by the fetcher
-(broker/replication/fetcher.py) and its high watermark is the leader's, capped by its own log end.
+(broker/replication/fetcher.py), and its high watermark and log start follow the leader's
+(``follow_leader_offsets``), the high watermark capped by its own log end.
 
 Fetches that found too little data wait on the partitions they asked for: they register a
 ``trio.Event`` here, set by every append and every move of the high watermark.
@@ -293,19 +294,31 @@ class Partition:
                 if replica not in self.isr:
                     self.maybe_expand_isr(replica)
 
+    def check_enough_replicas_reach_offset(self, required_offset: int) -> ErrorCode | None:
+        """Whether an acks=all append whose last batch ends at ``required_offset`` is answered now
+        (Kafka's checkEnoughReplicasReachOffset): NOT_LEADER_OR_FOLLOWER when this replica does
+        not lead; once the high watermark reached it, NONE, or NOT_ENOUGH_REPLICAS_AFTER_APPEND
+        with an ISR below min.insync.replicas; None while it has not."""
+        if not self.is_leader:
+            return ErrorCode.NOT_LEADER_OR_FOLLOWER
+        if self.high_watermark >= required_offset:
+            if len(self.isr) < self.log.config.min_insync_replicas:
+                return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
+            return ErrorCode.NONE
+        return None
+
     async def wait_for_high_watermark(self, required_offset: int) -> ErrorCode:
-        """Wait until the high watermark reaches ``required_offset`` (an acks=all produce whose
-        last batch ends there), as Kafka's DelayedProduce: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND
-        when it got there with an ISR below min.insync.replicas, NOT_LEADER_OR_FOLLOWER when
-        this replica stopped leading meanwhile. The caller bounds the wait (a cancel scope)."""
+        """Wait until :meth:`check_enough_replicas_reach_offset` answers, as Kafka's
+        DelayedProduce: NONE, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER (also when
+        this replica stopped leading meanwhile, even if it leads again). The caller bounds the
+        wait (a cancel scope)."""
         demotions = self._demotions
         while True:
-            if not self.is_leader or self._demotions != demotions:
+            if self._demotions != demotions:
                 return ErrorCode.NOT_LEADER_OR_FOLLOWER
-            if self.high_watermark >= required_offset:
-                if len(self.isr) < self.log.config.min_insync_replicas:
-                    return ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND
-                return ErrorCode.NONE
+            code = self.check_enough_replicas_reach_offset(required_offset)
+            if code is not None:
+                return code
             if self._changed is None:
                 self._changed = trio.Event()
             await self._changed.wait()
@@ -343,6 +356,20 @@ class Partition:
         state.last_fetch_ms = now_ms
         self.maybe_expand_isr(replica_id)
         self.maybe_increment_high_watermark()
+
+    # -- the follower's offsets ------------------------------------------------------------
+
+    def follow_leader_offsets(self, leader_high_watermark: int, leader_log_start: int) -> None:
+        """As follower, after appending what a fetch brought (Kafka's ReplicaFetcherThread,
+        processPartitionData): the high watermark follows the leader's, capped by this log's end
+        and never backwards; the log start follows the leader's (its retention, DeleteRecords)
+        once the high watermark covers it. Raises as ``Log.delete_records_before``."""
+        partition_log = self.log
+        high_watermark = min(leader_high_watermark, partition_log.log_end_offset)
+        if high_watermark > partition_log.high_watermark:
+            partition_log.high_watermark = high_watermark
+        if partition_log.log_start_offset < leader_log_start <= partition_log.high_watermark:
+            partition_log.delete_records_before(leader_log_start)
 
     def read(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
         """Read committed batches for a consumer (never past the high watermark)."""

@@ -7,11 +7,14 @@ mirror's, a normal topic). The batches keep their offsets, timestamps and produc
 stamped with this leader's epoch (``Partition.append_copied``): already-present batches are
 skipped once seen to be the very batches held, a gap allowed only where the source has one, a
 batch that would skip ahead of the log end, straddle it or differ from the one held refused
-(OFFSET_OUT_OF_RANGE; broker/storage/link_offsets.py). Then the answer
-waits as Produce's acks=all does: NOT_ENOUGH_REPLICAS before appending when the ISR is below
+(OFFSET_OUT_OF_RANGE; broker/storage/link_offsets.py). They go through the broker's one append
+path (broker/replication/append.py, as a link's: ``AppendOrigin.LINK``), which answers as
+Produce's acks=all does: NOT_ENOUGH_REPLICAS before appending when the ISR is below
 ``min.insync.replicas``; the high watermark reaching the new log end within ``TimeoutMs``, else
-REQUEST_TIMED_OUT. Each partition answers its log end, high watermark and log start offset, so
-the mirror knows where the copy stands even after a refusal.
+REQUEST_TIMED_OUT. The checks that only a link has stay here: the topic's owner and the
+request's version (this module), where the batches may go (the append path's link step). Each
+partition answers its log end, high watermark and log start offset, so the mirror knows where
+the copy stands even after a refusal.
 
 ``LogStartOffset`` (the source partition's, -1: not given) then moves the copy's log start up to
 it, as a Kafka follower follows its leader's log start from each fetch response: never backwards,
@@ -29,18 +32,18 @@ mirror then says why in its status, instead of taking this broker for one that i
 
 from __future__ import annotations
 
-from broker.clock import now_ms
-from broker.controller.model import TopicInfo, is_internal_topic
+from functools import partial
+
+from broker.controller.model import TopicInfo
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkAppendRequest, LinkAppendResponse
+from broker.replication.append import AppendEntry, AppendOrigin, CopiedBatches, LeaderAppend, append_records
 from broker.replication.partition import Partition
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.handlers.produce import wait_for_replicas
 from broker.server.topic_configs import mirror_name
-from broker.storage.link_offsets import check_copied_offsets, check_log_start
 
 __all__ = ["HANDLER"]
 
@@ -82,80 +85,53 @@ def _check_version(version: int) -> None:
                          f"copy: this broker takes version 1; upgrade the mirror")
 
 
+def _check_topic(version: int, name: str, index: int, topic: TopicInfo | None, link_name: str) -> None:
+    if topic is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+                         f"This server does not host topic-partition {name}-{index}")
+    _check_version(version)
+    _check_owner(name, topic, link_name)
+
+
+def _answer(appended: LeaderAppend, source_start: int, timeout_ms: int) -> PartitionResponse:
+    answer = PartitionResponse(index=appended.index, error_code=appended.error_code)
+    partition = appended.partition
+    if appended.refused is not None:
+        answer.error_message = appended.refused.message or None
+        if partition is not None and partition.is_leader:
+            _positions(answer, partition)
+        return answer
+    assert partition is not None  # found, as it was not refused
+    if answer.error_code == ErrorCode.NONE and source_start >= 0:
+        # Once the in-sync replicas hold the copy: the log start never passes the high watermark.
+        try:
+            _follow_log_start(partition, source_start)
+        except KafkaError as exc:
+            answer.error_code, answer.error_message = exc.code, exc.message or None
+    _positions(answer, partition)
+    if answer.error_code == ErrorCode.REQUEST_TIMED_OUT:
+        answer.error_message = (f"the in-sync replicas did not reach offset {appended.required_offset} within "
+                                f"{timeout_ms} ms (high watermark {answer.high_watermark}); "
+                                f"the batches are in the leader's log: send them again")
+    return answer
+
+
 async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendResponse:
-    replicas = ctx.services.replicas
-    timestamp = now_ms()
-    topics: list[LinkAppendResponse.LinkAppendTopicResponse] = []
-    waits: list[tuple[PartitionResponse, Partition, int]] = []
-    starts: list[tuple[PartitionResponse, Partition, int]] = []  # (answer, partition, source log start)
-    for topic_data in request.topics:
-        answers: list[PartitionResponse] = []
-        topic = ctx.services.controller.topics().get(topic_data.name)
-        for data in topic_data.partitions:
-            answer = PartitionResponse(index=data.index, error_code=ErrorCode.NONE)
-            answers.append(answer)
-            partition: Partition | None = None
-            try:
-                if is_internal_topic(topic_data.name):
-                    raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
-                                     f"Cannot append to internal topic {topic_data.name}")
-                if topic is None:
-                    raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
-                                     f"This server does not host topic-partition {topic_data.name}-{data.index}")
-                _check_version(ctx.version)
-                _check_owner(topic_data.name, topic, request.link_name)
-                partition = replicas.get(topic_data.name, data.index)
-                if not partition.is_leader:
-                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-                has_records = data.records is not None and len(data.records) > 0
-                if not has_records and data.log_start_offset < 0:
-                    raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")
-                isr, min_isr = len(partition.isr), partition.log.config.min_insync_replicas
-                if isr < min_isr:
-                    raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
-                                     f"ISR has {isr} replicas, min.insync.replicas is {min_isr}")
-                if has_records:
-                    assert data.records is not None
-                    # Checked and appended with no await between: the log end cannot move meanwhile.
-                    check_copied_offsets(partition.log, data.records, previous_end=data.previous_end_offset,
-                                         source_log_start=data.log_start_offset)
-                    result = partition.append_copied(data.records, now_ms=timestamp)
-                    if result is not None:
-                        await partition.wait_flushed(result)
-                if data.log_start_offset >= 0:
-                    check_log_start(f"{topic_data.name}-{data.index}", data.log_start_offset,
-                                    partition.log.log_end_offset)
-                    starts.append((answer, partition, data.log_start_offset))
-            except KafkaError as exc:
-                answer.error_code, answer.error_message = exc.code, exc.message or None
-                if partition is not None and partition.is_leader:
-                    _positions(answer, partition)
-                continue
-            # Wait for the ISR up to the log end, not only to this append's end: after a retried
-            # request (every batch skipped) the mirror still learns when its copy is safe.
-            required = partition.log.log_end_offset
-            if partition.high_watermark < required:
-                waits.append((answer, partition, required))
-            else:
-                _positions(answer, partition)
-        topics.append(LinkAppendResponse.LinkAppendTopicResponse(name=topic_data.name, partitions=answers))
-    if waits:
-        await wait_for_replicas(waits, request.timeout_ms)
-    for answer, partition, source_start in starts:
-        if answer.error_code == ErrorCode.NONE:
-            try:
-                _follow_log_start(partition, source_start)
-            except KafkaError as exc:
-                answer.error_code, answer.error_message = exc.code, exc.message or None
-            _positions(answer, partition)
-    if waits:
-        for answer, partition, required in waits:
-            _positions(answer, partition)
-            if answer.error_code == ErrorCode.REQUEST_TIMED_OUT:
-                answer.error_message = (f"the in-sync replicas did not reach offset {required} within "
-                                        f"{request.timeout_ms} ms (high watermark {answer.high_watermark}); "
-                                        f"the batches are in the leader's log: send them again")
-    return LinkAppendResponse(topics=topics)
+    topics = ctx.services.controller.topics()
+    entries = [AppendEntry(topic_data.name, data.index,
+                           CopiedBatches(data.records, data.previous_end_offset, data.log_start_offset),
+                           check=partial(_check_topic, ctx.version, topic_data.name, data.index,
+                                         topics.get(topic_data.name), request.link_name))
+               for topic_data in request.topics for data in topic_data.partitions]
+    appends = iter(await append_records(ctx.services.replicas, entries, origin=AppendOrigin.LINK, required_acks=-1,
+                                        timeout_ms=request.timeout_ms))
+    return LinkAppendResponse(topics=[
+        LinkAppendResponse.LinkAppendTopicResponse(
+            name=topic_data.name,
+            partitions=[_answer(next(appends), data.log_start_offset, request.timeout_ms)
+                        for data in topic_data.partitions])
+        for topic_data in request.topics
+    ])
 
 
 HANDLER = ApiHandler(ApiKey.LINK_APPEND, 0, 1, handle)
