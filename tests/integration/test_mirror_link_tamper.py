@@ -20,7 +20,7 @@ from broker.client import LinkAppendResult, TopicPartition, admin, link_append, 
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
-from mirror.daemon import Mirror
+from mirror.runtime import Mirror
 from mirror.status import MirrorStatus, read_status
 from tests.integration.test_mirror_link import (
     NAME,
