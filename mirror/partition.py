@@ -8,7 +8,8 @@ restamp (which computes a new CRC) so damaged bytes are refused, not laundered.
 
 Errors are the partition's own: retriable ones are retried with backoff; the others (too large
 for the target, refused by an ACL, ...) park the partition, which retries slowly and says why in
-the status, while every other partition keeps flowing.
+the status, while every other partition keeps flowing (mirror/write_retry.py, the loop link
+mode's writer uses too).
 
 Poison is parked the same way, before it is written: a batch Kafka's LogValidator would refuse
 (a record count that lies, an unknown codec, records that do not decompress or do not tile the
@@ -427,7 +428,7 @@ class PartitionMirror:
         return await write_with_retries(self, epoch, send, backoff=backoff, at_offset=header.base_offset)
 
     def writing_again(self) -> None:
-        """A write went through: whatever parked or failed the partition before is over."""
+        """A write went through: whatever parked the partition or made its writes fail is over."""
         if self.error is not None:
             log.info("%s: writing again after: %s", _name(self.source), self.error)
         self.error, self.parked, self.park_failures = None, False, 0
