@@ -33,7 +33,8 @@ from deploy.broker_process import BrokerProcess
 from deploy.zookeeper.config import Tuning
 from deploy.zookeeper.ensemble import open_ensemble
 from mirror.config import mirror_config_from_data
-from mirror.daemon import Mirror, run_mirror
+from mirror.driver import run_mirror
+from mirror.runtime import Mirror
 
 SOURCE_TP = TopicPartition("orders", 0)
 REMOTE_TOPIC = "east.orders"

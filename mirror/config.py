@@ -23,17 +23,34 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from broker.protocol.constants import MIRROR_NAME_CONFIG
 from topology.errors import Problem, TopologyError
 from topology.loader import Positions, load_yaml
 from topology.model import schema_problems
 from topology.schema import Patterns
 
-__all__ = ["ClusterEndpoint", "MirrorConfig", "Patterns", "load_mirror_config"]
+__all__ = ["EXCLUDED_CONFIGS", "ClusterEndpoint", "MirrorConfig", "Patterns", "load_mirror_config"]
 
 # MM2's DefaultTopicFilter and DefaultGroupFilter exclusions: internal topics and groups are never
 # mirrored, whatever the include patterns say.
 INTERNAL_TOPICS = (r".*[\-\.]internal", r".*\.replica", r"__.*")
 INTERNAL_GROUPS = (r"console-consumer-.*", r"connect-.*", r"__.*")
+
+# Topic configs MirrorMaker 2 leaves alone (DefaultConfigPropertyFilter): they describe the source
+# cluster's brokers or its clocks, not the data. The pipeline's bulk copy leaves them alone too.
+EXCLUDED_CONFIGS = frozenset({
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "message.timestamp.before.max.ms",
+    "message.timestamp.after.max.ms",
+    "message.timestamp.type",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+    # Causeway's mark of a link-mode mirror topic: it names the mirror that writes the topic at
+    # its own cluster, so a copy of it elsewhere would lock that copy against its own writer.
+    MIRROR_NAME_CONFIG,
+})
 
 
 class _Strict(BaseModel):

@@ -26,7 +26,8 @@ from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, adm
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.retry import worth_reporting
-from mirror.partition import PARK_BACKOFF, Chunk, PartitionMirror
+from mirror.partition import Chunk, PartitionMirror
+from mirror.write_retry import PARK_BACKOFF
 
 __all__ = ["FetchLane", "FetchSettings"]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Self
 
 from broker.protocol.errors import ProtocolError
 from broker.protocol.primitives import Reader, Writer
@@ -26,41 +27,61 @@ __all__ = [
 CONNECTOR_NAME = "MirrorSourceConnector"
 _VERSION = 0
 
+#: A record key's or value's layout, as Kafka's mirror-client declares each as a Schema of
+#: Fields: the attributes in wire order, each with its type (a Reader/Writer method's name).
+Layout = tuple[tuple[str, Literal["string", "int32", "int64"]], ...]
 
-def _check_version(r: Reader, what: str) -> None:
-    version = r.int16()
-    if version != _VERSION:
-        raise ProtocolError(f"{what} value version {version} is not supported (only {_VERSION})")
+
+class _Format:
+    """A record of an MM2 internal topic: its key and value bytes, written and read by its
+    class's layouts. `VERSIONED` names the record in errors when its value starts with an
+    int16 version (0); None when it has none."""
+
+    __slots__ = ()
+    KEY: ClassVar[Layout]
+    VALUE: ClassVar[Layout]
+    VERSIONED: ClassVar[str | None] = None
+
+    def key(self) -> bytes:
+        return self._encode(self.KEY, versioned=False)
+
+    def value(self) -> bytes:
+        return self._encode(self.VALUE, versioned=self.VERSIONED is not None)
+
+    def _encode(self, layout: Layout, *, versioned: bool) -> bytes:
+        w = Writer()
+        if versioned:
+            w.int16(_VERSION)
+        for name, kind in layout:
+            getattr(w, kind)(getattr(self, name))
+        return bytes(w.buf)
+
+    @classmethod
+    def decode(cls, key: bytes, value: bytes) -> Self:
+        """The record these bytes hold: the key's fields then the value's, in the dataclass's
+        order. Raises ProtocolError (short, or an unknown version)."""
+        k, v = Reader(key), Reader(value)
+        if cls.VERSIONED is not None:
+            version = v.int16()
+            if version != _VERSION:
+                raise ProtocolError(f"{cls.VERSIONED} value version {version} is not supported (only {_VERSION})")
+        fields: list[Any] = [getattr(k, kind)() for _, kind in cls.KEY] + [getattr(v, kind)() for _, kind in cls.VALUE]
+        return cls(*fields)
 
 
 @dataclass(frozen=True, slots=True)
-class Heartbeat:
+class Heartbeat(_Format):
     source_alias: str
     target_alias: str
     timestamp_ms: int
 
-    def key(self) -> bytes:
-        w = Writer()
-        w.string(self.source_alias)
-        w.string(self.target_alias)
-        return bytes(w.buf)
-
-    def value(self) -> bytes:
-        w = Writer()
-        w.int16(_VERSION)
-        w.int64(self.timestamp_ms)
-        return bytes(w.buf)
-
-    @classmethod
-    def decode(cls, key: bytes, value: bytes) -> Heartbeat:
-        k, v = Reader(key), Reader(value)
-        source, target = k.string(), k.string()
-        _check_version(v, "heartbeat")
-        return cls(source, target, v.int64())
+    KEY: ClassVar[Layout] = (("source_alias", "string"), ("target_alias", "string"))
+    VALUE: ClassVar[Layout] = (("timestamp_ms", "int64"),)
+    VERSIONED: ClassVar[str | None] = "heartbeat"
 
 
 @dataclass(frozen=True, slots=True)
-class Checkpoint:
+class Checkpoint(_Format):
     """A consumer group's position, upstream and translated downstream (topic: the remote name)."""
 
     group: str
@@ -70,32 +91,13 @@ class Checkpoint:
     downstream_offset: int
     metadata: str = ""
 
-    def key(self) -> bytes:
-        w = Writer()
-        w.string(self.group)
-        w.string(self.topic)
-        w.int32(self.partition)
-        return bytes(w.buf)
-
-    def value(self) -> bytes:
-        w = Writer()
-        w.int16(_VERSION)
-        w.int64(self.upstream_offset)
-        w.int64(self.downstream_offset)
-        w.string(self.metadata)
-        return bytes(w.buf)
-
-    @classmethod
-    def decode(cls, key: bytes, value: bytes) -> Checkpoint:
-        k, v = Reader(key), Reader(value)
-        group, topic, partition = k.string(), k.string(), k.int32()
-        _check_version(v, "checkpoint")
-        upstream, downstream = v.int64(), v.int64()
-        return cls(group, topic, partition, upstream, downstream, v.string())
+    KEY: ClassVar[Layout] = (("group", "string"), ("topic", "string"), ("partition", "int32"))
+    VALUE: ClassVar[Layout] = (("upstream_offset", "int64"), ("downstream_offset", "int64"), ("metadata", "string"))
+    VERSIONED: ClassVar[str | None] = "checkpoint"
 
 
 @dataclass(frozen=True, slots=True)
-class OffsetSync:
+class OffsetSync(_Format):
     """Upstream offset U of a source partition was written downstream at offset D."""
 
     topic: str
@@ -103,23 +105,8 @@ class OffsetSync:
     upstream_offset: int
     downstream_offset: int
 
-    def key(self) -> bytes:
-        w = Writer()
-        w.string(self.topic)
-        w.int32(self.partition)
-        return bytes(w.buf)
-
-    def value(self) -> bytes:
-        w = Writer()
-        w.int64(self.upstream_offset)
-        w.int64(self.downstream_offset)
-        return bytes(w.buf)
-
-    @classmethod
-    def decode(cls, key: bytes, value: bytes) -> OffsetSync:
-        k, v = Reader(key), Reader(value)
-        topic, partition = k.string(), k.int32()
-        return cls(topic, partition, v.int64(), v.int64())
+    KEY: ClassVar[Layout] = (("topic", "string"), ("partition", "int32"))
+    VALUE: ClassVar[Layout] = (("upstream_offset", "int64"), ("downstream_offset", "int64"))
 
 
 def encode_position(source_alias: str, topic: str, partition: int, offset: int) -> tuple[bytes, bytes]:

@@ -35,8 +35,8 @@ INACTIVE_STATES = frozenset({"Empty", "Dead", ""})
 
 @dataclass(frozen=True)
 class GroupMirroring:
-    """What checkpointing consumer groups needs of a mirror (mirror/daemon.py builds it with
-    `Mirror.groups_view()`): its clients, its settings, and a few of its answers."""
+    """What checkpointing consumer groups needs of a mirror (mirror/mm2.py builds it with
+    `Mm2Mirror.groups_view()`): its clients, its settings, and a few of its answers."""
 
     source: Client
     target: Client

@@ -3,7 +3,8 @@ offsets, through LinkAppend (broker/client/link.py).
 
 A mirror topic has its source topic's name, partition count and synced configs, plus
 `causeway.mirror.name` set to this mirror's name (the broker then refuses producers and every
-other mirror on it). The fetch lanes are mm2 mode's (mirror/fetcher.py); what differs is here:
+other mirror on it). The fetch lanes, topic sync, heartbeats and status are the runtime's both
+modes share (mirror/runtime.py); what is link mode's own is here:
 
 - start: the target must serve LinkAppend (a Causeway broker), else the mirror stops with an
   error saying so (`MirrorRefused`);
@@ -66,18 +67,18 @@ from broker.client import (
 from broker.client.admin import EARLIEST, LATEST
 from broker.client.link import LINK_APPEND_VERSION
 from broker.clock import now_ms
-from broker.protocol.errors import ErrorCode, is_retriable
+from broker.protocol.errors import ErrorCode
 from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
-from broker.retry import worth_reporting
 from mirror.config import INTERNAL_TOPICS
-from mirror.daemon import RETRY, Mirror, heartbeat, stop_topic, stop_vanished, sync_topic
 from mirror.errors import MirrorRefused
 from mirror.link_groups import carry_group_offsets
 from mirror.naming import HEARTBEATS_TOPIC
-from mirror.partition import PARK_BACKOFF, REFUSED_AS_INVALID, Chunk, PartitionMirror
+from mirror.partition import REFUSED_AS_INVALID, Chunk, PartitionMirror
+from mirror.runtime import RETRY, Mirror, stop_topic, stop_vanished, sync_topic
 from mirror.topics import COMPACTED, ensure_topic
+from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
 
-__all__ = ["LINK_REQUEST_MAX_BYTES", "LinkPartition", "LinkState", "run_link"]
+__all__ = ["LINK_REQUEST_MAX_BYTES", "LinkMirror", "LinkPartition"]
 
 log = logging.getLogger(__name__)
 
@@ -94,19 +95,6 @@ _REFUSED_BATCHES = REFUSED_AS_INVALID | {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.
 LOG_START_CHECK_S = 1.0
 
 Span = tuple[int, BatchHeader]
-
-
-@dataclass
-class LinkState:
-    """What link mode knows beyond the Mirror's partitions: its name at the target, and the
-    source topics it does not write, with why."""
-
-    name: str
-    promoted: dict[str, str] = field(default_factory=dict)  # for good (this run): never created again
-    refused: dict[str, str] = field(default_factory=dict)  # looked at again every discovery round
-
-    def not_mirrored(self) -> dict[str, str]:
-        return {**self.refused, **self.promoted}
 
 
 async def _no_refusal_handler(pm: LinkPartition) -> None:
@@ -256,8 +244,8 @@ class LinkPartition(PartitionMirror):
         start, end = piece[0][0], piece[-1][0] + last.size
         records = data[start:end]
         previous_end = {self.target: self.previous_end(first)}
-        failures = 0
-        while not self.stopped and self.epoch == epoch:
+
+        async def send() -> str | Failed | Handled:
             # The source's, from the latest fetch (the copy follows it), never past this piece's
             # end: the copy's log start never passes what it holds.
             log_start = min(self.log_start_offset, last.last_offset + 1)
@@ -265,7 +253,7 @@ class LinkPartition(PartitionMirror):
                                         log_start_offsets={self.target: log_start} if log_start >= 0 else None,
                                         ))[self.target]
             if self.stopped or self.epoch != epoch:
-                break
+                return Handled.GIVE_UP
             if result.high_watermark >= 0:
                 self.target_end = result.high_watermark
             if result.log_start_offset >= 0:
@@ -276,7 +264,7 @@ class LinkPartition(PartitionMirror):
                     self.fail(f"the mirror topic {_name(self.target)} ends at offset {result.log_end_offset} at the "
                               f"target, past the source's high watermark {self.source_end_seen}: it holds records "
                               f"this mirror never copied (someone else wrote there)")
-                    break
+                    return Handled.GIVE_UP
                 self._written(piece, result.log_end_offset)
                 return _Outcome.DONE
             if code == ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -284,32 +272,22 @@ class LinkPartition(PartitionMirror):
                 # other batches at these offsets): copying on would skip or mix records.
                 self.fail(f"the target refused source offsets {first.base_offset}..{last.last_offset}: "
                           f"{result.error_message}")
-                break
-            failures += 1
+                return Handled.GIVE_UP
             self.error = f"{code.name} from LinkAppend to {_name(self.target)}" + (
                 f": {result.error_message}" if result.error_message else "")
             if code == ErrorCode.INVALID_REQUEST:
                 await self.on_refused(self)  # stops this partition when the topic is not ours any more
                 if self.stopped:
-                    break
+                    return Handled.GIVE_UP
             elif code in _REFUSED_BATCHES:
                 if len(piece) > 1:
                     return _Outcome.SPLIT
                 await self._park_poison(first, f"the target refused it with {self.error}", epoch)
-                break
-            elif is_retriable(code):
-                if worth_reporting(failures, first=3):
-                    log.warning("%s: %s (attempt %d); retrying", _name(self.source), self.error, failures)
-                await trio.sleep(backoff.delay(failures))
-                continue
-            # Not retriable as it is (refused by an ACL, a refusal this mirror does not know, ...):
-            # park the partition and try again slowly, in case the target's settings change.
-            self.error = f"parked at source offset {first.base_offset}: {self.error}"
-            if not self.parked:
-                log.error("%s: %s", _name(self.source), self.error)
-            self.parked = True
-            await trio.sleep(PARK_BACKOFF.delay(failures))
-        return _Outcome.STOPPED
+                return Handled.GIVE_UP
+            return Failed(code)  # INVALID_REQUEST still ours parks: it is not retriable
+
+        outcome = await write_with_retries(self, epoch, send, backoff=backoff, at_offset=first.base_offset)
+        return _Outcome.STOPPED if outcome is None else outcome
 
     def _written(self, piece: list[Span], log_end: int) -> None:
         last = piece[-1][1]
@@ -323,9 +301,7 @@ class LinkPartition(PartitionMirror):
         self.bytes += sum(header.size for header in new)
         if last.timestamp_type == TimestampType.CREATE_TIME and last.max_timestamp >= 0:
             self.latency_ms = max(0, now_ms() - last.max_timestamp)
-        if self.error is not None:
-            log.info("%s: writing again after: %s", _name(self.source), self.error)
-        self.error, self.parked, self.park_failures = None, False, 0
+        self.writing_again()
 
 
 def _pieces(spans: list[Span], max_bytes: int) -> list[list[Span]]:
@@ -345,27 +321,41 @@ def _pieces(spans: list[Span], max_bytes: int) -> list[list[Span]]:
 # -- the mirror in link mode --------------------------------------------------------------
 
 
-async def run_link(mirror: Mirror) -> None:
-    """Link mode's part of `run_mirror` (mirror/daemon.py): check the target, then run the fetch
-    lanes, topic discovery, heartbeats and group offsets until cancelled."""
-    config = mirror.config
-    link = mirror.link = LinkState(config.display_name)
-    await _prepare(mirror)
-    async with trio.open_nursery() as nursery:
-        mirror.nursery = nursery
-        for lane in mirror.lanes:
-            nursery.start_soon(lane.run)
-        if config.heartbeats_s > 0:
-            nursery.start_soon(mirror.every, "heartbeats", config.heartbeats_s, partial(heartbeat, mirror))
-        if config.sync_group_offsets:
-            nursery.start_soon(mirror.every, "group offsets", config.sync_group_offsets_s,
-                               partial(carry_group_offsets, mirror))
-        log.info("mirror %s running in link mode: %s (%s) -> mirror topics at %s (%s)", link.name,
-                 mirror.source_alias, config.source.bootstrap, mirror.target_alias, config.target.bootstrap)
-        await mirror.every("topic discovery", config.refresh_topics_s, partial(_discover, mirror, nursery))
+@dataclass
+class LinkMirror(Mirror):
+    """A mirror in link mode: the runtime's state plus the source topics it does not write, with
+    why. Its name at the target (each mirror topic's `causeway.mirror.name`) is its config's."""
+
+    promoted: dict[str, str] = field(default_factory=dict)  # for good (this run): never created again
+    refused: dict[str, str] = field(default_factory=dict)  # looked at again every discovery round
+
+    @property
+    def link_name(self) -> str:
+        return self.config.display_name
+
+    def not_mirrored(self) -> dict[str, str]:
+        return {**self.refused, **self.promoted}
+
+    def promoted_topics(self) -> list[str]:
+        return list(self.promoted)
+
+    async def run(self) -> None:
+        """Check the target, then run the fetch lanes, topic discovery, heartbeats and group
+        offsets until cancelled. No positions to checkpoint on a clean stop: the target's log
+        end is the position."""
+        config = self.config
+        await _prepare(self)
+        async with trio.open_nursery() as nursery:
+            self.start_fetching(nursery)
+            if config.sync_group_offsets:
+                nursery.start_soon(self.every, "group offsets", config.sync_group_offsets_s,
+                                   partial(carry_group_offsets, self))
+            log.info("mirror %s running in link mode: %s (%s) -> mirror topics at %s (%s)", self.link_name,
+                     self.source_alias, config.source.bootstrap, self.target_alias, config.target.bootstrap)
+            await self.every("topic discovery", config.refresh_topics_s, partial(_discover, self, nursery))
 
 
-async def _prepare(mirror: Mirror) -> None:
+async def _prepare(mirror: LinkMirror) -> None:
     config = mirror.config
     mirror.state = "waiting for the target"
 
@@ -386,7 +376,7 @@ async def _prepare(mirror: Mirror) -> None:
     mirror.state = "running"
 
 
-def _should_mirror(mirror: Mirror, topic: str) -> bool:
+def _should_mirror(mirror: LinkMirror, topic: str) -> bool:
     # Heartbeats topics are the mm2 convention's, written by mirrors at each cluster: never
     # mirror topics (the target's own `heartbeats` is written by this mirror).
     if mirror.policy.is_internal(topic) or mirror.policy.is_heartbeats(topic):
@@ -394,17 +384,16 @@ def _should_mirror(mirror: Mirror, topic: str) -> bool:
     return mirror.config.topics.matches(topic, INTERNAL_TOPICS)
 
 
-async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
-    link = _state(mirror)
+async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
     source_topics = await admin.list_topics(mirror.source)
     wanted = {t: n for t, n in source_topics.items() if _should_mirror(mirror, t)}
     stop_vanished(mirror, wanted, kept="mirror topic")
-    for topic in set(link.refused) - set(wanted):
-        del link.refused[topic]
+    for topic in set(mirror.refused) - set(wanted):
+        del mirror.refused[topic]
         mirror.problems.pop(f"topic {topic}", None)
     target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
-        if topic in link.promoted:
+        if topic in mirror.promoted:
             continue  # a normal topic now, for good
         target_count = target_topics.get(topic)
         if target_count is None:
@@ -415,12 +404,13 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
                                                         f"copying the source from its log start")
         else:
             owner = await _owner(mirror.target, topic)
-            if owner != link.name:
+            if owner != mirror.link_name:
                 _not_ours(mirror, topic, owner)
                 continue
-        await sync_topic(mirror, topic, topic, count, target_count, create_configs={MIRROR_NAME_CONFIG: link.name})
+        await sync_topic(mirror, topic, topic, count, target_count,
+                         create_configs={MIRROR_NAME_CONFIG: mirror.link_name})
         mirror.topics[topic] = topic
-        if link.refused.pop(topic, None) is not None:
+        if mirror.refused.pop(topic, None) is not None:
             log.info("topic %s: the target's topic is this mirror's mirror topic now; mirroring it", topic)
         mirror.problems.pop(f"topic {topic}", None)
         new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
@@ -430,11 +420,6 @@ async def _discover(mirror: Mirror, nursery: trio.Nursery) -> None:
     await _follow_failed_sources(mirror)
 
 
-def _state(mirror: Mirror) -> LinkState:
-    assert mirror.link is not None, "link mode's state is set by run_link"
-    return mirror.link
-
-
 async def _owner(client: Client, topic: str) -> str | None:
     """The mirror that owns `topic` at the target (its `causeway.mirror.name`), None for a
     normal topic."""
@@ -442,18 +427,17 @@ async def _owner(client: Client, topic: str) -> str | None:
     return entry.value if entry is not None and entry.value else None
 
 
-def _not_ours(mirror: Mirror, topic: str, owner: str | None) -> None:
+def _not_ours(mirror: LinkMirror, topic: str, owner: str | None) -> None:
     """The target's `topic` is not this mirror's mirror topic: never write it. One this mirror
     was writing and whose mark was deleted was promoted: stopped for good."""
-    link = _state(mirror)
     was_mirrored = topic in mirror.topics
     if was_mirrored:
         stop_topic(mirror, topic)
     if was_mirrored and owner is None:
         message = (f"topic {topic} was promoted at the target {mirror.target_alias} ({MIRROR_NAME_CONFIG} "
                    f"deleted): it is a normal writable topic there now; no longer mirrored")
-        link.promoted[topic] = message
-        link.refused.pop(topic, None)
+        mirror.promoted[topic] = message
+        mirror.refused.pop(topic, None)
         mirror.problems.pop(f"topic {topic}", None)
         log.warning("%s", message)
         mirror.event(message)
@@ -463,15 +447,15 @@ def _not_ours(mirror: Mirror, topic: str, owner: str | None) -> None:
                f"unset: a normal topic, or one promoted before this mirror started); not written")
     else:
         why = (f"the target {mirror.target_alias} has topic {topic} as the mirror topic of mirror {owner}, "
-               f"not of this mirror ({link.name}); not written")
-    if link.refused.get(topic) != why:
+               f"not of this mirror ({mirror.link_name}); not written")
+    if mirror.refused.get(topic) != why:
         log.warning("%s", why)
         mirror.event(why)
-    link.refused[topic] = why
+    mirror.refused[topic] = why
     mirror.problems[f"topic {topic}"] = why
 
 
-async def _on_refused(mirror: Mirror, pm: LinkPartition) -> None:
+async def _on_refused(mirror: LinkMirror, pm: LinkPartition) -> None:
     """The target answered INVALID_REQUEST for `pm`'s topic: read whose topic it is now."""
     topic = pm.source.topic
     try:
@@ -479,11 +463,11 @@ async def _on_refused(mirror: Mirror, pm: LinkPartition) -> None:
     except (KafkaError, ClientError) as exc:
         log.warning("topic %s: refused by the target, and its config cannot be read: %s", topic, exc)
         return  # the writer parks and asks again
-    if owner != _state(mirror).name and topic in mirror.topics:
+    if owner != mirror.link_name and topic in mirror.topics:
         _not_ours(mirror, topic, owner)
 
 
-async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, partitions: list[int], *,
+async def _start_partitions(mirror: LinkMirror, nursery: trio.Nursery, topic: str, partitions: list[int], *,
                             created: bool) -> None:
     """Start copying `partitions` at the target's high watermark, or at the source's log start
     when the target never held a record there (`created`: the mirror just made the topic). A
@@ -497,27 +481,24 @@ async def _start_partitions(mirror: Mirror, nursery: trio.Nursery, topic: str, p
     source_starts = {tp: listed[tp].offset for tp in tps}
     starts = {tp: source_starts[tp] for tp in tps if ends[tp] <= 0}
     config = mirror.config
-    link = _state(mirror)
     for tp in tps:
         # A target log ending above 0 is where the copy stands: a source log starting after it
         # lost records before they were copied, which the fetcher reports by offsets.
         position = starts[tp] if tp in starts else ends[tp]
         pm = LinkPartition(tp, tp, position, config.offset_lag_max, config.queue_max_bytes,
-                           written_through=position - 1, link_name=link.name,
+                           written_through=position - 1, link_name=mirror.link_name,
                            on_refused=partial(_on_refused, mirror), on_failed=partial(_on_failed, mirror))
         if tp not in starts and position - 1 >= source_starts[tp]:
             pm.position = pm.verify_at = position - 1  # fetched from the copy's last offset: checked
         pm.target_end = ends[tp]
         pm.copied_from = position
-        mirror.partitions[tp] = pm
-        lane = mirror.lanes[(len(mirror.partitions) - 1) % len(mirror.lanes)]  # round robin
-        lane.add(pm)
+        mirror.add_partition(pm)
         nursery.start_soon(partial(pm.run_link_writer, mirror.target, backoff=RETRY))
         log.info("mirroring %s-%d to its mirror topic from offset %d (%s)", topic, tp.partition, position,
                  "the source's log start" if tp in starts else "the target's high watermark")
 
 
-async def _check_target_ends(mirror: Mirror) -> None:
+async def _check_target_ends(mirror: LinkMirror) -> None:
     """A mirror topic whose log end at the target went below what the target last said it held
     (truncated at the target): copy again from where it ends. Offsets are equal at both ends,
     so that is all it takes; what the target still has is skipped. One whose log end is past the
@@ -548,13 +529,13 @@ async def _check_target_ends(mirror: Mirror) -> None:
             log.error("%s", message)
 
 
-def _on_failed(mirror: Mirror, pm: LinkPartition) -> None:
+def _on_failed(mirror: LinkMirror, pm: LinkPartition) -> None:
     assert pm.failed is not None
     mirror.event(f"{_name(pm.source)}: {pm.failed}")
     _report_failed(mirror)
 
 
-def _report_failed(mirror: Mirror) -> None:
+def _report_failed(mirror: LinkMirror) -> None:
     """The FAILED partitions in `problems` (what `causeway status` counts as unhealthy), and no
     others: one stopped since (its topic deleted, or created again at the target) is gone."""
     failed = {f"FAILED {_name(pm.source)}": pm.failed for pm in _failed(mirror).values()}
@@ -563,11 +544,11 @@ def _report_failed(mirror: Mirror) -> None:
     mirror.problems.update({what: why for what, why in failed.items() if why is not None})
 
 
-def _failed(mirror: Mirror) -> dict[TopicPartition, LinkPartition]:
+def _failed(mirror: LinkMirror) -> dict[TopicPartition, LinkPartition]:
     return {tp: pm for tp, pm in mirror.partitions.items() if isinstance(pm, LinkPartition) and pm.failed is not None}
 
 
-async def _follow_failed_sources(mirror: Mirror) -> None:
+async def _follow_failed_sources(mirror: LinkMirror) -> None:
     """A FAILED partition is no longer fetched; its source high watermark is still read each
     round, so its lag in the status counts what the source wrote since and never reads 0."""
     _report_failed(mirror)

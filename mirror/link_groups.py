@@ -17,7 +17,6 @@ never happened.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from broker.client import KafkaError, TopicPartition, admin
 from broker.client.admin import LATEST
@@ -25,9 +24,7 @@ from broker.client.groups import CommittedOffset, commit_offsets, describe_group
 from broker.protocol.errors import ErrorCode
 from mirror.config import INTERNAL_GROUPS
 from mirror.groups import INACTIVE_STATES
-
-if TYPE_CHECKING:
-    from mirror.daemon import Mirror
+from mirror.runtime import Mirror
 
 __all__ = ["carry_group_offsets"]
 

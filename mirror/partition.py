@@ -8,7 +8,8 @@ restamp (which computes a new CRC) so damaged bytes are refused, not laundered.
 
 Errors are the partition's own: retriable ones are retried with backoff; the others (too large
 for the target, refused by an ACL, ...) park the partition, which retries slowly and says why in
-the status, while every other partition keeps flowing.
+the status, while every other partition keeps flowing (mirror/write_retry.py, the loop link
+mode's writer uses too).
 
 Poison is parked the same way, before it is written: a batch Kafka's LogValidator would refuse
 (a record count that lies, an unknown codec, records that do not decompress or do not tile the
@@ -31,7 +32,7 @@ import trio
 
 from broker.client import Backoff, Client, TopicPartition, produce_batches
 from broker.clock import now_ms
-from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
+from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
     BATCH_HEADER_SIZE,
     BatchHeader,
@@ -45,8 +46,8 @@ from broker.protocol.records import (
     stamp_producer,
 )
 from broker.protocol.validation import check_batch
-from broker.retry import worth_reporting
 from mirror.offset_sync import SyncEmitter
+from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
 
 __all__ = ["Chunk", "PartitionMirror", "ProducerIdentity"]
 
@@ -64,7 +65,6 @@ _NEW_PRODUCER = frozenset({
     ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER,
     ErrorCode.INVALID_PRODUCER_ID_MAPPING,
 })
-PARK_BACKOFF = Backoff(initial_s=1.0, max_s=30.0)
 # What the target answers for a batch it will never take as it is (its LogValidator's verdicts):
 # retrying cannot help, so the partition parks and says which batch and why.
 REFUSED_AS_INVALID = frozenset({
@@ -399,47 +399,39 @@ class PartitionMirror:
                     backoff: Backoff, header: BatchHeader, epoch: int) -> int | None:
         """Write one batch exactly once; returns its base offset at the target (-1 when the target
         only said it had it already), None when stopped or rewound (`epoch` passed) meanwhile."""
-        failures = 0
-        while not self.stopped and self.epoch == epoch:
+
+        async def send() -> int | Failed | Handled:
             if self.generation != producer.generation:
                 self.generation, self.sequence = producer.generation, 0
             stamp_producer(batch, 0, producer.producer_id, producer.producer_epoch, self.sequence,
                            clear_transactional=True)
             result = (await produce_batches(client, {self.target: batch}, acks=-1))[self.target]
-            code = result.error
+            code = ErrorCode(result.error)
             if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self.sequence = (self.sequence + last_delta + 1) % SEQUENCE_MODULUS
-                if self.error is not None:
-                    log.info("%s: writing again after: %s", _name(self.source), self.error)
-                self.error, self.parked, self.park_failures = None, False, 0
+                self.writing_again()
                 return result.base_offset if code == ErrorCode.NONE else -1
-            failures += 1
-            name = ErrorCode(code).name
-            self.error = f"{name} writing to {_name(self.target)}" + (
+            self.error = f"{code.name} writing to {_name(self.target)}" + (
                 f": {result.error_message}" if result.error_message else "")
             if code in REFUSED_AS_INVALID:
                 await self._park_poison(header, f"the target refused it with {self.error}", epoch)
-                return None
+                return Handled.GIVE_UP
             if code in _NEW_PRODUCER:
                 log.warning("%s: %s; taking a new producer id", _name(self.source), self.error)
                 generation = producer.generation
                 producer.renew_requested.set()
                 while producer.generation == generation and not self.stopped:
                     await producer.renewed.wait()
-                continue
-            if is_retriable(code):
-                if worth_reporting(failures, first=3):
-                    log.warning("%s: %s (attempt %d); retrying", _name(self.source), self.error, failures)
-                await trio.sleep(backoff.delay(failures))
-                continue
-            # Not retriable as it is (too large for the target, refused by an ACL, ...): park the
-            # partition and try again slowly, in case the target's settings change.
-            self.error = f"parked at source offset {header.base_offset}: {self.error}"
-            if not self.parked:
-                log.error("%s: %s", _name(self.source), self.error)
-            self.parked = True
-            await trio.sleep(PARK_BACKOFF.delay(failures))
-        return None
+                return Handled.SEND_AGAIN
+            return Failed(code)
+
+        return await write_with_retries(self, epoch, send, backoff=backoff, at_offset=header.base_offset)
+
+    def writing_again(self) -> None:
+        """A write went through: whatever parked the partition or made its writes fail is over."""
+        if self.error is not None:
+            log.info("%s: writing again after: %s", _name(self.source), self.error)
+        self.error, self.parked, self.park_failures = None, False, 0
 
 
 def _trimmed(data: memoryview, pos: int, first: int) -> tuple[bytearray, int, int]:

@@ -21,40 +21,40 @@ the partition's record count drops by what the target lost.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
 
 from broker.client import admin
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode, KafkaError
+from mirror.offset_sync import SyncStore
 from mirror.partition import PartitionMirror
-
-if TYPE_CHECKING:
-    from mirror.daemon import Mirror
+from mirror.runtime import Mirror
 
 __all__ = ["check_target_ends", "remote_topic_missing", "target_went_back"]
 
 log = logging.getLogger(__name__)
 
 
-def target_went_back(mirror: Mirror, pm: PartitionMirror, target_end: int, why: str) -> None:
+def target_went_back(mirror: Mirror, syncs: SyncStore, pm: PartitionMirror, target_end: int, why: str) -> None:
     """The remote partition now ends at `target_end`, below what the mirror wrote there: hold the
-    partition at once (nothing more is fetched or written) and re-copy it."""
+    partition at once (nothing more is fetched or written) and re-copy it from where `syncs` (the
+    mm2 mirror's offset syncs) say the target's new end came from."""
     if pm.held or pm.stopped or mirror.nursery is None:
         return
     pm.hold()
     log.error("%s-%d: %s", pm.source.topic, pm.source.partition, why)
-    mirror.nursery.start_soon(_copy_again, mirror, pm, target_end, why)
+    mirror.nursery.start_soon(_copy_again, mirror, syncs, pm, target_end, why)
 
 
-def remote_topic_missing(mirror: Mirror, topic: str, remote: str) -> None:
+def remote_topic_missing(mirror: Mirror, syncs: SyncStore, topic: str, remote: str) -> None:
     """The target no longer has `remote` while its partitions are mirrored: called before the
     remote topic is created again."""
     for pm in [pm for tp, pm in mirror.partitions.items() if tp.topic == topic]:
-        target_went_back(mirror, pm, 0, f"the remote topic {remote} is gone from the target {mirror.target_alias} "
-                                        f"(deleted); it is created again and the partition copied again")
+        target_went_back(mirror, syncs, pm, 0, f"the remote topic {remote} is gone from the target "
+                                               f"{mirror.target_alias} (deleted); it is created again and the "
+                                               f"partition copied again")
 
 
-async def check_target_ends(mirror: Mirror) -> None:
+async def check_target_ends(mirror: Mirror, syncs: SyncStore) -> None:
     """One ListOffsets for every remote partition the mirror has written to: a log end below what
     it wrote means the target lost records."""
     watched = {pm.target: (pm, pm.min_target_end, pm.epoch) for pm in mirror.partitions.values()
@@ -70,12 +70,12 @@ async def check_target_ends(mirror: Mirror) -> None:
     for tp, (pm, expected, epoch) in watched.items():
         end = ends[tp].offset
         if 0 <= end < expected and pm.epoch == epoch:  # a rewind meanwhile: look again next round
-            target_went_back(mirror, pm, end, f"the remote partition {tp.topic}-{tp.partition} ends at offset "
+            target_went_back(mirror, syncs, pm, end, f"the remote partition {tp.topic}-{tp.partition} ends at offset "
                                               f"{end}, below the {expected} the mirror wrote there (deleted and "
                                               f"re-created, or truncated at the target)")
 
 
-async def _copy_again(mirror: Mirror, pm: PartitionMirror, target_end: int, why: str) -> None:
+async def _copy_again(mirror: Mirror, syncs: SyncStore, pm: PartitionMirror, target_end: int, why: str) -> None:
     tp = pm.source
     name = f"{tp.topic}-{tp.partition}"
     found: dict[str, int] = {}
@@ -88,7 +88,7 @@ async def _copy_again(mirror: Mirror, pm: PartitionMirror, target_end: int, why:
     if pm.stopped:
         return
     start, end = found["start"], found["end"]
-    synced = mirror.syncs.upstream_at_or_below(tp.topic, tp.partition, target_end) if target_end > 0 else None
+    synced = syncs.upstream_at_or_below(tp.topic, tp.partition, target_end) if target_end > 0 else None
     position = max(start, synced) if synced is not None else start
     lowest = synced if synced is not None else pm.copied_from
     lost = None

@@ -40,7 +40,7 @@ from broker.faults import crash_point
 from broker.protocol.constants import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
-from mirror.daemon import EXCLUDED_CONFIGS
+from mirror.config import EXCLUDED_CONFIGS
 from pipeline.identity import with_identity
 from pipeline.options import PipelineError, ReadOptions, parse_read_options
 from pipeline.planning import OffsetRange, Plan, check_cluster, job_error, plan_read

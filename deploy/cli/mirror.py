@@ -50,7 +50,7 @@ def _missing_config() -> int:
 
 
 async def _serve(config: MirrorConfig, status_file: Path | None) -> None:
-    from mirror.daemon import run_mirror
+    from mirror.driver import run_mirror
 
     async with until_signalled("stopping the mirror") as stop:
         mirror = await stop.nursery.start(partial(run_mirror, config, status_file=status_file))

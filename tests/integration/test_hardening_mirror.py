@@ -31,7 +31,7 @@ from broker.client.admin import LATEST
 from broker.client.produce import init_idempotent_producer
 from broker.protocol.records import Record, build_batch, split_batches
 from deploy.broker_process import BrokerProcess
-from mirror import daemon
+from mirror import runtime
 from mirror.partition import Chunk, PartitionMirror, ProducerIdentity
 from tests.integration.test_mirror import config_for, produce_with_confluent, running, wait_for_end_offsets
 from tests.support.polling import wait_for, wait_until
@@ -279,7 +279,7 @@ async def test_poison_stored_at_the_source_parks_its_partition_by_name(east: Bro
 
 async def test_a_source_topic_gone_leaves_the_status_once_handled(east: BrokerProcess, west: BrokerProcess,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(daemon, "HANDLED_PROBLEM_S", 1.0)
+    monkeypatch.setattr(runtime, "HANDLED_PROBLEM_S", 1.0)
     async with open_client(east.bootstrap) as client:
         await admin.create_topics(client, {"doomed": 2})
     async with running(config_for(east, west)) as mirror:

@@ -22,8 +22,9 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import DecodedRecord
 from deploy.broker_process import BrokerProcess
 from mirror.config import MirrorConfig, mirror_config_from_data
-from mirror.daemon import Mirror, run_mirror
+from mirror.driver import run_mirror
 from mirror.formats import Heartbeat, OffsetSync, decode_position
+from mirror.runtime import Mirror
 from mirror.topics import describe_topic, read_whole_topic
 from tests.support.polling import wait_for
 

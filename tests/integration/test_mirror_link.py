@@ -29,7 +29,8 @@ from broker.protocol.records import split_batches
 from deploy.broker_process import BrokerProcess
 from deploy.launcher.launch import free_port
 from mirror.config import MirrorConfig, mirror_config_from_data
-from mirror.daemon import Mirror, run_mirror
+from mirror.driver import run_mirror
+from mirror.runtime import Mirror
 from tests.support.polling import wait_for
 
 DEADLINE_S = 60.0

@@ -21,7 +21,8 @@ from broker.client.admin import NewTopic
 from broker.protocol.errors import KafkaError
 from broker.protocol.records import Record, build_batch
 from deploy.broker_process import BrokerProcess
-from mirror.daemon import Mirror, run_mirror
+from mirror.driver import run_mirror
+from mirror.runtime import Mirror
 from tests.integration.test_mirror_link import NAME, assert_same_copy, ends_of, link_config, running, wait_copied
 from tests.support.polling import wait_for
 

@@ -21,7 +21,7 @@ from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch
 from deploy.broker_process import BrokerProcess
-from mirror.daemon import Mirror
+from mirror.runtime import Mirror
 from mirror.status import MirrorStatus, read_status
 from tests.integration.test_mirror_link import (
     NAME,

@@ -17,7 +17,7 @@ SCRIPT = """
 import trio
 from broker.client import TopicPartition
 from broker.protocol.records import Record, build_batch
-from mirror.daemon import RETRY
+from mirror.runtime import RETRY
 from mirror.link import LinkPartition
 from mirror.partition import Chunk, PartitionMirror, ProducerIdentity
 

@@ -16,9 +16,10 @@ import trio
 from deploy.launcher.control import read_state
 from deploy.launcher.launch import LaunchState, free_port, run_plan
 from deploy.launcher.plan import LaunchPlan
-from mirror import daemon
+from mirror import runtime
 from mirror.config import mirror_config_from_data
-from mirror.daemon import Mirror, run_mirror
+from mirror.driver import run_mirror
+from mirror.runtime import Mirror
 from mirror.status import read_status
 from tests.support.polling import wait_for
 
@@ -53,7 +54,7 @@ def fsyncs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FsyncThr
 
 async def test_the_mirror_status_file_is_written_off_the_loop(tmp_path: Path, fsyncs: FsyncThreads,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(daemon, "STATUS_INTERVAL_S", 0.05)
+    monkeypatch.setattr(runtime, "STATUS_INTERVAL_S", 0.05)
     nobody = f"127.0.0.1:{free_port()}"  # both clusters down: the mirror waits and says so
     config = mirror_config_from_data({"source": {"alias": "east", "bootstrap": nobody},
                                       "target": {"alias": "west", "bootstrap": nobody}})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 
 import pytest
@@ -51,3 +52,9 @@ def test_positions_are_connect_json() -> None:
     assert decode_position(key, None) == ("east", "orders", 3, None)
     assert decode_position(b"not json", value) is None
     assert decode_position(b'["x", {"cluster": 1}]', value) is None
+
+
+@pytest.mark.parametrize("format_", [Heartbeat, Checkpoint, OffsetSync])
+def test_each_layout_names_every_field_in_order(format_: type[Heartbeat | Checkpoint | OffsetSync]) -> None:
+    # decode() builds the record from the key's fields then the value's, by position.
+    assert [name for name, _ in (*format_.KEY, *format_.VALUE)] == [f.name for f in dataclasses.fields(format_)]

@@ -1,0 +1,281 @@
+"""mm2 mode: consumer to producer between any two Kafka-compatible clusters, with MirrorMaker 2's
+conventions (remote topics `<source>.<topic>`, or identity naming; its internal topics and record
+formats).
+
+What this mode adds to the runtime (mirror/runtime.py), loop by loop, as MM2 spreads them over
+three connectors:
+
+- one writer per partition (mirror/partition.py): batches re-stamped with the mirror's
+  idempotent producer id, whose renewal runs here;
+- topic discovery and config sync, with re-copies of what the target lost (mirror/recopy.py);
+- position checkpoints (`mm2-offsets.<source>.internal` on the target), from which a restart
+  resumes, and offset syncs (`mm2-offset-syncs.<other>.internal`);
+- consumer-group checkpoints and offset sync (mirror/groups.py).
+
+Positions only ever name offsets the target acknowledged: a crash may repeat what was written
+since the last checkpoint, never skip it; a clean stop checkpoints once more.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from functools import partial
+
+import trio
+
+from broker.client import Client, ClientError, KafkaError, TopicPartition, admin
+from broker.client.admin import EARLIEST
+from broker.client.produce import init_idempotent_producer
+from mirror.config import INTERNAL_TOPICS
+from mirror.formats import OffsetSync, decode_position, encode_position
+from mirror.groups import GroupMirroring, run_group_checkpoints
+from mirror.naming import HEARTBEATS_TOPIC
+from mirror.offset_sync import SyncStore
+from mirror.partition import PartitionMirror, ProducerIdentity
+from mirror.recopy import check_target_ends, remote_topic_missing, target_went_back
+from mirror.runtime import RETRY, Mirror, stop_vanished, sync_topic
+from mirror.topics import COMPACTED, append, ensure_topic, read_whole_topic
+
+__all__ = ["Mm2Mirror"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Mm2Mirror(Mirror):
+    """A mirror in mm2 mode: the runtime's state plus its producer, positions and offset syncs."""
+
+    producer: ProducerIdentity = field(default_factory=ProducerIdentity)
+    syncs: SyncStore = field(default_factory=SyncStore)
+    pending_syncs: list[OffsetSync] = field(default_factory=list)
+    stored_positions: dict[tuple[str, int], int] = field(default_factory=dict)
+    flushed: dict[TopicPartition, int] = field(default_factory=dict)
+
+    async def run(self) -> None:
+        await _prepare(self)
+        await _run(self)
+
+    async def on_clean_stop(self) -> None:
+        await _final_flush(self)
+
+    @property
+    def offset_syncs_client(self) -> Client:
+        return self.source if self.config.offset_syncs_location == "source" else self.target
+
+    @property
+    def offset_syncs_topic(self) -> str:
+        other = self.target_alias if self.config.offset_syncs_location == "source" else self.source_alias
+        return self.policy.offset_syncs_topic(other)
+
+    def should_mirror(self, topic: str) -> bool:
+        if self.policy.is_internal(topic) or self.policy.is_cycle(topic, self.target_alias):
+            return False
+        if self.policy.is_heartbeats(topic):
+            return True  # MM2 always carries heartbeats: they show which clusters reach which
+        return self.config.topics.matches(topic, INTERNAL_TOPICS)
+
+    def stop_partition(self, tp: TopicPartition) -> None:
+        super().stop_partition(tp)
+        # Its checkpoint describes the records that are gone: a topic created again under the same
+        # name starts from its own log start.
+        self.stored_positions.pop((tp.topic, tp.partition), None)
+        self.flushed.pop(tp, None)
+
+    # -- offset syncs --------------------------------------------------------------------
+
+    def on_sync(self, pm: PartitionMirror, upstream: int, downstream: int) -> None:
+        self.pending_syncs.append(OffsetSync(pm.source.topic, pm.source.partition, upstream, downstream))
+        # A long outage of the sync topic must not grow memory without bound: the newest syncs
+        # are the ones translation needs.
+        del self.pending_syncs[:-10_000]
+
+    def on_idle(self, pm: PartitionMirror) -> None:
+        if pm.queued_bytes == 0:
+            sync = pm.emitter.on_idle()
+            if sync is not None:
+                self.on_sync(pm, *sync)
+
+    # -- consumer groups -----------------------------------------------------------------
+
+    def groups_view(self) -> GroupMirroring:
+        """What consumer-group checkpointing needs of this mirror, and nothing else."""
+        config = self.config
+        return GroupMirroring(
+            source=self.source, target=self.target, target_alias=self.target_alias,
+            checkpoints_topic=self.policy.checkpoints_topic(self.source_alias), groups=config.groups,
+            checkpoints_s=config.checkpoints_s, sync_offsets=config.sync_group_offsets,
+            sync_offsets_s=config.sync_group_offsets_s, remote_topic=self.topics.get,
+            translate=self.syncs.translate, every=self.every, written=self._count_group_checkpoints,
+        )
+
+    def _count_group_checkpoints(self, count: int) -> None:
+        self.group_checkpoints += count
+
+
+async def _prepare(mirror: Mm2Mirror) -> None:
+    config = mirror.config
+    rf = config.replication_factor
+    mirror.state = "waiting for the target"
+
+    async def target_topics() -> None:
+        for topic in (HEARTBEATS_TOPIC, mirror.policy.checkpoints_topic(mirror.source_alias),
+                      mirror.policy.positions_topic(mirror.source_alias)):
+            await ensure_topic(mirror.target, topic, replication_factor=rf, configs=COMPACTED)
+
+    await mirror.retrying(f"target {mirror.target_alias}", target_topics)
+
+    async def load_positions() -> None:
+        for record in await read_whole_topic(mirror.target, mirror.policy.positions_topic(mirror.source_alias)):
+            decoded = decode_position(record.key or b"", record.value)
+            if decoded is None or decoded[0] != mirror.source_alias:
+                continue
+            _, topic, partition, offset = decoded
+            if offset is None:
+                mirror.stored_positions.pop((topic, partition), None)
+            else:
+                mirror.stored_positions[(topic, partition)] = offset
+
+    await mirror.retrying("reading mirrored positions", load_positions)
+    mirror.state = "waiting for the source"
+
+    async def load_offset_syncs() -> None:
+        await ensure_topic(mirror.offset_syncs_client, mirror.offset_syncs_topic, replication_factor=rf,
+                           configs=COMPACTED)
+        for record in await read_whole_topic(mirror.offset_syncs_client, mirror.offset_syncs_topic):
+            if record.key is None or record.value is None:
+                continue
+            try:
+                sync = OffsetSync.decode(record.key, record.value)
+            except (ValueError, KafkaError) as exc:
+                log.warning("skipping an offset sync that does not decode: %s", exc)
+                continue
+            mirror.syncs.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
+
+    await mirror.retrying(f"offset syncs on {config.offset_syncs_location}", load_offset_syncs)
+    await mirror.retrying("producer id at the target", lambda: _renew_producer(mirror))
+    mirror.state = "running"
+    log.info("mirror %s running: %s (%s) -> %s (%s); %d stored positions", config.display_name,
+             mirror.source_alias, config.source.bootstrap, mirror.target_alias, config.target.bootstrap,
+             len(mirror.stored_positions))
+
+
+async def _renew_producer(mirror: Mm2Mirror) -> None:
+    producer = await init_idempotent_producer(mirror.target)
+    mirror.producer.set(producer.producer_id, producer.producer_epoch)
+
+
+async def _run(mirror: Mm2Mirror) -> None:
+    async with trio.open_nursery() as nursery:
+        mirror.start_fetching(nursery)
+        nursery.start_soon(_producer_renewal_loop, mirror)
+        nursery.start_soon(mirror.every, "checkpointing positions", mirror.config.flush_interval_ms / 1000,
+                           partial(_flush_once, mirror))
+        if mirror.config.checkpoints_s > 0:
+            nursery.start_soon(run_group_checkpoints, mirror.groups_view())
+        await mirror.every("topic discovery", mirror.config.refresh_topics_s, partial(_discover, mirror, nursery))
+
+
+async def _producer_renewal_loop(mirror: Mm2Mirror) -> None:
+    while True:
+        await mirror.producer.renew_requested.wait()
+        await mirror.retrying("new producer id at the target", lambda: _renew_producer(mirror))
+
+
+# -- topics ------------------------------------------------------------------------------
+
+
+async def _discover(mirror: Mm2Mirror, nursery: trio.Nursery) -> None:
+    source_topics = await admin.list_topics(mirror.source)
+    wanted = {t: n for t, n in source_topics.items() if mirror.should_mirror(t)}
+    stop_vanished(mirror, wanted, kept="remote topic")
+    target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
+    for topic, count in sorted(wanted.items()):
+        remote = mirror.policy.remote_topic(mirror.source_alias, topic)
+        remote_count = target_topics.get(remote)
+        if remote_count is None and topic in mirror.topics:
+            # Before it exists again: nothing written ahead.
+            remote_topic_missing(mirror, mirror.syncs, topic, remote)
+        await sync_topic(mirror, topic, remote, count, remote_count)
+        mirror.topics[topic] = remote
+        mirror.problems.pop(f"topic {topic}", None)
+        mirror.handled.pop(f"topic {topic}", None)
+        new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
+        if new:
+            await _start_partitions(mirror, nursery, topic, remote, new, remote_missing=remote_count is None)
+    await check_target_ends(mirror, mirror.syncs)
+
+
+async def _start_partitions(mirror: Mm2Mirror, nursery: trio.Nursery, topic: str, remote: str,
+                            partitions: list[int], *, remote_missing: bool = False) -> None:
+    """Start mirroring `partitions` of `topic` from their checkpointed positions, or from the log
+    start. `remote_missing`: the target has no remote topic (just created): a checkpoint then
+    describes records the target lost while the mirror was away, so the partition starts over."""
+    forgotten: dict[int, int] = {}
+    if remote_missing:
+        for p in partitions:
+            stored = mirror.stored_positions.pop((topic, p), None)
+            if stored is not None:
+                forgotten[p] = stored
+                mirror.event(f"{topic}-{p}: the remote topic {remote} was missing at the target although "
+                             f"source offsets up to {stored} had been copied; copying from the log start again")
+                log.error("%s", mirror.events[-1].message)
+    unknown = [TopicPartition(topic, p) for p in partitions if (topic, p) not in mirror.stored_positions]
+    earliest = await admin.list_offsets(mirror.source, {tp: EARLIEST for tp in unknown}) if unknown else {}
+    for p in partitions:
+        tp = TopicPartition(topic, p)
+        stored = mirror.stored_positions.get((topic, p))
+        position = stored + 1 if stored is not None else earliest[tp].offset
+        pm = PartitionMirror(tp, TopicPartition(remote, p), position, mirror.config.offset_lag_max,
+                             mirror.config.queue_max_bytes, written_through=position - 1)
+        pm.on_target_went_back = partial(target_went_back, mirror, mirror.syncs)
+        if stored is None:
+            pm.copied_from = position
+        else:
+            # After a restart, the offset syncs say what the target held: a log end below the
+            # newest one's means the target lost records while the mirror was away.
+            latest = mirror.syncs.latest(topic, p)
+            if latest is not None and latest[0] <= stored:
+                pm.min_target_end = latest[1] + 1
+        mirror.add_partition(pm)
+        # A forgotten checkpoint is overwritten at the next flush, even before anything is written.
+        mirror.flushed[tp] = forgotten.get(p, pm.written_through)
+        nursery.start_soon(partial(pm.run_writer, mirror.target, mirror.producer, mirror.on_sync, backoff=RETRY))
+        log.info("mirroring %s-%d -> %s-%d from offset %d%s", topic, p, remote, p, position,
+                 " (stored position)" if stored is not None else " (log start)")
+
+
+# -- positions and offset syncs ------------------------------------------------------------
+
+
+async def _flush_once(mirror: Mm2Mirror) -> None:
+    """Write the positions that moved (to the target) and the offset syncs waiting (to the
+    sync topic's cluster). Positions only ever name offsets the target acknowledged."""
+    # A position that went back to "nothing written" (a re-copy from offset 0) is a tombstone,
+    # so a restart does not resume from the old one.
+    moved = {tp: pm.written_through for tp, pm in mirror.partitions.items()
+             if pm.written_through != mirror.flushed.get(tp, -1)}
+    if moved:
+        records: list[tuple[bytes, bytes | None]] = []
+        for tp, offset in moved.items():
+            key, value = encode_position(mirror.source_alias, tp.topic, tp.partition, max(offset, 0))
+            records.append((key, value if offset >= 0 else None))
+        await append(mirror.target, mirror.policy.positions_topic(mirror.source_alias), records)
+        mirror.flushed.update(moved)
+    if mirror.pending_syncs:
+        syncs = list(mirror.pending_syncs)
+        await append(mirror.offset_syncs_client, mirror.offset_syncs_topic, [(s.key(), s.value()) for s in syncs])
+        del mirror.pending_syncs[: len(syncs)]
+        for s in syncs:
+            mirror.syncs.add(s.topic, s.partition, s.upstream_offset, s.downstream_offset)
+
+
+async def _final_flush(mirror: Mm2Mirror) -> None:
+    """On a clean stop, checkpoint once more so a restart repeats nothing."""
+    if not mirror.partitions:
+        return
+    with trio.move_on_after(5):
+        try:
+            await _flush_once(mirror)
+        except (ClientError, KafkaError) as exc:
+            log.warning("last checkpoint of positions failed: %s", exc)
