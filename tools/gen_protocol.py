@@ -103,6 +103,13 @@ class Field:
     def element(self) -> str:
         return self.type[2:] if self.is_array else self.type
 
+    def scalar(self) -> Field:
+        """The field as one of its elements is read or written: an array's element type, never
+        null (nullability belongs to the array); any other field as it is."""
+        if not self.is_array:
+            return self
+        return dataclasses.replace(self, nullable=Versions(1, 0), type=self.element)
+
     @property
     def is_struct(self) -> bool:
         return self.element not in PRIMITIVES
@@ -319,9 +326,7 @@ class Emitter:
 
     def read_scalar(self, t: str, r: str, f: Field, within: Versions) -> str:
         flex = self.flex_of(f)
-        if f.is_array:
-            # Nullability belongs to the array; its elements are never null.
-            f = dataclasses.replace(f, nullable=Versions(1, 0), type=f.element)
+        f = f.scalar()
         if t in ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid"):
             return f"{r}.{t}()"
         if t == "bool":
@@ -384,8 +389,7 @@ class Emitter:
 
     def write_scalar(self, t: str, w: str, f: Field, value: str, within: Versions) -> str:
         flex = self.flex_of(f)
-        if f.is_array:
-            f = dataclasses.replace(f, nullable=Versions(1, 0), type=f.element)
+        f = f.scalar()
         if t in ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid"):
             return f"{w}.{t}({value})"
         if t == "bool":
