@@ -26,6 +26,7 @@ from broker.client.connection import open_connection
 from broker.controller.zk.znodes import topic_id_from_string
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import AlterPartitionRequest, LeaderAndIsrRequest, UpdateMetadataRequest
+from tests.integration.started_clusters import started
 from tests.support.broker import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
@@ -45,12 +46,8 @@ class Cluster(ZkCluster):
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(zookeeper, tmp_path)
-    try:
-        running.start()
+    with started(Cluster(zookeeper, tmp_path)) as running:
         yield running
-    finally:
-        running.close()
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int, replication: int) -> None:
