@@ -222,20 +222,17 @@ def main() -> None:
             spark = session(args.master, app_name="bench-pipeline",
                             conf={"spark.jars": kafka_jars} if kafka_jars else None)
             print(f"Spark start-up:             {time.perf_counter() - start:.1f}s (not counted below)")
-            for run in (1, 2):
-                df = (spark.read.format("causeway").option("kafka.bootstrap.servers", bootstrap)
-                      .option("subscribe", TOPIC).load())
-                start = time.perf_counter()
-                df.write.format("noop").mode("overwrite").save()
-                took = time.perf_counter() - start
-                print(f"Spark read, run {run}:          {n / took:12,.0f} records/s ({took:.2f}s, {args.master})")
-            for run in (1, 2) if kafka_jars else ():
-                df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
-                      .option("subscribe", TOPIC).load())
-                start = time.perf_counter()
-                df.write.format("noop").mode("overwrite").save()
-                took = time.perf_counter() - start
-                print(f"Spark Kafka source, run {run}: {n / took:12,.0f} records/s ({took:.2f}s, {args.master})")
+            sources = [("causeway", "Spark read, run {}:          ")]
+            if kafka_jars:
+                sources.append(("kafka", "Spark Kafka source, run {}: "))
+            for source, label in sources:
+                for run in (1, 2):
+                    df = (spark.read.format(source).option("kafka.bootstrap.servers", bootstrap)
+                          .option("subscribe", TOPIC).load())
+                    start = time.perf_counter()
+                    df.write.format("noop").mode("overwrite").save()
+                    took = time.perf_counter() - start
+                    print(f"{label.format(run)}{n / took:12,.0f} records/s ({took:.2f}s, {args.master})")
             if kafka_jars:
                 count = spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap).option(
                     "subscribe", TOPIC).load().count()

@@ -14,7 +14,7 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["fsync_dir", "write_atomically"]
+__all__ = ["fsync_path", "write_atomically"]
 
 
 def write_atomically(path: Path, content: str | bytes, *, mode: int = 0o666) -> None:
@@ -33,13 +33,14 @@ def write_atomically(path: Path, content: str | bytes, *, mode: int = 0o666) -> 
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    fsync_dir(path.parent)
+    fsync_path(path.parent)
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make the entries of `directory` (a file created, renamed into it) survive a crash."""
-    dir_fd = os.open(directory, os.O_RDONLY)
+def fsync_path(path: Path) -> None:
+    """Make a directory's entries (a file created, renamed into it) or a file's data survive a
+    crash: opened read-only, nothing read, fsynced. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY)
     try:
-        os.fsync(dir_fd)
+        os.fsync(fd)
     finally:
-        os.close(dir_fd)
+        os.close(fd)

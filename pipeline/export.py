@@ -45,9 +45,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from broker.atomic_file import write_atomically
+from broker.atomic_file import fsync_path, write_atomically
 from broker.faults import crash_point
-from pipeline.leftovers import fsync_path
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.paths import check_writable
 from pipeline.planning import OffsetRange, check_cluster, plan_read

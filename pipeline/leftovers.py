@@ -14,7 +14,7 @@ import re
 import socket
 from pathlib import Path
 
-__all__ = ["HOST", "fsync_path", "writer_gone"]
+__all__ = ["HOST", "writer_gone"]
 
 # The host part of temporary names: letters, digits and '-' only, so names parse back.
 HOST = re.sub(r"[^A-Za-z0-9-]", "-", socket.gethostname())[:63] or "localhost"
@@ -46,12 +46,3 @@ def _start_time(pid: int) -> float | None:
         return boot + ticks / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError, StopIteration):
         return None
-
-
-def fsync_path(path: Path) -> None:
-    """Flush a file's data, or a directory's entries, to disk: opened read-only, nothing read."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -119,6 +119,15 @@ async def _partition_count(client: Client, topic: str, opts: WriteOptions) -> in
     return described[topic].partition_count
 
 
+def write_task_batches(batches: Iterator[pa.RecordBatch], opts: WriteOptions) -> WriteResult:
+    """`write_batches` in a Spark task (batch or streaming): the task's index picks its first
+    null-key partition (0 outside a task)."""
+    from pyspark import TaskContext
+
+    context = TaskContext.get()
+    return write_batches(batches, opts, context.partitionId() if context is not None else 0)
+
+
 def write_batches(batches: Iterator[pa.RecordBatch], opts: WriteOptions, task: int = 0) -> WriteResult:
     """Produce every row of `batches` (one trio.run). Raises PipelineError naming the topic and
     partition that failed, or the cluster when it is out of reach."""

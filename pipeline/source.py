@@ -118,12 +118,9 @@ class CausewayWriter(DataSourceArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriteCommit:
-        from pyspark import TaskContext  # a task's index picks its first null-key partition
+        from pipeline.producing import write_task_batches
 
-        from pipeline.producing import write_batches
-
-        context = TaskContext.get()
-        result = write_batches(iterator, self.opts, context.partitionId() if context is not None else 0)
+        result = write_task_batches(iterator, self.opts)
         return WriteCommit(result.records, result.partitions)
 
 
@@ -139,28 +136,32 @@ class CausewayDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_read_options(dict(self.options))
-        if schema != kafka_spark_schema(opts.include_headers):
-            raise PipelineError("format causeway has a fixed schema (Spark's Kafka source schema); "
-                                "do not pass one with .schema()")
+        _check_read_schema(schema, opts.include_headers)
         return CausewayReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
-        opts = parse_write_options(dict(self.options))
-        check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, opts)
-        return CausewayWriter(opts)
+        return CausewayWriter(self._write_options(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from pipeline.streaming import CausewayStreamReader, parse_stream_options  # pipeline/streaming.py
 
         opts = parse_stream_options(dict(self.options))
-        if schema != kafka_spark_schema(opts.read.include_headers):
-            raise PipelineError("format causeway has a fixed schema (Spark's Kafka source schema); "
-                                "do not pass one with .schema()")
+        _check_read_schema(schema, opts.read.include_headers)
         return CausewayStreamReader(opts)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         from pipeline.streaming import CausewayStreamWriter
 
+        return CausewayStreamWriter(self._write_options(schema))
+
+    def _write_options(self, schema: StructType) -> WriteOptions:
+        """The write options, checked against the schema of the rows to write."""
         opts = parse_write_options(dict(self.options))
         check_write_schema({f.name: f.dataType.simpleString() for f in schema.fields}, opts)
-        return CausewayStreamWriter(opts)
+        return opts
+
+
+def _check_read_schema(schema: StructType, include_headers: bool) -> None:
+    if schema != kafka_spark_schema(include_headers):
+        raise PipelineError("format causeway has a fixed schema (Spark's Kafka source schema); "
+                            "do not pass one with .schema()")

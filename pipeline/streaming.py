@@ -225,12 +225,9 @@ class CausewayStreamWriter(DataSourceStreamArrowWriter):
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StreamCommit:
-        from pyspark import TaskContext
+        from pipeline.producing import write_task_batches
 
-        from pipeline.producing import write_batches
-
-        context = TaskContext.get()
-        result = write_batches(iterator, self.opts, context.partitionId() if context is not None else 0)
+        result = write_task_batches(iterator, self.opts)
         return StreamCommit(result.records, result.partitions)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # noqa: N803 - Spark's name

@@ -22,6 +22,7 @@ import json
 import keyword
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,6 +102,13 @@ class Field:
     @property
     def element(self) -> str:
         return self.type[2:] if self.is_array else self.type
+
+    def scalar(self) -> Field:
+        """The field as one of its elements is read or written: an array's element type, never
+        null (nullability belongs to the array); any other field as it is."""
+        if not self.is_array:
+            return self
+        return dataclasses.replace(self, nullable=Versions(1, 0), type=self.element)
 
     @property
     def is_struct(self) -> bool:
@@ -318,9 +326,7 @@ class Emitter:
 
     def read_scalar(self, t: str, r: str, f: Field, within: Versions) -> str:
         flex = self.flex_of(f)
-        if f.is_array:
-            # Nullability belongs to the array; its elements are never null.
-            f = dataclasses.replace(f, nullable=Versions(1, 0), type=f.element)
+        f = f.scalar()
         if t in ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid"):
             return f"{r}.{t}()"
         if t == "bool":
@@ -383,8 +389,7 @@ class Emitter:
 
     def write_scalar(self, t: str, w: str, f: Field, value: str, within: Versions) -> str:
         flex = self.flex_of(f)
-        if f.is_array:
-            f = dataclasses.replace(f, nullable=Versions(1, 0), type=f.element)
+        f = f.scalar()
         if t in ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid"):
             return f"{w}.{t}({value})"
         if t == "bool":
@@ -476,20 +481,9 @@ class Emitter:
         # encode
         self.emit(indent, "def encode_into(self, w: Writer, version: int) -> None:")
         body_start = len(self.lines)
-        for f in regular:
-            test = self.cond(f.versions, valid)
-            if f.versions.intersect(valid).empty:
-                continue
-            if test:
-                self.emit(indent + 1, f"if {test}:")
-                self.emit_write(indent + 2, f"self.{f.attr}", f, "w", f.versions)
-            else:
-                self.emit_write(indent + 1, f"self.{f.attr}", f, "w", valid)
+        self.emit_regular(indent + 1, regular, self.emit_write, "w")
         if flexible:
-            ind = indent + 1
-            if flex_test:
-                self.emit(ind, f"if {flex_test}:")
-                ind += 1
+            ind = self.open_flexible(indent + 1, flex_test)
             if tagged:
                 self.emit(ind, "tagged: list[tuple[int, bytes | bytearray | memoryview]] = []")
                 for f in tagged:
@@ -511,20 +505,9 @@ class Emitter:
         self.emit(indent, "@classmethod")
         self.emit(indent, f"def decode_from(cls, r: Reader, version: int) -> {qual}:")
         self.emit(indent + 1, "self = cls()")
-        for f in regular:
-            if f.versions.intersect(valid).empty:
-                continue
-            test = self.cond(f.versions, valid)
-            if test:
-                self.emit(indent + 1, f"if {test}:")
-                self.emit_read(indent + 2, f"self.{f.attr}", f, "r", f.versions)
-            else:
-                self.emit_read(indent + 1, f"self.{f.attr}", f, "r", valid)
+        self.emit_regular(indent + 1, regular, self.emit_read, "r")
         if flexible:
-            ind = indent + 1
-            if flex_test:
-                self.emit(ind, f"if {flex_test}:")
-                ind += 1
+            ind = self.open_flexible(indent + 1, flex_test)
             if tagged:
                 self.emit(ind, "for tag, payload in r.tagged_fields():")
                 self.emit(ind + 1, "t = Reader(payload)")
@@ -539,6 +522,30 @@ class Emitter:
             else:
                 self.emit(ind, "r.skip_tagged_fields()")
         self.emit(indent + 1, "return self")
+
+    def emit_regular(self, indent: int, regular: list[Field],
+                     emit_field: Callable[[int, str, Field, str, Versions], None], stream: str) -> None:
+        """Each untagged field present in the message's valid versions, through `emit_field`
+        (emit_write to `stream` w, or emit_read from r), under an `if` of its versions where
+        it is not in all of them. The encoder and the decoder share this walk."""
+        valid = self.msg.valid
+        for f in regular:
+            if f.versions.intersect(valid).empty:
+                continue
+            test = self.cond(f.versions, valid)
+            if test:
+                self.emit(indent, f"if {test}:")
+                emit_field(indent + 1, f"self.{f.attr}", f, stream, f.versions)
+            else:
+                emit_field(indent, f"self.{f.attr}", f, stream, valid)
+
+    def open_flexible(self, indent: int, flex_test: str | None) -> int:
+        """Open the tagged-fields section (under an `if` when only some versions are flexible);
+        returns the indent of its body."""
+        if flex_test:
+            self.emit(indent, f"if {flex_test}:")
+            return indent + 1
+        return indent
 
     def emit_message(self) -> list[str]:
         m = self.msg

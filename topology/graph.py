@@ -8,9 +8,11 @@ target is never sent back to it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from topology.model import Topology
+from topology.schema import Cluster, Link
 
 __all__ = ["Arrival", "arrivals", "explain", "to_dot", "to_mermaid"]
 
@@ -80,14 +82,22 @@ def _id(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)
 
 
+def _clusters_in(topology: Topology, dc: str) -> Iterator[tuple[str, Cluster]]:
+    return ((name, c) for name, c in topology.clusters.items() if c.datacenter == dc)
+
+
+def _wan_label(link: Link) -> str:
+    """A WAN link as both graphs label it: "WAN 40 ms", with ", 8 Mbit/s" when its bandwidth is capped."""
+    return f"WAN {link.latency} ms" + (f", {link.bandwidth * 8 / 1e6:g} Mbit/s" if link.bandwidth else "")
+
+
 def to_dot(topology: Topology) -> str:
     out = [f'digraph "{topology.name}" {{', "  rankdir=LR;", '  node [shape=box, style=rounded];']
     for dc in topology.datacenters:
         out.append(f'  subgraph cluster_{_id(dc)} {{ label="{dc}";')
-        for name, cluster in topology.clusters.items():
-            if cluster.datacenter == dc:
-                style = ', style="rounded,bold", color=darkgreen' if cluster.role == "aggregate" else ""
-                out.append(f'    c_{_id(name)} [label="{name}\\n{cluster.brokers} broker(s)"{style}];')
+        for name, cluster in _clusters_in(topology, dc):
+            style = ', style="rounded,bold", color=darkgreen' if cluster.role == "aggregate" else ""
+            out.append(f'    c_{_id(name)} [label="{name}\\n{cluster.brokers} broker(s)"{style}];')
         out.append("  }")
     for name, mirror in topology.mirrors.items():
         label = f"{name}\\n{mirror.mode}, {mirror.effective_naming}"
@@ -95,12 +105,11 @@ def to_dot(topology: Topology) -> str:
     for link in topology.links:
         a, b = link.between
         anchors = [n for n, c in topology.clusters.items() if c.datacenter in (a, b)]
-        label = f"{link.latency} ms" + (f", {link.bandwidth * 8 / 1e6:g} Mbit/s" if link.bandwidth else "")
         if len({topology.clusters[n].datacenter for n in anchors}) == 2:
             first = next(n for n in anchors if topology.clusters[n].datacenter == a)
             second = next(n for n in anchors if topology.clusters[n].datacenter == b)
             out.append(f'  c_{_id(first)} -> c_{_id(second)} [dir=none, style=dashed, color=gray, '
-                       f'label="WAN {label}", ltail=cluster_{_id(a)}, lhead=cluster_{_id(b)}];')
+                       f'label="{_wan_label(link)}", ltail=cluster_{_id(a)}, lhead=cluster_{_id(b)}];')
     out.append("}")
     return "\n".join(out) + "\n"
 
@@ -109,16 +118,14 @@ def to_mermaid(topology: Topology) -> str:
     out = ["flowchart LR"]
     for dc in topology.datacenters:
         out.append(f"  subgraph {_id(dc)}[{dc}]")
-        for name, cluster in topology.clusters.items():
-            if cluster.datacenter == dc:
-                shape = f"[[{name}]]" if cluster.role == "aggregate" else f"[{name}]"
-                out.append(f"    c_{_id(name)}{shape}")
+        for name, cluster in _clusters_in(topology, dc):
+            shape = f"[[{name}]]" if cluster.role == "aggregate" else f"[{name}]"
+            out.append(f"    c_{_id(name)}{shape}")
         out.append("  end")
     for name, mirror in topology.mirrors.items():
         label = f"{name}: {mirror.mode}, {mirror.effective_naming}"
         out.append(f"  c_{_id(mirror.source)} -->|{label}| c_{_id(mirror.target)}")
     for link in topology.links:
         a, b = link.between
-        label = f"WAN {link.latency} ms" + (f", {link.bandwidth * 8 / 1e6:g} Mbit/s" if link.bandwidth else "")
-        out.append(f"  {_id(a)} -.-|{label}| {_id(b)}")
+        out.append(f"  {_id(a)} -.-|{_wan_label(link)}| {_id(b)}")
     return "\n".join(out) + "\n"

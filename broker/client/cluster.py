@@ -26,10 +26,10 @@ error (`RequestTimeout` or `ConnectionFailed` naming the broker), never a bare T
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import trio
 
@@ -52,6 +52,7 @@ from broker.retry import Backoff
 __all__ = [
     "Backoff",
     "BrokerInfo",
+    "LEADER_MOVED",
     "Client",
     "ClientStatistics",
     "ClusterMetadata",
@@ -59,9 +60,12 @@ __all__ = [
     "PartitionMetadata",
     "TopicMetadata",
     "TopicPartition",
+    "asked_for",
     "open_client",
     "parse_bootstrap",
 ]
+
+P = TypeVar("P")
 
 # Fetch v13+ names topics only by id; Causeway's client speaks names.
 DEFAULT_VERSION_CAPS: Mapping[int, int] = {ApiKey.FETCH: 12}
@@ -70,6 +74,21 @@ DEFAULT_VERSION_CAPS: Mapping[int, int] = {ApiKey.FETCH: 12}
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
+
+
+# Errors of a produced or appended partition after which its leader may have moved.
+LEADER_MOVED: frozenset[int] = frozenset({ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION})
+
+
+def asked_for(
+    answers: Iterable[tuple[str, int, P]], asked: Container[TopicPartition]
+) -> Iterator[tuple[TopicPartition, P]]:
+    """The (topic, partition, answer) triples of a response that answer a partition in `asked`,
+    keyed by partition; an answer for a partition nobody asked about is passed over."""
+    for topic, partition, answer in answers:
+        tp = TopicPartition(topic, partition)
+        if tp in asked:
+            yield tp, answer
 
 
 class NodeNotReady(ConnectionFailed):
@@ -212,6 +231,12 @@ class Client:
     def metadata(self) -> ClusterMetadata:
         """The metadata last fetched (empty before the first refresh)."""
         return self._metadata
+
+    def note_partition_error(self, topic: str, error_code: int, leader_moved: Container[int] = LEADER_MOVED) -> None:
+        """Mark `topic`'s metadata stale when a partition's `error_code` is one of `leader_moved`
+        (its leader may be another broker now)."""
+        if error_code in leader_moved:
+            self.invalidate_metadata([topic])
 
     def invalidate_metadata(self, topics: Iterable[str] | None = None) -> None:
         """Make the next lookups fetch fresh metadata: for `topics` (after NOT_LEADER_OR_FOLLOWER

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.client.cluster import Client, TopicPartition
+from broker.client.cluster import Client, TopicPartition, asked_for
 from broker.client.connection import ConnectionFailed, RequestTimeout
 from broker.client.deadline import wire_timeout_ms
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -184,23 +184,12 @@ async def _fetch(
         if response.error_code != ErrorCode.NONE:
             fail_all(tps, KafkaError(ErrorCode(response.error_code), f"fetch from node {node_id}"))
             return
-        wanted = set(tps)
-        for topic in response.responses:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.topic, part.partition_index)
-                if tp not in wanted:
-                    continue
-                results[tp] = FetchedPartition(
-                    tp.topic,
-                    tp.partition,
-                    part.error_code,
-                    part.high_watermark,
-                    part.last_stable_offset,
-                    part.log_start_offset,
-                    part.records if part.records is not None else b"",
-                )
-                if part.error_code in _STALE_LEADER:
-                    client.invalidate_metadata([tp.topic])
+        answers = ((t.topic, p.partition_index, p) for t in response.responses for p in t.partitions)
+        for tp, part in asked_for(answers, set(tps)):
+            results[tp] = FetchedPartition(tp.topic, tp.partition, part.error_code, part.high_watermark,
+                                           part.last_stable_offset, part.log_start_offset,
+                                           part.records if part.records is not None else b"")
+            client.note_partition_error(tp.topic, part.error_code, _STALE_LEADER)
         for tp in tps:
             if tp not in results:
                 code = ErrorCode.UNKNOWN_SERVER_ERROR

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import trio
 
-from broker.client.cluster import Client, TopicPartition
+from broker.client.cluster import Client, TopicPartition, asked_for
 from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed, RequestTimeout
 from broker.client.deadline import wire_timeout_ms
 from broker.protocol.api import ApiKey
@@ -126,16 +126,11 @@ async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPar
             for tp in tps:
                 results[tp] = _failed(exc.code, exc.message or None)
             return
-        for topic in response.topics:
-            for part in topic.partitions:
-                tp = TopicPartition(topic.name, part.index)
-                if tp not in batches:
-                    continue
-                code = ErrorCode(part.error_code)
-                results[tp] = LinkAppendResult(code, part.error_message, part.log_end_offset, part.high_watermark,
-                                               part.log_start_offset)
-                if code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                    client.invalidate_metadata([tp.topic])
+        answers = ((t.name, p.index, p) for t in response.topics for p in t.partitions)
+        for tp, part in asked_for(answers, batches):
+            results[tp] = LinkAppendResult(ErrorCode(part.error_code), part.error_message, part.log_end_offset,
+                                           part.high_watermark, part.log_start_offset)
+            client.note_partition_error(tp.topic, part.error_code)
         for tp in tps:
             results.setdefault(tp, _failed(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this partition"))
 

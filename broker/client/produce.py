@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import trio
 
-from broker.client.cluster import Client, NodeNotReady, TopicPartition
+from broker.client.cluster import Client, NodeNotReady, TopicPartition, asked_for
 from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
 from broker.client.deadline import wire_timeout_ms
 from broker.clock import now_ms
@@ -140,22 +140,11 @@ async def _produce_batches(
             for tp in tps:
                 results[tp] = ProduceResult(tp.topic, tp.partition)
             return
-        for topic in response.responses:
-            for part in topic.partition_responses:
-                tp = TopicPartition(topic.name, part.index)
-                if tp not in batches:
-                    continue
-                results[tp] = ProduceResult(
-                    tp.topic,
-                    tp.partition,
-                    part.error_code,
-                    part.base_offset,
-                    part.log_append_time_ms,
-                    part.log_start_offset,
-                    part.error_message,
-                )
-                if part.error_code in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION):
-                    client.invalidate_metadata([tp.topic])
+        answers = ((t.name, p.index, p) for t in response.responses for p in t.partition_responses)
+        for tp, part in asked_for(answers, batches):
+            results[tp] = ProduceResult(tp.topic, tp.partition, part.error_code, part.base_offset,
+                                        part.log_append_time_ms, part.log_start_offset, part.error_message)
+            client.note_partition_error(tp.topic, part.error_code)
         for tp in tps:
             results.setdefault(
                 tp, ProduceResult(tp.topic, tp.partition, ErrorCode.UNKNOWN_SERVER_ERROR, error_message="no answer")

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import trio
 
-from broker.atomic_file import fsync_dir, write_atomically
+from broker.atomic_file import fsync_path, write_atomically
 from broker.controller import metadata_file
 from broker.controller.metadata_file import LOG_FILE, SNAPSHOT_FILE, Loaded, MetadataImage, Record
 from broker.controller.model import TopicInfo
@@ -194,7 +194,7 @@ class MetadataLog:
         finally:
             os.close(fd)
         if created:
-            fsync_dir(self._path.parent)  # the new file's name survives a crash too
+            fsync_path(self._path.parent)  # the new file's name survives a crash too
 
     def _cut_back(self, fd: int) -> None:
         try:

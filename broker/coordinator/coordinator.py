@@ -25,7 +25,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import trio
 
@@ -611,19 +611,25 @@ class GroupCoordinator:
             self._prepare_rebalance(group, f"member {member.member_id} joined")
         await self._maybe_complete_join(group)
         self._poke()
+        result: JoinResult = await self._wait_reply(member, reply)
+        return result
+
+    async def _wait_reply(self, member: Member, reply: Reply) -> Any:
+        """The value of the member's parked JoinGroup or SyncGroup `reply` once it is set.
+
+        Error handling: a reply set with an error raises KafkaError of it. A request cancelled
+        while it waits (its connection closed) is forgotten, and the session timer decides
+        about the member from then on.
+        """
         try:
             await reply.wait()
         finally:
-            if not reply.done and member.join is reply:
-                # The request was cancelled (connection closed): forget the pending join, and
-                # let the session timer decide about the member.
-                member.join = None
+            if not reply.done and member.forget(reply):
                 member.heartbeat_deadline = trio.current_time() + member.session_timeout_ms / 1000
                 self._poke()
         if reply.error != ErrorCode.NONE:
             raise KafkaError(reply.error)
-        result: JoinResult = reply.value
-        return result
+        return reply.value
 
     async def _rejoin_static(self, group: Group, old: Member, new_id: str, client_id: str, client_host: str,
                              session_timeout_ms: int, rebalance_timeout_ms: int,
@@ -796,16 +802,8 @@ class GroupCoordinator:
                         m.sync = None
                     m.heartbeat_deadline = deadline + m.session_timeout_ms / 1000
                 self._poke()
-        try:
-            await reply.wait()
-        finally:
-            if not reply.done and member.sync is reply:
-                member.sync = None
-                member.heartbeat_deadline = trio.current_time() + member.session_timeout_ms / 1000
-                self._poke()
-        if reply.error != ErrorCode.NONE:
-            raise KafkaError(reply.error)
-        return group.protocol_type, group.protocol_name, bytes(reply.value)
+        assignment = await self._wait_reply(member, reply)
+        return group.protocol_type, group.protocol_name, bytes(assignment)
 
     def heartbeat(self, group_id: str, generation: int, member_id: str, instance_id: str | None) -> None:
         """Heartbeat: refreshes the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""

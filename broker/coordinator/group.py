@@ -115,6 +115,16 @@ class Member:
                 return metadata
         return b""
 
+    def forget(self, reply: Reply) -> bool:
+        """Drop `reply` if it is this member's parked JoinGroup or SyncGroup; True if it was."""
+        if self.join is reply:
+            self.join = None
+            return True
+        if self.sync is reply:
+            self.sync = None
+            return True
+        return False
+
     def supports(self, protocol: str) -> bool:
         return any(name == protocol for name, _ in self.protocols)
 

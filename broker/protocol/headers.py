@@ -19,6 +19,7 @@ __all__ = [
     "decode_request_header",
     "encode_request_header",
     "encode_response_frame",
+    "start_response",
 ]
 
 _FIXED = struct.Struct(">hhi")
@@ -79,6 +80,15 @@ def encode_response_frame(
     return out
 
 
+def start_response(w: Writer, correlation_id: int, header_version: int) -> None:
+    """Write a response frame's start into an empty `w`: a size of 0 for the caller to patch
+    once the body is written, then the response header."""
+    w.int32(0)  # size, patched by the caller
+    w.int32(correlation_id)
+    if header_version >= 1:
+        w.unsigned_varint(0)  # no tagged fields
+
+
 def encode_response(correlation_id: int, header_version: int, message: Message, version: int) -> bytearray:
     """A whole response frame for `message`, encoded straight into one buffer.
 
@@ -86,10 +96,7 @@ def encode_response(correlation_id: int, header_version: int, message: Message, 
     for a fetch response that copy would be of every record returned.
     """
     w = Writer()
-    w.int32(0)  # size, patched below
-    w.int32(correlation_id)
-    if header_version >= 1:
-        w.unsigned_varint(0)  # no tagged fields
+    start_response(w, correlation_id, header_version)
     message.encode_into(w, version)
     buf = w.getvalue()
     struct.pack_into(">i", buf, 0, len(buf) - 4)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import cramjam
@@ -34,6 +34,7 @@ __all__ = [
     "DecodedRecord",
     "Record",
     "TimestampType",
+    "XERIAL_MAGIC",
     "batch_crc_ok",
     "build_batch",
     "decode_batch",
@@ -44,6 +45,7 @@ __all__ = [
     "set_max_timestamp",
     "split_batches",
     "stamp_producer",
+    "xerial_blocks",
 ]
 
 BATCH_HEADER_SIZE = 61
@@ -265,22 +267,33 @@ def compress(codec: int, data: bytes) -> bytes:
     raise KafkaError(ErrorCode.UNSUPPORTED_COMPRESSION_TYPE, f"compression codec {codec}")
 
 
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
+# The Java clients' snappy framing starts with this magic (then two version ints: 16 bytes).
+XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
 
-def _xerial_snappy(data: memoryview) -> bytes:
-    """The Java clients' snappy framing: magic, two version ints, then (size, block) pairs."""
-    out = bytearray()
+def xerial_blocks(data: memoryview, code: ErrorCode) -> Iterator[tuple[int, int]]:
+    """The (position, size) of each raw snappy block of the Java clients' xerial framing: a
+    16-byte header, then (int32 size, block) pairs. Decoding and validation both walk it.
+
+    Error handling: a size cut short, or a block that runs past the end of `data`, raises
+    KafkaError(`code`).
+    """
     pos = 16
     while pos < len(data):
         if pos + 4 > len(data):
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "truncated xerial snappy block size")
+            raise KafkaError(code, "truncated xerial snappy block size")
         (size,) = struct.unpack_from(">i", data, pos)
         pos += 4
         if size < 0 or pos + size > len(data):
-            raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "xerial snappy block runs past the end")
-        out += cramjam.snappy.decompress_raw(bytes(data[pos : pos + size]))
+            raise KafkaError(code, "xerial snappy block runs past the end of the batch")
+        yield pos, size
         pos += size
+
+
+def _xerial_snappy(data: memoryview) -> bytes:
+    out = bytearray()
+    for pos, size in xerial_blocks(data, ErrorCode.CORRUPT_MESSAGE):
+        out += cramjam.snappy.decompress_raw(bytes(data[pos : pos + size]))
     return bytes(out)
 
 
@@ -292,7 +305,7 @@ def decompress(codec: int, data: Buffer) -> bytes:
         if codec == Compression.GZIP:
             return bytes(cramjam.gzip.decompress(bytes(view)))
         if codec == Compression.SNAPPY:
-            if view[:8] == _XERIAL_MAGIC:
+            if view[:8] == XERIAL_MAGIC:
                 return _xerial_snappy(view)
             return bytes(cramjam.snappy.decompress_raw(bytes(view)))
         if codec == Compression.LZ4:

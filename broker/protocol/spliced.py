@@ -15,6 +15,7 @@ from __future__ import annotations
 import struct
 from typing import Any, Protocol
 
+from broker.protocol.headers import start_response
 from broker.protocol.primitives import Buffer, Writer
 
 __all__ = ["Splice", "SplicingWriter", "encode_response_parts"]
@@ -72,10 +73,7 @@ def encode_response_parts(correlation_id: int, header_version: int, message: Any
     replaced by its bytes; the size prefix counts the splices' lengths.
     """
     w = SplicingWriter()
-    w.int32(0)  # size, patched below
-    w.int32(correlation_id)
-    if header_version >= 1:
-        w.unsigned_varint(0)  # no tagged fields
+    start_response(w, correlation_id, header_version)
     message.encode_into(w, version)
     parts = w.finish()
     first = parts[0]

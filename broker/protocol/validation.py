@@ -33,7 +33,14 @@ import cramjam
 from isal import isal_zlib
 
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, Compression, TimestampType
+from broker.protocol.records import (
+    BATCH_HEADER_SIZE,
+    XERIAL_MAGIC,
+    BatchHeader,
+    Compression,
+    TimestampType,
+    xerial_blocks,
+)
 
 __all__ = [
     "DEFAULT_AFTER_MAX_MS",
@@ -81,7 +88,6 @@ _MIN_RECORD = 1 + _MIN_RECORD_BODY
 _CODEC_MAX_EXPANSION: dict[int, int] = {Compression.GZIP: 1032, Compression.SNAPPY: 32, Compression.LZ4: 256,
               Compression.ZSTD: MAX_DECOMPRESSED_BYTES}
 _CODEC_NAMES = "none(0), gzip(1), snappy(2), lz4(3), zstd(4)"
-_XERIAL_MAGIC = b"\x82SNAPPY\x00"
 _GZIP_ERROR = cast(type[Exception], isal_zlib.error)  # the stub types it as an instance
 _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
@@ -647,7 +653,7 @@ def _decompress(codec: int, payload: memoryview, count: int) -> tuple[Records, i
     limit = _decompressed_limit(len(payload))
     if codec == Compression.GZIP:
         return _gunzip(payload, limit)
-    if codec == Compression.SNAPPY and payload[:8] == _XERIAL_MAGIC:
+    if codec == Compression.SNAPPY and payload[:8] == XERIAL_MAGIC:
         return _xerial(payload, limit)
     hint = _size_hint(codec, payload)
     if hint is not None and hint > _CODEC_MAX_EXPANSION[codec] * len(payload) + _FIRST_BUFFER_BYTES:
@@ -765,14 +771,7 @@ def _xerial(payload: memoryview, limit: int) -> tuple[bytearray, int, int]:
     """The Java clients' snappy framing: a 16-byte header, then (int32 size, raw block) pairs."""
     blocks: list[tuple[int, int, int]] = []
     total = 0
-    at = 16
-    while at < len(payload):
-        if at + 4 > len(payload):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "truncated xerial snappy block size")
-        (size,) = struct.unpack_from(">i", payload, at)
-        at += 4
-        if size < 0 or at + size > len(payload):
-            raise KafkaError(ErrorCode.INVALID_RECORD, "xerial snappy block runs past the end of the batch")
+    for at, size in xerial_blocks(payload, ErrorCode.INVALID_RECORD):
         try:
             raw = int(cramjam.snappy.decompress_raw_len(payload[at : at + size]))
         except cramjam.DecompressionError as exc:
@@ -781,7 +780,6 @@ def _xerial(payload: memoryview, limit: int) -> tuple[bytearray, int, int]:
         total += raw
         if total > limit:
             raise KafkaError(ErrorCode.MESSAGE_TOO_LARGE, _too_large(Compression.SNAPPY, len(payload), limit))
-        at += size
     out = _buffer(total)
     view = memoryview(out)
     for at, size, start in blocks:

@@ -38,6 +38,7 @@ from contextlib import contextmanager
 
 __all__ = [
     "HANDLES",
+    "OUT_OF_FILES",
     "FileHandleCache",
     "TooManyOpenFilesError",
     "open_file_limit",
@@ -46,6 +47,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+# The errors of an open (or accept) when the process (EMFILE) or the system (ENFILE) has no
+# descriptor left.
+OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 _MIN_CAPACITY = 4
 _RESERVED = 64  # descriptors always left outside the cache (interpreter, event loop, sockets, checkpoints)
@@ -212,7 +217,7 @@ class FileHandleCache:
         try:
             fd = opener()
         except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+            if exc.errno not in OUT_OF_FILES:
                 raise
             # Out of descriptors (connections may hold the rest): give back every idle one of
             # ours and try once more before saying which limit to raise.
@@ -222,7 +227,7 @@ class FileHandleCache:
             try:
                 fd = opener()
             except OSError as again:
-                if again.errno not in (errno.EMFILE, errno.ENFILE):
+                if again.errno not in OUT_OF_FILES:
                     raise
                 raise TooManyOpenFilesError(again.errno, emfile_advice()) from again
         with self._lock:

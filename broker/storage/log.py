@@ -516,12 +516,7 @@ class Log:
         # nothing is appended, rather than a batch the producer is told failed.
         self.epochs.assign(leader_epoch, first_offset)
         self._write(buf, assigned, now_ms)
-        needs_flush = False
-        if self.unflushed_messages >= self.config.flush_messages:
-            if self._scheduler is None:
-                self.flush()
-            else:
-                needs_flush = True
+        needs_flush = self._flush_if_due()
         return AppendResult(first_offset, next_offset - 1, log_append_time, self.log_start_offset,
                             needs_flush=needs_flush)
 
@@ -691,12 +686,7 @@ class Log:
         for pos, _ in new:
             patch_partition_leader_epoch(buf, pos, leader_epoch)
         self._append_runs(buf, [(pos, read_batch_header(buf, pos)) for pos, _ in new], now_ms)
-        needs_flush = False
-        if self.unflushed_messages >= self.config.flush_messages:
-            if self._scheduler is None:
-                self.flush()
-            else:
-                needs_flush = True
+        needs_flush = self._flush_if_due()
         return AppendResult(first.base_offset, new[-1][1].last_offset, -1, self.log_start_offset,
                             needs_flush=needs_flush)
 
@@ -715,6 +705,16 @@ class Log:
         self.copy.reopen_if_cut(offset)
         self.high_watermark = min(self.high_watermark, offset)
         self.recovery_point = offset
+
+    def _flush_if_due(self) -> bool:
+        """After an append: once flush.messages are unflushed, flush now when no scheduler
+        runs the flushes, else return True for the caller (`AppendResult.needs_flush`)."""
+        if self.unflushed_messages < self.config.flush_messages:
+            return False
+        if self._scheduler is None:
+            self.flush()
+            return False
+        return True
 
     def _write(self, buf: bytes | bytearray, batches: list[tuple[int, BatchHeader]], now_ms: int) -> None:
         """Batches (at their positions in `buf`) into the active segment, and into their

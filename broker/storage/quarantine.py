@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from broker.atomic_file import fsync_dir
+from broker.atomic_file import fsync_path
 from broker.protocol.errors import KafkaError
 from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, batch_crc_ok, read_batch_header
 
@@ -241,9 +241,9 @@ def move_in(destination: Path, paths: list[Path], partition_dir: Path) -> None:
     file), then make the moves and the new directory durable."""
     for path in paths:
         os.replace(path, destination / path.name)
-    fsync_dir(destination)
-    fsync_dir(destination.parent)
-    fsync_dir(partition_dir)
+    fsync_path(destination)
+    fsync_path(destination.parent)
+    fsync_path(partition_dir)
 
 
 def _write_cut_manifest(cut: Cut) -> None:

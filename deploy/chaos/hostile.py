@@ -62,9 +62,8 @@ from broker.protocol.messages import (
     UpdateMetadataRequest,
 )
 from broker.protocol.records import DecodedRecord, Record, build_batch
-from broker.tasks import leaves
 from deploy.chaos.checker import Report
-from deploy.chaos.matrix import run_in_turn, table
+from deploy.chaos.matrix import failure_kept, run_in_turn, table
 from deploy.chaos.replication import PARTITIONS, TOPIC, ProduceLog, Seen, check_acknowledged, produce
 from deploy.chaos.workload import read_topic
 from deploy.kafka_socket import ask
@@ -526,7 +525,7 @@ async def run_scenario(scenario: HostileScenario, *, seed: int, work_dir: Path) 
     says). Every process it started has stopped when it returns."""
     result = HostileResult(scenario, seed, work_dir=work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
-    try:
+    with failure_kept(result, scenario.name, log):
         with trio.fail_after(scenario.deadline_s):
             async with trio.open_nursery() as nursery:
                 state: LaunchState = await nursery.start(run_plan, hostile_plan(), work_dir)
@@ -535,9 +534,6 @@ async def run_scenario(scenario: HostileScenario, *, seed: int, work_dir: Path) 
                 finally:
                     result.restarts = {name: p.restarts for name, p in _processes(state).items() if p.restarts}
                     nursery.cancel_scope.cancel()
-    except Exception as exc:  # reported in the result: one scenario's failure must not stop a matrix
-        log.exception("scenario %s failed", scenario.name)
-        result.error = "; ".join(f"{type(e).__name__}: {e}" for e in leaves(exc))
     return result
 
 

@@ -3,12 +3,16 @@ table `python -m deploy.chaos` prints."""
 
 from __future__ import annotations
 
+import logging
 import shutil
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol, TypeVar
 
-__all__ = ["Outcome", "run_in_turn", "table"]
+from broker.tasks import leaves
+
+__all__ = ["Outcome", "failure_kept", "failure_text", "run_in_turn", "table"]
 
 
 class Outcome(Protocol):
@@ -38,6 +42,27 @@ async def run_in_turn(scenarios: Sequence[S], run: Callable[[S, int, Path], Awai
         if on_result is not None:
             on_result(result)
     return results
+
+
+def failure_text(exc: BaseException) -> str:
+    """A failed scenario's error for its result: each leaf exception (trio's groups unwrapped) as
+    `Type: message`, joined by "; "."""
+    return "; ".join(f"{type(e).__name__}: {e}" for e in leaves(exc))
+
+
+class Failable(Protocol):
+    error: str | None
+
+
+@contextmanager
+def failure_kept(result: Failable, name: str, log: logging.Logger) -> Iterator[None]:
+    """Run a scenario's body: an exception it raises is logged to `log` and kept in
+    `result.error`, not raised, as one scenario's failure must not stop a matrix."""
+    try:
+        yield
+    except Exception as exc:
+        log.exception("scenario %s failed", name)
+        result.error = failure_text(exc)
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

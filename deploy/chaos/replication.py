@@ -56,10 +56,9 @@ from kazoo.exceptions import KazooException, NoNodeError  # type: ignore[import-
 
 from broker.clock import now_ms
 from broker.protocol.records import Record
-from broker.tasks import leaves
 from deploy.broker_process import BrokerProcess
 from deploy.chaos.checker import Report, check
-from deploy.chaos.matrix import run_in_turn, table
+from deploy.chaos.matrix import failure_kept, run_in_turn, table
 from deploy.chaos.payload import make_record
 from deploy.zookeeper.config import Tuning
 from deploy.zookeeper.ensemble import Ensemble, run_ensemble
@@ -610,7 +609,7 @@ async def run_scenario(scenario: ReplicationScenario, *, seed: int, work_dir: Pa
     returns."""
     result = ReplicationResult(scenario, seed, work_dir=work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
-    try:
+    with failure_kept(result, scenario.name, log):
         with trio.fail_after(scenario.deadline_s):
             async with trio.open_nursery() as nursery:
                 ensemble: Ensemble = await nursery.start(partial(run_ensemble, work_dir / "zookeeper",
@@ -632,9 +631,6 @@ async def run_scenario(scenario: ReplicationScenario, *, seed: int, work_dir: Pa
                 finally:
                     await cluster.stop()
                     nursery.cancel_scope.cancel()
-    except Exception as exc:  # reported in the result: one scenario's failure must not stop a matrix
-        log.exception("scenario %s failed", scenario.name)
-        result.error = "; ".join(f"{type(e).__name__}: {e}" for e in leaves(exc))
     return result
 
 

@@ -28,10 +28,9 @@ import trio
 from broker.client import Client, ConnectionFailed, KafkaError, admin, init_idempotent_producer, open_client
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import DecodedRecord
-from broker.tasks import leaves
 from deploy.chaos.checker import Report, check
 from deploy.chaos.faults import API_TIMEOUT_S, LINK_FAULTS, Applied, Step, make_schedule, run_schedule
-from deploy.chaos.matrix import run_in_turn, table
+from deploy.chaos.matrix import failure_kept, run_in_turn, table
 from deploy.chaos.payload import read_payload
 from deploy.chaos.workload import (
     ProducerStats,
@@ -330,7 +329,7 @@ async def run_scenario(scenario: Scenario, *, seed: int, work_dir: Path) -> Scen
     schedule = make_schedule(seed, scenario.faults, scenario.steps, scenario.window_s)
     result = ScenarioResult(scenario, seed, schedule, work_dir=work_dir)
     work_dir.mkdir(parents=True, exist_ok=True)  # noqa: ASYNC240 - once, before anything starts
-    try:
+    with failure_kept(result, scenario.name, log):
         with trio.fail_after(scenario.deadline_s):
             async with trio.open_nursery() as nursery:
                 rig = Rig(scenario, work_dir, nursery)
@@ -342,9 +341,6 @@ async def run_scenario(scenario: Scenario, *, seed: int, work_dir: Path) -> Scen
                         await rig.down()
                     result.unexpected_restarts = rig.unexpected_restarts()
                     nursery.cancel_scope.cancel()
-    except Exception as exc:  # reported in the result: one scenario's failure must not stop a matrix
-        log.exception("scenario %s failed", scenario.name)
-        result.error = "; ".join(f"{type(e).__name__}: {e}" for e in leaves(exc))
     return result
 
 

@@ -21,7 +21,17 @@ import trio
 
 from broker.tasks import leaves
 
-__all__ = ["ErrorRule", "Refused", "SignalStop", "UsageError", "run", "stdout_reader_gone", "until_signalled"]
+__all__ = [
+    "ErrorRule",
+    "Refused",
+    "SignalStop",
+    "UsageError",
+    "run",
+    "say",
+    "say_on_stderr",
+    "stdout_reader_gone",
+    "until_signalled",
+]
 
 log = logging.getLogger("causeway")
 
@@ -74,6 +84,16 @@ def run(prog: str, body: Callable[[], int | None], *, bootstrap: str | None = No
         if isinstance(exc, KeyboardInterrupt):
             return 130
         raise
+
+
+def say(line: str) -> None:
+    """A line of a command's progress on stdout, flushed at once (a pipe or log sees it now)."""
+    print(line, flush=True)
+
+
+def say_on_stderr(line: str) -> None:
+    """A line of progress on stderr, flushed at once: for commands whose stdout is the result."""
+    print(line, file=sys.stderr, flush=True)
 
 
 def stdout_reader_gone() -> None:

@@ -20,13 +20,9 @@ import re
 import sys
 from functools import partial
 
-from deploy.cli.command import UsageError, run
+from deploy.cli.command import UsageError, run, say
 
 __all__ = ["register_promote"]
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def _promote(args: argparse.Namespace) -> int:
@@ -53,9 +49,9 @@ def _promote(args: argparse.Namespace) -> int:
     else:
         raise UsageError("give a TOPOLOGY and --mirror NAME, or the target's --bootstrap HOST:PORT")
     report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
-                              topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=_say))
+                              topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say))
     if report.promoted:
-        _say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
+        say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
     for topic, why in sorted(report.failed.items()):
         print(f"Error: {topic}: {why}", file=sys.stderr, flush=True)
     if report.timed_out:

@@ -17,17 +17,13 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import UsageError, run
+from deploy.cli.command import UsageError, run, say
 from deploy.cli.pipeline_common import add_spark_options, on_spark, option_flags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["register"]
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -46,8 +42,8 @@ def _export(args: argparse.Namespace) -> int:
         from pipeline.export import export_topic
 
         result = export_topic(spark, args.bootstrap, args.topic, args.to, step_records=args.step_records,
-                              min_partitions=args.min_partitions, say=_say, options=options)
-        _say(f"export {args.topic}: done: {result.exported} records in {result.steps} step(s); offsets now "
+                              min_partitions=args.min_partitions, say=say, options=options)
+        say(f"export {args.topic}: done: {result.exported} records in {result.steps} step(s); offsets now "
              + ", ".join(f"{p}:{o}" for p, o in sorted(result.offsets.items())))
         return 0
 

@@ -14,11 +14,10 @@ extra, duplicated, reordered or different (or a cluster is out of reach), 2 for 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import UsageError, run
+from deploy.cli.command import UsageError, run, say_on_stderr
 from deploy.cli.pipeline_common import add_spark_options, mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
@@ -48,9 +47,6 @@ def _audit(args: argparse.Namespace) -> int:
     spec = mirror_from_topology(args) if args.topology is not None else _from_flags(args)
     from pipeline.audit import audit, write_json, write_parquet
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)  # progress on stderr: stdout is the table
-
     options = option_flags(args.option)
 
     def checks() -> None:
@@ -64,7 +60,7 @@ def _audit(args: argparse.Namespace) -> int:
         check_mirror(spec, args.topics, options)
 
     report = on_spark(args.master, lambda spark: audit(spark, spec, topics_regex=args.topics, options=options,
-                                                       max_ranges=args.max_ranges, say=say),
+                                                       max_ranges=args.max_ranges, say=say_on_stderr),
                       verbose=args.verbose, checks=checks)
     print(f"audit of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
     if report.partitions:

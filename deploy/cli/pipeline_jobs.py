@@ -15,20 +15,15 @@ found; 2 for a bad command line.
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import UsageError, run
+from deploy.cli.command import UsageError, run, say, say_on_stderr
 from deploy.cli.pipeline_common import add_spark_options, mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["register_jobs"]
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def _copy(args: argparse.Namespace) -> int:
@@ -48,8 +43,8 @@ def _copy(args: argparse.Namespace) -> int:
         result = copy(spark, args.source, args.target, args.topic,
                       target_topic=args.target_topic, starting_offsets=args.starting_offsets,
                       ending_offsets=args.ending_offsets, allow_duplicates=args.allow_duplicates,
-                      step_records=args.step_records, say=_say, options=options)
-        _say(f"copy {args.topic} -> {result.target_topic}: done: {result.copied} records in {result.steps} step(s)")
+                      step_records=args.step_records, say=say, options=options)
+        say(f"copy {args.topic} -> {result.target_topic}: done: {result.copied} records in {result.steps} step(s)")
         return 0
 
     return on_spark(args.master, job, verbose=args.verbose, checks=checks)
@@ -81,7 +76,7 @@ def _lag(args: argparse.Namespace) -> int:
 
     def job(spark: SparkSession) -> int:
         report = lag(spark, spec, topics_regex=args.topics, window_s=args.window,
-                     say=lambda line: print(line, file=sys.stderr, flush=True))
+                     say=say_on_stderr)
         print(f"replication latency of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
         if report.partitions:
             print(report.table())

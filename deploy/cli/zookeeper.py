@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
@@ -24,24 +25,24 @@ _ERRORS: tuple[ErrorRule, ...] = (
 )
 
 
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 1 <= port <= 65533:
-        raise argparse.ArgumentTypeError(f"{text!r} must be a port from 1 to 65533")
-    return port
+def _int_between(low: int, high: int, what: str, within: str) -> Callable[[str], int]:
+    """An argparse type: a whole number from `low` to `high`; `what` names one in the error for
+    text that is not a number, `within` (formatted with low and high) the error for one out of range."""
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {what}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} must be {within.format(low=low, high=high)}")
+        return value
+
+    return convert
 
 
-def _tick(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of milliseconds") from None
-    if not 50 <= value <= 60000:
-        raise argparse.ArgumentTypeError(f"{text!r} must be from 50 to 60000 ms")
-    return value
+_port = _int_between(1, 65533, "a port number", "a port from {low} to {high}")
+_tick = _int_between(50, 60000, "a number of milliseconds", "from {low} to {high} ms")
 
 
 async def _serve(args: argparse.Namespace) -> None:

@@ -87,12 +87,7 @@ def test_committed_offsets_are_listed_and_survive_a_restart(group_broker: Broker
     fill(group_broker.bootstrap, "committed", 10)
     c = consumer(group_broker.bootstrap, "keeper", **{"enable.auto.commit": False})
     c.subscribe(["committed"])
-    got = 0
-    deadline = time.monotonic() + TIMEOUT_S
-    while got < PARTITIONS * 10 and time.monotonic() < deadline:
-        msg = c.poll(0.5)
-        if msg is not None and msg.error() is None:
-            got += 1
+    consume_up_to(c, PARTITIONS * 10, poll_s=0.5)
     c.commit(asynchronous=False)
     c.close()
 
@@ -252,6 +247,17 @@ def test_admin_alters_and_deletes_committed_offsets(group_broker: BrokerProcess)
 
 def assigned(c: Consumer) -> set[int]:
     return {tp.partition for tp in c.assignment()}
+
+
+def consume_up_to(c: Consumer, count: int, *, poll_s: float) -> int:
+    """Records `c` receives until it has `count`, or TIMEOUT_S passes: how many it got."""
+    got = 0
+    deadline = time.monotonic() + TIMEOUT_S
+    while got < count and time.monotonic() < deadline:
+        msg = c.poll(poll_s)
+        if msg is not None and msg.error() is None:
+            got += 1
+    return got
 
 
 def poll_until(members: list[Consumer], done: object, what: str) -> None:
@@ -440,11 +446,6 @@ def test_hostile_group_requests_get_kafkas_errors_and_leave_nothing_stuck(group_
     # Nothing is stuck: a real consumer takes the group over and reads everything.
     c = consumer(group_broker.bootstrap, "wired")
     c.subscribe(["wire"])
-    got = 0
-    deadline = time.monotonic() + TIMEOUT_S
-    while got < PARTITIONS * 2 and time.monotonic() < deadline:
-        msg = c.poll(0.2)
-        if msg is not None and msg.error() is None:
-            got += 1
+    got = consume_up_to(c, PARTITIONS * 2, poll_s=0.2)
     c.close()
     assert got == PARTITIONS * 2

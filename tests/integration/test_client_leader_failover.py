@@ -36,6 +36,7 @@ from broker.client import (
 )
 from broker.client.admin import NewTopic
 from broker.protocol.records import Record, build_batch, split_batches
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for
 from tests.support.zookeeper import ZooKeeperServer
@@ -58,12 +59,8 @@ MOVING = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT, Er
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    running = ZkCluster(zookeeper, tmp_path, OVERRIDES)
-    try:
-        running.start()
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES)) as running:
         yield running
-    finally:
-        running.close()
 
 
 @dataclass

@@ -19,6 +19,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import JoinGroupRequest
 from deploy.kafka_socket import ask
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
@@ -30,11 +31,8 @@ LIMIT = 4096
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    cluster = ZkCluster(zookeeper, tmp_path, OVERRIDES, ids=(1,)).start()
-    try:
-        yield cluster
-    finally:
-        cluster.close()
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES, ids=(1,))) as running:
+        yield running
 
 
 def _join(cluster: ZkCluster, metadata_bytes: int) -> int:

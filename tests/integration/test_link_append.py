@@ -40,6 +40,7 @@ from broker.protocol.messages import (
 from broker.protocol.records import Record, build_batch, read_batch_header, split_batches
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import ask, connect, exchange, read_frame_or_none, request_frame
+from tests.integration.partition_reads import read_whole_batches
 
 TIMEOUT_S = 20.0
 LINK = "dc1-to-dc2"
@@ -52,23 +53,6 @@ def batch(base: int, count: int, *, ts: int = 1_600_000_000_000, **kwargs: objec
 
 async def make_mirror_topic(client: Client, name: str, link: str = LINK) -> None:
     await admin.create_topics(client, {name: NewTopic(1, configs={MIRROR_NAME_CONFIG: link})})
-
-
-async def read_all(client: Client, tp: TopicPartition, start: int = 0) -> bytes:
-    """Every whole batch of `tp` from `start` up to its high watermark."""
-    out = bytearray()
-    position = start
-    for _ in range(100):
-        got = (await fetch(client, {tp: position}, max_wait_ms=0))[tp]
-        assert got.error == ErrorCode.NONE, got
-        data = whole_batches(got.records)
-        if not data:
-            break
-        out += data
-        position = split_batches(data)[-1][1].last_offset + 1
-        if position >= got.high_watermark:
-            break
-    return bytes(out)
 
 
 def same_but_epoch(a: bytes, b: bytes) -> bool:
@@ -107,17 +91,17 @@ async def test_round_trip_keeps_offsets_bytes_and_timestamps_and_a_retry_is_skip
         assert await supports_link_append(client)
         await make_mirror_topic(client, "copy")
         source, copy = TopicPartition("source", 0), TopicPartition("copy", 0)
-        original = await read_all(client, source)
+        original = await read_whole_batches(client, source)
         assert len(split_batches(original)) >= 3
         result = await append(client, copy, original)
         assert result.error == ErrorCode.NONE, result
         assert result.log_end_offset == result.high_watermark == 300 and result.log_start_offset == 0
-        copied = await read_all(client, copy)
+        copied = await read_whole_batches(client, copy)
         assert same_but_epoch(original, copied)
         # A retried request: every batch is already there, nothing is written twice.
         again = await append(client, copy, original)
         assert again.error == ErrorCode.NONE and again.log_end_offset == 300, again
-        assert await read_all(client, copy) == copied
+        assert await read_whole_batches(client, copy) == copied
         # Part of it again plus what follows: the present part is skipped, the rest appended.
         batches = split_batches(original)
         tail_start = batches[-1][0]
@@ -186,7 +170,7 @@ async def test_straddles_disorder_and_bad_batches_are_refused_and_write_nothing(
         bad_after[-1] ^= 0xFF
         mixed = await append(client, tp, batch(10, 2) + bytes(bad_after))
         assert mixed.error == ErrorCode.CORRUPT_MESSAGE and mixed.log_end_offset == 10, mixed
-        assert len(split_batches(await read_all(client, tp))) == 1
+        assert len(split_batches(await read_whole_batches(client, tp))) == 1
 
 
 @pytest.mark.filterwarnings("ignore:alter_configs has been deprecated")  # the legacy API, on purpose
@@ -319,7 +303,7 @@ async def _copy_state(client: Client, tp: TopicPartition) -> tuple[int, int, int
     """(log start, high watermark, records readable from the log start) of `tp`."""
     start = (await admin.list_offsets(client, {tp: -2}))[tp].offset
     end = (await admin.list_offsets(client, {tp: -1}))[tp].offset
-    data = await read_all(client, tp, start) if end > start else b""
+    data = await read_whole_batches(client, tp, start) if end > start else b""
     return start, end, sum(header.records_count for _, header in split_batches(data))
 
 

@@ -27,6 +27,7 @@ from broker.client import (
 )
 from broker.client.admin import NewTopic
 from broker.protocol.records import Record, build_batch, split_batches
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for, wait_until
 from tests.support.zookeeper import ZooKeeperServer
@@ -42,12 +43,8 @@ TIMEOUT_S = 30.0
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    running = ZkCluster(zookeeper, tmp_path, OVERRIDES)
-    try:
-        running.start()
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES)) as running:
         yield running
-    finally:
-        running.close()
 
 
 def source_batches() -> list[bytes]:

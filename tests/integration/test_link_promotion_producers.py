@@ -27,6 +27,7 @@ from broker.client import (
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.protocol.records import Record, build_batch, split_batches
 from deploy.broker_process import BrokerProcess
+from tests.integration.started_clusters import started
 from tests.integration.test_mirror_link import consume, link_config, running, wait_copied
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for, wait_until
@@ -107,12 +108,8 @@ TP = TopicPartition("copy", 0)
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    running_cluster = ZkCluster(zookeeper, tmp_path, OVERRIDES)
-    try:
-        running_cluster.start()
-        yield running_cluster
-    finally:
-        running_cluster.close()
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES)) as running:
+        yield running
 
 
 def source_batches() -> bytes:

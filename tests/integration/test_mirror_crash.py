@@ -6,44 +6,22 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import trio
-from confluent_kafka import Producer
 
 from broker.client import open_client
 from deploy.broker_process import BrokerProcess
 from mirror.formats import decode_position
 from mirror.topics import read_whole_topic
+from tests.integration.mirror_process import produce_steadily, read_status, start_mirror, status_positions
 from tests.integration.test_mirror import content, read_partition, wait_for_end_offsets
 from tests.support.polling import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 RECORDS = 6000
 
 
-
-
-def start_mirror(config: Path, log: Path, status: Path) -> subprocess.Popen[str]:
-    with log.open("a") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config),
-                                 "--status-file", str(status)], cwd=REPO, stdout=subprocess.PIPE, stderr=err, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("causeway mirror ready:")
-    return proc
-
-
-def produce_steadily(bootstrap: str, done: threading.Event) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2})
-    for i in range(RECORDS):
-        producer.produce("orders", key=b"k%d" % i, value=b"v%d" % i, partition=i % 3)
-        if i % 100 == 99:
-            producer.flush(30)  # small batches, spread over time
-    assert producer.flush(30) == 0
-    done.set()
 
 
 async def stored_positions(bootstrap: str) -> dict[int, int]:
@@ -65,7 +43,7 @@ async def test_sigkill_repeats_only_what_followed_the_last_checkpoint(east: Brok
         "target": {"alias": "west", "bootstrap": west.bootstrap},
         "refresh.topics.interval.seconds": 0.2, "offset.flush.interval.ms": 300}))
     done = threading.Event()
-    producer = threading.Thread(target=produce_steadily, args=(east.bootstrap, done))
+    producer = threading.Thread(target=produce_steadily, args=(east.bootstrap, done, RECORDS))
     producer.start()
     try:
         status = tmp_path / "status.json"
@@ -83,12 +61,8 @@ async def test_sigkill_repeats_only_what_followed_the_last_checkpoint(east: Brok
         await wait_for(done.is_set, what="the producer to finish", timeout_s=120)
 
         def caught_up() -> bool:
-            try:
-                report = json.loads(status.read_text())
-            except (OSError, ValueError):
-                return False
-            positions = {(q["topic"], q["partition"]): q["position"] for q in report["partitions"]}
-            return positions == {("orders", q): RECORDS // 3 for q in range(3)}
+            report = read_status(status)
+            return report is not None and status_positions(report) == {("orders", q): RECORDS // 3 for q in range(3)}
 
         await wait_for(caught_up, what="the restarted mirror to catch up", timeout_s=120)
         mirror.send_signal(signal.SIGTERM)

@@ -10,8 +10,6 @@ by librdkafka at both ends.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -21,7 +19,7 @@ import trio
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
-from broker.client import MIRROR_NAME_CONFIG, Client, TopicPartition, admin, fetch, open_client, whole_batches
+from broker.client import MIRROR_NAME_CONFIG, Client, TopicPartition, admin, open_client
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.client.groups import CommittedOffset, commit_offsets, fetch_offsets
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -29,8 +27,8 @@ from broker.protocol.records import split_batches
 from deploy.broker_process import BrokerProcess
 from deploy.launcher.launch import free_port
 from mirror.config import MirrorConfig, mirror_config_from_data
-from mirror.driver import run_mirror
-from mirror.runtime import Mirror
+from tests.integration.partition_reads import read_whole_batches
+from tests.integration.test_mirror import running
 from tests.support.polling import wait_for
 
 DEADLINE_S = 60.0
@@ -48,17 +46,6 @@ def link_config(east: BrokerProcess, west: BrokerProcess, **extra: object) -> Mi
         "sync.group.offsets.interval.seconds": 0.2,
         **extra,
     })
-
-
-@asynccontextmanager
-async def running(config: MirrorConfig, status_file: Path | None = None) -> AsyncIterator[Mirror]:
-    async with trio.open_nursery() as nursery:
-        mirror: Mirror = await nursery.start(lambda task_status: run_mirror(config, status_file=status_file,
-                                                                            task_status=task_status))
-        try:
-            yield mirror
-        finally:
-            mirror.stop()
 
 
 def produce(bootstrap: str, topic: str, count: int, *, start: int = 0, partitions: int = 3,
@@ -109,19 +96,7 @@ def consume(bootstrap: str, topic: str, partitions: int) -> list[tuple[Any, ...]
 async def raw_batches(client: Client, tp: TopicPartition) -> bytes:
     """The partition's whole batches from its log start to its high watermark, as fetched."""
     start = (await admin.list_offsets(client, {tp: EARLIEST}))[tp].offset
-    out = bytearray()
-    position = start
-    for _ in range(10_000):
-        got = (await fetch(client, {tp: position}, max_wait_ms=0))[tp]
-        assert got.error == ErrorCode.NONE, got
-        data = whole_batches(got.records)
-        if not data:
-            break
-        out += data
-        position = split_batches(data)[-1][1].last_offset + 1
-        if position >= got.high_watermark:
-            break
-    return bytes(out)
+    return await read_whole_batches(client, tp, start)
 
 
 def without_epochs(data: bytes) -> list[bytes]:

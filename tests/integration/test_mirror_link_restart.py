@@ -7,14 +7,11 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 from functools import partial
 from pathlib import Path
 
 import trio
-from confluent_kafka import Producer
 
 from broker.client import Client, admin, open_client, produce
 from broker.client.admin import NewTopic
@@ -23,22 +20,16 @@ from broker.protocol.records import Record, build_batch
 from deploy.broker_process import BrokerProcess
 from mirror.driver import run_mirror
 from mirror.runtime import Mirror
+from tests.integration.mirror_process import produce_steadily, read_status, start_mirror, status_positions
 from tests.integration.test_mirror_link import NAME, assert_same_copy, ends_of, link_config, running, wait_copied
 from tests.support.polling import wait_for
 
-REPO = Path(__file__).resolve().parents[2]
 RECORDS = 6000
 
 
-def produce_steadily(bootstrap: str, done: threading.Event) -> None:
-    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 2})
-    for i in range(RECORDS):
-        producer.produce("orders", key=b"k%d" % i, value=b"v%d" % i, partition=i % 3,
-                         headers=[("seq", str(i).encode())])
-        if i % 100 == 99:
-            producer.flush(30)  # small batches, spread over time
-    assert producer.flush(30) == 0
-    done.set()
+def produce_with_seq(bootstrap: str, done: threading.Event) -> None:
+    """RECORDS records, steadily, each with its sequence number in a "seq" header."""
+    produce_steadily(bootstrap, done, RECORDS, seq_headers=True)
 
 
 async def copied_at_least(west: BrokerProcess, count: int) -> bool:
@@ -52,7 +43,7 @@ async def copied_at_least(west: BrokerProcess, count: int) -> bool:
 async def test_stop_start_and_cancel_resume_without_repeat_or_gap(east: BrokerProcess, west: BrokerProcess) -> None:
     config = link_config(east, west)
     done = threading.Event()
-    producer = threading.Thread(target=produce_steadily, args=(east.bootstrap, done))
+    producer = threading.Thread(target=produce_with_seq, args=(east.bootstrap, done))
     producer.start()
     try:
         for round_ in range(4):
@@ -78,7 +69,7 @@ async def test_stop_start_and_cancel_resume_without_repeat_or_gap(east: BrokerPr
 
 async def test_restart_in_process_starts_each_partition_at_the_target_end(east: BrokerProcess,
                                                                          west: BrokerProcess) -> None:
-    await trio.to_thread.run_sync(lambda: produce_steadily(east.bootstrap, threading.Event()))
+    await trio.to_thread.run_sync(lambda: produce_with_seq(east.bootstrap, threading.Event()))
     config = link_config(east, west)
     async with running(config):
         await wait_copied(east, west, "orders", 3)
@@ -95,15 +86,6 @@ async def test_restart_in_process_starts_each_partition_at_the_target_end(east: 
     assert records == 0, "a restart with nothing new copied something again"
 
 
-def start_mirror(config: Path, log: Path, status: Path) -> subprocess.Popen[str]:
-    with log.open("a") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config),
-                                 "--status-file", str(status)], cwd=REPO, stdout=subprocess.PIPE, stderr=err, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("causeway mirror ready:")
-    return proc
-
-
 async def test_sigkill_of_a_mirror_process_loses_and_repeats_nothing(east: BrokerProcess, west: BrokerProcess,
                                                                      tmp_path: Path) -> None:
     config = tmp_path / "mirror.yaml"
@@ -113,7 +95,7 @@ async def test_sigkill_of_a_mirror_process_loses_and_repeats_nothing(east: Broke
         "target": {"alias": "west", "bootstrap": west.bootstrap},
         "refresh.topics.interval.seconds": 0.2}))
     done = threading.Event()
-    producer = threading.Thread(target=produce_steadily, args=(east.bootstrap, done))
+    producer = threading.Thread(target=produce_with_seq, args=(east.bootstrap, done))
     producer.start()
     status = tmp_path / "status.json"
     log = tmp_path / "mirror.log"
@@ -126,12 +108,9 @@ async def test_sigkill_of_a_mirror_process_loses_and_repeats_nothing(east: Broke
         await wait_for(done.is_set, what="the producer to finish", timeout_s=120)
 
         def caught_up() -> bool:
-            try:
-                report = json.loads(status.read_text())
-            except (OSError, ValueError):
-                return False
-            positions = {(q["topic"], q["partition"]): q["position"] for q in report["partitions"]}
-            return report["mode"] == "link" and positions == {("orders", q): RECORDS // 3 for q in range(3)}
+            report = read_status(status)
+            return (report is not None and report["mode"] == "link"
+                    and status_positions(report) == {("orders", q): RECORDS // 3 for q in range(3)})
 
         await wait_for(caught_up, what="the restarted mirror to catch up", timeout_s=120)
         mirror.send_signal(signal.SIGTERM)

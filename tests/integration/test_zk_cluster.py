@@ -27,6 +27,7 @@ from broker.controller.zk.znodes import topic_id_from_string
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import AlterPartitionRequest, LeaderAndIsrRequest, UpdateMetadataRequest
 from deploy.broker_process import BrokerProcess
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
@@ -45,12 +46,8 @@ class Cluster(ZkCluster):
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[Cluster]:
-    running = Cluster(zookeeper, tmp_path)
-    try:
-        running.start()
+    with started(Cluster(zookeeper, tmp_path)) as running:
         yield running
-    finally:
-        running.close()
 
 
 def _create_topic(bootstrap: str, name: str, partitions: int, replication: int) -> None:

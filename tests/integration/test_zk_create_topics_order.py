@@ -21,6 +21,7 @@ from broker.protocol.messages import (
     MetadataResponse,
 )
 from deploy.kafka_socket import ask
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
@@ -33,14 +34,10 @@ OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    started = ZkCluster(zookeeper, tmp_path, OVERRIDES)
-    try:
-        started.start()
-        wait_until(lambda: started.zk.exists("/brokers/topics/__consumer_offsets/partitions/0/state") is not None,
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES)) as running:
+        wait_until(lambda: running.zk.exists("/brokers/topics/__consumer_offsets/partitions/0/state") is not None,
                    what="__consumer_offsets created", timeout_s=60)
-        yield started
-    finally:
-        started.close()
+        yield running
 
 
 def created(cluster: ZkCluster, names: list[str]) -> list[str]:

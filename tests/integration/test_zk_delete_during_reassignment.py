@@ -21,6 +21,7 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -30,6 +31,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import ListPartitionReassignmentsRequest
 from deploy.broker_process import BrokerProcess
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_until
 from tests.support.reassignment import alter_reassignment as _alter
@@ -42,14 +44,13 @@ OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    cluster = ZkCluster(zookeeper, tmp_path, OVERRIDES).start()
-    try:
-        yield cluster
-    finally:
-        for process in cluster.brokers.values():
-            if process.proc is not None:
-                os.kill(process.proc.pid, signal.SIGCONT)  # a failed test may leave one frozen
-        cluster.close()
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES)) as running:
+        try:
+            yield running
+        finally:
+            for process in running.brokers.values():
+                if process.proc is not None:
+                    os.kill(process.proc.pid, signal.SIGCONT)  # a failed test may leave one frozen
 
 
 def _listed(process: BrokerProcess) -> dict[tuple[str, int], tuple[list[int], list[int], list[int]]]:
@@ -88,17 +89,33 @@ def _znodes_left(cluster: ZkCluster, topic: str) -> list[str]:
     return left
 
 
-def test_deletion_waits_for_the_reassignment_and_runs_once_it_is_cancelled(cluster: ZkCluster) -> None:
+def _on_the_controller_and_one_more(cluster: ZkCluster, topic: str) -> tuple[int, int, int, int]:
+    """`topic` created with records on the controller and one more broker: (the controller, its
+    epoch, that broker, the third broker)."""
     c, epoch = cluster.controller()
-    kept, frozen = sorted({1, 2, 3} - {c})
-    controller = cluster.brokers[c]
-    _create(cluster, "moving", [c, kept])
-    _produce(cluster, "moving")
-    target = cluster.brokers[frozen]
-    assert target.proc is not None
+    kept, third = sorted({1, 2, 3} - {c})
+    _create(cluster, topic, [c, kept])
+    _produce(cluster, topic)
+    return c, epoch, kept, third
 
-    os.kill(target.proc.pid, signal.SIGSTOP)
+
+@contextmanager
+def _frozen(process: BrokerProcess) -> Iterator[None]:
+    """`process` stopped (SIGSTOP) for the block: alive and connected, answering nothing."""
+    assert process.proc is not None
+    os.kill(process.proc.pid, signal.SIGSTOP)
     try:
+        yield
+    finally:
+        os.kill(process.proc.pid, signal.SIGCONT)
+
+
+def test_deletion_waits_for_the_reassignment_and_runs_once_it_is_cancelled(cluster: ZkCluster) -> None:
+    c, epoch, kept, frozen = _on_the_controller_and_one_more(cluster, "moving")
+    controller = cluster.brokers[c]
+    target = cluster.brokers[frozen]
+
+    with _frozen(target):
         assert _alter(controller, "moving", [kept, frozen]) == ErrorCode.NONE
         # kafka-topics --delete; its answer comes once the broker stops waiting for the deletion.
         admin = AdminClient({"bootstrap.servers": controller.bootstrap})
@@ -120,8 +137,6 @@ def test_deletion_waits_for_the_reassignment_and_runs_once_it_is_cancelled(clust
         wait_until(lambda: not _dirs(controller, "moving") and not _dirs(cluster.brokers[kept], "moving"),
                    what="the original replicas of moving deleted", timeout_s=30)
         assert cluster.zk.exists("/admin/delete_topics/moving") is not None
-    finally:
-        os.kill(target.proc.pid, signal.SIGCONT)
 
     wait_until(lambda: not _znodes_left(cluster, "moving"), what="the znodes of moving deleted", timeout_s=30)
     wait_until(lambda: not any(_dirs(b, "moving") for b in cluster.brokers.values()),
@@ -137,16 +152,11 @@ def test_deletion_waits_for_the_reassignment_and_runs_once_it_is_cancelled(clust
 
 
 def test_a_new_controller_resumes_the_move_then_the_deletion(cluster: ZkCluster) -> None:
-    c, epoch = cluster.controller()
-    kept, frozen = sorted({1, 2, 3} - {c})
+    c, epoch, kept, frozen = _on_the_controller_and_one_more(cluster, "handed")
     old = cluster.brokers[c]
-    _create(cluster, "handed", [c, kept])
-    _produce(cluster, "handed")
     target = cluster.brokers[frozen]
-    assert target.proc is not None
 
-    os.kill(target.proc.pid, signal.SIGSTOP)
-    try:
+    with _frozen(target):
         # kafka-reassign-partitions --zookeeper and kafka-topics --zookeeper --delete, as znodes.
         cluster.zk.create("/admin/reassign_partitions", json.dumps({"version": 1, "partitions": [
             {"topic": "handed", "partition": 0, "replicas": [kept, frozen]}]}).encode(), makepath=True)
@@ -166,8 +176,6 @@ def test_a_new_controller_resumes_the_move_then_the_deletion(cluster: ZkCluster)
         assert _listed(new) == {("handed", 0): ([kept, frozen, c], [frozen], [c])}
         assert cluster.zk.exists("/admin/delete_topics/handed") is not None
         assert _dirs(new, "handed") == ["handed-0"]
-    finally:
-        os.kill(target.proc.pid, signal.SIGCONT)
 
     # The target catches up: the move completes, then the deletion runs; the removed replica's
     # broker is down, so the deletion waits for it (as for any replica on a broker that is down).

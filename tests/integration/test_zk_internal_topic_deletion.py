@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.consume import committed
 from tests.support.polling import wait_until
@@ -29,11 +30,8 @@ OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=
 
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
-    running = ZkCluster(zookeeper, tmp_path, OVERRIDES).start()
-    try:
+    with started(ZkCluster(zookeeper, tmp_path, OVERRIDES)) as running:
         yield running
-    finally:
-        running.close()
 
 
 def _commit(bootstrap: str, group: str, topic: str, offset: int) -> None:

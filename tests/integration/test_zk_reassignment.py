@@ -105,6 +105,14 @@ def _create(cluster: Cluster, topic: str) -> None:
                what=f"{topic} led by its preferred replicas", timeout_s=30)
 
 
+def _create_one(cluster: Cluster, topic: str, replicas: list[int]) -> None:
+    """`topic` with one partition on `replicas`, once the controller has written its state."""
+    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
+    admin.create_topics([NewTopic(topic, 1, replica_assignment=[replicas])])[topic].result(timeout=60)
+    wait_until(lambda: cluster.zk.exists(f"/brokers/topics/{topic}/partitions/0/state") is not None,
+               what=f"{topic}-0 created", timeout_s=30)
+
+
 def test_kafka_leader_election_moves_leaders_back_to_the_preferred_replicas(cluster: Cluster) -> None:
     _create(cluster, "moved")
     # Broker 1's SIGTERM moves its leadership of moved-0 away (controlled shutdown); back, it is
@@ -206,10 +214,7 @@ def _produce(bootstrap: str, topic: str, prefix: str, acked: list[bytes], *, cou
 
 
 def test_kafka_reassign_partitions_moves_a_replica_with_its_data(cluster: Cluster, tmp_path: Path) -> None:
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
-    admin.create_topics([NewTopic("shift", 1, replica_assignment=[[1, 2]])])["shift"].result(timeout=60)
-    wait_until(lambda: cluster.zk.exists("/brokers/topics/shift/partitions/0/state") is not None,
-               what="shift-0 created", timeout_s=30)
+    _create_one(cluster, "shift", [1, 2])
     acked: list[bytes] = []
     _produce(cluster.bootstrap(), "shift", "before", acked, count=500)
 
@@ -292,10 +297,7 @@ def _alter_code(process: BrokerProcess, topic: str, replicas: list[int] | None) 
 def test_reassignment_refused_listed_cancelled_and_through_the_legacy_znode(cluster: Cluster) -> None:
     c = cluster.controller()
     kept, frozen = sorted({1, 2, 3} - {c})
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
-    admin.create_topics([NewTopic("held", 1, replica_assignment=[[c, kept]])])["held"].result(timeout=60)
-    wait_until(lambda: cluster.zk.exists("/brokers/topics/held/partitions/0/state") is not None,
-               what="held-0 created", timeout_s=30)
+    _create_one(cluster, "held", [c, kept])
     controller = cluster.brokers[c]
 
     # Only the controller serves it; Kafka's checks, Kafka's errors.
@@ -346,10 +348,7 @@ def test_reassignment_refused_listed_cancelled_and_through_the_legacy_znode(clus
 def test_a_new_controller_resumes_a_reassignment_from_the_topic_znode(cluster: Cluster) -> None:
     c = cluster.controller()
     kept, frozen = sorted({1, 2, 3} - {c})
-    admin = AdminClient({"bootstrap.servers": cluster.bootstrap()})
-    admin.create_topics([NewTopic("resumed", 1, replica_assignment=[[c, kept]])])["resumed"].result(timeout=60)
-    wait_until(lambda: cluster.zk.exists("/brokers/topics/resumed/partitions/0/state") is not None,
-               what="resumed-0 created", timeout_s=30)
+    _create_one(cluster, "resumed", [c, kept])
     acked: list[bytes] = []
     _produce(cluster.bootstrap(), "resumed", "r", acked, count=300)
 

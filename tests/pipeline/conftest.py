@@ -1,4 +1,5 @@
-"""One local SparkSession and one broker process for every pipeline test.
+"""One local SparkSession and one broker process for every pipeline test, and a target broker
+for each module that asks for one.
 
 Spark's start-up (a JVM, then Python workers) costs seconds, so the session is made once per
 test session and shared; tests keep apart by topic names. The broker runs its log cleaner
@@ -32,6 +33,14 @@ def pipeline_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Broker
     if process.proc is not None:
         code = process.stop()
         assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture(scope="module")
+def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """A second broker, the target of the copy, audit and lag jobs: one for each test module."""
+    process = pipeline_broker_process(tmp_path_factory.mktemp("target") / "broker")
+    yield process
+    assert process.stop() == 0, process.log_tail()
 
 
 @pytest.fixture

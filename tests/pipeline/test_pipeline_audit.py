@@ -13,7 +13,6 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +21,18 @@ import pytest
 import trio
 from pyspark.sql import SparkSession
 
-from broker.client import TopicPartition, admin, open_client
+from broker.client import TopicPartition, open_client
 from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from tests.integration.test_mirror import wait_for_end_offsets
-from tests.pipeline.brokers import pipeline_broker_process
+from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import create_topic, produce
 
 pytestmark = pytest.mark.compat
 
 REPO = Path(__file__).resolve().parents[2]
 BASE_TS = 1_700_000_000_000
-
-
-@pytest.fixture(scope="module")
-def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = pipeline_broker_process(tmp_path_factory.mktemp("audit-target") / "broker")
-    yield process
-    assert process.stop() == 0, process.log_tail()
 
 
 def records(partition: int, n: int) -> list[dict[str, object]]:
@@ -63,15 +55,6 @@ def run_audit(*argv: str, json_file: Path) -> tuple[int, dict[str, Any]]:
 
 def partitions_of(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {p["partition"]: p for p in report["partitions"]}
-
-
-def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
-    async def go() -> None:
-        async with open_client(bootstrap) as client:
-            with trio.fail_after(30):
-                await admin.delete_records(client, {TopicPartition(topic, partition): offset})
-
-    trio.run(go)
 
 
 def test_mm2_copy_clean_then_loss_duplicate_reorder_and_corruption_named(

@@ -12,7 +12,7 @@ from __future__ import annotations
 import shlex
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +23,6 @@ from deploy.broker_process import BrokerProcess
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from pipeline.export import LOCK_FILE, export_topic
 from pipeline.options import PipelineError
-from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.cli import causeway_pipeline
 from tests.pipeline.clients import create_topic, produce
 
@@ -55,13 +54,6 @@ def refused_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-@pytest.fixture(scope="module")
-def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = pipeline_broker_process(tmp_path_factory.mktemp("cli-errors-target") / "broker")
-    yield process
-    assert process.stop() == 0, process.log_tail()
 
 
 @pytest.fixture(scope="module")

@@ -15,20 +15,13 @@ import pytest
 import trio
 from pyspark.sql import SparkSession
 
-from broker.client import TopicPartition, admin, open_client
+from broker.client import admin, open_client
 from deploy.broker_process import BrokerProcess
 from deploy.cli import main
-from tests.pipeline.brokers import pipeline_broker_process
+from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
 
 BASE_TS = 1_700_000_000_000
-
-
-@pytest.fixture(scope="module")
-def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = pipeline_broker_process(tmp_path_factory.mktemp("copy-target") / "broker")
-    yield process
-    assert process.stop() == 0, process.log_tail()
 
 
 def records(partition: int, first: int, n: int) -> list[dict[str, object]]:
@@ -179,12 +172,7 @@ def test_a_range_the_source_no_longer_holds_fails_or_is_reported_and_skipped(
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, records(0, 0, 30))
 
-    async def delete_below(offset: int) -> None:
-        async with open_client(bootstrap) as client:
-            with trio.fail_after(30):
-                await admin.delete_records(client, {TopicPartition(topic, 0): offset})
-
-    trio.run(delete_below, 10)
+    delete_before(bootstrap, topic, 0, 10)
     argv = ["pipeline", "copy", "--from", bootstrap, "--to", target, "--topic", topic,
             "--starting-offsets", json.dumps({topic: {"0": 0}})]
     assert main(argv) == 1

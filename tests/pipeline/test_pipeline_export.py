@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pyarrow.dataset as ds
 import pytest
-import trio
 from pyspark.sql import SparkSession
 
 import pipeline.export as export
-from broker.client import TopicPartition, admin, open_client
 from deploy.cli import main
 from pipeline.export import OFFSETS_FILE, export_topic
+from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import consume_all, create_topic, produce
 
 pytestmark = pytest.mark.compat
@@ -149,12 +148,3 @@ def test_offsets_the_log_no_longer_holds_fail_or_are_reported_and_skipped(
     now = [(r.partition, r.offset, r.value) for r in consume_all(bootstrap, topic, [0, 1]) if r.offset >= 30]
     assert [o for p, o, _ in now if p == 0] == list(range(40, 50))
     assert exported(out) == sorted(first + now)
-
-
-def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
-    async def go() -> None:
-        async with open_client(bootstrap) as client:
-            with trio.fail_after(30):
-                await admin.delete_records(client, {TopicPartition(topic, partition): offset})
-
-    trio.run(go)

@@ -18,7 +18,6 @@ import json
 import re
 import signal
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow.dataset as ds
@@ -29,20 +28,12 @@ from pyspark.sql import SparkSession
 from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from pipeline.export import OFFSETS_FILE, export_topic
-from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.cli import causeway_pipeline
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
 
 pytestmark = pytest.mark.compat
 
 BASE_TS = 1_767_308_400_000  # 2026-01-01 23:00 UTC
-
-
-@pytest.fixture(scope="module")
-def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = pipeline_broker_process(tmp_path_factory.mktemp("killed-target") / "broker")
-    yield process
-    assert process.stop() == 0, process.log_tail()
 
 
 def killed_at(point: str, *argv: str) -> subprocess.CompletedProcess[str]:

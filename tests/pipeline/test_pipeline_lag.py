@@ -11,7 +11,6 @@ import json
 import math
 import time
 import xml.etree.ElementTree as ET
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,17 +22,9 @@ from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRec
 from mirror.formats import Heartbeat
 from pipeline.audit import MirrorSpec
 from pipeline.lag import lag
-from tests.pipeline.brokers import pipeline_broker_process
 from tests.pipeline.clients import consume_all, create_topic, produce
 
 APPEND = {"message.timestamp.type": "LogAppendTime"}
-
-
-@pytest.fixture(scope="module")
-def target_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = pipeline_broker_process(tmp_path_factory.mktemp("lag-target") / "broker")
-    yield process
-    assert process.stop() == 0, process.log_tail()
 
 
 def percentile(values: list[int], q: float) -> float:

@@ -8,16 +8,15 @@ import socket
 from pathlib import Path
 
 import pytest
-import trio
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 
-from broker.client import TopicPartition, admin, open_client
 from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from pipeline.fetching import read_range
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.planning import OffsetRange
+from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce, spark_records
 from tests.support.polling import wait_until
 
@@ -156,12 +155,7 @@ def test_offsets_outside_the_log_follow_fail_on_data_loss(spark: SparkSession, b
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [{"partition": 0, "value": b"%d" % i} for i in range(30)])
 
-    async def delete_below(offset: int) -> None:
-        async with open_client(bootstrap) as client:
-            with trio.fail_after(30):
-                await admin.delete_records(client, {TopicPartition(topic, 0): offset})
-
-    trio.run(delete_below, 10)
+    delete_before(bootstrap, topic, 0, 10)
     from_zero = json.dumps({topic: {"0": 0}})
     message = error_of(lambda: read(spark, bootstrap, subscribe=topic, startingOffsets=from_zero).collect())
     assert f"{topic}-0: starting offset 0 is before the log start offset 10" in message
@@ -182,12 +176,7 @@ def test_a_range_whose_start_was_deleted_after_planning(bootstrap: str) -> None:
     create_topic(bootstrap, topic, 1)
     produce(bootstrap, topic, [{"partition": 0, "value": b"%d" % i} for i in range(30)])
 
-    async def delete_below(offset: int) -> None:
-        async with open_client(bootstrap) as client:
-            with trio.fail_after(30):
-                await admin.delete_records(client, {TopicPartition(topic, 0): offset})
-
-    trio.run(delete_below, 10)
+    delete_before(bootstrap, topic, 0, 10)
     strict = parse_read_options({"kafka.bootstrap.servers": bootstrap, "subscribe": topic})
     with pytest.raises(PipelineError, match=r"read-loss-late-0: offsets \[0, 10\) are no longer in the log"):
         list(read_range(OffsetRange(topic, 0, 0, 30), strict))

@@ -10,14 +10,13 @@ import threading
 from pathlib import Path
 
 import pytest
-import trio
 from confluent_kafka.admin import AdminClient, NewPartitions
 from pyspark.errors import PySparkException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from broker.client import TopicPartition, admin, open_client
 from pipeline.streaming import CausewayStreamReader, StreamPartition, parse_stream_options, rate_limit
+from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce, spark_records
 from tests.support.polling import wait_until
 
@@ -172,12 +171,7 @@ def test_offsets_deleted_past_the_checkpoint_fail_the_query_or_are_skipped(
     assert [r.offset for r in first.records] == list(range(30))
     produce(bootstrap, "stream-loss", rows(30, 1, first=30))
 
-    async def delete_below(offset: int) -> None:
-        async with open_client(bootstrap) as client:
-            with trio.fail_after(30):
-                await admin.delete_records(client, {TopicPartition("stream-loss", 0): offset})
-
-    trio.run(delete_below, 45)
+    delete_before(bootstrap, "stream-loss", 0, 45)
     query = (stream(spark, bootstrap, subscribe="stream-loss").writeStream.foreachBatch(Batches())
              .option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start())
     try:

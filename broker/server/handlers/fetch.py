@@ -80,6 +80,7 @@ from broker.server.fetch_sessions import (
 from broker.server.handlers.base import ApiHandler
 from broker.storage import ReadResult
 from broker.storage.file_slice import FileSlice
+from broker.storage.handles import OUT_OF_FILES
 
 PartitionData = FetchResponse.PartitionData
 # The partition hosted under a name and index now (raises KafkaError when there is none).
@@ -92,7 +93,6 @@ _limited = limiter(log)
 rotation: Callable[[int], int] = random.randrange
 # A slice's segment went between the read and the slice: read again.
 _VANISHED = frozenset({errno.ENOENT, errno.EBADF})
-_OUT_OF_FILES = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 class Wanted:
@@ -252,7 +252,7 @@ def _cut_slices(wanted: list[Wanted], reads: list[ReadResult | None], slices: li
             continue
         except OSError as exc:
             w.read_error = _read_failed(w, exc, lookup)
-            if exc.errno in _OUT_OF_FILES:
+            if exc.errno in OUT_OF_FILES:
                 return  # the rest would fail alike: answered without records, fetched again
             continue
         if piece is not None:

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from broker.client import ClientError, ErrorCode, KafkaError
-from deploy.cli.command import Refused, UsageError, run, until_signalled
+from deploy.cli.command import Refused, UsageError, run, say, say_on_stderr, until_signalled
 
 
 def _raises(exc: BaseException) -> object:
@@ -70,3 +70,9 @@ def test_a_service_that_stops_itself_is_asked_to() -> None:
         return events
 
     assert trio.run(main) == ["stopped cleanly"]
+
+
+def test_say_writes_a_line_to_stdout_and_say_on_stderr_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
+    say("progress")
+    say_on_stderr("aside")
+    assert capsys.readouterr() == ("progress\n", "aside\n")

@@ -1,38 +1,17 @@
 from __future__ import annotations
 
 import argparse
-import textwrap
 from pathlib import Path
 
 import pytest
 
 from deploy.cli import topology as topology_cli
+from tests.unit.topology.files import GOOD, problems, write
 from topology import TopologyError, load_topology
 from topology.graph import arrivals, explain, to_dot, to_mermaid
 from topology.units import parse_bandwidth, parse_duration_ms
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "examples").glob("*.yaml"))
-
-GOOD = """\
-name: t
-datacenters:
-  east: {}
-  west: {}
-clusters:
-  east: {datacenter: east, topics: {orders: 3}}
-  west: {datacenter: west}
-links:
-  - between: [east, west]
-    latency: 40ms
-mirrors:
-  e2w: {source: east, target: west}
-"""
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "topo.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=[p.name for p in EXAMPLES])
@@ -89,11 +68,8 @@ BROKEN = [
 @pytest.mark.parametrize(("what", "text", "where", "message"), BROKEN, ids=[b[0] for b in BROKEN])
 def test_broken_files_are_named_by_line_and_key(tmp_path: Path, what: str, text: str, where: str,
                                                 message: str) -> None:
-    path = write(tmp_path, text)
-    with pytest.raises(TopologyError) as exc:
-        load_topology(path)
-    rendered = [str(p) for p in exc.value.problems]
-    assert any(r.startswith(f"{path}:{where}") and message in r for r in rendered), rendered
+    rendered = problems(tmp_path, text)
+    assert any(r.startswith(where) and message in r for r in rendered), rendered
 
 
 def test_all_problems_are_reported_not_just_the_first(tmp_path: Path) -> None:

@@ -4,45 +4,18 @@ what the launcher writes into the mirror's config, and what `status` reads back.
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
-
-import pytest
 
 from deploy.launcher.from_topology import plan_from_file
 from deploy.launcher.state_file import parse_state
-from topology import TopologyError, load_topology
+from tests.unit.topology.files import GOOD, problems, write
+from topology import load_topology
 from topology.graph import arrivals, explain
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "dr-link.yaml"
 
-LINK = """\
-name: t
-datacenters:
-  east: {}
-  west: {}
-clusters:
-  east: {datacenter: east, topics: {orders: 3}}
-  west: {datacenter: west}
-links:
-  - between: [east, west]
-    latency: 40ms
-mirrors:
-  e2w: {source: east, target: west, mode: link}
-"""
-
-
-def write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "topo.yaml"
-    path.write_text(textwrap.dedent(text))
-    return path
-
-
-def problems(tmp_path: Path, text: str) -> list[str]:
-    path = write(tmp_path, text)
-    with pytest.raises(TopologyError) as exc:
-        load_topology(path)
-    return [str(p).removeprefix(f"{path}:") for p in exc.value.problems]
+# GOOD with its mirror in link mode.
+LINK = GOOD.replace("e2w: {source: east, target: west}", "e2w: {source: east, target: west, mode: link}")
 
 
 def test_a_link_mirror_keeps_names_without_saying_so(tmp_path: Path) -> None:

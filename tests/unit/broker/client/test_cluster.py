@@ -9,8 +9,16 @@ from functools import partial
 import pytest
 import trio
 
-from broker.client.cluster import Backoff, TopicPartition, metadata_from_response, open_client, parse_bootstrap
+from broker.client.cluster import (
+    Backoff,
+    TopicPartition,
+    asked_for,
+    metadata_from_response,
+    open_client,
+    parse_bootstrap,
+)
 from broker.client.connection import ConnectionFailed
+from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import MetadataResponse
 
 
@@ -77,6 +85,21 @@ def test_metadata_from_response_maps_leaders() -> None:
     assert metadata.leader(TopicPartition("t", 0)) == 1
     assert metadata.leader(TopicPartition("t", 1)) is None
     assert metadata.leader(TopicPartition("u", 0)) is None
+
+
+def test_asked_for_keys_the_answers_asked_about_and_passes_over_the_rest() -> None:
+    answers = [("t", 0, "a"), ("t", 1, "b"), ("u", 0, "c")]
+    assert list(asked_for(answers, {TopicPartition("t", 1), TopicPartition("u", 0)})) == [
+        (TopicPartition("t", 1), "b"), (TopicPartition("u", 0), "c")]
+
+
+async def test_a_partition_error_saying_the_leader_moved_makes_its_topic_stale() -> None:
+    async with open_client(f"127.0.0.1:{_dead_port()}") as client:
+        client.note_partition_error("kept", ErrorCode.NONE)
+        client.note_partition_error("kept", ErrorCode.FENCED_LEADER_EPOCH)  # not in the default set
+        client.note_partition_error("moved", ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        client.note_partition_error("fenced", ErrorCode.FENCED_LEADER_EPOCH, {ErrorCode.FENCED_LEADER_EPOCH})
+        assert client._stale_topics == {"moved", "fenced"}
 
 
 def _dead_port() -> int:

@@ -10,7 +10,7 @@ import trio.testing
 
 from broker.config import BrokerConfig
 from broker.coordinator.coordinator import GroupCoordinator, JoinResult, MemberIdRequired
-from broker.coordinator.group import GroupState
+from broker.coordinator.group import GroupState, Member, Reply
 from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.protocol.errors import ErrorCode, KafkaError
 
@@ -176,3 +176,12 @@ async def test_offsets_of_empty_groups_expire_after_retention(tmp_path: Path) ->
     assert c.fetch_offsets("old", None) == {}
     assert c.fetch_offsets("fresh", None) != {}
     assert store.records[-1][2] is None  # the expiry is written as a tombstone
+
+
+def test_a_member_forgets_only_its_own_parked_reply() -> None:
+    join, sync, other = Reply(), Reply(), Reply()
+    member = Member("m", None, "c", "h", 10_000, 10_000, "consumer", [], join=join, sync=sync)
+    assert not member.forget(other)
+    assert member.forget(join) and member.join is None and member.sync is sync
+    assert member.forget(sync) and member.sync is None
+    assert not member.forget(sync)

@@ -11,7 +11,9 @@ from broker.protocol.headers import (
     decode_request_header,
     encode_request_header,
     encode_response_frame,
+    start_response,
 )
+from broker.protocol.primitives import Writer
 
 
 @pytest.mark.parametrize(
@@ -61,3 +63,13 @@ def test_encode_response_matches_header_plus_body() -> None:
     for header_version, version in ((0, 5), (1, 12)):
         expected = encode_response_frame(3, header_version, message.encode(version))
         assert encode_response(3, header_version, message, version) == expected
+
+
+@pytest.mark.parametrize(("header_version", "expected"), [
+    (0, b"\0\0\0\0" + struct.pack(">i", 7)),
+    (1, b"\0\0\0\0" + struct.pack(">i", 7) + b"\0"),
+])
+def test_start_response_writes_a_size_to_patch_then_the_header(header_version: int, expected: bytes) -> None:
+    w = Writer()
+    start_response(w, 7, header_version)
+    assert bytes(w.getvalue()) == expected

@@ -24,6 +24,7 @@ from broker.protocol.records import (
     read_batch_header,
     set_log_append_time,
     split_batches,
+    xerial_blocks,
 )
 
 records_strategy = st.lists(
@@ -204,6 +205,18 @@ def _xerial(payload: bytes, block_size: int) -> bytes:
         block = bytes(cramjam.snappy.compress_raw(payload[start : start + block_size]))
         out += struct.pack(">i", len(block)) + block
     return bytes(out)
+
+
+def test_xerial_blocks_are_the_size_prefixed_runs_after_the_header() -> None:
+    framed = _xerial(b"x" * 250, 100)
+    blocks = list(xerial_blocks(memoryview(framed), ErrorCode.INVALID_RECORD))
+    assert len(blocks) == 3 and blocks[0][0] == 16 + 4
+    for pos, size in blocks:
+        assert struct.unpack_from(">i", framed, pos - 4) == (size,)
+    assert blocks[-1][0] + blocks[-1][1] == len(framed)
+    with pytest.raises(KafkaError) as exc:
+        list(xerial_blocks(memoryview(framed[:-3]), ErrorCode.INVALID_RECORD))
+    assert exc.value.code == ErrorCode.INVALID_RECORD
 
 
 def test_xerial_framing_with_several_blocks_decodes() -> None:

@@ -3,11 +3,16 @@ reading the mirror's position records, the verdict, the table."""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from broker.protocol.records import Record, build_batch
 from deploy.chaos.checker import check
 from deploy.chaos.faults import Step
+from deploy.chaos.matrix import failure_kept, failure_text
 from deploy.chaos.runner import Scenario, ScenarioResult, decode_position, format_table
 from deploy.chaos.workload import Workload, decode_records
 from tests.unit.deploy.chaos.test_checker import RUN, at_target, records
@@ -56,3 +61,24 @@ def test_verdicts_and_the_table() -> None:
     lines = table.splitlines()
     assert lines[0].split()[:4] == ["scenario", "seed", "faults", "records"]
     assert lines[2].split()[-1] == "FAIL" and lines[3].split()[4] == "15"  # lost + tail
+
+
+def test_a_failure_names_each_leaf_of_an_exception_group() -> None:
+    group = ExceptionGroup("two", [ValueError("bad"), ExceptionGroup("inner", [OSError("gone")])])
+    assert failure_text(group) == "ValueError: bad; OSError: gone"
+    assert failure_text(RuntimeError("alone")) == "RuntimeError: alone"
+
+
+def test_a_scenario_failure_is_kept_in_the_result_not_raised(caplog: pytest.LogCaptureFixture) -> None:
+    @dataclass
+    class Result:
+        error: str | None = None
+
+    result = Result()
+    with failure_kept(result, "s1", logging.getLogger("chaos-test")):
+        raise ValueError("broke")
+    assert result.error == "ValueError: broke"
+    assert "scenario s1 failed" in caplog.text
+    with failure_kept(result, "s2", logging.getLogger("chaos-test")):
+        pass
+    assert result.error == "ValueError: broke"  # a passing body leaves it as it was
