@@ -16,7 +16,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -51,6 +51,9 @@ __all__ = [
     "IGNORED_DYNAMIC_KEYS",
     "ListenerSpec",
     "IGNORED_SSL_KEYS",
+    "ListenerSecurity",
+    "SASL_KEYS",
+    "SaslConfig",
     "SslConfig",
     "StartupError",
     "TLS_VERSIONS",
@@ -338,6 +341,41 @@ class SslConfig(ConfigModel):
             raise _config_error(exc) from None
 
 
+# The broker-wide SASL keys; a listener's own are listener.name.<listener>.sasl.enabled.mechanisms
+# and listener.name.<listener>.<mechanism in lower case>.sasl.jaas.config, as Kafka reads them.
+SASL_KEYS = frozenset({"sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol"})
+_LISTENER_KEY = re.compile(r"ssl\.[a-z.]+|sasl\.enabled\.mechanisms|[a-z0-9-]+\.sasl\.jaas\.config")
+
+
+@dataclass(frozen=True)
+class SaslConfig:
+    """A SASL listener's mechanisms and, per mechanism, its JAAS config text (parsed and checked
+    by ``security/sasl.py`` at start; kept as text here, out of reprs: it holds passwords)."""
+
+    listener: str
+    mechanisms: tuple[str, ...]
+    jaas: Mapping[str, str] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class ListenerSecurity:
+    ssl: SslConfig | None
+    sasl: SaslConfig | None
+
+
+def _sasl_config(listener: str, props: Mapping[str, str]) -> SaslConfig:
+    key = "sasl.enabled.mechanisms"
+    mechanisms = _names(key, props.get(key, "GSSAPI"))
+    if not mechanisms:
+        raise ConfigError(f"{key}: listener {listener} is SASL and needs at least one mechanism")
+    jaas = {}
+    for mechanism in mechanisms:
+        text = props.get(f"{mechanism.lower()}.sasl.jaas.config")
+        if text is not None:
+            jaas[mechanism] = text
+    return SaslConfig(listener, mechanisms, jaas)
+
+
 class BrokerConfig(ConfigModel):
     """The broker's configuration, parsed and checked. Build it with :meth:`from_properties`.
 
@@ -414,6 +452,12 @@ class BrokerConfig(ConfigModel):
     # cannot exhaust memory; 0 picks twice socket.request.max.bytes.
     queued_max_request_bytes: Annotated[int, _int(-1)] = Field(default=0, alias="queued.max.request.bytes")
     connections_max_idle_ms: Annotated[int, _int(-1)] = Field(default=600000, alias="connections.max.idle.ms")
+    # SASL listeners: a failed authentication is answered this much later (slowing password
+    # guessing), and what a client may send before it authenticates is bounded by the second.
+    connection_failed_authentication_delay_ms: Annotated[int, _int(0, INT_MAX)] = Field(
+        default=100, alias="connection.failed.authentication.delay.ms")
+    sasl_server_max_receive_size: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=524288, alias="sasl.server.max.receive.size")
     # Causeway's own (Kafka has no such bound): once a request's first bytes are in, the rest
     # must arrive within this, or the connection is closed; -1 turns it off.
     request_arrival_timeout_ms: Annotated[int, _int(-1)] = Field(
@@ -488,10 +532,10 @@ class BrokerConfig(ConfigModel):
     # by key; the fields above already hold their effect (see `with_dynamic`).
     _dynamic_default: dict[str, str] = PrivateAttr(default_factory=dict)
     _dynamic_broker: dict[str, str] = PrivateAttr(default_factory=dict)
-    # ``ssl.*`` and ``listener.name.<listener>.ssl.*`` as given, and each TLS listener's SslConfig
-    # built from them (checked at start, so a bad key stops the broker before it listens).
-    _ssl_props: dict[str, str] = PrivateAttr(default_factory=dict)
-    _ssl: dict[str, SslConfig] = PrivateAttr(default_factory=dict)
+    # ``ssl.*``, ``sasl.*`` and ``listener.name.<listener>.*`` as given, and each listener's TLS
+    # and SASL configs built from them (checked at start: a bad key stops the broker before it listens).
+    _security_props: dict[str, str] = PrivateAttr(default_factory=dict)
+    _security: dict[str, ListenerSecurity] = PrivateAttr(default_factory=dict)
 
     @field_validator("queued_max_request_bytes")
     @classmethod
@@ -536,12 +580,12 @@ class BrokerConfig(ConfigModel):
         """
         canonical: dict[str, str] = {}
         given = {raw_key.strip(): raw_value for raw_key, raw_value in props.items()}
-        ssl_props: dict[str, str] = {}
+        security_props: dict[str, str] = {}
         for key, value in given.items():
             if key in CONFIG_ALIASES or key in IGNORED_KAFKA_KEYS:
                 continue
-            if key.startswith("ssl.") or key.startswith(_LISTENER_PREFIX):
-                ssl_props[key] = value
+            if key.startswith("ssl.") or key in SASL_KEYS or key.startswith(_LISTENER_PREFIX):
+                security_props[key] = value
                 continue
             if key not in _FIELD_BY_KEY:
                 raise ConfigError(_unknown_key_message(key))
@@ -560,22 +604,22 @@ class BrokerConfig(ConfigModel):
         except ValidationError as exc:
             raise _config_error(exc) from None
         config._explicit = dict(canonical)
-        config._ssl_props = ssl_props
-        config._ssl = config._tls_listeners(ssl_props)
+        config._security_props = security_props
+        config._security = config._listener_security(security_props)
         return config
 
-    def _tls_listeners(self, ssl_props: Mapping[str, str]) -> dict[str, SslConfig]:
-        """Each TLS listener's SslConfig: the broker-wide ``ssl.*`` keys overlaid by its own
-        ``listener.name.<listener>.ssl.*`` (Kafka's lower-case listener name in the key)."""
+    def _listener_security(self, props: Mapping[str, str]) -> dict[str, ListenerSecurity]:
+        """Each listener's TLS and SASL configs: the broker-wide ``ssl.*`` and ``sasl.*`` keys
+        overlaid by its own ``listener.name.<listener>.*`` (Kafka's lower-case listener name)."""
         names = {spec.name for spec in self.listeners}
         per_listener: dict[str, dict[str, str]] = {}
-        for key, value in ssl_props.items():
+        for key, value in props.items():
             if not key.startswith(_LISTENER_PREFIX):
                 continue
             listener, dot, rest = key[len(_LISTENER_PREFIX):].partition(".")
-            if not dot or not rest.startswith("ssl."):
-                raise ConfigError(f"{key}: unknown broker config (per-listener keys are "
-                                  "listener.name.<listener>.ssl.*)")
+            if not dot or not _LISTENER_KEY.fullmatch(rest):
+                raise ConfigError(f"{key}: unknown broker config (per-listener keys are listener.name.<listener>."
+                                  "ssl.*, .sasl.enabled.mechanisms and .<mechanism>.sasl.jaas.config)")
             if listener.upper() not in names:
                 raise ConfigError(f"{key}: {listener} is not one of the listeners ({', '.join(sorted(names))})")
             per_listener.setdefault(listener.upper(), {})[rest] = value
@@ -586,24 +630,32 @@ class BrokerConfig(ConfigModel):
             raise ConfigError(f"inter.broker.listener.name: listener {inter_broker} is "
                               f"{self.security_protocols[inter_broker]}; brokers reach each other over "
                               "PLAINTEXT only so far: add a PLAINTEXT listener and name it here")
-        shared = {k: v for k, v in ssl_props.items() if k.startswith("ssl.")}
-        tls: dict[str, SslConfig] = {}
+        shared = {k: v for k, v in props.items() if not k.startswith(_LISTENER_PREFIX)}
+        security: dict[str, ListenerSecurity] = {}
         for spec in self.listeners:
             protocol = self.security_protocols[spec.name]
-            if protocol.startswith("SASL_"):
-                raise ConfigError(f"listeners: listener {spec.name} is {protocol}, and SASL is not supported yet: "
-                                  "use PLAINTEXT or SSL")
+            merged = {**shared, **per_listener.get(spec.name, {})}
+            prefix = f"{_LISTENER_PREFIX}{spec.name.lower()}."
             own = per_listener.get(spec.name, {})
-            if protocol == "SSL":
-                tls[spec.name] = SslConfig.from_properties({**shared, **own})
-            elif own:
-                raise ConfigError(f"{_LISTENER_PREFIX}{spec.name.lower()}.ssl.*: listener {spec.name} is "
-                                  f"{protocol}, not SSL")
-        return tls
+            for key in own:
+                wants = "SSL" if key.startswith("ssl.") else "SASL"
+                if wants not in protocol:
+                    raise ConfigError(f"{prefix}{key}: listener {spec.name} is {protocol}, not {wants}")
+            ssl = (SslConfig.from_properties({k: v for k, v in merged.items() if k.startswith("ssl.")})
+                   if protocol in ("SSL", "SASL_SSL") else None)
+            sasl = _sasl_config(spec.name, merged) if protocol.startswith("SASL_") else None
+            security[spec.name] = ListenerSecurity(ssl, sasl)
+        return security
 
     def ssl_for(self, listener_name: str) -> SslConfig | None:
-        """The TLS configs of listener ``listener_name``; None for a plaintext listener."""
-        return self._ssl.get(listener_name)
+        """The TLS configs of listener ``listener_name``; None unless it is SSL or SASL_SSL."""
+        found = self._security.get(listener_name)
+        return found.ssl if found else None
+
+    def sasl_for(self, listener_name: str) -> SaslConfig | None:
+        """The SASL configs of listener ``listener_name``; None unless it is SASL_*."""
+        found = self._security.get(listener_name)
+        return found.sasl if found else None
 
     @property
     def explicit(self) -> Mapping[str, str]:
@@ -627,7 +679,7 @@ class BrokerConfig(ConfigModel):
 
         Raises ConfigError naming a key whose value does not parse.
         """
-        config = BrokerConfig.from_properties({**self._explicit, **self._ssl_props, **default, **per_broker})
+        config = BrokerConfig.from_properties({**self._explicit, **self._security_props, **default, **per_broker})
         config._explicit = dict(self._explicit)
         config._dynamic_default = dict(default)
         config._dynamic_broker = dict(per_broker)

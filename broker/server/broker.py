@@ -31,6 +31,7 @@ from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
+from broker.server.authenticator import SaslAuthenticator
 from broker.server.connection import ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, ConnectionInfo
 from broker.server.dispatch import Dispatcher
@@ -40,6 +41,7 @@ from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
+from security.sasl import mechanism_servers
 from security.tls import ANONYMOUS, TlsHandshakeFailed, handshake, principal_of, server_context
 
 if TYPE_CHECKING:
@@ -203,6 +205,9 @@ async def run_broker(
         tls_contexts = {spec.name: server_context(ssl_config, spec.name) for spec in config.listeners
                         if (ssl_config := config.ssl_for(spec.name)) is not None}
         handshake_timeout_s = min(limits.idle_timeout_s, limits.arrival_timeout_s)
+        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config) for spec in config.listeners
+                           if (sasl_config := config.sasl_for(spec.name)) is not None}
+        failed_authentication_delay_s = config.connection_failed_authentication_delay_ms / 1000
 
         async def on_connection(stream: trio.SocketStream, spec: ListenerSpec) -> None:
             try:
@@ -224,7 +229,11 @@ async def run_broker(
                     return
                 served, principal = tls, principal_of(tls)
             info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name], principal)
-            await serve_connection(served, info, dispatcher, pool, limits=limits, responses=responses)
+            mechanisms = sasl_mechanisms.get(spec.name)
+            authenticator = (SaslAuthenticator(mechanisms, failed_authentication_delay_s)
+                             if mechanisms is not None else None)
+            await serve_connection(served, info, dispatcher, pool, limits=limits, responses=responses,
+                                   authenticator=authenticator)
 
         async with trio.open_nursery() as nursery:
             await nursery.start(replicas.run)

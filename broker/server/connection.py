@@ -28,6 +28,7 @@ the connection; the broker goes on serving everyone else. Per-connection message
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import socket
@@ -39,6 +40,7 @@ import trio
 from broker.log_limits import limiter
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
+from broker.server.authenticator import Authenticated, Close, Dispatch, SaslAuthenticator
 from broker.server.context import ConnectionInfo
 from broker.server.sending import SendStalled, SliceTruncated, close_parts, send_bytes, send_parts
 
@@ -71,6 +73,7 @@ class ConnectionLimits:
     max_frame_size: int  # socket.request.max.bytes
     idle_timeout_s: float  # connections.max.idle.ms: silence, and a send that makes no progress
     arrival_timeout_s: float = math.inf  # causeway.request.arrival.timeout.ms
+    sasl_max_receive_size: int = 524288  # sasl.server.max.receive.size: a frame before authentication
 
     @classmethod
     def from_config(cls, config: BrokerConfig) -> ConnectionLimits:
@@ -78,7 +81,7 @@ class ConnectionLimits:
             return ms / 1000 if ms >= 0 else math.inf
 
         return cls(config.socket_request_max_bytes, seconds(config.connections_max_idle_ms),
-                   seconds(config.request_arrival_timeout_ms))
+                   seconds(config.request_arrival_timeout_ms), config.sasl_server_max_receive_size)
 
 
 class _PeerGone(Exception):
@@ -93,13 +96,19 @@ async def serve_connection(
     *,
     limits: ConnectionLimits,
     responses: ResponseMemoryPool | None = None,
+    authenticator: SaslAuthenticator | None = None,
 ) -> None:
     """Serve one connection until the peer closes it, sends garbage, idles or stalls too long.
+
+    On a SASL listener, `authenticator` runs the SASL exchange first: nothing but ApiVersions
+    reaches the handlers before the client has authenticated.
 
     Never raises for anything the peer does; always closes the stream and gives back what the
     connection held in ``pool``.
     """
-    frames = FrameReader(limits.max_frame_size)
+    # Until a SASL client has authenticated, what it may send is bounded by sasl.server.max.receive.size.
+    frames = FrameReader(limits.max_frame_size if authenticator is None
+                         else min(limits.max_frame_size, limits.sasl_max_receive_size))
     owner = object()  # this connection, as the pool knows it
     use_sendfile = isinstance(stream, trio.SocketStream) and info.security_protocol in _SENDFILE_PROTOCOLS
     partial_since: float | None = None  # when the first bytes of the unfinished request came
@@ -115,7 +124,22 @@ async def serve_connection(
             partial_since = None
             pool.frame_complete(owner)
             try:
-                response = await _handle(stream, dispatcher, frame, info)
+                if authenticator is not None and not authenticator.done:
+                    step = await authenticator.step(frame)
+                    if isinstance(step, Close):
+                        if step.frame is not None:
+                            await send_bytes(stream, step.frame, limits.idle_timeout_s)
+                        _limited.info(f"authentication failed on {info.listener_name}",
+                                      "closing connection from %s on %s: %s", info.peer, info.listener_name,
+                                      step.reason)
+                        return
+                    if isinstance(step, Authenticated):
+                        info = dataclasses.replace(info, principal=step.principal)
+                        frames.max_frame_size = limits.max_frame_size
+                    response = (await _handle(stream, dispatcher, frame, info)) if isinstance(step, Dispatch) \
+                        else step.frame
+                else:
+                    response = await _handle(stream, dispatcher, frame, info)
             finally:
                 pool.release(owner, min(len(frame) + 4, pool.held(owner)))
             if response is None:

@@ -167,13 +167,6 @@ def test_a_listener_that_cannot_serve_tls_stops_the_start_and_says_why(
     assert "=wrong" not in broker.log_tail(50)  # a password is never repeated
 
 
-def test_a_sasl_listener_is_refused_until_sasl_is_supported(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "data", overrides=("listeners=SASL_PLAINTEXT://127.0.0.1:0",))
-    with pytest.raises(RuntimeError, match="exited with 2"):
-        broker.start()
-    assert "SASL is not supported yet" in broker.log_tail(50)
-
-
 def test_python_clients_check_the_broker_name(certs: Path, mtls_broker: BrokerProcess) -> None:
     # The broker's certificate names localhost and 127.0.0.1: a client that checks names accepts
     # it on either, with the broker's own CA.

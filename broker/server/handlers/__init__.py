@@ -25,6 +25,7 @@ from broker.server.handlers import (
     offsets,
     produce,
     reassignments,
+    sasl,
     topics,
 )
 from broker.server.handlers.base import ApiHandler
@@ -50,6 +51,7 @@ _SERVED: tuple[ApiHandler, ...] = (
     elect_leaders.HANDLER,
     *reassignments.HANDLERS,
     describe_log_dirs.HANDLER,
+    *sasl.HANDLERS,
     link_append.HANDLER,  # Causeway's own (key 10000): a Causeway target tells itself apart from Kafka by it
 )
 

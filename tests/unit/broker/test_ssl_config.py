@@ -61,7 +61,9 @@ def test_ssl_keys_survive_a_dynamic_config_update() -> None:
         ({"ssl.keystore.type": "BKS"}, "ssl.keystore.type"),
         ({"ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/"}, "only DEFAULT"),
         ({"ssl.trustore.location": "/x"}, "did you mean 'ssl.truststore.location'"),
-        ({"listener.name.ssl.sasl.enabled.mechanisms": "PLAIN"}, "listener.name.<listener>.ssl.*"),
+        ({"listener.name.ssl.sasl.enabled.mechanisms": "PLAIN"},
+         "listener.name.ssl.sasl.enabled.mechanisms: listener SSL is SSL, not SASL"),
+        ({"listener.name.ssl.socket.timeout": "1"}, "per-listener keys are listener.name.<listener>.ssl.*"),
     ],
 )
 def test_bad_ssl_keys_are_named(props: dict[str, str], message: str) -> None:
