@@ -3,10 +3,13 @@ kill it and show the tail of its log.
 
 Every kind of child goes through `ChildProcess`: a `causeway broker` or `causeway wan` that a
 test, a benchmark or a tool runs (deploy/broker_process.py, deploy/wan/process.py), a ZooKeeper
-node (deploy/zookeeper/node.py), an Apache Kafka peer or one of Kafka's tools (bench/peers/), and
-every child the launcher supervises (deploy/supervisor.py, which adds restarts).
+node (deploy/zookeeper/node.py), an Apache Kafka peer or one of Kafka's tools (bench/peers/), a
+benchmark's `causeway mirror` (bench/mirror.py), every child the launcher supervises
+(deploy/supervisor.py, which adds restarts) and the launcher itself under `causeway up --detach`
+(deploy/cli/launch.py).
 
-- **Start.** `ChildProcess.start`: stdin from /dev/null, stderr into the child's log file, stdout
+- **Start.** `ChildProcess.start`: stdin from /dev/null, stderr into the child's log file (or
+  wherever stdout goes: `causeway up --detach` echoes both until its launcher is ready), stdout
   into a pipe (the ready line, or a tool's JSON lines), into the log as well, nowhere, or into a
   descriptor the caller made (the supervisor reads it with trio).
 - **Ready.** A Causeway daemon prints one ready line on stdout (`causeway broker 0 ready: ...`):
@@ -22,6 +25,10 @@ cleanly), so a parent that is SIGKILLed leaves no orphans. The signal fires when
 that forked exits, so such a child must be started on a thread that lives as long as it should
 (the main thread or the trio thread; never one of trio's worker threads, which exit after a few
 idle seconds).
+
+A child started with `own_group` gets a session, and so a process group, of its own, and every
+signal the handle sends reaches the whole group: for a child that starts children of its own
+(a Spark worker's executors), or that must outlive its parent (`causeway up --detach`'s launcher).
 """
 
 from __future__ import annotations
@@ -41,11 +48,14 @@ from typing import IO, ClassVar, Literal
 
 import trio
 
-__all__ = ["NO_LOG", "ChildFailed", "ChildOwner", "ChildProcess", "Stdout", "fd_count", "log_tail", "rss_bytes"]
+__all__ = ["NO_LOG", "ChildFailed", "ChildOwner", "ChildProcess", "Stderr", "Stdout", "fd_count", "log_tail",
+           "rss_bytes"]
 
 #: Where a child's stdout goes: a pipe the handle reads (`ChildProcess.stdout`), the log file
 #: (with stderr), nowhere, or a descriptor the caller opened.
 Stdout = Literal["pipe", "log", "discard"] | int
+#: Where its stderr goes: the log file (nowhere without one), or wherever its stdout goes.
+Stderr = Literal["log", "stdout"]
 
 
 class ChildFailed(RuntimeError):
@@ -93,22 +103,24 @@ def _before_exec(die_with_parent: bool, nofile: int | None) -> Callable[[], None
 class ChildProcess:
     """One running (or finished) child; `what` names it in errors ("broker", "WAN emulator").
 
-    `log_offset` is the log's size when this child started: what follows is its own.
+    `log_offset` is the log's size when this child started: what follows is its own; `own_group`:
+    its signals go to its whole process group.
     """
 
     what: str
     popen: subprocess.Popen[str]
     log_path: Path | None
     log_offset: int = 0
+    own_group: bool = False
 
     @classmethod
     def start(cls, what: str, argv: Sequence[str], *, log_path: Path | None, stdout: Stdout = "pipe",
-              cwd: Path | None = None, env: Mapping[str, str] | None = None, die_with_parent: bool = False,
-              nofile: int | None = None) -> ChildProcess:
-        """Start `argv` and return at once (see the module docstring for `stdout` and
-        `die_with_parent`). `env` adds to this process's environment; `nofile` sets the child's
-        RLIMIT_NOFILE (soft and hard). Its stderr is appended to `log_path` (discarded when None).
-        Raises OSError when the program cannot be run."""
+              stderr: Stderr = "log", cwd: Path | None = None, env: Mapping[str, str] | None = None,
+              die_with_parent: bool = False, own_group: bool = False, nofile: int | None = None) -> ChildProcess:
+        """Start `argv` and return at once (see the module docstring for `stdout`, `stderr`,
+        `die_with_parent` and `own_group`). `env` adds to this process's environment; `nofile` sets
+        the child's RLIMIT_NOFILE (soft and hard). Its stderr is appended to `log_path` (discarded
+        when None) unless `stderr` is "stdout". Raises OSError when the program cannot be run."""
         if log_path is not None:
             log_path.parent.mkdir(parents=True, exist_ok=True)
         if stdout == "log" and log_path is None:
@@ -119,11 +131,11 @@ class ChildProcess:
                 stdout, str) else stdout
             popen = subprocess.Popen(
                 list(argv), stdin=subprocess.DEVNULL, stdout=out,
-                stderr=subprocess.STDOUT if stdout == "log" else log, text=True, cwd=cwd,
-                env={**os.environ, **env} if env else None, start_new_session=die_with_parent,
+                stderr=subprocess.STDOUT if stdout == "log" or stderr == "stdout" else log, text=True, cwd=cwd,
+                env={**os.environ, **env} if env else None, start_new_session=die_with_parent or own_group,
                 preexec_fn=_before_exec(die_with_parent, nofile),  # noqa: PLW1509 - only system calls, see _die_with
             )
-        return cls(what, popen, log_path, offset)
+        return cls(what, popen, log_path, offset, own_group)
 
     # --- what it is now
 
@@ -148,7 +160,15 @@ class ChildProcess:
         return self.popen.poll() is None
 
     def send_signal(self, sig: int) -> None:
-        self.popen.send_signal(sig)  # does nothing once the child has been reaped
+        """`sig` to the child (its whole group when started with `own_group`); nothing once it has
+        been reaped, when its pid may name another process."""
+        if self.popen.poll() is not None:
+            return
+        if self.own_group:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+        else:
+            self.popen.send_signal(sig)
 
     def wait(self, timeout: float | None = None) -> int:
         """Block until it exits; its exit code (subprocess.TimeoutExpired after `timeout`)."""
@@ -193,17 +213,16 @@ class ChildProcess:
         """SIGTERM, wait up to `timeout_s`, then SIGKILL; the exit code (negative when killed by a
         signal). A child that exited already is only reaped."""
         if self.popen.poll() is None:
-            self.popen.send_signal(signal.SIGTERM)
+            self.send_signal(signal.SIGTERM)
             try:
                 return self.popen.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:
-                self.popen.kill()
+                self.send_signal(signal.SIGKILL)
         return self.popen.wait()
 
     def kill(self) -> int:
         """SIGKILL (a crash: no chance to flush) and reap; the exit code."""
-        if self.popen.poll() is None:
-            self.popen.kill()
+        self.send_signal(signal.SIGKILL)
         return self.popen.wait()
 
     async def wait_exited(self) -> int:
@@ -227,11 +246,10 @@ class ChildProcess:
         shielded, so a cancelled caller never leaves the child behind. The exit code."""
         with trio.CancelScope(shield=True):
             if self.popen.poll() is None:
-                self.popen.send_signal(signal.SIGTERM)
+                self.send_signal(signal.SIGTERM)
                 with trio.move_on_after(grace_s):
                     await self.wait_exited()
-                if self.popen.poll() is None:
-                    self.popen.kill()
+                self.send_signal(signal.SIGKILL)
             code = await self.wait_exited()
         return code
 

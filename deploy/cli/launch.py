@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from functools import partial
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import trio
 
+from deploy.child_process import ChildProcess
 from deploy.cli.command import run, stdout_reader_gone, until_signalled
 from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
 from deploy.launcher.launch import STATE_FILE, LaunchState, StateDirError, prepare_state_dir, run_plan
@@ -129,9 +129,11 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
     argv = [sys.executable, "-m", "deploy.cli", "up", str(args.file), "--state-dir", str(state_dir), "--child"]
     if args.toxiproxy:
         argv += ["--toxiproxy", args.toxiproxy]
-    # Marked as its children are: how `status` and `down` know it is this state dir's launcher.
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             start_new_session=True, env={**os.environ, STATE_DIR_ENV: str(state_dir.resolve())})
+    # A session of its own, so it outlives this process; until it is ready its output is echoed
+    # here, and after that it writes to its own log. Marked as its children are: how `status` and
+    # `down` know it is this state dir's launcher.
+    child = ChildProcess.start("causeway up", argv, log_path=None, stderr="stdout", own_group=True,
+                               env={STATE_DIR_ENV: str(state_dir.resolve())})
     assert child.stdout is not None
     for line in child.stdout:
         if line.startswith(READY_MARK):

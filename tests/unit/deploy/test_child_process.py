@@ -3,6 +3,8 @@ show its log's tail, against small real Python children."""
 
 from __future__ import annotations
 
+import os
+import selectors
 import signal
 import sys
 from dataclasses import dataclass
@@ -80,6 +82,33 @@ def test_env_cwd_and_nofile_reach_the_child(tmp_path: Path) -> None:
                                nofile=256)
     assert child.read_ready_line(60).split() == ["marked", str(tmp_path), "256"]
     assert child.wait() == 0
+
+
+def test_stderr_can_follow_stdout_into_the_pipe(tmp_path: Path) -> None:
+    code = "import sys; print('warming up', file=sys.stderr, flush=True); print('child ready: 1', flush=True)"
+    child = ChildProcess.start("child", python(code), log_path=tmp_path / "child.log", stderr="stdout")
+    assert child.read_ready_line(60) == "warming up\n"
+    assert child.read_ready_line(60) == "child ready: 1\n"
+    assert child.wait() == 0
+    assert child.log_tail() == ""  # nothing went to the log
+
+
+def test_an_own_group_child_is_stopped_with_what_it_started(tmp_path: Path) -> None:
+    # The child starts a grandchild that shares its stdout pipe: the pipe ends only once both are gone.
+    code = ("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']); "
+            "print('child ready: 1', flush=True); time.sleep(600)")
+    child = ChildProcess.start("child", python(code), log_path=tmp_path / "child.log", own_group=True)
+    try:
+        child.read_ready_line(60)
+        assert os.getsid(child.pid) == child.pid != os.getsid(0)
+    finally:
+        assert child.stop(60) == -signal.SIGTERM
+    assert child.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(child.stdout, selectors.EVENT_READ)
+        assert sel.select(timeout=60), "the grandchild outlived the stop"
+    assert child.stdout.read() == ""
+    child.send_signal(signal.SIGTERM)  # reaped: nothing is signalled
 
 
 def test_log_tail_of_a_missing_log() -> None:
