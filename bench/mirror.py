@@ -31,7 +31,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,6 +46,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from bench import ceiling, clients
 from bench.clients import Throughput as Copy
 from deploy.broker_process import BrokerProcess
+from deploy.child_process import ChildProcess
 from deploy.launcher.launch import free_port, link_toxics
 from deploy.launcher.plan import LinkPlan
 from deploy.wan.client import WanClient
@@ -54,6 +54,7 @@ from deploy.wan.process import WanProcess
 
 PARTITIONS = 4
 ROOT = Path(__file__).resolve().parents[1]
+MIRROR_START_TIMEOUT_S = 60.0  # from its start to its ready line
 MODES = ("mm2", "link")
 _TICKS = os.sysconf("SC_CLK_TCK")
 IDLE_S = 2.0  # how long the target's idle CPU is measured after each copy
@@ -308,6 +309,7 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
                expected_ends: dict[int, int] | None = None) -> MirrorRun:
     """`causeway mirror` as a process, from its ready line (Python's start-up, about a second here,
     left out; connecting and creating topics counted) until every record is at the target.
+    Its stderr goes to a log beside its config, whose tail a failure shows.
     `pids`: the source and target brokers' pids, whose CPU over the copy is measured;
     `expected_ends`: each source partition's end, so the poll stops asking a copied partition."""
     config = tmp / f"mirror-{topic}-{variant.mode}.yaml"
@@ -315,18 +317,19 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
         "source": {"alias": "src", "bootstrap": source}, "target": {"alias": "dst", "bootstrap": target},
         "topics": {"include": [re.escape(topic)]}, "refresh.topics.interval.seconds": 0.5, "mode": variant.mode,
         **(settings or {})}))
-    env = dict(os.environ)
+    env: dict[str, str] = {}
     if variant.request_bytes is not None:
         env["BENCH_LINK_REQUEST_BYTES"] = str(variant.request_bytes)
     if profile is not None:
         env["BENCH_PROFILE"] = str(profile)
-    proc = subprocess.Popen([sys.executable, "-m", "bench.mirror_child", "mirror", "--config", str(config),
-                             "--log-level", "warning"], cwd=ROOT, stdout=subprocess.PIPE, text=True, env=env)
+    proc = ChildProcess.start("causeway mirror", [sys.executable, "-m", "bench.mirror_child", "mirror", "--config",
+                                                  str(config), "--log-level", "warning"],
+                              log_path=config.with_suffix(".log"), cwd=ROOT, env=env)
     brokers_before = [usage(pid).cpu_s for pid in pids] if pids else [0.0, 0.0]
     try:
-        assert proc.stdout is not None
-        if not proc.stdout.readline().startswith("causeway mirror ready:"):
-            raise RuntimeError(f"the mirror did not start (exit {proc.wait()})")
+        line = proc.read_ready_line(MIRROR_START_TIMEOUT_S)
+        if not line.startswith("causeway mirror ready:"):
+            raise RuntimeError(f"the mirror did not start ({line.strip()!r}); log:\n{proc.log_tail()}")
         start = time.perf_counter()
         started = usage(proc.pid).cpu_s
         if pids:
@@ -336,7 +339,8 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
             while marks.total(target_topic(variant.mode, topic)) < count:
                 now = time.perf_counter()
                 if now > deadline or proc.poll() is not None:
-                    raise RuntimeError(f"mirror did not copy {count} records (exit {proc.poll()})")
+                    raise RuntimeError(f"mirror did not copy {count} records (exit {proc.poll()}); log:\n"
+                                       f"{proc.log_tail()}")
                 # Polling another process's progress: every 20 ms, or 1% of the time so far when
                 # that is longer, so the polls (ListOffsets at the target) stay a small, bounded
                 # part of the target broker's CPU measured here, and the timing stays within 1%.
@@ -349,8 +353,7 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
         time.sleep(IDLE_S)
         idle = (usage(pids[1]).cpu_s - brokers_after[1]) / IDLE_S if pids else 0.0
     finally:
-        proc.terminate()
-        proc.wait(30)
+        proc.stop(30)
     return MirrorRun(variant, Copy(count, size, elapsed), done.cpu_s - started, started, done.peak_rss_bytes,
                      brokers_after[1] - brokers_before[1], brokers_after[0] - brokers_before[0],
                      target_idle_cpu_per_s=idle)
