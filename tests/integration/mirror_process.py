@@ -1,10 +1,9 @@
-"""A `causeway mirror` process for the crash tests: started from its YAML config, fed by a
-producer that writes steadily meanwhile, and watched through its status file."""
+"""A `causeway mirror` process for the crash tests and the pipeline audit's: started from its YAML
+config, fed by a producer that writes steadily meanwhile, and watched through its status file."""
 
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -12,18 +11,24 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from deploy.child_process import ChildProcess
+
 __all__ = ["produce_steadily", "read_status", "start_mirror", "status_positions"]
 
 REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 60.0  # from its start to its ready line
 
 
-def start_mirror(config: Path, log: Path, status: Path) -> subprocess.Popen[str]:
-    """A mirror process once it says it is ready; its stderr appended to `log`."""
-    with log.open("a") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config),
-                                 "--status-file", str(status)], cwd=REPO, stdout=subprocess.PIPE, stderr=err, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("causeway mirror ready:")
+def start_mirror(config: Path, log: Path, status: Path) -> ChildProcess:
+    """A mirror process once it says it is ready; its stderr appended to `log`, whose tail a
+    failed start shows."""
+    argv = [sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config), "--status-file", str(status)]
+    proc = ChildProcess.start("causeway mirror", argv, log_path=log, cwd=REPO)
+    try:
+        assert proc.read_ready_line(START_TIMEOUT_S).startswith("causeway mirror ready:"), proc.log_tail()
+    except AssertionError:
+        proc.kill()
+        raise
     return proc
 
 

@@ -21,6 +21,7 @@ from broker.client import TopicPartition, fetch, open_client
 from broker.client.partitioner import kafka_partition
 from broker.protocol.records import Compression, split_batches
 from deploy.broker_process import BrokerProcess
+from deploy.child_process import ChildProcess
 from deploy.cli import main
 from tests.support.consume import group_offsets
 
@@ -213,12 +214,12 @@ def test_consume_with_a_group_resumes_where_it_stopped(group_broker: BrokerProce
         c.close()
 
 
-def test_consume_commits_on_sigterm(group_broker: BrokerProcess) -> None:
+def test_consume_commits_on_sigterm(group_broker: BrokerProcess, tmp_path: Path) -> None:
     bootstrap = group_broker.bootstrap
     fill_with_confluent(bootstrap, "events", 5)
-    proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "consume", "--bootstrap-server", bootstrap,
-                             "--topic", "events", "--group", "stopped", "--from-beginning"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    proc = ChildProcess.start("causeway consume", [
+        sys.executable, "-m", "deploy.cli", "consume", "--bootstrap-server", bootstrap, "--topic", "events",
+        "--group", "stopped", "--from-beginning"], log_path=tmp_path / "consume.log", cwd=REPO)
     try:
         assert proc.stdout is not None
         printed = b""
@@ -227,14 +228,12 @@ def test_consume_commits_on_sigterm(group_broker: BrokerProcess) -> None:
             while printed.count(b"\n") < 10:  # every record shown: now stop it
                 assert sel.select(timeout=TIMEOUT_S), f"only {printed!r} after {TIMEOUT_S}s"
                 data = os.read(proc.stdout.fileno(), 65536)
-                assert data, proc.stderr.read() if proc.stderr else b""
+                assert data, proc.log_tail()
                 printed += data
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=TIMEOUT_S) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        proc.kill()
     assert group_offsets(bootstrap, "stopped", "events") == {0: 5, 1: 5}
 
 
