@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +23,13 @@ from broker.client import TopicPartition, open_client
 from deploy.broker_process import BrokerProcess
 from deploy.cli import main
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
+from tests.integration.mirror_process import start_mirror
 from tests.integration.test_mirror import wait_for_end_offsets
 from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import create_topic, produce
 
 pytestmark = pytest.mark.compat
 
-REPO = Path(__file__).resolve().parents[2]
 BASE_TS = 1_700_000_000_000
 
 
@@ -130,16 +128,6 @@ def test_link_mode_aligns_by_offset(spark: SparkSession, bootstrap: str, target_
     assert (parts[3]["source_records"], parts[3]["target_records"]) == (0, 2)
     assert parts[3]["ranges"] == {"extra": [[0, 1, 2]]}
     assert "aud-link-2 -> aud-link-2: shifted 29 record(s) at source offsets 31-59" in out
-
-
-def start_mirror(config: Path, log: Path, status: Path) -> subprocess.Popen[str]:
-    with log.open("a") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config),
-                                 "--status-file", str(status)], cwd=REPO, stdout=subprocess.PIPE, stderr=err,
-                                text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().startswith("causeway mirror ready:"), log.read_text()
-    return proc
 
 
 def test_a_real_mirror_found_from_the_launcher_state(spark: SparkSession, bootstrap: str,

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,8 +16,8 @@ import pyarrow.dataset as ds
 import pyspark
 import pytest
 
+from deploy.child_process import ChildProcess
 from tests.pipeline.clients import consume_all, create_topic, produce
-from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
 
@@ -29,21 +28,11 @@ LOOPBACK = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_LOCAL_HOSTNAME": "127.0.0.1", 
             "PYSPARK_PYTHON": sys.executable}
 
 
-def spark_daemon(log: Path, *argv: str) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), *argv], stdout=out, stderr=subprocess.STDOUT,
-                                env={**os.environ, **LOOPBACK}, start_new_session=True)
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-    except ProcessLookupError:
-        pass
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+def spark_daemon(what: str, log: Path, *argv: str) -> ChildProcess:
+    """A Spark daemon (a JVM) in a process group of its own, with what it starts (a worker's
+    executors): stopping it stops them too. Its output goes to `log`, which it is probed by."""
+    return ChildProcess.start(what, [str(SPARK_HOME / "bin" / "spark-class"), *argv], log_path=log, stdout="log",
+                              env=LOOPBACK, own_group=True)
 
 
 @pytest.fixture(scope="module")
@@ -51,31 +40,27 @@ def standalone(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, 
     """A Spark standalone cluster of one worker (one core): its master URL and the worker's work dir."""
     base = tmp_path_factory.mktemp("spark-cluster")
     master_log, worker_log = base / "master.log", base / "worker.log"
-    master = spark_daemon(master_log, "org.apache.spark.deploy.master.Master", "--host", "127.0.0.1",
-                          "--port", "0", "--webui-port", "0")
+    master = spark_daemon("the Spark master", master_log, "org.apache.spark.deploy.master.Master", "--host",
+                          "127.0.0.1", "--port", "0", "--webui-port", "0")
     worker = None
     try:
         url: list[str] = []
 
         def master_up() -> bool:
-            assert master.poll() is None, master_log.read_text()
             url[:] = re.findall(r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", master_log.read_text())
             return bool(url)
 
-        wait_until(master_up, what="the Spark master", timeout_s=120, interval_s=0.2)
-        worker = spark_daemon(worker_log, "org.apache.spark.deploy.worker.Worker", url[0], "--host", "127.0.0.1",
-                              "--cores", "1", "--memory", "1g", "--webui-port", "0", "--work-dir", str(base / "work"))
-
-        def registered() -> bool:
-            assert worker.poll() is None, worker_log.read_text()
-            return "Successfully registered with master" in worker_log.read_text()
-
-        wait_until(registered, what="the Spark worker to register", timeout_s=120, interval_s=0.2)
+        master.wait_ready(master_up, timeout_s=120, interval_s=0.2)
+        worker = spark_daemon("the Spark worker", worker_log, "org.apache.spark.deploy.worker.Worker", url[0],
+                              "--host", "127.0.0.1", "--cores", "1", "--memory", "1g", "--webui-port", "0",
+                              "--work-dir", str(base / "work"))
+        worker.wait_ready(lambda: "Successfully registered with master" in worker_log.read_text(), timeout_s=120,
+                          interval_s=0.2)
         yield url[0], base / "work"
     finally:
         if worker is not None:
-            stop(worker)
-        stop(master)
+            worker.stop(30)
+        master.stop(30)
 
 
 def test_export_runs_on_a_standalone_cluster(standalone: tuple[str, Path], bootstrap: str, tmp_path: Path) -> None:
