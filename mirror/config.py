@@ -27,7 +27,7 @@ from broker.protocol.constants import MIRROR_NAME_CONFIG
 from topology.errors import Problem, TopologyError
 from topology.loader import Positions, load_yaml
 from topology.model import schema_problems
-from topology.schema import Patterns
+from topology.schema import MirrorMode, Naming, Patterns
 
 __all__ = ["EXCLUDED_CONFIGS", "ClusterEndpoint", "MirrorConfig", "Patterns", "load_mirror_config"]
 
@@ -69,8 +69,8 @@ class MirrorConfig(_Strict):
     topics: Patterns = Field(default_factory=Patterns)
     groups: Patterns = Field(default_factory=Patterns)
     # Before `naming`: its check reads the mode.
-    mode: Literal["mm2", "link"] = "mm2"
-    naming: Literal["default", "identity"] = "default"
+    mode: MirrorMode = "mm2"
+    naming: Naming = "default"
     separator: str = Field(".", alias="replication.policy.separator", min_length=1)
     refresh_topics_s: float = Field(5.0, alias="refresh.topics.interval.seconds", gt=0)
     refresh_groups_s: float = Field(5.0, alias="refresh.groups.interval.seconds", gt=0)

@@ -9,8 +9,8 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from topology.units import parse_bandwidth, parse_duration_ms
 
-__all__ = ["NAME_PATTERN", "Cluster", "Datacenter", "Link", "Mirror", "Name", "Patterns", "TopicSpec", "TopologySpec",
-           "check_name"]
+__all__ = ["NAME_PATTERN", "Cluster", "Datacenter", "Link", "Mirror", "MirrorMode", "Name", "Naming", "Patterns",
+           "TopicSpec", "TopologySpec", "check_name"]
 
 #: What a topology, datacenter, cluster or mirror may be called. These names become directory
 #: and file names in the launcher's state dir (data dirs, logs, mirror configs) and parts of
@@ -108,15 +108,22 @@ class Patterns(_Strict):
         return any(re.fullmatch(p, name) for p in self.include)
 
 
+#: A mirror's two modes (MirrorMaker 2's copy, or link mode's read-only mirror topics), in a
+#: topology and in the mirror's own config file alike.
+MirrorMode = Literal["mm2", "link"]
+#: MirrorMaker 2's naming of remote topics: `<source alias>.<topic>`, or the source's name.
+Naming = Literal["default", "identity"]
+
+
 class Mirror(_Strict):
     source: str
     target: str
     topics: Patterns = Field(default_factory=Patterns)
     groups: Patterns = Field(default_factory=Patterns)
-    mode: Literal["mm2", "link"] = "mm2"
+    mode: MirrorMode = "mm2"
     # MirrorMaker 2's naming; a link-mode mirror always keeps names (its mirror topics carry the
     # source's offsets under the source's name), so `naming: default` given with it is refused.
-    naming: Literal["default", "identity"] = "default"
+    naming: Naming = "default"
 
     @property
     def keeps_names(self) -> bool:

@@ -80,8 +80,21 @@ class _Index:
         self._pending.clear()
         self.rewrite()
 
-    def rewrite(self) -> None:
+    def _row(self, key: int, value: int) -> bytes:
+        """An entry as the file holds it (offsets relative to the segment's base)."""
         raise NotImplementedError
+
+    def _add(self, key: int, value: int) -> None:
+        """Index `key` -> `value`, unless `key` does not pass the last entry's: keys only grow."""
+        if self.keys and key <= self.keys[-1]:
+            return
+        self.keys.append(key)
+        self.values.append(value)
+        self._pending += self._row(key, value)
+
+    def rewrite(self) -> None:
+        """Write the whole file from the entries in memory."""
+        self._write_all([self._row(k, v) for k, v in zip(self.keys, self.values, strict=True)])
 
     def delete(self) -> None:
         self.path.unlink(missing_ok=True)
@@ -101,21 +114,16 @@ class OffsetIndex(_Index):
             self.values.append(pos)
             prev_offset, prev_pos = rel, pos
 
+    def _row(self, key: int, value: int) -> bytes:
+        return _OFFSET_ENTRY.pack(key - self.base_offset, value)
+
     def append(self, last_offset: int, position: int) -> None:
-        if self.keys and last_offset <= self.keys[-1]:
-            return
-        self.keys.append(last_offset)
-        self.values.append(position)
-        self._pending += _OFFSET_ENTRY.pack(last_offset - self.base_offset, position)
+        self._add(last_offset, position)
 
     def lookup(self, offset: int) -> int:
         """Position of a batch at or before the one holding `offset` (0 when none is indexed)."""
         i = bisect.bisect_right(self.keys, offset) - 1
         return self.values[i] if i >= 0 else 0
-
-    def rewrite(self) -> None:
-        pairs = zip(self.keys, self.values, strict=True)
-        self._write_all([_OFFSET_ENTRY.pack(k - self.base_offset, v) for k, v in pairs])
 
     def truncate_to_position(self, position: int) -> None:
         """Drop entries that point at or past `position`."""
@@ -136,12 +144,11 @@ class TimeIndex(_Index):
             self.values.append(self.base_offset + rel)
             prev_ts, prev_rel = ts, rel
 
+    def _row(self, key: int, value: int) -> bytes:
+        return _TIME_ENTRY.pack(key, value - self.base_offset)
+
     def append(self, timestamp: int, offset: int) -> None:
-        if self.keys and timestamp <= self.keys[-1]:
-            return
-        self.keys.append(timestamp)
-        self.values.append(offset)
-        self._pending += _TIME_ENTRY.pack(timestamp, offset - self.base_offset)
+        self._add(timestamp, offset)
 
     def lookup(self, timestamp: int) -> int:
         """An offset from which a scan finds the first batch with max timestamp >= `timestamp`."""
@@ -151,10 +158,6 @@ class TimeIndex(_Index):
     @property
     def last_timestamp(self) -> int:
         return self.keys[-1] if self.keys else -1
-
-    def rewrite(self) -> None:
-        pairs = zip(self.keys, self.values, strict=True)
-        self._write_all([_TIME_ENTRY.pack(k, v - self.base_offset) for k, v in pairs])
 
     def truncate_to_offset(self, offset: int) -> None:
         """Drop entries for offsets at or past `offset`."""

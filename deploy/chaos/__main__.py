@@ -16,7 +16,8 @@ from pathlib import Path
 import trio
 
 from deploy.chaos import hostile, replication
-from deploy.chaos.runner import MATRIX, PROFILE, ScenarioResult, format_table, run_matrix
+from deploy.chaos.matrix import run_matrix
+from deploy.chaos.runner import MATRIX, PROFILE, ScenarioResult, format_table, run_scenario
 
 __all__ = ["main"]
 
@@ -76,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
     def report_replication(result: replication.ReplicationResult) -> None:
         print(result.describe(), flush=True)
 
-    results = trio.run(lambda: run_matrix(scenarios, seed=args.seed, work_dir=work_dir, keep=args.keep,
-                                          on_result=report)) if scenarios else []
-    replicated_results = trio.run(lambda: replication.run_matrix(
-        replicating, seed=args.seed, work_dir=work_dir, keep=args.keep,
-        on_result=report_replication)) if replicating else []
-    hostile_results = trio.run(lambda: hostile.run_matrix(
-        attacking, seed=args.seed, work_dir=work_dir, keep=args.keep,
+    results = trio.run(lambda: run_matrix(scenarios, run_scenario, seed=args.seed, work_dir=work_dir,
+                                          keep=args.keep, on_result=report)) if scenarios else []
+    replicated_results = trio.run(lambda: run_matrix(
+        replicating, replication.run_scenario, seed=args.seed, work_dir=work_dir, prefix="replication-",
+        keep=args.keep, on_result=report_replication)) if replicating else []
+    hostile_results = trio.run(lambda: run_matrix(
+        attacking, hostile.run_scenario, seed=args.seed, work_dir=work_dir, prefix="hostile-", keep=args.keep,
         on_result=lambda r: print(r.describe(), flush=True))) if attacking else []
     if results:
         print()

@@ -63,7 +63,7 @@ from broker.protocol.messages import (
 )
 from broker.protocol.records import DecodedRecord, Record, build_batch
 from deploy.chaos.checker import Report
-from deploy.chaos.matrix import failure_kept, run_in_turn, table
+from deploy.chaos.matrix import failure_kept, table
 from deploy.chaos.replication import PARTITIONS, TOPIC, ProduceLog, Seen, check_acknowledged, produce
 from deploy.chaos.workload import read_topic
 from deploy.kafka_socket import ask
@@ -72,7 +72,7 @@ from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, 
 from mirror.status import MirrorStatus, StatusFileError, read_status
 
 __all__ = ["ATTACKERS", "MATRIX", "PROFILE", "HostileResult", "HostileScenario", "format_table", "hostile_plan",
-           "run_matrix", "run_scenario"]
+           "run_scenario"]
 
 log = logging.getLogger(__name__)
 
@@ -661,11 +661,3 @@ def format_table(results: Sequence[HostileResult]) -> str:
              "pass" if r.passed else "FAIL") for r in results]
     return table(header, rows)
 
-
-async def run_matrix(scenarios: Sequence[HostileScenario], *, seed: int, work_dir: Path, keep: bool = False,
-                     on_result: Callable[[HostileResult], None] | None = None) -> list[HostileResult]:
-    """Scenarios one after another (scenario i uses seed + i); a passing scenario's directory is
-    removed unless `keep`."""
-    return await run_in_turn(scenarios, lambda s, seed, d: run_scenario(s, seed=seed, work_dir=d), seed=seed,
-                             work_dir=work_dir, prefix="hostile-", name=lambda s: s.name, keep=keep,
-                             on_result=on_result)

@@ -12,7 +12,7 @@ from typing import Protocol, TypeVar
 
 from broker.tasks import leaves
 
-__all__ = ["Outcome", "failure_kept", "failure_text", "run_in_turn", "table"]
+__all__ = ["Outcome", "RunScenario", "failure_kept", "failure_text", "run_matrix", "table"]
 
 
 class Outcome(Protocol):
@@ -23,19 +23,33 @@ class Outcome(Protocol):
     def work_dir(self) -> Path | None: ...
 
 
-S = TypeVar("S")
+class Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+S = TypeVar("S", bound=Named)
+S_contra = TypeVar("S_contra", bound=Named, contravariant=True)
 R = TypeVar("R", bound=Outcome)
+R_co = TypeVar("R_co", bound=Outcome, covariant=True)
 
 
-async def run_in_turn(scenarios: Sequence[S], run: Callable[[S, int, Path], Awaitable[R]], *, seed: int,
-                      work_dir: Path, prefix: str, name: Callable[[S], str], keep: bool = False,
-                      on_result: Callable[[R], None] | None = None) -> list[R]:
-    """`run(scenario, seed, its_dir)` for each scenario in turn (scenario i uses seed + i, its
-    directory `<prefix>-<i>-<name>` under `work_dir`); a passing scenario's directory is removed
-    unless `keep`; `on_result` hears of each as it finishes."""
+class RunScenario(Protocol[S_contra, R_co]):
+    """A matrix's `run_scenario`: one scenario in its own directory, never raising for what goes
+    wrong inside it (the result says)."""
+
+    def __call__(self, scenario: S_contra, /, *, seed: int, work_dir: Path) -> Awaitable[R_co]: ...
+
+
+async def run_matrix(scenarios: Sequence[S], run_scenario: RunScenario[S, R], *, seed: int, work_dir: Path,
+                     prefix: str = "", keep: bool = False,
+                     on_result: Callable[[R], None] | None = None) -> list[R]:
+    """`run_scenario` for each scenario in turn (scenario i uses seed + i, its directory
+    `<prefix><i>-<name>` under `work_dir`); a passing scenario's directory is removed unless
+    `keep`; `on_result` hears of each as it finishes."""
     results = []
     for i, scenario in enumerate(scenarios):
-        result = await run(scenario, seed + i, work_dir / f"{prefix}{i:02d}-{name(scenario)}")
+        result = await run_scenario(scenario, seed=seed + i, work_dir=work_dir / f"{prefix}{i:02d}-{scenario.name}")
         results.append(result)
         if result.passed and not keep and result.work_dir is not None:
             shutil.rmtree(result.work_dir, ignore_errors=True)

@@ -58,13 +58,13 @@ from broker.clock import now_ms
 from broker.protocol.records import Record
 from deploy.broker_process import BrokerProcess
 from deploy.chaos.checker import Report, check
-from deploy.chaos.matrix import failure_kept, run_in_turn, table
+from deploy.chaos.matrix import failure_kept, table
 from deploy.chaos.payload import make_record
 from deploy.zookeeper.config import Tuning
 from deploy.zookeeper.ensemble import Ensemble, run_ensemble
 
 __all__ = ["FAULTS", "MATRIX", "PROFILE", "ProduceLog", "ReplicationResult", "ReplicationScenario", "Seen",
-           "check_acknowledged", "consume_all", "format_table", "produce", "run_matrix", "run_scenario"]
+           "check_acknowledged", "consume_all", "format_table", "produce", "run_scenario"]
 
 log = logging.getLogger(__name__)
 
@@ -773,11 +773,3 @@ def format_table(results: Sequence[ReplicationResult]) -> str:
             for r in results]
     return table(header, rows)
 
-
-async def run_matrix(scenarios: Sequence[ReplicationScenario], *, seed: int, work_dir: Path, keep: bool = False,
-                     on_result: Callable[[ReplicationResult], None] | None = None) -> list[ReplicationResult]:
-    """Scenarios one after another (scenario i uses seed + i); a passing scenario's directory is
-    removed unless `keep`."""
-    return await run_in_turn(scenarios, lambda s, seed, d: run_scenario(s, seed=seed, work_dir=d), seed=seed,
-                             work_dir=work_dir, prefix="replication-", name=lambda s: s.name, keep=keep,
-                             on_result=on_result)

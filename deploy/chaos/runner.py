@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,7 +30,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.records import DecodedRecord
 from deploy.chaos.checker import Report, check
 from deploy.chaos.faults import API_TIMEOUT_S, LINK_FAULTS, Applied, Step, make_schedule, run_schedule
-from deploy.chaos.matrix import failure_kept, run_in_turn, table
+from deploy.chaos.matrix import failure_kept, table
 from deploy.chaos.payload import read_payload
 from deploy.chaos.workload import (
     ProducerStats,
@@ -46,8 +46,7 @@ from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan
 from deploy.supervisor import Supervised, hold, release
 from deploy.wan.client import WanClient, WanProxy
 
-__all__ = ["MATRIX", "PROFILE", "Rig", "Scenario", "ScenarioResult", "chaos_plan", "format_table", "run_matrix",
-           "run_scenario"]
+__all__ = ["MATRIX", "PROFILE", "Rig", "Scenario", "ScenarioResult", "chaos_plan", "format_table", "run_scenario"]
 
 log = logging.getLogger(__name__)
 
@@ -424,10 +423,3 @@ def format_table(results: Sequence[ScenarioResult]) -> str:
         ))
     return table(header, rows)
 
-
-async def run_matrix(scenarios: Sequence[Scenario], *, seed: int, work_dir: Path, keep: bool = False,
-                     on_result: Callable[[ScenarioResult], None] | None = None) -> list[ScenarioResult]:
-    """Run scenarios one after another (scenario i uses seed + i); a passing scenario's
-    directory is removed unless `keep`. `on_result(result)` hears of each as it finishes."""
-    return await run_in_turn(scenarios, lambda s, seed, d: run_scenario(s, seed=seed, work_dir=d), seed=seed,
-                             work_dir=work_dir, prefix="", name=lambda s: s.name, keep=keep, on_result=on_result)

@@ -13,24 +13,20 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from bench.peers import KafkaBroker
 from deploy.child_process import ChildProcess
 from mirror.formats import Checkpoint, Heartbeat, OffsetSync
+from tests.compat.partitions import TIMEOUT_S, create_topic, log_end, raw, read_all
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
-TIMEOUT_S = 60.0
 REPO = Path(__file__).resolve().parents[2]
 SOURCE_ALIAS, TARGET_ALIAS = "alpha", "beta"
-
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
-
 
 @pytest.fixture(scope="module")
 def kafkas(tmp_path_factory: pytest.TempPathFactory,
@@ -48,12 +44,6 @@ def kafkas(tmp_path_factory: pytest.TempPathFactory,
             assert code in (0, 143), f"Kafka did not stop cleanly (exit {code}):\n{broker.log_tail()}"
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, config: dict[str, str]) -> None:
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1, config=config)]).values():
-        future.result(timeout=TIMEOUT_S)
-
-
 def produce(bootstrap: str, topic: str, count: int, partitions: int, tag: str) -> None:
     """`count` records with keys, headers and distinct timestamps of the last minute (older ones
     would fall to the topics' time retention at Kafka's first retention check)."""
@@ -65,45 +55,6 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, tag: str) -
                          partition=i % partitions, headers=[("n", str(i).encode())],
                          timestamp=stamp + i)
     assert producer.flush(TIMEOUT_S) == 0
-
-
-def log_end(bootstrap: str, topic: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "peers-test-ends"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)[1])
-    except KafkaException:  # the topic does not exist yet
-        return -1
-    finally:
-        consumer.close()
-
-
-def read_all(bootstrap: str, topic: str, partition: int) -> list[Record]:
-    """Every record of one partition, from its start to its log end, with offsets in order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "peers-test-reader",
-                         "enable.auto.commit": False})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
-        consumer.assign([TopicPartition(topic, partition, low)])
-        found: list[Record] = []
-        offsets: list[int] = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(found) < high - low and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            offsets.append(int(msg.offset() or 0))
-            headers = cast(list[tuple[str, bytes]], msg.headers() or [])
-            found.append((msg.key(), msg.value(), headers, msg.timestamp()[1]))
-        assert offsets == sorted(offsets), f"{topic}-{partition} read out of order"
-        return found
-    finally:
-        consumer.close()
-
-
-def raw(bootstrap: str, topic: str, partition: int = 0) -> list[tuple[bytes, bytes]]:
-    if log_end(bootstrap, topic, partition) <= 0:
-        return []
-    return [(key or b"", value or b"") for key, value, _, _ in read_all(bootstrap, topic, partition)]
 
 
 def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> bool:
@@ -173,7 +124,7 @@ def test_causeway_mirror_between_two_apache_kafka_clusters(kafkas: tuple[KafkaBr
 
         # Heartbeats on the target Kafka, in MM2's `heartbeats` topic, from alpha to beta, advancing.
         def beats() -> list[Heartbeat]:
-            return [Heartbeat.decode(key, value) for key, value in raw(target, "heartbeats")]
+            return [Heartbeat.decode(key, value or b"") for key, value in raw(target, "heartbeats")]
         wait_until(lambda: len(beats()) >= 2, what="two heartbeats on the target Kafka", timeout_s=TIMEOUT_S)
         assert {(b.source_alias, b.target_alias) for b in beats()} == {(SOURCE_ALIAS, TARGET_ALIAS)}
         stamps = [b.timestamp_ms for b in beats()]
@@ -187,7 +138,8 @@ def test_causeway_mirror_between_two_apache_kafka_clusters(kafkas: tuple[KafkaBr
             "cleanup.policy"].value == "compact"
 
         def syncs() -> list[OffsetSync]:
-            return [s for s in (OffsetSync.decode(k, v) for k, v in raw(source, syncs_topic)) if s.topic == topic]
+            return [s for s in (OffsetSync.decode(k, v or b"") for k, v in raw(source, syncs_topic))
+                    if s.topic == topic]
         wait_until(lambda: {s.partition for s in syncs()} == set(range(partitions)),
                    what="offset syncs for every partition", timeout_s=TIMEOUT_S)
 
@@ -197,7 +149,7 @@ def test_causeway_mirror_between_two_apache_kafka_clusters(kafkas: tuple[KafkaBr
         checkpoints_topic = f"{SOURCE_ALIAS}.checkpoints.internal"
 
         def checkpoints() -> dict[int, Checkpoint]:
-            return {c.partition: c for c in (Checkpoint.decode(k, v) for k, v in raw(target, checkpoints_topic))}
+            return {c.partition: c for c in (Checkpoint.decode(k, v or b"") for k, v in raw(target, checkpoints_topic))}
         wait_until(lambda: {p: c.upstream_offset for p, c in checkpoints().items()} == {0: 50, 1: 7, 2: 0},
                    what="checkpoints of the group on the target Kafka", timeout_s=TIMEOUT_S)
         found = checkpoints()

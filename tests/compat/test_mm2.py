@@ -15,11 +15,10 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from bench.peers import KafkaBroker, run_tool
 from bench.peers.events import start_tool
@@ -27,11 +26,11 @@ from bench.peers.java import run_java_program
 from deploy.broker_process import BrokerProcess
 from deploy.child_process import ChildProcess
 from mirror.formats import Checkpoint, Heartbeat, OffsetSync, decode_position
+from tests.compat.partitions import TIMEOUT_S, create_topic, log_end, raw, read_all
 from tests.support.consume import committed
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
-TIMEOUT_S = 60.0
 REPO = Path(__file__).resolve().parents[2]
 TRANSLATE = REPO / "bench" / "peers" / "TranslateOffsets.java"
 
@@ -52,15 +51,6 @@ def clusters(tmp_path_factory: pytest.TempPathFactory,
             assert code == 0, f"broker did not stop cleanly (exit {code}):\n{broker.log_tail()}"
 
 
-def create_topic(broker: BrokerProcess, topic: str, partitions: int, config: dict[str, str] | None = None) -> None:
-    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1, config=config or {})]).values():
-        future.result(timeout=TIMEOUT_S)
-
-
-Record = tuple[bytes | None, bytes | None, list[tuple[str, bytes]], int]
-
-
 def produce(broker: BrokerProcess, topic: str, count: int, partitions: int, tag: str) -> None:
     producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "compression.type": "lz4"})
     for i in range(count):
@@ -68,41 +58,6 @@ def produce(broker: BrokerProcess, topic: str, count: int, partitions: int, tag:
                          partition=i % partitions, headers=[("n", str(i).encode())],
                          timestamp=1_700_000_000_000 + i)
     assert producer.flush(TIMEOUT_S) == 0
-
-
-def read_all(broker: BrokerProcess, topic: str, partition: int, *, until: int | None = None) -> list[Record]:
-    """Every record of one partition, from its start to its log end (or `until` records)."""
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "mm2-test-reader",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
-    try:
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)
-        consumer.assign([TopicPartition(topic, partition, low)])
-        found: list[Record] = []
-        deadline = time.monotonic() + TIMEOUT_S
-        while len(found) < (high - low if until is None else until) and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None or msg.error() is not None:
-                continue
-            headers = cast(list[tuple[str, bytes]], msg.headers() or [])  # a list of pairs from a consumer
-            found.append((msg.key(), msg.value(), headers, msg.timestamp()[1]))
-        return found
-    finally:
-        consumer.close()
-
-
-def log_end(broker: BrokerProcess, topic: str, partition: int) -> int:
-    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "mm2-test-ends"})
-    try:
-        return int(consumer.get_watermark_offsets(TopicPartition(topic, partition), timeout=TIMEOUT_S)[1])
-    except Exception:  # the topic does not exist yet
-        return -1
-    finally:
-        consumer.close()
-
-
-def raw(broker: BrokerProcess, topic: str) -> list[tuple[bytes, bytes | None]]:
-    """Key and value of every record of a single-partition internal topic."""
-    return [(key or b"", value) for key, value, _, _ in read_all(broker, topic, 0)]
 
 
 def commit(broker: BrokerProcess, group: str, offsets: dict[tuple[str, int], int]) -> None:
@@ -154,7 +109,7 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
                                                       tmp_path: Path) -> None:
     east, west = clusters
     topic, group, partitions, count = "orders", "orders-app", 2, 300
-    create_topic(east, topic, partitions, {"retention.ms": "86400000"})
+    create_topic(east.bootstrap, topic, partitions, {"retention.ms": "86400000"})
     produce(east, topic, count, partitions, "a")
     commit(east, group, {(topic, 0): 60, (topic, 1): 40})
 
@@ -164,18 +119,19 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
                      jvm_flags=MM2_JVM_FLAGS)
     try:
         remote = f"east.{topic}"
-        wait_until(lambda: all(log_end(west, remote, p) == count // partitions for p in range(partitions)),
+        wait_until(lambda: all(log_end(west.bootstrap, remote, p) == count // partitions for p in range(partitions)),
                    what=f"{count} records in {remote}", timeout_s=TIMEOUT_S)
         copied_s = time.monotonic() - began
         # Identical and in order: keys, values, headers, timestamps, partition by partition.
         for p in range(partitions):
-            assert read_all(west, remote, p) == read_all(east, topic, p), f"partition {p} differs"
+            assert read_all(west.bootstrap, remote, p) == read_all(east.bootstrap, topic, p), f"partition {p} differs"
         # More records while it runs arrive behind them.
         produce(east, topic, 20, partitions, "b")
-        wait_until(lambda: all(log_end(west, remote, p) == (count + 20) // partitions for p in range(partitions)),
+        wait_until(lambda: all(log_end(west.bootstrap, remote, p) == (count + 20) // partitions
+                               for p in range(partitions)),
                    what="records produced while MM2 runs", timeout_s=TIMEOUT_S)
         for p in range(partitions):
-            assert read_all(west, remote, p) == read_all(east, topic, p), f"partition {p} differs"
+            assert read_all(west.bootstrap, remote, p) == read_all(east.bootstrap, topic, p), f"partition {p} differs"
 
         # The remote topic got the source's partition count and its non-default config.
         admin = AdminClient({"bootstrap.servers": west.bootstrap})
@@ -186,9 +142,9 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
 
         # Heartbeats: MM2's heartbeat connector writes east->west beats to `heartbeats` on the target.
         def beats() -> list[Heartbeat]:
-            if log_end(west, "heartbeats", 0) <= 0:
+            if log_end(west.bootstrap, "heartbeats", 0) <= 0:
                 return []
-            return [Heartbeat.decode(key, value or b"") for key, value in raw(west, "heartbeats")]
+            return [Heartbeat.decode(key, value or b"") for key, value in raw(west.bootstrap, "heartbeats")]
         wait_until(lambda: len(beats()) >= 2, what="two heartbeats", timeout_s=TIMEOUT_S)
         assert {(b.source_alias, b.target_alias) for b in beats()} == {("east", "west")}
         stamps = [b.timestamp_ms for b in beats()]
@@ -198,10 +154,10 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
         checkpoints_topic = "east.checkpoints.internal"
 
         def checkpoints() -> dict[int, Checkpoint]:
-            if log_end(west, checkpoints_topic, 0) <= 0:
+            if log_end(west.bootstrap, checkpoints_topic, 0) <= 0:
                 return {}
             latest = {}
-            for key, value in raw(west, checkpoints_topic):
+            for key, value in raw(west.bootstrap, checkpoints_topic):
                 checkpoint = Checkpoint.decode(key, value or b"")
                 latest[checkpoint.partition] = checkpoint
             return latest
@@ -211,7 +167,8 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
         assert {(c.group, c.topic) for c in found.values()} == {(group, remote)}
         # MM2 translates through its offset syncs (on the source, mm2-offset-syncs.west.internal): the
         # newest sync at or below the group's offset, plus one when past it. Check against those syncs.
-        syncs = [OffsetSync.decode(key, value or b"") for key, value in raw(east, "mm2-offset-syncs.west.internal")]
+        syncs = [OffsetSync.decode(key, value or b"")
+                 for key, value in raw(east.bootstrap, "mm2-offset-syncs.west.internal")]
         for p, checkpoint in found.items():
             below = [s for s in syncs if s.topic == topic and s.partition == p
                      and s.upstream_offset <= checkpoint.upstream_offset]
@@ -233,14 +190,14 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
         def positions() -> dict[int, int | None]:
             found = {}
             for p in range(25):  # Connect's offsets topic has 25 partitions by default
-                for key, value in raw_partition(west, "mm2-offsets.east.internal", p):
+                for key, value in raw(west.bootstrap, "mm2-offsets.east.internal", p):
                     where = decode_position(key, value)
                     if where is not None and where[:2] == ("east", topic):
                         found[where[2]] = where[3]
             return found
         wait_until(lambda: positions() == {p: (count + 20) // partitions - 1 for p in range(partitions)},
                    what="MM2's source offsets in mm2-offsets.east.internal", timeout_s=TIMEOUT_S)
-        configs = [json.loads(value) for key, value in raw(west, "mm2-configs.east.internal")
+        configs = [json.loads(value) for key, value in raw(west.bootstrap, "mm2-configs.east.internal")
                    if key.startswith(b"connector-") and value]
         assert {c["properties"]["connector.class"].rsplit(".", 1)[1] for c in configs} >= {
             "MirrorSourceConnector", "MirrorCheckpointConnector", "MirrorHeartbeatConnector"}, configs
@@ -263,10 +220,11 @@ def test_mirror_maker_2_between_two_causeway_clusters(clusters: tuple[BrokerProc
     mirror = start_mirror(tmp_path, east, west, "east", topic, group)
     try:
         total = (count + 40) // partitions
-        wait_until(lambda: all(log_end(west, remote, p) >= total for p in range(partitions)),
+        wait_until(lambda: all(log_end(west.bootstrap, remote, p) >= total for p in range(partitions)),
                    what="records produced after MM2 stopped", timeout_s=TIMEOUT_S)
         for p in range(partitions):
-            assert read_all(west, remote, p) == read_all(east, topic, p), f"partition {p}: re-copied or lost"
+            assert read_all(west.bootstrap, remote, p) == read_all(east.bootstrap, topic, p), \
+                f"partition {p}: re-copied or lost"
     finally:
         stop_mirror(mirror, tmp_path)
 
@@ -294,15 +252,11 @@ def stop_mirror(mirror: ChildProcess, tmp_path: Path) -> None:
 def checkpoints(broker: BrokerProcess, alias: str) -> dict[int, Checkpoint]:
     """The newest checkpoint per partition in `<alias>.checkpoints.internal` (one group per test)."""
     topic = f"{alias}.checkpoints.internal"
-    if log_end(broker, topic, 0) <= 0:
+    if log_end(broker.bootstrap, topic, 0) <= 0:
         return {}
-    return {c.partition: c for c in (Checkpoint.decode(key, value or b"") for key, value in raw(broker, topic))}
+    return {c.partition: c
+            for c in (Checkpoint.decode(key, value or b"") for key, value in raw(broker.bootstrap, topic))}
 
-
-def raw_partition(broker: BrokerProcess, topic: str, partition: int) -> list[tuple[bytes, bytes | None]]:
-    if log_end(broker, topic, partition) <= 0:
-        return []
-    return [(key or b"", value) for key, value, _, _ in read_all(broker, topic, partition)]
 
 
 # --- formats both ways: `causeway mirror`'s checkpoints, translated by MM2's RemoteClusterUtils ----------------
@@ -312,7 +266,7 @@ def test_remote_cluster_utils_translates_causeway_mirror_checkpoints(clusters: t
                                                                      tmp_path: Path) -> None:
     east, west = clusters
     topic, group, partitions = "payments", "payments-app", 3
-    create_topic(east, topic, partitions)
+    create_topic(east.bootstrap, topic, partitions)
     produce(east, topic, 240, partitions, "p")
     offsets = {0: 80, 1: 33, 2: 0}
     commit(east, group, {(topic, p): o for p, o in offsets.items()})
@@ -321,14 +275,14 @@ def test_remote_cluster_utils_translates_causeway_mirror_checkpoints(clusters: t
         "emit.checkpoints.interval.seconds": 1, "sync.group.offsets.enabled": False, "offset.lag.max": 100})
     try:
         remote = f"south.{topic}"
-        wait_until(lambda: all(log_end(west, remote, p) == 80 for p in range(partitions)),
+        wait_until(lambda: all(log_end(west.bootstrap, remote, p) == 80 for p in range(partitions)),
                    what="the topic mirrored", timeout_s=TIMEOUT_S)
 
         def checkpoints() -> dict[int, Checkpoint]:
-            if log_end(west, "south.checkpoints.internal", 0) <= 0:
+            if log_end(west.bootstrap, "south.checkpoints.internal", 0) <= 0:
                 return {}
             return {c.partition: c for c in (Checkpoint.decode(k, v or b"")
-                                             for k, v in raw(west, "south.checkpoints.internal"))}
+                                             for k, v in raw(west.bootstrap, "south.checkpoints.internal"))}
         wait_until(lambda: {p: c.upstream_offset for p, c in checkpoints().items()} == offsets,
                    what="causeway mirror's checkpoints", timeout_s=TIMEOUT_S)
         written = checkpoints()
@@ -371,7 +325,7 @@ def test_causeway_mirror_from_apache_kafka_to_causeway(clusters: tuple[BrokerPro
     with KafkaBroker(tmp_path / "kafka") as kafka:
         source = BrokerProcess(tmp_path / "unused")  # only its bootstrap is used by the helpers below
         source.bootstrap = kafka.bootstrap
-        create_topic(source, topic, partitions, {"cleanup.policy": "delete", "retention.ms": "3600000"})
+        create_topic(source.bootstrap, topic, partitions, {"cleanup.policy": "delete", "retention.ms": "3600000"})
         produce(source, topic, 150, partitions, "k")
 
         def committing() -> bool:  # Kafka makes __consumer_offsets on first use: NOT_COORDINATOR until then
@@ -388,10 +342,11 @@ def test_causeway_mirror_from_apache_kafka_to_causeway(clusters: tuple[BrokerPro
             "emit.checkpoints.interval.seconds": 1, "sync.group.offsets.interval.seconds": 1})
         try:
             remote = f"kafka.{topic}"
-            wait_until(lambda: all(log_end(west, remote, p) == 50 for p in range(partitions)),
+            wait_until(lambda: all(log_end(west.bootstrap, remote, p) == 50 for p in range(partitions)),
                        what="Kafka's records on Causeway", timeout_s=TIMEOUT_S)
             for p in range(partitions):
-                assert read_all(west, remote, p) == read_all(source, topic, p), f"partition {p} differs"
+                assert read_all(west.bootstrap, remote, p) == read_all(source.bootstrap, topic, p), \
+                    f"partition {p} differs"
             # Offset syncs on the source (Kafka), in MM2's topic; the checkpointed group on the target.
             admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
             syncs_topic = ConfigResource("topic", "mm2-offset-syncs.west.internal")

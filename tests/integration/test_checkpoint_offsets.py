@@ -63,15 +63,21 @@ def move_log_to(partition_dir: Path, base_offset: int) -> None:
     (partition_dir / f"{base_offset:020d}.log").touch()
 
 
-def test_nineteen_digit_offsets_keep_every_checkpoint_of_the_dir(tmp_path: Path) -> None:
-    data = tmp_path / "data"
-    broker = BrokerProcess(data, topics=("kept:1", "high:1")).start()
+def stopped_with_deleted_records(data: Path, other: str, records: int, deleted: int) -> BrokerProcess:
+    """A stopped broker whose topic `kept` holds `records` records, the first `deleted` of them
+    deleted (so its log start is in the checkpoints), beside a one-partition topic `other`."""
+    broker = BrokerProcess(data, topics=("kept:1", f"{other}:1")).start()
     try:
-        assert produce(broker.bootstrap, "kept", [b"kept-%03d" % i for i in range(100)]) == list(range(100))
-        assert delete_records(broker.bootstrap, "kept", 60) == 60
+        assert produce(broker.bootstrap, "kept", [b"kept-%03d" % i for i in range(records)]) == list(range(records))
+        assert delete_records(broker.bootstrap, "kept", deleted) == deleted
     finally:
         assert broker.stop() == 0, broker.log_tail()
+    return broker
 
+
+def test_nineteen_digit_offsets_keep_every_checkpoint_of_the_dir(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    broker = stopped_with_deleted_records(data, "high", 100, 60)
     move_log_to(data / "high-0", HIGH)
     broker.start()
     try:
@@ -108,12 +114,7 @@ def test_a_produce_past_the_largest_offset_is_refused_and_the_checkpoints_stay_r
     # 5 would take the log end, and the checkpoints holding it, past an int64.
     data = tmp_path / "data"
     top = 2**63 - 1
-    broker = BrokerProcess(data, topics=("kept:1", "top:1")).start()
-    try:
-        assert produce(broker.bootstrap, "kept", [b"kept-%03d" % i for i in range(10)]) == list(range(10))
-        assert delete_records(broker.bootstrap, "kept", 4) == 4
-    finally:
-        assert broker.stop() == 0, broker.log_tail()
+    broker = stopped_with_deleted_records(data, "top", 10, 4)
     move_log_to(data / "top-0", top - 3)
     broker.start()
     try:

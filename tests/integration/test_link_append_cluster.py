@@ -19,14 +19,13 @@ from broker.client import (
     MIRROR_NAME_CONFIG,
     ErrorCode,
     KafkaError,
-    TopicPartition,
     admin,
     link_append,
     open_client,
     produce,
 )
-from broker.client.admin import NewTopic
 from broker.protocol.records import Record, build_batch, split_batches
+from tests.integration.mirror_topic import LINK, TP, create_mirror_topic
 from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for, wait_until
@@ -36,8 +35,6 @@ SESSION_TIMEOUT_MS = 6000
 OVERRIDES = (f"zookeeper.session.timeout.ms={SESSION_TIMEOUT_MS}", "offsets.topic.num.partitions=1",
              "replica.lag.time.max.ms=4000", "min.insync.replicas=2", "leader.imbalance.check.interval.seconds=3600",
              "log.flush.offset.checkpoint.interval.ms=200")
-LINK = "east-to-west"
-TP = TopicPartition("copy", 0)
 TIMEOUT_S = 30.0
 
 
@@ -113,13 +110,8 @@ def replica_log_start(cluster: ZkCluster, broker_id: int) -> int | None:
     return next((int(o) for t, p, o in (line.split() for line in lines) if (t, p) == ("copy", "0")), None)
 
 
-async def create(cluster: ZkCluster) -> None:
-    async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
-        await admin.create_topics(client, {"copy": NewTopic(1, 3, {MIRROR_NAME_CONFIG: LINK})})
-
-
 def test_followers_replicate_a_mirror_topic_and_a_leader_kill_keeps_acknowledged_batches(cluster: ZkCluster) -> None:
-    trio.run(create, cluster)
+    trio.run(partial(create_mirror_topic, cluster, timeout_s=TIMEOUT_S))
     wait_until(lambda: len(cluster.state("copy")["isr"]) == 3, what="the mirror topic's ISR")  # type: ignore[arg-type]
     batches = source_batches()
     acked: list[int] = []

@@ -8,6 +8,7 @@ mode, replication factor 3); while local producers' retries are still recognised
 from __future__ import annotations
 
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -24,9 +25,10 @@ from broker.client import (
     open_client,
     produce,
 )
-from broker.client.admin import EARLIEST, LATEST, NewTopic
+from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.records import Record, build_batch, split_batches
 from deploy.broker_process import BrokerProcess
+from tests.integration.mirror_topic import LINK, TP, create_mirror_topic
 from tests.integration.started_clusters import started
 from tests.integration.test_mirror_link import consume, link_config, running, wait_copied
 from tests.support.cluster import ZkCluster
@@ -102,8 +104,6 @@ async def test_idempotent_producers_write_to_a_promoted_topic_before_and_after_a
 
 OVERRIDES = ("zookeeper.session.timeout.ms=6000", "offsets.topic.num.partitions=1", "replica.lag.time.max.ms=4000",
              "min.insync.replicas=2", "leader.imbalance.check.interval.seconds=3600")
-LINK = "east-to-west"
-TP = TopicPartition("copy", 0)
 
 
 @pytest.fixture
@@ -151,10 +151,8 @@ def wait_for_new_leader(cluster: ZkCluster, old: int) -> None:
 
 
 async def copy_and_promote(cluster: ZkCluster) -> None:
+    await create_mirror_topic(cluster, timeout_s=TIMEOUT_S)
     async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
-        await admin.create_topics(client, {"copy": NewTopic(1, replication_factor=3,
-                                                            configs={MIRROR_NAME_CONFIG: LINK})})
-
         async def appended() -> bool:
             result = (await link_append(client, LINK, {TP: source_batches()}))[TP]
             return result.error == ErrorCode.NONE and result.high_watermark == 30
@@ -208,7 +206,7 @@ def test_a_follower_that_lagged_at_promotion_counts_only_local_producers_as_lead
     writes: it learns all of it afterwards, in log order, and then leads."""
     source = source_batches()
     cut = split_batches(source)[15][0]
-    trio.run(create_mirror_topic, cluster)
+    trio.run(partial(create_mirror_topic, cluster, timeout_s=TIMEOUT_S))
     wait_until(lambda: len(isr_of(cluster)) == 3, what="the mirror topic's ISR", timeout_s=TIMEOUT_S)
     trio.run(appended_through, cluster.bootstrap(), source[:cut], 15)
     leader = leader_of(cluster)
@@ -245,12 +243,6 @@ def test_a_follower_that_lagged_at_promotion_counts_only_local_producers_as_lead
     got = values(at, "copy", 1)
     assert got == sorted([f"source-{p}-{s}".encode() for p in range(3) for s in range(10)]
                          + [b"local-500-0", b"local-0-0", b"local-0-1", b"local-1-0", b"local-2-0"])
-
-
-async def create_mirror_topic(cluster: ZkCluster) -> None:
-    async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
-        await admin.create_topics(client, {"copy": NewTopic(1, replication_factor=3,
-                                                            configs={MIRROR_NAME_CONFIG: LINK})})
 
 
 async def promote(bootstrap: str) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 
@@ -26,6 +26,7 @@ from broker.protocol.messages import (
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import call, message_frame, read_frame_or_none
 from security.certs import Identity, create_certificates
+from tests.support.consume import group_values
 
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
         'username="admin" password="admin-secret" user_admin="admin-secret" user_alice="alice-secret";')
@@ -71,16 +72,7 @@ def test_librdkafka_produces_and_consumes_as_an_authenticated_user(
     for i in range(100):
         producer.produce(topic, f"r{i}".encode())
     assert producer.flush(60) == 0
-    consumer = Consumer({**config, "group.id": f"g-{listener}", "auto.offset.reset": "earliest"})
-    consumer.subscribe([topic])
-    seen: set[bytes] = set()
-    for _ in range(300):
-        message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.add(message.value())
-        if len(seen) == 100:
-            break
-    consumer.close()
+    seen = group_values(config, topic, f"g-{listener}", 100, polls=300)
     assert seen == {f"r{i}".encode() for i in range(100)}
 
 

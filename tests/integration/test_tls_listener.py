@@ -11,13 +11,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from broker.protocol.messages import ApiVersionsRequest
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import message_frame
 from security.certs import Identity, create_certificates
+from tests.support.consume import group_values
 
 TOPIC = "secured"
 
@@ -63,16 +64,7 @@ def test_librdkafka_produces_and_consumes_over_mutual_tls(certs: Path, mtls_brok
     for i in range(300):
         producer.produce(TOPIC, f"value-{i}".encode(), key=str(i).encode())
     assert producer.flush(60) == 0
-    consumer = Consumer({**config, "group.id": "tls-readers", "auto.offset.reset": "earliest"})
-    consumer.subscribe([TOPIC])
-    seen: set[bytes] = set()
-    for _ in range(600):  # bounded: one poll a second at most
-        message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.add(message.value())
-        if len(seen) == 300:
-            break
-    consumer.close()
+    seen = group_values(config, TOPIC, "tls-readers", 300, polls=600)
     assert seen == {f"value-{i}".encode() for i in range(300)}
 
 

@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.support.polling import wait_until
 
-__all__ = ["committed", "first_offsets", "group_offsets", "read_partition", "read_topic"]
+__all__ = ["committed", "first_offsets", "group_offsets", "group_values", "read_partition", "read_topic"]
 
 
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int = 0,
@@ -86,6 +86,25 @@ def first_offsets(member: Consumer, topic: str, partitions: set[int], timeout_s:
     finally:
         member.close()
     return first
+
+
+def group_values(config: dict[str, object], topic: str, group: str, count: int, *, polls: int) -> set[bytes]:
+    """The distinct values a member of `group` reads from `topic` (subscribed, from the earliest
+    offset), until it has `count` of them or has polled `polls` times (a second each at most).
+    `config` says how to reach the cluster (bootstrap, security protocol, credentials)."""
+    consumer = Consumer({**config, "group.id": group, "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic])
+    seen: set[bytes] = set()
+    try:
+        for _ in range(polls):
+            message = consumer.poll(1.0)
+            if message is not None and message.error() is None:
+                seen.add(message.value())
+            if len(seen) == count:
+                break
+    finally:
+        consumer.close()
+    return seen
 
 
 def read_topic(bootstrap: str, topic: str, count: int, deadline_s: float = 90) -> dict[int, list[bytes]]:

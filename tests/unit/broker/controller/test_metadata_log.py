@@ -11,7 +11,6 @@ import errno
 import json
 import logging
 import os
-import threading
 import uuid
 from collections.abc import Awaitable
 from pathlib import Path
@@ -25,6 +24,7 @@ from broker.controller.metadata_file import LOG_FILE, SNAPSHOT_FILE, TopicRecord
 from broker.controller.model import TopicInfo
 from broker.controller.standalone import PRODUCER_ID_BLOCK, StandaloneController
 from broker.protocol.errors import ErrorCode, KafkaError
+from tests.support.loop_thread import ThreadCalls
 
 
 class Recorder:
@@ -137,27 +137,14 @@ async def test_n_topics_cost_o_n_bytes_and_the_disk_stays_bounded(tmp_path: Path
 
 async def test_no_fsync_on_the_event_loop_thread(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     controller = StandaloneController(_config(tmp_path))
-    on_loop: list[str] = []
-    in_workers = 0
-    real_fsync, real_fdatasync = os.fsync, os.fdatasync
-
-    def counting(real: object) -> object:
-        def call(fd: int) -> None:
-            nonlocal in_workers
-            if threading.current_thread() is threading.main_thread():
-                on_loop.append(os.readlink(f"/proc/self/fd/{fd}"))
-            else:
-                in_workers += 1
-            real(fd)  # type: ignore[operator]
-        return call
-
-    monkeypatch.setattr(os, "fsync", counting(real_fsync))
-    monkeypatch.setattr(os, "fdatasync", counting(real_fdatasync))
+    calls = ThreadCalls()
+    monkeypatch.setattr(os, "fsync", calls.wrap(os.fsync))
+    monkeypatch.setattr(os, "fdatasync", calls.wrap(os.fdatasync))
     for i in range(400):  # past the first snapshot
         await controller.create_topic(f"t{i}", 1, 1, {"retention.ms": "1000"})
     assert controller.metadata_log.snapshots_written >= 1
-    assert on_loop == []
-    assert in_workers >= 400
+    assert calls.on_loop == []
+    assert calls.in_workers >= 400
 
 
 async def test_a_failed_write_is_undone_and_cut_off(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

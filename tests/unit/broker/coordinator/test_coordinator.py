@@ -8,28 +8,13 @@ import pytest
 import trio
 import trio.testing
 
-from broker.config import BrokerConfig
 from broker.coordinator.coordinator import GroupCoordinator, JoinResult, MemberIdRequired
 from broker.coordinator.group import GroupState, Member, Reply
 from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.protocol.errors import ErrorCode, KafkaError
+from tests.unit.broker.coordinator.memory_store import Store, coordinator
 
 PROTOCOLS = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
-
-
-class Store:
-    """Collects what the coordinator writes to __consumer_offsets."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[int, bytes, bytes | None]] = []
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        self.records += [(partition, k, v) for k, v in records]
-
-
-def coordinator(tmp_path: Path, store: Store, **extra: str) -> GroupCoordinator:
-    props = {"log.dirs": str(tmp_path), "group.initial.rebalance.delay.ms": "0", **extra}
-    return GroupCoordinator(BrokerConfig.from_properties(props), store.append)
 
 
 async def join(c: GroupCoordinator, member_id: str = "", *, instance: str | None = None,

@@ -68,6 +68,16 @@ def open_log(tmp_path: Path, partition: int) -> Log:
     return Log.open(tmp_path / "logs" / f"{OFFSETS_TOPIC}-{partition}", LogConfig(), recovery_point=None, now_ms=NOW)
 
 
+def leading(partition_log: Log, isr: tuple[int, ...]) -> tuple[Replicas, Partition]:
+    """Broker 1's replicas, leading __consumer_offsets-0 (epoch 0) on `partition_log`, with broker
+    2 as its follower and `isr` as its in-sync replicas."""
+    replicas = Replicas()
+    leader = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1,
+                       replicas=(1, 2), isr=isr)
+    replicas.partitions[0] = leader
+    return replicas, leader
+
+
 def coordinator(cfg: BrokerConfig, replicas: Replicas) -> GroupCoordinator:
     # No __consumer_offsets in the metadata: the partition count is the config's.
     store = OffsetsStore(cfg, Controller({}, []), replicas)  # type: ignore[arg-type]
@@ -257,10 +267,7 @@ async def test_resigning_while_loading_abandons_the_load(tmp_path: Path, monkeyp
 async def test_commits_wait_for_the_isr_and_fail_over_to_not_coordinator(tmp_path: Path,
                                                                          autojump_clock: object) -> None:
     partition_log = open_log(tmp_path, 0)
-    replicas = Replicas()
-    leader = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1,
-                       replicas=(1, 2), isr=(1, 2))
-    replicas.partitions[0] = leader
+    replicas, leader = leading(partition_log, isr=(1, 2))
     c = coordinator(config(tmp_path, **{"offsets.commit.timeout.ms": "5000"}), replicas)
     g0 = group_in(0)
     done: list[ErrorCode] = []
@@ -301,9 +308,7 @@ async def test_commits_wait_for_the_isr_and_fail_over_to_not_coordinator(tmp_pat
 async def test_commits_below_min_insync_replicas_are_refused(tmp_path: Path, autojump_clock: object) -> None:
     partition_log = Log.open(tmp_path / f"{OFFSETS_TOPIC}-0", LogConfig(min_insync_replicas=2), recovery_point=None,
                              now_ms=NOW)
-    replicas = Replicas()
-    replicas.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1,
-                                       replicas=(1, 2), isr=(1,))
+    replicas, _ = leading(partition_log, isr=(1,))
     c = coordinator(config(tmp_path), replicas)
     g0 = group_in(0)
     async with trio.open_nursery() as nursery:
@@ -401,10 +406,7 @@ async def test_a_load_that_fails_is_retried_while_the_broker_serves(tmp_path: Pa
 async def test_a_write_waiting_for_the_isr_does_not_hold_up_other_groups_timers(tmp_path: Path,
                                                                                 autojump_clock: object) -> None:
     partition_log = open_log(tmp_path, 0)
-    replicas = Replicas()
-    leader = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1,
-                       replicas=(1, 2), isr=(1,))
-    replicas.partitions[0] = leader
+    replicas, leader = leading(partition_log, isr=(1,))
     c = coordinator(config(tmp_path), replicas)
     x, y = group_in(0, "x"), group_in(0, "y")
     async with trio.open_nursery() as nursery:

@@ -8,7 +8,6 @@ import pytest
 import trio
 import trio.testing
 
-from broker.config import BrokerConfig
 from broker.coordinator.coordinator import GroupCoordinator, JoinResult, MemberIdRequired
 from broker.coordinator.group import GroupState
 from broker.coordinator.offsets_records import (
@@ -20,6 +19,7 @@ from broker.coordinator.offsets_records import (
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ConsumerProtocolSubscription
 from broker.protocol.primitives import Writer
+from tests.unit.broker.coordinator.memory_store import Store, coordinator
 
 
 def subscription(*topics: str) -> bytes:
@@ -30,27 +30,6 @@ def subscription(*topics: str) -> bytes:
 
 
 PROTOCOLS = [("range", subscription("orders"))]
-
-
-class Store:
-    """What the coordinator writes to __consumer_offsets; `fail` makes the next appends fail."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[int, bytes, bytes | None]] = []
-        self.fail: ErrorCode | None = None
-
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
-        if self.fail is not None:
-            raise KafkaError(self.fail, "injected")
-        self.records += [(partition, k, v) for k, v in records]
-
-    def replay(self) -> list[tuple[bytes | None, bytes | None]]:
-        return [(k, v) for _, k, v in self.records]
-
-
-def coordinator(tmp_path: Path, store: Store, **extra: str) -> GroupCoordinator:
-    props = {"log.dirs": str(tmp_path), "group.initial.rebalance.delay.ms": "0", **extra}
-    return GroupCoordinator(BrokerConfig.from_properties(props), store.append)
 
 
 async def join(c: GroupCoordinator, member_id: str = "", *, instance: str | None = None,

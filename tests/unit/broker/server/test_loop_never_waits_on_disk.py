@@ -5,7 +5,6 @@ flush.messages=1 and every housekeeping job due each 50 ms: no fsync runs on the
 from __future__ import annotations
 
 import os
-import threading
 from pathlib import Path
 
 import trio
@@ -14,6 +13,7 @@ from confluent_kafka import Producer
 from broker.config import BrokerConfig
 from broker.server.broker import RunningBroker, run_broker
 from broker.storage.checkpoints import read_offsets
+from tests.support.loop_thread import ThreadCalls
 from tests.support.polling import wait_for
 
 RECORDS = 400
@@ -46,23 +46,13 @@ async def test_no_fsync_on_the_loop_under_produce_load(tmp_path: Path) -> None:
         "log.flush.scheduler.interval.ms": "50", "log.flush.offset.checkpoint.interval.ms": "50",
         "log.retention.check.interval.ms": "50", "log.retention.bytes": "20000",
     })
-    on_loop: list[str] = []
-    in_workers = 0
-    real = os.fsync
-
-    def counting(fd: int) -> None:
-        nonlocal in_workers
-        if threading.current_thread() is threading.main_thread():
-            on_loop.append(os.readlink(f"/proc/self/fd/{fd}"))
-        else:
-            in_workers += 1
-        real(fd)
+    calls = ThreadCalls()
 
     async with trio.open_nursery() as nursery:
         running: RunningBroker = await nursery.start(
             lambda task_status: run_broker(config, initial_topics={"stall": 1}, task_status=task_status))
         partition = running.services.replicas.get("stall", 0)
-        os_fsync, os.fsync = os.fsync, counting  # from here on: the produce phase
+        os_fsync, os.fsync = os.fsync, calls.wrap(os.fsync)  # from here on: the produce phase
         try:
             acked = await trio.to_thread.run_sync(produce, running.bootstrap())
             # Housekeeping runs under the count too: retention deletes, checkpoints are written.
@@ -73,8 +63,8 @@ async def test_no_fsync_on_the_loop_under_produce_load(tmp_path: Path) -> None:
         finally:
             os.fsync = os_fsync
         nursery.cancel_scope.cancel()
-    assert on_loop == []
-    assert in_workers > 0
+    assert calls.on_loop == []
+    assert calls.in_workers > 0
     assert acked == list(range(RECORDS))
     # flush.messages=1: each acknowledged record was fsynced before its answer.
     assert partition.log.recovery_point == RECORDS

@@ -8,11 +8,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import trio
 
 from broker.protocol.records import Record, build_batch
 from deploy.chaos.checker import check
 from deploy.chaos.faults import Step
-from deploy.chaos.matrix import failure_kept, failure_text
+from deploy.chaos.matrix import failure_kept, failure_text, run_matrix
 from deploy.chaos.runner import Scenario, ScenarioResult, decode_position, format_table
 from deploy.chaos.workload import Workload, decode_records
 from tests.unit.deploy.chaos.test_checker import RUN, at_target, records
@@ -82,3 +83,33 @@ def test_a_scenario_failure_is_kept_in_the_result_not_raised(caplog: pytest.LogC
     with failure_kept(result, "s2", logging.getLogger("chaos-test")):
         pass
     assert result.error == "ValueError: broke"  # a passing body leaves it as it was
+
+
+def test_a_matrix_runs_each_scenario_in_its_own_directory_and_keeps_only_failures(tmp_path: Path) -> None:
+    @dataclass(frozen=True)
+    class Named:
+        name: str
+
+    @dataclass
+    class Outcome:
+        passed: bool
+        work_dir: Path | None
+
+    seeds: list[int] = []
+
+    async def run_scenario(scenario: Named, /, *, seed: int, work_dir: Path) -> Outcome:
+        seeds.append(seed)
+        return Outcome(scenario.name != "fails", work_dir)
+
+    for name in ("m-00-passes", "m-01-fails", "k/00-passes"):  # what each scenario would write
+        (tmp_path / name).mkdir(parents=True)
+
+    heard: list[str] = []
+    results = trio.run(lambda: run_matrix([Named("passes"), Named("fails")], run_scenario, seed=7, work_dir=tmp_path,
+                                          prefix="m-", on_result=lambda r: heard.append(str(r.work_dir))))
+    assert [r.work_dir for r in results] == [tmp_path / "m-00-passes", tmp_path / "m-01-fails"]
+    assert heard == [str(tmp_path / "m-00-passes"), str(tmp_path / "m-01-fails")]
+    assert seeds == [7, 8]  # scenario i uses seed + i
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "m-01-fails"]  # a passing one's is removed
+    kept = trio.run(lambda: run_matrix([Named("passes")], run_scenario, seed=7, work_dir=tmp_path / "k", keep=True))
+    assert kept[0].work_dir == tmp_path / "k" / "00-passes" and kept[0].work_dir.is_dir()

@@ -1,0 +1,36 @@
+"""A group coordinator whose __consumer_offsets is a list in memory, for the state-machine tests
+(test_coordinator.py, test_rebalance.py): what it writes is kept in order, and a test can make
+the next writes fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from broker.config import BrokerConfig
+from broker.coordinator.coordinator import GroupCoordinator
+from broker.protocol.errors import ErrorCode, KafkaError
+
+__all__ = ["Store", "coordinator"]
+
+
+class Store:
+    """What the coordinator writes to __consumer_offsets; `fail` makes the next appends fail."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[int, bytes, bytes | None]] = []
+        self.fail: ErrorCode | None = None
+
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+        if self.fail is not None:
+            raise KafkaError(self.fail, "injected")
+        self.records += [(partition, k, v) for k, v in records]
+
+    def replay(self) -> list[tuple[bytes | None, bytes | None]]:
+        return [(k, v) for _, k, v in self.records]
+
+
+def coordinator(tmp_path: Path, store: Store, **extra: str) -> GroupCoordinator:
+    """A coordinator writing to `store`, its config the broker's defaults with no initial
+    rebalance delay, and `extra` (Kafka's names) over them."""
+    props = {"log.dirs": str(tmp_path), "group.initial.rebalance.delay.ms": "0", **extra}
+    return GroupCoordinator(BrokerConfig.from_properties(props), store.append)
