@@ -38,10 +38,11 @@ from broker.server.dispatch import Dispatcher
 from broker.server.fetch_sessions import TOTAL_PER_BROKER_PARTITION, FetchSessionCache
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
+from broker.server.scram_credentials import credentials_in_zookeeper
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
-from security.sasl import mechanism_servers
+from security.mechanisms import mechanism_servers
 from security.tls import ANONYMOUS, TlsHandshakeFailed, handshake, principal_mapper, principal_of, server_context
 
 if TYPE_CHECKING:
@@ -205,7 +206,9 @@ async def run_broker(
         tls_contexts = {spec.name: (server_context(ssl_config, spec.name), principal_mapper(ssl_config, spec.name))
                         for spec in config.listeners if (ssl_config := config.ssl_for(spec.name)) is not None}
         handshake_timeout_s = min(limits.idle_timeout_s, limits.arrival_timeout_s)
-        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config) for spec in config.listeners
+        zookeeper = controller.zookeeper()
+        scram_credentials = credentials_in_zookeeper(zookeeper) if zookeeper is not None else None
+        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config, scram_credentials) for spec in config.listeners
                            if (sasl_config := config.sasl_for(spec.name)) is not None}
         failed_authentication_delay_s = config.connection_failed_authentication_delay_ms / 1000
 
