@@ -6,36 +6,34 @@ and answers each with a challenge, until it is complete and names the principal.
 the secret that was tried.
 
 PLAIN (RFC 4616) checks passwords against the ``user_<name>="<password>"`` options of the
-listener's ``PlainLoginModule`` JAAS config, as Kafka's PlainServerCallbackHandler does. GSSAPI and
-OAUTHBEARER are not served; SCRAM comes with its credential store.
+listener's ``PlainLoginModule`` JAAS config, as Kafka's PlainServerCallbackHandler does. SCRAM
+(``security/scram.py``) checks the credentials a ZooKeeper-mode cluster keeps in
+``/config/users``. GSSAPI and OAUTHBEARER are not served.
 """
 
 from __future__ import annotations
 
 import hmac
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
-
-from broker.config import SaslConfig, StartupError
 
 __all__ = [
     "PLAIN",
     "PLAIN_LOGIN_MODULE",
-    "SERVED_MECHANISMS",
+    "SCRAM_LOGIN_MODULE",
     "JaasConfig",
     "JaasError",
     "MechanismServer",
     "PlainServer",
     "SaslAuthenticationFailed",
-    "mechanism_servers",
     "parse_jaas_config",
 ]
 
 PLAIN = "PLAIN"
 PLAIN_LOGIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
-SERVED_MECHANISMS = (PLAIN,)
+SCRAM_LOGIN_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 _FLAGS = ("required", "requisite", "sufficient", "optional")
 
 
@@ -112,7 +110,7 @@ class MechanismServer(Protocol):
     def principal(self) -> str | None:
         """``User:<name>`` once authentication is complete, else None."""
 
-    def evaluate(self, token: bytes) -> bytes:
+    async def evaluate(self, token: bytes) -> bytes:
         """The challenge answering the client's `token`. Raises SaslAuthenticationFailed."""
 
 
@@ -131,7 +129,7 @@ class PlainServer:
     def from_jaas(cls, jaas: JaasConfig) -> PlainServer:
         return cls({key[len("user_"):]: value for key, value in jaas.options.items() if key.startswith("user_")})
 
-    def evaluate(self, token: bytes) -> bytes:
+    async def evaluate(self, token: bytes) -> bytes:
         if self.principal is not None:
             raise SaslAuthenticationFailed("Authentication failed: PLAIN takes a single message")
         parts = token.split(b"\x00")
@@ -154,33 +152,3 @@ class PlainServer:
                 "Authentication failed: Client requested an authorization id that is different from username")
         self.principal = f"User:{username}"
         return b""
-
-
-def mechanism_servers(config: SaslConfig) -> dict[str, Callable[[], MechanismServer]]:
-    """For each mechanism a SASL listener enables, what makes its server for one connection.
-
-    Raises StartupError naming the key: a mechanism not served here, a missing or unreadable
-    JAAS config, a login module that does not fit the mechanism.
-    """
-    factories: dict[str, Callable[[], MechanismServer]] = {}
-    prefix = f"listener.name.{config.listener.lower()}."
-    for mechanism in config.mechanisms:
-        if mechanism not in SERVED_MECHANISMS:
-            raise StartupError(f"sasl.enabled.mechanisms: listener {config.listener} enables {mechanism}, which "
-                               f"is not served here (served: {', '.join(SERVED_MECHANISMS)})")
-        key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
-        text = config.jaas.get(mechanism)
-        if text is None:
-            raise StartupError(f"{key}: listener {config.listener} enables {mechanism} and needs its JAAS config, "
-                               f'e.g. {PLAIN_LOGIN_MODULE} required user_alice="alice-secret";')
-        try:
-            jaas = parse_jaas_config(text)
-        except JaasError as exc:
-            raise StartupError(f"{key}: {exc}") from None
-        if jaas.login_module != PLAIN_LOGIN_MODULE:
-            raise StartupError(f"{key}: {mechanism} takes {PLAIN_LOGIN_MODULE}, not {jaas.login_module}")
-        plain = PlainServer.from_jaas(jaas)
-        if not plain.users:
-            raise StartupError(f'{key}: no user_<name>="<password>" option: nobody could authenticate')
-        factories[mechanism] = plain.fresh
-    return factories

@@ -7,9 +7,10 @@ PKCS12. JKS cannot be read without Java; it is refused with the ``keytool`` comm
 it. Key material read from a PKCS12 store or an inline value reaches OpenSSL through an anonymous
 in-memory file (``memfd``), so no decrypted key is ever written to disk.
 
-The principal of a TLS connection is ``User:`` and the client certificate's distinguished name
-(RFC 2253, as Java's ``X500Principal.getName()`` writes it: ``CN=alice,O=example``), which is what
-Kafka's ``ssl.principal.mapping.rules=DEFAULT`` gives; ``User:ANONYMOUS`` without a certificate.
+The principal of a TLS connection is ``User:`` and what the listener's
+``ssl.principal.mapping.rules`` make of the client certificate's distinguished name (RFC 2253, as
+Java's ``X500Principal.getName()`` writes it: ``CN=alice,O=example``; DEFAULT keeps it whole);
+``User:ANONYMOUS`` without a certificate.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.serialization import pkcs12
 
 from broker.config import SslConfig, StartupError
+from security.principal import PrincipalMapper, PrincipalRulesError, parse_principal_rules
 
-__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "handshake", "principal_of", "server_context"]
+__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "handshake", "principal_mapper", "principal_of", "server_context"]
 
 ANONYMOUS = "User:ANONYMOUS"
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -183,12 +185,28 @@ def _load_truststore(context: ssl.SSLContext, config: SslConfig, listener: str) 
     return True
 
 
-def principal_of(stream: trio.SSLStream[trio.SocketStream]) -> str:
-    """``User:`` and the client certificate's distinguished name, or User:ANONYMOUS."""
+def principal_mapper(config: SslConfig, listener: str) -> PrincipalMapper:
+    """The listener's ``ssl.principal.mapping.rules``. Raises StartupError when they do not parse."""
+    try:
+        return parse_principal_rules(config.principal_mapping_rules)
+    except PrincipalRulesError as exc:
+        raise StartupError(f"listener {listener}: ssl.principal.mapping.rules: {exc}") from None
+
+
+def principal_of(stream: trio.SSLStream[trio.SocketStream], mapper: PrincipalMapper) -> str:
+    """``User:`` and the name the rules make of the client certificate's distinguished name
+    (RFC 2253, as Java writes it), or User:ANONYMOUS without a certificate.
+
+    Raises TlsHandshakeFailed when no rule applies to the name: Kafka refuses such a client.
+    """
     der = stream.getpeercert(binary_form=True)
     if not der:
         return ANONYMOUS
-    return "User:" + x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    distinguished_name = x509.load_der_x509_certificate(der).subject.rfc4514_string()
+    name = mapper.name_of(distinguished_name)
+    if name is None:
+        raise TlsHandshakeFailed(f"no ssl.principal.mapping.rules rule applies to {distinguished_name[:200]}")
+    return f"User:{name}"
 
 
 async def handshake(stream: trio.SocketStream, context: ssl.SSLContext,

@@ -127,6 +127,18 @@ class ZooKeeperSupport(Protocol):
         """Replace them, tell every broker, and apply them here."""
         ...
 
+    async def user_configs(self, user: str) -> dict[str, str]:
+        """The configs of user ``user`` (``/config/users/<user>``: its SCRAM credentials)."""
+        ...
+
+    async def set_user_configs(self, user: str, configs: Mapping[str, str]) -> None:
+        """Replace them (an empty config when the last credential goes, as Kafka) and tell every broker."""
+        ...
+
+    async def users_with_configs(self) -> list[str]:
+        """Every user with a ``/config/users`` znode."""
+        ...
+
 
 class Controller(Protocol):
     @property

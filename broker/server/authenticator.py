@@ -120,7 +120,7 @@ class SaslAuthenticator:
     async def _authenticate(self, correlation_id: int, version: int, token: bytes) -> Step:
         assert self._server is not None
         try:
-            challenge = self._server.evaluate(token)
+            challenge = await self._server.evaluate(token)
         except SaslAuthenticationFailed as exc:
             await trio.sleep(self._failed_delay_s)
             response = SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
@@ -140,7 +140,7 @@ class SaslAuthenticator:
         # failure can only be told by closing.
         assert self._server is not None
         try:
-            challenge = self._server.evaluate(token)
+            challenge = await self._server.evaluate(token)
         except SaslAuthenticationFailed as exc:
             await trio.sleep(self._failed_delay_s)
             return Close(None, str(exc))

@@ -147,6 +147,8 @@ def test_a_pkcs12_keystore_serves_tls_with_server_only_authentication(tmp_path: 
         (("ssl.keystore.type=PEM", "ssl.keystore.location={certs}/b1.pem", "ssl.keystore.pasword=x"),
          "did you mean 'ssl.keystore.password'"),
         (("listener.name.wan.ssl.keystore.location=/x",), "wan is not one of the listeners (SSL)"),
+        (("ssl.keystore.type=PEM", "ssl.keystore.location={certs}/b1.pem", "ssl.principal.mapping.rules=RULE:^CN"),
+         "listener SSL: ssl.principal.mapping.rules: cannot read a rule"),
     ],
 )
 def test_a_listener_that_cannot_serve_tls_stops_the_start_and_says_why(
@@ -157,6 +159,19 @@ def test_a_listener_that_cannot_serve_tls_stops_the_start_and_says_why(
         broker.start()
     assert message in broker.log_tail(50)
     assert "=wrong" not in broker.log_tail(50)  # a password is never repeated
+
+
+def test_a_certificate_no_mapping_rule_applies_to_is_refused(tmp_path: Path, certs: Path) -> None:
+    # Only CN=bob maps to a principal: alice's certificate is trusted, and still refused.
+    broker = BrokerProcess(tmp_path / "data", overrides=_tls_overrides(
+        certs, "ssl.client.auth=required", "ssl.principal.mapping.rules=RULE:^CN=(bob)$/$1/L"))
+    broker.start()
+    try:
+        with pytest.raises(KafkaException):
+            AdminClient({**_client_config(certs, broker), "socket.timeout.ms": 3000}).list_topics(timeout=5)
+        assert "no ssl.principal.mapping.rules rule applies to CN=alice" in broker.log_tail(200)
+    finally:
+        broker.stop()
 
 
 def test_python_clients_check_the_broker_name(certs: Path, mtls_broker: BrokerProcess) -> None:

@@ -345,7 +345,31 @@ class ZkMetadata(Controller):
 
     async def broker_configs(self, entity: str) -> dict[str, str]:
         """The dynamic configs in ``/config/brokers/<entity>`` (a broker id or ``<default>``)."""
-        path = znodes.config_entity_path("brokers", entity)
+        return await self._entity_configs("brokers", entity)
+
+    async def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Write ``/config/brokers/<entity>`` and announce it (AdminZkClient.changeBrokerConfig),
+        then apply it here; the other brokers apply it on the notification."""
+        await self._set_entity_configs("brokers", entity, configs)
+        await self._load_broker_configs()
+
+    async def user_configs(self, user: str) -> dict[str, str]:
+        return await self._entity_configs("users", znodes.sanitized(user))
+
+    async def set_user_configs(self, user: str, configs: Mapping[str, str]) -> None:
+        await self._set_entity_configs("users", znodes.sanitized(user), configs)
+
+    async def users_with_configs(self) -> list[str]:
+        try:
+            children = await self._zk.get_children(f"{znodes.CONFIG}/users")
+        except ZkNoNode:
+            return []
+        except ZkError as exc:
+            raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot list {znodes.CONFIG}/users: {exc}") from exc
+        return sorted(znodes.desanitized(child) for child in children)
+
+    async def _entity_configs(self, entity_type: str, name: str) -> dict[str, str]:
+        path = znodes.config_entity_path(entity_type, name)
         try:
             data, _ = await self._zk.get(path)
             return znodes.parse_config(path, data)
@@ -356,10 +380,9 @@ class ZkMetadata(Controller):
         except ZkError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot read {path} from ZooKeeper: {exc}") from exc
 
-    async def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
-        """Write ``/config/brokers/<entity>`` and announce it (AdminZkClient.changeBrokerConfig),
-        then apply it here; the other brokers apply it on the notification."""
-        path = znodes.config_entity_path("brokers", entity)
+    async def _set_entity_configs(self, entity_type: str, name: str, configs: Mapping[str, str]) -> None:
+        """Write ``/config/<type>/<name>`` and announce the change, as Kafka's AdminZkClient."""
+        path = znodes.config_entity_path(entity_type, name)
         try:
             try:
                 await self._zk.set(path, znodes.encode_config(configs))
@@ -369,10 +392,9 @@ class ZkMetadata(Controller):
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot write {path}: {exc}") from exc
         try:
             await self._zk.create(znodes.config_change_prefix_path(),
-                                  znodes.encode_config_change(f"brokers/{entity}"), sequence=True)
+                                  znodes.encode_config_change(f"{entity_type}/{name}"), sequence=True)
         except ZkError as exc:
             log.warning("%s written, but the change notification failed: %s", path, exc)
-        await self._load_broker_configs()
 
     async def _load_broker_configs(self) -> None:
         """Read both dynamic layers and apply the result. Keys that cannot change at run time

@@ -38,6 +38,7 @@ import base64
 import binascii
 import json
 import time
+import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar
@@ -156,6 +157,16 @@ def config_entity_path(entity_type: str, name: str) -> str:
     if entity_type not in CONFIG_ENTITY_TYPES:
         raise ValueError(f"config entity type {entity_type!r} is not one of {', '.join(CONFIG_ENTITY_TYPES)}")
     return f"{CONFIG}/{entity_type}/{_segment('config entity', name)}"
+
+
+def sanitized(name: str) -> str:
+    """A user name as Kafka's Sanitizer writes it into a znode name: URL-encoded (UTF-8), with
+    only letters, digits and ``._-`` kept, so ``/``, ``*`` and spaces cannot shape a path."""
+    return urllib.parse.quote(name, safe="").replace("~", "%7E")
+
+
+def desanitized(name: str) -> str:
+    return urllib.parse.unquote(name)
 
 
 def topic_config_path(topic: str) -> str:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from broker.server.handlers import (
     acls,
     api_versions,
+    client_quotas,
     cluster,
     configs,
     describe_log_dirs,
@@ -26,6 +27,7 @@ from broker.server.handlers import (
     produce,
     reassignments,
     sasl,
+    scram_credentials,
     topics,
 )
 from broker.server.handlers.base import ApiHandler
@@ -52,6 +54,8 @@ _SERVED: tuple[ApiHandler, ...] = (
     *reassignments.HANDLERS,
     describe_log_dirs.HANDLER,
     *sasl.HANDLERS,
+    *scram_credentials.HANDLERS,
+    client_quotas.HANDLER,
     link_append.HANDLER,  # Causeway's own (key 10000): a Causeway target tells itself apart from Kafka by it
 )
 

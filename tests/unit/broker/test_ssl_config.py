@@ -59,7 +59,6 @@ def test_ssl_keys_survive_a_dynamic_config_update() -> None:
         ({"ssl.client.auth": "always"}, "ssl.client.auth: 'always' is not one of none, requested, required"),
         ({"ssl.enabled.protocols": "TLSv1,TLSv1.2"}, "ssl.enabled.protocols"),
         ({"ssl.keystore.type": "BKS"}, "ssl.keystore.type"),
-        ({"ssl.principal.mapping.rules": "RULE:^CN=(.*)$/$1/"}, "only DEFAULT"),
         ({"ssl.trustore.location": "/x"}, "did you mean 'ssl.truststore.location'"),
         ({"listener.name.ssl.sasl.enabled.mechanisms": "PLAIN"},
          "listener.name.ssl.sasl.enabled.mechanisms: listener SSL is SSL, not SASL"),
