@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 
 from bench.peers import run_tool
 from deploy.broker_process import BrokerProcess
 from security.scram import ScramCredential
 from tests.support.cluster import ZkCluster, own_zookeeper_cluster
+from tests.support.consume import group_values
 
 pytestmark = pytest.mark.compat
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -86,16 +87,7 @@ def test_librdkafka_authenticates_with_scram_sha_512_on_the_other_broker(
     for i in range(50):
         producer.produce("scram-512", f"s{i}".encode())
     assert producer.flush(60) == 0
-    consumer = Consumer({**config, "group.id": "scram", "auto.offset.reset": "earliest"})
-    consumer.subscribe(["scram-512"])
-    seen: set[bytes] = set()
-    for _ in range(120):
-        message = consumer.poll(1.0)
-        if message is not None and message.error() is None:
-            seen.add(message.value())
-        if len(seen) == 50:
-            break
-    consumer.close()
+    seen = group_values(config, "scram-512", "scram", 50, polls=120)
     assert seen == {f"s{i}".encode() for i in range(50)}
     assert _refused(_sasl(cluster.brokers[2], "SCRAM-SHA-512", "alice-256"))  # another mechanism's password
 
