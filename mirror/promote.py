@@ -42,6 +42,12 @@ POLL_S = 0.5
 PROGRESS_EVERY_S = 3.0
 
 
+#: The most a promotion waits for every broker of the target to have applied it: in a ZooKeeper-
+#: mode cluster each broker applies a topic config change when its notification reaches it, and
+#: until then refuses producers as before.
+APPLIED_TIMEOUT_S = 10.0
+
+
 class PromotionError(Exception):
     """Nothing can be promoted as asked (no mirror topic selected, no source to wait for)."""
 
@@ -283,7 +289,35 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
             say(f"NOT promoted {topic}: {report.failed[topic]}")
             continue
         report.promoted.append(topic)
-        say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
+        behind = await applied_everywhere(target, topic)
+        if behind:
+            say(f"promoted {topic}, but broker(s) {', '.join(map(str, behind))} did not show it within "
+                f"{APPLIED_TIMEOUT_S:g} s: they refuse producers until they do")
+        else:
+            say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
+
+
+async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPLIED_TIMEOUT_S) -> list[int]:
+    """Wait until every broker of `target` describes `topic` without `causeway.mirror.name` (each
+    answers from what it has applied), at most `timeout_s`; the brokers that still do not."""
+    try:
+        metadata = await target.refresh_metadata([topic])
+    except (KafkaError, ClientError):
+        return []  # nobody to ask: the alter itself was answered, which is all there is to know
+    pending = set(metadata.brokers)
+    with trio.move_on_after(timeout_s):
+        while pending:
+            for node in sorted(pending):
+                try:
+                    configs = await describe_configs(target, topic, keys=[MIRROR_NAME_CONFIG], node_id=node)
+                except (KafkaError, ClientError):
+                    continue  # down or busy: asked again until the deadline
+                entry = configs.get(MIRROR_NAME_CONFIG)
+                if entry is None or not entry.value:
+                    pending.discard(node)
+            if pending:
+                await trio.sleep(POLL_S)
+    return sorted(pending)
 
 
 async def _report_not_copied(target: Client, report: PromotionReport, source_timeout_s: float, say: Say) -> None:

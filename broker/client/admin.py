@@ -269,9 +269,11 @@ async def describe_configs(
     *,
     resource: ConfigResource = ConfigResource.TOPIC,
     keys: Iterable[str] | None = None,
+    node_id: int | None = None,
 ) -> dict[str, ConfigEntry]:
     """The configs of a topic (or, with resource=BROKER, of broker `name`, its node id),
-    all or only `keys`. Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
+    all or only `keys`; as broker `node_id` has them, when given (in a ZooKeeper-mode cluster each
+    broker applies a config change when it hears of it). Raises KafkaError (UNKNOWN_TOPIC_OR_PARTITION, ...)."""
     request = DescribeConfigsRequest(
         resources=[
             DescribeConfigsRequest.DescribeConfigsResource(
@@ -281,7 +283,8 @@ async def describe_configs(
     )
 
     async def attempt() -> dict[str, ConfigEntry]:
-        response: DescribeConfigsResponse = await _config_request(client, resource, name, request)
+        response: DescribeConfigsResponse = (await client.request(node_id, request) if node_id is not None
+                                             else await _config_request(client, resource, name, request))
         out: dict[str, ConfigEntry] = {}
         for result in response.results:
             what = f"describe configs of {resource.name.lower()} {name!r}"

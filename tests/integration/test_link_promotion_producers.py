@@ -28,6 +28,7 @@ from broker.client import (
 from broker.client.admin import EARLIEST, LATEST
 from broker.protocol.records import Record, build_batch, split_batches
 from deploy.broker_process import BrokerProcess
+from mirror.promote import applied_everywhere
 from tests.integration.mirror_topic import LINK, TP, create_mirror_topic
 from tests.integration.started_clusters import started
 from tests.integration.test_mirror_link import consume, link_config, running, wait_copied
@@ -248,3 +249,6 @@ def test_a_follower_that_lagged_at_promotion_counts_only_local_producers_as_lead
 async def promote(bootstrap: str) -> None:
     async with open_client(bootstrap, request_timeout_s=TIMEOUT_S) as client:
         await admin.alter_configs(client, "copy", {MIRROR_NAME_CONFIG: None})
+        # As `causeway mirror promote`: done once every broker has applied it (each applies the
+        # config change when ZooKeeper's notification reaches it, and refuses producers until then).
+        assert await applied_everywhere(client, "copy", TIMEOUT_S) == []
