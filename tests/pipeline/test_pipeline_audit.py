@@ -55,6 +55,16 @@ def partitions_of(report: dict[str, Any]) -> dict[int, dict[str, Any]]:
     return {p["partition"]: p for p in report["partitions"]}
 
 
+
+def write_launch_state(state_dir: Path, name: str, east: str, west: str, mirrors: dict[str, MirrorRecord]) -> Path:
+    """The state file as `causeway up` writes it (the clusters' local listeners, the mirrors' configs)."""
+    state_dir.mkdir()
+    state = LaunchStateFile(name=name, wan=WanRecord(api="127.0.0.1:1"), clusters={
+        "east": ClusterRecord(datacenter="dc-east", bootstrap=east, brokers=[]),
+        "west": ClusterRecord(datacenter="dc-west", bootstrap=west, brokers=[])}, mirrors=mirrors)
+    (state_dir / "state.json").write_text(state.to_json())
+    return state_dir
+
 def test_mm2_copy_clean_then_loss_duplicate_reorder_and_corruption_named(
         spark: SparkSession, bootstrap: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Clean: two partitions copied exactly under east.<topic>; the tail not yet copied is lag.
@@ -148,15 +158,9 @@ def test_a_real_mirror_found_from_the_launcher_state(spark: SparkSession, bootst
     finally:
         mirror.send_signal(signal.SIGTERM)
         assert mirror.wait(60) == 0
-    # The state file as `causeway up` writes it (the clusters' local listeners, the mirror's config).
-    state_dir = tmp_path / "state"
-    state_dir.mkdir()
-    state = LaunchStateFile(name="audit-demo", wan=WanRecord(api="127.0.0.1:1"), clusters={
-        "east": ClusterRecord(datacenter="dc-east", bootstrap=bootstrap, brokers=[]),
-        "west": ClusterRecord(datacenter="dc-west", bootstrap=target_bootstrap, brokers=[])},
-        mirrors={"east-west": MirrorRecord(source="east", target="west", status_file=str(tmp_path / "status.json"),
-                                           config=str(config))})
-    (state_dir / "state.json").write_text(state.to_json())
+    state_dir = write_launch_state(tmp_path / "state", "audit-demo", bootstrap, target_bootstrap, {
+        "east-west": MirrorRecord(source="east", target="west", status_file=str(tmp_path / "status.json"),
+                                  config=str(config))})
     history = tmp_path / "history"
     argv = ["audit-demo", "--mirror", "east-west", "--state-dir", str(state_dir), "--parquet", str(history)]
     code, report = run_audit(*argv, json_file=tmp_path / "real.json")
@@ -250,14 +254,8 @@ def test_a_real_link_mode_mirror_is_clean_then_each_injected_fault_is_found(
     finally:
         mirror.send_signal(signal.SIGTERM)
         assert mirror.wait(60) == 0
-    state_dir = tmp_path / "state"
-    state_dir.mkdir()
-    state = LaunchStateFile(name="link-demo", wan=WanRecord(api="127.0.0.1:1"), clusters={
-        "east": ClusterRecord(datacenter="dc-east", bootstrap=bootstrap, brokers=[]),
-        "west": ClusterRecord(datacenter="dc-west", bootstrap=target, brokers=[])},
-        mirrors={"dr": MirrorRecord(source="east", target="west", mode="link", status_file=str(status),
-                                    config=str(config))})
-    (state_dir / "state.json").write_text(state.to_json())
+    state_dir = write_launch_state(tmp_path / "state", "link-demo", bootstrap, target, {
+        "dr": MirrorRecord(source="east", target="west", mode="link", status_file=str(status), config=str(config))})
     argv = ["link-demo", "--mirror", "dr", "--state-dir", str(state_dir)]
     code, report = run_audit(*argv, json_file=tmp_path / "clean.json")
     out = capsys.readouterr().out
