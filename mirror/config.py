@@ -1,7 +1,8 @@
 """One mirror's settings: what `causeway mirror --config FILE` reads and `causeway up` writes.
 
     source: {alias: east, bootstrap: 127.0.0.1:9092}
-    target: {alias: west, bootstrap: 127.0.0.1:9093}
+    target: {alias: west, bootstrap: 127.0.0.1:9093,
+             properties: {security.protocol: SASL_SSL, sasl.mechanism: SCRAM-SHA-512, ...}}
     topics: {include: [".*"], exclude: []}
     groups: {include: [".*"], exclude: []}
     naming: default                       # east.orders at the target; identity keeps orders
@@ -23,7 +24,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from broker.config import ConfigError
 from broker.protocol.constants import MIRROR_NAME_CONFIG
+from security.client import ClientSecurity, client_security
 from topology.errors import Problem, TopologyError
 from topology.loader import Positions, load_yaml
 from topology.model import schema_problems
@@ -60,6 +63,23 @@ class _Strict(BaseModel):
 class ClusterEndpoint(_Strict):
     alias: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
     bootstrap: str = Field(min_length=1, description="HOST:PORT[,HOST:PORT...]")
+    # Kafka client properties for this cluster's connections (MM2's `source.cluster.*` and
+    # `target.cluster.*`): security.protocol, ssl.*, sasl.mechanism, sasl.jaas.config.
+    properties: dict[str, str] = Field(default_factory=dict, repr=False)
+
+    @field_validator("properties")
+    @classmethod
+    def _security_readable(cls, properties: dict[str, str]) -> dict[str, str]:
+        # Checked when the file is read: a store that cannot be opened or a typo'd key is named
+        # at its line, not found later by a mirror that cannot connect.
+        try:
+            client_security(properties, "properties")
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
+        return properties
+
+    def security(self) -> ClientSecurity:
+        return client_security(self.properties, f"{self.alias}.properties")
 
 
 class MirrorConfig(_Strict):

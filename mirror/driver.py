@@ -48,13 +48,16 @@ async def run_mirror(config: MirrorConfig, *, status_file: Path | None = None,
     both clusters, so a cluster that is down is not an error.
     """
     name = config.display_name
+    source_security, target_security = config.source.security(), config.target.security()
     async with (
-        open_client(config.source.bootstrap, client_id=f"causeway-mirror-{name}-source") as source,
-        open_client(config.target.bootstrap, client_id=f"causeway-mirror-{name}-target") as target,
+        open_client(config.source.bootstrap, client_id=f"causeway-mirror-{name}-source",
+                    security=source_security) as source,
+        open_client(config.target.bootstrap, client_id=f"causeway-mirror-{name}-target",
+                    security=target_security) as target,
         AsyncExitStack() as stack,
     ):
         lane_clients = [
-            await stack.enter_async_context(open_client(config.source.bootstrap,
+            await stack.enter_async_context(open_client(config.source.bootstrap, security=source_security,
                                                         client_id=f"causeway-mirror-{name}-fetch-{i}"))
             for i in range(config.tasks_max)
         ]

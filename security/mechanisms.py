@@ -7,15 +7,7 @@ from collections.abc import Callable
 from functools import partial
 
 from broker.config import SaslConfig, StartupError
-from security.sasl import (
-    PLAIN,
-    PLAIN_LOGIN_MODULE,
-    SCRAM_LOGIN_MODULE,
-    JaasError,
-    MechanismServer,
-    PlainServer,
-    parse_jaas_config,
-)
+from security.sasl import PLAIN, JaasError, MechanismServer, PlainServer, login_module, mechanism_jaas
 from security.scram import MECHANISMS, CredentialLookup, ScramServer
 
 __all__ = ["SERVED_MECHANISMS", "mechanism_servers"]
@@ -37,19 +29,16 @@ def mechanism_servers(config: SaslConfig,
         if mechanism not in SERVED_MECHANISMS:
             raise StartupError(f"sasl.enabled.mechanisms: listener {config.listener} enables {mechanism}, which "
                                f"is not served here (served: {', '.join(SERVED_MECHANISMS)})")
-        module = PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
         key = f"{prefix}{mechanism.lower()}.sasl.jaas.config"
         text = config.jaas.get(mechanism)
         if text is None:
             example = ' user_alice="alice-secret"' if mechanism == PLAIN else ""
             raise StartupError(f"{key}: listener {config.listener} enables {mechanism} and needs its JAAS config, "
-                               f"e.g. {module} required{example};")
+                               f"e.g. {login_module(mechanism)} required{example};")
         try:
-            jaas = parse_jaas_config(text)
+            jaas = mechanism_jaas(mechanism, text)
         except JaasError as exc:
             raise StartupError(f"{key}: {exc}") from None
-        if jaas.login_module != module:
-            raise StartupError(f"{key}: {mechanism} takes {module}, not {jaas.login_module}")
         if mechanism == PLAIN:
             plain = PlainServer.from_jaas(jaas)
             if not plain.users:

@@ -28,6 +28,8 @@ __all__ = [
     "MechanismServer",
     "PlainServer",
     "SaslAuthenticationFailed",
+    "login_module",
+    "mechanism_jaas",
     "parse_jaas_config",
 ]
 
@@ -101,6 +103,19 @@ def parse_jaas_config(text: str) -> JaasConfig:
             raise JaasError(f"option {key} is given twice")
         options[key] = value
     return JaasConfig(module, flag, options)
+
+
+def login_module(mechanism: str) -> str:
+    """The JAAS login module Kafka's config names for `mechanism` (PLAIN, or a SCRAM one)."""
+    return PLAIN_LOGIN_MODULE if mechanism == PLAIN else SCRAM_LOGIN_MODULE
+
+
+def mechanism_jaas(mechanism: str, text: str) -> JaasConfig:
+    """`text` parsed, with the login module `mechanism` takes. Raises JaasError saying what is wrong."""
+    jaas = parse_jaas_config(text)
+    if jaas.login_module != login_module(mechanism):
+        raise JaasError(f"{mechanism} takes {login_module(mechanism)}, not {jaas.login_module}")
+    return jaas
 
 
 class MechanismServer(Protocol):

@@ -17,6 +17,7 @@ import hmac
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from scramp import ScramException, ScramMechanism
 
@@ -113,7 +114,7 @@ class ScramServer:
     def __init__(self, mechanism: str, lookup: CredentialLookup) -> None:
         self._mechanism = mechanism
         self._lookup = lookup
-        self._server: object | None = None
+        self._server: Any = None  # scramp's ScramServer (untyped)
         self._user = ""
         self.principal: str | None = None
 
@@ -142,8 +143,8 @@ class ScramServer:
             return first.encode("utf-8")
         server = self._server
         try:
-            server.set_client_final(token.decode("utf-8"))  # type: ignore[attr-defined]
-            final: str = server.get_server_final()  # type: ignore[attr-defined]
+            server.set_client_final(token.decode("utf-8"))
+            final: str = server.get_server_final()
         except (ScramException, UnicodeDecodeError):
             raise self._failed() from None
         self.principal = f"User:{self._user}"

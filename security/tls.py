@@ -29,7 +29,8 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from broker.config import SslConfig, StartupError
 from security.principal import PrincipalMapper, PrincipalRulesError, parse_principal_rules
 
-__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "handshake", "principal_mapper", "principal_of", "server_context"]
+__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "handshake", "load_keystore", "load_truststore", "principal_mapper",
+           "principal_of", "server_context"]
 
 ANONYMOUS = "User:ANONYMOUS"
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -60,28 +61,32 @@ def server_context(config: SslConfig, listener: str) -> ssl.SSLContext:
             except ssl.SSLError:
                 raise StartupError(f"listener {listener}: ssl.cipher.suites: OpenSSL knows none of "
                                    f"{', '.join(tls12)} (use OpenSSL's cipher names)") from None
-    _load_keystore(context, config, listener)
+    inline = config.keystore_certificate_chain is not None or config.keystore_key is not None
+    if not inline and config.keystore_location is None:
+        raise StartupError(f"listener {listener} is SSL and needs a certificate: set ssl.keystore.location "
+                           f"(listener.name.{listener.lower()}.ssl.keystore.location for this listener only)")
+    load_keystore(context, config, f"listener {listener}")
     context.verify_mode = _CLIENT_AUTH[config.client_auth]
-    has_truststore = _load_truststore(context, config, listener)
+    has_truststore = load_truststore(context, config, f"listener {listener}")
     if config.client_auth != "none" and not has_truststore:
         raise StartupError(f"listener {listener}: ssl.client.auth={config.client_auth} needs a truststore "
                            "(ssl.truststore.location or ssl.truststore.certificates) to check client certificates")
     return context
 
 
-def _refuse_jks(key: str, listener: str, location: str | None) -> StartupError:
+def _refuse_jks(key: str, where: str, location: str | None) -> StartupError:
     source = location or "store.jks"
     return StartupError(
-        f"listener {listener}: {key}=JKS cannot be read here; convert the store to PKCS12 with "
+        f"{where}: {key}=JKS cannot be read here; convert the store to PKCS12 with "
         f"`keytool -importkeystore -srckeystore {source} -destkeystore {Path(source).with_suffix('.p12')} "
         f"-deststoretype PKCS12` and set {key}=PKCS12 (or use PEM files)")
 
 
-def _read(path: str, key: str, listener: str) -> bytes:
+def _read(path: str, key: str, where: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise StartupError(f"listener {listener}: {key}: cannot read {path}: {exc.strerror or exc}") from None
+        raise StartupError(f"{where}: {key}: cannot read {path}: {exc.strerror or exc}") from None
 
 
 @contextmanager
@@ -96,51 +101,49 @@ def _in_memory_file(content: bytes) -> Iterator[str]:
         os.close(fd)
 
 
-def _load_keystore(context: ssl.SSLContext, config: SslConfig, listener: str) -> None:
+def load_keystore(context: ssl.SSLContext, config: SslConfig, where: str) -> None:
+    """Load the key and chain the config names into `context`. Raises StartupError naming `where`."""
     kind = config.keystore_type
     inline = config.keystore_certificate_chain is not None or config.keystore_key is not None
     if inline and config.keystore_location is not None:
-        raise StartupError(f"listener {listener}: set ssl.keystore.location or ssl.keystore.certificate.chain "
+        raise StartupError(f"{where}: set ssl.keystore.location or ssl.keystore.certificate.chain "
                            "with ssl.keystore.key, not both")
-    if not inline and config.keystore_location is None:
-        raise StartupError(f"listener {listener} is SSL and needs a certificate: set ssl.keystore.location "
-                           f"(listener.name.{listener.lower()}.ssl.keystore.location for this listener only)")
     if kind == "JKS":
-        raise _refuse_jks("ssl.keystore.type", listener, config.keystore_location)
+        raise _refuse_jks("ssl.keystore.type", where, config.keystore_location)
     what = config.keystore_location or "ssl.keystore.certificate.chain"
     try:
         if kind == "PKCS12":
             if inline:
-                raise StartupError(f"listener {listener}: inline keystore values need ssl.keystore.type=PEM")
+                raise StartupError(f"{where}: inline keystore values need ssl.keystore.type=PEM")
             assert config.keystore_location is not None
-            pem = _pkcs12_as_pem(_read(config.keystore_location, "ssl.keystore.location", listener),
-                                 config.keystore_password, "ssl.keystore", listener)
+            pem = _pkcs12_as_pem(_read(config.keystore_location, "ssl.keystore.location", where),
+                                 config.keystore_password, "ssl.keystore", where)
             with _in_memory_file(pem) as path:
                 context.load_cert_chain(path)
         elif inline:
             if config.keystore_certificate_chain is None or config.keystore_key is None:
-                raise StartupError(f"listener {listener}: ssl.keystore.certificate.chain and ssl.keystore.key "
+                raise StartupError(f"{where}: ssl.keystore.certificate.chain and ssl.keystore.key "
                                    "go together")
             pem = f"{config.keystore_key}\n{config.keystore_certificate_chain}\n".encode()
             with _in_memory_file(pem) as path:
                 context.load_cert_chain(path, password=config.key_password)
         else:
             assert config.keystore_location is not None
-            _read(config.keystore_location, "ssl.keystore.location", listener)  # a clear error when unreadable
+            _read(config.keystore_location, "ssl.keystore.location", where)  # a clear error when unreadable
             context.load_cert_chain(config.keystore_location, password=config.key_password)
     except ssl.SSLError as exc:
-        raise StartupError(f"listener {listener}: the keystore {what} holds no usable private key and "
+        raise StartupError(f"{where}: the keystore {what} holds no usable private key and "
                            f"certificate chain (or ssl.key.password is wrong): {exc.reason or exc}") from None
 
 
-def _pkcs12_as_pem(data: bytes, password: str | None, prefix: str, listener: str) -> bytes:
+def _pkcs12_as_pem(data: bytes, password: str | None, prefix: str, where: str) -> bytes:
     try:
         key, certificate, chain = pkcs12.load_key_and_certificates(data, password.encode() if password else None)
     except ValueError:
-        raise StartupError(f"listener {listener}: {prefix}.location is not a PKCS12 store, or "
+        raise StartupError(f"{where}: {prefix}.location is not a PKCS12 store, or "
                            f"{prefix}.password is wrong") from None
     if key is None or certificate is None:
-        raise StartupError(f"listener {listener}: the PKCS12 keystore holds no private key with its certificate")
+        raise StartupError(f"{where}: the PKCS12 keystore holds no private key with its certificate")
     pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                             serialization.NoEncryption())
     for cert in [certificate, *chain]:
@@ -148,39 +151,40 @@ def _pkcs12_as_pem(data: bytes, password: str | None, prefix: str, listener: str
     return pem
 
 
-def _load_truststore(context: ssl.SSLContext, config: SslConfig, listener: str) -> bool:
+def load_truststore(context: ssl.SSLContext, config: SslConfig, where: str) -> bool:
+    """Load the CAs the config names into `context`; False when it names none. Raises StartupError."""
     if config.truststore_location is None and config.truststore_certificates is None:
         return False
     if config.truststore_type == "JKS":
-        raise _refuse_jks("ssl.truststore.type", listener, config.truststore_location)
+        raise _refuse_jks("ssl.truststore.type", where, config.truststore_location)
     try:
         if config.truststore_certificates is not None:
             if config.truststore_type != "PEM":
-                raise StartupError(f"listener {listener}: ssl.truststore.certificates needs ssl.truststore.type=PEM")
+                raise StartupError(f"{where}: ssl.truststore.certificates needs ssl.truststore.type=PEM")
             context.load_verify_locations(cadata=config.truststore_certificates)
         elif config.truststore_type == "PKCS12":
             assert config.truststore_location is not None
-            data = _read(config.truststore_location, "ssl.truststore.location", listener)
+            data = _read(config.truststore_location, "ssl.truststore.location", where)
             password = config.truststore_password.encode() if config.truststore_password else None
             try:
                 store = pkcs12.load_pkcs12(data, password)
             except ValueError:
-                raise StartupError(f"listener {listener}: ssl.truststore.location is not a PKCS12 store, or "
+                raise StartupError(f"{where}: ssl.truststore.location is not a PKCS12 store, or "
                                    "ssl.truststore.password is wrong") from None
             certs = [c.certificate for c in store.additional_certs]
             if store.cert is not None:
                 certs.append(store.cert.certificate)
             if not certs:
-                raise StartupError(f"listener {listener}: the PKCS12 truststore holds no certificate")
+                raise StartupError(f"{where}: the PKCS12 truststore holds no certificate")
             context.load_verify_locations(
                 cadata="".join(c.public_bytes(serialization.Encoding.PEM).decode() for c in certs))
         else:
             assert config.truststore_location is not None
-            _read(config.truststore_location, "ssl.truststore.location", listener)
+            _read(config.truststore_location, "ssl.truststore.location", where)
             context.load_verify_locations(cafile=config.truststore_location)
     except ssl.SSLError as exc:
         where = config.truststore_location or "ssl.truststore.certificates"
-        raise StartupError(f"listener {listener}: the truststore {where} holds no usable certificate: "
+        raise StartupError(f"{where}: the truststore {where} holds no usable certificate: "
                            f"{exc.reason or exc}") from None
     return True
 

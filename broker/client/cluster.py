@@ -29,7 +29,7 @@ import random
 from collections.abc import AsyncIterator, Container, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import trio
 
@@ -48,6 +48,9 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import MetadataRequest, MetadataResponse
 from broker.retry import Backoff
+
+if TYPE_CHECKING:
+    from security.client import ClientSecurity
 
 __all__ = [
     "Backoff",
@@ -205,6 +208,7 @@ class Client:
         backoff: Backoff,
         version_caps: Mapping[int, int],
         max_frame_size: int,
+        security: ClientSecurity | None = None,
     ) -> None:
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
@@ -214,6 +218,7 @@ class Client:
         self._bootstrap = [format_host_port(h, p) for h, p in bootstrap]
         self._version_caps = dict(version_caps)
         self._max_frame_size = max_frame_size
+        self._security = security
         self._peers: dict[str, _Peer] = {}
         for host, port in bootstrap:
             self._peers.setdefault(format_host_port(host, port), _Peer(host, port))
@@ -593,6 +598,7 @@ class Client:
             connect_timeout_s=self.connect_timeout_s,
             version_caps=self._version_caps,
             max_frame_size=self._max_frame_size,
+            security=self._security,
         ) as conn:
             task_status.started(conn)
             await conn.wait_closed()
@@ -629,8 +635,10 @@ async def open_client(
     backoff: Backoff | None = None,
     version_caps: Mapping[int, int] | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    security: ClientSecurity | None = None,
 ) -> AsyncIterator[Client]:
     """A cluster client for `bootstrap` ("host:port,host:port"); connections close on exit.
+    `security`: TLS and SASL for every connection (``security.client.client_security``).
 
     Nothing is contacted until the first request: a cluster that is down at start is not an
     error here (a request then fails at its deadline). `version_caps` adds to the built-in cap
@@ -652,6 +660,7 @@ async def open_client(
                 backoff=backoff or Backoff(),
                 version_caps=caps,
                 max_frame_size=max_frame_size,
+                security=security,
             )
             try:
                 yield client

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -37,9 +37,19 @@ from broker.protocol.api import API_SPECS, ApiKey, ApiSpec
 from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
 from broker.protocol.headers import RequestHeader, encode_request_header
-from broker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse
+from broker.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    SaslAuthenticateRequest,
+    SaslAuthenticateResponse,
+    SaslHandshakeRequest,
+    SaslHandshakeResponse,
+)
 from broker.protocol.primitives import Reader
 from broker.protocol.schema import Message
+
+if TYPE_CHECKING:
+    from security.client import ClientSecurity, SaslLogin
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
@@ -355,6 +365,46 @@ class BrokerConnection:
         check_error(response.error_code, f"ApiVersions v{version} to {self.address}")
         self.broker_versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
 
+    async def _authenticate(self, login: SaslLogin) -> None:
+        """Log in with SASL before any other request (a SASL listener closes the connection on
+        anything else): SaslHandshake v1, then the mechanism's tokens in SaslAuthenticate.
+
+        Raises KafkaError (SASL_AUTHENTICATION_FAILED with the broker's message,
+        UNSUPPORTED_SASL_MECHANISM naming what the broker offers)."""
+        handshake: SaslHandshakeResponse = await self.request(SaslHandshakeRequest(mechanism=login.mechanism),
+                                                              version=1)
+        if handshake.error_code != ErrorCode.NONE:
+            raise KafkaError(ErrorCode(handshake.error_code), f"{self.address} offers SASL mechanisms "
+                             f"{', '.join(handshake.mechanisms) or 'none'}, not {login.mechanism}")
+        exchange = login.exchange()
+        token: bytes | None = exchange.first()
+        while token is not None:
+            answer: SaslAuthenticateResponse = await self.request(SaslAuthenticateRequest(auth_bytes=token))
+            check_error(answer.error_code, f"SASL {login.mechanism} login as {login.username!r} to {self.address}",
+                        answer.error_message)
+            token = exchange.respond(answer.auth_bytes)  # KafkaError when the broker's answer does not verify
+
+
+async def _tls(stream: trio.SocketStream, security: ClientSecurity, host: str, timeout_s: float) -> trio.abc.Stream:
+    """The client side of a TLS handshake over `stream`, within `timeout_s`; the broker's name
+    is checked against its certificate unless ssl.endpoint.identification.algorithm is empty."""
+    assert security.ssl_context is not None
+    address = f"{host}"
+    tls = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
+    try:
+        with timeout_error(lambda s: RequestTimeout(f"TLS handshake with {address}: no answer within {s:.3g}s"),
+                           at_most_s=timeout_s):
+            await tls.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(stream)
+        cause = exc.__cause__
+        reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause or exc)
+        raise ConnectionFailed(f"TLS handshake with {address} failed: {reason}") from exc
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return tls
+
 
 async def _connect(host: str, port: int, connect_timeout_s: float) -> trio.SocketStream:
     address = format_host_port(host, port)
@@ -401,8 +451,12 @@ async def open_connection(
     connect_timeout_s: float | None = None,
     version_caps: Mapping[int, int] | None = None,
     max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+    security: ClientSecurity | None = None,
 ) -> AsyncIterator[BrokerConnection]:
     """Connect to one broker, negotiate API versions, and close the connection on exit.
+
+    `security` (``security.client.client_security``): TLS around the connection, then a SASL
+    login, as its ``security.protocol`` says; None is PLAINTEXT.
 
     `version_caps` maps API keys to the highest version to use (e.g. {ApiKey.FETCH: 12}).
     `connect_timeout_s` bounds the TCP connect (default: the request timeout); the version
@@ -412,7 +466,9 @@ async def open_connection(
     the ApiVersions handshake gets no answer in time, KafkaError if the broker refuses it.
     """
     connect_timeout = request_timeout_s if connect_timeout_s is None else connect_timeout_s
-    stream = await _connect(host, port, connect_timeout)
+    stream: trio.abc.Stream = await _connect(host, port, connect_timeout)
+    if security is not None and security.ssl_context is not None:
+        stream = await _tls(stream, security, host, connect_timeout)  # type: ignore[arg-type]
     with unwrap_single_exception():
         async with trio.open_nursery() as nursery:
             conn = BrokerConnection(
@@ -426,6 +482,8 @@ async def open_connection(
             nursery.start_soon(conn._read_loop)
             try:
                 await conn._negotiate_versions()
+                if security is not None and security.sasl is not None:
+                    await conn._authenticate(security.sasl)
                 yield conn
             finally:
                 conn.close()

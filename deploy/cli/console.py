@@ -50,6 +50,7 @@ from broker.client.partitioner import kafka_partition
 from broker.clock import now_ms
 from broker.protocol.records import Compression, Record, TimestampType, build_batch, decode_batch, split_batches
 from broker.tasks import gather
+from deploy.cli.client_config import add_command_config, command_security
 from deploy.cli.command import Refused, UsageError, run, stdout_reader_gone, until_signalled
 
 __all__ = ["register"]
@@ -140,7 +141,7 @@ async def _produce(args: argparse.Namespace, props: dict[str, str]) -> int:
     idempotent = acks == -1 if args.idempotence is None else args.idempotence
     stdin = sys.stdin.fileno()
     async with open_client(args.bootstrap_server, client_id="causeway-console-producer",
-                           request_timeout_s=args.request_timeout) as client:
+                           security=command_security(args), request_timeout_s=args.request_timeout) as client:
         count = (await admin.describe_topics(client, [args.topic]))[args.topic].partition_count
         if args.partition is not None and not 0 <= args.partition < count:
             raise Refused(f"topic {args.topic!r} has partitions 0..{count - 1}, not {args.partition}")
@@ -323,7 +324,7 @@ async def _consume(args: argparse.Namespace, props: dict[str, str]) -> int:
     formatter = Formatter.from_properties(props)
     write = _stdout_writer()
     async with open_client(args.bootstrap_server, client_id="causeway-console-consumer",
-                           request_timeout_s=args.request_timeout) as client:
+                           security=command_security(args), request_timeout_s=args.request_timeout) as client:
         topic = (await admin.describe_topics(client, [args.topic]))[args.topic]
         if args.partition is not None:
             if args.partition not in topic.partitions:
@@ -405,6 +406,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "producer (acks=all) unless --acks 0/1 or --no-idempotence. Keyed records go to Kafka's "
                     "murmur2 partition of their key; records without a key fill one partition per batch, in turn.")
     p.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    add_command_config(p, "--producer.config")
     p.add_argument("--topic", required=True)
     p.add_argument("--partition", type=int, help="send every record to this partition")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE",
@@ -429,6 +431,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "a group, Kafka refuses it while G has active members.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     c.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    add_command_config(c, "--consumer.config")
     c.add_argument("--topic", required=True)
     c.add_argument("--partition", type=int, help="read only this partition")
     c.add_argument("--from-beginning", action="store_true",

@@ -40,6 +40,7 @@ from broker.client import (
     list_groups,
     open_client,
 )
+from deploy.cli.client_config import add_command_config, command_security
 from deploy.cli.command import Refused, UsageError, run
 
 __all__ = ["register"]
@@ -306,7 +307,7 @@ async def _delete_offsets(client: Client, args: argparse.Namespace) -> int:
 
 
 async def _run(args: argparse.Namespace) -> int:
-    async with open_client(args.bootstrap_server, client_id="causeway-groups",
+    async with open_client(args.bootstrap_server, client_id="causeway-groups", security=command_security(args),
                            request_timeout_s=args.timeout) as client:
         if args.list:
             return await _list(client, args)
@@ -372,6 +373,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
                     "changes them. --reset-offsets prints its plan unless --execute is given, and refuses a "
                     "group that has active members, as Kafka does.")
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    add_command_config(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--list", action="store_true", help="every group's id (with --state: and its state)")
     action.add_argument("--describe", action="store_true",

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 import trio
 
 from broker.client import admin, open_client
+from deploy.cli.client_config import add_command_config, command_security
 from deploy.cli.command import UsageError, run
 
 __all__ = ["register"]
@@ -35,7 +36,7 @@ def _configs(items: Sequence[str]) -> dict[str, str]:
 
 
 async def _run(args: argparse.Namespace) -> None:
-    async with open_client(args.bootstrap_server, client_id="causeway-topics",
+    async with open_client(args.bootstrap_server, client_id="causeway-topics", security=command_security(args),
                            request_timeout_s=args.timeout) as client:
         if args.list:
             for name in await admin.list_topics(client, include_internal=args.include_internal):
@@ -84,6 +85,7 @@ def _main(args: argparse.Namespace) -> int:
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = subparsers.add_parser("topics", help="list, create, describe, alter and delete topics (like kafka-topics)")
     parser.add_argument("--bootstrap-server", required=True, metavar="HOST:PORT")
+    add_command_config(parser)
     action = parser.add_mutually_exclusive_group(required=True)
     for name in ("list", "create", "describe", "alter", "delete"):
         action.add_argument(f"--{name}", action="store_true")

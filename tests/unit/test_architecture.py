@@ -137,7 +137,7 @@ ALLOWED: dict[str, set[str]] = {
     "broker.protocol": set(),
     "broker": {"broker.protocol"},
     "broker.storage": _BROKER_BASE,
-    "broker.client": _BROKER_BASE,
+    "broker.client": _BROKER_BASE | {"security"},
     "broker.controller": _BROKER_BASE | {"broker.storage", "broker.client"},
     "broker.replication": _BROKER_BASE | {"broker.storage", "broker.client", "broker.controller"},
     "broker.coordinator": _BROKER_BASE | {"broker.storage", "broker.controller", "broker.replication"},
@@ -146,7 +146,7 @@ ALLOWED: dict[str, set[str]] = {
     # The line-aware YAML loader and its error type serve the mirror's own config file too.
     "topology": _BROKER_BASE,
     "security": _BROKER_BASE,
-    "mirror": _BROKER_BASE | {"broker.client", "topology"},
+    "mirror": _BROKER_BASE | {"broker.client", "topology", "security"},
     "pipeline": _BROKER_BASE | {"broker.client", "mirror"},
     # deploy runs everything; its shared modules (process handles, the raw Kafka socket) sit
     # under its sub-packages.
