@@ -617,7 +617,7 @@ class BrokerConfig(ConfigModel):
             if listener.upper() not in names:
                 raise ConfigError(f"{key}: {listener} is not one of the listeners ({', '.join(sorted(names))})")
             per_listener.setdefault(listener.upper(), {})[rest] = value
-        inter_broker = (self.inter_broker_listener_name or self.listeners[0].name).upper()
+        inter_broker = self.inter_broker_listener
         if self.zookeeper_connect is not None and self.security_protocols[inter_broker] != "PLAINTEXT":
             # Followers and the controller connect to this listener of every broker, and their
             # client side speaks plaintext only so far.
@@ -640,6 +640,12 @@ class BrokerConfig(ConfigModel):
             sasl = _sasl_config(spec.name, merged) if protocol.startswith("SASL_") else None
             security[spec.name] = ListenerSecurity(ssl, sasl)
         return security
+
+    @property
+    def inter_broker_listener(self) -> str:
+        """The listener followers fetch from and the controller sends to: inter.broker.listener.name
+        (in the listeners' upper case), else the first listener."""
+        return (self.inter_broker_listener_name or self.listeners[0].name).upper()
 
     def ssl_for(self, listener_name: str) -> SslConfig | None:
         """The TLS configs of listener ``listener_name``; None unless it is SSL or SASL_SSL."""

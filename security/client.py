@@ -23,7 +23,7 @@ from broker.config import IGNORED_SSL_KEYS, ConfigError, SslConfig, StartupError
 from broker.protocol.errors import ErrorCode, KafkaError
 from security.sasl import PLAIN, JaasError, login_module, mechanism_jaas
 from security.scram import MECHANISMS
-from security.tls import load_keystore, load_truststore
+from security.tls import load_keystore, load_truststore, set_protocols
 
 __all__ = ["PROTOCOLS", "ClientSecurity", "SaslLogin", "client_security"]
 
@@ -87,8 +87,7 @@ class SaslExchange:
 @dataclass(frozen=True)
 class ClientSecurity:
     protocol: str = "PLAINTEXT"
-    ssl_context: ssl.SSLContext | None = None
-    check_hostname: bool = True
+    ssl_context: ssl.SSLContext | None = None  # its check_hostname says whether the broker's name is checked
     sasl: SaslLogin | None = None
 
 
@@ -109,31 +108,28 @@ def client_security(props: Mapping[str, str], where: str = "client config") -> C
         if key.startswith("sasl.") and key not in ("sasl.mechanism", "sasl.jaas.config"):
             raise ConfigError(f"{where}: {key}: unknown SASL client config (use sasl.mechanism and sasl.jaas.config)")
     context = None
-    check_hostname = True
     if protocol in ("SSL", "SASL_SSL"):
         try:
             ssl_config = SslConfig.from_properties({k: v for k, v in props.items() if k.startswith("ssl.")})
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc}") from None
-        check_hostname = ssl_config.endpoint_identification_algorithm == "https"
-        context = _client_context(ssl_config, where, check_hostname)
+        context = _client_context(ssl_config, where)
     sasl = _sasl_login(props, where) if protocol.startswith("SASL_") else None
-    return ClientSecurity(protocol, context, check_hostname, sasl)
+    return ClientSecurity(protocol, context, sasl)
 
 
-def _client_context(config: SslConfig, where: str, check_hostname: bool) -> ssl.SSLContext:
-    context = ssl.create_default_context()  # the system's CAs unless a truststore is given
-    context.check_hostname = check_hostname
+def _client_context(config: SslConfig, where: str) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the broker's certificate
+    # The broker's name against its certificate, as Kafka's default https; "" turns it off.
+    context.check_hostname = config.endpoint_identification_algorithm == "https"
     try:
-        if config.truststore_location is not None or config.truststore_certificates is not None:
-            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-            context.check_hostname = check_hostname
-            load_truststore(context, config, where)
+        set_protocols(context, config, where)
+        if not load_truststore(context, config, where):
+            context.load_default_certs()  # no truststore: the system's CAs, as Java's default
         if config.keystore_location is not None or config.keystore_key is not None:
             load_keystore(context, config, where)  # mutual TLS: the client's own certificate
     except StartupError as exc:
         raise ConfigError(str(exc)) from None
-    context.verify_mode = ssl.CERT_REQUIRED
     return context
 
 

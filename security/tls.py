@@ -19,6 +19,7 @@ import os
 import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import trio
@@ -29,8 +30,8 @@ from cryptography.hazmat.primitives.serialization import pkcs12
 from broker.config import SslConfig, StartupError
 from security.principal import PrincipalMapper, PrincipalRulesError, parse_principal_rules
 
-__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "handshake", "load_keystore", "load_truststore", "principal_mapper",
-           "principal_of", "server_context"]
+__all__ = ["ANONYMOUS", "TlsHandshakeFailed", "TlsListener", "handshake", "load_keystore", "load_truststore",
+           "principal_mapper", "principal_of", "server_context", "set_protocols"]
 
 ANONYMOUS = "User:ANONYMOUS"
 _VERSIONS = {"TLSv1.2": ssl.TLSVersion.TLSv1_2, "TLSv1.3": ssl.TLSVersion.TLSv1_3}
@@ -49,18 +50,7 @@ def server_context(config: SslConfig, listener: str) -> ssl.SSLContext:
     password, a JKS store, a cipher OpenSSL does not know).
     """
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    versions = sorted(_VERSIONS[v] for v in config.enabled_protocols)
-    context.minimum_version, context.maximum_version = versions[0], versions[-1]
-    if config.cipher_suites:
-        # Python's ssl sets TLS 1.2 suites only; TLS 1.3 suites (named TLS_...) stay OpenSSL's,
-        # which are all AEAD and sound.
-        tls12 = [name for name in config.cipher_suites if not name.startswith("TLS_")]
-        if tls12:
-            try:
-                context.set_ciphers(":".join(tls12))
-            except ssl.SSLError:
-                raise StartupError(f"listener {listener}: ssl.cipher.suites: OpenSSL knows none of "
-                                   f"{', '.join(tls12)} (use OpenSSL's cipher names)") from None
+    set_protocols(context, config, f"listener {listener}")
     inline = config.keystore_certificate_chain is not None or config.keystore_key is not None
     if not inline and config.keystore_location is None:
         raise StartupError(f"listener {listener} is SSL and needs a certificate: set ssl.keystore.location "
@@ -72,6 +62,22 @@ def server_context(config: SslConfig, listener: str) -> ssl.SSLContext:
         raise StartupError(f"listener {listener}: ssl.client.auth={config.client_auth} needs a truststore "
                            "(ssl.truststore.location or ssl.truststore.certificates) to check client certificates")
     return context
+
+
+def set_protocols(context: ssl.SSLContext, config: SslConfig, where: str) -> None:
+    """``ssl.enabled.protocols`` and ``ssl.cipher.suites`` on `context` (a server's or a client's).
+    Raises StartupError naming `where` when OpenSSL knows none of the ciphers."""
+    versions = sorted(_VERSIONS[v] for v in config.enabled_protocols)
+    context.minimum_version, context.maximum_version = versions[0], versions[-1]
+    # Python's ssl sets TLS 1.2 suites only; TLS 1.3 suites (named TLS_...) stay OpenSSL's,
+    # which are all AEAD and sound.
+    tls12 = [name for name in config.cipher_suites if not name.startswith("TLS_")]
+    if tls12:
+        try:
+            context.set_ciphers(":".join(tls12))
+        except ssl.SSLError:
+            raise StartupError(f"{where}: ssl.cipher.suites: OpenSSL knows none of {', '.join(tls12)} "
+                               "(use OpenSSL's cipher names)") from None
 
 
 def _refuse_jks(key: str, where: str, location: str | None) -> StartupError:
@@ -211,6 +217,26 @@ def principal_of(stream: trio.SSLStream[trio.SocketStream], mapper: PrincipalMap
     if name is None:
         raise TlsHandshakeFailed(f"no ssl.principal.mapping.rules rule applies to {distinguished_name[:200]}")
     return f"User:{name}"
+
+
+@dataclass(frozen=True)
+class TlsListener:
+    """A TLS listener's server context and principal rules, built once at start."""
+
+    context: ssl.SSLContext
+    mapper: PrincipalMapper
+
+    @classmethod
+    def build(cls, config: SslConfig, listener: str) -> TlsListener:
+        """Raises StartupError naming the key and file that cannot be used."""
+        return cls(server_context(config, listener), principal_mapper(config, listener))
+
+    async def accept(self, stream: trio.SocketStream,
+                     timeout_s: float) -> tuple[trio.SSLStream[trio.SocketStream], str]:
+        """The handshake of an accepted connection and the principal of its certificate.
+        Raises TlsHandshakeFailed; the caller closes `stream` then."""
+        tls = await handshake(stream, self.context, timeout_s)
+        return tls, principal_of(tls, self.mapper)
 
 
 async def handshake(stream: trio.SocketStream, context: ssl.SSLContext,

@@ -389,17 +389,16 @@ async def _tls(stream: trio.SocketStream, security: ClientSecurity, host: str, t
     """The client side of a TLS handshake over `stream`, within `timeout_s`; the broker's name
     is checked against its certificate unless ssl.endpoint.identification.algorithm is empty."""
     assert security.ssl_context is not None
-    address = f"{host}"
     tls = trio.SSLStream(stream, security.ssl_context, server_hostname=host)
     try:
-        with timeout_error(lambda s: RequestTimeout(f"TLS handshake with {address}: no answer within {s:.3g}s"),
+        with timeout_error(lambda s: RequestTimeout(f"TLS handshake with {host}: no answer within {s:.3g}s"),
                            at_most_s=timeout_s):
             await tls.do_handshake()
     except trio.BrokenResourceError as exc:
         await trio.aclose_forcefully(stream)
         cause = exc.__cause__
         reason = getattr(cause, "verify_message", None) or getattr(cause, "reason", None) or str(cause or exc)
-        raise ConnectionFailed(f"TLS handshake with {address} failed: {reason}") from exc
+        raise ConnectionFailed(f"TLS handshake with {host} failed: {reason}") from exc
     except BaseException:
         await trio.aclose_forcefully(stream)
         raise
@@ -466,9 +465,10 @@ async def open_connection(
     the ApiVersions handshake gets no answer in time, KafkaError if the broker refuses it.
     """
     connect_timeout = request_timeout_s if connect_timeout_s is None else connect_timeout_s
-    stream: trio.abc.Stream = await _connect(host, port, connect_timeout)
+    tcp = await _connect(host, port, connect_timeout)
+    stream: trio.abc.Stream = tcp
     if security is not None and security.ssl_context is not None:
-        stream = await _tls(stream, security, host, connect_timeout)  # type: ignore[arg-type]
+        stream = await _tls(tcp, security, host, connect_timeout)
     with unwrap_single_exception():
         async with trio.open_nursery() as nursery:
             conn = BrokerConnection(

@@ -42,8 +42,7 @@ class BrokerInfo:
         """Where the controller and the other brokers reach this broker: its endpoint on the
         inter-broker listener of ``config`` (inter.broker.listener.name, else the first listener),
         else its first endpoint; None when it advertises none."""
-        listener = (config.inter_broker_listener_name or config.listeners[0].name).upper()
-        return self.endpoint(listener) or (self.endpoints[0] if self.endpoints else None)
+        return self.endpoint(config.inter_broker_listener) or (self.endpoints[0] if self.endpoints else None)
 
 
 @dataclass(frozen=True, slots=True)

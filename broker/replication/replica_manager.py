@@ -99,7 +99,7 @@ class ReplicaManager:
         self._fetchers: dict[int, Fetcher] = {}
         self._topic_ids: dict[uuid.UUID, str] = {}
         self._topic_configs: dict[str, LogConfig] = {}  # from the controller's topic changes
-        self._listener_name = config.inter_broker_listener_name or config.listeners[0].name
+        self._listener_name = config.inter_broker_listener
         # Log dirs that failed a write, queued by DirHealth for _handle_log_dir_failures (each dir at
         # most once until it is back: bounded by log.dirs), and how the controller is told.
         self._failed_dirs_send, self._failed_dirs = trio.open_memory_channel[Path](math.inf)

@@ -118,33 +118,36 @@ class SaslAuthenticator:
         return Close(None, f"unexpected request {name} v{version} during SASL {self._state.value}")
 
     async def _authenticate(self, correlation_id: int, version: int, token: bytes) -> Step:
-        assert self._server is not None
         try:
-            challenge = await self._server.evaluate(token)
+            challenge = await self._evaluate(token)
         except SaslAuthenticationFailed as exc:
-            await trio.sleep(self._failed_delay_s)
             response = SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                                                 error_message=str(exc))
             return Close(_respond(correlation_id, ApiKey.SASL_AUTHENTICATE, version, response), str(exc))
-        frame = _respond(correlation_id, ApiKey.SASL_AUTHENTICATE, version,
-                         SaslAuthenticateResponse(error_code=ErrorCode.NONE, error_message=None,
-                                                  auth_bytes=challenge))
-        principal = self._server.principal
-        if principal is None:
-            return Answer(frame)
-        self._state = _State.DONE
-        return Authenticated(frame, principal)
+        return self._next(_respond(correlation_id, ApiKey.SASL_AUTHENTICATE, version, SaslAuthenticateResponse(
+            error_code=ErrorCode.NONE, error_message=None, auth_bytes=challenge)))
 
     async def _raw_token(self, token: bytes) -> Step:
         # KIP-43 framing: the token is the whole frame, the challenge goes back the same way; a
         # failure can only be told by closing.
+        try:
+            challenge = await self._evaluate(token)
+        except SaslAuthenticationFailed as exc:
+            return Close(None, str(exc))
+        return self._next(bytearray(len(challenge).to_bytes(4, "big") + challenge))
+
+    async def _evaluate(self, token: bytes) -> bytes:
+        """The mechanism's challenge; a failure is raised only after the failed-login delay."""
         assert self._server is not None
         try:
-            challenge = await self._server.evaluate(token)
-        except SaslAuthenticationFailed as exc:
+            return await self._server.evaluate(token)
+        except SaslAuthenticationFailed:
             await trio.sleep(self._failed_delay_s)
-            return Close(None, str(exc))
-        frame = bytearray(len(challenge).to_bytes(4, "big") + challenge)
+            raise
+
+    def _next(self, frame: bytearray) -> Step:
+        """Send `frame`; the exchange is over once the mechanism names the principal."""
+        assert self._server is not None
         principal = self._server.principal
         if principal is None:
             return Answer(frame)

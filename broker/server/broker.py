@@ -43,7 +43,7 @@ from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 from security.mechanisms import mechanism_servers
-from security.tls import ANONYMOUS, TlsHandshakeFailed, handshake, principal_mapper, principal_of, server_context
+from security.tls import ANONYMOUS, TlsHandshakeFailed, TlsListener
 
 if TYPE_CHECKING:
     from broker.controller.zk.metadata import ZkMetadata
@@ -203,8 +203,8 @@ async def run_broker(
         responses = ResponseMemoryPool(config.fetch_max_bytes)
         limits = ConnectionLimits.from_config(config)
         # Built before anything listens: a keystore that cannot be read stops the start, naming it.
-        tls_contexts = {spec.name: (server_context(ssl_config, spec.name), principal_mapper(ssl_config, spec.name))
-                        for spec in config.listeners if (ssl_config := config.ssl_for(spec.name)) is not None}
+        tls_listeners = {spec.name: TlsListener.build(ssl_config, spec.name) for spec in config.listeners
+                         if (ssl_config := config.ssl_for(spec.name)) is not None}
         handshake_timeout_s = min(limits.idle_timeout_s, limits.arrival_timeout_s)
         zookeeper = controller.zookeeper()
         scram_credentials = credentials_in_zookeeper(zookeeper) if zookeeper is not None else None
@@ -220,19 +220,16 @@ async def run_broker(
                 peer = "?"
             served: trio.abc.Stream = stream
             principal = ANONYMOUS
-            tls_context = tls_contexts.get(spec.name)
-            if tls_context is not None:
-                context, mapper = tls_context
+            tls_listener = tls_listeners.get(spec.name)
+            if tls_listener is not None:
                 try:
-                    tls = await handshake(stream, context, handshake_timeout_s)
-                    principal = principal_of(tls, mapper)
+                    served, principal = await tls_listener.accept(stream, handshake_timeout_s)
                 except TlsHandshakeFailed as exc:
                     # One summary per listener and reason (OpenSSL's reasons are a bounded set).
                     _limited_log.warning(f"tls handshake {spec.name} {exc}", "TLS handshake with %s on listener "
                                          "%s failed: %s", peer, spec.name, exc)
                     await trio.aclose_forcefully(stream)
                     return
-                served = tls
             info = ConnectionInfo(spec.name, peer, config.security_protocols[spec.name], principal)
             mechanisms = sasl_mechanisms.get(spec.name)
             authenticator = (SaslAuthenticator(mechanisms, failed_authentication_delay_s)

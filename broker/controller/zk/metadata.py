@@ -469,7 +469,7 @@ class ZkMetadata(Controller):
         """The brokers a LeaderAndIsr names, with the leaders' inter-broker addresses from the
         request itself (the cache may not know a new leader yet)."""
         out = dict(self._brokers)
-        listener = (self._config.inter_broker_listener_name or self._config.listeners[0].name).upper()
+        listener = self._config.inter_broker_listener
         for leader in live_leaders:
             known = out.get(leader.broker_id)
             endpoint = ListenerSpec(listener, leader.host_name, leader.port)

@@ -141,3 +141,13 @@ def test_log_config_parses_topic_configs_by_kafka_name() -> None:
         LogConfig.from_topic_configs({"segment.bytes": "13"}, defaults)
     with pytest.raises(KafkaError, match="configuration compression.type: must be one of producer"):
         LogConfig.from_topic_configs({"compression.type": "lzma"}, defaults)
+
+
+def test_the_inter_broker_listener_is_named_as_the_listeners_are() -> None:
+    # inter.broker.listener.name is matched case-insensitively (listener names are upper case),
+    # and every user of it (followers, the controller, metadata) reads this one property.
+    base = {"listeners": "INTERNAL://:1,EXTERNAL://:2",
+            "listener.security.protocol.map": "INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT"}
+    assert BrokerConfig.from_properties(base).inter_broker_listener == "INTERNAL"
+    named = BrokerConfig.from_properties({**base, "inter.broker.listener.name": "external"})
+    assert named.inter_broker_listener == "EXTERNAL"
