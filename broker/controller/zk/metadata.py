@@ -280,18 +280,25 @@ class ZkMetadata(Controller):
     async def _follow_config_changes(self) -> None:
         """Apply the config changes announced under /config/changes (Kafka's
         ZkNodeChangeNotificationListener), and remove notifications older than 15 minutes, as
-        every Kafka broker does, so they do not pile up."""
-        seen: set[str] | None = None
+        every Kafka broker does, so they do not pile up.
+
+        The notifications already there when the watch starts are applied too, as Kafka's
+        listener does on startup: a change announced between this broker's first read of its
+        configs and its watch would otherwise be missed until the next one. Applying one is
+        re-reading its entity's configs, so applying it twice is harmless; each entity is
+        re-read once per batch however many notifications name it."""
+        seen: set[str] = set()
         with self._zk.watch_children(znodes.CONFIG_CHANGES) as changes:
             async for children in changes:
                 names = set(children)
-                fresh = names - seen if seen is not None else set()
+                fresh = names - seen
                 seen = names
+                entities: set[str] = set()
                 for child in sorted(fresh):
                     path = f"{znodes.CONFIG_CHANGES}/{child}"
                     try:
                         data, _ = await self._zk.get(path)
-                        entity = znodes.parse_config_change(path, data)
+                        entities.add(znodes.parse_config_change(path, data))
                     except ZkNoNode:
                         continue
                     except znodes.ZnodeError as exc:
@@ -299,7 +306,7 @@ class ZkMetadata(Controller):
                         # window, then counted (each broker would otherwise log each one).
                         _limited.error("config change notification", "ignoring config change notification: %s",
                                        exc)
-                        continue
+                for entity in sorted(entities):
                     kind, _, name = entity.partition("/")
                     if kind == "topics" and name in self._topics:
                         await self._load_topic_configs(name)
