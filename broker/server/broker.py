@@ -31,6 +31,7 @@ from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
+from broker.server.acl_store import AclStore, FileAclStore
 from broker.server.authenticator import SaslAuthenticator
 from broker.server.connection import ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, ConnectionInfo
@@ -42,6 +43,7 @@ from broker.server.scram_credentials import credentials_in_zookeeper
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
+from security.authorizer import Authorizer, parse_super_users
 from security.mechanisms import mechanism_servers
 from security.tls import ANONYMOUS, TlsHandshakeFailed, TlsListener
 
@@ -193,7 +195,8 @@ async def run_broker(
         fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                            TOTAL_PER_BROKER_PARTITION * config.max_broker_partitions)
         track_fetch_sessions(fetch_sessions.__len__, fetch_sessions.total_partitions)
-        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions)
+        acls = await _acl_store(config, zk_metadata)
+        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions, acls=acls)
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))
@@ -338,3 +341,18 @@ def _close_logs(logs: LogManager) -> None:
         logs.close()
     finally:
         logs.unlock_dirs()
+
+
+async def _acl_store(config: BrokerConfig, zk_metadata: ZkMetadata | None) -> AclStore | None:
+    """The ACLs, loaded before anything listens (None: no authorizer, every request allowed)."""
+    if not config.authorizer_class_name:
+        return None
+    authorizer = Authorizer(parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found)
+    if zk_metadata is not None:
+        raise StartupError("authorizer.class.name: ACLs on ZooKeeper clusters are not built yet")
+    store = FileAclStore(config.log_dirs[0], authorizer)
+    await trio.to_thread.run_sync(store.load)
+    log.info("authorizer %s: %d ACLs, super users %s, allow.everyone.if.no.acl.found=%s",
+             config.authorizer_class_name, sum(1 for _ in authorizer.bindings()),
+             ", ".join(sorted(authorizer.super_users)) or "none", str(config.allow_everyone_if_no_acl_found).lower())
+    return store
