@@ -39,7 +39,8 @@ from broker.server.dispatch import Dispatcher
 from broker.server.fetch_sessions import TOTAL_PER_BROKER_PARTITION, FetchSessionCache
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
-from broker.server.scram_credentials import credentials_in_zookeeper
+from broker.server.scram_credentials import scram_credentials
+from broker.server.user_configs import FileUserConfigs, UserConfigs
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
@@ -196,7 +197,14 @@ async def run_broker(
                                            TOTAL_PER_BROKER_PARTITION * config.max_broker_partitions)
         track_fetch_sessions(fetch_sessions.__len__, fetch_sessions.total_partitions)
         acls = await _acl_store(config, zk_metadata)
-        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions, acls=acls)
+        users: UserConfigs
+        if zk_metadata is not None:
+            users = zk_metadata
+        else:
+            users = FileUserConfigs(config.log_dirs[0])
+            await trio.to_thread.run_sync(users.load)
+        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions, acls=acls,
+                                  users=users)
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))
@@ -209,9 +217,8 @@ async def run_broker(
         tls_listeners = {spec.name: TlsListener.build(ssl_config, spec.name) for spec in config.listeners
                          if (ssl_config := config.ssl_for(spec.name)) is not None}
         handshake_timeout_s = min(limits.idle_timeout_s, limits.arrival_timeout_s)
-        zookeeper = controller.zookeeper()
-        scram_credentials = credentials_in_zookeeper(zookeeper) if zookeeper is not None else None
-        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config, scram_credentials) for spec in config.listeners
+        credentials = scram_credentials(users)
+        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config, credentials) for spec in config.listeners
                            if (sasl_config := config.sasl_for(spec.name)) is not None}
         failed_authentication_delay_s = config.connection_failed_authentication_delay_ms / 1000
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
     from broker.server.acl_store import AclStore
     from broker.server.fetch_sessions import FetchSessionCache
+    from broker.server.user_configs import UserConfigs
 
 __all__ = ["BrokerServices", "ConnectionInfo", "RequestContext"]
 
@@ -60,6 +61,7 @@ class BrokerServices:
     groups: GroupCoordinator | None = None
     fetch_sessions: FetchSessionCache | None = None  # None: every fetch is a full one
     acls: AclStore | None = None  # None: no authorizer.class.name, every request is allowed
+    users: UserConfigs | None = None  # users' configs (SCRAM credentials): ZooKeeper's, or the data dir's
 
 
 @dataclass(frozen=True, slots=True)
