@@ -21,6 +21,7 @@ import trio
 
 from broker.atomic_file import write_atomically
 from broker.config import StartupError
+from broker.server.startup_file import read_startup_file
 from security.acl import (
     AccessControlEntry,
     AclBinding,
@@ -84,12 +85,9 @@ class FileAclStore:
 
     def load(self) -> None:
         """Fill the authorizer from the file (none yet: no ACLs). Raises StartupError."""
-        try:
-            data = self._path.read_bytes()
-        except FileNotFoundError:
+        data = read_startup_file(self._path, "ACLs")
+        if data is None:
             return
-        except OSError as exc:
-            raise StartupError(f"cannot read the ACLs in {self._path}: {exc}") from None
         try:
             bindings = decode_bindings(data)
         except AclError as exc:

@@ -20,6 +20,7 @@ import trio
 from broker.atomic_file import write_atomically
 from broker.config import StartupError
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.server.startup_file import read_startup_file
 
 __all__ = ["USERS_FILE", "FileUserConfigs", "UserConfigs"]
 
@@ -49,12 +50,9 @@ class FileUserConfigs:
 
     def load(self) -> None:
         """Read the file (none yet: no users). Raises StartupError."""
-        try:
-            data = self._path.read_bytes()
-        except FileNotFoundError:
+        data = read_startup_file(self._path, "user configs")
+        if data is None:
             return
-        except OSError as exc:
-            raise StartupError(f"cannot read the user configs in {self._path}: {exc}") from None
         try:
             document = json.loads(data)
             users = document["users"] if isinstance(document, dict) and document.get("version") == 1 else None
