@@ -11,8 +11,12 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from broker.protocol.constants import EARLIEST, LATEST
+
+if TYPE_CHECKING:
+    from security.client import ClientSecurity
 
 __all__ = [
     "DEFAULT_BATCH_BYTES",
@@ -22,6 +26,7 @@ __all__ = [
     "Subscription",
     "WriteOptions",
     "check_write_schema",
+    "client_security_of",
     "parse_bool",
     "parse_read_options",
     "parse_write_options",
@@ -65,6 +70,37 @@ class ReadOptions:
     timestamp_strategy: str = "error"  # startingOffsetsByTimestampStrategy: error | latest
     request_timeout_s: float = 30.0
     max_partition_fetch_bytes: int = 1024 * 1024  # Kafka's max.partition.fetch.bytes default
+    security: SecurityProps = ()
+
+
+# The Kafka client's security keys, as Spark's Kafka source takes them (`kafka.security.protocol`,
+# `kafka.sasl.*`, `kafka.ssl.*`), without the prefix: plain pairs, so options travel to Spark's
+# workers as they are (a TLS context does not pickle); each process builds its client from them.
+SecurityProps = tuple[tuple[str, str], ...]
+
+
+def _security(opts: Mapping[str, str]) -> SecurityProps:
+    """The security options of `opts` (keys already lower-cased), checked as Causeway's client
+    reads them: an unknown key or a file that cannot be read is refused here, before Spark starts."""
+    props = tuple(sorted((key[len("kafka."):], value) for key, value in opts.items()
+                         if key.startswith(("kafka.security.", "kafka.ssl.", "kafka.sasl."))))
+    client_security_of(props)
+    return props
+
+
+def client_security_of(props: SecurityProps) -> ClientSecurity | None:
+    """The TLS and SASL settings of Causeway's client for `props`; None for none (plaintext).
+    Raises PipelineError naming the option."""
+    if not props:
+        return None
+    # Imported here: a job without security options does not load TLS and SCRAM in every process.
+    from broker.config import ConfigError
+    from security.client import client_security
+
+    try:
+        return client_security(dict(props), "the kafka.* options")
+    except ConfigError as exc:
+        raise PipelineError(str(exc)) from None
 
 
 def parse_bool(name: str, value: str) -> bool:
@@ -208,6 +244,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         timestamp_strategy=strategy,
         request_timeout_s=timeout_ms / 1000,
         max_partition_fetch_bytes=fetch_bytes,
+        security=_security(opts),
     )
 
 
@@ -226,6 +263,7 @@ class WriteOptions:
     compression: int = 0  # none
     request_timeout_s: float = 30.0
     batch_bytes: int = DEFAULT_BATCH_BYTES
+    security: SecurityProps = ()
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
@@ -247,7 +285,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if timeout_ms <= 0 or batch_bytes <= 0:
         raise PipelineError("options kafka.request.timeout.ms and kafka.batch.size must be positive")
     topic = opts.get("topic", "").strip() or None
-    return WriteOptions(bootstrap, topic, _COMPRESSION[codec], timeout_ms / 1000, batch_bytes)
+    return WriteOptions(bootstrap, topic, _COMPRESSION[codec], timeout_ms / 1000, batch_bytes, _security(opts))
 
 
 def check_write_schema(fields: Mapping[str, str], opts: WriteOptions) -> None:

@@ -28,7 +28,7 @@ from broker.client import (
 from broker.client.cluster import parse_bootstrap
 from broker.protocol.constants import EARLIEST, LATEST
 from broker.tasks import leaves
-from pipeline.options import OffsetSpec, PipelineError, ReadOptions, Subscription
+from pipeline.options import OffsetSpec, PipelineError, ReadOptions, Subscription, client_security_of
 
 __all__ = [
     "CHECK_TIMEOUT_S",
@@ -272,6 +272,7 @@ def plan_read(opts: ReadOptions) -> Plan:
 
     async def main() -> Plan:
         async with open_client(opts.bootstrap, client_id="causeway-pipeline",
+                               security=client_security_of(opts.security),
                                request_timeout_s=opts.request_timeout_s) as client:
             with trio.fail_after(opts.request_timeout_s * 4):  # bounds the few rounds of metadata and ListOffsets
                 return await plan_ranges(client, opts)

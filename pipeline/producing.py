@@ -24,7 +24,7 @@ from broker.client.partitioner import kafka_partition
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
-from pipeline.options import PipelineError, WriteOptions
+from pipeline.options import PipelineError, WriteOptions, client_security_of
 from pipeline.planning import job_error
 
 __all__ = ["WriteResult", "write_batches"]
@@ -48,6 +48,7 @@ async def _write(batches: Iterator[pa.RecordBatch], opts: WriteOptions, task: in
     result = WriteResult()
     touched: set[tuple[str, int]] = set()
     async with open_client(opts.bootstrap, client_id="causeway-pipeline-writer",
+                           security=client_security_of(opts.security),
                            request_timeout_s=opts.request_timeout_s) as client:
         with trio.fail_after(opts.request_timeout_s + 1):
             producer = await init_idempotent_producer(client)

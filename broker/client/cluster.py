@@ -74,6 +74,11 @@ P = TypeVar("P")
 DEFAULT_VERSION_CAPS: Mapping[int, int] = {ApiKey.FETCH: 12}
 
 
+# Errors of a login the broker refused: raised to the caller, never retried as a connection failure.
+AUTHENTICATION_ERRORS = frozenset({ErrorCode.SASL_AUTHENTICATION_FAILED, ErrorCode.UNSUPPORTED_SASL_MECHANISM,
+                                   ErrorCode.ILLEGAL_SASL_STATE})
+
+
 class TopicPartition(NamedTuple):
     topic: str
     partition: int
@@ -581,8 +586,12 @@ class Client:
                 except ConnectionFailed as exc:
                     self._record_failure(peer, exc)
                     raise
-                except KafkaError as exc:  # the broker refused the ApiVersions handshake
+                except KafkaError as exc:  # the broker refused the ApiVersions handshake or the login
                     self._record_failure(peer, exc)
+                    if exc.code in AUTHENTICATION_ERRORS:
+                        # As Kafka's clients: a refused login is not a broker that is away, and
+                        # asking again with the same credentials only gets the same answer.
+                        raise
                     raise ConnectionFailed(f"{address}: {exc}") from exc
                 peer.connection = conn
                 return conn

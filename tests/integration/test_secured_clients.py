@@ -187,3 +187,24 @@ def test_a_mirror_config_with_a_bad_security_key_is_refused_at_its_line(tmp_path
     done = causeway("mirror", "--config", str(config))
     assert done.returncode != 0
     assert "ssl.truststore.locaton: unknown SSL client config" in done.stderr and ":5" in done.stderr, done.stderr
+
+
+def test_a_refused_login_is_raised_as_kafkas_error_not_retried_as_a_broker_away(
+        broker: BrokerProcess, certs: Path, tmp_path: Path) -> None:
+    from broker.client import KafkaError, open_client
+    from broker.config import load_properties
+    from broker.protocol.errors import ErrorCode
+    from security.client import client_security
+
+    security = client_security(load_properties(_sasl_ssl(tmp_path, certs, "alice", "wrong")))
+
+    async def login() -> None:
+        # A long request timeout: were the refusal retried as a connection failure, it would
+        # surface as a timeout (RequestTimeout) at the end of it instead.
+        async with open_client(broker.listeners["SASL_SSL"], security=security, request_timeout_s=600) as client:
+            await client.refresh_metadata([])
+
+    with pytest.raises(KafkaError) as refused:
+        trio.run(login)
+    assert refused.value.code == ErrorCode.SASL_AUTHENTICATION_FAILED
+    assert "Invalid username or password" in str(refused.value)

@@ -147,7 +147,7 @@ ALLOWED: dict[str, set[str]] = {
     "topology": _BROKER_BASE,
     "security": _BROKER_BASE,
     "mirror": _BROKER_BASE | {"broker.client", "topology", "security"},
-    "pipeline": _BROKER_BASE | {"broker.client", "mirror"},
+    "pipeline": _BROKER_BASE | {"broker.client", "mirror", "security"},
     # deploy runs everything; its shared modules (process handles, the raw Kafka socket) sit
     # under its sub-packages.
     "deploy": _BROKER_BASE | {"broker.client"},
