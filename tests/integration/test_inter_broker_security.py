@@ -114,6 +114,9 @@ def _replicates_and_survives_its_leader(cluster: ZkCluster, client: dict[str, ob
         assert values == [f"r{i}".encode() for i in range(RECORDS)]
     finally:
         cluster.brokers[leader].restart()
+    # Caught up again, it rejoins the ISR: the leader's AlterPartition reached the controller (over
+    # the secured listener, unless the leader is the controller).
+    wait_until(lambda: len(cluster.state(topic)["isr"]) == 3, what=f"broker {leader} back in {topic}'s ISR")
 
 
 def test_a_mutual_tls_cluster_replicates_and_survives_its_leader(mtls_cluster: ZkCluster, certs: Path) -> None:
