@@ -262,6 +262,20 @@ def _text(default: str) -> Any:
 _STR = Parse(_str)
 _BOOL = Parse(boolean(_WORDING))
 
+# The values of authorizer.class.name that turn ACLs on (security/authorizer.py): Kafka's
+# ZooKeeper-mode and KRaft-mode authorizers and the pre-2.4 name, so an operator's
+# server.properties works unchanged.
+AUTHORIZER_CLASS_NAMES = ("kafka.security.authorizer.AclAuthorizer", "kafka.security.auth.SimpleAclAuthorizer",
+                          "org.apache.kafka.metadata.authorizer.StandardAuthorizer")
+
+
+def _authorizer(key: str, value: str) -> str:
+    name = value.strip()
+    if name and name not in AUTHORIZER_CLASS_NAMES:
+        raise ConfigError(f"{key}: {name!r} is not an authorizer Causeway has; set it to "
+                          f"{AUTHORIZER_CLASS_NAMES[0]} (or {AUTHORIZER_CLASS_NAMES[2]}) for ACLs, or leave it empty")
+    return name
+
 
 SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
@@ -425,6 +439,11 @@ class BrokerConfig(ConfigModel):
     default_replication_factor: Annotated[int, _int(1, 32767)] = Field(default=1, alias="default.replication.factor")
     auto_create_topics_enable: Annotated[bool, _BOOL] = Field(default=True, alias="auto.create.topics.enable")
     delete_topic_enable: Annotated[bool, _BOOL] = Field(default=True, alias="delete.topic.enable")
+    # ACLs (security/authorizer.py): on when authorizer.class.name names Kafka's authorizer.
+    authorizer_class_name: Annotated[str, Parse(_authorizer)] = Field(default="", alias="authorizer.class.name")
+    super_users: Annotated[str, _STR] = Field(default="", alias="super.users")
+    allow_everyone_if_no_acl_found: Annotated[bool, _BOOL] = Field(default=False,
+                                                                   alias="allow.everyone.if.no.acl.found")
     log_segment_bytes: Annotated[int, _int(14, INT_MAX)] = Field(default=1073741824, alias="log.segment.bytes")
     log_roll_ms: Annotated[int, _int(1)] = Field(default=168 * 3600 * 1000, alias="log.roll.ms")
     log_index_size_max_bytes: Annotated[int, _int(4, INT_MAX)] = Field(

@@ -47,7 +47,6 @@ def mechanism_servers(config: SaslConfig,
             continue
         if scram_credentials is None:
             raise StartupError(f"sasl.enabled.mechanisms: listener {config.listener} enables {mechanism}, whose "
-                               "credentials live in ZooKeeper (/config/users): a standalone broker keeps none; "
-                               "use PLAIN, or run the broker in a ZooKeeper-mode cluster")
+                               "credentials this broker does not keep")
         factories[mechanism] = partial(ScramServer, mechanism, scram_credentials)
     return factories

@@ -30,6 +30,7 @@ __all__ = [
     "CredentialLookup",
     "ScramCredential",
     "ScramServer",
+    "salt_password",
 ]
 
 # Kafka's ScramMechanism: the name, its number in the Alter/DescribeUserScramCredentials APIs, its hash.
@@ -85,10 +86,14 @@ class ScramCredential:
 
     @classmethod
     def from_password(cls, mechanism: str, password: str, iterations: int = MIN_ITERATIONS) -> ScramCredential:
-        digest = MECHANISMS[mechanism][1]
-        salt = os.urandom(32)
-        salted = hashlib.pbkdf2_hmac(digest, password.encode("utf-8"), salt, iterations)
-        return cls.from_salted_password(mechanism, salt, salted, iterations)
+        return cls.from_salted_password(mechanism, *salt_password(mechanism, password, iterations), iterations)
+
+
+def salt_password(mechanism: str, password: str, iterations: int) -> tuple[bytes, bytes]:
+    """A fresh salt and the password salted with it (RFC 5802's Hi(); Kafka's ScramFormatter
+    takes the password's UTF-8 bytes as they are)."""
+    salt = os.urandom(32)
+    return salt, hashlib.pbkdf2_hmac(MECHANISMS[mechanism][1], password.encode("utf-8"), salt, iterations)
 
 
 # (user name, mechanism) -> the user's credential for it, or None: where credentials live.

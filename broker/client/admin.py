@@ -23,6 +23,7 @@ from broker.protocol.constants import EARLIEST, LATEST, AlterConfigOp, ConfigSou
 from broker.protocol.constants import ConfigResourceType as ConfigResource  # the admin API's name
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
+    AlterUserScramCredentialsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteRecordsRequest,
@@ -30,6 +31,7 @@ from broker.protocol.messages import (
     DeleteTopicsRequest,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
+    DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListOffsetsRequest,
@@ -46,13 +48,16 @@ __all__ = [
     "ConfigSource",
     "ListedOffset",
     "NewTopic",
+    "ScramUpsertion",
     "alter_configs",
+    "alter_user_scram_credentials",
     "create_partitions",
     "create_topics",
     "delete_records",
     "delete_topics",
     "describe_configs",
     "describe_topics",
+    "describe_user_scram_credentials",
     "list_offsets",
     "list_topics",
 ]
@@ -452,3 +457,48 @@ async def delete_records(client: Client, before: Mapping[TopicPartition, int]) -
         return part.low_watermark
 
     return await _per_leader(client, before, "delete records", request_for, low_watermark)
+
+
+# -- users' SCRAM credentials (KIP-554) ---------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ScramUpsertion:
+    """A credential to set: the client salts the password, so it never crosses the wire."""
+
+    user: str
+    mechanism: int  # Kafka's ScramMechanism number: 1 SCRAM-SHA-256, 2 SCRAM-SHA-512
+    iterations: int
+    salt: bytes
+    salted_password: bytes = field(repr=False)
+
+
+async def describe_user_scram_credentials(client: Client, users: Iterable[str] | None = None
+                                          ) -> dict[str, list[tuple[int, int]]]:
+    """User -> its credentials' (mechanism number, iterations); every user with one when `users`
+    is None. Raises KafkaError for the request, or for a named user (RESOURCE_NOT_FOUND)."""
+    request = DescribeUserScramCredentialsRequest(
+        users=None if users is None else [DescribeUserScramCredentialsRequest.UserName(name=u) for u in users])
+    response = await retrying(client, "describe user scram credentials", lambda: client.request_any(request))
+    check_error(response.error_code, "describe user scram credentials", response.error_message)
+    out: dict[str, list[tuple[int, int]]] = {}
+    for result in response.results:
+        check_error(result.error_code, f"describe the credentials of {result.user}", result.error_message)
+        out[result.user] = [(info.mechanism, info.iterations) for info in result.credential_infos]
+    return out
+
+
+async def alter_user_scram_credentials(client: Client, upsertions: Iterable[ScramUpsertion] = (),
+                                       deletions: Iterable[tuple[str, int]] = ()) -> None:
+    """Set and delete (user, mechanism number) credentials. Raises KafkaError for the first user
+    refused (the others may have changed)."""
+    request = AlterUserScramCredentialsRequest(
+        deletions=[AlterUserScramCredentialsRequest.ScramCredentialDeletion(name=user, mechanism=mechanism)
+                   for user, mechanism in deletions],
+        upsertions=[AlterUserScramCredentialsRequest.ScramCredentialUpsertion(
+            name=u.user, mechanism=u.mechanism, iterations=u.iterations, salt=u.salt,
+            salted_password=u.salted_password) for u in upsertions])
+    with client.deadline("alter user scram credentials"):
+        response = await client.request_any(request, idempotent=False)
+    for result in response.results:
+        check_error(result.error_code, f"alter the credentials of {result.user}", result.error_message)

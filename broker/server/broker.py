@@ -31,6 +31,7 @@ from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.replica_manager import ReplicaManager, broker_log_config
+from broker.server.acl_store import AclStore, FileAclStore
 from broker.server.authenticator import SaslAuthenticator
 from broker.server.connection import ConnectionLimits, serve_connection
 from broker.server.context import BrokerServices, ConnectionInfo
@@ -38,10 +39,12 @@ from broker.server.dispatch import Dispatcher
 from broker.server.fetch_sessions import TOTAL_PER_BROKER_PARTITION, FetchSessionCache
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
-from broker.server.scram_credentials import credentials_in_zookeeper
+from broker.server.scram_credentials import scram_credentials
+from broker.server.user_configs import FileUserConfigs, UserConfigs
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
+from security.authorizer import Authorizer, parse_super_users
 from security.client import ClientSecurity, inter_broker_security
 from security.mechanisms import mechanism_servers
 from security.tls import ANONYMOUS, TlsHandshakeFailed, TlsListener
@@ -199,7 +202,15 @@ async def run_broker(
         fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                            TOTAL_PER_BROKER_PARTITION * config.max_broker_partitions)
         track_fetch_sessions(fetch_sessions.__len__, fetch_sessions.total_partitions)
-        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions)
+        acls = await _acl_store(config, zk_metadata)
+        users: UserConfigs
+        if zk_metadata is not None:
+            users = zk_metadata
+        else:
+            users = FileUserConfigs(config.log_dirs[0])
+            await trio.to_thread.run_sync(users.load)
+        services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions, acls=acls,
+                                  users=users)
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))
@@ -212,9 +223,8 @@ async def run_broker(
         tls_listeners = {spec.name: TlsListener.build(ssl_config, spec.name) for spec in config.listeners
                          if (ssl_config := config.ssl_for(spec.name)) is not None}
         handshake_timeout_s = min(limits.idle_timeout_s, limits.arrival_timeout_s)
-        zookeeper = controller.zookeeper()
-        scram_credentials = credentials_in_zookeeper(zookeeper) if zookeeper is not None else None
-        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config, scram_credentials) for spec in config.listeners
+        credentials = scram_credentials(users)
+        sasl_mechanisms = {spec.name: mechanism_servers(sasl_config, credentials) for spec in config.listeners
                            if (sasl_config := config.sasl_for(spec.name)) is not None}
         failed_authentication_delay_s = config.connection_failed_authentication_delay_ms / 1000
 
@@ -344,3 +354,18 @@ def _close_logs(logs: LogManager) -> None:
         logs.close()
     finally:
         logs.unlock_dirs()
+
+
+async def _acl_store(config: BrokerConfig, zk_metadata: ZkMetadata | None) -> AclStore | None:
+    """The ACLs, loaded before anything listens (None: no authorizer, every request allowed)."""
+    if not config.authorizer_class_name:
+        return None
+    authorizer = Authorizer(parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found)
+    if zk_metadata is not None:
+        raise StartupError("authorizer.class.name: ACLs on ZooKeeper clusters are not built yet")
+    store = FileAclStore(config.log_dirs[0], authorizer)
+    await trio.to_thread.run_sync(store.load)
+    log.info("authorizer %s: %d ACLs, super users %s, allow.everyone.if.no.acl.found=%s",
+             config.authorizer_class_name, sum(1 for _ in authorizer.bindings()),
+             ", ".join(sorted(authorizer.super_users)) or "none", str(config.allow_everyone_if_no_acl_found).lower())
+    return store

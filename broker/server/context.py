@@ -7,17 +7,24 @@ circle.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from broker.log_limits import RepeatLimiter
+from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader
+from security.acl import CLUSTER_NAME, SUPPORTED_OPERATIONS, Operation, ResourceType
+from security.authorizer import OPERATIONS_NOT_REQUESTED
 
 if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.controller.base import Controller
     from broker.coordinator.coordinator import GroupCoordinator
     from broker.replication.replica_manager import ReplicaManager
+    from broker.server.acl_store import AclStore
     from broker.server.fetch_sessions import FetchSessionCache
+    from broker.server.user_configs import UserConfigs
 
 __all__ = ["BrokerServices", "ConnectionInfo", "RequestContext"]
 
@@ -31,6 +38,12 @@ class ConnectionInfo:
     peer: str
     security_protocol: str
     principal: str = "User:ANONYMOUS"
+
+    @property
+    def host(self) -> str:
+        """The peer's address without its port, as ACL host filters name it."""
+        host = self.peer.rpartition(":")[0] or self.peer
+        return host[1:-1] if host.startswith("[") else host
 
 
 @dataclass(slots=True)
@@ -47,6 +60,8 @@ class BrokerServices:
     replicas: ReplicaManager
     groups: GroupCoordinator | None = None
     fetch_sessions: FetchSessionCache | None = None  # None: every fetch is a full one
+    acls: AclStore | None = None  # None: no authorizer.class.name, every request is allowed
+    users: UserConfigs | None = None  # users' configs (SCRAM credentials): ZooKeeper's, or the data dir's
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,3 +77,50 @@ class RequestContext:
     @property
     def config(self) -> BrokerConfig:
         return self.services.config
+
+    # -- authorization (Kafka's KafkaApis.authorize helpers) ----------------------------------------
+
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+        """May this request's principal do ``operation`` on the resource? Always, without an
+        authorizer. A denial is logged (rate-limited), as Kafka's authorizer logger does."""
+        acls = self.services.acls
+        if acls is None:
+            return True
+        allowed = acls.authorizer.authorize(self.connection.principal, self.connection.host, operation,
+                                            resource_type, name)
+        if not allowed:
+            _denials.info(f"denied {operation.name}",
+                          "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s for "
+                          "request = %s", self.connection.principal, operation.title, self.connection.host,
+                          resource_type.title, name, _api_name(self.header.api_key))
+        return allowed
+
+    def authorize_cluster(self, operation: Operation) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+
+    def authorize_any(self, operation: Operation, resource_type: ResourceType) -> bool:
+        """May the principal do ``operation`` on some resource of the type (KIP-679)?"""
+        acls = self.services.acls
+        return acls is None or acls.authorizer.authorize_any(self.connection.principal, self.connection.host,
+                                                             operation, resource_type)
+
+    def authorized_operations(self, requested: bool, resource_type: ResourceType, name: str) -> int:
+        """The authorized-operations field: Kafka's INT_MIN when not ``requested``; every
+        operation of the type when there is no authorizer."""
+        if not requested:
+            return OPERATIONS_NOT_REQUESTED
+        acls = self.services.acls
+        if acls is None:
+            return sum(1 << op for op in SUPPORTED_OPERATIONS[resource_type])
+        return acls.authorizer.authorized_operations(self.connection.principal, self.connection.host,
+                                                     resource_type, name)
+
+
+_denials = RepeatLimiter(logging.getLogger("kafka.authorizer.logger"))
+
+
+def _api_name(api_key: int) -> str:
+    try:
+        return ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)

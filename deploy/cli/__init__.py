@@ -58,6 +58,7 @@ COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.pipeline", (("pipeline", "Spark jobs: audit a mirror, its lag, copy or export a topic"),)),
     ("deploy.cli.zookeeper", (("zookeeper", "run a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters"),)),
     ("deploy.cli.certs", (("certs", "a development CA and broker and client certificates (TLS, mutual TLS)"),)),
+    ("deploy.cli.users", (("users", "list, add and delete SCRAM users (like kafka-configs --entity-type users)"),)),
 )
 
 

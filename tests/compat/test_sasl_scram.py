@@ -2,7 +2,7 @@
 `kafka-configs` writes the credentials (AlterUserScramCredentials) into `/config/users/<user>` in
 Kafka's format and describes them back; confluent-kafka (SCRAM-SHA-512) and aiokafka
 (SCRAM-SHA-256) authenticate against the other broker with them; wrong and deleted credentials
-are refused."""
+are refused. A standalone broker keeps the same credentials in its data dir."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from bench.peers import run_tool
+from broker.server.user_configs import USERS_FILE
 from deploy.broker_process import BrokerProcess
 from security.scram import ScramCredential
 from tests.support.cluster import ZkCluster, own_zookeeper_cluster
@@ -125,10 +126,21 @@ def test_a_deleted_credential_refuses_the_next_login(cluster: TwoBrokers, kafka_
     assert _refused({**bob, "sasl.username": "nobody"})
 
 
-def test_a_standalone_broker_refuses_scram_at_start(tmp_path: Path) -> None:
+def test_a_standalone_broker_keeps_scram_users_in_its_data_dir(tmp_path: Path, kafka_jars: None) -> None:
     process = BrokerProcess(tmp_path / "data", overrides=(
-        "listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=SCRAM-SHA-512",
+        "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+        "sasl.enabled.mechanisms=SCRAM-SHA-512",
         f"listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config={SCRAM_JAAS}"))
-    with pytest.raises(RuntimeError, match="exited with 1"):
-        process.start()
-    assert "a standalone broker keeps none" in process.log_tail(50)
+    process.start()
+    try:
+        run_tool("kafka-configs", "--bootstrap-server", process.listeners["PLAINTEXT"], "--entity-type", "users",
+                 "--entity-name", "alice", "--alter", "--add-config", "SCRAM-SHA-512=[password=alice-secret]").check()
+        assert not _refused(_sasl(process, "SCRAM-SHA-512", "alice-secret"))
+        process.restart()
+        assert not _refused(_sasl(process, "SCRAM-SHA-512", "alice-secret"))
+        assert _refused(_sasl(process, "SCRAM-SHA-512", "wrong"))
+    finally:
+        assert process.stop() == 0, process.log_tail()
+    users_file = tmp_path / "data" / USERS_FILE
+    assert users_file.stat().st_mode & 0o777 == 0o600
+    assert "alice-secret" not in users_file.read_text()

@@ -1,5 +1,5 @@
 """DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554), as Kafka answers them in
-ZooKeeper mode: credentials in ``/config/users/<user>``; a standalone broker keeps none."""
+ZooKeeper mode: credentials in ``/config/users/<user>``, or a standalone broker's users file."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from broker.server.handlers.base import ApiHandler
 from security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
 
 _BY_NUMBER = {number: name for name, (number, _) in MECHANISMS.items()}
-_STANDALONE = "a standalone broker keeps no SCRAM credentials (they live in a ZooKeeper-mode cluster)"
+_NO_STORE = "this broker keeps no SCRAM credentials"
 
 DescribeResult = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
 AlterResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
@@ -40,20 +40,20 @@ def _infos(configs: dict[str, str]) -> list[DescribeUserScramCredentialsResponse
 
 async def describe(ctx: RequestContext, request: DescribeUserScramCredentialsRequest,
                    ) -> DescribeUserScramCredentialsResponse:
-    zookeeper = ctx.services.controller.zookeeper()
-    if zookeeper is None:
+    users = ctx.services.users
+    if users is None:
         return DescribeUserScramCredentialsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION,
-                                                    error_message=_STANDALONE)
+                                                    error_message=_NO_STORE)
     asked = [user.name for user in request.users or []]
     counts = Counter(asked)
     results = []
     try:
-        for user in dict.fromkeys(asked) if asked else await zookeeper.users_with_configs():
+        for user in dict.fromkeys(asked) if asked else await users.users_with_configs():
             if counts[user] > 1:
                 results.append(DescribeResult(user=user, error_code=ErrorCode.DUPLICATE_RESOURCE, error_message=(
                     "Cannot describe SCRAM credentials for the same user twice in a single request")))
                 continue
-            infos = _infos(await zookeeper.user_configs(user))
+            infos = _infos(await users.user_configs(user))
             if infos:
                 results.append(DescribeResult(user=user, error_code=ErrorCode.NONE, error_message=None,
                                               credential_infos=infos))
@@ -87,11 +87,11 @@ def _refusal(request: AlterUserScramCredentialsRequest, user: str) -> tuple[Erro
 
 
 async def alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
-    zookeeper = ctx.services.controller.zookeeper()
+    store = ctx.services.users
     users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
-    if zookeeper is None:
+    if store is None:
         return AlterUserScramCredentialsResponse(results=[
-            AlterResult(user=user, error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=_STANDALONE)
+            AlterResult(user=user, error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=_NO_STORE)
             for user in users])
     results = []
     for user in users:
@@ -100,7 +100,7 @@ async def alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest) 
             results.append(AlterResult(user=user, error_code=refusal[0], error_message=refusal[1]))
             continue
         try:
-            configs = await zookeeper.user_configs(user)
+            configs = await store.user_configs(user)
             missing = [d for d in request.deletions if d.name == user and _BY_NUMBER[d.mechanism] not in configs]
             if missing:
                 results.append(AlterResult(user=user, error_code=ErrorCode.RESOURCE_NOT_FOUND, error_message=(
@@ -112,7 +112,7 @@ async def alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest) 
                 mechanism = _BY_NUMBER[upsertion.mechanism]
                 configs[mechanism] = ScramCredential.from_salted_password(
                     mechanism, upsertion.salt, upsertion.salted_password, upsertion.iterations).to_text()
-            await zookeeper.set_user_configs(user, configs)
+            await store.set_user_configs(user, configs)
         except KafkaError as exc:
             results.append(AlterResult(user=user, error_code=exc.code, error_message=exc.message))
             continue
