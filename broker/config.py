@@ -51,8 +51,10 @@ __all__ = [
     "IGNORED_DYNAMIC_KEYS",
     "ListenerSpec",
     "IGNORED_SSL_KEYS",
+    "INTER_BROKER_SASL_MECHANISMS",
     "ListenerSecurity",
     "SASL_KEYS",
+    "SECURITY_PROTOCOLS",
     "SaslConfig",
     "SslConfig",
     "StartupError",
@@ -275,6 +277,16 @@ def _authorizer(key: str, value: str) -> str:
     return name
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _security_protocol(key: str, text: str) -> str:
+    protocol = text.strip().upper()  # Kafka reads the name in any case
+    if protocol not in SECURITY_PROTOCOLS:
+        raise ConfigError(f"{key}: '{text}' is not one of {', '.join(SECURITY_PROTOCOLS)}")
+    return protocol
+
+
 def _names(key: str, text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
 
@@ -351,7 +363,9 @@ class SslConfig(ConfigModel):
 
 # The broker-wide SASL keys; a listener's own are listener.name.<listener>.sasl.enabled.mechanisms
 # and listener.name.<listener>.<mechanism in lower case>.sasl.jaas.config, as Kafka reads them.
-SASL_KEYS = frozenset({"sasl.enabled.mechanisms", "sasl.mechanism.inter.broker.protocol"})
+SASL_KEYS = frozenset({"sasl.enabled.mechanisms"})
+# What a broker's own client side can log in with to its peers (security/client.py speaks these).
+INTER_BROKER_SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
 _LISTENER_KEY = re.compile(r"ssl\.[a-z.]+|sasl\.enabled\.mechanisms|[a-z0-9-]+\.sasl\.jaas\.config")
 
 
@@ -404,6 +418,13 @@ class BrokerConfig(ConfigModel):
         default=_text("PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL"),
         alias="listener.security.protocol.map")
     inter_broker_listener_name: Annotated[str | None, _STR] = Field(default=None, alias="inter.broker.listener.name")
+    # Kafka's default is PLAINTEXT; unset here so that setting it beside inter.broker.listener.name
+    # can be refused, as Kafka refuses it (see `inter_broker_listener`).
+    security_inter_broker_protocol: Annotated[str | None, Parse(_security_protocol)] = Field(
+        default=None, alias="security.inter.broker.protocol")
+    # Checked against the inter-broker listener once the listeners' SASL configs are known.
+    sasl_mechanism_inter_broker_protocol: Annotated[str, _STR] = Field(
+        default="GSSAPI", alias="sasl.mechanism.inter.broker.protocol")
     rack: Annotated[str | None, _STR] = Field(default=None, alias="broker.rack")
     log_dirs: Annotated[tuple[Path, ...], Parse(_log_dirs, as_text=True)] = Field(
         default=_text("/tmp/kafka-logs"), alias="log.dirs")
@@ -580,8 +601,17 @@ class BrokerConfig(ConfigModel):
                     f"({', '.join(sorted(listener_names))})"
                 )
         ibl = self.inter_broker_listener_name
+        if ibl is not None and self.security_inter_broker_protocol is not None:
+            raise ConfigError("security.inter.broker.protocol: only one of inter.broker.listener.name and "
+                              "security.inter.broker.protocol may be set")
         if ibl is not None and ibl.upper() not in listener_names:
             raise ConfigError(f"inter.broker.listener.name: {ibl} is not one of the listeners")
+        protocol = self.security_inter_broker_protocol
+        if protocol is not None and protocol not in listener_names:
+            # Kafka's rule: the protocol names the listener (a listener called SSL, ...).
+            raise ConfigError(f"security.inter.broker.protocol: {protocol} names no listener (listeners: "
+                              f"{', '.join(sorted(listener_names))}); name a listener {protocol} or set "
+                              "inter.broker.listener.name instead")
         return self
 
     @classmethod
@@ -636,13 +666,6 @@ class BrokerConfig(ConfigModel):
             if listener.upper() not in names:
                 raise ConfigError(f"{key}: {listener} is not one of the listeners ({', '.join(sorted(names))})")
             per_listener.setdefault(listener.upper(), {})[rest] = value
-        inter_broker = self.inter_broker_listener
-        if self.zookeeper_connect is not None and self.security_protocols[inter_broker] != "PLAINTEXT":
-            # Followers and the controller connect to this listener of every broker, and their
-            # client side speaks plaintext only so far.
-            raise ConfigError(f"inter.broker.listener.name: listener {inter_broker} is "
-                              f"{self.security_protocols[inter_broker]}; brokers reach each other over "
-                              "PLAINTEXT only so far: add a PLAINTEXT listener and name it here")
         shared = {k: v for k, v in props.items() if not k.startswith(_LISTENER_PREFIX)}
         security: dict[str, ListenerSecurity] = {}
         for spec in self.listeners:
@@ -658,13 +681,44 @@ class BrokerConfig(ConfigModel):
                    if protocol in ("SSL", "SASL_SSL") else None)
             sasl = _sasl_config(spec.name, merged) if protocol.startswith("SASL_") else None
             security[spec.name] = ListenerSecurity(ssl, sasl)
+        if self.zookeeper_connect is not None:
+            self._check_inter_broker_sasl(security[self.inter_broker_listener].sasl)
         return security
+
+    def _check_inter_broker_sasl(self, sasl: SaslConfig | None) -> None:
+        """A SASL inter-broker listener: its peers are logged in to with
+        sasl.mechanism.inter.broker.protocol, which this broker's client side must speak and the
+        listener must enable (Kafka's check). Only in ZooKeeper mode: a standalone broker never
+        dials a peer."""
+        if sasl is None:
+            return
+        key = "sasl.mechanism.inter.broker.protocol"
+        mechanism = self.sasl_mechanism_inter_broker_protocol
+        if mechanism not in INTER_BROKER_SASL_MECHANISMS:
+            raise ConfigError(f"{key}: {mechanism}: inter-broker listener {sasl.listener} is SASL and brokers log "
+                              f"in to each other with {', '.join(INTER_BROKER_SASL_MECHANISMS)} only (set it "
+                              "to one of them)")
+        if mechanism not in sasl.mechanisms:
+            raise ConfigError(f"{key}: {mechanism} must be one of the mechanisms the inter-broker listener "
+                              f"{sasl.listener} enables ({', '.join(sasl.mechanisms)}): its peers serve no other")
 
     @property
     def inter_broker_listener(self) -> str:
-        """The listener followers fetch from and the controller sends to: inter.broker.listener.name
-        (in the listeners' upper case), else the first listener."""
-        return (self.inter_broker_listener_name or self.listeners[0].name).upper()
+        """The listener followers fetch from and the controller sends to (in the listeners' upper
+        case): inter.broker.listener.name, else the listener security.inter.broker.protocol names
+        (Kafka's rule; PLAINTEXT when unset). With neither set and no listener called PLAINTEXT,
+        where Kafka refuses to start, Causeway takes the first listener."""
+        if self.inter_broker_listener_name is not None:
+            return self.inter_broker_listener_name.upper()
+        if self.security_inter_broker_protocol is not None:
+            return self.security_inter_broker_protocol
+        names = [spec.name for spec in self.listeners]
+        return "PLAINTEXT" if "PLAINTEXT" in names else names[0]
+
+    @property
+    def inter_broker_protocol(self) -> str:
+        """The security protocol of the inter-broker listener."""
+        return self.security_protocols[self.inter_broker_listener]
 
     def ssl_for(self, listener_name: str) -> SslConfig | None:
         """The TLS configs of listener ``listener_name``; None unless it is SSL or SASL_SSL."""
@@ -781,7 +835,7 @@ def _unknown_key_message(key: str) -> str:
 
 def _parse_protocol_map(text: str) -> dict[str, str]:
     mapping: dict[str, str] = {}
-    allowed = {"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"}
+    allowed = set(SECURITY_PROTOCOLS)
     for raw in text.split(","):
         entry = raw.strip()
         if not entry:

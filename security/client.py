@@ -8,6 +8,9 @@ broker's name against its certificate); ``sasl.mechanism`` and ``sasl.jaas.confi
 ``PlainLoginModule`` or ``ScramLoginModule`` and its ``username``/``password`` options. Keys that
 only tune Java (``ssl.keymanager.algorithm``, ...) are accepted without effect; any other key of
 these families is an error that names it, so a typo never silently means "no security".
+
+A broker's own connections to its peers (followers, the controller) are built here too, from its
+inter-broker listener's configs (:func:`inter_broker_security`).
 """
 
 from __future__ import annotations
@@ -19,15 +22,15 @@ from typing import Any
 
 from scramp import ScramClient, ScramException
 
-from broker.config import IGNORED_SSL_KEYS, ConfigError, SslConfig, StartupError
+from broker.config import IGNORED_SSL_KEYS, SECURITY_PROTOCOLS, BrokerConfig, ConfigError, SslConfig, StartupError
 from broker.protocol.errors import ErrorCode, KafkaError
 from security.sasl import PLAIN, JaasError, login_module, mechanism_jaas
 from security.scram import MECHANISMS
 from security.tls import load_keystore, load_truststore, set_protocols
 
-__all__ = ["PROTOCOLS", "ClientSecurity", "SaslLogin", "client_security"]
+__all__ = ["PROTOCOLS", "ClientSecurity", "SaslLogin", "client_security", "inter_broker_security"]
 
-PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+PROTOCOLS = SECURITY_PROTOCOLS
 _SASL_MECHANISMS = (PLAIN, *MECHANISMS)
 
 
@@ -118,6 +121,30 @@ def client_security(props: Mapping[str, str], where: str = "client config") -> C
     return ClientSecurity(protocol, context, sasl)
 
 
+def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
+    """How this broker connects to its peers' inter-broker listener, built as Kafka builds a
+    broker's client side: the protocol of that listener; TLS from the same listener's ``ssl.*``
+    configs (its keystore is this broker's client certificate for mutual TLS, its truststore checks
+    the peer, ssl.endpoint.identification.algorithm applies); for SASL, the login module options
+    ``username`` and ``password`` of the listener's JAAS config for
+    sasl.mechanism.inter.broker.protocol (BrokerConfig checked the mechanism).
+
+    Raises ConfigError naming the key: a store that cannot be read, a JAAS config that is missing,
+    does not parse or has no username and password."""
+    listener = config.inter_broker_listener
+    protocol = config.inter_broker_protocol
+    where = f"inter-broker listener {listener}"
+    ssl_config = config.ssl_for(listener)
+    context = _client_context(ssl_config, where) if ssl_config is not None else None
+    sasl_config = config.sasl_for(listener)
+    login = None
+    if sasl_config is not None:
+        mechanism = config.sasl_mechanism_inter_broker_protocol
+        key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        login = _login(mechanism, sasl_config.jaas.get(mechanism), f"{key}: the broker's own login to its peers")
+    return ClientSecurity(protocol, context, login)
+
+
 def _client_context(config: SslConfig, where: str) -> ssl.SSLContext:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies the broker's certificate
     # The broker's name against its certificate, as Kafka's default https; "" turns it off.
@@ -138,15 +165,20 @@ def _sasl_login(props: Mapping[str, str], where: str) -> SaslLogin:
     if mechanism not in _SASL_MECHANISMS:
         raise ConfigError(f"{where}: sasl.mechanism: {mechanism} is not one Causeway's client speaks "
                           f"({', '.join(_SASL_MECHANISMS)})")
-    text = props.get("sasl.jaas.config")
+    return _login(mechanism, props.get("sasl.jaas.config"), f"{where}: sasl.jaas.config")
+
+
+def _login(mechanism: str, text: str | None, where: str) -> SaslLogin:
+    """The ``username`` and ``password`` options of JAAS config `text` for `mechanism`; `where`
+    (the key) starts each error."""
     if text is None:
-        raise ConfigError(f'{where}: sasl.jaas.config: {mechanism} needs {login_module(mechanism)} required '
+        raise ConfigError(f'{where}: {mechanism} needs {login_module(mechanism)} required '
                           'username="..." password="...";')
     try:
         jaas = mechanism_jaas(mechanism, text)
     except JaasError as exc:
-        raise ConfigError(f"{where}: sasl.jaas.config: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
     username, password = jaas.options.get("username"), jaas.options.get("password")
     if not username or password is None:
-        raise ConfigError(f"{where}: sasl.jaas.config: needs username and password options")
+        raise ConfigError(f"{where}: needs username and password options")
     return SaslLogin(mechanism, username, password)

@@ -49,11 +49,14 @@ from broker.protocol.primitives import Reader
 from broker.protocol.schema import Message
 
 if TYPE_CHECKING:
+    # For type hints only (importing it would load TLS and SCRAM into every client): callers below
+    # broker/client (a broker's fetchers and controller) name the type of `security` from here.
     from security.client import ClientSecurity, SaslLogin
 
 __all__ = [
     "DEFAULT_MAX_FRAME_SIZE",
     "BrokerConnection",
+    "ClientSecurity",
     "ClientError",
     "ConnectionFailed",
     "Message",

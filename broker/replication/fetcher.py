@@ -43,6 +43,7 @@ import logging
 import math
 import uuid
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -61,6 +62,9 @@ from broker.replication.dir_health import DirHealth
 from broker.replication.partition import Partition
 from broker.retry import Backoff, retry, worth_reporting
 from broker.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_OFFSET
+
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
 
 __all__ = ["Fetcher", "FetcherSettings"]
 
@@ -84,6 +88,9 @@ class FetcherSettings:
     min_bytes: int = 1  # replica.fetch.min.bytes
     backoff_ms: int = 1000  # replica.fetch.backoff.ms
     socket_timeout_ms: int = 30000  # replica.socket.timeout.ms
+    # TLS and SASL toward the leaders' inter-broker listener (security.client.inter_broker_security);
+    # None: PLAINTEXT.
+    security: ClientSecurity | None = None
 
     @property
     def backoff(self) -> Backoff:
@@ -208,7 +215,8 @@ class Fetcher:
 
     async def _connected(self) -> None:
         async with open_connection(self.host, self.port, client_id=f"broker-{self.settings.broker_id}-fetcher",
-                                   request_timeout_s=self.settings.socket_timeout_ms / 1000) as conn:
+                                   request_timeout_s=self.settings.socket_timeout_ms / 1000,
+                                   security=self.settings.security) as conn:
             self.connected = True
             self._session.restart(close=True)  # a new connection: full, closing the old session
             log.info("replica fetcher connected to broker %d at %s:%d", self.source_id, self.host, self.port)

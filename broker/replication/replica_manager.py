@@ -25,6 +25,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import trio
 
@@ -38,6 +39,9 @@ from broker.replication.isr import IsrChannel
 from broker.replication.leadership import LeadershipListener
 from broker.replication.partition import Partition, monotonic_ms
 from broker.storage import Log, LogConfig, LogManager
+
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
 
 __all__ = ["ReplicaManager", "broker_log_config", "CREATE_CHUNK", "LOG_DIR_PROBE_INTERVAL_S"]
 
@@ -78,7 +82,9 @@ def _delete_logs(doomed: list[Log]) -> None:
 class ReplicaManager:
     """Creates, reconfigures and deletes local logs as topics change (a MetadataListener)."""
 
-    def __init__(self, config: BrokerConfig, logs: LogManager) -> None:
+    def __init__(self, config: BrokerConfig, logs: LogManager, *, security: ClientSecurity | None = None) -> None:
+        """`security`: how the followers reach the leaders' inter-broker listener
+        (``security.client.inter_broker_security``); None: PLAINTEXT."""
         self._config = config
         self._logs = logs
         self._defaults = broker_log_config(config)
@@ -110,7 +116,7 @@ class ReplicaManager:
                                   lambda: sum(p.under_min_isr for p in list(self._partitions.values())))
         self.fetcher_settings = FetcherSettings(
             config.broker_id, max_bytes=config.replica_fetch_max_bytes, wait_max_ms=config.replica_fetch_wait_max_ms,
-            min_bytes=config.replica_fetch_min_bytes, backoff_ms=config.replica_fetch_backoff_ms)
+            min_bytes=config.replica_fetch_min_bytes, backoff_ms=config.replica_fetch_backoff_ms, security=security)
 
     def add_leadership_listener(self, listener: LeadershipListener) -> None:
         """Tell `listener` of every role change of a hosted partition from now on (the group

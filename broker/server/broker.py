@@ -45,6 +45,7 @@ from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 from security.authorizer import Authorizer, parse_super_users
+from security.client import ClientSecurity, inter_broker_security
 from security.mechanisms import mechanism_servers
 from security.tls import ANONYMOUS, TlsHandshakeFailed, TlsListener
 
@@ -139,6 +140,11 @@ async def run_broker(
     Raises OSError naming the listener when an address cannot be bound, and RuntimeError when the
     data dir belongs to another broker or cluster.
     """
+    # How this broker reaches its peers (TLS, SASL login), built once before anything else: a
+    # keystore or JAAS config that does not do stops the start, naming its key.
+    inter_broker: ClientSecurity | None = None
+    if config.zookeeper_connect is not None:
+        inter_broker = inter_broker_security(config)
     soft, hard = raise_open_file_limit()
     HANDLES.set_capacity(capacity_for(soft))
     log.info("open-file limit %d (hard %d): up to %d segment files held open, %d of them by fetch answers "
@@ -165,7 +171,7 @@ async def run_broker(
             metrics_server = serve_metrics(config.metrics_listener)
             track_open_segment_files(lambda: len(HANDLES))
             log.info("metrics served on %s", metrics_server.url)
-        replicas = ReplicaManager(config, logs)
+        replicas = ReplicaManager(config, logs, security=inter_broker)
         controller: Controller
         if config.zookeeper_connect is None:
             # In a worker thread: it replays (and may cut or migrate) the metadata files.
@@ -181,7 +187,7 @@ async def run_broker(
             # here: a standalone broker never loads kazoo.
             from broker.controller.zk.mode import zookeeper_mode
 
-            zk_metadata = await stack.enter_async_context(zookeeper_mode(config, replicas))
+            zk_metadata = await stack.enter_async_context(zookeeper_mode(config, replicas, security=inter_broker))
             controller = zk_metadata
         offsets_store = OffsetsStore(config, controller, replicas)
         if zk_metadata is None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Mapping
 
 from confluent_kafka import (
     OFFSET_BEGINNING,
@@ -29,12 +30,13 @@ __all__ = ["committed", "first_offsets", "group_offsets", "group_values", "read_
 
 
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int = 0,
-                   timeout_s: float = 30.0) -> list[Message]:
+                   timeout_s: float = 30.0, security: Mapping[str, object] | None = None) -> list[Message]:
     """Every message of `topic`'s `partition` from offset `start` to its end, in offset order.
     Bounded by `timeout_s`: what was read by then comes back, for the caller's assertion to show.
-    A consumer error other than the end of the partition fails the test."""
+    A consumer error other than the end of the partition fails the test. `security`: librdkafka's
+    keys for a secured listener (security.protocol, ssl.*, sasl.*)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
-                         "enable.auto.commit": False, "enable.partition.eof": True})
+                         "enable.auto.commit": False, "enable.partition.eof": True, **(security or {})})
     consumer.assign([TopicPartition(topic, partition, start)])
     messages: list[Message] = []
     deadline = time.monotonic() + timeout_s

@@ -18,7 +18,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -27,6 +27,9 @@ from broker.client.connection import BrokerConnection, ClientError, open_connect
 from broker.protocol.errors import KafkaError
 from broker.protocol.schema import Message
 from broker.retry import Backoff, worth_reporting
+
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
 
 __all__ = ["ControllerChannel", "Sent"]
 
@@ -60,9 +63,11 @@ class _BrokerQueue:
 class ControllerChannel:
     """Per-broker request queues; run :meth:`run` in the controller's nursery."""
 
-    def __init__(self, *, request_timeout_s: float, client_id: str) -> None:
+    def __init__(self, *, request_timeout_s: float, client_id: str, security: ClientSecurity | None = None) -> None:
+        """`security`: TLS and SASL toward the brokers' inter-broker listener; None: PLAINTEXT."""
         self._timeout = request_timeout_s
         self._client_id = client_id
+        self._security = security
         self._queues: dict[int, _BrokerQueue] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -125,7 +130,8 @@ class ControllerChannel:
                 while True:
                     try:
                         async with open_connection(queue.host, queue.port, client_id=self._client_id,
-                                                   request_timeout_s=self._timeout) as conn:
+                                                   request_timeout_s=self._timeout,
+                                                   security=self._security) as conn:
                             if failures:
                                 log.info("controller connection to broker %d (%s) restored",
                                          queue.broker_id, address)

@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -36,6 +36,9 @@ from broker.controller.zk.client import CheckVersionOp, SetOp, ZkBadVersion, ZkC
 from broker.controller.zk.election import NO_LEADER, LeaderAndIsr
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import LeaderAndIsrRequest, StopReplicaRequest, UpdateMetadataRequest
+
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
 
 __all__ = ["BrokerEntry", "ControllerContext", "EPOCH_DURING_DELETE", "Job", "LEADER_DURING_DELETE", "PartitionEntry",
            "Resigned", "TopicEntry"]
@@ -84,7 +87,8 @@ class ControllerContext:
     """The state of one controller term and the actions taken with it; see the module docstring."""
 
     def __init__(self, config: BrokerConfig, zk: ZkClient,
-                 on_leader_and_isr_answer: Callable[[int, Any], Awaitable[None]]) -> None:
+                 on_leader_and_isr_answer: Callable[[int, Any], Awaitable[None]], *,
+                 security: ClientSecurity | None = None) -> None:
         self.config = config  # the dynamic broker configs of now (ZkController.reconfigure)
         self.zk = zk
         self.broker_id = config.broker_id
@@ -101,7 +105,7 @@ class ControllerContext:
         # (Kafka's topics ineligible for deletion): served as usual meanwhile, so a move can finish.
         self.queued: set[str] = set()
         self.channel = ControllerChannel(request_timeout_s=config.controller_socket_timeout_ms / 1000,
-                                         client_id=f"controller-{config.broker_id}")
+                                         client_id=f"controller-{config.broker_id}", security=security)
         self._jobs_send, self.jobs = trio.open_memory_channel[Job](math.inf)
         # Which replicas a broker's LeaderAndIsr answer says are offline: the controller's event.
         self._on_leader_and_isr_answer = on_leader_and_isr_answer

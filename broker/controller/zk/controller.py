@@ -43,7 +43,7 @@ import logging
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from functools import partial
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import trio
 
@@ -84,6 +84,9 @@ from broker.ids import random_uuid
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.tasks import leaves
 
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
+
 __all__ = ["ZkController", "run_controller_election"]
 
 log = logging.getLogger(__name__)
@@ -97,9 +100,10 @@ _MIN_TERM_S = 1.0
 class ZkController:
     """One term of this broker as the controller; see the module docstring."""
 
-    def __init__(self, config: BrokerConfig, zk: ZkClient) -> None:
+    def __init__(self, config: BrokerConfig, zk: ZkClient, *, security: ClientSecurity | None = None) -> None:
+        """`security`: how requests reach the brokers' inter-broker listener; None: PLAINTEXT."""
         self.broker_id = config.broker_id
-        self._ctx = ControllerContext(config, zk, self._replica_states)
+        self._ctx = ControllerContext(config, zk, self._replica_states, security=security)
         self._reassignments = Reassignments(self._ctx, resume_deletion=self._resume_deletion)
         self._nursery: trio.Nursery | None = None
         self._ready = trio.Event()
@@ -707,17 +711,19 @@ async def _first_of(*events: trio.Event) -> None:
 
 
 async def run_controller_election(config: BrokerConfig, zk: ZkClient,
-                                  on_term: Callable[[ZkController | None], None]) -> None:
+                                  on_term: Callable[[ZkController | None], None], *,
+                                  security: ClientSecurity | None = None) -> None:
     """Take part in controller elections until cancelled; ``on_term`` hears of each term this
-    broker starts (the controller) and ends (None)."""
+    broker starts (the controller) and ends (None). `security`: how a term's controller reaches
+    the brokers' inter-broker listener."""
     with zk.watch_data(znodes.CONTROLLER) as changes:
         async for data in changes:
             if data is None:
-                await _election_round(config, zk, on_term)
+                await _election_round(config, zk, on_term, security)
 
 
 async def _election_round(config: BrokerConfig, zk: ZkClient,
-                          on_term: Callable[[ZkController | None], None]) -> None:
+                          on_term: Callable[[ZkController | None], None], security: ClientSecurity | None) -> None:
     me = config.broker_id
     try:
         epoch, version = await _become_controller(zk, me)
@@ -729,7 +735,7 @@ async def _election_round(config: BrokerConfig, zk: ZkClient,
     except znodes.ZnodeError as exc:
         log.error("no controller can be elected while %s; repair the znode", exc)
         return
-    controller = ZkController(config, zk)
+    controller = ZkController(config, zk, security=security)
     started = trio.current_time()
     on_term(controller)
     try:

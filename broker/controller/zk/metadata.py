@@ -31,7 +31,7 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 
@@ -68,6 +68,9 @@ from broker.protocol.messages import (
     UpdateMetadataRequest,
 )
 from broker.retry import Backoff, retry, worth_reporting
+
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
 
 __all__ = ["LocalReplicas", "ZkMetadata"]
 
@@ -135,8 +138,12 @@ class LocalReplicas(MetadataListener, Protocol):
 class ZkMetadata(Controller):
     """The ``Controller`` of a broker in ZooKeeper mode; see the module docstring."""
 
-    def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: LocalReplicas) -> None:
+    def __init__(self, config: BrokerConfig, zk: ZkClient, cluster_id: str, replicas: LocalReplicas, *,
+                 security: ClientSecurity | None = None) -> None:
+        """`security`: how this broker reaches its peers' inter-broker listener (the controller's
+        requests, ControlledShutdown, AlterPartition); None: PLAINTEXT."""
         self._config = config
+        self.inter_broker_security = security
         self._zk = zk
         self._cluster_id = cluster_id
         self._replicas = replicas
@@ -226,7 +233,8 @@ class ZkMetadata(Controller):
             await self._registered.wait()
             self._term_scope = trio.CancelScope()
             with self._term_scope:
-                await run_controller_election(self._config, self._zk, self._on_term)
+                await run_controller_election(self._config, self._zk, self._on_term,
+                                              security=self.inter_broker_security)
 
     def _on_term(self, controller: ZkController | None) -> None:
         self._active = controller
@@ -594,7 +602,8 @@ class ZkMetadata(Controller):
             else:
                 try:
                     async with open_connection(endpoint.host, endpoint.port, client_id=f"broker-{config.broker_id}",
-                                               request_timeout_s=config.controller_socket_timeout_ms / 1000) as conn:
+                                               request_timeout_s=config.controller_socket_timeout_ms / 1000,
+                                               security=self.inter_broker_security) as conn:
                         response = await conn.request(request)
                 except (ClientError, KafkaError) as exc:
                     problem = str(exc)
@@ -950,7 +959,7 @@ class ControllerIsrChannel:
         timeout_s = config.controller_socket_timeout_ms / 1000
         try:
             async with open_connection(endpoint.host, endpoint.port, client_id=f"broker-{me}-alter-partition",
-                                       request_timeout_s=timeout_s) as conn:
+                                       request_timeout_s=timeout_s, security=metadata.inter_broker_security) as conn:
                 response = await conn.request(request)
         except ClientError as exc:
             raise KafkaError(ErrorCode.NOT_CONTROLLER,

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from broker.config import BrokerConfig, StartupError
 from broker.controller.zk.client import ZkError, ZkUnavailable, open_zk_client
@@ -25,13 +26,17 @@ from broker.controller.zk.registration import (
     get_or_create_cluster_id,
 )
 
+if TYPE_CHECKING:
+    from broker.client.connection import ClientSecurity
+
 __all__ = ["zookeeper_mode"]
 
 log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def zookeeper_mode(config: BrokerConfig, replicas: LocalReplicas) -> AsyncIterator[ZkMetadata]:
+async def zookeeper_mode(config: BrokerConfig, replicas: LocalReplicas, *,
+                         security: ClientSecurity | None = None) -> AsyncIterator[ZkMetadata]:
     connect = config.zookeeper_connect
     assert connect is not None
     client = open_zk_client(connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
@@ -51,7 +56,7 @@ async def zookeeper_mode(config: BrokerConfig, replicas: LocalReplicas) -> Async
                                f"{connect} ({cluster_id}); zookeeper.connect may be wrong")
         await check_meta_properties(config.log_dirs, config.broker_id, cluster_id)
         log.info("broker %d joins cluster %s in ZooKeeper at %s", config.broker_id, cluster_id, connect)
-        yield ZkMetadata(config, zk, cluster_id, replicas)
+        yield ZkMetadata(config, zk, cluster_id, replicas, security=security)
     except BaseException as exc:
         if not await client.__aexit__(type(exc), exc, exc.__traceback__):
             raise

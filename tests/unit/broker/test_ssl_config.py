@@ -75,10 +75,10 @@ def test_java_only_keys_are_accepted_without_effect() -> None:
     assert config.ssl_for("SSL") is not None
 
 
-def test_brokers_of_a_zookeeper_cluster_reach_each_other_over_plaintext_so_far() -> None:
+def test_brokers_of_a_zookeeper_cluster_may_reach_each_other_over_ssl() -> None:
     base = {"zookeeper.connect": "127.0.0.1:2181", "listeners": "SSL://:9093,INTERNAL://:9094",
             "listener.security.protocol.map": "SSL:SSL,INTERNAL:PLAINTEXT"}
-    with pytest.raises(ConfigError, match="inter.broker.listener.name: listener SSL is SSL"):
-        BrokerConfig.from_properties(base)
+    assert BrokerConfig.from_properties(base).inter_broker_protocol == "SSL"
     config = BrokerConfig.from_properties({**base, "inter.broker.listener.name": "INTERNAL"})
+    assert config.inter_broker_protocol == "PLAINTEXT"
     assert config.ssl_for("SSL") is not None and config.ssl_for("INTERNAL") is None
