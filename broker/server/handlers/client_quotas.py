@@ -2,7 +2,10 @@
 
 Answered (with no entries) rather than refused because Kafka's tools ask it on the way to other
 things: ``kafka-configs --describe --entity-type users`` describes a user's quotas and then its
-SCRAM credentials, and fails outright on a broker that does not serve the API."""
+SCRAM credentials, and fails outright on a broker that does not serve the API.
+
+With an authorizer it needs DescribeConfigs on the cluster, as Kafka: else
+CLUSTER_AUTHORIZATION_FAILED (and null entries)."""
 
 from __future__ import annotations
 
@@ -11,11 +14,15 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import DescribeClientQuotasRequest, DescribeClientQuotasResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation
 
 _ENTITY_TYPES = frozenset({"user", "client-id", "ip"})
 
 
 async def describe(ctx: RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
+    if not ctx.authorize_cluster(Operation.DESCRIBE_CONFIGS):
+        return DescribeClientQuotasResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, entries=None,
+                                            error_message="Cluster authorization failed.")
     unknown = [c.entity_type for c in request.components if c.entity_type not in _ENTITY_TYPES]
     if unknown:
         return DescribeClientQuotasResponse(error_code=ErrorCode.INVALID_REQUEST, entries=None,

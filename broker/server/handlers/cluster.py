@@ -1,4 +1,8 @@
-"""DescribeCluster: the cluster id, the controller and the brokers (KIP-700)."""
+"""DescribeCluster: the cluster id, the controller and the brokers (KIP-700).
+
+As Kafka's broker, it needs no ACL; the cluster's authorized operations, when asked for, are
+those of a principal with Describe on the cluster, else none (0).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import DescribeClusterRequest, DescribeClusterResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import CLUSTER_NAME, Operation, ResourceType
 
 _BROKERS_ENDPOINT = 1
 
@@ -19,6 +24,11 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
             error_message="Only broker endpoints are served",
             endpoint_type=request.endpoint_type,
         )
+    asked = request.include_cluster_authorized_operations
+    if asked and not ctx.authorize_cluster(Operation.DESCRIBE):
+        operations = 0
+    else:
+        operations = ctx.authorized_operations(asked, ResourceType.CLUSTER, CLUSTER_NAME)
     brokers = []
     for broker in controller.brokers():
         endpoint = broker.endpoint(ctx.connection.listener_name)
@@ -30,6 +40,7 @@ async def handle(ctx: RequestContext, request: DescribeClusterRequest) -> Descri
         cluster_id=controller.cluster_id,
         controller_id=controller.controller_id,
         brokers=brokers,
+        cluster_authorized_operations=operations,
     )
 
 

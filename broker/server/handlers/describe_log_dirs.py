@@ -9,7 +9,8 @@ replicas never move between directories), and from version 4 the directory's tot
 bytes. A log dir that is offline (it failed a write, broker/replication/dir_health.py) is answered
 as Kafka's ReplicaManager.describeLogDirs answers it: KAFKA_STORAGE_ERROR, no replicas, no sizes
 (``kafka-log-dirs --describe`` prints the error KafkaStorageException for it), until it is back
-online.
+online. With an authorizer it needs Describe on the cluster, as Kafka: else CLUSTER_AUTHORIZATION_FAILED
+(v3+; an empty answer before) and no directory.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import DescribeLogDirsRequest, DescribeLogDirsResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation
 
 __all__ = ["HANDLER"]
 
@@ -37,6 +39,8 @@ def _space(directory: Path) -> tuple[int, int]:
 
 
 async def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsResponse:
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return DescribeLogDirsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, results=[])
     wanted = None if request.topics is None else {(t.topic, p) for t in request.topics for p in t.partitions}
     dirs = [Path(d) for d in ctx.config.log_dirs]
     by_dir: dict[Path, dict[str, list[DescribeLogDirsResponse.DescribeLogDirsPartition]]] = {d: {} for d in dirs}

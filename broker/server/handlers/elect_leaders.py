@@ -7,6 +7,9 @@ answers NOT_CONTROLLER for each partition (the admin client sends to the control
 for all partitions (null) is answered only with the partitions that were elected or failed, not
 those that needed no election, as Kafka filters them. A standalone broker leads every partition
 with its only replica: ELECTION_NOT_NEEDED.
+
+With an authorizer it needs Alter on the cluster, as Kafka: else CLUSTER_AUTHORIZATION_FAILED for
+the request (v1+) and each partition asked for, and nothing is elected.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ElectLeadersRequest, ElectLeadersResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation
 
 __all__ = ["HANDLER"]
 
@@ -48,6 +52,9 @@ async def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLead
     everything = request.topic_partitions is None
     asked: Sequence[tuple[str, int]] | None = None if everything else list(dict.fromkeys(
         (t.topic, p) for t in request.topic_partitions or () for p in t.partitions))
+    if not ctx.authorize_cluster(Operation.ALTER):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return _answer({tp: (denied, None) for tp in asked or ()}, everything=False, code=denied)
     if election_type not in (PREFERRED, UNCLEAN):
         return _answer({}, everything=everything, code=ErrorCode.INVALID_REQUEST)
 

@@ -1,5 +1,13 @@
 """Consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, DeleteGroups. The state machine lives in broker.coordinator."""
+DescribeGroups, DeleteGroups. The state machine lives in broker.coordinator.
+
+With an authorizer, each is checked as Kafka's KafkaApis checks it, before the coordinator sees
+it: FindCoordinator needs Describe on the group (GROUP_AUTHORIZATION_FAILED) or transactional id
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED), per key; JoinGroup, SyncGroup, Heartbeat and LeaveGroup
+need Read on the group; DescribeGroups Describe on each group; DeleteGroups Delete on each group;
+ListGroups lists every group to a principal with Describe on the cluster, else only the groups it
+may Describe.
+"""
 
 from __future__ import annotations
 
@@ -30,14 +38,14 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation, ResourceType
+from security.authorizer import OPERATIONS_NOT_REQUESTED
 
 __all__ = ["HANDLERS"]
 
 # Why a transactional producer is refused, in the words a client shows its user.
 TRANSACTIONS_UNSUPPORTED = ("Causeway does not support transactions yet (no transaction coordinator): "
                             "produce without transactional.id; idempotence works")
-# Authorized-operations bitfield "not requested", as Kafka reports it.
-OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -73,23 +81,33 @@ def _group_coordinator(ctx: RequestContext, key: str) -> FindCoordinatorResponse
                                                port=endpoint.port)
 
 
+def _coordinator_refused(key: str, code: ErrorCode, message: str) -> FindCoordinatorResponse.Coordinator:
+    return FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1, error_code=code,
+                                               error_message=message)
+
+
 async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorResponse:
     keys = request.coordinator_keys if ctx.version >= 4 else [request.key]
     results = []
     for key in keys:
         if request.key_type not in (CoordinatorType.GROUP, CoordinatorType.TRANSACTION):
-            results.append(FindCoordinatorResponse.Coordinator(
-                key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.INVALID_REQUEST,
-                error_message=f"unknown coordinator key type {request.key_type}"))
+            results.append(_coordinator_refused(key, ErrorCode.INVALID_REQUEST,
+                                                f"unknown coordinator key type {request.key_type}"))
+        elif request.key_type == CoordinatorType.GROUP and not ctx.authorize(Operation.DESCRIBE,
+                                                                               ResourceType.GROUP, key):
+            results.append(_coordinator_refused(key, ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                                                "Group authorization failed."))
+        elif request.key_type == CoordinatorType.TRANSACTION and not ctx.authorize(
+                Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+            results.append(_coordinator_refused(key, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                                "Transactional Id authorization failed."))
         elif request.key_type != CoordinatorType.GROUP:
             # No transaction coordinator exists. COORDINATOR_NOT_AVAILABLE would be retried by
             # every client until its deadline (60 s in the Java producer); UNSUPPORTED_VERSION is
             # final, and the Java producer fails at once showing this message (Redpanda answers
             # the same with transactions disabled). librdkafka retries every error here but an
             # authorization failure, so its init_transactions() ends at its own timeout.
-            results.append(FindCoordinatorResponse.Coordinator(
-                key=key, node_id=-1, host="", port=-1, error_code=ErrorCode.UNSUPPORTED_VERSION,
-                error_message=TRANSACTIONS_UNSUPPORTED))
+            results.append(_coordinator_refused(key, ErrorCode.UNSUPPORTED_VERSION, TRANSACTIONS_UNSUPPORTED))
         else:
             results.append(_group_coordinator(ctx, key))
     if ctx.version >= 4:
@@ -108,7 +126,16 @@ def _client_host(peer: str) -> str:
         return peer
 
 
+def _may_read(ctx: RequestContext, group_id: str) -> bool:
+    """JoinGroup, SyncGroup, Heartbeat, LeaveGroup: Read on the group."""
+    return ctx.authorize(Operation.READ, ResourceType.GROUP, group_id)
+
+
 async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupResponse:
+    if not _may_read(ctx, request.group_id):
+        # Kafka's error answer: no member id, no protocol (null from v7).
+        return JoinGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, generation_id=-1,
+                                 protocol_name=None if ctx.version >= 7 else "")
     try:
         # v0 had no rebalance timeout: the session timeout served for both.
         rebalance_timeout = request.rebalance_timeout_ms if ctx.version >= 1 else request.session_timeout_ms
@@ -145,6 +172,8 @@ async def join_group(ctx: RequestContext, request: JoinGroupRequest) -> JoinGrou
 
 
 async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupResponse:
+    if not _may_read(ctx, request.group_id):
+        return SyncGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         protocol_type, protocol_name, assignment = await _coordinator(ctx).sync(
             request.group_id, request.generation_id, request.member_id, request.group_instance_id,
@@ -158,6 +187,8 @@ async def sync_group(ctx: RequestContext, request: SyncGroupRequest) -> SyncGrou
 
 
 async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatResponse:
+    if not _may_read(ctx, request.group_id):
+        return HeartbeatResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         _coordinator(ctx).heartbeat(request.group_id, request.generation_id, request.member_id,
                                     request.group_instance_id)
@@ -167,6 +198,8 @@ async def heartbeat(ctx: RequestContext, request: HeartbeatRequest) -> Heartbeat
 
 
 async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveGroupResponse:
+    if not _may_read(ctx, request.group_id):
+        return LeaveGroupResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
     batched = ctx.version >= 3
     wanted: list[tuple[str, str | None]] = (
         [(m.member_id, m.group_instance_id) for m in request.members] if batched else [(request.member_id, None)]
@@ -185,11 +218,14 @@ async def leave_group(ctx: RequestContext, request: LeaveGroupRequest) -> LeaveG
 
 async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsResponse:
     """The groups of the partitions this broker leads and has loaded; while any is still being
-    loaded, they come with COORDINATOR_LOAD_IN_PROGRESS (Kafka's answer: the list is partial)."""
+    loaded, they come with COORDINATOR_LOAD_IN_PROGRESS (Kafka's answer: the list is partial).
+    Without Describe on the cluster, only the groups the principal may Describe (Kafka: the
+    checks only filter, so a denial is not logged)."""
     try:
         coordinator = _coordinator(ctx)
     except KafkaError as exc:
         return ListGroupsResponse(error_code=exc.code)
+    every_group = ctx.authorize_cluster(Operation.DESCRIBE, log_denied=False)
     states = {s.lower() for s in request.states_filter} if ctx.version >= 4 else set()
     types = {t.lower() for t in request.types_filter} if ctx.version >= 5 else set()
     listed = []
@@ -200,6 +236,9 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
             continue
         if types and "classic" not in types:
             continue
+        if not every_group and not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group.group_id,
+                                                 log_denied=False):
+            continue
         listed.append(ListGroupsResponse.ListedGroup(group_id=group.group_id,
                                                      protocol_type=group.protocol_type or "",
                                                      group_state=group.state.value, group_type="classic"))
@@ -207,28 +246,36 @@ async def list_groups(ctx: RequestContext, request: ListGroupsRequest) -> ListGr
     return ListGroupsResponse(error_code=code, groups=listed)
 
 
+def _group_error(group_id: str, code: ErrorCode, state: str) -> DescribeGroupsResponse.DescribedGroup:
+    return DescribeGroupsResponse.DescribedGroup(group_id=group_id, error_code=code, group_state=state,
+                                                 authorized_operations=OPERATIONS_NOT_REQUESTED)
+
+
 async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsResponse:
+    """Each group the principal may Describe (else GROUP_AUTHORIZATION_FAILED, state "" as
+    Kafka's), with its authorized operations when asked for (v3+)."""
     try:
         coordinator = _coordinator(ctx)
     except KafkaError as exc:
-        return DescribeGroupsResponse(groups=[DescribeGroupsResponse.DescribedGroup(
-            group_id=g, error_code=exc.code, group_state=GroupState.DEAD.value,
-            authorized_operations=OPERATIONS_NOT_REQUESTED) for g in request.groups])
+        return DescribeGroupsResponse(groups=[_group_error(g, exc.code, GroupState.DEAD.value)
+                                              for g in request.groups])
+    with_operations = ctx.version >= 3 and request.include_authorized_operations
     described = []
     for group_id in request.groups:
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            described.append(_group_error(group_id, ErrorCode.GROUP_AUTHORIZATION_FAILED, ""))
+            continue
         code = coordinator.coordinator_error(group_id)
         if code != ErrorCode.NONE:
             # Kept by another broker, or still loading here: the client asks again (Kafka).
-            described.append(DescribeGroupsResponse.DescribedGroup(
-                group_id=group_id, error_code=code, group_state=GroupState.DEAD.value,
-                authorized_operations=OPERATIONS_NOT_REQUESTED))
+            described.append(_group_error(group_id, code, GroupState.DEAD.value))
             continue
+        operations = ctx.authorized_operations(with_operations, ResourceType.GROUP, group_id)
         group = coordinator.groups.get(group_id)
         if group is None:
             # Kafka describes an unknown group as Dead (v0-v5), with no error.
             described.append(DescribeGroupsResponse.DescribedGroup(
-                group_id=group_id, group_state=GroupState.DEAD.value,
-                authorized_operations=OPERATIONS_NOT_REQUESTED))
+                group_id=group_id, group_state=GroupState.DEAD.value, authorized_operations=operations))
             continue
         stable = group.state == GroupState.STABLE
         members = [
@@ -242,18 +289,22 @@ async def describe_groups(ctx: RequestContext, request: DescribeGroupsRequest) -
         described.append(DescribeGroupsResponse.DescribedGroup(
             group_id=group_id, group_state=group.state.value, protocol_type=group.protocol_type or "",
             protocol_data=group.protocol_name or "" if stable else "", members=members,
-            authorized_operations=OPERATIONS_NOT_REQUESTED))
+            authorized_operations=operations))
     return DescribeGroupsResponse(groups=described)
 
 
 async def delete_groups(ctx: RequestContext, request: DeleteGroupsRequest) -> DeleteGroupsResponse:
+    """Each group the principal may Delete (else GROUP_AUTHORIZATION_FAILED, nothing done)."""
     results = []
     for group_id in request.groups_names:
         code = ErrorCode.NONE
-        try:
-            await _coordinator(ctx).delete_group(group_id)
-        except KafkaError as exc:
-            code = exc.code
+        if not ctx.authorize(Operation.DELETE, ResourceType.GROUP, group_id):
+            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        else:
+            try:
+                await _coordinator(ctx).delete_group(group_id)
+            except KafkaError as exc:
+                code = exc.code
         results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=code))
     return DeleteGroupsResponse(results=results)
 

@@ -12,6 +12,11 @@ or a client playing controller) and the broker epoch must be this broker's regis
 no controller but itself and refuses them all the same way. Malformed requests never get here:
 the dispatcher closes the connection on what it cannot decode.
 
+With an authorizer, each needs ClusterAction on the cluster, as Kafka's KafkaApis checks it before
+anything else: CLUSTER_AUTHORIZATION_FAILED (the top-level error, and each partition's where the
+response has them, as Kafka's error responses) and nothing changes. Brokers log in as a principal
+in ``super.users`` or one granted ClusterAction.
+
 Only versions that carry broker epochs and topic ids are served (Kafka's inter-broker protocol
 2.8+): LeaderAndIsr 5-7, UpdateMetadata 7-8, StopReplica 3-4, ControlledShutdown 2-3,
 AlterPartition 2-3.
@@ -39,12 +44,19 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation
 
 __all__ = ["HANDLERS"]
 
 log = logging.getLogger(__name__)
 # Anyone who can reach a listener can send these: each refusal is one line per window, then counted.
 _limited = limiter(log)
+
+
+def _cluster_action(ctx: RequestContext) -> bool:
+    """May the principal send the brokers' requests (ClusterAction on the cluster)? A denial
+    is logged by the authorizer's logger."""
+    return ctx.authorize_cluster(Operation.CLUSTER_ACTION)
 
 
 async def _check_controller(ctx: RequestContext, controller_id: int, controller_epoch: int, broker_epoch: int,
@@ -83,6 +95,8 @@ def _leader_and_isr_answer(request: LeaderAndIsrRequest, code: ErrorCode,
 
 
 async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> LeaderAndIsrResponse:
+    if not _cluster_action(ctx):
+        return _leader_and_isr_answer(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     code = await _check_controller(ctx, request.controller_id, request.controller_epoch, request.broker_epoch,
                                    request.is_k_raft_controller)
     if code != ErrorCode.NONE:
@@ -106,6 +120,8 @@ async def leader_and_isr(ctx: RequestContext, request: LeaderAndIsrRequest) -> L
 
 
 async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -> UpdateMetadataResponse:
+    if not _cluster_action(ctx):
+        return UpdateMetadataResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     code = await _check_controller(ctx, request.controller_id, request.controller_epoch, request.broker_epoch,
                                    request.is_k_raft_controller)
     if code != ErrorCode.NONE:
@@ -120,6 +136,13 @@ async def update_metadata(ctx: RequestContext, request: UpdateMetadataRequest) -
 
 
 async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> StopReplicaResponse:
+    if not _cluster_action(ctx):
+        # Kafka's error answer names each partition with the error.
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return StopReplicaResponse(error_code=denied, partition_errors=[
+            StopReplicaResponse.StopReplicaPartitionError(topic_name=topic.topic_name,
+                                                          partition_index=p.partition_index, error_code=denied)
+            for topic in request.topic_states for p in topic.partition_states])
     code = await _check_controller(ctx, request.controller_id, request.controller_epoch, request.broker_epoch,
                                    request.is_k_raft_controller)
     errors = []
@@ -139,6 +162,8 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
 
 
 async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
+    if not _cluster_action(ctx):
+        return ControlledShutdownResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     zk = ctx.services.controller.zookeeper()
     active = zk.active_controller() if zk is not None else None
     if active is None:
@@ -157,6 +182,8 @@ async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRe
 
 
 async def alter_partition(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
+    if not _cluster_action(ctx):
+        return AlterPartitionResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     zk = ctx.services.controller.zookeeper()
     active = zk.active_controller() if zk is not None else None
     if active is None:

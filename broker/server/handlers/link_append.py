@@ -28,6 +28,14 @@ Version 0 does not say where the source's batch before the first one ended (Prev
 so a gap cannot be told from a skip ahead of the copy: every partition of a version 0 request is
 refused, UNSUPPORTED_VERSION, saying so. (Refused rather than unlisted in ApiVersions: an older
 mirror then says why in its status, instead of taking this broker for one that is not Causeway's.)
+
+Authorization (Causeway's definition; Kafka has no such API): with an authorizer, a principal may
+append to a topic, and move its log start, when it has Alter on the topic or ClusterAction on the
+cluster. Not Write: a producer granted Write on a topic must not be able to forge its copy (nor
+delete its records, which LogStartOffset does); a link is replication between clusters, which is
+what ClusterAction grants a broker within one. A partition of a topic the principal may not
+Alter is answered TOPIC_AUTHORIZATION_FAILED, with no positions, before anything else is checked
+(whether the topic exists, is a mirror topic, is this mirror's), and nothing changes.
 """
 
 from __future__ import annotations
@@ -44,6 +52,7 @@ from broker.replication.partition import Partition
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import mirror_name
+from security.acl import Operation, ResourceType
 
 __all__ = ["HANDLER"]
 
@@ -116,19 +125,35 @@ def _answer(appended: LeaderAppend, source_start: int, timeout_ms: int) -> Parti
     return answer
 
 
+def _may_append(ctx: RequestContext, names: set[str]) -> set[str]:
+    """The topics of ``names`` the principal may LinkAppend to: Alter on the topic, or
+    ClusterAction on the cluster (that check only widens, so its denial is not logged)."""
+    if ctx.authorize_cluster(Operation.CLUSTER_ACTION, log_denied=False):
+        return names
+    return {name for name in names if ctx.authorize(Operation.ALTER, ResourceType.TOPIC, name)}
+
+
+def _denied(name: str, index: int) -> PartitionResponse:
+    return PartitionResponse(index=index, error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED,
+                             error_message=f"LinkAppend to topic {name} needs Alter on the topic or ClusterAction "
+                                           f"on the cluster")
+
+
 async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendResponse:
     topics = ctx.services.controller.topics()
+    allowed = _may_append(ctx, {t.name for t in request.topics})
     entries = [AppendEntry(topic_data.name, data.index,
                            CopiedBatches(data.records, data.previous_end_offset, data.log_start_offset),
                            check=partial(_check_topic, ctx.version, topic_data.name, data.index,
                                          topics.get(topic_data.name), request.link_name))
-               for topic_data in request.topics for data in topic_data.partitions]
+               for topic_data in request.topics if topic_data.name in allowed for data in topic_data.partitions]
     appends = iter(await append_records(ctx.services.replicas, entries, origin=AppendOrigin.LINK, required_acks=-1,
                                         timeout_ms=request.timeout_ms))
     return LinkAppendResponse(topics=[
         LinkAppendResponse.LinkAppendTopicResponse(
             name=topic_data.name,
             partitions=[_answer(next(appends), data.log_start_offset, request.timeout_ms)
+                        if topic_data.name in allowed else _denied(topic_data.name, data.index)
                         for data in topic_data.partitions])
         for topic_data in request.topics
     ])

@@ -1,4 +1,12 @@
-"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete."""
+"""Committed offsets: OffsetCommit, OffsetFetch, OffsetDelete.
+
+With an authorizer, as Kafka's KafkaApis: OffsetCommit needs Read on the group (else every
+partition GROUP_AUTHORIZATION_FAILED, nothing committed) and Read on each topic (else its
+partitions TOPIC_AUTHORIZATION_FAILED, checked before whether the topic exists); OffsetFetch
+Describe on the group (GROUP_AUTHORIZATION_FAILED where the version has room for it) and
+Describe on each topic (a fetch of every offset leaves the other topics out; a topic named
+gets TOPIC_AUTHORIZATION_FAILED); OffsetDelete Delete on the group and Read on each topic.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +25,7 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation, ResourceType
 
 __all__ = ["HANDLERS"]
 
@@ -32,7 +41,20 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return coordinator
 
 
+def _may(ctx: RequestContext, operation: Operation, topic_names: set[str]) -> set[str]:
+    """The topics of ``topic_names`` the principal may do ``operation`` on (each asked once)."""
+    return {name for name in topic_names if ctx.authorize(operation, ResourceType.TOPIC, name)}
+
+
 async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitResponse:
+    if not ctx.authorize(Operation.READ, ResourceType.GROUP, request.group_id):
+        return OffsetCommitResponse(topics=[
+            OffsetCommitResponse.OffsetCommitResponseTopic(name=topic.name, partitions=[
+                OffsetCommitResponse.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index, error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+                for p in topic.partitions])
+            for topic in request.topics])
+    readable = _may(ctx, Operation.READ, {t.name for t in request.topics})
     now = now_ms()
     topics = ctx.services.controller.topics()
     max_metadata = ctx.config.offset_metadata_max_bytes
@@ -43,7 +65,9 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
         for p in topic.partitions:
             tp = (topic.name, p.partition_index)
             metadata = p.committed_metadata or ""
-            if known is None or not 0 <= p.partition_index < len(known.partitions):
+            if topic.name not in readable:
+                errors[tp] = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            elif known is None or not 0 <= p.partition_index < len(known.partitions):
                 errors[tp] = ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
             elif len(metadata.encode()) > max_metadata:
                 errors[tp] = ErrorCode.OFFSET_METADATA_TOO_LARGE
@@ -73,27 +97,47 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
     ])
 
 
-def _fetch_one(coordinator: GroupCoordinator, group_id: str,
-               wanted: list[tuple[str, list[int]]] | None) -> dict[str, list[tuple[int, OffsetCommitValue | None]]]:
-    partitions = None if wanted is None else [(t, p) for t, ps in wanted for p in ps]
-    found = coordinator.fetch_offsets(group_id, partitions)
-    by_topic: dict[str, list[tuple[int, OffsetCommitValue | None]]] = {}
+Fetched = dict[str, list[tuple[int, OffsetCommitValue | None, ErrorCode]]]
+
+
+def _fetch_one(ctx: RequestContext, coordinator: GroupCoordinator | None, group_id: str,
+               wanted: list[tuple[str, list[int]]] | None) -> Fetched:
+    """One group's committed offsets by topic, as (partition, value, error): every one the
+    principal may see when ``wanted`` is None. Raises KafkaError for the group: no Describe on
+    it (GROUP_AUTHORIZATION_FAILED), no coordinator here."""
+    if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+        raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
+    if coordinator is None:
+        raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
+    by_topic: Fetched = {}
+    if wanted is None:
+        found = coordinator.fetch_offsets(group_id, None)
+        visible = _may(ctx, Operation.DESCRIBE, {topic for topic, _ in found})
+    else:
+        visible = _may(ctx, Operation.DESCRIBE, {topic for topic, _ in wanted})
+        for topic, partitions in wanted:
+            if topic not in visible:
+                by_topic.setdefault(topic, []).extend((p, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                                      for p in partitions)
+        found = coordinator.fetch_offsets(group_id, [(t, p) for t, ps in wanted if t in visible for p in ps])
     for (topic, partition), value in found.items():
-        by_topic.setdefault(topic, []).append((partition, value))
+        if topic in visible:
+            by_topic.setdefault(topic, []).append((partition, value, ErrorCode.NONE))
     return by_topic
 
 
 async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchResponse:
     """Committed offsets. A group this broker does not coordinate now (NOT_COORDINATOR,
-    COORDINATOR_LOAD_IN_PROGRESS) gets the error where the version has room for it: per group
-    (v8+), for the whole response (v2-v7), or in every partition asked for (v0-v1)."""
+    COORDINATOR_LOAD_IN_PROGRESS) or the principal may not Describe gets the error where the
+    version has room for it: per group (v8+), for the whole response (v2-v7), or in every
+    partition asked for (v0-v1)."""
     coordinator = ctx.services.groups
     if ctx.version >= 8:
         groups = []
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             try:
-                by_topic = _fetch_one(_coordinator(ctx), g.group_id, wanted)
+                by_topic = _fetch_one(ctx, coordinator, g.group_id, wanted)
             except KafkaError as exc:
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id,
                                                                           error_code=exc.code))
@@ -102,8 +146,9 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                 OffsetFetchResponse.OffsetFetchResponseTopics(name=topic, partitions=[
                     OffsetFetchResponse.OffsetFetchResponsePartitions(
                         partition_index=p, committed_offset=v.offset if v else -1,
-                        committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "")
-                    for p, v in sorted(parts)
+                        committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "",
+                        error_code=code)
+                    for p, v, code in sorted(parts, key=_by_partition)
                 ])
                 for topic, parts in sorted(by_topic.items())
             ]))
@@ -111,9 +156,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
     # A null topic list (v2+) asks for every committed offset of the group.
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     try:
-        if coordinator is None:
-            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
-        by_topic = _fetch_one(coordinator, request.group_id, wanted)
+        by_topic = _fetch_one(ctx, coordinator, request.group_id, wanted)
     except KafkaError as exc:
         if ctx.version >= 2:
             return OffsetFetchResponse(error_code=exc.code)
@@ -129,15 +172,23 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         OffsetFetchResponse.OffsetFetchResponseTopic(name=topic, partitions=[
             OffsetFetchResponse.OffsetFetchResponsePartition(
                 partition_index=p, committed_offset=v.offset if v else -1,
-                committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "")
-            for p, v in sorted(parts)
+                committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "",
+                error_code=code)
+            for p, v, code in sorted(parts, key=_by_partition)
         ])
         for topic, parts in sorted(by_topic.items())
     ])
 
 
+def _by_partition(item: tuple[int, OffsetCommitValue | None, ErrorCode]) -> int:
+    return item[0]
+
+
 async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteResponse:
-    wanted = [(t.name, p.partition_index) for t in request.topics for p in t.partitions]
+    if not ctx.authorize(Operation.DELETE, ResourceType.GROUP, request.group_id):
+        return OffsetDeleteResponse(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED)
+    readable = _may(ctx, Operation.READ, {t.name for t in request.topics})
+    wanted = [(t.name, p.partition_index) for t in request.topics if t.name in readable for p in t.partitions]
     try:
         codes = await _coordinator(ctx).delete_offsets(request.group_id, wanted)
     except KafkaError as exc:
@@ -145,7 +196,9 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
     return OffsetDeleteResponse(topics=[
         OffsetDeleteResponse.OffsetDeleteResponseTopic(name=t.name, partitions=[
             OffsetDeleteResponse.OffsetDeleteResponsePartition(
-                partition_index=p.partition_index, error_code=codes[(t.name, p.partition_index)])
+                partition_index=p.partition_index,
+                error_code=codes[(t.name, p.partition_index)] if t.name in readable
+                else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             for p in t.partitions
         ])
         for t in request.topics

@@ -6,6 +6,10 @@ controller starts, replaces or cancels each reassignment and answers at once, wi
 for the data to move (broker/controller/zk/reassignment.py). A standalone broker has no other
 broker to move a replica to: a target other than itself is INVALID_REPLICA_ASSIGNMENT, and
 nothing is ever in progress.
+
+With an authorizer, as Kafka: Alter on the cluster to change reassignments, Describe on the
+cluster to list them, checked first (CLUSTER_AUTHORIZATION_FAILED, for the request and, in an
+alteration, each partition; nothing changes).
 """
 
 from __future__ import annotations
@@ -21,10 +25,12 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation
 
 __all__ = ["HANDLERS"]
 
 Answers = dict[tuple[str, int], tuple[ErrorCode, str | None]]
+CLUSTER_DENIED = "Cluster authorization failed."
 
 
 def _active(ctx: RequestContext, zk: ZooKeeperSupport) -> ActiveController:
@@ -67,6 +73,11 @@ async def alter(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
                 ) -> AlterPartitionReassignmentsResponse:
     asked = [(t.name, p.partition_index, None if p.replicas is None else list(p.replicas))
              for t in request.topics for p in t.partitions]
+    if not ctx.authorize_cluster(Operation.ALTER):
+        answer = _alter_answer({(name, p): (ErrorCode.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
+                                for name, p, _ in asked})
+        answer.error_code, answer.error_message = ErrorCode.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED
+        return answer
     zk = ctx.services.controller.zookeeper()
     if zk is None:
         return _alter_answer(_standalone_alter(ctx, asked))
@@ -79,6 +90,9 @@ async def alter(ctx: RequestContext, request: AlterPartitionReassignmentsRequest
 
 async def list_(ctx: RequestContext, request: ListPartitionReassignmentsRequest
                 ) -> ListPartitionReassignmentsResponse:
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        return ListPartitionReassignmentsResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                                                  error_message=CLUSTER_DENIED)
     zk = ctx.services.controller.zookeeper()
     if zk is None:
         return ListPartitionReassignmentsResponse(error_code=0, error_message=None)

@@ -1,5 +1,9 @@
 """DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554), as Kafka answers them in
-ZooKeeper mode: credentials in ``/config/users/<user>``, or a standalone broker's users file."""
+ZooKeeper mode: credentials in ``/config/users/<user>``, or a standalone broker's users file.
+
+With an authorizer, describing needs Describe on the cluster, altering Alter on the cluster,
+checked first (CLUSTER_AUTHORIZATION_FAILED: for the request and each user named, as Kafka's
+error answers; nothing read or changed)."""
 
 from __future__ import annotations
 
@@ -15,10 +19,12 @@ from broker.protocol.messages import (
 )
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation
 from security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
 
 _BY_NUMBER = {number: name for name, (number, _) in MECHANISMS.items()}
 _NO_STORE = "this broker keeps no SCRAM credentials"
+CLUSTER_DENIED = "Cluster authorization failed."
 
 DescribeResult = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
 AlterResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
@@ -40,6 +46,10 @@ def _infos(configs: dict[str, str]) -> list[DescribeUserScramCredentialsResponse
 
 async def describe(ctx: RequestContext, request: DescribeUserScramCredentialsRequest,
                    ) -> DescribeUserScramCredentialsResponse:
+    if not ctx.authorize_cluster(Operation.DESCRIBE):
+        denied = ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+        return DescribeUserScramCredentialsResponse(error_code=denied, error_message=CLUSTER_DENIED, results=[
+            DescribeResult(user="", error_code=denied, error_message=CLUSTER_DENIED) for _ in request.users or ()])
     users = ctx.services.users
     if users is None:
         return DescribeUserScramCredentialsResponse(error_code=ErrorCode.UNSUPPORTED_VERSION,
@@ -89,6 +99,10 @@ def _refusal(request: AlterUserScramCredentialsRequest, user: str) -> tuple[Erro
 async def alter(ctx: RequestContext, request: AlterUserScramCredentialsRequest) -> AlterUserScramCredentialsResponse:
     store = ctx.services.users
     users = list(dict.fromkeys([d.name for d in request.deletions] + [u.name for u in request.upsertions]))
+    if not ctx.authorize_cluster(Operation.ALTER):
+        return AlterUserScramCredentialsResponse(results=[
+            AlterResult(user=user, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, error_message=CLUSTER_DENIED)
+            for user in sorted(users)])
     if store is None:
         return AlterUserScramCredentialsResponse(results=[
             AlterResult(user=user, error_code=ErrorCode.UNSUPPORTED_VERSION, error_message=_NO_STORE)
