@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 import trio
 
 from broker.controller.base import AclZnode, AclZnodes
-from broker.controller.zk.client import ZkError  # this module is loaded in ZooKeeper mode only
+from broker.controller.zk.client import ZkError, ZkSessionExpired, ZkUnavailable  # loaded in ZooKeeper mode only
 from broker.log_limits import limiter
 from broker.retry import Backoff, retry, worth_reporting
 from security.acl import (
@@ -104,6 +104,8 @@ def _pattern(resource_type: str, name: str, pattern_type: PatternType) -> Resour
     kind = ResourceType.from_title(resource_type[:40])
     if kind not in RESOURCE_TYPES or pattern_type not in _STORED_PATTERN_TYPES or not name:
         raise AclError(f"{resource_type[:40]} {pattern_type.name} {name[:80]!r} is not a resource pattern with ACLs")
+    if "/" in name or name in (".", ".."):
+        raise AclError(f"{name[:80]!r} cannot be a znode name: no ACLs are stored under it")
     return ResourcePattern(kind, name, pattern_type)
 
 
@@ -163,21 +165,31 @@ class ZkAclStore:
                             _describe(pattern), exc, failures)
 
         async with self._lock:
-            # Retried until read: a broker must not go on with ACLs it knows are stale.
-            data = await retry(lambda: self._znodes.read(_znode(pattern)),
-                               retriable=ZkError,
-                               backoff=Backoff(0.5, 10.0), on_failure=report, deadline=math.inf)
+            try:
+                # Retried while ZooKeeper is away: a broker must not go on with ACLs it knows are stale.
+                data = await retry(lambda: self._znodes.read(_znode(pattern)),
+                                   retriable=(ZkUnavailable, ZkSessionExpired),
+                                   backoff=Backoff(0.5, 10.0), on_failure=report, deadline=math.inf)
+            except ValueError as exc:  # a name that cannot be a znode has none
+                _limited.error("acl znode name", "no ACL znode for %s: %s", _describe(pattern), exc)
+                return
+            except ZkError as exc:  # refused (ZooKeeper's own ACLs, say): unknown entries
+                self._fail_closed(pattern, str(exc))
+                return
             self._put_in_force(pattern, data)
+
+    def _fail_closed(self, pattern: ResourcePattern, reason: str) -> None:
+        _limited.error("acl znode", "the ACL znode of %s cannot be read (%s): no ACLs of it are in force, and "
+                       "every resource it covers is denied to all but super users until it is written again",
+                       _describe(pattern), reason)
+        self._authorizer.replace(pattern, ())
+        self._authorizer.set_unreadable(pattern, True)
 
     def _put_in_force(self, pattern: ResourcePattern, data: bytes | None) -> None:
         try:
             entries = decode_entries(data) if data is not None else frozenset()
         except AclError as exc:
-            _limited.error("acl znode", "the ACL znode of %s cannot be read (%s): no ACLs of it are in force, and "
-                           "every resource it covers is denied to all but super users until it is written again",
-                           _describe(pattern), exc)
-            self._authorizer.replace(pattern, ())
-            self._authorizer.set_unreadable(pattern, True)
+            self._fail_closed(pattern, str(exc))
             return
         self._authorizer.set_unreadable(pattern, False)
         self._authorizer.replace(pattern, entries)
@@ -249,7 +261,7 @@ class ZkAclStore:
                         _describe(pattern), exc)
 
         await retry(lambda: self._znodes.announce(pattern.pattern_type.name, encode_change(pattern)),
-                    retriable=ZkError, backoff=Backoff(0.2, 5.0),
+                    retriable=(ZkUnavailable, ZkSessionExpired), backoff=Backoff(0.2, 5.0),
                     on_failure=report, deadline=trio.current_time() + _ANNOUNCE_RETRY_S)
 
 

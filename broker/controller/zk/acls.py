@@ -34,12 +34,22 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 import trio
 
 from broker.controller.base import AclZnode
-from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeExists, ZkNoNode
+from broker.controller.zk.client import (
+    ZkBadVersion,
+    ZkClient,
+    ZkError,
+    ZkNodeExists,
+    ZkNoNode,
+    ZkSessionExpired,
+    ZkUnavailable,
+)
+from broker.log_limits import limiter
 from broker.retry import Backoff, retry, worth_reporting
 
 __all__ = ["ACL_CHANGE_EXPIRY_MS", "ZkAclZnodes"]
 
 log = logging.getLogger(__name__)
+_limited = limiter(log)
 
 LITERAL_ROOT = "/kafka-acl"
 EXTENDED_ROOT = "/kafka-acl-extended"
@@ -204,8 +214,12 @@ class ZkAclZnodes:
                 return None  # purged meanwhile: its change was announced more than 15 minutes ago
             return data
 
-        return await retry(attempt, retriable=ZkError, backoff=Backoff(0.5, 10.0), on_failure=report,
-                           deadline=math.inf)
+        try:
+            return await retry(attempt, retriable=(ZkUnavailable, ZkSessionExpired), backoff=Backoff(0.5, 10.0),
+                               on_failure=report, deadline=math.inf)
+        except ZkError as exc:  # refused (ZooKeeper's own ACLs, say): nothing to hand over
+            _limited.error("acl change notification", "cannot read ACL change notification %s: %s", path, exc)
+            return None
 
     async def _purge(self, path: str, children: Sequence[str]) -> None:
         expired_before = time.time() * 1000 - ACL_CHANGE_EXPIRY_MS
