@@ -10,6 +10,8 @@ DescribeAcls from its own cache, and Describe on the cluster is what lets a user
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -41,6 +43,7 @@ OVERRIDES = (
     "offsets.topic.replication.factor=1",
     "offsets.topic.num.partitions=1",
 )
+REPO = Path(__file__).resolve().parents[2]
 PLAIN_LOGIN = "org.apache.kafka.common.security.plain.PlainLoginModule required"
 
 
@@ -173,3 +176,64 @@ def test_garbage_in_the_acl_znodes_is_skipped_and_an_unreadable_pattern_fails_cl
     on_every_broker(cluster, "mirror listing ACLs again", lambda b: acls_on(cluster, b, "mirror") is not None)
     revoke(cluster.brokers[2], [AclBindingFilter(ResourceType.BROKER, "kafka-cluster", ResourcePatternType.LITERAL,
                                                  "User:mirror", None, AclOperation.ANY, AclPermissionType.ANY)])
+
+
+def causeway_acls(cluster: ZkCluster, config: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy.cli", "acls", "--bootstrap-server",
+                           cluster.brokers[3].listeners["SASL_PLAINTEXT"], "--command-config", str(config), *args],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+
+
+def test_causeway_acls_adds_lists_and_removes_as_kafka_acls_does(
+        cluster: ZkCluster, admin_config: Path, kafka_jars: None) -> None:
+    added = causeway_acls(cluster, admin_config, "--add", "--producer", "--topic", "ledger", "--allow-principal",
+                          "User:alice")
+    assert added.returncode == 0, added.stderr
+    assert "Adding ACLs for resource `ResourcePattern(resourceType=TOPIC, name=ledger, patternType=LITERAL)`" in \
+        added.stdout
+    added = causeway_acls(cluster, admin_config, "--add", "--consumer", "--topic", "ledger", "--group", "readers",
+                          "--allow-principal", "User:bob", "--allow-host", "10.0.0.7")
+    assert added.returncode == 0, added.stderr
+    def both(*args: str) -> tuple[str, str]:
+        ours = causeway_acls(cluster, admin_config, *args)
+        assert ours.returncode == 0, ours.stderr
+        theirs = run_tool("kafka-acls", "--bootstrap-server", cluster.brokers[1].listeners["SASL_PLAINTEXT"],
+                          "--command-config", str(admin_config), *args, profile="kafka3").check()
+        return ours.stdout, theirs.stdout
+
+    ours, theirs = both("--list", "--group", "readers")
+    assert ours == theirs  # one entry: the same text, byte for byte
+    ours, theirs = both("--list", "--topic", "ledger", "--group", "readers")
+    # The same lines (kafka-acls prints its sets in no particular order, so the spaces it puts
+    # before the first entry and after the last move about).
+    assert sorted(line.strip() for line in ours.splitlines()) == sorted(line.strip() for line in theirs.splitlines())
+    assert "\t(principal=User:alice, host=*, operation=CREATE, permissionType=ALLOW)" in ours
+    assert "\t(principal=User:bob, host=10.0.0.7, operation=READ, permissionType=ALLOW)" in ours
+    bobs = causeway_acls(cluster, admin_config, "--list", "--principal", "User:bob").stdout
+    assert bobs.startswith("ACLs for principal `User:bob`") and "User:alice" not in bobs
+    assert "name=readers" in bobs
+
+    removed = causeway_acls(cluster, admin_config, "--remove", "--force", "--topic", "ledger", "--allow-principal",
+                            "User:alice", "--operation", "Write")
+    assert removed.returncode == 0, removed.stderr
+    assert "operation=WRITE" not in removed.stdout and "operation=CREATE" in removed.stdout  # it lists what is left
+    assert causeway_acls(cluster, admin_config, "--remove", "--force", "--group", "readers").returncode == 0
+    left = causeway_acls(cluster, admin_config, "--list", "--resource-pattern-type", "any").stdout
+    assert "name=readers" not in left and "name=ledger" in left
+
+    # The broker's refusal, with its message; a command line that cannot be run.
+    refused = causeway_acls(cluster, bob_config(admin_config), "--add", "--topic", "x", "--allow-principal",
+                            "User:bob")
+    assert refused.returncode == 1 and "CLUSTER_AUTHORIZATION_FAILED" in refused.stderr, refused.stderr
+    assert "Cluster authorization failed." in refused.stderr
+    unusable = causeway_acls(cluster, admin_config, "--add", "--topic", "x")
+    assert unusable.returncode == 2 and "--allow-principal" in unusable.stderr
+    wrong = causeway_acls(cluster, admin_config, "--add", "--group", "g", "--allow-principal", "User:x",
+                          "--operation", "Write")
+    assert wrong.returncode == 2 and "Group only supports operations" in wrong.stderr
+
+
+def bob_config(admin_config: Path) -> Path:
+    path = admin_config.with_name("bob.properties")
+    path.write_text(admin_config.read_text().replace('"admin"', '"bob"').replace("admin-secret", "bob-secret"))
+    return path
