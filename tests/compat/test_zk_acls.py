@@ -213,6 +213,19 @@ def test_causeway_acls_adds_lists_and_removes_as_kafka_acls_does(
     assert bobs.startswith("ACLs for principal `User:bob`") and "User:alice" not in bobs
     assert "name=readers" in bobs
 
+    producer = causeway_acls(cluster, admin_config, "--add", "--producer", "--idempotent", "--transactional-id", "tx-",
+                             "--resource-pattern-type", "prefixed", "--allow-principal", "User:payer")
+    assert producer.returncode == 0, producer.stderr
+    payer = causeway_acls(cluster, admin_config, "--list", "--principal", "User:payer").stdout
+    assert "`ResourcePattern(resourceType=TRANSACTIONAL_ID, name=tx-, patternType=PREFIXED)`" in payer
+    assert "`ResourcePattern(resourceType=CLUSTER, name=kafka-cluster, patternType=LITERAL)`" in payer
+    assert payer.count("principal=User:payer") == 3  # Write, Describe on the ids; IdempotentWrite on the cluster
+    assert "operation=IDEMPOTENT_WRITE" in payer
+    assert causeway_acls(cluster, admin_config, "--remove", "--force", "--allow-principal", "User:payer", "--producer",
+                         "--idempotent", "--transactional-id", "tx-", "--resource-pattern-type", "prefixed"
+                         ).returncode == 0
+    assert "User:payer" not in causeway_acls(cluster, admin_config, "--list").stdout
+
     removed = causeway_acls(cluster, admin_config, "--remove", "--force", "--topic", "ledger", "--allow-principal",
                             "User:alice", "--operation", "Write")
     assert removed.returncode == 0, removed.stderr
