@@ -55,6 +55,8 @@ _limited = limiter(log)
 RESOURCE_TYPES = tuple(t for t in ResourceType if t not in (ResourceType.ANY, ResourceType.UNKNOWN))
 _STORED_PATTERN_TYPES = (PatternType.LITERAL, PatternType.PREFIXED)
 _EXTENDED_CHANGE_VERSION = 1
+# ACL znodes read at once while a broker starts (kazoo pipelines them on its one connection).
+LOAD_CONCURRENCY = 32
 # How long a written change's notification is retried before the client is told it failed.
 _ANNOUNCE_RETRY_S = 30.0
 
@@ -129,8 +131,10 @@ class ZkAclStore:
 
     async def load(self) -> None:
         """Fill the authorizer with every ACL in ZooKeeper (creating Kafka's ACL paths when
-        missing). Raises ZkError when ZooKeeper cannot be read."""
+        missing), reading up to ``LOAD_CONCURRENCY`` znodes at once. Raises ZkError when
+        ZooKeeper cannot be read (within the connection timeout): the broker does not start."""
         await self._znodes.prepare(t.title for t in RESOURCE_TYPES)
+        patterns = []
         for node in await self._znodes.all():
             try:
                 pattern = ResourcePattern(ResourceType.from_title(node.resource_type), node.name,
@@ -140,7 +144,17 @@ class ZkAclStore:
             except AclError as exc:
                 _limited.warning("acl znode type", "ignoring ACL znode %s/%s: %s", node.resource_type, node.name, exc)
                 continue
-            await self._reload(pattern)
+            patterns.append(pattern)
+        limiter = trio.CapacityLimiter(LOAD_CONCURRENCY)
+
+        async def load_one(pattern: ResourcePattern) -> None:
+            async with limiter:
+                await self._read_and_apply(pattern, wait_for_zookeeper=False)
+
+        # Nothing else runs yet (no follow task, no requests): no lock needed.
+        async with trio.open_nursery() as nursery:
+            for pattern in patterns:
+                nursery.start_soon(load_one, pattern)
 
     async def follow(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Re-read each pattern a change notification names, until cancelled. Ready once the
@@ -159,24 +173,32 @@ class ZkAclStore:
             await self._reload(pattern)
 
     async def _reload(self, pattern: ResourcePattern) -> None:
+        async with self._lock:
+            await self._read_and_apply(pattern, wait_for_zookeeper=True)
+
+    async def _read_and_apply(self, pattern: ResourcePattern, *, wait_for_zookeeper: bool) -> None:
+        """Read the pattern's znode and put what it holds in force. ``wait_for_zookeeper``: retry
+        while ZooKeeper is away (a running broker must not go on with ACLs it knows are stale);
+        otherwise that raises ZkUnavailable or ZkSessionExpired."""
         def report(exc: Exception, failures: int) -> None:
             if worth_reporting(failures):
                 log.warning("cannot read the ACLs of %s from ZooKeeper (%s); retrying (failure %d)",
                             _describe(pattern), exc, failures)
 
-        async with self._lock:
-            try:
-                # Retried while ZooKeeper is away: a broker must not go on with ACLs it knows are stale.
-                data = await retry(lambda: self._znodes.read(_znode(pattern)),
-                                   retriable=(ZkUnavailable, ZkSessionExpired),
-                                   backoff=Backoff(0.5, 10.0), on_failure=report, deadline=math.inf)
-            except ValueError as exc:  # a name that cannot be a znode has none
-                _limited.error("acl znode name", "no ACL znode for %s: %s", _describe(pattern), exc)
-                return
-            except ZkError as exc:  # refused (ZooKeeper's own ACLs, say): unknown entries
-                self._fail_closed(pattern, str(exc))
-                return
-            self._put_in_force(pattern, data)
+        unavailable = (ZkUnavailable, ZkSessionExpired)
+        try:
+            data = await retry(lambda: self._znodes.read(_znode(pattern)),
+                               retriable=unavailable if wait_for_zookeeper else (), backoff=Backoff(0.5, 10.0),
+                               on_failure=report, deadline=math.inf)
+        except unavailable:
+            raise
+        except ValueError as exc:  # a name that cannot be a znode has none
+            _limited.error("acl znode name", "no ACL znode for %s: %s", _describe(pattern), exc)
+            return
+        except ZkError as exc:  # refused (ZooKeeper's own ACLs, say): unknown entries
+            self._fail_closed(pattern, str(exc))
+            return
+        self._put_in_force(pattern, data)
 
     def _fail_closed(self, pattern: ResourcePattern, reason: str) -> None:
         _limited.error("acl znode", "the ACL znode of %s cannot be read (%s): no ACLs of it are in force, and "
