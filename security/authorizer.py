@@ -7,6 +7,7 @@ The decision is Kafka's ``AclAuthorizer``/``StandardAuthorizer`` one:
   and the prefixed ones whose prefix its name starts with;
 - when none apply, ``allow.everyone.if.no.acl.found`` decides (false by default: deny);
 - a matching Deny (the operation or All, the principal or ``User:*``, the host or ``*``) wins;
+- a pattern whose stored ACLs could not be read denies what it covers (``set_unreadable``);
 - otherwise a matching Allow is needed; Allow on Read, Write, Delete or Alter implies Describe,
   and Allow on AlterConfigs implies DescribeConfigs.
 
@@ -53,6 +54,8 @@ class Authorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         # (resource type, pattern type) -> resource name -> its entries
         self._acls: dict[tuple[ResourceType, PatternType], dict[str, frozenset[AccessControlEntry]]] = {}
+        # Patterns whose stored ACLs could not be read (set_unreadable): (type, pattern type) -> names
+        self._unreadable: dict[tuple[ResourceType, PatternType], set[str]] = {}
 
     # -- the cache --------------------------------------------------------------------------------
 
@@ -64,6 +67,28 @@ class Authorizer:
             by_name[pattern.name] = frozen
         else:
             by_name.pop(pattern.name, None)
+
+    def set_unreadable(self, pattern: ResourcePattern, unreadable: bool) -> None:
+        """Mark the stored ACLs of ``pattern`` as unreadable (a damaged znode), or readable again.
+
+        This fails closed: an unreadable pattern acts as a Deny of every operation to everyone
+        but the super users on whatever it covers, since its entries are unknown and one of them
+        may have been a Deny. Leaving it without ACLs alone would fail open wherever something
+        else allows: a literal ``*`` or prefixed Allow, or ``allow.everyone.if.no.acl.found``."""
+        names = self._unreadable.setdefault((pattern.resource_type, pattern.pattern_type), set())
+        if unreadable:
+            names.add(pattern.name)
+        else:
+            names.discard(pattern.name)
+
+    def unreadable(self) -> list[ResourcePattern]:
+        return sorted(ResourcePattern(t, name, p) for (t, p), names in self._unreadable.items() for name in names)
+
+    def _covered_by_unreadable(self, resource_type: ResourceType, name: str) -> bool:
+        literal = self._unreadable.get((resource_type, PatternType.LITERAL), ())
+        if name in literal or WILDCARD in literal:
+            return True
+        return any(name.startswith(p) for p in self._unreadable.get((resource_type, PatternType.PREFIXED), ()))
 
     def entries(self, pattern: ResourcePattern) -> frozenset[AccessControlEntry]:
         return self._acls.get((pattern.resource_type, pattern.pattern_type), {}).get(pattern.name, frozenset())
@@ -84,6 +109,8 @@ class Authorizer:
                   name: str) -> bool:
         if principal in self.super_users:
             return True
+        if self._unreadable and self._covered_by_unreadable(resource_type, name):
+            return False
         applying = list(self._applying(resource_type, name))
         if not applying:
             return self.allow_everyone_if_no_acl_found
@@ -109,6 +136,9 @@ class Authorizer:
             return True
         literal = self._acls.get((resource_type, PatternType.LITERAL), {})
         prefixed = self._acls.get((resource_type, PatternType.PREFIXED), {})
+        unreadable_literals = self._unreadable.get((resource_type, PatternType.LITERAL), set())
+        if WILDCARD in unreadable_literals:
+            return False
         if not literal and not prefixed:
             return self.allow_everyone_if_no_acl_found
 
@@ -118,7 +148,9 @@ class Authorizer:
         if holds(literal.get(WILDCARD, frozenset()), Permission.DENY):
             return False
         denied_literals = {name for name, entries in literal.items() if holds(entries, Permission.DENY)}
+        denied_literals |= unreadable_literals
         denied_prefixes = [name for name, entries in prefixed.items() if holds(entries, Permission.DENY)]
+        denied_prefixes += self._unreadable.get((resource_type, PatternType.PREFIXED), ())
         for name, entries in literal.items():
             if (holds(entries, Permission.ALLOW) and name not in denied_literals
                     and (name == WILDCARD or not any(name.startswith(p) for p in denied_prefixes))):

@@ -1,4 +1,4 @@
-"""Admin operations: topics, partitions, configs, offsets, record deletion.
+"""Admin operations: topics, partitions, configs, offsets, record deletion, ACLs.
 
 Each function takes a `Client`, sends the Kafka request to the broker that must answer it
 (the controller for topic changes, the leader for offsets and record deletion, any broker for
@@ -11,7 +11,7 @@ retried (it is an answer). Requests that carry a timeout to the broker carry wha
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -24,11 +24,17 @@ from broker.protocol.constants import ConfigResourceType as ConfigResource  # th
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
+    DeleteAclsResponse,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeUserScramCredentialsRequest,
@@ -39,6 +45,16 @@ from broker.protocol.messages import (
 )
 from broker.retry import retry
 from broker.tasks import gather
+from security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 
 __all__ = [
     "EARLIEST",
@@ -51,10 +67,13 @@ __all__ = [
     "ScramUpsertion",
     "alter_configs",
     "alter_user_scram_credentials",
+    "create_acls",
     "create_partitions",
     "create_topics",
+    "delete_acls",
     "delete_records",
     "delete_topics",
+    "describe_acls",
     "describe_configs",
     "describe_topics",
     "describe_user_scram_credentials",
@@ -502,3 +521,80 @@ async def alter_user_scram_credentials(client: Client, upsertions: Iterable[Scra
         response = await client.request_any(request, idempotent=False)
     for result in response.results:
         check_error(result.error_code, f"alter the credentials of {result.user}", result.error_message)
+# -- ACLs -----------------------------------------------------------------------------------
+
+
+_E = TypeVar("_E", ResourceType, PatternType, Operation, Permission)
+_EVERY_ACL = AclBindingFilter()
+
+
+def _acl_enum(kind: type[_E], value: int) -> _E:
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)  # UNKNOWN: a value this client does not know
+
+
+def _binding(resource_type: int, name: str, pattern_type: int, principal: str, host: str, operation: int,
+             permission: int) -> AclBinding:
+    pattern = ResourcePattern(_acl_enum(ResourceType, resource_type), name, _acl_enum(PatternType, pattern_type))
+    entry = AccessControlEntry(principal, host, _acl_enum(Operation, operation), _acl_enum(Permission, permission))
+    return AclBinding(pattern, entry)
+
+
+async def create_acls(client: Client, bindings: Sequence[AclBinding]) -> None:
+    """Create ACLs (CreateAcls, to any broker: the cluster shares them). Raises KafkaError
+    (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED, ...) with the broker's
+    message for the first binding refused; the others may have been created."""
+    request = CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
+        resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+        resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal, host=b.entry.host,
+        operation=b.entry.operation, permission_type=b.entry.permission) for b in bindings])
+
+    async def attempt() -> None:
+        response: CreateAclsResponse = await client.request_any(request)  # adding twice adds once
+        for binding, result in zip(bindings, response.results, strict=False):
+            check_error(result.error_code, f"create ACL {binding}", result.error_message)
+
+    await retrying(client, "create ACLs", attempt)
+
+
+async def describe_acls(client: Client, selected: AclBindingFilter = _EVERY_ACL, *,
+                        node_id: int | None = None) -> list[AclBinding]:
+    """The ACLs `selected` matches (all by default), as any broker (or broker `node_id`) has
+    them. Raises KafkaError with the broker's message (CLUSTER_AUTHORIZATION_FAILED,
+    SECURITY_DISABLED, ...)."""
+    request = DescribeAclsRequest(
+        resource_type_filter=selected.resource_type, resource_name_filter=selected.name,
+        pattern_type_filter=selected.pattern_type, principal_filter=selected.principal, host_filter=selected.host,
+        operation=selected.operation, permission_type=selected.permission)
+
+    async def attempt() -> list[AclBinding]:
+        response: DescribeAclsResponse = (await client.request(node_id, request) if node_id is not None
+                                          else await client.request_any(request))
+        check_error(response.error_code, "describe ACLs", response.error_message)
+        return [_binding(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+                         a.permission_type) for r in response.resources for a in r.acls]
+
+    return await retrying(client, "describe ACLs", attempt)
+
+
+async def delete_acls(client: Client, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:
+    """Delete the ACLs each filter matches; the deleted ones, per filter. Raises KafkaError with
+    the broker's message for the first filter refused (the others' deletions stand). Not resent
+    after a failure in flight (its answer names what it deleted)."""
+    request = DeleteAclsRequest(filters=[DeleteAclsRequest.DeleteAclsFilter(
+        resource_type_filter=f.resource_type, resource_name_filter=f.name, pattern_type_filter=f.pattern_type,
+        principal_filter=f.principal, host_filter=f.host, operation=f.operation, permission_type=f.permission)
+        for f in filters])
+
+    async def attempt() -> list[list[AclBinding]]:
+        response: DeleteAclsResponse = await client.request_any(request, idempotent=False)
+        out = []
+        for result in response.filter_results:
+            check_error(result.error_code, "delete ACLs", result.error_message)
+            out.append([_binding(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
+                                 m.permission_type) for m in result.matching_acls])
+        return out
+
+    return await retrying(client, "delete ACLs", attempt)

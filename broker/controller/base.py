@@ -16,15 +16,18 @@ ZooKeeper modules, so a standalone broker never loads them (nor kazoo).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
+
+import trio
 
 from broker.controller.model import BrokerInfo, PartitionInfo, Reassignment, TopicInfo
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LeaderAndIsrRequest, UpdateMetadataRequest
 
-__all__ = ["ActiveController", "Controller", "MetadataListener", "NewTopic", "PartitionBudget", "ZooKeeperSupport"]
+__all__ = ["AclZnode", "AclZnodes", "ActiveController", "Controller",
+           "MetadataListener", "NewTopic", "PartitionBudget", "ZooKeeperSupport"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,35 @@ class ActiveController(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True, order=True)
+class AclZnode:
+    """One ACL resource pattern's znode in Kafka's layout: its pattern type (``LITERAL``,
+    ``PREFIXED``), Kafka's name of its resource type (``Topic``) and the resource name."""
+
+    pattern_type: str
+    resource_type: str
+    name: str
+
+
+class AclZnodes(Protocol):
+    """Kafka's ACL znodes, as bytes (broker/controller/zk/acls.py says how they are laid out and
+    updated; broker/server/zk_acl_store.py what the bytes mean)."""
+
+    async def prepare(self, resource_types: Iterable[str]) -> None: ...
+
+    async def all(self) -> list[AclZnode]: ...
+
+    async def read(self, node: AclZnode) -> bytes | None: ...
+
+    async def update(self, node: AclZnode, change: Callable[[bytes | None], bytes | None]
+                     ) -> tuple[bytes | None, bytes | None]: ...
+
+    async def announce(self, pattern_type: str, payload: bytes) -> None: ...
+
+    async def follow(self, on_notices: Callable[[str, Sequence[bytes]], Awaitable[None]], *,
+                     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None: ...
+
+
 class ZooKeeperSupport(Protocol):
     """What a broker has in ZooKeeper mode only (Kafka's ZkSupport); see the module docstring."""
 
@@ -137,6 +169,10 @@ class ZooKeeperSupport(Protocol):
 
     async def users_with_configs(self) -> list[str]:
         """Every user with a ``/config/users`` znode."""
+        ...
+
+    def acl_znodes(self) -> AclZnodes:
+        """The cluster's ACL znodes (``/kafka-acl``, ``/kafka-acl-extended``, their changes)."""
         ...
 
 

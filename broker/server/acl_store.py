@@ -1,4 +1,5 @@
-"""Where a broker keeps its ACLs, and the standalone broker's store: one file in the data dir.
+"""Where a broker keeps its ACLs, and the standalone broker's store: one file in the data dir
+(a ZooKeeper-mode broker's is broker/server/zk_acl_store.py).
 
 A store owns the authorizer's cache (``security.authorizer.Authorizer``): it fills it at start
 and keeps it current after every change it makes or (in ZooKeeper mode) hears of, so requests
@@ -45,8 +46,9 @@ class AclStore(Protocol):
     def authorizer(self) -> Authorizer: ...
 
     async def create(self, bindings: Sequence[AclBinding]) -> None:
-        """Add ``bindings`` (each already checked); raises OSError or ZkError when they could
-        not be stored (then none of them is in force here)."""
+        """Add ``bindings`` (each already checked); raises OSError, ZkError or AclError when they
+        could not be stored (standalone, none of them is in force then; in ZooKeeper mode, where
+        each resource pattern is its own znode, those written before the failure are)."""
         ...
 
     async def delete(self, filters: Sequence[AclBindingFilter]) -> list[list[AclBinding]]:

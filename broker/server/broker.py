@@ -202,7 +202,7 @@ async def run_broker(
         fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,
                                            TOTAL_PER_BROKER_PARTITION * config.max_broker_partitions)
         track_fetch_sessions(fetch_sessions.__len__, fetch_sessions.total_partitions)
-        acls = await _acl_store(config, zk_metadata)
+        acls, follow_acls = await _acl_store(config, zk_metadata)
         users: UserConfigs
         if zk_metadata is not None:
             users = zk_metadata
@@ -256,6 +256,9 @@ async def run_broker(
         async with trio.open_nursery() as nursery:
             await nursery.start(replicas.run)
             await nursery.start(groups.run)
+            if follow_acls is not None:
+                # Before anything listens: the changes announced since the load are in force.
+                await nursery.start(follow_acls)
             bound: list[BoundListener] = await nursery.start(
                 partial(serve_listeners, log_repeat_window_s=config.log_repeat_window_ms / 1000),
                 config.listeners, on_connection)
@@ -356,16 +359,31 @@ def _close_logs(logs: LogManager) -> None:
         logs.unlock_dirs()
 
 
-async def _acl_store(config: BrokerConfig, zk_metadata: ZkMetadata | None) -> AclStore | None:
-    """The ACLs, loaded before anything listens (None: no authorizer, every request allowed)."""
+async def _acl_store(config: BrokerConfig, zk_metadata: ZkMetadata | None
+                     ) -> tuple[AclStore | None, Callable[..., Awaitable[None]] | None]:
+    """The ACLs, loaded before anything listens (None: no authorizer, every request allowed),
+    and in ZooKeeper mode the task that keeps them current (it runs as long as the broker)."""
     if not config.authorizer_class_name:
-        return None
+        return None, None
     authorizer = Authorizer(parse_super_users(config.super_users), config.allow_everyone_if_no_acl_found)
+    follow: Callable[..., Awaitable[None]] | None = None
+    store: AclStore
     if zk_metadata is not None:
-        raise StartupError("authorizer.class.name: ACLs on ZooKeeper clusters are not built yet")
-    store = FileAclStore(config.log_dirs[0], authorizer)
-    await trio.to_thread.run_sync(store.load)
+        # Imported here, as the rest of ZooKeeper mode: a standalone broker never loads kazoo.
+        from broker.controller.zk.client import ZkError
+        from broker.server.zk_acl_store import ZkAclStore
+
+        zk_store = ZkAclStore(zk_metadata.acl_znodes(), authorizer)
+        try:
+            await zk_store.load()
+        except ZkError as exc:
+            raise StartupError(f"cannot load the ACLs from ZooKeeper: {exc}") from exc
+        store, follow = zk_store, zk_store.follow
+    else:
+        file_store = FileAclStore(config.log_dirs[0], authorizer)
+        await trio.to_thread.run_sync(file_store.load)
+        store = file_store
     log.info("authorizer %s: %d ACLs, super users %s, allow.everyone.if.no.acl.found=%s",
              config.authorizer_class_name, sum(1 for _ in authorizer.bindings()),
              ", ".join(sorted(authorizer.super_users)) or "none", str(config.allow_everyone_if_no_acl_found).lower())
-    return store
+    return store, follow

@@ -8,6 +8,7 @@ Subcommands:
   topology           check, explain or draw a topology file
   topics             list, create, describe, alter, delete topics (like kafka-topics)
   groups             list, describe, reset, delete consumer groups (like kafka-consumer-groups)
+  acls               list, add and remove ACLs (like kafka-acls)
   produce, consume   records from stdin / to stdout (like kafka-console-producer/-consumer)
   mirror             copy topics between clusters, as MirrorMaker 2
   pipeline           Spark jobs: audit a mirror, its lag, copy or export a topic
@@ -49,6 +50,7 @@ COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.groups", (
         ("groups", "list, describe, reset and delete consumer groups (like kafka-consumer-groups)"),
     )),
+    ("deploy.cli.acls", (("acls", "list, add and remove ACLs (like kafka-acls)"),)),
     ("deploy.cli.console", (
         ("produce", "records from stdin, one per line (like kafka-console-producer)"),
         ("consume", "records to stdout (like kafka-console-consumer)"),

@@ -53,6 +53,7 @@ from broker.controller.model import (
     validate_topic_name,
 )
 from broker.controller.zk import znodes
+from broker.controller.zk.acls import ZkAclZnodes
 from broker.controller.zk.client import ZkBadVersion, ZkClient, ZkError, ZkNodeExists, ZkNoNode, ZkSessionState
 from broker.controller.zk.context import LEADER_DURING_DELETE
 from broker.controller.zk.controller import ZkController, run_controller_election
@@ -382,6 +383,9 @@ class ZkMetadata(Controller):
         except ZkError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cannot list {znodes.CONFIG}/users: {exc}") from exc
         return sorted(znodes.desanitized(child) for child in children)
+
+    def acl_znodes(self) -> ZkAclZnodes:
+        return ZkAclZnodes(self._zk)
 
     async def _entity_configs(self, entity_type: str, name: str) -> dict[str, str]:
         path = znodes.config_entity_path(entity_type, name)

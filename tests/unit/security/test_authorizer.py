@@ -144,3 +144,21 @@ def test_znode_entries_round_trip_in_kafkas_json_and_garbage_is_named() -> None:
                     b'"host":"*"}]}', b"[" * 100_000):
         with pytest.raises(AclError):
             decode_entries(garbage)
+
+
+def test_an_unreadable_pattern_denies_what_it_covers_to_all_but_super_users_until_readable_again() -> None:
+    authorizer = _with((TOPIC, "*", LITERAL, "User:*", "*", Operation.ALL, ALLOW), allow_everyone=True)
+    for pattern, covered, free in ((ResourcePattern(TOPIC, "orders", LITERAL), "orders", "other"),
+                                   (ResourcePattern(TOPIC, "pay-", PREFIXED), "pay-1", "pa"),
+                                   (ResourcePattern(GROUP, "*", LITERAL), "g", None)):
+        resource_type = pattern.resource_type
+        authorizer.set_unreadable(pattern, True)
+        assert not authorizer.authorize("User:alice", "h", Operation.READ, resource_type, covered)
+        assert authorizer.authorize("User:root", "h", Operation.READ, resource_type, covered)
+        if free is not None:
+            assert authorizer.authorize("User:alice", "h", Operation.READ, resource_type, free)
+        assert authorizer.authorize_any("User:alice", "h", Operation.READ, resource_type) == (free is not None)
+        assert authorizer.unreadable() == [pattern]
+        authorizer.set_unreadable(pattern, False)
+        assert authorizer.authorize("User:alice", "h", Operation.READ, resource_type, covered)
+        assert authorizer.unreadable() == []
