@@ -1,4 +1,4 @@
-"""Admin operations: topics, partitions, configs, offsets, record deletion.
+"""Admin operations: topics, partitions, configs, offsets, record deletion, ACLs.
 
 Each function takes a `Client`, sends the Kafka request to the broker that must answer it
 (the controller for topic changes, the leader for offsets and record deletion, any broker for
@@ -11,7 +11,7 @@ retried (it is an answer). Requests that carry a timeout to the broker carry wha
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
@@ -23,11 +23,15 @@ from broker.protocol.constants import EARLIEST, LATEST, AlterConfigOp, ConfigSou
 from broker.protocol.constants import ConfigResourceType as ConfigResource  # the admin API's name
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
+    CreateAclsRequest,
+    CreateAclsResponse,
     CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteRecordsRequest,
     DeleteRecordsResponse,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeAclsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     IncrementalAlterConfigsRequest,
@@ -37,6 +41,16 @@ from broker.protocol.messages import (
 )
 from broker.retry import retry
 from broker.tasks import gather
+from security.acl import (
+    AccessControlEntry,
+    AclBinding,
+    AclBindingFilter,
+    Operation,
+    PatternType,
+    Permission,
+    ResourcePattern,
+    ResourceType,
+)
 
 __all__ = [
     "EARLIEST",
@@ -47,10 +61,12 @@ __all__ = [
     "ListedOffset",
     "NewTopic",
     "alter_configs",
+    "create_acls",
     "create_partitions",
     "create_topics",
     "delete_records",
     "delete_topics",
+    "describe_acls",
     "describe_configs",
     "describe_topics",
     "list_offsets",
@@ -452,3 +468,72 @@ async def delete_records(client: Client, before: Mapping[TopicPartition, int]) -
         return part.low_watermark
 
     return await _per_leader(client, before, "delete records", request_for, low_watermark)
+
+
+# -- ACLs -----------------------------------------------------------------------------------
+
+
+async def describe_acls(client: Client, selected: AclBindingFilter) -> list[AclBinding]:
+    """The ACLs `selected` matches (DescribeAcls, answered by any broker). An ACL with a value
+    this client does not know (a newer broker's resource type or operation) is left out.
+
+    Raises KafkaError: SECURITY_DISABLED when the cluster has no authorizer,
+    CLUSTER_AUTHORIZATION_FAILED without Describe on the cluster, ...
+    """
+    request = DescribeAclsRequest(
+        resource_type_filter=selected.resource_type, resource_name_filter=selected.name,
+        pattern_type_filter=selected.pattern_type, principal_filter=selected.principal,
+        host_filter=selected.host, operation=selected.operation, permission_type=selected.permission)
+
+    async def attempt() -> list[AclBinding]:
+        response: DescribeAclsResponse = await client.request_any(request)
+        check_error(response.error_code, "describe ACLs", response.error_message)
+        found: list[AclBinding] = []
+        for resource in response.resources:
+            for acl in resource.acls:
+                try:
+                    found.append(AclBinding(
+                        ResourcePattern(ResourceType(resource.resource_type), resource.resource_name,
+                                        PatternType(resource.pattern_type)),
+                        AccessControlEntry(acl.principal, acl.host, Operation(acl.operation),
+                                           Permission(acl.permission_type))))
+                except ValueError:
+                    continue
+        return found
+
+    return await retrying(client, "describe ACLs", attempt)
+
+
+async def create_acls(client: Client, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+    """Create `bindings` (CreateAcls, answered by any broker; one that exists already is no
+    change). Per binding, in order: None when it is in force, else the broker's KafkaError for
+    it (SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without Alter on
+    the cluster, INVALID_REQUEST, ...).
+
+    Raises KafkaError when the answer does not carry one result per binding.
+    """
+    request = CreateAclsRequest(creations=[
+        CreateAclsRequest.AclCreation(
+            resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+            resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal, host=b.entry.host,
+            operation=b.entry.operation, permission_type=b.entry.permission)
+        for b in bindings])
+
+    async def attempt() -> list[KafkaError | None]:
+        response: CreateAclsResponse = await client.request_any(request)
+        if len(response.results) != len(bindings):
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                             f"create ACLs: {len(response.results)} results for {len(bindings)} ACLs")
+        out: list[KafkaError | None] = []
+        for binding, result in zip(bindings, response.results, strict=True):
+            try:
+                check_error(result.error_code, f"create ACL {binding}", result.error_message)
+            except KafkaError as exc:
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
+
+    if not bindings:
+        return []
+    return await retrying(client, "create ACLs", attempt)
