@@ -123,8 +123,8 @@ class Mirror:
         return []
 
     def target_topic(self, topic: str) -> str | None:
-        """The name source topic `topic` has at the target when this mirror selects it (whether
-        or not the source has it now), else None: topic ACL sync copies the ACLs of those."""
+        """The name source topic `topic` has at the target when topic ACL sync copies its ACLs
+        (mm2: a name the topic filters select; link: a mirror topic this mirror writes), else None."""
         return None
 
     def stop_partition(self, tp: TopicPartition) -> None:
