@@ -95,6 +95,10 @@ class MirrorConfig(_Strict):
     refresh_topics_s: float = Field(5.0, alias="refresh.topics.interval.seconds", gt=0)
     refresh_groups_s: float = Field(5.0, alias="refresh.groups.interval.seconds", gt=0)
     sync_topic_configs: bool = Field(True, alias="sync.topic.configs.enabled")
+    # MM2's topic ACL sync (mirror/acl_sync.py), with MM2's default interval: ACLs change rarely,
+    # and each round reads every topic ACL of both clusters.
+    sync_topic_acls: bool = Field(True, alias="sync.topic.acls.enabled")
+    sync_topic_acls_s: float = Field(600.0, alias="sync.topic.acls.interval.seconds", gt=0)
     heartbeats_s: float = Field(1.0, alias="emit.heartbeats.interval.seconds", ge=0)
     checkpoints_s: float = Field(5.0, alias="emit.checkpoints.interval.seconds", ge=0)
     sync_group_offsets: bool = Field(True, alias="sync.group.offsets.enabled")

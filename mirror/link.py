@@ -3,8 +3,9 @@ offsets, through LinkAppend (broker/client/link.py).
 
 A mirror topic has its source topic's name, partition count and synced configs, plus
 `causeway.mirror.name` set to this mirror's name (the broker then refuses producers and every
-other mirror on it). The fetch lanes, topic sync, heartbeats and status are the runtime's both
-modes share (mirror/runtime.py); what is link mode's own is here:
+other mirror on it). The fetch lanes, topic sync, topic ACL sync (for the mirror topics it
+writes), heartbeats and status are the runtime's both modes share (mirror/runtime.py); what is
+link mode's own is here:
 
 - start: the target must serve LinkAppend (a Causeway broker), else the mirror stops with an
   error saying so (`MirrorRefused`);
@@ -339,6 +340,11 @@ class LinkMirror(Mirror):
     def promoted_topics(self) -> list[str]:
         return list(self.promoted)
 
+    def target_topic(self, topic: str) -> str | None:
+        # Only the mirror topics this mirror writes: a topic of that name at the target that is
+        # not its own (a normal or promoted topic, another mirror's) has its owner's ACLs.
+        return topic if topic in self.topics else None
+
     async def run(self) -> None:
         """Check the target, then run the fetch lanes, topic discovery, heartbeats and group
         offsets until cancelled. No positions to checkpoint on a clean stop: the target's log
@@ -416,6 +422,7 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
         new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
         if new:
             await _start_partitions(mirror, nursery, topic, new, created=target_count is None)
+    mirror.topics_listed.set()
     await _check_target_ends(mirror)
     await _follow_failed_sources(mirror)
 

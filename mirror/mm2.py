@@ -75,6 +75,9 @@ class Mm2Mirror(Mirror):
             return True  # MM2 always carries heartbeats: they show which clusters reach which
         return self.config.topics.matches(topic, INTERNAL_TOPICS)
 
+    def target_topic(self, topic: str) -> str | None:
+        return self.policy.remote_topic(self.source_alias, topic) if self.should_mirror(topic) else None
+
     def stop_partition(self, tp: TopicPartition) -> None:
         super().stop_partition(tp)
         # Its checkpoint describes the records that are gone: a topic created again under the same
@@ -203,6 +206,7 @@ async def _discover(mirror: Mm2Mirror, nursery: trio.Nursery) -> None:
         new = [p for p in range(count) if TopicPartition(topic, p) not in mirror.partitions]
         if new:
             await _start_partitions(mirror, nursery, topic, remote, new, remote_missing=remote_count is None)
+    mirror.topics_listed.set()
     await check_target_ends(mirror, mirror.syncs)
 
 

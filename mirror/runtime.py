@@ -13,10 +13,12 @@ has one task class per job on one runtime. Shared here, whatever the mode:
   source's (`sync_topic`);
 - stopping what vanished at the source (`stop_vanished`, `stop_topic`);
 - heartbeats to the target (`heartbeat`);
+- topic ACL sync (mirror/acl_sync.py), for the topics a mode selects (`target_topic`);
 - the status: what `report` shows, rewritten to the status file every second (`status_loop`).
 
 Nothing here imports a mode: a mode adds to a Mirror through the few methods it overrides
-(`run`, `on_clean_stop`, `on_idle`, `stop_partition`, `not_mirrored`, `promoted_topics`).
+(`run`, `on_clean_stop`, `on_idle`, `stop_partition`, `not_mirrored`, `promoted_topics`,
+`target_topic`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from broker.client import Backoff, Client, ClientError, KafkaError, TopicPartiti
 from broker.client.admin import NewTopic
 from broker.clock import now_ms
 from broker.retry import retry, worth_reporting
+from mirror.acl_sync import TopicAclSync
 from mirror.config import EXCLUDED_CONFIGS, MirrorConfig
 from mirror.fetcher import FetchLane, FetchSettings
 from mirror.formats import Heartbeat
@@ -85,6 +88,9 @@ class Mirror:
     source_reached_ms: int | None = None  # when fetches from the source last answered (the status's)
     group_checkpoints: int = 0
     stop_requested: trio.Event = field(default_factory=trio.Event)
+    # Set once a topic discovery round has gone through the source's topics: topic ACL sync
+    # starts then, as MM2's syncs ACLs once its topics are created.
+    topics_listed: trio.Event = field(default_factory=trio.Event)
     # One status file write at a time: the every-second one and the last one on stop share a
     # temporary file name, and each writes in a worker thread.
     status_lock: trio.Lock = field(default_factory=trio.Lock)
@@ -116,6 +122,11 @@ class Mirror:
         """Topics promoted at the target, so no longer copied (the status's `promoted`)."""
         return []
 
+    def target_topic(self, topic: str) -> str | None:
+        """The name source topic `topic` has at the target when topic ACL sync copies its ACLs
+        (mm2: a name the topic filters select; link: a mirror topic this mirror writes), else None."""
+        return None
+
     def stop_partition(self, tp: TopicPartition) -> None:
         """Stop copying `tp`: its writer returns and its lane no longer fetches it."""
         pm = self.partitions.pop(tp)
@@ -130,12 +141,17 @@ class Mirror:
         self.stop_requested.set()
 
     def start_fetching(self, nursery: trio.Nursery) -> None:
-        """Run the fetch lanes and the heartbeats in `nursery`, where the partition writers run too."""
+        """Run the fetch lanes, the heartbeats and topic ACL sync in `nursery`, where the partition
+        writers run too."""
         self.nursery = nursery
         for lane in self.lanes:
             nursery.start_soon(lane.run)
         if self.config.heartbeats_s > 0:
             nursery.start_soon(self.every, "heartbeats", self.config.heartbeats_s, lambda: heartbeat(self))
+        if self.config.sync_topic_acls:
+            nursery.start_soon(TopicAclSync(self.source, self.target, self.source_alias, self.target_alias,
+                                            self.config.sync_topic_acls_s, self.target_topic, self.problems,
+                                            self.topics_listed).run)
 
     def add_partition(self, pm: PartitionMirror) -> None:
         """Copy `pm` from now on: fetched by the lanes in turn (round robin)."""

@@ -542,21 +542,39 @@ def _binding(resource_type: int, name: str, pattern_type: int, principal: str, h
     return AclBinding(pattern, entry)
 
 
-async def create_acls(client: Client, bindings: Sequence[AclBinding]) -> None:
-    """Create ACLs (CreateAcls, to any broker: the cluster shares them). Raises KafkaError
-    (CLUSTER_AUTHORIZATION_FAILED, INVALID_REQUEST, SECURITY_DISABLED, ...) with the broker's
-    message for the first binding refused; the others may have been created."""
-    request = CreateAclsRequest(creations=[CreateAclsRequest.AclCreation(
-        resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
-        resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal, host=b.entry.host,
-        operation=b.entry.operation, permission_type=b.entry.permission) for b in bindings])
+async def create_acls(client: Client, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
+    """Create `bindings` (CreateAcls, answered by any broker; one that exists already is no
+    change). Per binding, in order: None when it is in force, else the broker's KafkaError for
+    it (SECURITY_DISABLED without an authorizer, CLUSTER_AUTHORIZATION_FAILED without Alter on
+    the cluster, INVALID_REQUEST, ...).
 
-    async def attempt() -> None:
-        response: CreateAclsResponse = await client.request_any(request)  # adding twice adds once
-        for binding, result in zip(bindings, response.results, strict=False):
-            check_error(result.error_code, f"create ACL {binding}", result.error_message)
+    Raises KafkaError when the answer does not carry one result per binding.
+    """
+    request = CreateAclsRequest(creations=[
+        CreateAclsRequest.AclCreation(
+            resource_type=b.pattern.resource_type, resource_name=b.pattern.name,
+            resource_pattern_type=b.pattern.pattern_type, principal=b.entry.principal, host=b.entry.host,
+            operation=b.entry.operation, permission_type=b.entry.permission)
+        for b in bindings])
 
-    await retrying(client, "create ACLs", attempt)
+    async def attempt() -> list[KafkaError | None]:
+        response: CreateAclsResponse = await client.request_any(request)
+        if len(response.results) != len(bindings):
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR,
+                             f"create ACLs: {len(response.results)} results for {len(bindings)} ACLs")
+        out: list[KafkaError | None] = []
+        for binding, result in zip(bindings, response.results, strict=True):
+            try:
+                check_error(result.error_code, f"create ACL {binding}", result.error_message)
+            except KafkaError as exc:
+                out.append(exc)
+            else:
+                out.append(None)
+        return out
+
+    if not bindings:
+        return []
+    return await retrying(client, "create ACLs", attempt)
 
 
 async def describe_acls(client: Client, selected: AclBindingFilter = _EVERY_ACL, *,

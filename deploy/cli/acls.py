@@ -198,7 +198,10 @@ async def _run(args: argparse.Namespace, plan: dict[_Resource, set[AccessControl
             if args.add:
                 title = f"Adding ACLs for resource `{_pattern_text(resource.pattern())}`"
                 print(f"{title}: \n {_entries_block(entries)} \n")
-                await admin.create_acls(client, [AclBinding(resource.pattern(), e) for e in sorted(entries)])
+                refused = await admin.create_acls(client, [AclBinding(resource.pattern(), e) for e in sorted(entries)])
+                first = next((error for error in refused if error is not None), None)
+                if first is not None:
+                    raise first
             elif not entries:
                 question = f"Are you sure you want to delete all ACLs for resource filter `{resource}`? (y/n)"
                 if _confirmed(args, question):

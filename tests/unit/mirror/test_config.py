@@ -23,6 +23,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.naming == "default" and config.separator == "."
     assert config.refresh_topics_s == 5.0 and config.offset_lag_max == 100
     assert config.offset_syncs_location == "source" and config.replication_factor == -1
+    assert config.sync_topic_acls and config.sync_topic_acls_s == 600.0  # MM2's
     assert config.topics.matches("orders") and not config.topics.matches("__consumer_offsets", (r"__.*",))
 
 
@@ -35,9 +36,12 @@ refresh.topics.interval.seconds: 2
 offset.lag.max: 10
 offset-syncs.topic.location: target
 replication.policy.separator: _
+sync.topic.acls.enabled: false
+sync.topic.acls.interval.seconds: 30
 """))
     assert config.refresh_topics_s == 2 and config.offset_lag_max == 10
     assert config.offset_syncs_location == "target" and config.separator == "_"
+    assert not config.sync_topic_acls and config.sync_topic_acls_s == 30
     assert config.topics.matches("orders.eu") and not config.topics.matches("orders-test")
 
 
