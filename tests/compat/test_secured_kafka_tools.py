@@ -1,10 +1,10 @@
-"""Kafka's own Java tools, its console clients and MirrorMaker 2, and the Python clients, against a
-3-broker ZooKeeper Causeway cluster with secured client listeners, as an operator sets one up:
-certificates from `causeway certs create`, the first SCRAM user written to `/config/users` (as
-`kafka-configs --zookeeper` did), every further user added with `kafka-configs --command-config`
-over the secured listener. The brokers reach each other over their PLAINTEXT listener; clients
-use SASL_SSL (SCRAM-SHA-512), SSL (server-only TLS) or MTLS (an SSL listener that requires a
-client certificate).
+"""Kafka's own Java tools, its console clients and MirrorMaker 2, and the clients (librdkafka through
+confluent-kafka and kcat, kafka-python, aiokafka), against a 3-broker ZooKeeper Causeway cluster
+with secured client listeners, as an operator sets one up: certificates from `causeway certs
+create`, the first SCRAM user written to `/config/users` (as `kafka-configs --zookeeper` did),
+further users added with `kafka-configs --command-config` over the secured listener. The brokers
+reach each other over their PLAINTEXT listener; clients use SASL_SSL (SCRAM-SHA-512 and -256),
+SSL (server-only TLS) or MTLS (an SSL listener that requires a client certificate).
 
 Each client also runs with a wrong password or certificate, with its own timeouts bounded, and
 must be refused with Kafka's authentication error (or the TLS reason) rather than hang or succeed.
@@ -14,8 +14,11 @@ alias, with a wrong password.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import shutil
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -23,6 +26,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
+from aiokafka.errors import KafkaConnectionError
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
@@ -41,7 +46,7 @@ from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 pytestmark = pytest.mark.compat
 REPO = Path(__file__).resolve().parents[2]
-SCRAM = "SCRAM-SHA-512"
+SCRAM = "SCRAM-SHA-512"  # what the tools use; aiokafka logs in with SCRAM-SHA-256
 # Kafka's client error for a refused login, in what each Java tool prints.
 AUTH_FAILED = "SaslAuthenticationException"
 # Wrong-password runs: short client timeouts, so a tool that retried instead of failing would show
@@ -59,9 +64,10 @@ class SecuredCluster(ZkCluster):
             "listeners=PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0,SSL://127.0.0.1:0,MTLS://127.0.0.1:0",
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,SSL:SSL,MTLS:SSL",
             "inter.broker.listener.name=PLAINTEXT",
-            f"sasl.enabled.mechanisms={SCRAM}",
-            "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config="
-            "org.apache.kafka.common.security.scram.ScramLoginModule required;",
+            "sasl.enabled.mechanisms=SCRAM-SHA-256,SCRAM-SHA-512",
+            *(f"listener.name.sasl_ssl.{mechanism}.sasl.jaas.config="
+              "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+              for mechanism in ("scram-sha-256", "scram-sha-512")),
             "ssl.keystore.type=PEM", "ssl.truststore.type=PEM", f"ssl.truststore.location={certs / 'ca.crt'}",
             "listener.name.mtls.ssl.client.auth=required", "group.initial.rebalance.delay.ms=0"))
 
@@ -75,11 +81,12 @@ class SecuredCluster(ZkCluster):
     def plaintext(self) -> str:
         return ",".join(b.listeners["PLAINTEXT"] for b in self.brokers.values())
 
-    def add_first_user(self, user: str, password: str) -> None:
-        """What `kafka-configs --zookeeper ... --add-config` wrote before any user could log in."""
-        credential = ScramCredential.from_password(SCRAM, password)
+    def add_user(self, user: str, password: str, mechanism: str = SCRAM) -> None:
+        """What `kafka-configs --zookeeper ... --add-config` wrote: how the first user comes to be
+        (the tests of `kafka-configs --bootstrap-server` add theirs through the tool)."""
+        credential = ScramCredential.from_password(mechanism, password)
         self.zk.create(f"/config/users/{user}", json.dumps(
-            {"version": 1, "config": {SCRAM: credential.to_text()}}).encode(), makepath=True)
+            {"version": 1, "config": {mechanism: credential.to_text()}}).encode(), makepath=True)
 
 
 def certs_create(out: Path, *args: str) -> Path:
@@ -108,7 +115,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory, certs: Path, kafka_jars: N
         running = SecuredCluster(zookeeper, root, certs)
         try:
             running.start()
-            running.add_first_user("admin", "admin-secret")
+            running.add_user("admin", "admin-secret")
             yield running
         finally:
             running.close()
@@ -294,6 +301,109 @@ def mm2_properties(path: Path, cluster: SecuredCluster, certs: Path, west: Broke
     return path
 
 
+# --- aiokafka over SASL_SSL with SCRAM-SHA-256 ----------------------------------------------------------------
+
+
+def test_aiokafka_over_sasl_ssl_with_scram_sha_256(cluster: SecuredCluster, certs: Path,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    cluster.add_user("erin", "erin-secret", "SCRAM-SHA-256")
+    topic, values = "aiokafka-scram-256", [f"a{i}".encode() for i in range(30)]
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+    def settings(password: str) -> dict[str, object]:
+        return {"bootstrap_servers": cluster.secured(), "security_protocol": "SASL_SSL", "ssl_context": context,
+                "sasl_mechanism": "SCRAM-SHA-256", "sasl_plain_username": "erin", "sasl_plain_password": password,
+                "request_timeout_ms": 15000}
+
+    async def round_trip() -> list[bytes]:
+        producer = AIOKafkaProducer(**settings("erin-secret"), acks="all")
+        await producer.start()
+        try:
+            for value in values:
+                await producer.send_and_wait(topic, value, partition=0)
+        finally:
+            await producer.stop()
+        consumer = AIOKafkaConsumer(topic, **settings("erin-secret"), group_id="aiokafka-readers",
+                                    auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            seen: list[bytes] = []
+            async with asyncio.timeout(TIMEOUT_S):
+                async for record in consumer:
+                    seen.append(record.value or b"")
+                    if len(seen) == len(values):
+                        return seen
+            return seen
+        finally:
+            await consumer.stop()
+
+    async def refused() -> None:
+        producer = AIOKafkaProducer(**settings("guess"))
+        try:
+            await producer.start()
+        finally:
+            await producer.stop()
+
+    assert asyncio.run(round_trip()) == values  # one partition: in order
+    with caplog.at_level(logging.ERROR, logger="aiokafka"), pytest.raises(KafkaConnectionError):
+        asyncio.run(refused())
+    assert "SaslAuthenticationFailed: Authentication failed" in caplog.text
+
+
+# --- librdkafka (confluent-kafka, kcat) over server-only TLS ------------------------------------------------
+
+
+def test_librdkafka_and_kcat_over_server_only_tls(cluster: SecuredCluster, certs: Path, rogue: Path) -> None:
+    def config(ca: Path) -> dict[str, object]:
+        return {"bootstrap.servers": cluster.secured("SSL"), "security.protocol": "SSL", "ssl.ca.location": str(ca)}
+
+    topic = "librdkafka-tls"
+    admin = AdminClient(config(certs / "ca.crt"))  # held: a client destroyed mid-request fails its futures
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(timeout=TIMEOUT_S)
+    producer = Producer({**config(certs / "ca.crt"), "acks": "all"})
+    for i in range(90):
+        producer.produce(topic, f"t{i}".encode())
+    assert producer.flush(TIMEOUT_S) == 0
+    assert group_values(config(certs / "ca.crt"), topic, "tls-readers", 90, polls=300) == {
+        f"t{i}".encode() for i in range(90)}
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is installed by `make system-deps`"
+    listed = kcat_list(kcat, cluster.secured("SSL"), certs / "ca.crt")
+    assert listed.returncode == 0 and "3 brokers:" in listed.stdout, listed.stderr
+
+    # A client that does not trust the brokers' CA refuses them, and says why.
+    errors: list[KafkaError] = []
+    untrusting = Producer({**config(rogue / "ca.crt"), "error_cb": errors.append, "socket.timeout.ms": 5000})
+    with pytest.raises(KafkaException):
+        untrusting.list_topics(timeout=3)
+    untrusting.poll(0)
+    assert any(e.code() == KafkaError._SSL and "certificate verify failed" in e.str() for e in errors), errors
+    refused = kcat_list(kcat, cluster.secured("SSL"), rogue / "ca.crt", timeout_s=3)
+    assert refused.returncode != 0 and "certificate verify failed" in refused.stderr, refused.stderr
+
+
+def test_kcat_with_an_untrusted_client_certificate_is_refused_by_the_mtls_listener(
+        cluster: SecuredCluster, certs: Path, rogue: Path) -> None:
+    kcat = shutil.which("kcat")
+    assert kcat, "kcat is installed by `make system-deps`"
+    served = kcat_list(kcat, cluster.secured("MTLS"), certs / "ca.crt", certs / "alice")
+    assert served.returncode == 0 and "3 brokers:" in served.stdout, served.stderr
+    refused = kcat_list(kcat, cluster.secured("MTLS"), certs / "ca.crt", rogue / "mallory", timeout_s=3)
+    # The broker's TLS alert names the reason (it logs it too: the kafka-python test checks that).
+    assert refused.returncode != 0 and "alert unknown ca" in refused.stderr, refused.stderr
+
+
+def kcat_list(kcat: str, bootstrap: str, ca: Path, client: Path | None = None,
+              timeout_s: int = 30) -> subprocess.CompletedProcess[str]:
+    """`kcat -L` over SSL, trusting `ca`, with the client certificate `client`.crt/.key if given;
+    bounded by its own metadata timeout (a refused handshake is retried until then)."""
+    args = [kcat, "-b", bootstrap, "-L", "-m", str(timeout_s), "-X", "security.protocol=ssl",
+            "-X", f"ssl.ca.location={ca}"]
+    if client is not None:
+        args += ["-X", f"ssl.certificate.location={client}.crt", "-X", f"ssl.key.location={client}.key"]
+    return subprocess.run(args, capture_output=True, text=True, timeout=60)
+
+
 # --- kafka-python over TLS: server-only (the SSL listener) and mutual (the MTLS listener) ----------------------
 
 
@@ -326,25 +436,25 @@ def test_kafka_python_produces_and_consumes_over_tls(cluster: SecuredCluster, ce
     assert seen == values  # one partition: in order
 
 
-# Each refusal is seen where it happens: the client refuses an untrusted broker, a broker whose
-# listener requires a client certificate refuses a missing or untrusted one (OpenSSL's reason).
-@pytest.mark.parametrize(("listener", "trust", "client", "reason"), [
-    ("SSL", "rogue", None, "client: CERTIFICATE_VERIFY_FAILED"),
-    ("MTLS", "certs", None, "broker: on listener MTLS failed: PEER_DID_NOT_RETURN_A_CERTIFICATE"),
-    ("MTLS", "certs", "rogue", "broker: on listener MTLS failed: CERTIFICATE_VERIFY_FAILED"),
+# Each refusal says why, on both ends: the client refuses an untrusted broker; a listener that
+# requires a client certificate refuses a missing or untrusted one, logs OpenSSL's reason and
+# sends the client the TLS alert that names it.
+@pytest.mark.parametrize(("listener", "trust", "client", "client_saw", "broker_saw"), [
+    ("SSL", "rogue", None, "CERTIFICATE_VERIFY_FAILED", None),
+    ("MTLS", "certs", None, "TLSV13_ALERT_CERTIFICATE_REQUIRED", "PEER_DID_NOT_RETURN_A_CERTIFICATE"),
+    ("MTLS", "certs", "rogue", "TLSV1_ALERT_UNKNOWN_CA", "CERTIFICATE_VERIFY_FAILED"),
 ], ids=["untrusted-broker", "no-client-certificate", "untrusted-client-certificate"])
 def test_kafka_python_with_the_wrong_certificates_is_refused(
         cluster: SecuredCluster, certs: Path, rogue: Path, listener: str, trust: str, client: str | None,
-        reason: str, caplog: pytest.LogCaptureFixture) -> None:
+        client_saw: str, broker_saw: str | None, caplog: pytest.LogCaptureFixture) -> None:
     ca = (rogue if trust == "rogue" else certs) / "ca.crt"
     config = kafka_python(cluster, listener, ca, rogue / "mallory" if client else None)
     with caplog.at_level(logging.WARNING, logger="kafka"), pytest.raises(KafkaTimeoutError):
         KafkaProducer(**{**config, "bootstrap_timeout_ms": 3000})
-    where, _, text = reason.partition(": ")
-    if where == "client":
-        assert text in caplog.text
-    else:
-        assert any(text in broker.log_tail(400) for broker in cluster.brokers.values())
+    assert client_saw in caplog.text
+    if broker_saw is not None:
+        assert any(f"on listener MTLS failed: {broker_saw}" in broker.log_tail(400)
+                   for broker in cluster.brokers.values())
     # ... and the listener serves the right certificates.
     right = kafka_python(cluster, listener, certs / "ca.crt", certs / "alice" if listener == "MTLS" else None)
     producer = KafkaProducer(**right, acks="all")
