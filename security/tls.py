@@ -15,6 +15,7 @@ Java's ``X500Principal.getName()`` writes it: ``CN=alice,O=example``; DEFAULT ke
 
 from __future__ import annotations
 
+import contextlib
 import os
 import ssl
 from collections.abc import Iterator
@@ -258,6 +259,19 @@ async def handshake(stream: trio.SocketStream, context: ssl.SSLContext,
                 reason = cause.reason or cause.__class__.__name__
                 if reason == "HTTP_REQUEST" or reason == "WRONG_VERSION_NUMBER":
                     reason += " (a plaintext client on a TLS listener?)"
+                await _send_alert(tls, stream)
             else:
                 reason = "the client closed the connection during the TLS handshake"
     raise TlsHandshakeFailed(reason)
+
+
+async def _send_alert(tls: trio.SSLStream[trio.SocketStream], stream: trio.SocketStream) -> None:
+    """Send the TLS alert OpenSSL wrote when it refused the handshake (unknown CA, no client
+    certificate, ...), so the client can say why it was refused, as Kafka's own broker sends it.
+    trio marks the stream broken and drops those bytes (they wait in its outgoing memory BIO), so
+    they are sent here on the raw stream; best effort, briefly: the connection is closed next."""
+    outgoing = getattr(tls, "_outgoing", None)  # trio's private BIO towards the peer
+    alert = outgoing.read() if isinstance(outgoing, ssl.MemoryBIO) else b""
+    if alert:
+        with trio.move_on_after(1), contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await stream.send_all(alert)

@@ -4,6 +4,7 @@ librdkafka (confluent-kafka), kafka-python and kcat, and by hand-built frames fo
 
 from __future__ import annotations
 
+import logging
 import shutil
 import socket
 import struct
@@ -15,6 +16,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaTimeoutError
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
@@ -97,9 +99,19 @@ def test_kafka_python_over_sasl_plaintext(broker: BrokerProcess) -> None:
     producer.close()
     consumer = KafkaConsumer("kafka-python-plain", **common, auto_offset_reset="earliest",
                              consumer_timeout_ms=20000)
-    values = {m.value for m in consumer}
+    values = {m.value for _, m in zip(range(20), consumer, strict=False)}  # stops at 20, not at the idle timeout
     consumer.close()
     assert values == {f"k{i}".encode() for i in range(20)}
+
+
+def test_kafka_python_with_a_wrong_password_is_refused_by_name(
+        broker: BrokerProcess, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.ERROR, logger="kafka"), pytest.raises(KafkaTimeoutError):
+        KafkaProducer(bootstrap_servers=broker.listeners["SASL_PLAINTEXT"], security_protocol="SASL_PLAINTEXT",
+                      sasl_mechanism="PLAIN", sasl_plain_username="alice", sasl_plain_password="guess",
+                      bootstrap_timeout_ms=3000)
+    assert "SaslAuthenticationFailedError" in caplog.text and "Invalid username or password" in caplog.text
+    assert "guess" not in broker.log_tail(200)
 
 
 def test_kcat_over_sasl_plaintext(broker: BrokerProcess) -> None:

@@ -89,6 +89,27 @@ def test_a_client_without_a_certificate_is_refused_and_others_are_served(
     assert AdminClient(_client_config(certs, mtls_broker)).list_topics(timeout=30).brokers
 
 
+@pytest.mark.parametrize(("certificate", "alert"), [
+    (None, "TLSV13_ALERT_CERTIFICATE_REQUIRED"), ("rogue", "TLSV1_ALERT_UNKNOWN_CA")])
+def test_a_refused_client_certificate_is_answered_with_the_tls_alert_that_names_why(
+        tmp_path: Path, certs: Path, mtls_broker: BrokerProcess, certificate: str | None, alert: str) -> None:
+    # As Kafka's broker does: the client learns why (not only that the connection closed). Under
+    # TLS 1.3 the client's handshake is done before the broker checks its certificate: the alert
+    # arrives on the first read.
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    if certificate is not None:
+        create_certificates(tmp_path, [Identity("mallory", "client")])  # another CA: trusted by nobody
+        context.load_cert_chain(tmp_path / "mallory.crt", tmp_path / "mallory.key")
+    host, port = mtls_broker.listeners["SSL"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as raw, \
+            context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+        assert tls.version() == "TLSv1.3"
+        with pytest.raises(ssl.SSLError) as refused:
+            tls.sendall(message_frame(ApiVersionsRequest(), 0, correlation_id=1))
+            tls.recv(1)
+    assert refused.value.reason == alert
+
+
 def test_a_plaintext_client_on_the_tls_port_gets_no_answer_and_the_port_keeps_serving(
         certs: Path, mtls_broker: BrokerProcess) -> None:
     host, port = mtls_broker.listeners["SSL"].rsplit(":", 1)
