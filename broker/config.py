@@ -439,6 +439,10 @@ class BrokerConfig(ConfigModel):
     default_replication_factor: Annotated[int, _int(1, 32767)] = Field(default=1, alias="default.replication.factor")
     auto_create_topics_enable: Annotated[bool, _BOOL] = Field(default=True, alias="auto.create.topics.enable")
     delete_topic_enable: Annotated[bool, _BOOL] = Field(default=True, alias="delete.topic.enable")
+    # How often a TLS listener looks at its keystore and truststore files for renewed ones
+    # (Kafka reloads them on a dynamic config update; Causeway also when the files change).
+    ssl_reload_check_interval_ms: Annotated[int, _int(100, INT_MAX)] = Field(
+        default=30000, alias="causeway.ssl.reload.check.interval.ms")
     # ACLs (security/authorizer.py): on when authorizer.class.name names Kafka's authorizer.
     authorizer_class_name: Annotated[str, Parse(_authorizer)] = Field(default="", alias="authorizer.class.name")
     super_users: Annotated[str, _STR] = Field(default="", alias="super.users")

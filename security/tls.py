@@ -220,17 +220,40 @@ def principal_of(stream: trio.SSLStream[trio.SocketStream], mapper: PrincipalMap
     return f"User:{name}"
 
 
-@dataclass(frozen=True)
-class TlsListener:
-    """A TLS listener's server context and principal rules, built once at start."""
+# What says a store file changed: its inode, size and modification time (a rename over it, as
+# certificate tools and `causeway certs create` write, gives a new inode).
+FileStamp = tuple[tuple[str, int, int, int] | None, ...]
 
+
+@dataclass
+class TlsListener:
+    """A TLS listener's server context and principal rules, built at start. The context is
+    rebuilt when its keystore or truststore files change (``reloaded``), so renewed certificates
+    serve new connections without a restart; connections already open keep theirs."""
+
+    config: SslConfig
+    listener: str
     context: ssl.SSLContext
     mapper: PrincipalMapper
+    stamp: FileStamp
 
     @classmethod
     def build(cls, config: SslConfig, listener: str) -> TlsListener:
         """Raises StartupError naming the key and file that cannot be used."""
-        return cls(server_context(config, listener), principal_mapper(config, listener))
+        stamp = store_stamp(config)
+        return cls(config, listener, server_context(config, listener), principal_mapper(config, listener), stamp)
+
+    def reloaded(self) -> ssl.SSLContext | None:
+        """A new context when a store file changed since the last look and the new files make
+        one; None otherwise. Blocking file IO: run it in a worker thread. Raises StartupError
+        (naming the key and file) when the changed files cannot be used: the caller keeps
+        serving with the old context and says why, as Kafka refuses a keystore update it cannot
+        load."""
+        stamp = store_stamp(self.config)
+        if stamp == self.stamp:
+            return None
+        self.stamp = stamp  # a file that cannot be used is reported once per change, not per look
+        return server_context(self.config, self.listener)
 
     async def accept(self, stream: trio.SocketStream,
                      timeout_s: float) -> tuple[trio.SSLStream[trio.SocketStream], str]:
@@ -238,6 +261,21 @@ class TlsListener:
         Raises TlsHandshakeFailed; the caller closes `stream` then."""
         tls = await handshake(stream, self.context, timeout_s)
         return tls, principal_of(tls, self.mapper)
+
+
+def store_stamp(config: SslConfig) -> FileStamp:
+    """The stamps of the listener's keystore and truststore files (None for one that is not there)."""
+    stamps: list[tuple[str, int, int, int] | None] = []
+    for location in (config.keystore_location, config.truststore_location):
+        if location is None:
+            continue
+        try:
+            info = os.stat(location)
+        except OSError:
+            stamps.append(None)
+            continue
+        stamps.append((location, info.st_ino, info.st_size, info.st_mtime_ns))
+    return tuple(stamps)
 
 
 async def handshake(stream: trio.SocketStream, context: ssl.SSLContext,

@@ -110,6 +110,20 @@ async def _every(interval_ms: int, job_name: str, job: Callable[[], Awaitable[ob
             log.exception("%s failed; will retry", job_name)
 
 
+async def _reload_certificates(tls_listeners: Mapping[str, TlsListener]) -> None:
+    """New connections use a listener's renewed keystore or truststore once its files change;
+    files that cannot be used are reported and the listener keeps serving with what it had."""
+    for name, listener in tls_listeners.items():
+        try:
+            context = await trio.to_thread.run_sync(listener.reloaded)
+        except StartupError as exc:
+            log.error("listener %s keeps its certificates: the changed ones cannot be used: %s", name, exc)
+            continue
+        if context is not None:
+            listener.context = context
+            log.info("listener %s: reloaded its keystore and truststore (new connections use them)", name)
+
+
 async def _compact_forever(logs: LogManager, backoff_ms: Callable[[], int]) -> None:
     """The log cleaner: plan on this thread, rewrite in a worker thread, swap on this thread.
     ``backoff_ms`` is read each round: log.cleaner.backoff.ms is a dynamic broker config."""
@@ -280,6 +294,9 @@ async def run_broker(
                                 "(zookeeper.session.timeout.ms); serving anyway",
                                 config.zookeeper_session_timeout_ms)
             nursery.start_soon(flusher.run)
+            if tls_listeners:
+                nursery.start_soon(_every, config.ssl_reload_check_interval_ms, "certificate reload",
+                                   partial(_reload_certificates, tls_listeners))
 
             async def retention() -> None:
                 # Detaches expired segments here; the flusher unlinks their files in a worker. A

@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from cryptography import x509
 
 from broker.protocol.messages import ApiVersionsRequest
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import message_frame
 from security.certs import Identity, create_certificates
 from tests.support.consume import group_values
+from tests.support.polling import wait_until
 
 TOPIC = "secured"
 
@@ -204,3 +206,33 @@ def test_python_clients_check_the_broker_name(certs: Path, mtls_broker: BrokerPr
     with socket.create_connection((host, int(port)), timeout=30) as raw, \
             context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
         assert tls.version() in ("TLSv1.2", "TLSv1.3")
+
+
+def _served_serial(address: str, certs: Path) -> int:
+    host, port = address.rsplit(":", 1)
+    pem = ssl.get_server_certificate((host, int(port)), ca_certs=str(certs / "ca.crt"), timeout=10)
+    return x509.load_pem_x509_certificate(pem.encode()).serial_number
+
+
+def test_a_renewed_keystore_serves_new_connections_without_a_restart(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    broker_identity = Identity("b1", "broker", ("localhost", "127.0.0.1"))
+    create_certificates(certs, [broker_identity])
+    broker = BrokerProcess(tmp_path / "data", overrides=(
+        *_tls_overrides(certs), "causeway.ssl.reload.check.interval.ms=200"))
+    broker.start()
+    try:
+        address = broker.listeners["SSL"]
+        first = _served_serial(address, certs)
+        create_certificates(certs, [broker_identity], renew=True)  # written over the old files
+        wait_until(lambda: _served_serial(address, certs) != first, what="the renewed certificate served",
+                   timeout_s=30)
+        renewed = _served_serial(address, certs)
+        # Damaged files are refused: the listener keeps serving the renewed certificate.
+        (certs / "b1.pem").write_text("not a certificate")
+        wait_until(lambda: "keeps its certificates" in broker.log_tail(50), what="the damaged keystore reported",
+                   timeout_s=30)
+        assert _served_serial(address, certs) == renewed
+        assert AdminClient(_client_config(certs, broker, certificate=False)).list_topics(timeout=30).brokers
+    finally:
+        assert broker.stop() == 0, broker.log_tail()
