@@ -78,23 +78,26 @@ class RequestContext:
 
     # -- authorization (Kafka's KafkaApis.authorize helpers) ----------------------------------------
 
-    def authorize(self, operation: Operation, resource_type: ResourceType, name: str) -> bool:
+    def authorize(self, operation: Operation, resource_type: ResourceType, name: str, *,
+                  log_denied: bool = True) -> bool:
         """May this request's principal do ``operation`` on the resource? Always, without an
-        authorizer. A denial is logged (rate-limited), as Kafka's authorizer logger does."""
+        authorizer. A denial is logged (rate-limited), as Kafka's authorizer logger does, unless
+        ``log_denied`` is false (Kafka's ``logIfDenied``: a check with another way in, such as
+        Create on the cluster before Create on the topic)."""
         acls = self.services.acls
         if acls is None:
             return True
         allowed = acls.authorizer.authorize(self.connection.principal, self.connection.host, operation,
                                             resource_type, name)
-        if not allowed:
+        if not allowed and log_denied:
             _denials.info(f"denied {operation.name}",
                           "Principal = %s is Denied operation = %s from host = %s on resource = %s:%s for "
                           "request = %s", self.connection.principal, operation.title, self.connection.host,
                           resource_type.title, name, _api_name(self.header.api_key))
         return allowed
 
-    def authorize_cluster(self, operation: Operation) -> bool:
-        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME)
+    def authorize_cluster(self, operation: Operation, *, log_denied: bool = True) -> bool:
+        return self.authorize(operation, ResourceType.CLUSTER, CLUSTER_NAME, log_denied=log_denied)
 
     def authorize_any(self, operation: Operation, resource_type: ResourceType) -> bool:
         """May the principal do ``operation`` on some resource of the type (KIP-679)?"""
