@@ -7,14 +7,23 @@ looks at the topic afterwards as the super user."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.errors import TopicAuthorizationFailedError as AioTopicAuthorizationFailed
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicPartition,
+)
 from confluent_kafka.admin import (
     AclBindingFilter,
     AclOperation,
@@ -33,7 +42,19 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonTopic
 from kafka.errors import TopicAuthorizationFailedError
 
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages import (
+    FetchRequest,
+    InitProducerIdRequest,
+    ListOffsetsRequest,
+    MetadataRequest,
+    OffsetForLeaderEpochRequest,
+    ProduceRequest,
+    SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+)
 from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import call
 from tests.support.polling import wait_until
 from tests.support.secured import TIMEOUT_S, acl_broker, admin, allow, deny, grant, login, revoke
 
@@ -384,3 +405,70 @@ def test_read_taken_away_during_a_fetch_session_stops_the_next_read(broker: Brok
         _refused_read(consumer)
     finally:
         consumer.close()
+
+
+@contextmanager
+def _logged_in(broker: BrokerProcess, user: str) -> Iterator[socket.socket]:
+    """A raw connection authenticated as ``user`` (SASL/PLAIN), for the requests and fields the
+    clients above never send: a follower's fetch, authorized operations, a transactional id."""
+    host, port = broker.listeners["SASL_PLAINTEXT"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
+        assert call(sock, SaslHandshakeRequest(mechanism="PLAIN"), 1).error_code == ErrorCode.NONE
+        token = f"\0{user}\0{user}-secret".encode()
+        assert call(sock, SaslAuthenticateRequest(auth_bytes=token), 2, correlation_id=2).error_code == 0
+        yield sock
+
+
+def _bits(*operations: AclOperation) -> int:
+    return sum(1 << int(op.value) for op in operations)
+
+
+def test_the_requests_clients_rarely_send_are_checked_as_kafka_checks_them(broker: BrokerProcess) -> None:
+    topic, hidden = _name("raw-"), _name("raw-hidden-")
+    _create(broker, topic, hidden)
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.READ)])
+    with _logged_in(broker, "admin") as sock:
+        asked = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=hidden)])
+        hidden_id = call(sock, asked, 12, correlation_id=3).topics[0].topic_id
+    fetch_topic = FetchRequest.FetchTopic(topic=topic, partitions=[FetchRequest.FetchPartition(partition=0)])
+    with _logged_in(broker, "alice") as sock:
+        # A follower's fetch needs ClusterAction, whatever the principal may do on the topic.
+        follower = call(sock, FetchRequest(replica_id=1, max_wait_ms=0, topics=[fetch_topic]), 12, correlation_id=3)
+        assert [p.error_code for t in follower.responses for p in t.partitions] == [
+            ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        consumer = call(sock, FetchRequest(replica_id=-1, max_wait_ms=0, topics=[fetch_topic]), 12, correlation_id=4)
+        assert [p.error_code for t in consumer.responses for p in t.partitions] == [ErrorCode.NONE]
+        # OffsetForLeaderEpoch: Describe on the topic (Read implies it) is enough, even for a replica id.
+        epochs = call(sock, OffsetForLeaderEpochRequest(replica_id=1, topics=[
+            OffsetForLeaderEpochRequest.OffsetForLeaderTopic(topic=name, partitions=[
+                OffsetForLeaderEpochRequest.OffsetForLeaderPartition(partition=0, current_leader_epoch=-1)])
+            for name in (topic, hidden)]), 4, correlation_id=5)
+        assert [p.error_code for t in epochs.topics for p in t.partitions] == [
+            ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        offsets = call(sock, ListOffsetsRequest(replica_id=-1, topics=[
+            ListOffsetsRequest.ListOffsetsTopic(name=name, partitions=[
+                ListOffsetsRequest.ListOffsetsPartition(partition_index=0, timestamp=-1)])
+            for name in (topic, hidden)]), 7, correlation_id=6)
+        assert [p.error_code for t in offsets.topics for p in t.partitions] == [
+            ErrorCode.NONE, ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        # Metadata: the operations she may do; none on the cluster without Describe on it; a
+        # topic asked for by id that she may not describe is refused without its name.
+        metadata = call(sock, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=topic)],
+                                              include_cluster_authorized_operations=True,
+                                              include_topic_authorized_operations=True), 10, correlation_id=7)
+        assert metadata.cluster_authorized_operations == 0
+        assert metadata.topics[0].topic_authorized_operations == _bits(AclOperation.READ, AclOperation.DESCRIBE)
+        by_id = call(sock, MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=None,
+                                                                                        topic_id=hidden_id)]),
+                     12, correlation_id=8)
+        assert [(t.error_code, t.name, t.topic_id) for t in by_id.topics] == [
+            (ErrorCode.TOPIC_AUTHORIZATION_FAILED, None, hidden_id)]
+        # A transactional id needs Write on it, before anything else is looked at.
+        init = call(sock, InitProducerIdRequest(transactional_id="alice-tx", transaction_timeout_ms=60000), 4,
+                    correlation_id=9)
+        assert init.error_code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        produce = call(sock, ProduceRequest(transactional_id="alice-tx", acks=1, timeout_ms=1000, topic_data=[
+            ProduceRequest.TopicProduceData(name=topic, partition_data=[
+                ProduceRequest.PartitionProduceData(index=0, records=b"")])]), 9, correlation_id=10)
+        assert [p.error_code for t in produce.responses for p in t.partition_responses] == [
+            ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED]
