@@ -84,7 +84,8 @@ class RequestContext:
                   log_denied: bool = True) -> bool:
         """May this request's principal do ``operation`` on the resource? Always, without an
         authorizer. A denial is logged (rate-limited), as Kafka's authorizer logger does, unless
-        ``log_denied`` is False (Kafka's logIfDenied: a check that only filters what is listed)."""
+        ``log_denied`` is false (Kafka's ``logIfDenied``) for a check that only filters what is
+        listed, or that has another way in (Create on the cluster before Create on the topic)."""
         acls = self.services.acls
         if acls is None:
             return True

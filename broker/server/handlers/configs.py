@@ -7,6 +7,12 @@ properties file, the default). In ZooKeeper mode the keys Kafka updates at run t
 for one broker or for all (broker.server.broker_configs; kept in ZooKeeper by the controller
 object); a standalone broker refuses changes. Synonyms are listed as Kafka lists them: the
 override, then the broker keys behind it.
+
+With an authorizer, as Kafka's ConfigHelper and controller: describing a resource needs
+DescribeConfigs, changing it AlterConfigs, on the topic for a topic (else
+TOPIC_AUTHORIZATION_FAILED), on the group for a group (GROUP_AUTHORIZATION_FAILED), on the cluster
+for a broker, a broker's loggers or client metrics (CLUSTER_AUTHORIZATION_FAILED); each resource
+is decided alone, before anything else is looked at, and one refused is left unchanged.
 """
 
 from __future__ import annotations
@@ -42,11 +48,32 @@ from broker.server.topic_configs import (
     topic_config_synonyms,
 )
 from broker.storage.topic_configs import TOPIC_CONFIG_NAMES, validate_topic_configs
+from security.acl import CLUSTER_NAME, Operation, ResourceType
 
 log = logging.getLogger(__name__)
 
 _LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.replicas",
                            "leader.replication.throttled.replicas"})
+
+# The ACL resource a config resource is authorized on, and the error when it is not (Kafka's).
+_ACL_RESOURCES: dict[int, tuple[ResourceType, ErrorCode, str]] = {
+    ConfigResourceType.TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
+    ConfigResourceType.GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
+    **{kind: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+       for kind in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER, ConfigResourceType.CLIENT_METRICS)},
+}
+
+
+def _authorize(ctx: RequestContext, operation: Operation, resource_type: int, name: str) -> None:
+    """Raise the resource's authorization error unless the principal may do ``operation`` on it
+    (a resource type Kafka does not know is left to the checks after, which refuse it)."""
+    acl = _ACL_RESOURCES.get(resource_type)
+    if acl is None:
+        return
+    kind, code, message = acl
+    if not ctx.authorize(operation, kind, CLUSTER_NAME if kind is ResourceType.CLUSTER else name):
+        raise KafkaError(code, message)
+
 
 Entry = DescribeConfigsResponse.DescribeConfigsResourceResult
 # (name, value, source, synonyms): one described config.
@@ -109,6 +136,11 @@ async def _describe_one(
     )
     rows: list[Row]
     read_only = False
+    try:
+        _authorize(ctx, Operation.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name)
+    except KafkaError as exc:
+        result.error_code, result.error_message = exc.code, exc.message or None
+        return result
     if resource.resource_type == ConfigResourceType.TOPIC:
         topic = ctx.services.controller.topics().get(resource.resource_name)
         if topic is None:
@@ -249,6 +281,7 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
             error_code=ErrorCode.NONE, resource_type=resource.resource_type, resource_name=resource.resource_name
         )
         try:
+            _authorize(ctx, Operation.ALTER_CONFIGS, resource.resource_type, resource.resource_name)
             _refuse_unalterable(ctx, resource.resource_type)
             await _current(ctx, resource.resource_type, resource.resource_name)  # existence check
             # AlterConfigs replaces the whole set of overrides; but a mirror topic stays one unless
@@ -277,6 +310,7 @@ async def incremental_alter_configs(
         )
         try:
             kind, name = resource.resource_type, resource.resource_name
+            _authorize(ctx, Operation.ALTER_CONFIGS, kind, name)
             _refuse_unalterable(ctx, kind)
             overrides = await _current(ctx, kind, name)
             lists = _LIST_CONFIGS

@@ -6,6 +6,10 @@ name, the answer stops after ``ResponsePartitionLimit`` partitions (capped by
 ``max.request.partition.size.limit``, 2000, and at least 1) and names the next partition as
 ``NextCursor``. Causeway has no eligible leader replicas (KIP-966's ELR needs unclean-election
 machinery it does not run), so both ELR lists are empty, as Kafka reports them with ELR off.
+
+With an authorizer, as Kafka's handler: only topics with Describe are answered (with the
+principal's operations on them); a request for all topics leaves the others out, a topic named
+and not describable is answered TOPIC_AUTHORIZATION_FAILED (its existence not disclosed).
 """
 
 from __future__ import annotations
@@ -16,8 +20,9 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import DescribeTopicPartitionsRequest, DescribeTopicPartitionsResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation, ResourceType
 
-__all__ = ["HANDLER", "MAX_PARTITION_LIMIT", "TOPIC_OPERATIONS_WITHOUT_AUTHORIZER"]
+__all__ = ["HANDLER", "MAX_PARTITION_LIMIT"]
 
 Response = DescribeTopicPartitionsResponse
 Topic = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseTopic
@@ -25,9 +30,6 @@ Partition = DescribeTopicPartitionsResponse.DescribeTopicPartitionsResponseParti
 
 # Kafka's max.request.partition.size.limit default: the most partitions one answer carries.
 MAX_PARTITION_LIMIT = 2000
-# With no authorizer Kafka reports every operation a topic supports: READ(3), WRITE(4), CREATE(5),
-# DELETE(6), ALTER(7), DESCRIBE(8), DESCRIBE_CONFIGS(10), ALTER_CONFIGS(11), one bit each.
-TOPIC_OPERATIONS_WITHOUT_AUTHORIZER = sum(1 << op for op in (3, 4, 5, 6, 7, 8, 10, 11))
 
 
 def _partitions(topic: TopicInfo, start: int, limit: int) -> tuple[list[Partition], int]:
@@ -76,6 +78,11 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
     remaining = max(min(MAX_PARTITION_LIMIT, request.response_partition_limit), 1)
     response = Response(topics=[])
     for name in ordered:
+        # First: a cursor never names a topic the principal may not describe.
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name):
+            if not fetch_all:
+                response.topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=name))
+            continue
         if remaining == 0:
             # The previous topic filled the answer exactly: carry on at this topic's start.
             response.next_cursor = Response.Cursor(topic_name=name, partition_index=0)
@@ -95,7 +102,7 @@ async def handle(ctx: RequestContext, request: DescribeTopicPartitionsRequest) -
             topic_id=topic.topic_id,
             is_internal=topic.is_internal,
             partitions=partitions,
-            topic_authorized_operations=TOPIC_OPERATIONS_WITHOUT_AUTHORIZER,
+            topic_authorized_operations=ctx.authorized_operations(True, ResourceType.TOPIC, topic.name),
         ))
         if next_index != -1:
             response.next_cursor = Response.Cursor(topic_name=name, partition_index=next_index)

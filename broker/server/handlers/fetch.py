@@ -48,6 +48,13 @@ broker's cache (broker/server/fetch_sessions.py, which states the semantics and 
 answered with its id; an incremental fetch updates the session from its partitions and forgotten
 topics, then reads, waits on and answers only the session's partitions that changed, so the work
 of a round is proportional to what changed, not to the partitions followed.
+
+With an authorizer, as Kafka's KafkaApis: a follower's fetch needs ClusterAction on the cluster, a
+consumer's Read on each topic; a partition refused is answered TOPIC_AUTHORIZATION_FAILED (a
+consumer's partition of an unknown topic id is UNKNOWN_TOPIC_ID first, as in Kafka) and is never
+read, nor is a refused follower's fetch offset recorded. The decision is made once per topic per
+request, and again at every round of a session (a session's partition is resolved again each time
+it is read), so an ACL removed during a session stops the next read of the topic.
 """
 
 from __future__ import annotations
@@ -81,6 +88,7 @@ from broker.server.handlers.base import ApiHandler
 from broker.storage import ReadResult
 from broker.storage.file_slice import FileSlice
 from broker.storage.handles import OUT_OF_FILES
+from security.acl import Operation, ResourceType
 
 PartitionData = FetchResponse.PartitionData
 # The partition hosted under a name and index now (raises KafkaError when there is none).
@@ -125,6 +133,35 @@ class Wanted:
         return read(self.request.fetch_offset, self.read_max_bytes, min_one_batch=self.min_one_batch)
 
 
+class Access:
+    """Who may fetch what in one request: a follower (``replica_id`` >= 0) needs ClusterAction on
+    the cluster, a consumer Read on each topic; each decided once for the request."""
+
+    __slots__ = ("_ctx", "_follower", "_cluster", "_topics")
+
+    def __init__(self, ctx: RequestContext, replica_id: int) -> None:
+        self._ctx = ctx
+        self._follower = replica_id >= 0
+        self._cluster: bool | None = None
+        self._topics: dict[str, bool] = {}
+
+    def may_fetch(self, topic: str | None) -> bool:
+        """``topic`` None: a consumer's topic id this broker does not know (answered
+        UNKNOWN_TOPIC_ID, not refused, as Kafka answers it)."""
+        if self._ctx.services.acls is None:
+            return True
+        if self._follower:
+            if self._cluster is None:
+                self._cluster = self._ctx.authorize_cluster(Operation.CLUSTER_ACTION)
+            return self._cluster
+        if topic is None:
+            return True
+        allowed = self._topics.get(topic)
+        if allowed is None:
+            allowed = self._topics[topic] = self._ctx.authorize(Operation.READ, ResourceType.TOPIC, topic)
+        return allowed
+
+
 def replica_id_of(request: FetchRequest, version: int) -> int:
     """The fetching replica's broker id; negative for a consumer."""
     return request.replica_state.replica_id if version >= 15 else request.replica_id
@@ -147,15 +184,18 @@ def _topic_name(ctx: RequestContext, replica_id: int, fetch_topic: FetchRequest.
     return info.name, info.topic_id
 
 
-def _resolve_one(ctx: RequestContext, replica_id: int, name: str | None, topic_id: uuid.UUID,
+def _resolve_one(ctx: RequestContext, access: Access, replica_id: int, name: str | None, topic_id: uuid.UUID,
                  fp: FetchRequest.FetchPartition, *, timestamp: int | None, requested: str = "") -> Wanted:
     """One partition of a fetch, resolved against what this broker hosts now (``requested``: the
     name to answer an unknown topic under, before v13). A follower's fetch offset is recorded
     when ``timestamp`` is given (the request named the partition: that is the follower's log end
-    offset now); otherwise its right to fetch is only checked."""
+    offset now); otherwise its right to fetch is only checked. A partition ``access`` refuses is
+    answered TOPIC_AUTHORIZATION_FAILED, and nothing else is looked at."""
     partition: Partition | None = None
     error = ErrorCode.NONE
-    if name is None:
+    if not access.may_fetch(name if name is not None else (requested or None)):
+        error = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+    elif name is None:
         error = ErrorCode.UNKNOWN_TOPIC_ID if ctx.version >= 13 else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
     else:
         try:
@@ -175,7 +215,7 @@ def _resolve_one(ctx: RequestContext, replica_id: int, name: str | None, topic_i
     return w
 
 
-def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> list[Wanted]:
+def _resolve(ctx: RequestContext, access: Access, request: FetchRequest, replica_id: int) -> list[Wanted]:
     """Every partition the request names, in its order."""
     timestamp = monotonic_ms()
     wanted: list[Wanted] = []
@@ -183,7 +223,8 @@ def _resolve(ctx: RequestContext, request: FetchRequest, replica_id: int) -> lis
         name, topic_id = _topic_name(ctx, replica_id, fetch_topic)
         requested = fetch_topic.topic if ctx.version < 13 else ""
         for fp in fetch_topic.partitions:
-            wanted.append(_resolve_one(ctx, replica_id, name, topic_id, fp, timestamp=timestamp, requested=requested))
+            wanted.append(_resolve_one(ctx, access, replica_id, name, topic_id, fp, timestamp=timestamp,
+                                       requested=requested))
     return wanted
 
 
@@ -296,8 +337,10 @@ def _read_failed(w: Wanted, exc: OSError, lookup: Lookup) -> ErrorCode:
 
 def answer(w: Wanted, records: FileSlice | None) -> PartitionData:
     if w.partition is None:
+        # Empty records, not null: librdkafka fails to parse the whole answer at a null record
+        # set (Kafka's partitionResponse answers an error with empty records too).
         return PartitionData(partition_index=w.request.partition, error_code=w.error,
-                             high_watermark=-1, last_stable_offset=-1, log_start_offset=-1)
+                             high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
     return PartitionData(
         partition_index=w.request.partition,
         error_code=w.read_error,
@@ -384,11 +427,12 @@ def _hosted_now(ctx: RequestContext, name: str, index: int) -> Partition | None:
         return None
 
 
-async def _full(ctx: RequestContext, request: FetchRequest, replica_id: int, *, create: bool) -> FetchResponse:
+async def _full(ctx: RequestContext, access: Access, request: FetchRequest, replica_id: int, *,
+                create: bool) -> FetchResponse:
     """A full fetch: every partition the request names is read and answered; with ``create`` a
     session is made of them when the cache has room (its id answered; 0 otherwise)."""
     lookup = ctx.services.replicas.get
-    resolved = _resolve(ctx, request, replica_id)
+    resolved = _resolve(ctx, access, request, replica_id)
     wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup, lambda: resolved, _wait_appended)
     parts = answers(wanted, reads, lookup)
     # Group the partition answers back under their topics, in request order.
@@ -432,14 +476,15 @@ def _session_error(code: ErrorCode) -> FetchResponse:
     return FetchResponse(error_code=code, session_id=INVALID_SESSION_ID, responses=[])
 
 
-def _update_session(ctx: RequestContext, session: FetchSession, request: FetchRequest, replica_id: int) -> None:
+def _update_session(ctx: RequestContext, access: Access, session: FetchSession, request: FetchRequest,
+                    replica_id: int) -> None:
     """Add or update the request's partitions in the session, remove its forgotten topics'."""
     timestamp = monotonic_ms()
     for fetch_topic in request.topics:
         name, topic_id = _topic_name(ctx, replica_id, fetch_topic)
         requested = fetch_topic.topic if ctx.version < 13 else ""
         for fp in fetch_topic.partitions:
-            w = _resolve_one(ctx, replica_id, name, topic_id, fp, timestamp=timestamp, requested=requested)
+            w = _resolve_one(ctx, access, replica_id, name, topic_id, fp, timestamp=timestamp, requested=requested)
             session.put(CachedPartition(w.topic_name, w.topic_id, fp), _hosted_now(ctx, w.topic_name, fp.partition))
     for forgotten in request.forgotten_topics_data:
         name = forgotten.topic if ctx.version < 13 else session.names.get(forgotten.topic_id, "")
@@ -447,7 +492,7 @@ def _update_session(ctx: RequestContext, session: FetchSession, request: FetchRe
             session.forget(key_of(name, forgotten.topic_id, index))
 
 
-def _pending(ctx: RequestContext, session: FetchSession, replica_id: int) -> list[Wanted]:
+def _pending(ctx: RequestContext, access: Access, session: FetchSession, replica_id: int) -> list[Wanted]:
     """The session's partitions worth reading, resolved against what this broker hosts now."""
     wanted = []
     for key in session.pending:
@@ -455,12 +500,12 @@ def _pending(ctx: RequestContext, session: FetchSession, replica_id: int) -> lis
         hosted = _hosted_now(ctx, cached.topic, cached.request.partition)
         session.watch(cached, hosted)  # the hosted partition may be new (a topic made again) or gone
         name = cached.topic if cached.topic else None
-        wanted.append(_resolve_one(ctx, replica_id, name, cached.topic_id, cached.request, timestamp=None,
+        wanted.append(_resolve_one(ctx, access, replica_id, name, cached.topic_id, cached.request, timestamp=None,
                                    requested=cached.topic))
     return wanted
 
 
-async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: int) -> FetchResponse:
+async def _incremental(ctx: RequestContext, access: Access, request: FetchRequest, replica_id: int) -> FetchResponse:
     """An incremental fetch (see the module): reads, waits on and answers the session's changed
     partitions only."""
     cache = ctx.services.fetch_sessions
@@ -469,7 +514,7 @@ async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: i
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)
     if session.epoch != request.session_epoch:
         return _session_error(ErrorCode.INVALID_FETCH_SESSION_EPOCH)
-    _update_session(ctx, session, request, replica_id)
+    _update_session(ctx, access, session, request, replica_id)
     if session.unknown > UNKNOWN_MAX or cache.over_budget():
         cache.remove(session.id)
         return _session_error(ErrorCode.FETCH_SESSION_ID_NOT_FOUND)  # the client starts over: full
@@ -483,8 +528,8 @@ async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: i
     async def wait(_: list[Wanted]) -> None:
         await session.wait_changed()
 
-    wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup, lambda: _pending(ctx, session, replica_id),
-                                wait)
+    wanted, reads = await _poll(request, _max_bytes(ctx, request), lookup,
+                                lambda: _pending(ctx, access, session, replica_id), wait)
     parts = answers(wanted, reads, lookup)
     if session.epoch != expected or cache.get(session.id) is not session:
         # Another request of this session came meanwhile (a duplicate), or it was evicted.
@@ -508,16 +553,17 @@ async def _incremental(ctx: RequestContext, request: FetchRequest, replica_id: i
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     replica_id = replica_id_of(request, ctx.version)
+    access = Access(ctx, replica_id)
     if ctx.version < 7 or ctx.services.fetch_sessions is None:
-        return await _full(ctx, request, replica_id, create=False)
+        return await _full(ctx, access, request, replica_id, create=False)
     if request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):
         cache = ctx.services.fetch_sessions
         if request.session_id != INVALID_SESSION_ID:
             old = cache.get(request.session_id)
             if old is not None and old.replica_id == replica_id:  # nobody closes another's session
                 cache.remove(old.id)
-        return await _full(ctx, request, replica_id, create=request.session_epoch == INITIAL_EPOCH)
-    return await _incremental(ctx, request, replica_id)
+        return await _full(ctx, access, request, replica_id, create=request.session_epoch == INITIAL_EPOCH)
+    return await _incremental(ctx, access, request, replica_id)
 
 
 HANDLER = ApiHandler(ApiKey.FETCH, 4, 17, handle)

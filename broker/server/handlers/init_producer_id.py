@@ -1,4 +1,10 @@
-"""InitProducerId: hand out producer ids for idempotent producers."""
+"""InitProducerId: hand out producer ids for idempotent producers.
+
+With an authorizer, as Kafka's KafkaApis: a transactional id needs Write on it
+(TRANSACTIONAL_ID_AUTHORIZATION_FAILED); an idempotent producer needs IdempotentWrite on the
+cluster or, since KIP-679 made idempotence the producers' default, Write on some topic
+(CLUSTER_AUTHORIZATION_FAILED): a producer that may write nothing gets no id.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,25 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation, ResourceType
+
+
+def _refused(code: ErrorCode) -> InitProducerIdResponse:
+    return InitProducerIdResponse(error_code=code, producer_id=-1, producer_epoch=-1)
 
 
 async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdResponse:
     if request.transactional_id is not None:
+        if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
+            return _refused(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
         # Transactions need a transaction coordinator, which does not exist yet. The answer must
         # be final: the Java producer retries COORDINATOR_NOT_AVAILABLE until max.block.ms and
         # fails at once on UNSUPPORTED_VERSION. Clients reach this only past FindCoordinator,
         # which already refuses transactional ids with the reason (this response has no message).
-        return InitProducerIdResponse(error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1)
+        return _refused(ErrorCode.UNSUPPORTED_VERSION)
+    if not (ctx.authorize_cluster(Operation.IDEMPOTENT_WRITE, log_denied=False)
+            or ctx.authorize_any(Operation.WRITE, ResourceType.TOPIC)):
+        return _refused(ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     producer_id = await ctx.services.controller.allocate_producer_id()
     return InitProducerIdResponse(error_code=ErrorCode.NONE, producer_id=producer_id, producer_epoch=0)
 

@@ -6,6 +6,9 @@ Both are answered by the partition's leader only (NOT_LEADER_OR_FOLLOWER elsewhe
 KIP-320 check of ``current_leader_epoch``; the debugging id -2 (every request before v3) may ask
 any replica, as in Kafka. The answer is (the largest epoch <= the one asked, the offset where the
 next epoch starts or the log end), UNDEFINED_EPOCH_OFFSET (-1, -1) when the epoch is unknown.
+
+With an authorizer, as Kafka's KafkaApis: ClusterAction on the cluster (a broker) or Describe on
+the topic (a consumer, since KIP-320), whoever asks; else TOPIC_AUTHORIZATION_FAILED.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation, ResourceType
 
 EpochEndOffset = OffsetForLeaderEpochResponse.EpochEndOffset
 DEBUGGING_REPLICA_ID = -2
@@ -22,11 +26,15 @@ DEBUGGING_REPLICA_ID = -2
 
 async def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochResponse:
     leader_only = request.replica_id != DEBUGGING_REPLICA_ID
+    cluster_action = ctx.authorize_cluster(Operation.CLUSTER_ACTION, log_denied=False)
     topics = []
     for topic in request.topics:
         results = []
+        describable = cluster_action or ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.topic)
         for req in topic.partitions:
             try:
+                if not describable:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partition = ctx.services.replicas.get(topic.topic, req.partition)
                 partition.check_leader_epoch(req.current_leader_epoch)
                 if leader_only and not partition.is_leader:

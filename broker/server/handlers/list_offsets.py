@@ -1,4 +1,8 @@
-"""ListOffsets: earliest, latest, by timestamp (and the max-timestamp lookup of KIP-734)."""
+"""ListOffsets: earliest, latest, by timestamp (and the max-timestamp lookup of KIP-734).
+
+With an authorizer each topic needs Describe (TOPIC_AUTHORIZATION_FAILED for its partitions), as
+Kafka's KafkaApis checks it.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import Operation, ResourceType
 
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
@@ -47,8 +52,11 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
     topics = []
     for topic in request.topics:
         partitions = []
+        describable = ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic.name)
         for req in topic.partitions:
             try:
+                if not describable:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partitions.append(_lookup(ctx, topic.name, req))
             except KafkaError as exc:
                 partitions.append(PartitionResponse(partition_index=req.partition_index,

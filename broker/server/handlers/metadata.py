@@ -1,23 +1,32 @@
-"""Metadata: brokers, controller, topics and partition leaders; creates topics on demand."""
+"""Metadata: brokers, controller, topics and partition leaders; creates topics on demand.
+
+With an authorizer, as Kafka's KafkaApis: a topic is answered only to a principal with Describe
+on it. A request for all topics leaves the others out; a topic named (or asked for by id) and not
+describable is answered TOPIC_AUTHORIZATION_FAILED without its id (by id: without its name),
+whether it exists or not, and is never created. Creating a missing topic
+(``auto.create.topics.enable``) also needs Create on the cluster or on the topic, else
+TOPIC_AUTHORIZATION_FAILED. The authorized-operations fields are filled when asked for (v8+; the
+cluster's only in v8-10, and 0 without Describe on the cluster).
+"""
 
 from __future__ import annotations
 
 import logging
 
 from broker.controller.base import NewTopic
-from broker.controller.model import TopicInfo, validate_topic_name
+from broker.controller.model import TopicInfo, is_internal_topic, validate_topic_name
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, ProtocolError
 from broker.protocol.messages import MetadataRequest, MetadataResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
+from security.acl import CLUSTER_NAME, Operation, ResourceType
+from security.authorizer import OPERATIONS_NOT_REQUESTED
 
 log = logging.getLogger(__name__)
 
 Topic = MetadataResponse.MetadataResponseTopic
 PartitionMeta = MetadataResponse.MetadataResponsePartition
-# Authorized operations are not computed yet; Kafka's "not requested" value.
-_NO_OPERATIONS = -2147483648
 
 
 def topic_response(ctx: RequestContext, topic: TopicInfo) -> Topic:
@@ -47,7 +56,6 @@ def topic_response(ctx: RequestContext, topic: TopicInfo) -> Topic:
         topic_id=topic.topic_id,
         is_internal=topic.is_internal,
         partitions=partitions,
-        topic_authorized_operations=_NO_OPERATIONS,
     )
 
 
@@ -85,9 +93,16 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
     version = ctx.version
     known = controller.topics()
     topics: list[Topic] = []
+    answered: list[Topic] = []  # the topics answered under a describable name: they get their operations
+
+    def describable(name: str, *, log_denied: bool = True) -> bool:
+        return ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, name, log_denied=log_denied)
+
     # v0: an empty list means all topics; v1+: null means all, empty means none.
     if request.topics is None or (version == 0 and not request.topics):
-        topics = [topic_response(ctx, t) for t in sorted(known.values(), key=lambda t: t.name)]
+        # Every topic: those not describable are left out, silently (as Kafka, no denial logged).
+        topics = answered = [topic_response(ctx, t) for t in sorted(known.values(), key=lambda t: t.name)
+                             if describable(t.name, log_denied=False)]
     else:
         allow_auto = ctx.config.auto_create_topics_enable and (
             version < 4 or request.allow_auto_topic_creation
@@ -96,10 +111,17 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
             # v10-11 carry topic ids but cannot answer by id: a topic's name may not be null
             # in their response, so Kafka refuses the request (found by deploy/fuzz).
             raise ProtocolError(f"topic name is null in Metadata v{version}; lookup by topic id needs v12")
+        # Describe decides first: whether a topic not describable exists is not disclosed.
+        allowed = {name: describable(name) for name in dict.fromkeys(w.name for w in request.topics
+                                                                       if w.name is not None)}
         created: dict[str, TopicInfo | ErrorCode] = {}
         if allow_auto:
-            created = await auto_create_all(ctx, [w.name for w in request.topics
-                                                  if w.name is not None and w.name not in known])
+            missing = [name for name, ok in allowed.items() if ok and name not in known]
+            if missing and not ctx.authorize_cluster(Operation.CREATE, log_denied=False):
+                created = {name: ErrorCode.TOPIC_AUTHORIZATION_FAILED for name in missing
+                           if not ctx.authorize(Operation.CREATE, ResourceType.TOPIC, name)}
+                missing = [name for name in missing if name not in created]
+            created.update(await auto_create_all(ctx, missing))
         for wanted in request.topics:
             if wanted.name is None:
                 found = controller.topic_by_id(wanted.topic_id)
@@ -107,8 +129,16 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                     topics.append(
                         Topic(error_code=ErrorCode.UNKNOWN_TOPIC_ID, name=None, topic_id=wanted.topic_id)
                     )
+                elif not describable(found.name):
+                    # A topic id is not secret; its name is.
+                    topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=None,
+                                        topic_id=wanted.topic_id))
                 else:
                     topics.append(topic_response(ctx, found))
+                    answered.append(topics[-1])
+                continue
+            if not allowed[wanted.name]:
+                topics.append(Topic(error_code=ErrorCode.TOPIC_AUTHORIZATION_FAILED, name=wanted.name))
                 continue
             topic = known.get(wanted.name)
             outcome = created.get(wanted.name)
@@ -116,10 +146,22 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
                 topics.append(topic_response(ctx, topic))
             elif isinstance(outcome, TopicInfo):
                 topics.append(topic_response(ctx, outcome))
+            elif outcome == ErrorCode.TOPIC_AUTHORIZATION_FAILED:  # not creatable: no operations
+                topics.append(Topic(error_code=outcome, name=wanted.name, is_internal=is_internal_topic(wanted.name)))
+                continue
             elif outcome is not None:
                 topics.append(Topic(error_code=outcome, name=wanted.name))
             else:
                 topics.append(Topic(error_code=ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, name=wanted.name))
+            answered.append(topics[-1])
+    if version >= 8 and request.include_topic_authorized_operations:
+        for entry in answered:
+            assert entry.name is not None
+            entry.topic_authorized_operations = ctx.authorized_operations(True, ResourceType.TOPIC, entry.name)
+    cluster_operations = OPERATIONS_NOT_REQUESTED
+    if 8 <= version <= 10 and request.include_cluster_authorized_operations:
+        cluster_operations = (ctx.authorized_operations(True, ResourceType.CLUSTER, CLUSTER_NAME)
+                              if ctx.authorize_cluster(Operation.DESCRIBE) else 0)
     brokers = []
     for broker in controller.brokers():
         endpoint = broker.endpoint(ctx.connection.listener_name)
@@ -135,7 +177,7 @@ async def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataRespo
         cluster_id=controller.cluster_id,
         controller_id=controller.controller_id,
         topics=topics,
-        cluster_authorized_operations=_NO_OPERATIONS,
+        cluster_authorized_operations=cluster_operations,
     )
 
 

@@ -12,6 +12,11 @@ batches at the append and nothing waits.
 
 Here: the request's own checks of each topic (it exists; it is not a mirror topic, which only
 its mirror writes, by LinkAppend) and the answer; acks=0 gets none at all.
+
+With an authorizer, as Kafka's KafkaApis: a produce with a transactional id needs Write on it
+(else every partition is answered TRANSACTIONAL_ID_AUTHORIZATION_FAILED and nothing is written);
+each topic needs Write on it, decided once per topic (a partition of a topic refused is answered
+TOPIC_AUTHORIZATION_FAILED and never reaches the append path; the others are written).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import refuse_if_mirror
 from broker.storage.log import RecordErrors
+from security.acl import Operation, ResourceType
 
 PartitionResponse = ProduceResponse.PartitionProduceResponse
 RecordError = ProduceResponse.BatchIndexAndErrorMessage
@@ -64,20 +70,37 @@ def _answer(appended: LeaderAppend) -> PartitionResponse:
     )
 
 
+def _denied(index: int, code: ErrorCode) -> PartitionResponse:
+    return PartitionResponse(index=index, error_code=code, base_offset=-1)
+
+
 async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceResponse | None:
+    if request.transactional_id is not None and not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID,
+                                                                  request.transactional_id):
+        if request.acks == 0:
+            return None
+        return ProduceResponse(responses=[
+            ProduceResponse.TopicProduceResponse(name=t.name, partition_responses=[
+                _denied(p.index, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED) for p in t.partition_data])
+            for t in request.topic_data])
+    writable = {name: ctx.authorize(Operation.WRITE, ResourceType.TOPIC, name)
+                for name in {t.name for t in request.topic_data}}
     topics = ctx.services.controller.topics()
     entries = [AppendEntry(topic_data.name, data.index, data.records,
                            check=partial(_check_topic, topic_data.name, topics.get(topic_data.name), data.records))
-               for topic_data in request.topic_data for data in topic_data.partition_data]
+               for topic_data in request.topic_data if writable[topic_data.name]
+               for data in topic_data.partition_data]
     appends = iter(await append_records(ctx.services.replicas, entries, origin=AppendOrigin.CLIENT,
                                         required_acks=request.acks, timeout_ms=request.timeout_ms,
                                         transactional=request.transactional_id is not None))
     if request.acks == 0:
         return None  # the client expects no answer at all
     return ProduceResponse(responses=[
-        ProduceResponse.TopicProduceResponse(name=topic_data.name,
-                                             partition_responses=[_answer(next(appends))
-                                                                  for _ in topic_data.partition_data])
+        ProduceResponse.TopicProduceResponse(
+            name=topic_data.name,
+            partition_responses=[_answer(next(appends)) if writable[topic_data.name]
+                                 else _denied(data.index, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+                                 for data in topic_data.partition_data])
         for topic_data in request.topic_data
     ])
 

@@ -1,4 +1,13 @@
-"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords."""
+"""Topic administration: CreateTopics, DeleteTopics, CreatePartitions, DeleteRecords.
+
+With an authorizer, as Kafka 4's controller and KafkaApis (TOPIC_AUTHORIZATION_FAILED for each
+topic refused, nothing done for it): CreateTopics needs Create on the cluster or on the topic, and
+a created topic's configs (and partition count and replication factor) are answered only with
+DescribeConfigs on it (else its config error is TOPIC_AUTHORIZATION_FAILED); DeleteTopics needs
+Delete on the cluster or the topic, and a topic named without Describe on it is refused before
+anyone learns whether it exists (asked for by id, its name is left out); CreatePartitions needs
+Alter on the topic, DeleteRecords Delete on it.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +35,7 @@ from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror
 from broker.storage.topic_configs import validate_topic_configs
+from security.acl import Operation, ResourceType
 
 # CreateTopics: -1 partitions / replication factor means "the broker's default" (KIP-464).
 _DEFAULT = -1
@@ -79,8 +89,14 @@ def _new_topic(topic: CreateTopicsRequest.CreatableTopic, config: BrokerConfig) 
     return NewTopic(topic.name, partitions, factor, overrides, assignments)
 
 
+def _may(ctx: RequestContext, operation: Operation, cluster_wide: bool, name: str) -> bool:
+    """``operation`` on the topic, or on the cluster for every topic (``cluster_wide``)."""
+    return cluster_wide or ctx.authorize(operation, ResourceType.TOPIC, name)
+
+
 async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsResponse:
     config = ctx.config
+    create_any = ctx.authorize_cluster(Operation.CREATE, log_denied=False)
     results = []
     asked: list[tuple[CreateTopicsResponse.CreatableTopicResult, NewTopic]] = []
     seen: set[str] = set()
@@ -90,6 +106,8 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
             if topic.name in seen:
                 raise KafkaError(ErrorCode.INVALID_REQUEST, f"Topic '{topic.name}' appears twice in the request")
             seen.add(topic.name)
+            if not _may(ctx, Operation.CREATE, create_any, topic.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Authorization failed.")
             asked.append((result, _new_topic(topic, config)))
         except KafkaError as exc:
             result.error_code = exc.code
@@ -108,6 +126,9 @@ async def create_topics(ctx: RequestContext, request: CreateTopicsRequest) -> Cr
             result.error_message = outcome.message or None
             continue
         result.topic_id = outcome.topic_id
+        if not ctx.authorize(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, new.name, log_denied=False):
+            result.topic_config_error_code = ErrorCode.TOPIC_AUTHORIZATION_FAILED
+            continue
         result.num_partitions = new.num_partitions
         result.replication_factor = new.replication_factor
         result.configs = [
@@ -129,6 +150,7 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
     results = []
     deleting: list[tuple[str, DeleteTopicsResponse.DeletableTopicResult]] = []
     deadline = _deadline(request.timeout_ms)
+    delete_any = ctx.authorize_cluster(Operation.DELETE, log_denied=False)
     for name, topic_id in wanted:
         if name is not None:
             topic = controller.topics().get(name)
@@ -142,9 +164,15 @@ async def delete_topics(ctx: RequestContext, request: DeleteTopicsRequest) -> De
         try:
             if not ctx.config.delete_topic_enable:
                 raise KafkaError(ErrorCode.TOPIC_DELETION_DISABLED, "delete.topic.enable is false")
+            if name is not None and not _may(ctx, Operation.DESCRIBE, delete_any, name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)  # exists or not: not told
             if topic is None:
                 code = ErrorCode.UNKNOWN_TOPIC_ID if name is None else ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
                 raise KafkaError(code, "This server does not host this topic.")
+            if not _may(ctx, Operation.DELETE, delete_any, topic.name):
+                if name is None and not _may(ctx, Operation.DESCRIBE, delete_any, topic.name):
+                    result.name = None  # asked for by id: the id is not secret, the name is
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if is_internal_topic(topic.name):
                 # Deleting __consumer_offsets loses every group's committed offsets. Kafka's tools
                 # refuse it with these words; the broker refuses it for every client.
@@ -183,6 +211,8 @@ async def create_partitions(
     for topic in request.topics:
         result = CreatePartitionsResponse.CreatePartitionsTopicResult(name=topic.name, error_code=ErrorCode.NONE)
         try:
+            if not ctx.authorize(Operation.ALTER, ResourceType.TOPIC, topic.name):
+                raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             if is_internal_topic(topic.name):
                 # A group's coordinator partition is hash(group) % partition count: more partitions
                 # would move every group away from its committed offsets.
@@ -211,11 +241,14 @@ async def delete_records(ctx: RequestContext, request: DeleteRecordsRequest) -> 
     topics = []
     for topic in request.topics:
         partitions = []
+        deletable = ctx.authorize(Operation.DELETE, ResourceType.TOPIC, topic.name)
         for req in topic.partitions:
             result = DeleteRecordsResponse.DeleteRecordsPartitionResult(
                 partition_index=req.partition_index, low_watermark=-1, error_code=ErrorCode.NONE
             )
             try:
+                if not deletable:
+                    raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 if is_internal_topic(topic.name):
                     raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION,
                                      f"Cannot delete records of internal topic {topic.name}")
