@@ -72,7 +72,13 @@ def _started(tmp_path_factory: pytest.TempPathFactory, name: str) -> Iterator[Br
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    yield from _started(tmp_path_factory, "acl-topics")
+    for process in _started(tmp_path_factory, "acl-topics"):
+        # librdkafka's consumer looks up its group's coordinator even when partitions are
+        # assigned, which needs Describe on the group: each user may use its own groups
+        # (`<user>-...`), so what these tests see is the topics' ACLs alone.
+        grant(process, [allow(f"User:{user}", ResourceType.GROUP, f"{user}-", AclOperation.READ,
+                              ResourcePatternType.PREFIXED) for user in ("alice", "bob", "mirror")])
+        yield process
 
 
 @pytest.fixture(scope="module")
