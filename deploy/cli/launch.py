@@ -55,6 +55,10 @@ def _print_endpoints(state: LaunchState) -> None:
             print(f"    ZooKeeper (zookeeper.connect): {cluster.zookeeper_connect}")
         for dc, address in cluster.wan.items():
             print(f"    from datacenter {dc}, through the WAN link: {address}")
+        if cluster.secrets is not None:
+            plan = cluster.secrets.plan
+            print(f"    security: LOCAL {plan.local}, WAN {plan.wan}, between brokers {plan.between_brokers}; "
+                  f"client configs (0600): {cluster.secrets.directory}/<user>.properties")
     for name, mirror in state.mirrors.items():
         remote = "<topic>" if mirror.plan.keeps_names else f"{mirror.plan.source}.<topic>"
         kind = ", read-only mirror topics" if mirror.plan.mode == "link" else ""
