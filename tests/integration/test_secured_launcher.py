@@ -14,6 +14,9 @@ import json
 import stat
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -76,18 +79,45 @@ def _refused(config: dict[str, Any]) -> list[KafkaError]:
     return errors
 
 
-def test_a_secured_wan_link_through_causeway_up(tmp_path: Path) -> None:
-    topology = tmp_path / "secured.yaml"
-    topology.write_text(TOPOLOGY)
+@dataclass
+class Launched:
+    state: Path
+    up: subprocess.CompletedProcess[str]
+    secured: Path  # east's security dir
+    passwords: dict[str, str]
+    status: dict[str, Any]
+
+    def assert_no_password_in_public(self, *texts: str) -> None:
+        """No generated password in what `up` printed, `status`, the state file or a log."""
+        public = [self.up.stdout, self.up.stderr, json.dumps(self.status), (self.state / "state.json").read_text(),
+                  *texts, *(p.read_text(errors="replace") for p in (self.state / "logs").glob("*.log"))]
+        for user, password in self.passwords.items():
+            assert not any(password in t for t in public), f"{user}'s password is out"
+
+
+@contextmanager
+def launched(tmp_path: Path, topology_text: str) -> Iterator[Launched]:
+    """`causeway up -d` of the topology, healthy; `causeway down` after."""
+    topology = tmp_path / "topology.yaml"
+    topology.write_text(topology_text)
     state = tmp_path / "state"
     up = causeway("up", str(topology), "-d", "--state-dir", str(state))
     try:
         assert up.returncode == 0, up.stdout + up.stderr
         secured = state / "security" / "east"
         passwords: dict[str, str] = json.loads((secured / "passwords.json").read_text())
-        assert set(passwords) == {"admin", "mirror-west", "alice"}
         doc = json.loads(causeway("status", "--json", "--state-dir", str(state)).stdout)
         assert doc["healthy"], doc
+        yield Launched(state, up, secured, passwords, doc)
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+        assert down.returncode == 0, down.stdout + down.stderr
+
+
+def test_a_secured_wan_link_through_causeway_up(tmp_path: Path) -> None:
+    with launched(tmp_path, TOPOLOGY) as run:
+        state, secured, passwords, doc = run.state, run.secured, run.passwords, run.status
+        assert set(passwords) == {"admin", "mirror-west", "alice"}
         east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
         wan = doc["clusters"]["east"]["wan"]["west"]
         ca = secured / "certs" / "ca.crt"
@@ -135,11 +165,65 @@ def test_a_secured_wan_link_through_causeway_up(tmp_path: Path) -> None:
         assert passwords["alice"] in broker_config  # PLAIN: the broker's JAAS holds them (0600)
 
         # No password in what others may read or what the launcher prints and records.
-        text = causeway("status", "--state-dir", str(state)).stdout
-        public = [up.stdout, up.stderr, text, json.dumps(doc), (state / "state.json").read_text()]
-        public += [p.read_text(errors="replace") for p in (state / "logs").glob("*.log")]
-        for password in passwords.values():
-            assert not any(password in t for t in public)
-    finally:
-        down = causeway("down", "--state-dir", str(state))
-    assert down.returncode == 0, down.stdout + down.stderr
+        run.assert_no_password_in_public(causeway("status", "--state-dir", str(state)).stdout)
+
+
+SCRAM_TOPOLOGY = """\
+name: scram
+datacenters: {east: {}, west: {}}
+clusters:
+  east:
+    datacenter: east
+    coordination: zookeeper
+    configs: {offsets.topic.replication.factor: 1}
+    topics: {orders: 2}
+    security:
+      local: SASL_PLAINTEXT     # the launcher itself must log in (as admin)
+      wan: SASL_SSL
+      users: [mirror-west]      # SCRAM-SHA-512, the default with ZooKeeper
+  west: {datacenter: west}
+links:
+  - between: [east, west]
+mirrors:
+  east-to-west: {source: east, target: west, principal: mirror-west}
+"""
+
+
+def test_scram_users_in_zookeeper_and_a_launcher_that_logs_in(tmp_path: Path) -> None:
+    """A ZooKeeper cluster whose LOCAL listener asks for a SCRAM login too: the credentials are
+    in /config/users in Kafka's format before the brokers start, the launcher creates topics and
+    `status` reads Metadata as its admin user (the state file names the admin's client file),
+    brokers reach each other on a PLAINTEXT BROKER listener, the mirror logs in on both ends."""
+    from kazoo.client import KazooClient  # type: ignore[import-untyped]
+
+    from security.scram import ScramCredential
+
+    with launched(tmp_path, SCRAM_TOPOLOGY) as run:
+        state, secured, passwords, doc = run.state, run.secured, run.passwords, run.status
+        assert doc["clusters"]["east"]["partitions"] >= 2  # Metadata answered the admin login
+        recorded = json.loads((state / "state.json").read_text())["clusters"]["east"]
+        assert recorded["command_config"] == str(secured / "admin.properties")
+        east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
+
+        zk = KazooClient(hosts=doc["clusters"]["east"]["zookeeper"]["connect"])
+        zk.start(timeout=30)
+        try:
+            stored = json.loads(zk.get("/config/users/mirror-west")[0])["config"]
+        finally:
+            zk.stop()
+            zk.close()
+        assert set(stored) == {"SCRAM-SHA-512"}
+        assert ScramCredential.from_text(stored["SCRAM-SHA-512"]).iterations >= 4096
+
+        # LOCAL asks for a login: a client without one is refused; the admin's file works.
+        assert _refused({"bootstrap.servers": east}), "a plaintext client got through the SASL_PLAINTEXT listener"
+        admin = {"bootstrap.servers": east, "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "SCRAM-SHA-512",
+                 "sasl.username": "admin", "sasl.password": passwords["admin"]}
+        assert _refused(admin) == []
+        producer = Producer(admin)
+        for i in range(20):
+            producer.produce("orders", value=b"%d" % i, partition=i % 2)
+        assert producer.flush(30) == 0
+        wait_until(lambda: ends(west, "east.orders", 2) == {0: 10, 1: 10},
+                   what="the mirror to copy east's orders to west", timeout_s=DEADLINE_S, interval_s=0.5)
+        run.assert_no_password_in_public()
