@@ -51,6 +51,9 @@ __all__ = ["ACL_AUTHORIZER", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "Cl
            "write_broker_config", "write_scram_credentials"]
 
 log = logging.getLogger(__name__)
+# kazoo's connection chatter (connecting, established, closed) is not news in `up`'s output.
+_KAZOO_LOG = logging.getLogger(f"{__name__}.kazoo")
+_KAZOO_LOG.setLevel(logging.WARNING)
 
 ACL_AUTHORIZER = "kafka.security.authorizer.AclAuthorizer"
 _SECRET = 0o600
@@ -221,13 +224,17 @@ def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) ->
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
     mechanism = secrets_.plan.mechanism
-    zk = KazooClient(hosts=zookeeper_connect, timeout=10.0, logger=logging.getLogger(f"{__name__}.kazoo"))
+    # The chroot is spelled out in each path rather than given to kazoo, which warns while it
+    # does not exist yet (the brokers have not made it: they start after this).
+    hosts, slash, chroot = zookeeper_connect.partition("/")
+    root = f"/{chroot.strip('/')}" if slash and chroot.strip("/") else ""
+    zk = KazooClient(hosts=hosts, timeout=10.0, logger=_KAZOO_LOG)
     zk.start(timeout=30.0)
     try:
         for user, password in secrets_.passwords.items():
             credential = ScramCredential.from_password(mechanism, password).to_text()
             data = json.dumps({"version": 1, "config": {mechanism: credential}}).encode()
-            path = f"/config/users/{user}"
+            path = f"{root}/config/users/{user}"
             if zk.exists(path):
                 zk.set(path, data)
             else:

@@ -193,7 +193,8 @@ def test_scram_users_in_zookeeper_and_a_launcher_that_logs_in(tmp_path: Path) ->
     """A ZooKeeper cluster whose LOCAL listener asks for a SCRAM login too: the credentials are
     in /config/users in Kafka's format before the brokers start, the launcher creates topics and
     `status` reads Metadata as its admin user (the state file names the admin's client file),
-    brokers reach each other on a PLAINTEXT BROKER listener, the mirror logs in on both ends."""
+    brokers reach each other on a PLAINTEXT BROKER listener, the mirror logs in on both ends; a
+    second `up` on the same state dir keeps the passwords."""
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
     from security.scram import ScramCredential
@@ -227,3 +228,8 @@ def test_scram_users_in_zookeeper_and_a_launcher_that_logs_in(tmp_path: Path) ->
         wait_until(lambda: ends(west, "east.orders", 2) == {0: 10, 1: 10},
                    what="the mirror to copy east's orders to west", timeout_s=DEADLINE_S, interval_s=0.5)
         run.assert_no_password_in_public()
+    # Up again on the same state dir: the same passwords (clients configured once keep working),
+    # credentials written again, and the launcher logs in as before (status healthy).
+    with launched(tmp_path, SCRAM_TOPOLOGY) as again:
+        assert again.passwords == passwords
+        assert _refused({**admin, "bootstrap.servers": again.status["clusters"]["east"]["bootstrap"]}) == []
