@@ -122,11 +122,12 @@ class ClusterSecrets:
         users = [f"User:{ADMIN_USER}"]
         if self.plan.between_brokers == "SSL":
             users += [f"User:{broker_user(b)}" for b in self.cluster.broker_ids]
-        if "PLAINTEXT" in (self.plan.local, self.plan.between_brokers):
+        brokers_in_plaintext = self.cluster.coordination == "zookeeper" and self.plan.between_brokers == "PLAINTEXT"
+        if self.plan.local == "PLAINTEXT" or brokers_in_plaintext:
             # A PLAINTEXT listener cannot tell its clients apart: all are User:ANONYMOUS, the
-            # brokers' own requests too while they reach each other in plaintext (their
-            # LeaderAndIsr, follower fetches need ClusterAction). Such a listener is trusted
-            # whole; the ACLs bind who logs in on the secured ones.
+            # launcher's on LOCAL and the brokers' own requests too while they reach each other
+            # in plaintext (LeaderAndIsr, follower fetches need ClusterAction). Such a listener
+            # is trusted whole; the ACLs bind who logs in on the secured ones.
             users.append("User:ANONYMOUS")
         return users
 

@@ -233,3 +233,42 @@ def test_scram_users_in_zookeeper_and_a_launcher_that_logs_in(tmp_path: Path) ->
     with launched(tmp_path, SCRAM_TOPOLOGY) as again:
         assert again.passwords == passwords
         assert _refused({**admin, "bootstrap.servers": again.status["clusters"]["east"]["bootstrap"]}) == []
+
+
+MUTUAL_TLS_TOPOLOGY = """\
+name: mtls
+datacenters: {east: {}}
+clusters:
+  east:
+    datacenter: east
+    topics: {orders: 1}
+    security:
+      local: SSL                # mutual TLS: the launcher logs in with admin's certificate
+      users: [alice]
+      acls:
+        - {principal: "User:alice", operations: [Describe], topic: orders}
+"""
+
+
+def test_mutual_tls_on_the_local_listener_makes_the_launchers_certificate_a_super_user(tmp_path: Path) -> None:
+    """The launcher's admin certificate (CN=admin) maps to User:admin, a super user: `up` could
+    create the topic and the ACL, and `status` reads Metadata with it. Without a certificate
+    nobody gets in; alice's generated client file works with the tools."""
+    with launched(tmp_path, MUTUAL_TLS_TOPOLOGY) as run:
+        east = run.status["clusters"]["east"]["bootstrap"]
+        assert run.status["clusters"]["east"]["partitions"] >= 1
+        certs = run.secured / "certs"
+        assert _refused({"bootstrap.servers": east, "security.protocol": "SSL",
+                         "ssl.ca.location": str(certs / "ca.crt")}), "a client without a certificate got in"
+        listed = causeway("topics", "--bootstrap-server", east, "--command-config",
+                          str(run.secured / "alice.properties"), "--list")
+        assert listed.returncode == 0 and "orders" in listed.stdout, listed.stdout + listed.stderr
+        admin = AdminClient({"bootstrap.servers": east, "security.protocol": "SSL",
+                             "ssl.ca.location": str(certs / "ca.crt"),
+                             "ssl.certificate.location": str(certs / "admin.crt"),
+                             "ssl.key.location": str(certs / "admin.key")})
+        every = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                 AclOperation.ANY, AclPermissionType.ANY)
+        acls = admin.describe_acls(every, request_timeout=30).result(timeout=30)
+        assert [(a.principal, a.name, a.operation) for a in acls] == [("User:alice", "orders", AclOperation.DESCRIBE)]
+        run.assert_no_password_in_public()

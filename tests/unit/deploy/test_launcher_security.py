@@ -16,6 +16,7 @@ from deploy.launcher.security import (
     ACL_AUTHORIZER,
     SOURCE_GRANTS,
     TARGET_GRANTS,
+    admin_security,
     mirror_acls,
     prepare_cluster,
     read_client_security,
@@ -65,6 +66,17 @@ def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
     assert wan.sasl.password == secrets.passwords["alice"]
     mutual = secrets.client_properties("alice", "SSL")
     assert mutual["ssl.keystore.location"].endswith("alice.pem")
+
+
+def test_mutual_tls_on_local_reads_the_admins_certificate_and_trusts_no_anonymous(tmp_path: Path) -> None:
+    cluster = ClusterPlan("east", "east", security=SecurityPlan(local="SSL", users=("alice",), acls=()))
+    secrets = prepare_cluster(tmp_path, cluster)
+    security = admin_security(secrets)
+    assert security is not None and security.protocol == "SSL" and security.sasl is None
+    assert security.ssl_context is not None
+    # No PLAINTEXT listener and no brokers reaching each other: nobody anonymous is trusted.
+    assert secrets.super_users() == ["User:admin"]
+    assert admin_security(prepare_cluster(tmp_path, ClusterPlan("west", "west", security=PLAIN))) is None
 
 
 def test_a_standalone_brokers_secrets_go_to_its_config_file_not_its_command_line(tmp_path: Path) -> None:
