@@ -39,6 +39,7 @@ import trio
 from broker.atomic_file import write_atomically
 from broker.client import ClientError, KafkaError
 from broker.client.cluster import open_client
+from broker.config import ConfigError
 from broker.tasks import gather
 from deploy.broker_process import READY as BROKER_READY
 from deploy.broker_process import broker_command
@@ -47,6 +48,7 @@ from deploy.launcher.plan import AclPlan, ClusterPlan, LaunchPlan, LinkPlan, Mir
 from deploy.launcher.security import (
     ADMIN_USER,
     ClusterSecrets,
+    CredentialsError,
     admin_security,
     create_acls,
     mirror_acls,
@@ -69,6 +71,7 @@ from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, superv
 from deploy.wan.client import WanApiError, WanClient
 from deploy.wan.process import READY as WAN_READY
 from deploy.wan.process import wan_command
+from security.certs import CertsError
 from security.client import ClientSecurity
 
 __all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError", "free_port", "link_toxics",
@@ -478,12 +481,12 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
     links, then its topics once it has a controller."""
     running = state.clusters[cluster.name] = ClusterState(cluster, {})
     if cluster.security is not None:
-        running.secrets = await trio.to_thread.run_sync(prepare_cluster, state.state_dir, cluster)
-        running.security = await trio.to_thread.run_sync(admin_security, running.secrets)
+        await _prepare_security(state, running)
     if cluster.coordination == "zookeeper":
         await _start_zookeeper(state, running, last)
-        if running.secrets is not None and running.secrets.plan.mechanism.startswith("SCRAM"):
-            await trio.to_thread.run_sync(write_scram_credentials, running.zookeeper_connect, running.secrets)
+        if running.secrets is not None and running.secrets.plan.uses_sasl and \
+                running.secrets.plan.mechanism.startswith("SCRAM"):
+            await _write_scram(running)
     bound: dict[int, dict[str, int]] = {}  # broker id -> remote datacenter -> its WAN listener's port
     brokers = running.brokers
     for i, broker_id in enumerate(cluster.broker_ids):
@@ -517,6 +520,28 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
     if cluster.security is not None and cluster.security.acls is not None:
         await _create_acls(running, [*cluster.security.acls, *mirror_acls(cluster, state.plan.mirrors)], first_log)
     log.info("cluster %s up at %s", cluster.name, running.bootstrap)
+
+
+async def _prepare_security(state: LaunchState, cluster: ClusterState) -> None:
+    """The cluster's certificates, passwords and client files (deploy/launcher/security.py), and
+    the launcher's own login. Raises StateDirError: a file there cannot be made or used."""
+    directory = state_path(state.state_dir, "security", cluster.plan.name)
+    try:
+        cluster.secrets = await trio.to_thread.run_sync(prepare_cluster, directory, cluster.plan)
+        cluster.security = await trio.to_thread.run_sync(admin_security, cluster.secrets)
+    except (OSError, ValueError, CertsError, ConfigError) as exc:
+        raise StateDirError(f"cannot prepare the security files of cluster {cluster.plan.name} in {directory}: "
+                            f"{exc}") from None
+
+
+async def _write_scram(cluster: ClusterState) -> None:
+    """The users' SCRAM credentials into the cluster's ZooKeeper, before its brokers start.
+    Raises StartFailed with ZooKeeper's reason."""
+    assert cluster.secrets is not None and cluster.zookeeper is not None
+    try:
+        await trio.to_thread.run_sync(write_scram_credentials, cluster.zookeeper_connect, cluster.secrets)
+    except CredentialsError as exc:
+        raise StartFailed(f"zookeeper {cluster.plan.name}", str(exc), cluster.zookeeper.spec.log_path) from exc
 
 
 async def _create_acls(cluster: ClusterState, acls: list[AclPlan], log_path: Path) -> None:

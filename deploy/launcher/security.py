@@ -46,8 +46,8 @@ from security.client import ClientSecurity, client_security
 from security.scram import ScramCredential
 from topology.schema import ADMIN_USER
 
-__all__ = ["ACL_AUTHORIZER", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets", "admin_security",
-           "broker_user", "create_acls", "mirror_acls", "prepare_cluster", "read_client_security",
+__all__ = ["ACL_AUTHORIZER", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets", "CredentialsError",
+           "admin_security", "broker_user", "create_acls", "mirror_acls", "prepare_cluster", "read_client_security",
            "write_broker_config", "write_scram_credentials"]
 
 log = logging.getLogger(__name__)
@@ -69,6 +69,10 @@ SOURCE_GRANTS = (("Topic", "*", ("Read", "Describe", "DescribeConfigs")), ("Grou
                  ("Cluster", "kafka-cluster", ("Describe",)))
 TARGET_GRANTS = (("Topic", "*", ("Alter", "Create", "Write", "Describe", "DescribeConfigs", "AlterConfigs")),
                  ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Create", "Describe")))
+
+
+class CredentialsError(Exception):
+    """The users' SCRAM credentials could not be written to ZooKeeper."""
 
 
 def broker_user(broker_id: int) -> str:
@@ -171,7 +175,10 @@ def _passwords(path: Path, users: Sequence[str]) -> dict[str, str]:
     """The users' passwords from `path`, any missing one generated (and the file rewritten)."""
     known: dict[str, str] = {}
     if path.exists():
-        loaded = json.loads(path.read_text())
+        try:
+            loaded = json.loads(path.read_text())
+        except ValueError:
+            loaded = None
         if not isinstance(loaded, dict) or not all(isinstance(v, str) for v in loaded.values()):
             raise ValueError(f"{path} is not the launcher's passwords file; remove it to generate new passwords")
         known = loaded
@@ -185,12 +192,12 @@ def _properties_text(props: Mapping[str, str], what: str) -> str:
     return f"# {what}: written by `causeway up`; secret (0600)\n" + "".join(f"{k}={v}\n" for k, v in props.items())
 
 
-def prepare_cluster(state_dir: Path, cluster: ClusterPlan) -> ClusterSecrets:
-    """Certificates, passwords and every user's client files of a secured cluster (blocking:
-    run it in a worker thread). Raises OSError, ValueError or security.certs.CertsError."""
+def prepare_cluster(directory: Path, cluster: ClusterPlan) -> ClusterSecrets:
+    """Certificates, passwords and every user's client files of a secured cluster in
+    `directory` (`<state dir>/security/<cluster>`; blocking: run it in a worker thread). Raises
+    OSError, ValueError or security.certs.CertsError."""
     assert cluster.security is not None
     plan = cluster.security
-    directory = state_dir / "security" / cluster.name
     directory.mkdir(parents=True, exist_ok=True, mode=_PRIVATE_DIR)
     os.chmod(directory.parent, _PRIVATE_DIR)
     os.chmod(directory, _PRIVATE_DIR)
@@ -201,10 +208,9 @@ def prepare_cluster(state_dir: Path, cluster: ClusterPlan) -> ClusterSecrets:
         identities += [Identity(user, "client") for user in users]
         create_certificates(secrets_.certs, identities)
     for user in users:
-        for wan in (False, True):
-            protocol = plan.wan if wan else plan.local
-            write_atomically(secrets_.client_config(user, wan=wan),
-                             _properties_text(secrets_.client_properties(user, protocol), f"user {user}"),
+        files = {secrets_.client_config(user): plan.local, secrets_.client_config(user, wan=True): plan.wan}
+        for path, protocol in files.items():
+            write_atomically(path, _properties_text(secrets_.client_properties(user, protocol), f"user {user}"),
                              mode=_SECRET)
     return secrets_
 
@@ -223,6 +229,8 @@ def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) ->
     the brokers are not up yet, so no change notification is needed. Users' names are
     topology names ([A-Za-z0-9._-]), which Kafka's sanitizing leaves as they are."""
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
+    from kazoo.exceptions import KazooException  # type: ignore[import-untyped]
+    from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
 
     mechanism = secrets_.plan.mechanism
     # The chroot is spelled out in each path rather than given to kazoo, which warns while it
@@ -230,8 +238,8 @@ def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) ->
     hosts, slash, chroot = zookeeper_connect.partition("/")
     root = f"/{chroot.strip('/')}" if slash and chroot.strip("/") else ""
     zk = KazooClient(hosts=hosts, timeout=10.0, logger=_KAZOO_LOG)
-    zk.start(timeout=30.0)
     try:
+        zk.start(timeout=30.0)
         for user, password in secrets_.passwords.items():
             credential = ScramCredential.from_password(mechanism, password).to_text()
             data = json.dumps({"version": 1, "config": {mechanism: credential}}).encode()
@@ -240,6 +248,8 @@ def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) ->
                 zk.set(path, data)
             else:
                 zk.create(path, data, makepath=True)
+    except (KazooException, KazooTimeoutError) as exc:
+        raise CredentialsError(f"cannot write SCRAM credentials to ZooKeeper at {hosts}: {exc!r}") from exc
     finally:
         zk.stop()
         zk.close()

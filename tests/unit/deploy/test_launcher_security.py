@@ -34,7 +34,7 @@ def _mode(path: Path) -> int:
 
 def test_files_are_private_and_passwords_survive_a_restart(tmp_path: Path) -> None:
     cluster = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
-    secrets = prepare_cluster(tmp_path, cluster)
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
     assert set(secrets.passwords) == {"admin", "alice", "mirror-west"}
     assert len(set(secrets.passwords.values())) == 3
     for name in ("passwords.json", "admin.properties", "alice.properties", "alice.wan.properties"):
@@ -43,21 +43,21 @@ def test_files_are_private_and_passwords_survive_a_restart(tmp_path: Path) -> No
     assert (secrets.certs / "broker-0.crt").exists() and (secrets.certs / "alice.pem").exists()
     # The same state dir again, one user more: the passwords already given are kept.
     more = ClusterPlan("east", "east", security=SecurityPlan(wan="SASL_SSL", users=("alice", "mirror-west", "bob")))
-    again = prepare_cluster(tmp_path, more)
+    again = prepare_cluster(tmp_path / "security" / "east", more)
     assert {u: again.passwords[u] for u in secrets.passwords} == dict(secrets.passwords)
     assert "bob" in again.passwords
 
 
 def test_a_damaged_passwords_file_is_named_not_replaced(tmp_path: Path) -> None:
     cluster = ClusterPlan("east", "east", security=PLAIN)
-    prepare_cluster(tmp_path, cluster)
+    prepare_cluster(tmp_path / "security" / "east", cluster)
     (tmp_path / "security" / "east" / "passwords.json").write_text("[1, 2]")
     with pytest.raises(ValueError, match="passwords.json is not the launcher's passwords file"):
-        prepare_cluster(tmp_path, cluster)
+        prepare_cluster(tmp_path / "security" / "east", cluster)
 
 
 def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
-    secrets = prepare_cluster(tmp_path, ClusterPlan("east", "east", security=PLAIN))
+    secrets = prepare_cluster(tmp_path / "security" / "east", ClusterPlan("east", "east", security=PLAIN))
     local = read_client_security(secrets.client_config("alice"))
     assert local.protocol == "PLAINTEXT" and local.sasl is None
     wan = read_client_security(secrets.client_config("alice", wan=True))
@@ -70,18 +70,19 @@ def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
 
 def test_mutual_tls_on_local_reads_the_admins_certificate_and_trusts_no_anonymous(tmp_path: Path) -> None:
     cluster = ClusterPlan("east", "east", security=SecurityPlan(local="SSL", users=("alice",), acls=()))
-    secrets = prepare_cluster(tmp_path, cluster)
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
     security = admin_security(secrets)
     assert security is not None and security.protocol == "SSL" and security.sasl is None
     assert security.ssl_context is not None
     # No PLAINTEXT listener and no brokers reaching each other: nobody anonymous is trusted.
     assert secrets.super_users() == ["User:admin"]
-    assert admin_security(prepare_cluster(tmp_path, ClusterPlan("west", "west", security=PLAIN))) is None
+    west = ClusterPlan("west", "west", security=PLAIN)
+    assert admin_security(prepare_cluster(tmp_path / "security" / "west", west)) is None
 
 
 def test_a_standalone_brokers_secrets_go_to_its_config_file_not_its_command_line(tmp_path: Path) -> None:
     cluster = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
-    secrets = prepare_cluster(tmp_path, cluster)
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
     spec = _broker_spec(tmp_path, cluster, 0, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3}, "", secrets)
     argv = " ".join(spec.argv)
     assert "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN_WEST:SASL_SSL" in argv
@@ -100,7 +101,7 @@ def test_a_standalone_brokers_secrets_go_to_its_config_file_not_its_command_line
 def test_a_zookeeper_cluster_with_scram_and_mutual_tls_between_brokers(tmp_path: Path) -> None:
     cluster = ClusterPlan("east", "east", security=SCRAM, coordination="zookeeper", brokers=2,
                           remote_datacenters=("west",))
-    secrets = prepare_cluster(tmp_path, cluster)
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
     spec = _broker_spec(tmp_path, cluster, 2, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3},
                         "127.0.0.1:9/east", secrets, broker_port=4)
     argv = " ".join(spec.argv)
