@@ -72,6 +72,10 @@ BROKEN = [
      "16:3: mirrors.e2w:", "give it principal:"),
     ("mirror principal not a user", SECURED.replace("principal: mirror-west", "principal: bob"),
      "16:49: mirrors.e2w.principal:", "'bob' is not a user of cluster 'east'"),
+    ("mirror principal not a user of the target", SECURED.replace(
+        "  west: {datacenter: west}", "  west: {datacenter: west, security: {local: SASL_PLAINTEXT, users: [x]}}"),
+     "16:49: mirrors.e2w.principal:", "'mirror-west' is not a user of cluster 'west', which the mirror reaches over "
+                                      "SASL_PLAINTEXT"),
     ("unknown security key", SECURED.replace("wan: SASL_SSL", "wan: SASL_SSL\n      user: [x]"),
      "8:7: clusters.east.security.user:", "unknown key 'user'"),
 ]
