@@ -74,8 +74,8 @@ from deploy.wan.process import wan_command
 from security.certs import CertsError
 from security.client import ClientSecurity
 
-__all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError", "free_port", "link_toxics",
-           "prepare_state_dir", "run_plan", "state_path"]
+__all__ = ["BROKER_LISTENER", "STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError",
+           "broker_spec", "free_port", "link_toxics", "prepare_state_dir", "run_plan", "state_path"]
 
 log = logging.getLogger(__name__)
 
@@ -293,7 +293,7 @@ def _inter_broker(cluster: ClusterPlan) -> str | None:
     return "PLAINTEXT" if security.local != "PLAINTEXT" else None
 
 
-def _broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
+def broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
                  bound: dict[str, int], zookeeper_connect: str, secrets: ClusterSecrets | None = None,
                  broker_port: int | None = None) -> ProcessSpec:
     """The broker command: LOCAL plus one WAN listener per remote datacenter, bound on `bound`'s
@@ -494,7 +494,7 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
         bound[broker_id] = {dc: free_port() for dc in cluster.remote_datacenters}
         proxies = {dc: f"127.0.0.1:{free_port()}" for dc in cluster.remote_datacenters}
         spec = await trio.to_thread.run_sync(partial(
-            _broker_spec, state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
+            broker_spec, state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
             running.zookeeper_connect, running.secrets, free_port()))
         brokers[broker_id] = BrokerState(broker_id, local, proxies, Supervised(spec, on_change=state.changed))
     # Side by side: ZooKeeper-mode brokers wait for each other (the controller, the topics).

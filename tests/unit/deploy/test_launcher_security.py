@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from deploy.launcher.from_topology import plan_from_file
-from deploy.launcher.launch import BROKER_LISTENER, _broker_spec
+from deploy.launcher.launch import BROKER_LISTENER, broker_spec
 from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
 from deploy.launcher.security import (
     ACL_AUTHORIZER,
@@ -83,7 +83,7 @@ def test_mutual_tls_on_local_reads_the_admins_certificate_and_trusts_no_anonymou
 def test_a_standalone_brokers_secrets_go_to_its_config_file_not_its_command_line(tmp_path: Path) -> None:
     cluster = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
     secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
-    spec = _broker_spec(tmp_path, cluster, 0, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3}, "", secrets)
+    spec = broker_spec(tmp_path, cluster, 0, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3}, "", secrets)
     argv = " ".join(spec.argv)
     assert "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN_WEST:SASL_SSL" in argv
     assert "inter.broker.listener.name=LOCAL" in argv
@@ -102,7 +102,7 @@ def test_a_zookeeper_cluster_with_scram_and_mutual_tls_between_brokers(tmp_path:
     cluster = ClusterPlan("east", "east", security=SCRAM, coordination="zookeeper", brokers=2,
                           remote_datacenters=("west",))
     secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
-    spec = _broker_spec(tmp_path, cluster, 2, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3},
+    spec = broker_spec(tmp_path, cluster, 2, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3},
                         "127.0.0.1:9/east", secrets, broker_port=4)
     argv = " ".join(spec.argv)
     assert (f"listener.security.protocol.map=LOCAL:SASL_PLAINTEXT,WAN_WEST:SASL_SSL,{BROKER_LISTENER}:SSL"
