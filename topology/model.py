@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from topology.errors import Problem, TopologyError, format_path
 from topology.loader import Positions, load_yaml, position_of
-from topology.schema import Cluster, Link, Mirror, TopologySpec, check_name
+from topology.schema import ADMIN_USER, Cluster, Link, Mirror, TopologySpec, check_name
 
 __all__ = ["Topology", "load_topology"]
 
@@ -107,6 +107,7 @@ def _semantic_problems(spec: TopologySpec, file: str, positions: Positions) -> l
                     f"{cluster.brokers} brokers need coordination: zookeeper; a standalone cluster is one broker "
                     "(its metadata in its own data dir)")
         _check_replication(name, cluster, problem)
+        _check_security(name, cluster, problem)
     seen_links: dict[frozenset[str], int] = {}
     for i, link in enumerate(spec.links):
         for j, dc in enumerate(link.between):
@@ -137,8 +138,71 @@ def _semantic_problems(spec: TopologySpec, file: str, positions: Positions) -> l
             problem(("mirrors", name, "target"),
                     f"no WAN link between datacenters '{a}' and '{b}'; add one under links:")
     _check_link_mirrors(spec, problem)
+    _check_mirror_principals(spec, problem)
     _check_cycles(spec, problem)
     return problems
+
+
+def _check_security(name: str, cluster: Cluster, problem: Callable[[tuple[str | int, ...], str], None]) -> None:
+    """What a cluster's `security:` cannot mean: SCRAM without ZooKeeper (SCRAM credentials live
+    in /config/users), secured brokers in a one-broker cluster, a user named twice or called
+    like the launcher's own user, an ACL naming no resource or several."""
+    security = cluster.security
+    if security is None:
+        return
+    at = ("clusters", name, "security")
+    if security.mechanism is not None and security.mechanism.startswith("SCRAM") \
+            and cluster.coordination != "zookeeper":
+        problem((*at, "mechanism"), f"{security.mechanism} keeps its credentials in ZooKeeper (/config/users): it "
+                                    "needs coordination: zookeeper; a standalone cluster uses PLAIN")
+    if security.between_brokers != "PLAINTEXT" and cluster.coordination != "zookeeper":
+        problem((*at, "between_brokers"), "a standalone cluster is one broker, with no traffic between brokers: "
+                                          "remove between_brokers, or use coordination: zookeeper")
+    seen: set[str] = set()
+    for i, user in enumerate(security.users):
+        if user == ADMIN_USER:
+            problem((*at, "users", i), f"'{ADMIN_USER}' is the launcher's own user (a super user it creates "
+                                       "topics and ACLs with): choose another name")
+        elif user in seen:
+            problem((*at, "users", i), f"user '{user}' is listed twice")
+        seen.add(user)
+    for i, acl in enumerate(security.acls or []):
+        if len(acl.resources) != 1:
+            problem((*at, "acls", i), "an ACL names exactly one resource: topic:, group:, transactional_id: "
+                                      "or cluster: true")
+        elif acl.pattern == "prefixed" and acl.cluster:
+            problem((*at, "acls", i, "pattern"), "the cluster resource has no prefixed form (pattern: literal)")
+
+
+def _mirror_listener(spec: TopologySpec, mirror: Mirror, end: str) -> str:
+    """The protocol of the listener the mirror reaches `end` (source or target) through: it runs
+    in the target's datacenter, so a source elsewhere is read over its WAN listener."""
+    cluster = spec.clusters[getattr(mirror, end)]
+    if cluster.security is None:
+        return "PLAINTEXT"
+    home = spec.clusters[mirror.target].datacenter
+    return cluster.security.wan if cluster.datacenter != home else cluster.security.local
+
+
+def _check_mirror_principals(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], str], None]) -> None:
+    """A mirror logs in as its principal wherever the listener it uses asks who it is (SASL, or
+    TLS with client certificates): the principal must be a user of that cluster."""
+    for name, mirror in spec.mirrors.items():
+        if mirror.source not in spec.clusters or mirror.target not in spec.clusters:
+            continue  # reported above
+        for end in ("source", "target"):
+            cluster_name = getattr(mirror, end)
+            security = spec.clusters[cluster_name].security
+            protocol = _mirror_listener(spec, mirror, end)
+            if security is None or protocol == "PLAINTEXT":
+                continue
+            if mirror.principal is None:
+                problem(("mirrors", name), f"the mirror reaches cluster '{cluster_name}' over {protocol}: give it "
+                                           f"principal: <a user of '{cluster_name}'> to log in as")
+            elif mirror.principal not in security.users:
+                problem(("mirrors", name, "principal"),
+                        f"'{mirror.principal}' is not a user of cluster '{cluster_name}', which the mirror "
+                        f"reaches over {protocol}: add it to clusters.{cluster_name}.security.users")
 
 
 def _check_link_mirrors(spec: TopologySpec, problem: Callable[[tuple[str | int, ...], str], None]) -> None:

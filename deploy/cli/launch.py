@@ -55,6 +55,11 @@ def _print_endpoints(state: LaunchState) -> None:
             print(f"    ZooKeeper (zookeeper.connect): {cluster.zookeeper_connect}")
         for dc, address in cluster.wan.items():
             print(f"    from datacenter {dc}, through the WAN link: {address}")
+        if cluster.secrets is not None:
+            plan = cluster.secrets.plan
+            between = f", between brokers {plan.between_brokers}" if cluster.plan.coordination == "zookeeper" else ""
+            print(f"    security: LOCAL {plan.local}, WAN {plan.wan}{between}; "
+                  f"client configs (0600): {cluster.secrets.directory}/<user>[.wan].properties")
     for name, mirror in state.mirrors.items():
         remote = "<topic>" if mirror.plan.keeps_names else f"{mirror.plan.source}.<topic>"
         kind = ", read-only mirror topics" if mirror.plan.mode == "link" else ""

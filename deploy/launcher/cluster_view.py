@@ -23,6 +23,7 @@ from broker.client.cluster import ClusterMetadata, open_client
 from broker.tasks import gather
 from deploy.launcher.plan import TopicPlan
 from deploy.supervisor import StartFailed
+from security.client import ClientSecurity
 
 __all__ = ["ClusterView", "PartitionProblem", "create_topics", "read_view", "read_views", "view_of",
            "wait_for_controller"]
@@ -81,43 +82,46 @@ def view_of(metadata: ClusterMetadata) -> ClusterView:
     return ClusterView(metadata.controller_id, tuple(sorted(metadata.brokers)), count, under, offline)
 
 
-async def read_view(bootstrap: str, *, timeout_s: float = 5.0) -> ClusterView:
-    """Metadata for every topic from any broker of `bootstrap`. Raises ClientError (no broker
-    answered in `timeout_s`)."""
+async def read_view(bootstrap: str, *, timeout_s: float = 5.0, security: ClientSecurity | None = None) -> ClusterView:
+    """Metadata for every topic from any broker of `bootstrap`, logged in with `security` when
+    the cluster's LOCAL listener asks for it. Raises ClientError (no broker answered in
+    `timeout_s`)."""
     with trio.fail_after(timeout_s + 1):  # the client's own deadline comes first
         async with open_client(bootstrap, client_id="causeway-status", request_timeout_s=timeout_s,
-                               connect_timeout_s=min(2.0, timeout_s)) as client:
+                               connect_timeout_s=min(2.0, timeout_s), security=security) as client:
             return view_of(await client.refresh_metadata())
 
 
-async def _view_or_reason(address: str, timeout_s: float) -> ClusterView | str:
+async def _view_or_reason(address: str, timeout_s: float, security: ClientSecurity | None) -> ClusterView | str:
     with trio.move_on_after(timeout_s):  # the client's requests end by this deadline too
         try:
-            return await read_view(address, timeout_s=timeout_s)
+            return await read_view(address, timeout_s=timeout_s, security=security)
         except (ClientError, KafkaError, OSError, ValueError, trio.TooSlowError) as exc:
             return f"no answer to Metadata from {address}: {exc or type(exc).__name__}"
     return f"no answer to Metadata from {address} within {timeout_s:g} s"
 
 
-async def read_views(addresses: Sequence[str], *, timeout_s: float = 3.0) -> list[ClusterView | str]:
+async def read_views(addresses: Sequence[str], *, timeout_s: float = 3.0,
+                     security: ClientSecurity | None = None) -> list[ClusterView | str]:
     """Each broker's own view (`causeway status`), asked of all at once, each for at most
     `timeout_s`, in `addresses`' order; a string says why a broker gave none. Each broker
     separately, not any one of them: a broker that just restarted answers before it has
     rejoined, and the others may still list its previous run until ZooKeeper expires that
     run's session."""
-    calls = [partial(_view_or_reason, address, timeout_s) for address in addresses]
+    calls = [partial(_view_or_reason, address, timeout_s, security) for address in addresses]
     return await gather(calls, collect=())
 
 
 async def wait_for_controller(bootstrap: str, broker_ids: set[int], *, what: str, log_path: Path,
-                              timeout_s: float = CONTROLLER_TIMEOUT_S) -> ClusterView:
+                              timeout_s: float = CONTROLLER_TIMEOUT_S,
+                              security: ClientSecurity | None = None) -> ClusterView:
     """Poll Metadata until the cluster has a controller and lists every broker of `broker_ids`.
     Raises StartFailed naming what is missing after `timeout_s`."""
     last: ClusterView | str = "no answer yet"
     with trio.move_on_after(timeout_s):
         while True:
             try:
-                last = await read_view(bootstrap, timeout_s=min(5.0, timeout_s))
+                last = await read_view(bootstrap, timeout_s=min(5.0, timeout_s), security=security)
             except (ClientError, KafkaError, trio.TooSlowError) as exc:
                 last = f"Metadata failed: {exc}"
             if isinstance(last, ClusterView) and last.controller_id >= 0 and broker_ids <= set(last.brokers):
@@ -134,7 +138,7 @@ async def wait_for_controller(bootstrap: str, broker_ids: set[int], *, what: str
 
 
 async def create_topics(bootstrap: str, topics: Mapping[str, TopicPlan], *, what: str, log_path: Path,
-                        timeout_s: float = TOPICS_TIMEOUT_S) -> None:
+                        timeout_s: float = TOPICS_TIMEOUT_S, security: ClientSecurity | None = None) -> None:
     """Create the plan's topics that are missing (a restarted topology finds them in its data).
     Raises StartFailed with the broker's answer (an invalid config, say)."""
     if not topics:
@@ -144,7 +148,8 @@ async def create_topics(bootstrap: str, topics: Mapping[str, TopicPlan], *, what
               for name, t in topics.items()}
     try:
         with trio.fail_after(timeout_s):
-            async with open_client(bootstrap, client_id="causeway-up", request_timeout_s=timeout_s) as client:
+            async with open_client(bootstrap, client_id="causeway-up", request_timeout_s=timeout_s,
+                                   security=security) as client:
                 await admin_create_topics(client, wanted, exist_ok=True)
     except (ClientError, KafkaError, trio.TooSlowError) as exc:
         raise StartFailed(what, f"cannot create its topics {', '.join(topics)}: {exc or 'timed out'}",

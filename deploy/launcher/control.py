@@ -27,11 +27,13 @@ import trio
 
 from broker.address import parse_host_port
 from broker.clock import now_ms
+from broker.config import ConfigError
 from broker.protocol.api import ApiKey
 from broker.protocol.headers import RequestHeader, encode_request_header
 from broker.small_file import UnusableFile, read_small_file
 from deploy.launcher.cluster_view import ClusterView, read_views
 from deploy.launcher.launch import STATE_FILE, StateDirError, state_path
+from deploy.launcher.security import read_client_security
 from deploy.launcher.state_file import (
     MAX_STATE_BYTES,
     ClusterRecord,
@@ -47,6 +49,7 @@ from deploy.process_identity import Identity, carries_mark, find_marked, identit
 from deploy.wan.client import WanApiError, WanClient
 from deploy.zookeeper.four_letter import srvr
 from mirror.status import MirrorStatus, PartitionStatus, StatusFileError, read_status
+from security.client import ClientSecurity
 
 __all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
            "status", "stop", "stop_report"]
@@ -289,12 +292,26 @@ async def _in_thread(call: Callable[[], T]) -> T | None:
     return None
 
 
+def _admin_security(cluster: ClusterRecord) -> ClientSecurity | None:
+    """The login the launcher recorded for the cluster's LOCAL listener (a properties file it
+    wrote, 0600; the state file names it, never a password), or None: plaintext."""
+    if cluster.command_config is None:
+        return None
+    return read_client_security(Path(cluster.command_config))
+
+
 async def ask_all(state: LaunchStateFile) -> ProbeAnswers:
     """Ask every broker, ZooKeeper node and the WAN API at once, each bounded."""
     answers = ProbeAnswers()
 
     async def views(name: str, cluster: ClusterRecord) -> None:
-        answers.views[name] = await read_views(broker_addresses(cluster), timeout_s=PROBE_TIMEOUT_S)
+        try:
+            security = await trio.to_thread.run_sync(_admin_security, cluster)  # file reads
+        except (OSError, ConfigError) as exc:
+            answers.views[name] = [f"cannot log in: {exc}"] * len(cluster.brokers)
+            return
+        answers.views[name] = await read_views(broker_addresses(cluster), timeout_s=PROBE_TIMEOUT_S,
+                                               security=security)
 
     async def mode(name: str, address: str) -> None:
         try:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, TopicPlan
+from deploy.launcher.plan import AclPlan, ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, SecurityPlan, TopicPlan
 from topology import load_topology
-from topology.schema import Mirror
+from topology.schema import Cluster, Mirror
 
 __all__ = ["plan_from_file"]
 
@@ -25,12 +25,14 @@ def plan_from_file(path: Path) -> LaunchPlan:
             port=cluster.port,
             coordination=cluster.coordination,
             brokers=cluster.brokers,
+            security=security_plan(cluster),
         )
         for name, cluster in topology.clusters.items()
     )
     links = tuple(LinkPlan(link.between[0], link.between[1], link.latency, link.jitter, link.bandwidth)
                   for link in topology.links)
-    mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m)) for name, m in topology.mirrors.items())
+    mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m), m.principal)
+                    for name, m in topology.mirrors.items())
     return LaunchPlan(topology.name, clusters, links, mirrors)
 
 
@@ -43,3 +45,16 @@ def mirror_settings(mirror: Mirror) -> dict[str, object]:
     if mirror.mode == "mm2":
         settings["naming"] = mirror.naming
     return settings
+
+
+def security_plan(cluster: Cluster) -> SecurityPlan | None:
+    """The cluster's `security:` as plain data: one AclPlan per operation of each ACL."""
+    security = cluster.security
+    if security is None:
+        return None
+    acls = None
+    if security.acls is not None:
+        acls = tuple(AclPlan(acl.principal, operation, kind, name, acl.pattern, acl.permission, acl.host)
+                     for acl in security.acls for kind, name in acl.resources for operation in acl.operations)
+    return SecurityPlan(security.local, security.wan, security.between_brokers,
+                        security.sasl_mechanism(cluster.coordination), tuple(security.users), acls)

@@ -38,11 +38,24 @@ import trio
 
 from broker.atomic_file import write_atomically
 from broker.client import ClientError, KafkaError
+from broker.client.cluster import open_client
+from broker.config import ConfigError
 from broker.tasks import gather
 from deploy.broker_process import READY as BROKER_READY
 from deploy.broker_process import broker_command
-from deploy.launcher.cluster_view import create_topics, read_view, wait_for_controller
-from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
+from deploy.launcher.cluster_view import TOPICS_TIMEOUT_S, create_topics, read_view, wait_for_controller
+from deploy.launcher.plan import AclPlan, ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
+from deploy.launcher.security import (
+    ADMIN_USER,
+    ClusterSecrets,
+    CredentialsError,
+    admin_security,
+    create_acls,
+    mirror_acls,
+    prepare_cluster,
+    write_broker_config,
+    write_scram_credentials,
+)
 from deploy.launcher.state_file import (
     STATE_FORMAT,
     BrokerRecord,
@@ -58,9 +71,11 @@ from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, superv
 from deploy.wan.client import WanApiError, WanClient
 from deploy.wan.process import READY as WAN_READY
 from deploy.wan.process import wan_command
+from security.certs import CertsError
+from security.client import ClientSecurity
 
-__all__ = ["STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError", "free_port", "link_toxics",
-           "prepare_state_dir", "run_plan", "state_path"]
+__all__ = ["BROKER_LISTENER", "STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError",
+           "broker_spec", "free_port", "link_toxics", "prepare_state_dir", "run_plan", "state_path"]
 
 log = logging.getLogger(__name__)
 
@@ -124,6 +139,15 @@ class ClusterState:
     brokers: dict[int, BrokerState]  # by broker id, in id order
     zookeeper: Supervised | None = None  # coordination: zookeeper
     zookeeper_connect: str = ""  # zookeeper.connect, with the cluster's chroot
+    secrets: ClusterSecrets | None = None  # a cluster with `security:`
+    security: ClientSecurity | None = None  # how the launcher's own clients log in (LOCAL listener)
+
+    @property
+    def admin_config(self) -> str | None:
+        """The admin user's client properties file, when the LOCAL listener needs a login."""
+        if self.secrets is None or self.security is None:
+            return None
+        return str(self.secrets.client_config(ADMIN_USER))
 
     @property
     def bootstrap(self) -> str:
@@ -185,6 +209,7 @@ class LaunchState:
             clusters={
                 name: ClusterRecord(
                     datacenter=c.plan.datacenter, bootstrap=c.bootstrap, wan=dict(c.wan),
+                    command_config=c.admin_config,
                     brokers=[BrokerRecord(id=b.broker_id, log=str(b.process.spec.log_path), address=b.local,
                                           **_process(b.process).model_dump()) for b in c.brokers.values()],
                     zookeeper=ZooKeeperRecord(connect=c.zookeeper_connect, log=str(c.zookeeper.spec.log_path),
@@ -252,25 +277,46 @@ def link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
     return toxics
 
 
-def _broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
-                 bound: dict[str, int], zookeeper_connect: str) -> ProcessSpec:
+#: The listener brokers reach each other through when it is not LOCAL (see _inter_broker).
+BROKER_LISTENER = "BROKER"
+
+
+def _inter_broker(cluster: ClusterPlan) -> str | None:
+    """The protocol of a BROKER listener of its own, or None: the brokers use LOCAL. A ZooKeeper
+    cluster whose LOCAL listener asks clients to log in gets one (brokers do not log in with
+    SASL), and so does `between_brokers: SSL` (mutual TLS, each broker its own principal)."""
+    security = cluster.security
+    if security is None or cluster.coordination != "zookeeper":
+        return None
+    if security.between_brokers == "SSL":
+        return "SSL"
+    return "PLAINTEXT" if security.local != "PLAINTEXT" else None
+
+
+def broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
+                 bound: dict[str, int], zookeeper_connect: str, secrets: ClusterSecrets | None = None,
+                 broker_port: int | None = None) -> ProcessSpec:
     """The broker command: LOCAL plus one WAN listener per remote datacenter, bound on `bound`'s
     port and advertised as this broker's proxy on the link (`proxies`); in a ZooKeeper cluster
-    with its broker.id and zookeeper.connect."""
-    listeners = [f"LOCAL://{local}"]
-    advertised = [f"LOCAL://{local}"]
-    protocols = ["LOCAL:PLAINTEXT"]
+    with its broker.id and zookeeper.connect. A secured cluster's brokers speak its protocols
+    (and a BROKER listener on `broker_port` when _inter_broker says so); their secrets are in a
+    0600 file passed with --config (written here: blocking)."""
+    security = cluster.security
+    local_protocol, wan_protocol = (security.local, security.wan) if security else ("PLAINTEXT", "PLAINTEXT")
+    endpoints = [("LOCAL", local, local, local_protocol)]
     for dc, proxy in proxies.items():
-        name = listener_name(dc)
-        listeners.append(f"{name}://127.0.0.1:{bound[dc]}")
-        advertised.append(f"{name}://{proxy}")
-        protocols.append(f"{name}:PLAINTEXT")
+        endpoints.append((listener_name(dc), f"127.0.0.1:{bound[dc]}", proxy, wan_protocol))
+    inter_broker = _inter_broker(cluster)
+    if inter_broker is not None:
+        assert broker_port is not None
+        address = f"127.0.0.1:{broker_port}"
+        endpoints.append((BROKER_LISTENER, address, address, inter_broker))
     overrides = {
         **cluster.broker_configs,
-        "listeners": ",".join(listeners),
-        "advertised.listeners": ",".join(advertised),
-        "listener.security.protocol.map": ",".join(protocols),
-        "inter.broker.listener.name": "LOCAL",
+        "listeners": ",".join(f"{name}://{bind}" for name, bind, _, _ in endpoints),
+        "advertised.listeners": ",".join(f"{name}://{advertised}" for name, _, advertised, _ in endpoints),
+        "listener.security.protocol.map": ",".join(f"{name}:{protocol}" for name, _, _, protocol in endpoints),
+        "inter.broker.listener.name": BROKER_LISTENER if inter_broker is not None else "LOCAL",
     }
     if zookeeper_connect:
         overrides.update({"zookeeper.connect": zookeeper_connect, "broker.id": str(broker_id)})
@@ -280,6 +326,9 @@ def _broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: s
         data_dir, name = state_path(state_dir, "data", cluster.name), f"broker {cluster.name}"
     log_path = state_path(state_dir, "logs", f"{cluster.name}-broker-{broker_id}.log")
     argv = broker_command(data_dir, overrides=[f"{key}={value}" for key, value in overrides.items()])
+    if secrets is not None:
+        listeners = {name: protocol for name, _, _, protocol in endpoints}
+        argv += ["--config", str(write_broker_config(secrets, broker_id, listeners))]
     return _spec(state_dir, name, argv, log_path, BROKER_READY)
 
 
@@ -291,17 +340,32 @@ async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
     config_file = state_path(state.state_dir, "mirrors", f"{mirror.name}.yaml")
     config_file.parent.mkdir(parents=True, exist_ok=True)
     config = {"name": mirror.name,
-              "source": {"alias": mirror.source, "bootstrap": source_bootstrap},
-              "target": {"alias": mirror.target, "bootstrap": target.bootstrap},
+              "source": {"alias": mirror.source, "bootstrap": source_bootstrap,
+                         **_mirror_login(mirror, source, wan=source_bootstrap != source.bootstrap)},
+              "target": {"alias": mirror.target, "bootstrap": target.bootstrap,
+                         **_mirror_login(mirror, target, wan=False)},
               **mirror.settings}
     text = json.dumps(config, indent=2) + "\n"  # JSON is YAML
-    await trio.to_thread.run_sync(write_atomically, config_file, text)
+    # 0600: a secured cluster's login (its password) is in the file.
+    await trio.to_thread.run_sync(partial(write_atomically, config_file, text, mode=0o600))
     status_file = state_path(state.state_dir, "mirrors", f"{mirror.name}.status.json")
     argv = _cli("mirror", "--config", str(config_file), "--status-file", str(status_file))
     log_path = state_path(state.state_dir, "logs", f"mirror-{mirror.name}.log")
     process = Supervised(_spec(state.state_dir, f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
                          on_change=state.changed)
     return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process)
+
+
+def _mirror_login(mirror: MirrorPlan, cluster: ClusterState, *, wan: bool) -> dict[str, object]:
+    """The mirror's client `properties` for `cluster` (MM2's source.cluster.* / target.cluster.*):
+    its principal's login on the listener it uses; nothing for a PLAINTEXT one."""
+    secrets = cluster.secrets
+    if secrets is None or mirror.principal is None:
+        return {}
+    protocol = secrets.plan.wan if wan else secrets.plan.local
+    if protocol == "PLAINTEXT":
+        return {}
+    return {"properties": secrets.client_properties(mirror.principal, protocol)}
 
 
 async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None = None,
@@ -363,7 +427,7 @@ async def _stop_in_order(cluster: ClusterState) -> None:
         return
     controller = -1  # unknown: all side by side, as without an order
     try:
-        controller = (await read_view(cluster.bootstrap, timeout_s=2.0)).controller_id
+        controller = (await read_view(cluster.bootstrap, timeout_s=2.0, security=cluster.security)).controller_id
     except (ClientError, KafkaError, OSError, trio.TooSlowError) as exc:
         log.info("cluster %s: controller unknown (%s); stopping its brokers side by side", cluster.plan.name, exc)
     await gather([partial(hold, p) for i, p in brokers.items() if i != controller], collect=(RuntimeError,))
@@ -416,16 +480,22 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
     """A cluster's ZooKeeper (coordination: zookeeper), its brokers side by side, their WAN
     links, then its topics once it has a controller."""
     running = state.clusters[cluster.name] = ClusterState(cluster, {})
+    if cluster.security is not None:
+        await _prepare_security(state, running)
     if cluster.coordination == "zookeeper":
         await _start_zookeeper(state, running, last)
+        if running.secrets is not None and running.secrets.plan.uses_sasl and \
+                running.secrets.plan.mechanism.startswith("SCRAM"):
+            await _write_scram(running)
     bound: dict[int, dict[str, int]] = {}  # broker id -> remote datacenter -> its WAN listener's port
     brokers = running.brokers
     for i, broker_id in enumerate(cluster.broker_ids):
         local = f"127.0.0.1:{(cluster.port if i == 0 else None) or free_port()}"
         bound[broker_id] = {dc: free_port() for dc in cluster.remote_datacenters}
         proxies = {dc: f"127.0.0.1:{free_port()}" for dc in cluster.remote_datacenters}
-        spec = _broker_spec(state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
-                            running.zookeeper_connect)
+        spec = await trio.to_thread.run_sync(partial(
+            broker_spec, state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
+            running.zookeeper_connect, running.secrets, free_port()))
         brokers[broker_id] = BrokerState(broker_id, local, proxies, Supervised(spec, on_change=state.changed))
     # Side by side: ZooKeeper-mode brokers wait for each other (the controller, the topics).
     start = last if cluster.coordination == "zookeeper" else partial(nursery.start, supervise)
@@ -441,10 +511,50 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
             await _make_link(state.wan_api, body, toxics)
             state.links[name] = (body, toxics)
     first_log = next(iter(brokers.values())).process.spec.log_path
+    what = f"cluster {cluster.name}"
     if cluster.coordination == "zookeeper":
-        await wait_for_controller(running.bootstrap, set(brokers), what=f"cluster {cluster.name}", log_path=first_log)
-    await create_topics(running.bootstrap, cluster.topic_plans(), what=f"cluster {cluster.name}", log_path=first_log)
+        await wait_for_controller(running.bootstrap, set(brokers), what=what, log_path=first_log,
+                                  security=running.security)
+    await create_topics(running.bootstrap, cluster.topic_plans(), what=what, log_path=first_log,
+                        security=running.security)
+    if cluster.security is not None and cluster.security.acls is not None:
+        await _create_acls(running, [*cluster.security.acls, *mirror_acls(cluster, state.plan.mirrors)], first_log)
     log.info("cluster %s up at %s", cluster.name, running.bootstrap)
+
+
+async def _prepare_security(state: LaunchState, cluster: ClusterState) -> None:
+    """The cluster's certificates, passwords and client files (deploy/launcher/security.py), and
+    the launcher's own login. Raises StateDirError: a file there cannot be made or used."""
+    directory = state_path(state.state_dir, "security", cluster.plan.name)
+    try:
+        cluster.secrets = await trio.to_thread.run_sync(prepare_cluster, directory, cluster.plan)
+        cluster.security = await trio.to_thread.run_sync(admin_security, cluster.secrets)
+    except (OSError, ValueError, CertsError, ConfigError) as exc:
+        raise StateDirError(f"cannot prepare the security files of cluster {cluster.plan.name} in {directory}: "
+                            f"{exc}") from None
+
+
+async def _write_scram(cluster: ClusterState) -> None:
+    """The users' SCRAM credentials into the cluster's ZooKeeper, before its brokers start.
+    Raises StartFailed with ZooKeeper's reason."""
+    assert cluster.secrets is not None and cluster.zookeeper is not None
+    try:
+        await trio.to_thread.run_sync(write_scram_credentials, cluster.zookeeper_connect, cluster.secrets)
+    except CredentialsError as exc:
+        raise StartFailed(f"zookeeper {cluster.plan.name}", str(exc), cluster.zookeeper.spec.log_path) from exc
+
+
+async def _create_acls(cluster: ClusterState, acls: list[AclPlan], log_path: Path) -> None:
+    """The topology's ACLs and the mirrors' grants, as the launcher's admin user. Raises
+    StartFailed with the broker's refusal."""
+    what = f"cluster {cluster.plan.name}"
+    try:
+        with trio.fail_after(TOPICS_TIMEOUT_S):
+            async with open_client(cluster.bootstrap, client_id="causeway-up", security=cluster.security,
+                                   request_timeout_s=TOPICS_TIMEOUT_S) as client:
+                await create_acls(client, acls)
+    except (ClientError, KafkaError, trio.TooSlowError) as exc:
+        raise StartFailed(what, f"cannot create its ACLs: {exc or 'timed out'}", log_path) from exc
 
 
 async def _start_zookeeper(state: LaunchState, cluster: ClusterState, last: StartLast) -> None:

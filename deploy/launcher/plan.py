@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 from topology.schema import check_name
 
-__all__ = ["ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "TopicPlan", "listener_name"]
+__all__ = ["AclPlan", "ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "SecurityPlan", "TopicPlan",
+           "listener_name"]
 
 
 def listener_name(datacenter: str) -> str:
@@ -55,6 +56,50 @@ class TopicPlan:
 
 
 @dataclass(frozen=True)
+class AclPlan:
+    """One ACL binding, in Kafka's names: `kafka-acls --add --allow-principal User:alice
+    --operation Read --topic orders` is AclPlan("User:alice", "Read", "Topic", "orders")."""
+
+    principal: str
+    operation: str  # Read, Write, Describe, ... (security.acl.Operation's titles)
+    resource_type: str  # Topic, Group, Cluster, TransactionalId
+    resource_name: str  # "*" is every resource of the type; the cluster is "kafka-cluster"
+    pattern: str = "literal"  # or "prefixed"
+    permission: str = "allow"  # or "deny"
+    host: str = "*"
+
+
+@dataclass(frozen=True)
+class SecurityPlan:
+    """A cluster's security: its listeners' protocols (Kafka's listener.security.protocol.map
+    values), the SASL mechanism, its users (passwords generated at `up`) and ACLs (None: no
+    authorizer; a tuple, even empty: Kafka's AclAuthorizer with these bindings)."""
+
+    local: str = "PLAINTEXT"
+    wan: str = "PLAINTEXT"
+    between_brokers: str = "PLAINTEXT"  # or "SSL": mutual TLS on a BROKER listener of its own
+    mechanism: str = "PLAIN"
+    users: tuple[str, ...] = ()
+    acls: tuple[AclPlan, ...] | None = None
+
+    def __post_init__(self) -> None:
+        for user in self.users:
+            _check_names("security", user=user)
+
+    @property
+    def protocols(self) -> tuple[str, ...]:
+        return self.local, self.wan, self.between_brokers
+
+    @property
+    def uses_tls(self) -> bool:
+        return any(p in ("SSL", "SASL_SSL") for p in self.protocols)
+
+    @property
+    def uses_sasl(self) -> bool:
+        return any(p.startswith("SASL_") for p in self.protocols)
+
+
+@dataclass(frozen=True)
 class ClusterPlan:
     name: str
     datacenter: str
@@ -65,6 +110,7 @@ class ClusterPlan:
     remote_datacenters: tuple[str, ...] = ()
     coordination: str = "standalone"  # or "zookeeper": the cluster gets its own ZooKeeper
     brokers: int = 1  # more than one needs coordination "zookeeper"
+    security: SecurityPlan | None = None  # None: every listener PLAINTEXT, no authorizer
 
     def __post_init__(self) -> None:
         _check_names(f"cluster {self.name!r}", name=self.name, datacenter=self.datacenter)
@@ -94,9 +140,12 @@ class MirrorPlan:
     source: str  # cluster names
     target: str
     settings: dict[str, object] = field(default_factory=dict)
+    principal: str | None = None  # the user it logs in as on secured clusters
 
     def __post_init__(self) -> None:
         _check_names(f"mirror {self.name!r}", name=self.name, source=self.source, target=self.target)
+        if self.principal is not None:
+            _check_names(f"mirror {self.name!r}", principal=self.principal)
 
     @property
     def mode(self) -> str:

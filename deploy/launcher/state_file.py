@@ -72,6 +72,9 @@ class ClusterRecord(_Record):
     wan: dict[str, str] = Field(default_factory=dict)  # remote datacenter -> proxy address
     brokers: list[BrokerRecord]
     zookeeper: ZooKeeperRecord | None = None  # coordination: zookeeper only
+    # The launcher's admin client properties (a 0600 file; the password never in this file),
+    # when the cluster's LOCAL listener needs a login: how `status` asks the brokers.
+    command_config: str | None = None
 
 
 class MirrorRecord(ProcessRecord):

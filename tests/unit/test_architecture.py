@@ -154,8 +154,9 @@ ALLOWED: dict[str, set[str]] = {
     "deploy.zookeeper": _BROKER_BASE | {"deploy"},
     "deploy.wan": _BROKER_BASE | {"deploy"},
     "deploy.fuzz": _BROKER_ALL | {"deploy"},
+    # The launcher makes a secured cluster's certificates, SCRAM credentials and ACLs.
     "deploy.launcher": _BROKER_BASE
-    | {"broker.client", "topology", "mirror", "deploy", "deploy.wan", "deploy.zookeeper"},
+    | {"broker.client", "topology", "mirror", "security", "deploy", "deploy.wan", "deploy.zookeeper"},
     "deploy.chaos": _BROKER_BASE
     | {"broker.client", "mirror", "deploy", "deploy.wan", "deploy.zookeeper", "deploy.launcher"},
     "deploy.cli": _BROKER_ALL

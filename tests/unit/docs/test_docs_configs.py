@@ -87,6 +87,7 @@ def test_every_mirror_key_is_in_the_reference() -> None:
 def test_every_topology_key_is_in_the_reference() -> None:
     page = (REFERENCE / "topology.md").read_text()
     documented = set(re.findall(r"^\| `([^`]+)` \|", page, re.M))
-    models = (schema.TopologySpec, schema.Datacenter, schema.Cluster, schema.TopicSpec, schema.Link, schema.Mirror)
+    models = (schema.TopologySpec, schema.Datacenter, schema.Cluster, schema.TopicSpec, schema.Link, schema.Mirror,
+              schema.ClusterSecurity, schema.Acl)
     accepted = {field.alias or name for model in models for name, field in model.model_fields.items()}
     assert accepted <= documented, f"topology keys missing from topology.md: {sorted(accepted - documented)}"

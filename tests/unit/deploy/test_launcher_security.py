@@ -1,0 +1,143 @@
+"""What `causeway up` writes for a secured cluster (deploy/launcher/security.py), without
+starting anything: the files and their modes, the passwords kept across runs, the brokers'
+secret configs and command lines, the client files as Causeway's client reads them, the ACLs."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from deploy.launcher.from_topology import plan_from_file
+from deploy.launcher.launch import BROKER_LISTENER, broker_spec
+from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
+from deploy.launcher.security import (
+    ACL_AUTHORIZER,
+    SOURCE_GRANTS,
+    TARGET_GRANTS,
+    admin_security,
+    mirror_acls,
+    prepare_cluster,
+    read_client_security,
+)
+from tests.unit.topology.test_topology_security import SECURED
+
+PLAIN = SecurityPlan(wan="SASL_SSL", users=("alice", "mirror-west"), acls=())
+SCRAM = SecurityPlan(local="SASL_PLAINTEXT", wan="SASL_SSL", between_brokers="SSL", mechanism="SCRAM-SHA-512",
+                     users=("alice",))
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_files_are_private_and_passwords_survive_a_restart(tmp_path: Path) -> None:
+    cluster = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
+    assert set(secrets.passwords) == {"admin", "alice", "mirror-west"}
+    assert len(set(secrets.passwords.values())) == 3
+    for name in ("passwords.json", "admin.properties", "alice.properties", "alice.wan.properties"):
+        assert _mode(secrets.directory / name) == 0o600, name
+    assert _mode(secrets.directory) == 0o700 and _mode(tmp_path / "security") == 0o700
+    assert (secrets.certs / "broker-0.crt").exists() and (secrets.certs / "alice.pem").exists()
+    # The same state dir again, one user more: the passwords already given are kept.
+    more = ClusterPlan("east", "east", security=SecurityPlan(wan="SASL_SSL", users=("alice", "mirror-west", "bob")))
+    again = prepare_cluster(tmp_path / "security" / "east", more)
+    assert {u: again.passwords[u] for u in secrets.passwords} == dict(secrets.passwords)
+    assert "bob" in again.passwords
+
+
+def test_a_damaged_passwords_file_is_named_not_replaced(tmp_path: Path) -> None:
+    cluster = ClusterPlan("east", "east", security=PLAIN)
+    prepare_cluster(tmp_path / "security" / "east", cluster)
+    (tmp_path / "security" / "east" / "passwords.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="passwords.json is not the launcher's passwords file"):
+        prepare_cluster(tmp_path / "security" / "east", cluster)
+
+
+def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
+    secrets = prepare_cluster(tmp_path / "security" / "east", ClusterPlan("east", "east", security=PLAIN))
+    local = read_client_security(secrets.client_config("alice"))
+    assert local.protocol == "PLAINTEXT" and local.sasl is None
+    wan = read_client_security(secrets.client_config("alice", wan=True))
+    assert wan.protocol == "SASL_SSL" and wan.ssl_context is not None
+    assert wan.sasl is not None and (wan.sasl.mechanism, wan.sasl.username) == ("PLAIN", "alice")
+    assert wan.sasl.password == secrets.passwords["alice"]
+    mutual = secrets.client_properties("alice", "SSL")
+    assert mutual["ssl.keystore.location"].endswith("alice.pem")
+
+
+def test_mutual_tls_on_local_reads_the_admins_certificate_and_trusts_no_anonymous(tmp_path: Path) -> None:
+    cluster = ClusterPlan("east", "east", security=SecurityPlan(local="SSL", users=("alice",), acls=()))
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
+    security = admin_security(secrets)
+    assert security is not None and security.protocol == "SSL" and security.sasl is None
+    assert security.ssl_context is not None
+    # No PLAINTEXT listener and no brokers reaching each other: nobody anonymous is trusted.
+    assert secrets.super_users() == ["User:admin"]
+    west = ClusterPlan("west", "west", security=PLAIN)
+    assert admin_security(prepare_cluster(tmp_path / "security" / "west", west)) is None
+
+
+def test_a_standalone_brokers_secrets_go_to_its_config_file_not_its_command_line(tmp_path: Path) -> None:
+    cluster = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
+    spec = broker_spec(tmp_path, cluster, 0, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3}, "", secrets)
+    argv = " ".join(spec.argv)
+    assert "listener.security.protocol.map=LOCAL:PLAINTEXT,WAN_WEST:SASL_SSL" in argv
+    assert "inter.broker.listener.name=LOCAL" in argv
+    assert not any(p in argv for p in secrets.passwords.values())
+    config = Path(spec.argv[spec.argv.index("--config") + 1])
+    assert _mode(config) == 0o600
+    text = config.read_text()
+    assert f'user_alice="{secrets.passwords["alice"]}"' in text
+    assert "listener.name.wan_west.plain.sasl.jaas.config=" in text and "sasl.enabled.mechanisms=PLAIN" in text
+    assert f"authorizer.class.name={ACL_AUTHORIZER}" in text
+    # LOCAL is PLAINTEXT: its clients are all User:ANONYMOUS, trusted (see super_users).
+    assert "super.users=User:admin;User:ANONYMOUS" in text
+
+
+def test_a_zookeeper_cluster_with_scram_and_mutual_tls_between_brokers(tmp_path: Path) -> None:
+    cluster = ClusterPlan("east", "east", security=SCRAM, coordination="zookeeper", brokers=2,
+                          remote_datacenters=("west",))
+    secrets = prepare_cluster(tmp_path / "security" / "east", cluster)
+    spec = broker_spec(tmp_path, cluster, 2, "127.0.0.1:1", {"west": "127.0.0.1:2"}, {"west": 3},
+                        "127.0.0.1:9/east", secrets, broker_port=4)
+    argv = " ".join(spec.argv)
+    assert (f"listener.security.protocol.map=LOCAL:SASL_PLAINTEXT,WAN_WEST:SASL_SSL,{BROKER_LISTENER}:SSL"
+            in argv)
+    assert f"inter.broker.listener.name={BROKER_LISTENER}" in argv
+    text = Path(spec.argv[spec.argv.index("--config") + 1]).read_text()
+    # SCRAM: the credentials are in ZooKeeper; no password in the broker's file.
+    assert not any(p in text for p in secrets.passwords.values())
+    assert "listener.name.local.scram-sha-512.sasl.jaas.config=" in text
+    assert "listener.name.broker.ssl.client.auth=required" in text
+    assert "broker-2.pem" in text and "ssl.principal.mapping.rules=RULE:^CN=([^,]+)$/$1/,DEFAULT" in text
+    assert "authorizer.class.name" not in text  # no acls: no authorizer
+    assert secrets.super_users() == ["User:admin", "User:broker-1", "User:broker-2"]
+
+
+def test_the_plan_carries_one_acl_per_operation(tmp_path: Path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(SECURED)
+    plan = plan_from_file(path)
+    security = plan.cluster("east").security
+    assert security is not None and security.mechanism == "PLAIN" and security.users == ("mirror-west", "alice")
+    assert security.acls == (AclPlan("User:alice", "Read", "Topic", "orders", "prefixed"),
+                             AclPlan("User:alice", "Describe", "Topic", "orders", "prefixed"),
+                             AclPlan("User:alice", "Read", "Group", "app"))
+    assert plan.cluster("west").security is None
+    assert plan.mirrors[0].principal == "mirror-west"
+
+
+def test_mirrors_are_granted_what_they_need_where_acls_are_on() -> None:
+    east = ClusterPlan("east", "east", security=PLAIN)
+    west = ClusterPlan("west", "west", security=SecurityPlan(users=("mirror-west",), acls=()))
+    mirror = MirrorPlan("e2w", "east", "west", principal="mirror-west")
+    source = {(a.resource_type, a.operation) for a in mirror_acls(east, [mirror])}
+    assert source == {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
+    target = {(a.resource_type, a.operation) for a in mirror_acls(west, [mirror])}
+    assert target == {(kind, op) for kind, _, ops in TARGET_GRANTS for op in ops}
+    assert all(a.principal == "User:mirror-west" for a in mirror_acls(east, [mirror]))
+    assert mirror_acls(ClusterPlan("east", "east", security=SCRAM), [mirror]) == []  # no acls: nothing to grant
