@@ -111,7 +111,8 @@ async def test_the_store_skips_what_it_cannot_read_and_a_damaged_pattern_denies_
             assert not authorizer.authorize("User:bob", "h", Operation.DESCRIBE, ResourceType.TOPIC, "broken")
             async with trio.open_nursery() as nursery:
                 await nursery.start(store.follow)
-                for garbage in (b"", b"no colon", b"\xff\xfe", b"ANY:x", b"TOPIC:", b"Martian:x", b"TOPIC:a/b", b"TOPIC:.."):
+                for garbage in (b"", b"no colon", b"\xff\xfe", b"ANY:x", b"TOPIC:", b"Martian:x", b"TOPIC:a/b",
+                                b"TOPIC:.."):
                     other.create("/kafka-acl-changes/acl_changes_", garbage, sequence=True)
                 for garbage in (b"[]", b'{"version":2,"resourceType":"TOPIC","name":"a","patternType":"PREFIXED"}',
                                 b'{"version":1,"resourceType":"TOPIC","name":"a","patternType":"MATCH"}', b"{"):

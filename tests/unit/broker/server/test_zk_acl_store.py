@@ -28,7 +28,8 @@ def test_older_kafkas_literal_spelling_is_read() -> None:
 
 @pytest.mark.parametrize(("payload", "literal"), [
     (b"", True), (b"orders", True), (b"\xff:x", True), (b"ANY:x", True), (b"UNKNOWN:x", True), (b"TOPIC:", True),
-    (b"Martian:x", True), (b"TOPIC:a/b", True), (b"GROUP:..", True), (b"[]", False), (b"{", False), (b'{"version":1}', False),
+    (b"Martian:x", True), (b"TOPIC:a/b", True), (b"GROUP:..", True), (b"[]", False), (b"{", False),
+    (b'{"version":1}', False),
     (b'{"version":2,"resourceType":"TOPIC","name":"a","patternType":"PREFIXED"}', False),
     (b'{"version":"1","resourceType":"TOPIC","name":"a","patternType":"PREFIXED"}', False),
     (b'{"version":1,"resourceType":"TOPIC","name":"a","patternType":"MATCH"}', False),
