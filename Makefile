@@ -80,7 +80,7 @@ bench: install
 	$(BIN)/python -m bench
 	$(BIN)/python -m bench.mirror
 	@if $(BIN)/python -c 'from bench.peers import peer; peer("kafka4").jars()' 2>/dev/null; \
-	then $(BIN)/python -m bench.side_by_side; \
+	then $(BIN)/python -m bench.side_by_side && $(BIN)/python -m bench.security; \
 	else echo "bench: Apache Kafka beside Causeway skipped: the peers are not fetched (make peers)"; fi
 
 # Re-resolve the pins after changing dependencies in pyproject.toml.

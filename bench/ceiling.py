@@ -1,24 +1,38 @@
 """This machine's own ceilings, measured in the same run as the benchmarks they frame.
 
-Two trivial Python programs: push bytes through a loopback TCP connection, and append bytes to a
-file. A broker in Python cannot beat either; how close it comes is the useful figure.
+Two trivial Python programs: push bytes through a loopback TCP connection (or TLS over it), and
+append bytes to a file. A broker in Python cannot beat either; how close it comes is the useful figure.
 """
 
 from __future__ import annotations
 
 import os
 import socket
+import ssl
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 
-__all__ = ["loopback_tcp_mb_s", "file_append_mb_s", "loopback_round_trip_us", "machine_summary"]
+__all__ = ["loopback_tcp_mb_s", "loopback_tls_mb_s", "file_append_mb_s", "loopback_round_trip_us", "machine_summary"]
 
 CHUNK = 1 << 20
 
 
 def loopback_tcp_mb_s(total_bytes: int = 2 << 30) -> float:
     """MB/s of one Python thread sending 1 MiB chunks to another over 127.0.0.1."""
+    return _loopback_mb_s(total_bytes, lambda conn: conn, lambda conn: conn)
+
+
+def loopback_tls_mb_s(server: ssl.SSLContext, client: ssl.SSLContext, total_bytes: int = 1 << 30) -> float:
+    """The same through TLS (the client checks the server's certificate for 127.0.0.1): what
+    encryption alone leaves of loopback TCP on these cores."""
+    return _loopback_mb_s(total_bytes, lambda conn: server.wrap_socket(conn, server_side=True),
+                          lambda conn: client.wrap_socket(conn, server_hostname="127.0.0.1"))
+
+
+def _loopback_mb_s(total_bytes: int, wrap_server: Callable[[socket.socket], socket.socket],
+                   wrap_client: Callable[[socket.socket], socket.socket]) -> float:
     server = socket.create_server(("127.0.0.1", 0))
     port = server.getsockname()[1]
     received = 0
@@ -26,11 +40,11 @@ def loopback_tcp_mb_s(total_bytes: int = 2 << 30) -> float:
     def sink() -> None:
         nonlocal received
         conn, _ = server.accept()
-        with conn:
+        with wrap_server(conn) as stream:
             buf = bytearray(CHUNK)
             view = memoryview(buf)
             while True:
-                n = conn.recv_into(view)
+                n = stream.recv_into(view)
                 if n == 0:
                     return
                 received += n
@@ -39,14 +53,16 @@ def loopback_tcp_mb_s(total_bytes: int = 2 << 30) -> float:
     thread.start()
     payload = b"x" * CHUNK
     start = time.perf_counter()
-    with socket.create_connection(("127.0.0.1", port)) as client:
-        sent = 0
-        while sent < total_bytes:
-            client.sendall(payload)
-            sent += CHUNK
-    thread.join()
+    try:
+        with wrap_client(socket.create_connection(("127.0.0.1", port))) as client:
+            sent = 0
+            while sent < total_bytes:
+                client.sendall(payload)
+                sent += CHUNK
+    finally:
+        thread.join()
+        server.close()
     elapsed = time.perf_counter() - start
-    server.close()
     return received / elapsed / 1e6
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.peers import ToolRun, run_tool
 
@@ -123,12 +124,18 @@ def parse_end_to_end(run: ToolRun) -> EndToEndFigures:
                            int(percentiles["p999"]))
 
 
+def _command_config(path: Path | None) -> tuple[str, ...]:
+    return ("--command-config", str(path)) if path is not None else ()
+
+
 def producer_perf(bootstrap: str, topic: str, records: int, size: int, properties: Sequence[str],
-                  jvm_flags: Sequence[str] = BENCH_JVM_FLAGS) -> ProducerFigures:
-    """Unthrottled kafka-producer-perf-test; `properties` are producer configs, KEY=VALUE."""
+                  jvm_flags: Sequence[str] = BENCH_JVM_FLAGS, command_config: Path | None = None) -> ProducerFigures:
+    """Unthrottled kafka-producer-perf-test; `properties` are producer configs, KEY=VALUE;
+    `command_config` a properties file of more (a secured listener's client keys)."""
     run = run_tool("kafka-producer-perf-test", "--bootstrap-server", bootstrap, "--topic", topic,
                    "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
-                   "--command-property", *properties, jvm_flags=jvm_flags, timeout=TOOL_TIMEOUT_S).check()
+                   *_command_config(command_config), "--command-property", *properties, jvm_flags=jvm_flags,
+                   timeout=TOOL_TIMEOUT_S).check()
     figures = parse_producer_perf(run)
     if figures.records != records:
         raise ToolOutputError(f"{figures.records} records sent, not {records}", run)
@@ -136,11 +143,12 @@ def producer_perf(bootstrap: str, topic: str, records: int, size: int, propertie
 
 
 def consumer_perf(bootstrap: str, topic: str, records: int, group: str,
-                  jvm_flags: Sequence[str] = BENCH_JVM_FLAGS) -> ConsumerFigures:
-    """kafka-consumer-perf-test reading `records` from the start of `topic` in a fresh group."""
+                  jvm_flags: Sequence[str] = BENCH_JVM_FLAGS, command_config: Path | None = None) -> ConsumerFigures:
+    """kafka-consumer-perf-test reading `records` from the start of `topic` in a fresh group;
+    `command_config` a properties file of consumer keys (a secured listener's client keys)."""
     run = run_tool("kafka-consumer-perf-test", "--bootstrap-server", bootstrap, "--topic", topic,
                    "--num-records", str(records), "--group", group, "--timeout", "30000",
-                   jvm_flags=jvm_flags, timeout=TOOL_TIMEOUT_S).check()
+                   *_command_config(command_config), jvm_flags=jvm_flags, timeout=TOOL_TIMEOUT_S).check()
     figures = parse_consumer_perf(run)
     if figures.records < records:
         raise ToolOutputError(f"{figures.records} records consumed, not {records}", run)

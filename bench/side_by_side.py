@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 from bench import ceiling, clients, perf_tools
 from bench.fixed_rate import end_to_end_at_rate
@@ -38,7 +39,11 @@ from bench.peers import KafkaBroker, peer
 from deploy.broker_process import BrokerProcess
 from deploy.child_process import rss_bytes
 
-__all__ = ["CAUSEWAY", "FULL", "KAFKA", "QUICK", "Figure", "Profile", "Results", "main", "run"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["CAUSEWAY", "FULL", "KAFKA", "QUICK", "Figure", "Profile", "Results", "announce_run", "main",
+           "profile_from_command_line", "run"]
 
 KAFKA, CAUSEWAY = "kafka", "causeway"
 # Kafka's published single-broker figure: one producer thread, 100-byte records, no replication
@@ -50,6 +55,7 @@ PRODUCER_PROPERTIES: tuple[str, ...] = ("linger.ms=5", "batch.size=65536", "buff
                                         "compression.type=none")
 # Both brokers: no delay before the first rebalance (Kafka's quick-start setting; KafkaBroker sets it).
 CAUSEWAY_OVERRIDES: tuple[str, ...] = ("group.initial.rebalance.delay.ms=0",)
+ProfileT = TypeVar("ProfileT", bound="DataclassInstance")
 
 
 @dataclass(frozen=True)
@@ -214,12 +220,16 @@ def measure(broker: str, directory: Path, profile: Profile, results: Results, sa
     results.load.append(os.getloadavg()[0])
 
 
-def run(profile: Profile, *, say: Callable[[str], None] = print) -> Results:
-    results = Results(profile, peer("kafka4").version,
-                      started=datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"))
-    began = time.monotonic()
+def announce_run(say: Callable[[str], None]) -> str:
+    """Say the machine and its load as a run begins; return the start, as the section heads it."""
     say(f"machine: {ceiling.machine_summary()}, Python {platform.python_version()}; load average "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def run(profile: Profile, *, say: Callable[[str], None] = print) -> Results:
+    results = Results(profile, peer("kafka4").version, started=announce_run(say))
+    began = time.monotonic()
     for round_no in range(profile.rounds):
         order = (KAFKA, CAUSEWAY) if round_no % 2 == 0 else (CAUSEWAY, KAFKA)
         results.tcp_mb_s.append(ceiling.loopback_tcp_mb_s(profile.ceiling_bytes * 2))
@@ -311,20 +321,27 @@ def _java_version() -> str:
     return first[0].split('"')[1] if first and '"' in first[0] else "unknown"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.side_by_side", description=__doc__,
+def profile_from_command_line(module: str, description: str | None, full: ProfileT, quick: ProfileT,
+                              argv: list[str] | None) -> tuple[ProfileT, str]:
+    """`--quick` and `--rounds N`, as the benchmarks of Kafka beside Causeway take them: the profile
+    to run and the command line as typed, for the section's heading."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=description,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="one round, small counts (a smoke run)")
     parser.add_argument("--rounds", type=int, help="rounds (default: 2, or 1 with --quick)")
     args = parser.parse_args(argv)
-    profile = QUICK if args.quick else FULL
+    profile = quick if args.quick else full
     if args.rounds is not None:
         if args.rounds < 1:
             parser.error("--rounds must be at least 1")
         profile = dataclasses.replace(profile, rounds=args.rounds)
+    return profile, " ".join([f"python -m {module}", *(argv if argv is not None else sys.argv[1:])])
+
+
+def main(argv: list[str] | None = None) -> int:
+    profile, command = profile_from_command_line("bench.side_by_side", __doc__, FULL, QUICK, argv)
     results = run(profile, say=lambda line: print(line, flush=True))
-    command = "python -m bench.side_by_side" + " ".join(["", *(argv if argv is not None else sys.argv[1:])])
-    print("\n" + markdown(results, command.rstrip()), flush=True)
+    print("\n" + markdown(results, command), flush=True)
     return 0
 
 

@@ -81,10 +81,18 @@ class KafkaBroker(ChildOwner):
     stop_timeout_s: ClassVar[float] = STOP_TIMEOUT_S
     controller_port: int = 0
     startup_seconds: float = 0.0
+    # Listeners beside PLAINTEXT, each named as its security protocol (SSL, SASL_SSL, ...): their
+    # ssl.* and sasl.* keys come in `overrides`. Inter-broker traffic stays on PLAINTEXT.
+    extra_listeners: tuple[str, ...] = ()
+    extra_ports: dict[str, int] = field(default_factory=dict)
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def address(self, listener: str) -> str:
+        """HOST:PORT of a listener: PLAINTEXT or one of `extra_listeners`."""
+        return self.bootstrap if listener == "PLAINTEXT" else f"127.0.0.1:{self.extra_ports[listener]}"
 
     @property
     def log_path(self) -> Path:
@@ -95,15 +103,17 @@ class KafkaBroker(ChildOwner):
         return self.directory / "server.properties"
 
     def config(self) -> dict[str, str]:
+        advertised = ",".join(f"{name}://{self.address(name)}" for name in ("PLAINTEXT", *self.extra_listeners))
         return {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.voters": f"1@127.0.0.1:{self.controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{self.port},CONTROLLER://127.0.0.1:{self.controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{self.port}",
+            "listeners": f"{advertised},CONTROLLER://127.0.0.1:{self.controller_port}",
+            "advertised.listeners": advertised,
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "PLAINTEXT",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "listener.security.protocol.map": ",".join(
+                f"{name}:{name}" for name in ("PLAINTEXT", *self.extra_listeners)) + ",CONTROLLER:PLAINTEXT",
             "log.dirs": str(self.directory / "data"),
             **SINGLE_NODE,
             **self.overrides,
@@ -112,10 +122,18 @@ class KafkaBroker(ChildOwner):
     def write_config(self) -> None:
         """Pick the node's free ports and write its server.properties."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        self.port = free_port()
-        self.controller_port = free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
+        taken: set[int] = set()
+
+        def distinct_port() -> int:
+            port = free_port()
+            while port in taken:
+                port = free_port()
+            taken.add(port)
+            return port
+
+        self.port = distinct_port()
+        self.controller_port = distinct_port()
+        self.extra_ports = {name: distinct_port() for name in self.extra_listeners}
         self.config_path.write_text("".join(f"{k}={v}\n" for k, v in self.config().items()))
 
     def format_storage(self) -> None:
