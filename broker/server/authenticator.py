@@ -4,9 +4,12 @@ SaslServerAuthenticator runs it before any request reaches the handlers.
 Until the client has authenticated, a connection may send only ApiVersions and SaslHandshake, then
 the mechanism's tokens: in SaslAuthenticate requests after a v1 handshake, or as bare size-
 prefixed frames after a v0 one (the framing Kafka's clients used before KIP-152). Anything else
-closes the connection, as in Kafka. A failed authentication is answered with
-SASL_AUTHENTICATION_FAILED and Kafka's message after ``connection.failed.authentication.delay.ms``,
-then the connection is closed: password guessing costs a connection and a delay per guess.
+closes the connection, as in Kafka. A failed authentication is answered at once with
+SASL_AUTHENTICATION_FAILED and Kafka's message, and the connection is closed
+``connection.failed.authentication.delay.ms`` later (as Kafka delays the close, not the answer):
+password guessing costs a connection and a delay per guess, and the client reads why it was
+refused before the close (closing at once, with the client's next bytes unread, can reset the
+connection and lose the answer on the way).
 What a client may send before it authenticates is bounded by ``sasl.server.max.receive.size``.
 """
 
@@ -15,8 +18,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-
-import trio
 
 from broker.protocol.api import API_SPECS, ApiKey
 from broker.protocol.errors import ErrorCode
@@ -62,10 +63,12 @@ class Authenticated:
 
 @dataclass(frozen=True)
 class Close:
-    """Send `frame` (when there is one), then close the connection; `reason` is for the log."""
+    """Send `frame` (when there is one), then close the connection, `linger_s` later (what the
+    client sends meanwhile is read and dropped); `reason` is for the log."""
 
     frame: bytearray | None
     reason: str
+    linger_s: float = 0.0
 
 
 Step = Dispatch | Answer | Authenticated | Close
@@ -123,7 +126,8 @@ class SaslAuthenticator:
         except SaslAuthenticationFailed as exc:
             response = SaslAuthenticateResponse(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
                                                 error_message=str(exc))
-            return Close(_respond(correlation_id, ApiKey.SASL_AUTHENTICATE, version, response), str(exc))
+            return Close(_respond(correlation_id, ApiKey.SASL_AUTHENTICATE, version, response), str(exc),
+                         self._failed_delay_s)
         return self._next(_respond(correlation_id, ApiKey.SASL_AUTHENTICATE, version, SaslAuthenticateResponse(
             error_code=ErrorCode.NONE, error_message=None, auth_bytes=challenge)))
 
@@ -133,17 +137,13 @@ class SaslAuthenticator:
         try:
             challenge = await self._evaluate(token)
         except SaslAuthenticationFailed as exc:
-            return Close(None, str(exc))
+            return Close(None, str(exc), self._failed_delay_s)
         return self._next(bytearray(len(challenge).to_bytes(4, "big") + challenge))
 
     async def _evaluate(self, token: bytes) -> bytes:
-        """The mechanism's challenge; a failure is raised only after the failed-login delay."""
+        """The mechanism's challenge. Raises SaslAuthenticationFailed."""
         assert self._server is not None
-        try:
-            return await self._server.evaluate(token)
-        except SaslAuthenticationFailed:
-            await trio.sleep(self._failed_delay_s)
-            raise
+        return await self._server.evaluate(token)
 
     def _next(self, frame: bytearray) -> Step:
         """Send `frame`; the exchange is over once the mechanism names the principal."""

@@ -132,6 +132,7 @@ async def serve_connection(
                         _limited.info(f"authentication failed on {info.listener_name}",
                                       "closing connection from %s on %s: %s", info.peer, info.listener_name,
                                       step.reason)
+                        await _linger(stream, step.linger_s)
                         return
                     if isinstance(step, Authenticated):
                         info = dataclasses.replace(info, principal=step.principal)
@@ -169,6 +170,21 @@ async def serve_connection(
         pool.forget(owner)
         with trio.CancelScope(shield=True):
             await stream.aclose()
+
+
+async def _linger(stream: trio.abc.Stream, seconds: float) -> None:
+    """Keep a refused connection open `seconds` (or until the peer closes it), reading and
+    dropping what it sends: the peer reads its answer before the close, and bytes left unread at
+    the close would make it a reset that can drop the answer before the peer has read it."""
+    with trio.move_on_after(seconds):
+        try:
+            while await stream.receive_some(_LINGER_READ_BYTES):
+                pass
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+
+
+_LINGER_READ_BYTES = 4096
 
 
 async def _receive(
