@@ -63,12 +63,14 @@ _PRINCIPAL_RULES = "RULE:^CN=([^,]+)$/$1/,DEFAULT"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: What a mirror's principal is granted at each end when that cluster has ACLs: reading the
-#: source's topics, groups and configs; creating and writing the target's (mirror) topics and
-#: committing offsets for the source's groups.
+#: source's topics, groups, configs and topic ACLs; creating and writing the target's (mirror)
+#: topics (Alter: LinkAppend), committing offsets for the source's groups, and creating the
+#: source's topic ACLs there (MM2's sync.topic.acls.enabled, on by default: CreateAcls needs
+#: Alter on the cluster, as for MM2).
 SOURCE_GRANTS = (("Topic", "*", ("Read", "Describe", "DescribeConfigs")), ("Group", "*", ("Describe",)),
                  ("Cluster", "kafka-cluster", ("Describe",)))
 TARGET_GRANTS = (("Topic", "*", ("Alter", "Create", "Write", "Describe", "DescribeConfigs", "AlterConfigs")),
-                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Create", "Describe")))
+                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Alter", "Create", "Describe")))
 
 
 class CredentialsError(Exception):

@@ -21,6 +21,7 @@ from deploy.launcher.security import (
     prepare_cluster,
     read_client_security,
 )
+from mirror.config import MirrorConfig
 from tests.unit.topology.test_topology_security import SECURED
 
 PLAIN = SecurityPlan(wan="SASL_SSL", users=("alice", "mirror-west"), acls=())
@@ -139,5 +140,10 @@ def test_mirrors_are_granted_what_they_need_where_acls_are_on() -> None:
     assert source == {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
     target = {(a.resource_type, a.operation) for a in mirror_acls(west, [mirror])}
     assert target == {(kind, op) for kind, _, ops in TARGET_GRANTS for op in ops}
+    # The mirror syncs topic ACLs by default (CreateAcls at the target: Alter on the cluster) and
+    # copies with LinkAppend (Alter on the topic); Describe on the cluster reads ACLs at each end.
+    assert MirrorConfig.model_fields["sync_topic_acls"].default is True
+    assert {("Cluster", "Alter"), ("Topic", "Alter"), ("Cluster", "Describe")} <= target
+    assert ("Cluster", "Describe") in source
     assert all(a.principal == "User:mirror-west" for a in mirror_acls(east, [mirror]))
     assert mirror_acls(ClusterPlan("east", "east", security=SCRAM), [mirror]) == []  # no acls: nothing to grant
