@@ -118,6 +118,10 @@ def test_a_second_principal_at_west_reads_the_mirror_topic_and_cannot_write_it(d
     # Reading: its ACLs allow `orders` as a reports-* group.
     reporting = dr.librdkafka("west", "reporting", **{"group.id": f"reports-{uuid.uuid4()}"})
     assert len(_rows(dr.west, "orders", 0, reporting)) == before[0]
+    # Its generated client file works with the tools as it is; it sees only what it may describe.
+    listed = causeway("topics", "--bootstrap-server", dr.west, "--command-config",
+                      str(dr.properties("west", "reporting")), "--list")
+    assert listed.returncode == 0 and listed.stdout.split() == ["orders"], listed.stdout + listed.stderr
 
     # Producing: refused, the delivery report says why.
     errors: list[KafkaError] = []
@@ -172,3 +176,17 @@ def test_status_is_healthy_and_no_password_is_out(dr: SecureDr) -> None:
     assert len(dr.passwords) == 6  # east: admin, mirror-west, analytics; west: admin, mirror-west, reporting
     for who, password in dr.passwords.items():
         assert not any(password in text for text in public), f"{who}'s password is out"
+
+
+def test_switching_over_promotes_at_the_secured_west(dr: SecureDr) -> None:
+    """`causeway mirror promote` logs in to west as the launcher does (its admin's client file):
+    the promoted topic takes a producer at west. Last: it changes the topology."""
+    promoted = causeway("mirror", "promote", EXAMPLE, "--mirror", "east-to-west", "--state-dir", str(dr.state),
+                        "--topics", "payments")
+    assert promoted.returncode == 0, promoted.stdout + promoted.stderr
+    errors: list[KafkaError | None] = []
+    producer = Producer({"bootstrap.servers": dr.west, **dr.librdkafka("west", "admin")})
+    producer.produce("payments", b"after the switch-over", partition=0,
+                     on_delivery=lambda error, _message: errors.append(error))
+    assert producer.flush(TIMEOUT_S) == 0
+    assert errors == [None]
