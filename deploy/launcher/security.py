@@ -10,7 +10,7 @@
   ``causeway broker --config``. Never ``--override``: command lines are visible in ``ps`` and
   recorded in the state file.
 - ``<user>.properties`` (0600): Kafka's client keys for the cluster's LOCAL listener, and
-  ``<user>.wan.properties`` for its WAN listeners when those differ (``causeway topics
+  ``<user>.wan.properties`` for its WAN listeners when it has any and they differ (``causeway topics
   --command-config``, a Java client's config, security/client.py's ``client_security``).
 
 On a ZooKeeper cluster with SCRAM, the users' credentials are written to ``/config/users/<user>``
@@ -210,7 +210,9 @@ def prepare_cluster(directory: Path, cluster: ClusterPlan) -> ClusterSecrets:
         identities += [Identity(user, "client") for user in users]
         create_certificates(secrets_.certs, identities)
     for user in users:
-        files = {secrets_.client_config(user): plan.local, secrets_.client_config(user, wan=True): plan.wan}
+        files = {secrets_.client_config(user): plan.local}
+        if cluster.remote_datacenters:  # only then has it WAN listeners (no file for one it lacks)
+            files[secrets_.client_config(user, wan=True)] = plan.wan
         for path, protocol in files.items():
             write_atomically(path, _properties_text(secrets_.client_properties(user, protocol), f"user {user}"),
                              mode=_SECRET)

@@ -103,6 +103,9 @@ def test_the_mirror_copies_across_the_secured_link_at_the_sources_offsets(dr: Se
     for topic, partitions in TOPICS.items():
         for p in range(partitions):
             assert _rows(dr.west, topic, p, west_admin) == _rows(dr.east, topic, p), (topic, p)
+    # West has no WAN listener (nothing reads it across the link): no WAN client files either.
+    assert "security: LOCAL SASL_SSL, no WAN listener" in dr.up.stdout, dr.up.stdout
+    assert dr.properties("west", "reporting").exists() and not dr.properties("west", "reporting", wan=True).exists()
     # The mirror logged in at both ends as mirror-west: over east's WAN listener and west's LOCAL one.
     mirror = json.loads((dr.state / "mirrors" / "east-to-west.yaml").read_text())
     for end in ("source", "target"):

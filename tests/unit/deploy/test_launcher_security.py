@@ -58,7 +58,8 @@ def test_a_damaged_passwords_file_is_named_not_replaced(tmp_path: Path) -> None:
 
 
 def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
-    secrets = prepare_cluster(tmp_path / "security" / "east", ClusterPlan("east", "east", security=PLAIN))
+    east = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
+    secrets = prepare_cluster(tmp_path / "security" / "east", east)
     local = read_client_security(secrets.client_config("alice"))
     assert local.protocol == "PLAINTEXT" and local.sasl is None
     wan = read_client_security(secrets.client_config("alice", wan=True))
@@ -67,6 +68,9 @@ def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
     assert wan.sasl.password == secrets.passwords["alice"]
     mutual = secrets.client_properties("alice", "SSL")
     assert mutual["ssl.keystore.location"].endswith("alice.pem")
+    # A cluster no other datacenter reads has no WAN listener, so no WAN client file.
+    alone = prepare_cluster(tmp_path / "security" / "west", ClusterPlan("west", "west", security=PLAIN))
+    assert (alone.directory / "alice.properties").exists() and not (alone.directory / "alice.wan.properties").exists()
 
 
 def test_mutual_tls_on_local_reads_the_admins_certificate_and_trusts_no_anonymous(tmp_path: Path) -> None:
