@@ -30,6 +30,7 @@ from broker.client import ClientError, KafkaError, TopicPartition
 from broker.client.admin import LATEST, alter_configs, describe_configs, list_offsets, list_topics
 from broker.client.cluster import Client, open_client
 from broker.protocol.constants import MIRROR_NAME_CONFIG
+from security.client import ClientSecurity
 
 __all__ = ["PartitionEnds", "PromotionError", "PromotionReport", "SOURCE_TIMEOUT_S", "promote",
            "select_mirror_topics"]
@@ -156,13 +157,16 @@ def _why(exc: BaseException) -> str:
 
 async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None, mirror: str | None = None,
                   topics_regex: str | None = None, failover: bool = False, timeout_s: float = 60.0,
-                  say: Say = _quiet, progress_every_s: float = PROGRESS_EVERY_S) -> PromotionReport:
+                  say: Say = _quiet, progress_every_s: float = PROGRESS_EVERY_S,
+                  target_security: ClientSecurity | None = None,
+                  source_security: ClientSecurity | None = None) -> PromotionReport:
     """Promote the target's mirror topics (of `mirror`, matching `topics_regex`); see the module.
 
     Without `failover`, waits up to `timeout_s` for the target to hold the source's log end on
     every partition of every selected topic, then promotes them one by one; with it, promotes at
     once and reads the source's ends afterwards within min(`timeout_s`, SOURCE_TIMEOUT_S).
-    `say` gets the progress lines. Returns the report: `ok` when every selected topic was
+    `say` gets the progress lines; `target_security` and `source_security` log in to each cluster
+    (None: plaintext). Returns the report: `ok` when every selected topic was
     promoted. Raises PromotionError when nothing can be selected or waited for, ClientError /
     KafkaError when the target cannot be read.
     """
@@ -170,7 +174,7 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         raise PromotionError("promotion without --failover waits for the source's log end: name the source "
                              "(--source-bootstrap, or a topology and its mirror), or use --failover")
     deadline = trio.current_time() + timeout_s
-    async with open_client(target_bootstrap, client_id="causeway-promote",
+    async with open_client(target_bootstrap, client_id="causeway-promote", security=target_security,
                            request_timeout_s=min(30.0, max(1.0, timeout_s))) as target:
         try:
             with trio.fail_after(max(1.0, timeout_s)):
@@ -189,17 +193,18 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
             f"{listed}")
         if failover:
             await _promote_each(target, report, say)
-            await _report_not_copied(target, report, min(timeout_s, SOURCE_TIMEOUT_S), say)
+            await _report_not_copied(target, report, min(timeout_s, SOURCE_TIMEOUT_S), say, source_security)
             return report
         assert source_bootstrap is not None
-        caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s)
+        caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s,
+                                          source_security)
         if not caught_up:
             return report
         await _promote_each(target, report, say)
         # What reached the source after the check and was not copied (its producers still ran).
         with trio.move_on_after(min(SOURCE_TIMEOUT_S, max(1.0, deadline - trio.current_time()))):
             try:
-                after = await _read_both(target, source_bootstrap, report.promoted, SOURCE_TIMEOUT_S)
+                after = await _read_both(target, source_bootstrap, report.promoted, SOURCE_TIMEOUT_S, source_security)
             except (ClientError, KafkaError, trio.TooSlowError):
                 after = []  # only a note: the promotion is done
             late = [p for p in after if p.behind]
@@ -210,9 +215,9 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
 
 
 async def _read_both(target: Client, source_bootstrap: str, topics: list[str],
-                     source_timeout_s: float) -> list[PartitionEnds]:
+                     source_timeout_s: float, source_security: ClientSecurity | None) -> list[PartitionEnds]:
     target_ends = await _target_ends(target, topics)
-    async with open_client(source_bootstrap, client_id="causeway-promote",
+    async with open_client(source_bootstrap, client_id="causeway-promote", security=source_security,
                            request_timeout_s=source_timeout_s, connect_timeout_s=min(2.0, source_timeout_s)) as source:
         with trio.fail_after(source_timeout_s):
             source_ends, _missing = await _source_ends(source, topics)
@@ -220,7 +225,7 @@ async def _read_both(target: Client, source_bootstrap: str, topics: list[str],
 
 
 async def _wait_caught_up(target: Client, source_bootstrap: str, report: PromotionReport, deadline: float,
-                          say: Say, progress_every_s: float) -> bool:
+                          say: Say, progress_every_s: float, source_security: ClientSecurity | None) -> bool:
     """Poll both clusters' log ends until every selected partition is caught up (True) or the
     deadline passes (False, with `report.failed` naming what is behind and why)."""
     topics = sorted(report.selected)
@@ -230,7 +235,7 @@ async def _wait_caught_up(target: Client, source_bootstrap: str, report: Promoti
     total_s = max(0.0, deadline - trio.current_time())
     say(f"waiting up to {total_s:.0f} s for the copy to reach the source's log end on every partition")
     async with open_client(source_bootstrap, client_id="causeway-promote", request_timeout_s=5.0,
-                           connect_timeout_s=2.0) as source:
+                           connect_timeout_s=2.0, security=source_security) as source:
         with trio.move_on_after(max(0.0, deadline - trio.current_time())):
             while True:
                 target_ends = await _target_ends(target, topics)
@@ -320,7 +325,8 @@ async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPL
     return sorted(pending)
 
 
-async def _report_not_copied(target: Client, report: PromotionReport, source_timeout_s: float, say: Say) -> None:
+async def _report_not_copied(target: Client, report: PromotionReport, source_timeout_s: float, say: Say,
+                             source_security: ClientSecurity | None) -> None:
     """After a failover: each promoted partition's records not copied (unknown without a source)."""
     topics = report.promoted
     if not topics:
@@ -332,7 +338,7 @@ async def _report_not_copied(target: Client, report: PromotionReport, source_tim
     else:
         try:
             async with open_client(report.source, client_id="causeway-promote", request_timeout_s=source_timeout_s,
-                                   connect_timeout_s=min(2.0, source_timeout_s)) as source:
+                                   connect_timeout_s=min(2.0, source_timeout_s), security=source_security) as source:
                 with trio.fail_after(source_timeout_s):
                     source_ends, _missing = await _source_ends(source, topics)
         except (ClientError, KafkaError, trio.TooSlowError) as exc:

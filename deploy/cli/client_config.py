@@ -13,7 +13,7 @@ from deploy.cli.command import Refused
 if TYPE_CHECKING:
     from security.client import ClientSecurity
 
-__all__ = ["add_command_config", "command_security"]
+__all__ = ["add_command_config", "command_security", "file_security"]
 
 
 def add_command_config(parser: argparse.ArgumentParser, *aliases: str) -> None:
@@ -25,8 +25,12 @@ def command_security(args: argparse.Namespace) -> ClientSecurity | None:
     """The client security of `args.command_config`, or None without one. Raises Refused naming
     the file and the key that cannot be used."""
     path: Path | None = getattr(args, "command_config", None)
-    if path is None:
-        return None
+    return None if path is None else file_security(path, "--command-config")
+
+
+def file_security(path: Path, what: str) -> ClientSecurity:
+    """The client security of the Kafka client properties file `path` (`what` names it in the
+    error). Raises Refused naming the file and the key that cannot be used."""
     # Imported here: the commands that take no --command-config do not load TLS and SCRAM.
     from broker.config import ConfigError, load_properties
     from security.client import client_security
@@ -34,7 +38,7 @@ def command_security(args: argparse.Namespace) -> ClientSecurity | None:
     try:
         props = load_properties(path)
     except (OSError, ConfigError) as exc:
-        raise Refused(f"cannot read --command-config {path}: {exc}") from None
+        raise Refused(f"cannot read {what} {path}: {exc}") from None
     try:
         return client_security(props, str(path))
     except ConfigError as exc:

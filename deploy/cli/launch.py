@@ -58,7 +58,8 @@ def _print_endpoints(state: LaunchState) -> None:
         if cluster.secrets is not None:
             plan = cluster.secrets.plan
             between = f", between brokers {plan.between_brokers}" if cluster.plan.coordination == "zookeeper" else ""
-            print(f"    security: LOCAL {plan.local}, WAN {plan.wan}{between}; "
+            wan = f"WAN {plan.wan}" if cluster.wan else "no WAN listener"
+            print(f"    security: LOCAL {plan.local}, {wan}{between}; "
                   f"client configs (0600): {cluster.secrets.directory}/<user>[.wan].properties")
     for name, mirror in state.mirrors.items():
         remote = "<topic>" if mirror.plan.keeps_names else f"{mirror.plan.source}.<topic>"

@@ -2,10 +2,12 @@
 
     causeway mirror promote TOPOLOGY --mirror NAME [--state-dir DIR] [--topics REGEX] [--failover]
                             [--timeout SECONDS]
-    causeway mirror promote --bootstrap HOST:PORT [--source-bootstrap HOST:PORT] [--mirror NAME] ...
+    causeway mirror promote --bootstrap HOST:PORT [--source-bootstrap HOST:PORT] [--mirror NAME]
+                            [--command-config FILE] ...
 
 TOPOLOGY is the topology file `causeway up` started, or its name; the mirror's clusters are
-found as `causeway status` finds them (deploy/cli/pipeline_common.py). Without --failover the
+found as `causeway status` finds them (deploy/cli/pipeline_common.py), and a secured cluster is
+logged in to as the launcher does (its admin's client file, which the state file names). Without --failover the
 command waits (progress every few seconds, at most --timeout, 60 s by default) until the target
 holds the source's log end on every partition, then promotes topic by topic; with --failover it
 promotes at once and prints each partition's records not copied ("unknown" when the source does
@@ -19,7 +21,9 @@ import argparse
 import re
 import sys
 from functools import partial
+from pathlib import Path
 
+from deploy.cli.client_config import command_security, file_security
 from deploy.cli.command import UsageError, run, say
 
 __all__ = ["register_promote"]
@@ -40,16 +44,22 @@ def _promote(args: argparse.Namespace) -> int:
     if args.topology is not None:
         if args.bootstrap or args.source_bootstrap:
             raise UsageError("give a TOPOLOGY (with --mirror) or --bootstrap/--source-bootstrap, not both")
-        from deploy.cli.pipeline_common import mirror_from_topology
+        from deploy.cli.pipeline_common import mirror_from_topology, mirror_logins
 
         spec = mirror_from_topology(args)  # the way `causeway status` finds the running clusters
         target, source = spec.target_bootstrap, spec.source_bootstrap
+        # A secured cluster's LOCAL listener: log in as the launcher does (its admin's file).
+        logins = {role: file_security(path, "the client file the launcher recorded") if path else None
+                  for role, path in mirror_logins(args).items()}
+        target_security, source_security = command_security(args) or logins["target"], logins["source"]
     elif args.bootstrap:
         target, source = args.bootstrap, args.source_bootstrap
+        target_security, source_security = command_security(args), None
     else:
         raise UsageError("give a TOPOLOGY and --mirror NAME, or the target's --bootstrap HOST:PORT")
     report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
-                              topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say))
+                              topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say,
+                              target_security=target_security, source_security=source_security))
     if report.promoted:
         say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
     for topic, why in sorted(report.failed.items()):
@@ -72,6 +82,9 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
     p.add_argument("--bootstrap", help="without a topology: the target cluster, where the mirror topics are")
     p.add_argument("--source-bootstrap", help="without a topology: the source cluster (needed unless --failover)")
+    p.add_argument("--command-config", type=Path, metavar="FILE",
+                   help="Kafka client properties that log in to the target (security.protocol, ssl.*, sasl.*); "
+                        "with a topology, default: the admin's file `causeway up` recorded for a secured cluster")
     p.add_argument("--topics", metavar="REGEX", help="promote only mirror topics whose whole name matches")
     p.add_argument("--failover", action="store_true",
                    help="promote at once, without waiting for the source (it may be down); report records "

@@ -23,9 +23,10 @@ from deploy.cli.command import Refused, UsageError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from deploy.launcher.state_file import ClusterRecord, MirrorRecord
     from pipeline.audit import MirrorSpec
 
-__all__ = ["add_spark_options", "check_master", "mirror_from_topology", "on_spark", "option_flags"]
+__all__ = ["add_spark_options", "check_master", "mirror_from_topology", "mirror_logins", "on_spark", "option_flags"]
 
 _T = TypeVar("_T")
 
@@ -118,14 +119,12 @@ def on_spark(master: str, job: Callable[[SparkSession], _T], *, verbose: bool = 
                 os.unlink(spark_log.name)
 
 
-def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:
-    """The mirror `args.mirror` of topology `args.topology` (its file, or its name), found as
-    `causeway status` finds it: the launcher's state file under `args.state_dir` (default
-    .causeway/<topology name>) gives its clusters' local listeners and its config file."""
+def _started_mirror(args: argparse.Namespace) -> tuple[MirrorRecord, dict[str, ClusterRecord]]:
+    """The mirror `args.mirror` of topology `args.topology` (its file, or its name) and its
+    clusters by role (source, target), found as `causeway status` finds them: in the launcher's
+    state file under `args.state_dir` (default .causeway/<topology name>)."""
     from deploy.launcher.control import read_state
     from deploy.launcher.state_file import StateFileError
-    from mirror.config import load_mirror_config
-    from pipeline.audit import MirrorSpec
     from topology import TopologyError, load_topology
 
     if not args.mirror:
@@ -151,13 +150,34 @@ def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:
     if mirror is None:
         known = ", ".join(sorted(state.mirrors)) or "none"
         raise Refused(f"topology {state.name} has no mirror {args.mirror!r} (its mirrors: {known})")
-    mode = mirror.mode  # what the launcher started (files from before link mode: mm2; its config says it too)
     clusters = {}
     for role, cluster in (("source", mirror.source), ("target", mirror.target)):
         if cluster not in state.clusters:
             raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
-        # This machine reaches each cluster on its local listener, not through the WAN link.
-        clusters[role] = state.clusters[cluster].bootstrap
+        clusters[role] = state.clusters[cluster]
+    return mirror, clusters
+
+
+def mirror_logins(args: argparse.Namespace) -> dict[str, Path | None]:
+    """The client properties file `causeway up` recorded for logging in to each of the mirror's
+    clusters (by role: source, target) on its LOCAL listener (its `admin` user's; the state file
+    names it, never a password), or None where that listener is plaintext."""
+    _mirror, clusters = _started_mirror(args)
+    return {role: Path(c.command_config) if c.command_config else None for role, c in clusters.items()}
+
+
+def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:
+    """The mirror `args.mirror` of topology `args.topology` (its file, or its name), found as
+    `causeway status` finds it: the launcher's state file under `args.state_dir` (default
+    .causeway/<topology name>) gives its clusters' local listeners and its config file."""
+    from mirror.config import load_mirror_config
+    from pipeline.audit import MirrorSpec
+    from topology import TopologyError
+
+    mirror, records = _started_mirror(args)
+    mode = mirror.mode  # what the launcher started (files from before link mode: mm2; its config says it too)
+    # This machine reaches each cluster on its local listener, not through the WAN link.
+    clusters = {role: record.bootstrap for role, record in records.items()}
     kwargs: dict[str, object] = {"source_alias": mirror.source, "target_alias": mirror.target}
     if mirror.config:
         try:

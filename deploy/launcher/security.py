@@ -10,7 +10,7 @@
   ``causeway broker --config``. Never ``--override``: command lines are visible in ``ps`` and
   recorded in the state file.
 - ``<user>.properties`` (0600): Kafka's client keys for the cluster's LOCAL listener, and
-  ``<user>.wan.properties`` for its WAN listeners when those differ (``causeway topics
+  ``<user>.wan.properties`` for its WAN listeners when it has any and they differ (``causeway topics
   --command-config``, a Java client's config, security/client.py's ``client_security``).
 
 On a ZooKeeper cluster with SCRAM, the users' credentials are written to ``/config/users/<user>``
@@ -63,12 +63,14 @@ _PRINCIPAL_RULES = "RULE:^CN=([^,]+)$/$1/,DEFAULT"
 _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: What a mirror's principal is granted at each end when that cluster has ACLs: reading the
-#: source's topics, groups and configs; creating and writing the target's (mirror) topics and
-#: committing offsets for the source's groups.
+#: source's topics, groups, configs and topic ACLs; creating and writing the target's (mirror)
+#: topics (Alter: LinkAppend), committing offsets for the source's groups, and creating the
+#: source's topic ACLs there (MM2's sync.topic.acls.enabled, on by default: CreateAcls needs
+#: Alter on the cluster, as for MM2).
 SOURCE_GRANTS = (("Topic", "*", ("Read", "Describe", "DescribeConfigs")), ("Group", "*", ("Describe",)),
                  ("Cluster", "kafka-cluster", ("Describe",)))
 TARGET_GRANTS = (("Topic", "*", ("Alter", "Create", "Write", "Describe", "DescribeConfigs", "AlterConfigs")),
-                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Create", "Describe")))
+                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Alter", "Create", "Describe")))
 
 
 class CredentialsError(Exception):
@@ -208,7 +210,9 @@ def prepare_cluster(directory: Path, cluster: ClusterPlan) -> ClusterSecrets:
         identities += [Identity(user, "client") for user in users]
         create_certificates(secrets_.certs, identities)
     for user in users:
-        files = {secrets_.client_config(user): plan.local, secrets_.client_config(user, wan=True): plan.wan}
+        files = {secrets_.client_config(user): plan.local}
+        if cluster.remote_datacenters:  # only then has it WAN listeners (no file for one it lacks)
+            files[secrets_.client_config(user, wan=True)] = plan.wan
         for path, protocol in files.items():
             write_atomically(path, _properties_text(secrets_.client_properties(user, protocol), f"user {user}"),
                              mode=_SECRET)

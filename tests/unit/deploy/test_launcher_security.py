@@ -21,6 +21,7 @@ from deploy.launcher.security import (
     prepare_cluster,
     read_client_security,
 )
+from mirror.config import MirrorConfig
 from tests.unit.topology.test_topology_security import SECURED
 
 PLAIN = SecurityPlan(wan="SASL_SSL", users=("alice", "mirror-west"), acls=())
@@ -57,7 +58,8 @@ def test_a_damaged_passwords_file_is_named_not_replaced(tmp_path: Path) -> None:
 
 
 def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
-    secrets = prepare_cluster(tmp_path / "security" / "east", ClusterPlan("east", "east", security=PLAIN))
+    east = ClusterPlan("east", "east", security=PLAIN, remote_datacenters=("west",))
+    secrets = prepare_cluster(tmp_path / "security" / "east", east)
     local = read_client_security(secrets.client_config("alice"))
     assert local.protocol == "PLAINTEXT" and local.sasl is None
     wan = read_client_security(secrets.client_config("alice", wan=True))
@@ -66,6 +68,9 @@ def test_client_files_log_in_as_kafkas_clients_do(tmp_path: Path) -> None:
     assert wan.sasl.password == secrets.passwords["alice"]
     mutual = secrets.client_properties("alice", "SSL")
     assert mutual["ssl.keystore.location"].endswith("alice.pem")
+    # A cluster no other datacenter reads has no WAN listener, so no WAN client file.
+    alone = prepare_cluster(tmp_path / "security" / "west", ClusterPlan("west", "west", security=PLAIN))
+    assert (alone.directory / "alice.properties").exists() and not (alone.directory / "alice.wan.properties").exists()
 
 
 def test_mutual_tls_on_local_reads_the_admins_certificate_and_trusts_no_anonymous(tmp_path: Path) -> None:
@@ -139,5 +144,10 @@ def test_mirrors_are_granted_what_they_need_where_acls_are_on() -> None:
     assert source == {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
     target = {(a.resource_type, a.operation) for a in mirror_acls(west, [mirror])}
     assert target == {(kind, op) for kind, _, ops in TARGET_GRANTS for op in ops}
+    # The mirror syncs topic ACLs by default (CreateAcls at the target: Alter on the cluster) and
+    # copies with LinkAppend (Alter on the topic); Describe on the cluster reads ACLs at each end.
+    assert MirrorConfig.model_fields["sync_topic_acls"].default is True
+    assert {("Cluster", "Alter"), ("Topic", "Alter"), ("Cluster", "Describe")} <= target
+    assert ("Cluster", "Describe") in source
     assert all(a.principal == "User:mirror-west" for a in mirror_acls(east, [mirror]))
     assert mirror_acls(ClusterPlan("east", "east", security=SCRAM), [mirror]) == []  # no acls: nothing to grant
