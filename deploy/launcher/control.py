@@ -300,18 +300,33 @@ def _admin_security(cluster: ClusterRecord) -> ClientSecurity | None:
     return read_client_security(Path(cluster.command_config))
 
 
+def _logins(state: LaunchStateFile) -> dict[str, ClientSecurity | None | str]:
+    """Each cluster's login (None: plaintext), or why there is none: file reads, for a thread."""
+    logins: dict[str, ClientSecurity | None | str] = {}
+    for name, cluster in state.clusters.items():
+        try:
+            logins[name] = _admin_security(cluster)
+        except (OSError, ConfigError) as exc:
+            logins[name] = f"cannot log in: {exc}"
+    return logins
+
+
 async def ask_all(state: LaunchStateFile) -> ProbeAnswers:
     """Ask every broker, ZooKeeper node and the WAN API at once, each bounded."""
     answers = ProbeAnswers()
+    # The login files are read first, all together (off the loop, and only when a cluster has
+    # one): every probe then starts at once and gets the whole of its bound.
+    secured = any(cluster.command_config is not None for cluster in state.clusters.values())
+    logins = (await trio.to_thread.run_sync(_logins, state) if secured
+              else dict.fromkeys(state.clusters, None))
 
     async def views(name: str, cluster: ClusterRecord) -> None:
-        try:
-            security = await trio.to_thread.run_sync(_admin_security, cluster)  # file reads
-        except (OSError, ConfigError) as exc:
-            answers.views[name] = [f"cannot log in: {exc}"] * len(cluster.brokers)
+        login = logins[name]
+        if isinstance(login, str):
+            answers.views[name] = [login] * len(cluster.brokers)
             return
         answers.views[name] = await read_views(broker_addresses(cluster), timeout_s=PROBE_TIMEOUT_S,
-                                               security=security)
+                                               security=login)
 
     async def mode(name: str, address: str) -> None:
         try:
