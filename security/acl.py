@@ -21,6 +21,8 @@ __all__ = [
     "AclBinding",
     "AclBindingFilter",
     "AclError",
+    "binding_from_wire",
+    "from_wire",
     "Operation",
     "PatternType",
     "Permission",
@@ -281,3 +283,23 @@ def decode_entries(data: bytes) -> frozenset[AccessControlEntry]:
         return frozenset(entries)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
         raise AclError(f"not JSON: {exc}") from None
+
+
+_W = TypeVar("_W", ResourceType, PatternType, Operation, Permission)
+
+
+def from_wire(kind: type[_W], value: int) -> _W:
+    """The member of `kind` numbered `value`; UNKNOWN for a number this side does not know
+    (a newer peer's), which the checks then refuse or the caller leaves out."""
+    try:
+        return kind(value)
+    except ValueError:
+        return kind(0)
+
+
+def binding_from_wire(resource_type: int, name: str, pattern_type: int, principal: str, host: str,
+                      operation: int, permission: int) -> AclBinding:
+    """An ACL as CreateAcls, DescribeAcls and DeleteAcls carry it (numbers as they came)."""
+    pattern = ResourcePattern(from_wire(ResourceType, resource_type), name, from_wire(PatternType, pattern_type))
+    entry = AccessControlEntry(principal, host, from_wire(Operation, operation), from_wire(Permission, permission))
+    return AclBinding(pattern, entry)

@@ -46,14 +46,9 @@ from broker.protocol.messages import (
 from broker.retry import retry
 from broker.tasks import gather
 from security.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
-    Operation,
-    PatternType,
-    Permission,
-    ResourcePattern,
-    ResourceType,
+    binding_from_wire,
 )
 
 __all__ = [
@@ -521,25 +516,12 @@ async def alter_user_scram_credentials(client: Client, upsertions: Iterable[Scra
         response = await client.request_any(request, idempotent=False)
     for result in response.results:
         check_error(result.error_code, f"alter the credentials of {result.user}", result.error_message)
+
+
 # -- ACLs -----------------------------------------------------------------------------------
 
 
-_E = TypeVar("_E", ResourceType, PatternType, Operation, Permission)
 _EVERY_ACL = AclBindingFilter()
-
-
-def _acl_enum(kind: type[_E], value: int) -> _E:
-    try:
-        return kind(value)
-    except ValueError:
-        return kind(0)  # UNKNOWN: a value this client does not know
-
-
-def _binding(resource_type: int, name: str, pattern_type: int, principal: str, host: str, operation: int,
-             permission: int) -> AclBinding:
-    pattern = ResourcePattern(_acl_enum(ResourceType, resource_type), name, _acl_enum(PatternType, pattern_type))
-    entry = AccessControlEntry(principal, host, _acl_enum(Operation, operation), _acl_enum(Permission, permission))
-    return AclBinding(pattern, entry)
 
 
 async def create_acls(client: Client, bindings: Sequence[AclBinding]) -> list[KafkaError | None]:
@@ -591,8 +573,8 @@ async def describe_acls(client: Client, selected: AclBindingFilter = _EVERY_ACL,
         response: DescribeAclsResponse = (await client.request(node_id, request) if node_id is not None
                                           else await client.request_any(request))
         check_error(response.error_code, "describe ACLs", response.error_message)
-        return [_binding(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
-                         a.permission_type) for r in response.resources for a in r.acls]
+        return [binding_from_wire(r.resource_type, r.resource_name, r.pattern_type, a.principal, a.host, a.operation,
+                                  a.permission_type) for r in response.resources for a in r.acls]
 
     return await retrying(client, "describe ACLs", attempt)
 
@@ -611,8 +593,8 @@ async def delete_acls(client: Client, filters: Sequence[AclBindingFilter]) -> li
         out = []
         for result in response.filter_results:
             check_error(result.error_code, "delete ACLs", result.error_message)
-            out.append([_binding(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host, m.operation,
-                                 m.permission_type) for m in result.matching_acls])
+            out.append([binding_from_wire(m.resource_type, m.resource_name, m.pattern_type, m.principal, m.host,
+                                          m.operation, m.permission_type) for m in result.matching_acls])
         return out
 
     return await retrying(client, "delete ACLs", attempt)

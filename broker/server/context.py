@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from broker.server.fetch_sessions import FetchSessionCache
     from broker.server.user_configs import UserConfigs
 
-__all__ = ["BrokerServices", "ConnectionInfo", "RequestContext"]
+__all__ = ["CLUSTER_DENIED", "BrokerServices", "ConnectionInfo", "RequestContext"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +119,8 @@ class RequestContext:
                                                      resource_type, name)
 
 
+# Kafka's message for CLUSTER_AUTHORIZATION_FAILED, in every answer that carries one.
+CLUSTER_DENIED = "Cluster authorization failed."
 _denials = RepeatLimiter(logging.getLogger("kafka.authorizer.logger"))
 
 

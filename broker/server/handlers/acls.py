@@ -13,7 +13,6 @@ wrong), and the valid ones are stored together.
 from __future__ import annotations
 
 import logging
-from typing import TypeVar
 
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
@@ -25,10 +24,9 @@ from broker.protocol.messages import (
     DescribeAclsRequest,
     DescribeAclsResponse,
 )
-from broker.server.context import RequestContext
+from broker.server.context import CLUSTER_DENIED, RequestContext
 from broker.server.handlers.base import ApiHandler
 from security.acl import (
-    AccessControlEntry,
     AclBinding,
     AclBindingFilter,
     AclError,
@@ -37,28 +35,19 @@ from security.acl import (
     Permission,
     ResourcePattern,
     ResourceType,
+    binding_from_wire,
+    from_wire,
 )
 
 NO_AUTHORIZER = "No Authorizer is configured."
-CLUSTER_DENIED = "Cluster authorization failed."
 
 log = logging.getLogger(__name__)
 
 
-_E = TypeVar("_E", ResourceType, PatternType, Operation, Permission)
-
-
-def _enum(kind: type[_E], value: int) -> _E:
-    try:
-        return kind(value)
-    except ValueError:
-        return kind(0)  # UNKNOWN: refused by the checks
-
-
 def _filter(resource_type: int, name: str | None, pattern_type: int, principal: str | None, host: str | None,
             operation: int, permission: int) -> AclBindingFilter:
-    selected = AclBindingFilter(_enum(ResourceType, resource_type), name, _enum(PatternType, pattern_type),
-                                principal, host, _enum(Operation, operation), _enum(Permission, permission))
+    selected = AclBindingFilter(from_wire(ResourceType, resource_type), name, from_wire(PatternType, pattern_type),
+                                principal, host, from_wire(Operation, operation), from_wire(Permission, permission))
     selected.check()
     return selected
 
@@ -96,11 +85,8 @@ async def create(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsR
     results: list[tuple[ErrorCode, str | None]] = []
     valid: list[AclBinding] = []
     for c in request.creations:
-        pattern = ResourcePattern(_enum(ResourceType, c.resource_type), c.resource_name,
-                                  _enum(PatternType, c.resource_pattern_type))
-        entry = AccessControlEntry(c.principal, c.host, _enum(Operation, c.operation),
-                                   _enum(Permission, c.permission_type))
-        binding = AclBinding(pattern, entry)
+        binding = binding_from_wire(c.resource_type, c.resource_name, c.resource_pattern_type, c.principal, c.host,
+                                    c.operation, c.permission_type)
         try:
             binding.check()
         except AclError as exc:

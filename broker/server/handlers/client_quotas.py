@@ -12,7 +12,7 @@ from __future__ import annotations
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import DescribeClientQuotasRequest, DescribeClientQuotasResponse
-from broker.server.context import RequestContext
+from broker.server.context import CLUSTER_DENIED, RequestContext
 from broker.server.handlers.base import ApiHandler
 from security.acl import Operation
 
@@ -22,7 +22,7 @@ _ENTITY_TYPES = frozenset({"user", "client-id", "ip"})
 async def describe(ctx: RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse:
     if not ctx.authorize_cluster(Operation.DESCRIBE_CONFIGS):
         return DescribeClientQuotasResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, entries=None,
-                                            error_message="Cluster authorization failed.")
+                                            error_message=CLUSTER_DENIED)
     unknown = [c.entity_type for c in request.components if c.entity_type not in _ENTITY_TYPES]
     if unknown:
         return DescribeClientQuotasResponse(error_code=ErrorCode.INVALID_REQUEST, entries=None,

@@ -35,7 +35,7 @@ from broker.protocol.messages import (
     IncrementalAlterConfigsResponse,
 )
 from broker.server.broker_configs import LIST_BROKER_KEYS, check_broker_update
-from broker.server.context import RequestContext
+from broker.server.context import CLUSTER_DENIED, RequestContext
 from broker.server.group_configs import GROUP_CONFIGS, store_for, validate_group_configs
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import (
@@ -59,7 +59,7 @@ _LIST_CONFIGS = frozenset({"cleanup.policy", "follower.replication.throttled.rep
 _ACL_RESOURCES: dict[int, tuple[ResourceType, ErrorCode, str]] = {
     ConfigResourceType.TOPIC: (ResourceType.TOPIC, ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Topic authorization failed."),
     ConfigResourceType.GROUP: (ResourceType.GROUP, ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed."),
-    **{kind: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "Cluster authorization failed.")
+    **{kind: (ResourceType.CLUSTER, ErrorCode.CLUSTER_AUTHORIZATION_FAILED, CLUSTER_DENIED)
        for kind in (ConfigResourceType.BROKER, ConfigResourceType.BROKER_LOGGER, ConfigResourceType.CLIENT_METRICS)},
 }
 

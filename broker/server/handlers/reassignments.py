@@ -23,14 +23,13 @@ from broker.protocol.messages import (
     ListPartitionReassignmentsRequest,
     ListPartitionReassignmentsResponse,
 )
-from broker.server.context import RequestContext
+from broker.server.context import CLUSTER_DENIED, RequestContext
 from broker.server.handlers.base import ApiHandler
 from security.acl import Operation
 
 __all__ = ["HANDLERS"]
 
 Answers = dict[tuple[str, int], tuple[ErrorCode, str | None]]
-CLUSTER_DENIED = "Cluster authorization failed."
 
 
 def _active(ctx: RequestContext, zk: ZooKeeperSupport) -> ActiveController:

@@ -17,14 +17,13 @@ from broker.protocol.messages import (
     DescribeUserScramCredentialsRequest,
     DescribeUserScramCredentialsResponse,
 )
-from broker.server.context import RequestContext
+from broker.server.context import CLUSTER_DENIED, RequestContext
 from broker.server.handlers.base import ApiHandler
 from security.acl import Operation
 from security.scram import MAX_ITERATIONS, MECHANISMS, MIN_ITERATIONS, ScramCredential
 
 _BY_NUMBER = {number: name for name, (number, _) in MECHANISMS.items()}
 _NO_STORE = "this broker keeps no SCRAM credentials"
-CLUSTER_DENIED = "Cluster authorization failed."
 
 DescribeResult = DescribeUserScramCredentialsResponse.DescribeUserScramCredentialsResult
 AlterResult = AlterUserScramCredentialsResponse.AlterUserScramCredentialsResult
