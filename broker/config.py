@@ -17,7 +17,7 @@ import difflib
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Annotated, Any
 
 from pydantic import (
@@ -60,6 +60,7 @@ __all__ = [
     "StartupError",
     "TLS_VERSIONS",
     "TOPIC_CONFIG_SYNONYMS",
+    "ZOOKEEPER_SSL_KEYS",
     "PASSIVE_TOPIC_CONFIGS",
     "load_properties",
     "parse_listeners",
@@ -162,6 +163,23 @@ _ALIAS_SCALE = {
 }
 
 _LISTENER_PREFIX = "listener.name."
+_ZOOKEEPER_SSL_PREFIX = "zookeeper.ssl."
+# Kafka's ZooKeeper client TLS keys (besides zookeeper.ssl.client.enable, a field): each is the
+# listener key of the same name after "zookeeper.", except the revocation switches.
+ZOOKEEPER_SSL_KEYS = frozenset(f"zookeeper.ssl.{name}" for name in (
+    "keystore.location", "keystore.password", "keystore.type", "truststore.location", "truststore.password",
+    "truststore.type", "protocol", "enabled.protocols", "cipher.suites", "endpoint.identification.algorithm",
+    "crl.enable", "ocsp.enable"))
+_STORE_TYPE_BY_SUFFIX = {".pem": "PEM", ".crt": "PEM", ".p12": "PKCS12", ".pfx": "PKCS12", ".jks": "JKS"}
+
+
+def _store_type_of(key: str, location: str) -> str:
+    """A store's type from its file name's extension, as ZooKeeper's X509Util infers it."""
+    kind = _STORE_TYPE_BY_SUFFIX.get(PurePath(location).suffix.lower())
+    if kind is None:
+        raise ConfigError(f"{key}: cannot tell the store type of {location} from its extension "
+                          f"({', '.join(_STORE_TYPE_BY_SUFFIX)}); set the matching .type key (PEM or PKCS12)")
+    return kind
 
 # Kafka keys that are valid in a server.properties but have no effect here. They are accepted
 # so existing files work, and listed at start-up so nobody believes they took effect.
@@ -535,6 +553,15 @@ class BrokerConfig(ConfigModel):
     # Unset: the session timeout, as Kafka.
     zookeeper_connection_timeout_ms: Annotated[int | None, _int(1, INT_MAX)] = Field(
         default=None, alias="zookeeper.connection.timeout.ms")
+    # ZooKeeper over TLS: the zookeeper.ssl.* keys (stores, protocols) are read as the
+    # listeners' ssl.* keys are (see `zookeeper_ssl`); these two say whether to use them.
+    zookeeper_ssl_client_enable: Annotated[bool, _BOOL] = Field(default=False, alias="zookeeper.ssl.client.enable")
+    # Java's socket class for ZooKeeper's client; Kafka requires the Netty one for TLS. Accepted
+    # so server.properties files work unchanged: Causeway's ZooKeeper client is not Java.
+    zookeeper_client_cnxn_socket: Annotated[str | None, _STR] = Field(default=None, alias="zookeeper.clientCnxnSocket")
+    # Create znodes with ACLs: only this cluster's brokers (their identity to ZooKeeper) may write,
+    # everyone may read, except credentials and broker configs, which only the brokers may read.
+    zookeeper_set_acl: Annotated[bool, _BOOL] = Field(default=False, alias="zookeeper.set.acl")
     # Replication (followers, ISR).
     replica_lag_time_max_ms: Annotated[int, _int(1)] = Field(default=30000, alias="replica.lag.time.max.ms")
     replica_fetch_max_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=1048576, alias="replica.fetch.max.bytes")
@@ -574,6 +601,10 @@ class BrokerConfig(ConfigModel):
     # and SASL configs built from them (checked at start: a bad key stops the broker before it listens).
     _security_props: dict[str, str] = PrivateAttr(default_factory=dict)
     _security: dict[str, ListenerSecurity] = PrivateAttr(default_factory=dict)
+    # ``zookeeper.ssl.*`` as given (passwords among them: kept out of DescribeConfigs), and the
+    # TLS configs built from them when zookeeper.ssl.client.enable is on.
+    _zookeeper_ssl_props: dict[str, str] = PrivateAttr(default_factory=dict)
+    _zookeeper_ssl: SslConfig | None = PrivateAttr(default=None)
 
     @field_validator("queued_max_request_bytes")
     @classmethod
@@ -628,11 +659,15 @@ class BrokerConfig(ConfigModel):
         canonical: dict[str, str] = {}
         given = {raw_key.strip(): raw_value for raw_key, raw_value in props.items()}
         security_props: dict[str, str] = {}
+        zookeeper_ssl_props: dict[str, str] = {}
         for key, value in given.items():
             if key in CONFIG_ALIASES or key in IGNORED_KAFKA_KEYS:
                 continue
             if key.startswith("ssl.") or key in SASL_KEYS or key.startswith(_LISTENER_PREFIX):
                 security_props[key] = value
+                continue
+            if key.startswith(_ZOOKEEPER_SSL_PREFIX) and key not in _FIELD_BY_KEY:
+                zookeeper_ssl_props[key] = value
                 continue
             if key not in _FIELD_BY_KEY:
                 raise ConfigError(_unknown_key_message(key))
@@ -653,7 +688,52 @@ class BrokerConfig(ConfigModel):
         config._explicit = dict(canonical)
         config._security_props = security_props
         config._security = config._listener_security(security_props)
+        config._zookeeper_ssl_props = zookeeper_ssl_props
+        config._zookeeper_ssl = config._zookeeper_tls(zookeeper_ssl_props)
         return config
+
+    def _zookeeper_tls(self, props: Mapping[str, str]) -> SslConfig | None:
+        """The TLS configs of this broker's ZooKeeper client, from Kafka's ``zookeeper.ssl.*``
+        keys (``zookeeper.ssl.keystore.location`` is ``ssl.keystore.location`` for ZooKeeper, and
+        so on); None unless zookeeper.ssl.client.enable is on. A store's type, when unset, comes
+        from its file's extension, as ZooKeeper's client infers it."""
+        for key in props:
+            if key not in ZOOKEEPER_SSL_KEYS:
+                close = difflib.get_close_matches(key, sorted(ZOOKEEPER_SSL_KEYS), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"{key}: unknown ZooKeeper TLS config{hint}")
+        for key in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable"):
+            if key in props and boolean(_WORDING)(key, props[key]):
+                raise ConfigError(f"{key}: certificate revocation checks are not supported for ZooKeeper "
+                                  "connections; set it to false (revoke by removing the CA from the truststore)")
+        if self.zookeeper_set_acl and not self.zookeeper_ssl_client_enable:
+            raise ConfigError("zookeeper.set.acl: znode ACLs need an identity in ZooKeeper: set "
+                              "zookeeper.ssl.client.enable=true with zookeeper.ssl.keystore.location (a client "
+                              "certificate ZooKeeper's x509 provider authenticates); Causeway has no ZooKeeper SASL")
+        if not self.zookeeper_ssl_client_enable:
+            return None
+        ssl_props = {key.removeprefix("zookeeper."): value for key, value in props.items()
+                     if key not in ("zookeeper.ssl.crl.enable", "zookeeper.ssl.ocsp.enable")}
+        ssl_props.setdefault("ssl.protocol", "TLSv1.2")  # ZooKeeper's default, not the listeners'
+        if "ssl.endpoint.identification.algorithm" in ssl_props:  # Kafka's default is spelled HTTPS
+            ssl_props["ssl.endpoint.identification.algorithm"] = (
+                ssl_props["ssl.endpoint.identification.algorithm"].strip().lower())
+        for store in ("keystore", "truststore"):
+            location = ssl_props.get(f"ssl.{store}.location")
+            if location is not None and f"ssl.{store}.type" not in ssl_props:
+                ssl_props[f"ssl.{store}.type"] = _store_type_of(f"zookeeper.ssl.{store}.location", location)
+        if self.zookeeper_set_acl and "ssl.keystore.location" not in ssl_props:
+            raise ConfigError("zookeeper.set.acl: znode ACLs need the broker's client certificate for ZooKeeper: "
+                              "set zookeeper.ssl.keystore.location")
+        try:
+            return SslConfig.from_properties(ssl_props)
+        except ConfigError as exc:
+            raise ConfigError(f"zookeeper.{exc}") from None
+
+    @property
+    def zookeeper_ssl(self) -> SslConfig | None:
+        """How this broker's ZooKeeper client speaks TLS (None: plaintext); see `_zookeeper_tls`."""
+        return self._zookeeper_ssl
 
     def _listener_security(self, props: Mapping[str, str]) -> dict[str, ListenerSecurity]:
         """Each listener's TLS and SASL configs: the broker-wide ``ssl.*`` and ``sasl.*`` keys

@@ -43,6 +43,10 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from broker.atomic_file import write_atomically
 
 __all__ = [
+    "ZOOKEEPER_CLIENT",
+    "ZOOKEEPER_SERVER",
+    "ZookeeperCertificates",
+    "create_zookeeper_certificates",
     "CA_CERT",
     "CA_KEY",
     "DEFAULT_DAYS",
@@ -341,3 +345,30 @@ def _check_unique(names: Iterable[str]) -> None:
         if name in seen:
             raise CertsError(f"identity {name!r} is named twice")
         seen.add(name)
+
+
+# ZooKeeper over TLS (`causeway zookeeper --tls`, the launcher): the ensemble's certificate, and
+# the one client certificate every broker of the clusters it serves presents. One identity on
+# purpose: with zookeeper.set.acl, a znode is writable by the identity that created it only, and
+# any broker may have to write what another created (the controller moves).
+ZOOKEEPER_SERVER = "zookeeper"
+ZOOKEEPER_CLIENT = "kafka-brokers"
+
+
+@dataclass(frozen=True)
+class ZookeeperCertificates:
+    truststore: Path         # the CA, PEM: both sides trust it
+    server_keystore: Path    # ZooKeeper's key and chain, PEM (ssl.keyStore.location)
+    client_keystore: Path    # the brokers' key and chain, PEM (zookeeper.ssl.keystore.location)
+    client_principal: str    # what ZooKeeper's x509 provider names the brokers' sessions
+
+
+def create_zookeeper_certificates(directory: Path, *, days: int = DEFAULT_DAYS) -> ZookeeperCertificates:
+    """Make (or reuse) a CA in `directory`, ZooKeeper's certificate for 127.0.0.1 and localhost,
+    and the brokers' client certificate. Blocking: from trio, run it in a worker thread."""
+    _, issued = create_certificates(directory, [Identity(ZOOKEEPER_SERVER, "broker", DEFAULT_HOSTS),
+                                                Identity(ZOOKEEPER_CLIENT, "client")], days=days)
+    server, client = issued
+    return ZookeeperCertificates(directory / CA_CERT, server.keystore_pem, client.keystore_pem,
+                                 f"CN={ZOOKEEPER_CLIENT}")
+

@@ -28,7 +28,8 @@ from security.sasl import PLAIN, JaasError, login_module, mechanism_jaas
 from security.scram import MECHANISMS
 from security.tls import load_keystore, load_truststore, set_protocols
 
-__all__ = ["PROTOCOLS", "ClientSecurity", "SaslLogin", "client_security", "inter_broker_security"]
+__all__ = ["PROTOCOLS", "ClientSecurity", "SaslLogin", "client_security", "inter_broker_security",
+           "zookeeper_client_context"]
 
 PROTOCOLS = SECURITY_PROTOCOLS
 _SASL_MECHANISMS = (PLAIN, *MECHANISMS)
@@ -143,6 +144,15 @@ def inter_broker_security(config: BrokerConfig) -> ClientSecurity:
         key = f"listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config"
         login = _login(mechanism, sasl_config.jaas.get(mechanism), f"{key}: the broker's own login to its peers")
     return ClientSecurity(protocol, context, login)
+
+
+def zookeeper_client_context(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The TLS context of this broker's ZooKeeper client, from Kafka's ``zookeeper.ssl.*`` keys
+    (None: zookeeper.ssl.client.enable is off). Its keystore is the certificate ZooKeeper's x509
+    provider authenticates: the identity that owns the znodes when zookeeper.set.acl is on.
+    Raises ConfigError naming the store that cannot be read."""
+    ssl_config = config.zookeeper_ssl
+    return None if ssl_config is None else _client_context(ssl_config, "ZooKeeper client (zookeeper.ssl.*)")
 
 
 def _client_context(config: SslConfig, where: str) -> ssl.SSLContext:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -45,7 +46,7 @@ from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
 from broker.storage.handles import HANDLES, capacity_for, emfile_advice, raise_open_file_limit
 from security.authorizer import Authorizer, parse_super_users
-from security.client import ClientSecurity, inter_broker_security
+from security.client import ClientSecurity, inter_broker_security, zookeeper_client_context
 from security.mechanisms import mechanism_servers
 from security.tls import ANONYMOUS, TlsHandshakeFailed, TlsListener
 
@@ -157,8 +158,10 @@ async def run_broker(
     # How this broker reaches its peers (TLS, SASL login), built once before anything else: a
     # keystore or JAAS config that does not do stops the start, naming its key.
     inter_broker: ClientSecurity | None = None
+    zookeeper_tls: ssl.SSLContext | None = None
     if config.zookeeper_connect is not None:
         inter_broker = inter_broker_security(config)
+        zookeeper_tls = zookeeper_client_context(config)
     soft, hard = raise_open_file_limit()
     HANDLES.set_capacity(capacity_for(soft))
     log.info("open-file limit %d (hard %d): up to %d segment files held open, %d of them by fetch answers "
@@ -201,7 +204,8 @@ async def run_broker(
             # here: a standalone broker never loads kazoo.
             from broker.controller.zk.mode import zookeeper_mode
 
-            zk_metadata = await stack.enter_async_context(zookeeper_mode(config, replicas, security=inter_broker))
+            zk_metadata = await stack.enter_async_context(
+                zookeeper_mode(config, replicas, security=inter_broker, zookeeper_tls=zookeeper_tls))
             controller = zk_metadata
         offsets_store = OffsetsStore(config, controller, replicas)
         if zk_metadata is None:

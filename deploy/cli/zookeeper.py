@@ -4,23 +4,27 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import trio
 
 from deploy.cli.command import ErrorRule, run, until_signalled
-from deploy.zookeeper.config import Tuning
+from deploy.zookeeper.config import Tuning, ZkTls
 from deploy.zookeeper.ensemble import Ensemble, run_ensemble
 from deploy.zookeeper.node import NodeFailed, ZooKeeperMissing
+from security.certs import CertsError, ZookeeperCertificates, create_zookeeper_certificates
 
-__all__ = ["READY_PREFIX", "register"]
+__all__ = ["READY_PREFIX", "TLS_READY_PREFIX", "broker_properties", "register"]
 
 READY_PREFIX = "causeway zookeeper ready: "  # then the connect string; launchers and tests wait for it
+TLS_READY_PREFIX = "causeway zookeeper TLS: "  # then the connect string of the TLS client ports (--tls)
 DEFAULT_DATA_DIR = Path(".causeway/zookeeper")
 
 _ERRORS: tuple[ErrorRule, ...] = (
     ((NodeFailed, ZooKeeperMissing), 1, lambda exc: f"causeway zookeeper: cannot start: {exc}"),
+    (CertsError, 1, lambda exc: f"causeway zookeeper: cannot make the TLS certificates: {exc}"),
     (OSError, 1, lambda exc: f"causeway zookeeper: {exc}"),
 )
 
@@ -45,13 +49,40 @@ _port = _int_between(1, 65533, "a port number", "a port from {low} to {high}")
 _tick = _int_between(50, 60000, "a number of milliseconds", "from {low} to {high} ms")
 
 
+def broker_properties(certs: ZookeeperCertificates, secure_connect: str) -> str:
+    """The server.properties lines a broker needs to use a TLS ensemble with znode ACLs."""
+    return "\n".join([
+        "# ZooKeeper over TLS with znode ACLs: written by `causeway zookeeper --tls`",
+        f"zookeeper.connect={secure_connect}",
+        "zookeeper.ssl.client.enable=true",
+        "zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
+        f"zookeeper.ssl.keystore.location={certs.client_keystore}",
+        "zookeeper.ssl.keystore.type=PEM",
+        f"zookeeper.ssl.truststore.location={certs.truststore}",
+        "zookeeper.ssl.truststore.type=PEM",
+        "zookeeper.set.acl=true",
+        "",
+    ])
+
+
 async def _serve(args: argparse.Namespace) -> None:
+    data_dir: Path = args.data_dir.resolve()
+    tuning = Tuning(tick_time_ms=args.tick_time)
+    certs: ZookeeperCertificates | None = None
+    if args.tls:
+        certs = await trio.to_thread.run_sync(create_zookeeper_certificates, data_dir / "tls")
+        tuning = replace(tuning, tls=ZkTls(keystore=certs.server_keystore, truststore=certs.truststore))
     async with until_signalled("stopping ZooKeeper") as stop:
         ensemble: Ensemble = await stop.nursery.start(partial(
-            run_ensemble, args.data_dir.resolve(), nodes=args.nodes, client_port=args.port,
-            tuning=Tuning(tick_time_ms=args.tick_time), supervise=True))
+            run_ensemble, data_dir, nodes=args.nodes, client_port=args.port, tuning=tuning, supervise=True))
         # One machine-readable line first (what `causeway up` and tests wait for), then the nodes.
         print(f"{READY_PREFIX}{ensemble.connect}", flush=True)
+        if certs is not None and ensemble.secure_connect is not None:
+            properties = data_dir / "tls" / "broker-zookeeper.properties"
+            await trio.to_thread.run_sync(properties.write_text, broker_properties(certs, ensemble.secure_connect))
+            print(f"{TLS_READY_PREFIX}{ensemble.secure_connect}", flush=True)
+            print(f"  brokers connect over TLS as User {certs.client_principal} with the keys in {properties}; "
+                  "with zookeeper.set.acl=true only they may write the znodes they create", flush=True)
         states = await ensemble.states()
         for node in ensemble.nodes:
             state = states.get(node.node_id)
@@ -79,5 +110,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     parser.add_argument("--tick-time", type=_tick, default=Tuning().tick_time_ms, metavar="MS",
                         help=f"ZooKeeper's tickTime (default {Tuning().tick_time_ms}); sessions may last 2 to 20 ticks "
                         "at least, up to 60 s")
+    parser.add_argument("--tls", action="store_true",
+                        help="also serve clients over mutual TLS on a second port per node, with certificates made "
+                        "in DATA_DIR/tls (a CA, ZooKeeper's, and one client certificate for the brokers, CN=kafka-"
+                        "brokers), and write the broker keys that use them (zookeeper.ssl.*, zookeeper.set.acl) to "
+                        "DATA_DIR/tls/broker-zookeeper.properties")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=_zookeeper)

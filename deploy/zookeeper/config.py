@@ -17,10 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["CLASSPATH", "JAVA", "QUORUM_MAIN", "STANDALONE_MAIN", "ZOOKEEPER_JAR", "NodePorts", "Tuning",
-           "java_argv", "pick_free_port", "render_zoo_cfg", "write_node_files"]
+           "ZkTls", "java_argv", "pick_free_port", "render_zoo_cfg", "write_node_files"]
 
 ZOOKEEPER_JAR = Path("/usr/share/java/zookeeper.jar")
-CLASSPATH = f"{ZOOKEEPER_JAR}:/usr/share/java/slf4j-simple.jar"
+# netty-codec serves TLS client ports (NettyServerCnxnFactory); Debian's zookeeper.jar manifest
+# leaves it out (the package depends on libnetty-java, which installs it).
+CLASSPATH = f"{ZOOKEEPER_JAR}:/usr/share/java/slf4j-simple.jar:/usr/share/java/netty-codec.jar"
 JAVA = "java"
 STANDALONE_MAIN = "org.apache.zookeeper.server.ZooKeeperServerMain"
 QUORUM_MAIN = "org.apache.zookeeper.server.quorum.QuorumPeerMain"
@@ -39,11 +41,24 @@ JVM_OPTIONS: tuple[str, ...] = ("-Xms16m", "-Xmx512m", "-XX:+UseSerialGC", "-XX:
 
 @dataclass(frozen=True)
 class NodePorts:
-    """The three ports of one node: clients, followers to the leader, leader election."""
+    """The ports of one node: clients, followers to the leader, leader election, and with TLS
+    the secure client port (secureClientPort)."""
 
     client: int
     quorum: int
     election: int
+    secure_client: int | None = None
+
+
+@dataclass(frozen=True)
+class ZkTls:
+    """TLS on the client port, by PEM files: the server's key and chain, and the CAs whose
+    client certificates it accepts (ssl.clientAuth=need: a client without one is refused). The
+    x509 provider then names each session by its certificate's subject, which is the identity
+    that brokers with zookeeper.set.acl give every right on the znodes they create."""
+
+    keystore: Path      # the node's key and certificate chain, one PEM file
+    truststore: Path    # CA certificates, PEM
 
 
 @dataclass(frozen=True)
@@ -61,6 +76,9 @@ class Tuning:
     # preAllocSize (KB): ZooKeeper grows its transaction log 64 MB at a time; 4 MB is plenty
     # for the metadata of a few clusters and keeps test dirs small.
     prealloc_kb: int = 4096
+    # A secure client port beside the plain one (None: plaintext only). The plain port stays for
+    # the four-letter words readiness reads and for read-only tools; ACLs keep writes to the brokers.
+    tls: ZkTls | None = None
 
 
 def pick_free_port() -> int:
@@ -94,6 +112,20 @@ def render_zoo_cfg(*, data_dir: Path, ports: NodePorts, peers: Sequence[tuple[in
         # Old snapshots and logs are purged hourly, keeping ZooKeeper's minimum of three.
         "autopurge.purgeInterval=1",
     ]
+    if tuning.tls is not None and ports.secure_client is not None:
+        lines += [
+            f"secureClientPort={ports.secure_client}",
+            f"secureClientPortAddress={HOST}",
+            # TLS client ports need ZooKeeper's Netty server (the NIO one has no TLS).
+            "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
+            f"ssl.keyStore.location={tuning.tls.keystore}",
+            "ssl.keyStore.type=PEM",
+            f"ssl.trustStore.location={tuning.tls.truststore}",
+            "ssl.trustStore.type=PEM",
+            "ssl.clientAuth=need",
+            # Sessions on the secure port are named x509:<subject DN>, which ACLs can then name.
+            "authProvider.x509=org.apache.zookeeper.server.auth.X509AuthenticationProvider",
+        ]
     lines += [f"server.{peer}={HOST}:{p.quorum}:{p.election}" for peer, p in peers]
     return "\n".join(lines) + "\n"
 

@@ -65,6 +65,12 @@ class Ensemble:
     def connect(self) -> str:
         return ",".join(node.address for node in self.nodes)
 
+    @property
+    def secure_connect(self) -> str | None:
+        """The zookeeper.connect string of the TLS client ports; None unless the ensemble has TLS."""
+        secure = [node.secure_address for node in self.nodes]
+        return None if None in secure else ",".join(str(address) for address in secure)
+
     def node(self, node_id: int) -> ZkNode:
         for node in self.nodes:
             if node.node_id == node_id:
@@ -210,8 +216,10 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _pick_ports(count: int, client_port: int | None, pick_port: Callable[[], int]) -> list[NodePorts]:
-    """Ports for `count` nodes, all distinct: client ports from `client_port` up when given."""
+def _pick_ports(count: int, client_port: int | None, pick_port: Callable[[], int], *,
+                secure: bool = False) -> list[NodePorts]:
+    """Ports for `count` nodes, all distinct: client ports from `client_port` up when given;
+    with `secure`, a TLS client port each too."""
     taken: set[int] = set()
     if client_port is not None:
         taken.update(range(client_port, client_port + count))
@@ -225,7 +233,8 @@ def _pick_ports(count: int, client_port: int | None, pick_port: Callable[[], int
         raise RuntimeError("no free port found")
 
     return [NodePorts(client=client_port + i if client_port is not None else fresh(),
-                      quorum=fresh() if count > 1 else 0, election=fresh() if count > 1 else 0)
+                      quorum=fresh() if count > 1 else 0, election=fresh() if count > 1 else 0,
+                      secure_client=fresh() if secure else None)
             for i in range(count)]
 
 
@@ -268,7 +277,7 @@ async def _run(directory: Path, nodes: int, client_port: int | None, tuning: Tun
         ensemble: Ensemble | None = None
         try:
             for attempt in range(1, START_ATTEMPTS + 1):
-                ports = _pick_ports(nodes, client_port, pick_port)
+                ports = _pick_ports(nodes, client_port, pick_port, secure=tuning.tls is not None)
                 peers = tuple((i + 1, p) for i, p in enumerate(ports)) if nodes > 1 else ()
                 members = tuple(ZkNode(i + 1, directory / f"node-{i + 1}", p, peers, tuning, java)
                                 for i, p in enumerate(ports))
@@ -287,7 +296,8 @@ async def _run(directory: Path, nodes: int, client_port: int | None, tuning: Tun
                                 START_ATTEMPTS)
                     continue
                 modes = ", ".join(f"node {n} {s.mode}" for n, s in sorted(states.items()))
-                log.info("zookeeper ready: %s (%s)", ensemble.connect, modes)
+                log.info("zookeeper ready: %s%s (%s)", ensemble.connect,
+                         f", TLS {ensemble.secure_connect}" if ensemble.secure_connect else "", modes)
                 ensemble._starting.clear()
                 task_status.started(ensemble)
                 await trio.sleep_forever()

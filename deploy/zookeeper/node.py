@@ -79,6 +79,11 @@ class ZkNode(ChildOwner):
         return f"{HOST}:{self.ports.client}"
 
     @property
+    def secure_address(self) -> str | None:
+        """HOST:PORT of the TLS client port; None without TLS."""
+        return None if self.ports.secure_client is None else f"{HOST}:{self.ports.secure_client}"
+
+    @property
     def pid(self) -> int | None:
         return self.proc.pid if self.proc is not None else None
 
@@ -114,6 +119,8 @@ class ZkNode(ChildOwner):
         own = self.own_log()
         bind_failed = any(marker in own for marker in _BIND_FAILURES)
         ports = f"client {self.ports.client}, quorum {self.ports.quorum}, election {self.ports.election}"
+        if self.ports.secure_client is not None:
+            ports += f", secure client {self.ports.secure_client}"
         return NodeFailed(f"zookeeper node {self.node_id} ({ports}): {what}\n--- last lines of {self.log_path} ---\n"
                           f"{log_tail(self.log_path)}", bind_failed=bind_failed)
 

@@ -37,9 +37,10 @@ START_ATTEMPTS = 3  # a port another process took between pick and bind: pick ag
 TEST_TUNING = Tuning(tick_time_ms=500, force_sync=False, prealloc_kb=1024)
 
 
-def _fresh_ports() -> NodePorts:
-    # A lone node listens only on its client port; the other two are never bound.
-    return NodePorts(client=pick_free_port(), quorum=0, election=0)
+def _fresh_ports(tuning: Tuning) -> NodePorts:
+    # A lone node listens only on its client port (and its TLS one); the other two are never bound.
+    return NodePorts(client=pick_free_port(), quorum=0, election=0,
+                     secure_client=pick_free_port() if tuning.tls is not None else None)
 
 
 @dataclass
@@ -55,6 +56,12 @@ class ZooKeeperServer(ZkNode):
     def port(self) -> int:
         return self.ports.client
 
+    @property
+    def secure_connect(self) -> str:
+        """"127.0.0.1:PORT" of the TLS client port (a node started with `Tuning.tls`)."""
+        assert self.secure_address is not None, "this node has no TLS client port"
+        return self.secure_address
+
     def start(self) -> ZooKeeperServer:
         """Start the node and return once it serves. A first start whose port was taken meanwhile
         picks another; a restart keeps its port (clients know it) and fails instead."""
@@ -67,7 +74,7 @@ class ZooKeeperServer(ZkNode):
             except NodeFailed as exc:
                 if not (first and exc.bind_failed and attempt < START_ATTEMPTS):
                     raise
-                self.ports = _fresh_ports()
+                self.ports = _fresh_ports(self.tuning)
         raise AssertionError("unreachable")
 
     def state(self) -> ServerState | None:
@@ -84,7 +91,7 @@ class ZooKeeperServer(ZkNode):
 def zookeeper_server(directory: Path, *, tuning: Tuning = TEST_TUNING) -> Iterator[ZooKeeperServer]:
     """A running single-node ZooKeeper in `directory` (zoo.cfg, data/, zookeeper.log); killed
     on exit (a test's ZooKeeper has nothing to flush)."""
-    server = ZooKeeperServer(node_id=1, node_dir=directory, ports=_fresh_ports(), tuning=tuning)
+    server = ZooKeeperServer(node_id=1, node_dir=directory, ports=_fresh_ports(tuning), tuning=tuning)
     try:
         yield server.start()
     finally:

@@ -49,6 +49,8 @@ from __future__ import annotations
 import enum
 import logging
 import os
+import socket
+import ssl
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -68,10 +70,12 @@ from kazoo.exceptions import (  # type: ignore[import-untyped]
     RolledBackError,
     SessionExpiredError,
 )
+from kazoo.handlers.threading import SequentialThreadingHandler  # type: ignore[import-untyped]
 from kazoo.protocol.states import KazooState  # type: ignore[import-untyped]
 from kazoo.retry import KazooRetry  # type: ignore[import-untyped]
 
 from broker.address import format_host_port, parse_host_port
+from broker.controller.zk.znode_acls import secure_acls
 from broker.retry import Backoff, retry
 from broker.tasks import leaves
 
@@ -316,8 +320,9 @@ class ZkClient:
     """See the module docstring. Made by `open_zk_client`, which owns its tasks."""
 
     def __init__(self, kazoo: Any, connect: ConnectString, *, session_timeout_s: float,
-                 connection_timeout_s: float, nursery: trio.Nursery) -> None:
+                 connection_timeout_s: float, nursery: trio.Nursery, secure_acls: bool = False) -> None:
         self._kazoo = kazoo
+        self._secure_acls = secure_acls
         self._connect = connect
         self._chroot = connect.chroot
         self._session_timeout_s = session_timeout_s
@@ -486,12 +491,22 @@ class ZkClient:
         stat = await self._request(lambda: self._kazoo.exists_async(self._abs(path)), path, "exists", read=True)
         return None if stat is None else ZnodeStat._of(stat)
 
+    def _acl(self, path: str) -> list[object] | None:
+        """The ACLs of a new znode at `path`: kazoo's default (open to all) unless zookeeper.set.acl."""
+        return secure_acls(path) if self._secure_acls else None
+
     async def create(self, path: str, data: bytes = b"", *, ephemeral: bool = False, sequence: bool = False,
                      make_parents: bool = False) -> str:
         """Create a znode; returns its path (with the sequence number for a sequential one)."""
+        if make_parents and self._secure_acls:
+            # kazoo would give the parents this znode's ACLs; each gets its own instead.
+            parent = path.rstrip("/").rpartition("/")[0]
+            if parent:
+                await self.ensure_path(parent)
+            make_parents = False
         created = await self._request(
-            lambda: self._kazoo.create_async(self._abs(path), bytes(data), ephemeral=ephemeral, sequence=sequence,
-                                             makepath=make_parents), path, "create", read=False)
+            lambda: self._kazoo.create_async(self._abs(path), bytes(data), acl=self._acl(path), ephemeral=ephemeral,
+                                             sequence=sequence, makepath=make_parents), path, "create", read=False)
         return self._rel(created)
 
     async def set(self, path: str, data: bytes, *, version: int = -1) -> ZnodeStat:
@@ -514,7 +529,19 @@ class ZkClient:
 
     async def ensure_path(self, path: str) -> None:
         """Create `path` and its missing parents, with empty data; nothing if it exists."""
-        await self._request(lambda: self._kazoo.ensure_path_async(self._abs(path)), path, "ensure", read=False)
+        if not self._secure_acls:
+            await self._request(lambda: self._kazoo.ensure_path_async(self._abs(path)), path, "ensure", read=False)
+            return
+        # One znode at a time, each with its own ACLs (a sensitive leaf must not make its
+        # parents unreadable, nor an open parent make the leaf readable).
+        parts = [part for part in path.split("/") if part]
+        for depth in range(1, len(parts) + 1):
+            prefix = "/" + "/".join(parts[:depth])
+            if await self.exists(prefix) is None:
+                try:
+                    await self.create(prefix)
+                except ZkNodeExists:
+                    pass  # made meanwhile by another broker: what we wanted
 
     async def transaction(self, ops: Sequence[ZkOp]) -> list[str | ZnodeStat | None]:
         """Apply `ops` atomically (ZooKeeper's multi): all or none. Returns per op the created path
@@ -529,7 +556,8 @@ class ZkClient:
                 if isinstance(op, CheckVersionOp):
                     tx.check(self._abs(op.path), op.version)
                 elif isinstance(op, CreateOp):
-                    tx.create(self._abs(op.path), bytes(op.data), ephemeral=op.ephemeral, sequence=op.sequence)
+                    tx.create(self._abs(op.path), bytes(op.data), acl=self._acl(op.path), ephemeral=op.ephemeral,
+                              sequence=op.sequence)
                 elif isinstance(op, SetOp):
                     tx.set_data(self._abs(op.path), bytes(op.data), op.version)
                 else:
@@ -691,26 +719,65 @@ def _reason(exc: OSError) -> str:
     return (exc.strerror or str(exc)).lower()
 
 
-async def _probe(connect: ConnectString, deadline: float) -> None:
-    """Return once some host accepts a TCP connection; _Unreachable naming each host's error."""
+class _TlsHandler(SequentialThreadingHandler):  # type: ignore[misc]
+    """kazoo's threading handler with connections made over TLS from our own context, so the
+    stores, protocols and ciphers are the ``zookeeper.ssl.*`` configs as security/ reads them
+    (kazoo's own TLS option takes PEM file paths only)."""
+
+    def __init__(self, context: ssl.SSLContext) -> None:
+        super().__init__()
+        self._context = context
+
+    def create_connection(self, address: tuple[str, int], hostname: str | None = None,
+                          timeout: float | None = None, **_kazoo_tls_options: Any) -> ssl.SSLSocket:
+        sock = socket.create_connection(address, timeout)
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return self._context.wrap_socket(sock, server_hostname=hostname)  # handshakes within `timeout`
+        except BaseException:
+            sock.close()
+            raise
+
+
+async def _probe(connect: ConnectString, deadline: float, tls: ssl.SSLContext | None) -> None:
+    """Return once some host accepts a TCP connection (and with `tls`, completes a handshake, so a
+    certificate ZooKeeper refuses or that does not check out is named here); _Unreachable naming
+    each host's error."""
     problems = []
     for host, port in connect.hosts:
         with trio.move_on_at(min(deadline, trio.current_time() + _PROBE_TIMEOUT_S)) as scope:
             try:
-                stream = await trio.open_tcp_stream(host, port)
+                stream: trio.abc.Stream = await trio.open_tcp_stream(host, port)
             except OSError as exc:
                 problems.append(f"{format_host_port(host, port)}: {_reason(exc)}")
                 continue
-            await stream.aclose()
+            try:
+                if tls is not None:
+                    stream = trio.SSLStream(stream, tls, server_hostname=host)
+                    await stream.do_handshake()
+            except (trio.BrokenResourceError, ssl.SSLError) as exc:
+                cause = exc.__cause__ if isinstance(exc, trio.BrokenResourceError) else exc
+                if isinstance(cause, ssl.SSLCertVerificationError):
+                    reason = f"ZooKeeper's certificate does not verify: {cause.verify_message}"
+                else:
+                    reason = str(getattr(cause, "reason", None) or cause or "the connection closed")
+                problems.append(f"{format_host_port(host, port)}: TLS handshake failed ({reason}); check "
+                                "zookeeper.ssl.truststore.location, zookeeper.ssl.keystore.location and that "
+                                "the port is ZooKeeper's secureClientPort")
+                continue
+            finally:
+                await trio.aclose_forcefully(stream)
             return
         if scope.cancelled_caught:
             problems.append(f"{format_host_port(host, port)}: no answer within {_PROBE_TIMEOUT_S:.0f} s")
     raise _Unreachable("; ".join(problems))
 
 
-async def _start_kazoo(connect: ConnectString, session_timeout_s: float, deadline: float) -> Any:
+async def _start_kazoo(connect: ConnectString, session_timeout_s: float, deadline: float,
+                       tls: ssl.SSLContext | None) -> Any:
+    tls_options: dict[str, Any] = {} if tls is None else {"handler": _TlsHandler(tls), "use_ssl": True}
     kazoo = KazooClient(hosts=connect.hosts_text, timeout=session_timeout_s,
-                        connection_retry=KazooRetry(**_RECONNECT), logger=_KAZOO_LOG)
+                        connection_retry=KazooRetry(**_RECONNECT), logger=_KAZOO_LOG, **tls_options)
     connected = trio.Event()
     token = trio.lowlevel.current_trio_token()
 
@@ -740,19 +807,23 @@ async def _start_kazoo(connect: ConnectString, session_timeout_s: float, deadlin
 
 
 @asynccontextmanager
-async def open_zk_client(connect: str, *, session_timeout_ms: int,
-                         connection_timeout_ms: int | None = None) -> AsyncIterator[ZkClient]:
+async def open_zk_client(connect: str, *, session_timeout_ms: int, connection_timeout_ms: int | None = None,
+                         tls: ssl.SSLContext | None = None, secure_acls: bool = False) -> AsyncIterator[ZkClient]:
     """Connect to ZooKeeper (see the module docstring); the session is closed on exit, which
     deletes its ephemeral znodes at once. ValueError for a malformed `connect`; ZkUnavailable
-    when no host gave a session within `connection_timeout_ms` (default: the session timeout)."""
+    when no host gave a session within `connection_timeout_ms` (default: the session timeout).
+
+    `tls`: connect over TLS with this client context (zookeeper.ssl.*; the hosts are ZooKeeper's
+    secure client ports). `secure_acls`: create znodes with Kafka's ACLs (zookeeper.set.acl; see
+    znode_acls.py), which needs an identity ZooKeeper authenticates, here the TLS client certificate."""
     target = parse_connect(connect)
     session_timeout_s = session_timeout_ms / 1000
     connection_timeout_s = (session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms) / 1000
     deadline = trio.current_time() + connection_timeout_s
 
     async def attempt() -> Any:
-        await _probe(target, deadline)
-        return await _start_kazoo(target, session_timeout_s, deadline)
+        await _probe(target, deadline, tls)
+        return await _start_kazoo(target, session_timeout_s, deadline, tls)
 
     def report(exc: Exception, failures: int) -> None:
         left = max(0.0, deadline - trio.current_time())
@@ -768,8 +839,9 @@ async def open_zk_client(connect: str, *, session_timeout_ms: int,
             f"(zookeeper.connection.timeout.ms): {exc}") from None
     async with trio.open_nursery() as nursery:
         zk = ZkClient(kazoo, target, session_timeout_s=session_timeout_s,
-                      connection_timeout_s=connection_timeout_s, nursery=nursery)
-        log.info("connected to ZooKeeper at %s, session 0x%x", target, zk.session_id)
+                      connection_timeout_s=connection_timeout_s, nursery=nursery, secure_acls=secure_acls)
+        log.info("connected to ZooKeeper at %s%s, session 0x%x%s", target, " over TLS" if tls else "", zk.session_id,
+                 "; new znodes get ACLs (zookeeper.set.acl)" if secure_acls else "")
         try:
             if target.chroot:
                 await _ensure_chroot(zk, kazoo, target.chroot)
@@ -782,6 +854,7 @@ async def open_zk_client(connect: str, *, session_timeout_ms: int,
 async def _ensure_chroot(zk: ZkClient, kazoo: Any, chroot: str) -> None:
     # Outside the chroot (Kafka creates it with a client without one).
     if await zk._request(lambda: kazoo.exists_async(chroot), chroot, "exists", read=True) is None:
-        await zk._request(lambda: kazoo.ensure_path_async(chroot), chroot, "create chroot", read=False)
+        acl = secure_acls("/") if zk._secure_acls else None  # readable by all, as Kafka makes it
+        await zk._request(lambda: kazoo.ensure_path_async(chroot, acl=acl), chroot, "create chroot", read=False)
         log.info("created the ZooKeeper chroot %s", chroot)
 

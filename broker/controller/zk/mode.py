@@ -13,6 +13,7 @@ naming the address. The session is closed on the way out, so this broker's regis
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -35,12 +36,15 @@ log = logging.getLogger(__name__)
 
 
 @asynccontextmanager
-async def zookeeper_mode(config: BrokerConfig, replicas: LocalReplicas, *,
-                         security: ClientSecurity | None = None) -> AsyncIterator[ZkMetadata]:
+async def zookeeper_mode(config: BrokerConfig, replicas: LocalReplicas, *, security: ClientSecurity | None = None,
+                         zookeeper_tls: ssl.SSLContext | None = None) -> AsyncIterator[ZkMetadata]:
+    """`security`: how this broker reaches its peers; `zookeeper_tls`: the TLS context of its
+    ZooKeeper client (zookeeper.ssl.*; None: plaintext)."""
     connect = config.zookeeper_connect
     assert connect is not None
     client = open_zk_client(connect, session_timeout_ms=config.zookeeper_session_timeout_ms,
-                            connection_timeout_ms=config.zookeeper_connection_timeout_ms)
+                            connection_timeout_ms=config.zookeeper_connection_timeout_ms,
+                            tls=zookeeper_tls, secure_acls=config.zookeeper_set_acl)
     try:
         zk = await client.__aenter__()
     except (ValueError, ZkUnavailable) as exc:

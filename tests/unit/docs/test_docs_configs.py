@@ -10,7 +10,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from broker.config import BROKER_KEYS, CONFIG_ALIASES, IGNORED_KAFKA_KEYS, IGNORED_SSL_KEYS, SASL_KEYS, SslConfig
+from broker.config import (
+    BROKER_KEYS,
+    CONFIG_ALIASES,
+    IGNORED_KAFKA_KEYS,
+    IGNORED_SSL_KEYS,
+    SASL_KEYS,
+    ZOOKEEPER_SSL_KEYS,
+    SslConfig,
+)
 from broker.server.group_configs import GROUP_CONFIGS
 from broker.server.handlers import HANDLERS
 from broker.storage.topic_configs import TOPIC_CONFIG_NAMES
@@ -20,8 +28,8 @@ from topology import schema
 
 REFERENCE = Path(__file__).resolve().parents[3] / "docs" / "reference"
 _SSL_KEYS = ({field.alias for field in SslConfig.model_fields.values() if field.alias}
-             | set(IGNORED_SSL_KEYS) | set(SASL_KEYS))
-_KEY = re.compile(r"`([a-z][a-z0-9]*(?:\.[a-z0-9]+)*)`")
+             | set(IGNORED_SSL_KEYS) | set(SASL_KEYS) | ZOOKEEPER_SSL_KEYS)
+_KEY = re.compile(r"`([a-z][a-zA-Z0-9]*(?:\.[a-zA-Z0-9]+)*)`")  # Kafka's keys are dotted, some camelCase
 
 
 def _keys_in(page: str) -> set[str]:
