@@ -357,18 +357,46 @@ ZOOKEEPER_CLIENT = "kafka-brokers"
 
 @dataclass(frozen=True)
 class ZookeeperCertificates:
-    truststore: Path         # the CA, PEM: both sides trust it
-    server_keystore: Path    # ZooKeeper's key and chain, PEM (ssl.keyStore.location)
-    client_keystore: Path    # the brokers' key and chain, PEM (zookeeper.ssl.keystore.location)
-    client_principal: str    # what ZooKeeper's x509 provider names the brokers' sessions
+    """Where the files of `create_zookeeper_certificates` are (PEM, as ZooKeeper and brokers read them)."""
+
+    directory: Path
+
+    @property
+    def truststore(self) -> Path:
+        """The CA: both sides trust it."""
+        return self.directory / CA_CERT
+
+    @property
+    def server_keystore(self) -> Path:
+        """ZooKeeper's key and chain (ssl.keyStore.location)."""
+        return self.directory / f"{ZOOKEEPER_SERVER}.pem"
+
+    @property
+    def client_keystore(self) -> Path:
+        """The brokers' key and chain (zookeeper.ssl.keystore.location)."""
+        return self.directory / f"{ZOOKEEPER_CLIENT}.pem"
+
+    @property
+    def client_principal(self) -> str:
+        """What ZooKeeper's x509 provider names the brokers' sessions (x509:CN=kafka-brokers)."""
+        return f"CN={ZOOKEEPER_CLIENT}"
+
+    def broker_properties(self) -> dict[str, str]:
+        """A broker's keys that use these files: TLS to ZooKeeper, and znodes with ACLs
+        (zookeeper.connect, which names the TLS client ports, is the caller's)."""
+        return {"zookeeper.ssl.client.enable": "true",
+                "zookeeper.clientCnxnSocket": "org.apache.zookeeper.ClientCnxnSocketNetty",
+                "zookeeper.ssl.keystore.location": str(self.client_keystore.resolve()),
+                "zookeeper.ssl.keystore.type": "PEM",
+                "zookeeper.ssl.truststore.location": str(self.truststore.resolve()),
+                "zookeeper.ssl.truststore.type": "PEM",
+                "zookeeper.set.acl": "true"}
 
 
 def create_zookeeper_certificates(directory: Path, *, days: int = DEFAULT_DAYS) -> ZookeeperCertificates:
     """Make (or reuse) a CA in `directory`, ZooKeeper's certificate for 127.0.0.1 and localhost,
     and the brokers' client certificate. Blocking: from trio, run it in a worker thread."""
-    _, issued = create_certificates(directory, [Identity(ZOOKEEPER_SERVER, "broker", DEFAULT_HOSTS),
-                                                Identity(ZOOKEEPER_CLIENT, "client")], days=days)
-    server, client = issued
-    return ZookeeperCertificates(directory / CA_CERT, server.keystore_pem, client.keystore_pem,
-                                 f"CN={ZOOKEEPER_CLIENT}")
+    create_certificates(directory, [Identity(ZOOKEEPER_SERVER, "broker", DEFAULT_HOSTS),
+                                    Identity(ZOOKEEPER_CLIENT, "client")], days=days)
+    return ZookeeperCertificates(directory)
 

@@ -155,6 +155,9 @@ def _check_security(name: str, cluster: Cluster, problem: Callable[[tuple[str | 
             and cluster.coordination != "zookeeper":
         problem((*at, "mechanism"), f"{security.mechanism} keeps its credentials in ZooKeeper (/config/users): it "
                                     "needs coordination: zookeeper; a standalone cluster uses PLAIN")
+    if security.zookeeper != "PLAINTEXT" and cluster.coordination != "zookeeper":
+        problem((*at, "zookeeper"), "a standalone cluster has no ZooKeeper: remove zookeeper, or use "
+                                    "coordination: zookeeper")
     if security.between_brokers != "PLAINTEXT" and cluster.coordination != "zookeeper":
         problem((*at, "between_brokers"), "a standalone cluster is one broker, with no traffic between brokers: "
                                           "remove between_brokers, or use coordination: zookeeper")

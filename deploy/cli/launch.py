@@ -51,7 +51,10 @@ def _print_endpoints(state: LaunchState) -> None:
         print(f"  cluster {name} (datacenter {cluster.plan.datacenter}): bootstrap {cluster.bootstrap}")
         if len(cluster.brokers) > 1:
             print(f"    brokers {', '.join(map(str, cluster.brokers))}")
-        if cluster.zookeeper_connect:
+        if cluster.zookeeper_tls_connect:
+            print(f"    ZooKeeper over TLS, znodes with ACLs (zookeeper.connect): {cluster.zookeeper_tls_connect}; "
+                  f"plain, read-only for others: {cluster.zookeeper_connect}")
+        elif cluster.zookeeper_connect:
             print(f"    ZooKeeper (zookeeper.connect): {cluster.zookeeper_connect}")
         for dc, address in cluster.wan.items():
             print(f"    from datacenter {dc}, through the WAN link: {address}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import trio
 
-from deploy.cli.command import ErrorRule, run, until_signalled
+from deploy.cli.command import ErrorRule, UsageError, run, until_signalled
 from deploy.zookeeper.config import Tuning, ZkTls
 from deploy.zookeeper.ensemble import Ensemble, run_ensemble
 from deploy.zookeeper.node import NodeFailed, ZooKeeperMissing
@@ -51,18 +51,9 @@ _tick = _int_between(50, 60000, "a number of milliseconds", "from {low} to {high
 
 def broker_properties(certs: ZookeeperCertificates, secure_connect: str) -> str:
     """The server.properties lines a broker needs to use a TLS ensemble with znode ACLs."""
-    return "\n".join([
-        "# ZooKeeper over TLS with znode ACLs: written by `causeway zookeeper --tls`",
-        f"zookeeper.connect={secure_connect}",
-        "zookeeper.ssl.client.enable=true",
-        "zookeeper.clientCnxnSocket=org.apache.zookeeper.ClientCnxnSocketNetty",
-        f"zookeeper.ssl.keystore.location={certs.client_keystore}",
-        "zookeeper.ssl.keystore.type=PEM",
-        f"zookeeper.ssl.truststore.location={certs.truststore}",
-        "zookeeper.ssl.truststore.type=PEM",
-        "zookeeper.set.acl=true",
-        "",
-    ])
+    keys = {"zookeeper.connect": secure_connect, **certs.broker_properties()}
+    return "\n".join(["# ZooKeeper over TLS with znode ACLs: written by `causeway zookeeper --tls`",
+                      *(f"{key}={value}" for key, value in keys.items()), ""])
 
 
 async def _serve(args: argparse.Namespace) -> None:
@@ -74,7 +65,8 @@ async def _serve(args: argparse.Namespace) -> None:
         tuning = replace(tuning, tls=ZkTls(keystore=certs.server_keystore, truststore=certs.truststore))
     async with until_signalled("stopping ZooKeeper") as stop:
         ensemble: Ensemble = await stop.nursery.start(partial(
-            run_ensemble, data_dir, nodes=args.nodes, client_port=args.port, tuning=tuning, supervise=True))
+            run_ensemble, data_dir, nodes=args.nodes, client_port=args.port, secure_client_port=args.secure_port,
+            tuning=tuning, supervise=True))
         # One machine-readable line first (what `causeway up` and tests wait for), then the nodes.
         print(f"{READY_PREFIX}{ensemble.connect}", flush=True)
         if certs is not None and ensemble.secure_connect is not None:
@@ -92,7 +84,12 @@ async def _serve(args: argparse.Namespace) -> None:
 
 
 def _zookeeper(args: argparse.Namespace) -> int:
-    return run("causeway zookeeper", lambda: trio.run(_serve, args), errors=_ERRORS)
+    def serve() -> None:
+        if args.secure_port is not None and not args.tls:
+            raise UsageError("--secure-port needs --tls")
+        trio.run(_serve, args)
+
+    return run("causeway zookeeper", serve, errors=_ERRORS)
 
 
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -115,5 +112,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                         "in DATA_DIR/tls (a CA, ZooKeeper's, and one client certificate for the brokers, CN=kafka-"
                         "brokers), and write the broker keys that use them (zookeeper.ssl.*, zookeeper.set.acl) to "
                         "DATA_DIR/tls/broker-zookeeper.properties")
+    parser.add_argument("--secure-port", type=_port, default=None, metavar="PORT",
+                        help="TLS client port of node 1 with --tls (node N gets PORT+N-1); default: free ports")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=_zookeeper)

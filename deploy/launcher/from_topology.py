@@ -57,4 +57,5 @@ def security_plan(cluster: Cluster) -> SecurityPlan | None:
         acls = tuple(AclPlan(acl.principal, operation, kind, name, acl.pattern, acl.permission, acl.host)
                      for acl in security.acls for kind, name in acl.resources for operation in acl.operations)
     return SecurityPlan(security.local, security.wan, security.between_brokers,
-                        security.sasl_mechanism(cluster.coordination), tuple(security.users), acls)
+                        security.sasl_mechanism(cluster.coordination), tuple(security.users), acls,
+                        zookeeper=security.zookeeper)

@@ -71,7 +71,7 @@ from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, superv
 from deploy.wan.client import WanApiError, WanClient
 from deploy.wan.process import READY as WAN_READY
 from deploy.wan.process import wan_command
-from security.certs import CertsError
+from security.certs import CertsError, ZookeeperCertificates
 from security.client import ClientSecurity
 
 __all__ = ["BROKER_LISTENER", "STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError",
@@ -138,7 +138,11 @@ class ClusterState:
     plan: ClusterPlan
     brokers: dict[int, BrokerState]  # by broker id, in id order
     zookeeper: Supervised | None = None  # coordination: zookeeper
-    zookeeper_connect: str = ""  # zookeeper.connect, with the cluster's chroot
+    zookeeper_connect: str = ""  # zookeeper.connect of its plain client port, with the cluster's chroot
+    # security.zookeeper: SSL: the TLS client port's zookeeper.connect (what the brokers use) and
+    # the certificates `causeway zookeeper --tls` made for it.
+    zookeeper_tls_connect: str = ""
+    zookeeper_tls: ZookeeperCertificates | None = None
     secrets: ClusterSecrets | None = None  # a cluster with `security:`
     security: ClientSecurity | None = None  # how the launcher's own clients log in (LOCAL listener)
 
@@ -212,7 +216,8 @@ class LaunchState:
                     command_config=c.admin_config,
                     brokers=[BrokerRecord(id=b.broker_id, log=str(b.process.spec.log_path), address=b.local,
                                           **_process(b.process).model_dump()) for b in c.brokers.values()],
-                    zookeeper=ZooKeeperRecord(connect=c.zookeeper_connect, log=str(c.zookeeper.spec.log_path),
+                    zookeeper=ZooKeeperRecord(connect=c.zookeeper_connect, tls_connect=c.zookeeper_tls_connect or None,
+                                              log=str(c.zookeeper.spec.log_path),
                                               **_process(c.zookeeper).model_dump()) if c.zookeeper else None,
                 )
                 for name, c in self.clusters.items()
@@ -295,12 +300,13 @@ def _inter_broker(cluster: ClusterPlan) -> str | None:
 
 def broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
                  bound: dict[str, int], zookeeper_connect: str, secrets: ClusterSecrets | None = None,
-                 broker_port: int | None = None) -> ProcessSpec:
+                 broker_port: int | None = None, zookeeper_tls: ZookeeperCertificates | None = None) -> ProcessSpec:
     """The broker command: LOCAL plus one WAN listener per remote datacenter, bound on `bound`'s
     port and advertised as this broker's proxy on the link (`proxies`); in a ZooKeeper cluster
-    with its broker.id and zookeeper.connect. A secured cluster's brokers speak its protocols
-    (and a BROKER listener on `broker_port` when _inter_broker says so); their secrets are in a
-    0600 file passed with --config (written here: blocking)."""
+    with its broker.id and zookeeper.connect (and with `zookeeper_tls`, the keys that reach it
+    over TLS and set znode ACLs). A secured cluster's brokers speak its protocols (and a BROKER
+    listener on `broker_port` when _inter_broker says so); their secrets are in a 0600 file
+    passed with --config (written here: blocking)."""
     security = cluster.security
     local_protocol, wan_protocol = (security.local, security.wan) if security else ("PLAINTEXT", "PLAINTEXT")
     endpoints = [("LOCAL", local, local, local_protocol)]
@@ -320,6 +326,8 @@ def broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: st
     }
     if zookeeper_connect:
         overrides.update({"zookeeper.connect": zookeeper_connect, "broker.id": str(broker_id)})
+        if zookeeper_tls is not None:
+            overrides.update(zookeeper_tls.broker_properties())
         data_dir = state_path(state_dir, "data", f"{cluster.name}-broker-{broker_id}")
         name = f"broker {broker_id} of {cluster.name}"
     else:
@@ -495,7 +503,8 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
         proxies = {dc: f"127.0.0.1:{free_port()}" for dc in cluster.remote_datacenters}
         spec = await trio.to_thread.run_sync(partial(
             broker_spec, state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
-            running.zookeeper_connect, running.secrets, free_port()))
+            running.zookeeper_tls_connect or running.zookeeper_connect, running.secrets, free_port(),
+            running.zookeeper_tls))
         brokers[broker_id] = BrokerState(broker_id, local, proxies, Supervised(spec, on_change=state.changed))
     # Side by side: ZooKeeper-mode brokers wait for each other (the controller, the topics).
     start = last if cluster.coordination == "zookeeper" else partial(nursery.start, supervise)
@@ -539,7 +548,8 @@ async def _write_scram(cluster: ClusterState) -> None:
     Raises StartFailed with ZooKeeper's reason."""
     assert cluster.secrets is not None and cluster.zookeeper is not None
     try:
-        await trio.to_thread.run_sync(write_scram_credentials, cluster.zookeeper_connect, cluster.secrets)
+        connect = cluster.zookeeper_tls_connect or cluster.zookeeper_connect
+        await trio.to_thread.run_sync(write_scram_credentials, connect, cluster.secrets, cluster.zookeeper_tls)
     except CredentialsError as exc:
         raise StartFailed(f"zookeeper {cluster.plan.name}", str(exc), cluster.zookeeper.spec.log_path) from exc
 
@@ -562,8 +572,12 @@ async def _start_zookeeper(state: LaunchState, cluster: ClusterState, last: Star
     before its brokers. Its client port is allocated once, so a restart keeps the address; the
     cluster's chroot (/<cluster>) separates its znodes should clusters ever share an ensemble."""
     name = cluster.plan.name
-    argv = _cli("zookeeper", "--nodes", "1", "--data-dir", str(state_path(state.state_dir, "zookeeper", name)),
-                "--port", str(free_port()))
+    directory = state_path(state.state_dir, "zookeeper", name)
+    argv = _cli("zookeeper", "--nodes", "1", "--data-dir", str(directory), "--port", str(free_port()))
+    secure_port = None
+    if cluster.plan.security is not None and cluster.plan.security.zookeeper == "SSL":
+        secure_port = free_port()
+        argv += ["--tls", "--secure-port", str(secure_port)]
     cluster.zookeeper = Supervised(_spec(state.state_dir, f"zookeeper {name}", argv,
                                          state_path(state.state_dir, "logs", f"{name}-zookeeper.log"),
                                          ZOOKEEPER_READY),
@@ -572,6 +586,13 @@ async def _start_zookeeper(state: LaunchState, cluster: ClusterState, last: Star
     match = ZOOKEEPER_READY.match(ready)
     assert match is not None  # the supervisor matched this line already
     cluster.zookeeper_connect = f"{match.group(1)}/{name}"
+    if secure_port is not None:
+        # The ensemble made them before it said ready; the brokers log in with the client one.
+        cluster.zookeeper_tls = ZookeeperCertificates(directory / "tls")
+        cluster.zookeeper_tls_connect = f"127.0.0.1:{secure_port}/{name}"
+        log.info("cluster %s: ZooKeeper at %s, TLS at %s (znodes with ACLs)", name, cluster.zookeeper_connect,
+                 cluster.zookeeper_tls_connect)
+        return
     log.info("cluster %s: ZooKeeper at %s", name, cluster.zookeeper_connect)
 
 

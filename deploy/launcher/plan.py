@@ -81,6 +81,7 @@ class SecurityPlan:
     mechanism: str = "PLAIN"
     users: tuple[str, ...] = ()
     acls: tuple[AclPlan, ...] | None = None
+    zookeeper: str = "PLAINTEXT"  # or "SSL": mutual TLS to the cluster's ZooKeeper, znodes with ACLs
 
     def __post_init__(self) -> None:
         for user in self.users:

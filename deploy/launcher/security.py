@@ -32,6 +32,7 @@ import secrets
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from broker.atomic_file import write_atomically
 from broker.client import KafkaError
@@ -41,9 +42,10 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import CreateAclsRequest
 from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
 from security.acl import Operation, PatternType, Permission, ResourceType
-from security.certs import CA_CERT, DEFAULT_HOSTS, Identity, create_certificates
+from security.certs import CA_CERT, DEFAULT_HOSTS, Identity, ZookeeperCertificates, create_certificates
 from security.client import ClientSecurity, client_security
 from security.scram import ScramCredential
+from security.znode_acls import secure_acls
 from topology.schema import ADMIN_USER
 
 __all__ = ["ACL_AUTHORIZER", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets", "CredentialsError",
@@ -227,13 +229,18 @@ def write_broker_config(secrets_: ClusterSecrets, broker_id: int, listeners: Map
     return path
 
 
-def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) -> None:
+def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets,
+                            zookeeper_tls: ZookeeperCertificates | None = None) -> None:
     """Every user's SCRAM credential in ``/config/users/<user>`` (Kafka's znode JSON), as
     ``kafka-configs --alter --add-config 'SCRAM-SHA-512=[password=...]'`` would. Blocking (kazoo);
     the brokers are not up yet, so no change notification is needed. Users' names are
-    topology names ([A-Za-z0-9._-]), which Kafka's sanitizing leaves as they are."""
+    topology names ([A-Za-z0-9._-]), which Kafka's sanitizing leaves as they are.
+
+    With `zookeeper_tls` (the cluster's ZooKeeper speaks TLS and its znodes carry ACLs), the
+    launcher logs in as the brokers do, with their certificate, and creates each znode with the
+    ACLs a broker would give it, so the brokers own them and nobody else reads the credentials."""
     from kazoo.client import KazooClient  # type: ignore[import-untyped]
-    from kazoo.exceptions import KazooException  # type: ignore[import-untyped]
+    from kazoo.exceptions import KazooException, NodeExistsError  # type: ignore[import-untyped]
     from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
 
     mechanism = secrets_.plan.mechanism
@@ -241,7 +248,24 @@ def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) ->
     # does not exist yet (the brokers have not made it: they start after this).
     hosts, slash, chroot = zookeeper_connect.partition("/")
     root = f"/{chroot.strip('/')}" if slash and chroot.strip("/") else ""
-    zk = KazooClient(hosts=hosts, timeout=10.0, logger=_KAZOO_LOG)
+    tls: dict[str, Any] = {}
+    if zookeeper_tls is not None:
+        keystore = str(zookeeper_tls.client_keystore)
+        tls = {"use_ssl": True, "ca": str(zookeeper_tls.truststore), "certfile": keystore, "keyfile": keystore}
+    zk = KazooClient(hosts=hosts, timeout=10.0, logger=_KAZOO_LOG, **tls)
+
+    def ensure(path: str) -> None:
+        # One znode at a time, each with the ACLs a broker gives it (the chroot gets the root's).
+        parts = [part for part in path.split("/") if part]
+        for depth in range(1, len(parts) + 1):
+            absolute = "/" + "/".join(parts[:depth])
+            if zk.exists(absolute):
+                continue
+            try:
+                zk.create(absolute, b"", acl=secure_acls(absolute[len(root):] or "/"))
+            except NodeExistsError:
+                pass
+
     try:
         zk.start(timeout=30.0)
         for user, password in secrets_.passwords.items():
@@ -250,6 +274,9 @@ def write_scram_credentials(zookeeper_connect: str, secrets_: ClusterSecrets) ->
             path = f"{root}/config/users/{user}"
             if zk.exists(path):
                 zk.set(path, data)
+            elif zookeeper_tls is not None:
+                ensure(path.rpartition("/")[0])
+                zk.create(path, data, acl=secure_acls(path[len(root):]))
             else:
                 zk.create(path, data, makepath=True)
     except (KazooException, KazooTimeoutError) as exc:

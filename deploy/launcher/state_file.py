@@ -60,9 +60,12 @@ class WanRecord(ProcessRecord):
 
 
 class ZooKeeperRecord(ProcessRecord):
-    """A cluster's ZooKeeper (`causeway zookeeper`); `connect` ends with the cluster's chroot."""
+    """A cluster's ZooKeeper (`causeway zookeeper`); `connect` (its plain client port) and
+    `tls_connect` (its TLS client port, the brokers' zookeeper.connect with security.zookeeper: SSL)
+    end with the cluster's chroot."""
 
     connect: str
+    tls_connect: str | None = None
     log: str | None = None
 
 

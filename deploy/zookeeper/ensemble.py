@@ -217,12 +217,14 @@ def _port_free(port: int) -> bool:
 
 
 def _pick_ports(count: int, client_port: int | None, pick_port: Callable[[], int], *,
-                secure: bool = False) -> list[NodePorts]:
+                secure: bool = False, secure_client_port: int | None = None) -> list[NodePorts]:
     """Ports for `count` nodes, all distinct: client ports from `client_port` up when given;
-    with `secure`, a TLS client port each too."""
+    with `secure`, a TLS client port each too, from `secure_client_port` up when given."""
     taken: set[int] = set()
     if client_port is not None:
         taken.update(range(client_port, client_port + count))
+    if secure_client_port is not None:
+        taken.update(range(secure_client_port, secure_client_port + count))
 
     def fresh() -> int:
         for _ in range(100):
@@ -234,7 +236,8 @@ def _pick_ports(count: int, client_port: int | None, pick_port: Callable[[], int
 
     return [NodePorts(client=client_port + i if client_port is not None else fresh(),
                       quorum=fresh() if count > 1 else 0, election=fresh() if count > 1 else 0,
-                      secure_client=fresh() if secure else None)
+                      secure_client=(secure_client_port + i if secure_client_port is not None else fresh())
+                      if secure else None)
             for i in range(count)]
 
 
@@ -252,32 +255,40 @@ def _start_errors_unwrapped() -> Iterator[None]:
 
 
 async def run_ensemble(directory: Path, *, nodes: int = 1, client_port: int | None = None,
-                       tuning: Tuning | None = None, java: str = JAVA, start_timeout_s: float = START_TIMEOUT_S,
-                       supervise: bool = False, pick_port: Callable[[], int] = pick_free_port,
+                       secure_client_port: int | None = None, tuning: Tuning | None = None, java: str = JAVA,
+                       start_timeout_s: float = START_TIMEOUT_S, supervise: bool = False,
+                       pick_port: Callable[[], int] = pick_free_port,
                        task_status: trio.TaskStatus[Ensemble] = trio.TASK_STATUS_IGNORED) -> None:
     """Start the ensemble, report it through `task_status.started(Ensemble)` once ready, and
     keep it until cancelled, then stop every node. `client_port` fixes the first node's client
-    port (the others follow it); `pick_port` picks a free port (tests give a colliding one)."""
+    port (the others follow it), `secure_client_port` its TLS client port (with `tuning.tls`);
+    `pick_port` picks a free port (tests give a colliding one)."""
     if nodes not in SIZES:
         raise ValueError(f"a ZooKeeper ensemble here has 1 or 3 nodes, not {nodes}")
-    check_installed()
-    if client_port is not None:
-        busy = [p for p in range(client_port, client_port + nodes) if not _port_free(p)]
-        if busy:
-            raise NodeFailed(f"ZooKeeper client port {busy[0]} is already in use on {HOST}")
     tuning = tuning or Tuning()
+    if secure_client_port is not None and tuning.tls is None:
+        raise ValueError("a secure client port needs TLS (Tuning.tls)")
+    check_installed()
+    for first, what in ((client_port, "client"), (secure_client_port, "secure client")):
+        if first is not None:
+            busy = [p for p in range(first, first + nodes) if not _port_free(p)]
+            if busy:
+                raise NodeFailed(f"ZooKeeper {what} port {busy[0]} is already in use on {HOST}")
     with _start_errors_unwrapped():
-        await _run(directory, nodes, client_port, tuning, java, start_timeout_s, supervise, pick_port, task_status)
+        await _run(directory, nodes, (client_port, secure_client_port), tuning, java, start_timeout_s, supervise,
+                   pick_port, task_status)
 
 
-async def _run(directory: Path, nodes: int, client_port: int | None, tuning: Tuning, java: str,
+async def _run(directory: Path, nodes: int, fixed_ports: tuple[int | None, int | None], tuning: Tuning, java: str,
                start_timeout_s: float, supervise: bool, pick_port: Callable[[], int],
                task_status: trio.TaskStatus[Ensemble]) -> None:
+    client_port, secure_client_port = fixed_ports
     async with trio.open_nursery() as nursery:
         ensemble: Ensemble | None = None
         try:
             for attempt in range(1, START_ATTEMPTS + 1):
-                ports = _pick_ports(nodes, client_port, pick_port, secure=tuning.tls is not None)
+                ports = _pick_ports(nodes, client_port, pick_port, secure=tuning.tls is not None,
+                                    secure_client_port=secure_client_port)
                 peers = tuple((i + 1, p) for i, p in enumerate(ports)) if nodes > 1 else ()
                 members = tuple(ZkNode(i + 1, directory / f"node-{i + 1}", p, peers, tuning, java)
                                 for i, p in enumerate(ports))

@@ -22,6 +22,8 @@ import pytest
 import trio
 from confluent_kafka import Consumer, KafkaError, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
+from kazoo.client import KazooClient
+from kazoo.exceptions import NoAuthError
 
 from broker.client import MIRROR_NAME_CONFIG, ErrorCode, TopicPartition, admin, fetch, link_append, open_client
 from broker.config import load_properties
@@ -179,6 +181,26 @@ def test_status_is_healthy_and_no_password_is_out(dr: SecureDr) -> None:
     assert len(dr.passwords) == 6  # east: admin, mirror-west, analytics; west: admin, mirror-west, reporting
     for who, password in dr.passwords.items():
         assert not any(password in text for text in public), f"{who}'s password is out"
+
+
+@pytest.mark.parametrize("cluster", ["east", "west"])
+def test_each_zookeeper_is_reached_over_tls_and_only_the_brokers_write_it(dr: SecureDr, cluster: str) -> None:
+    """`zookeeper: SSL`: the brokers' zookeeper.connect is the TLS port, and a client of the plain
+    port (anyone on the network) reads the layout but cannot rewrite it or read the credentials."""
+    record = json.loads((dr.state / "state.json").read_text())["clusters"][cluster]["zookeeper"]
+    assert record["tls_connect"] and record["tls_connect"] != record["connect"]
+    anonymous = KazooClient(hosts=record["connect"])  # the plain port, with the cluster's chroot
+    anonymous.start(timeout=15)
+    try:
+        assert sorted(anonymous.get_children("/brokers/ids")) == ["1", "2", "3"]
+        with pytest.raises(NoAuthError):
+            anonymous.set("/brokers/ids/1", b"{}")
+        with pytest.raises(NoAuthError):
+            anonymous.create("/config/topics/planted", b"{}")
+        with pytest.raises(NoAuthError):
+            anonymous.get("/config/users/mirror-west")  # the SCRAM credential the launcher wrote
+    finally:
+        anonymous.stop()
 
 
 def test_switching_over_promotes_at_the_secured_west(dr: SecureDr) -> None:

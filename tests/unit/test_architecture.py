@@ -138,7 +138,8 @@ ALLOWED: dict[str, set[str]] = {
     "broker": {"broker.protocol"},
     "broker.storage": _BROKER_BASE,
     "broker.client": _BROKER_BASE | {"security"},
-    "broker.controller": _BROKER_BASE | {"broker.storage", "broker.client"},
+    # security/: the ACLs of the znodes a broker creates (zookeeper.set.acl), shared with the launcher.
+    "broker.controller": _BROKER_BASE | {"broker.storage", "broker.client", "security"},
     "broker.replication": _BROKER_BASE | {"broker.storage", "broker.client", "broker.controller"},
     "broker.coordinator": _BROKER_BASE | {"broker.storage", "broker.controller", "broker.replication"},
     # The server wires everything, TLS and (later) SASL and ACLs from security/ among it.

@@ -75,9 +75,9 @@ from kazoo.protocol.states import KazooState  # type: ignore[import-untyped]
 from kazoo.retry import KazooRetry  # type: ignore[import-untyped]
 
 from broker.address import format_host_port, parse_host_port
-from broker.controller.zk.znode_acls import secure_acls
 from broker.retry import Backoff, retry
 from broker.tasks import leaves
+from security.znode_acls import secure_acls
 
 __all__ = [
     "ZkClient", "open_zk_client", "parse_connect", "ConnectString",
@@ -815,7 +815,7 @@ async def open_zk_client(connect: str, *, session_timeout_ms: int, connection_ti
 
     `tls`: connect over TLS with this client context (zookeeper.ssl.*; the hosts are ZooKeeper's
     secure client ports). `secure_acls`: create znodes with Kafka's ACLs (zookeeper.set.acl; see
-    znode_acls.py), which needs an identity ZooKeeper authenticates, here the TLS client certificate."""
+    security/znode_acls.py), which needs an identity ZooKeeper authenticates, here the TLS client certificate."""
     target = parse_connect(connect)
     session_timeout_s = session_timeout_ms / 1000
     connection_timeout_s = (session_timeout_ms if connection_timeout_ms is None else connection_timeout_ms) / 1000

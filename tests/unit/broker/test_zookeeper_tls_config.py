@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from broker.config import BrokerConfig, ConfigError
-from broker.controller.zk.znode_acls import is_sensitive, secure_acls
 from deploy.zookeeper.config import NodePorts, Tuning, ZkTls, render_zoo_cfg
+from security.znode_acls import is_sensitive, secure_acls
 
 TLS = {"zookeeper.connect": "127.0.0.1:2182/kafka", "zookeeper.ssl.client.enable": "true",
        "zookeeper.ssl.keystore.location": "/certs/kafka-brokers.pem",
