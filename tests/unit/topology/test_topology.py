@@ -113,8 +113,10 @@ def test_bad_link_values_are_refused_naming_file_line_and_key(tmp_path: Path, li
 
 def test_a_link_takes_loss_and_reorder_as_netem_percentages(tmp_path: Path) -> None:
     text = GOOD.replace("latency: 40ms", "latency: 40ms\n    loss: 0.1%\n    reorder: 25%\n    bandwidth: 10Mbit")
-    [link] = load_topology(write(tmp_path, text)).links
+    topology = load_topology(write(tmp_path, text))
+    [link] = topology.links
     assert (link.loss, link.reorder, link.bandwidth) == (0.1, 25.0, 1_250_000)
+    assert "east -.-|WAN 40 ms, 10 Mbit/s, 0.1% loss| west" in to_mermaid(topology)
 
 
 def test_default_naming_breaks_the_active_active_loop(tmp_path: Path) -> None:
