@@ -379,13 +379,15 @@ def schedule(variants: Sequence[Variant], rounds: int) -> list[tuple[int, Varian
 
 # -- over an emulated link ------------------------------------------------------------------------
 
-def link_ceiling_mb_s(api: str, toxics: list[dict[str, Any]], total_bytes: int = 30_000_000) -> float:
-    """MB/s of raw bytes through one connection of a proxy with the link's toxics: what the
+def link_ceiling_mb_s(api: str, toxics: list[dict[str, Any]], total_bytes: int = 30_000_000, *,
+                      link: dict[str, str] | None = None) -> float:
+    """MB/s of raw bytes through one connection of a proxy with the link's toxics, or on the
+    shared `link` ({"name", "upstream"}, with nothing else crossing it meanwhile): what the
     emulated link itself delivers, the mirror's ceiling over it."""
     server = socket.create_server(("127.0.0.1", 0))
     proxy = free_port()
-    WanClient(api).create_proxy("ceiling", f"127.0.0.1:{proxy}", f"127.0.0.1:{server.getsockname()[1]}").add_toxics(
-        toxics)
+    WanClient(api).create_proxy("ceiling", f"127.0.0.1:{proxy}", f"127.0.0.1:{server.getsockname()[1]}",
+                                link=link).add_toxics(toxics)
     received = 0
 
     def sink() -> None:

@@ -15,13 +15,14 @@ memory is read from /proc after the cold copy. MM2 copies to `east.<topic>`, `ca
 `south.<topic>`.
 
 Over the WAN, the mirrors run beside the target (as MM2's docs advise: consume remotely, produce
-locally) and reach the source through the WAN emulator (`causeway wan`, Toxiproxy's API) with the
-toxics `causeway up` gives such a link: latency each way and a bandwidth cap per direction. The
-bandwidth toxic caps each TCP connection, so both mirrors run one task there (one fetch
-connection each), and the link's own rate is measured through a proxy with the same toxics in the
-same run. The share of the link is the warm wave's record payload per second over that rate
-(the records' framing, ~10 B each here, rides on top). One line of figures per mirror and
-setting, then ratios.
+locally) and reach the source through the WAN emulator (`causeway wan`) on the shared link
+`causeway up` makes for such a topology link: latency each way and one bandwidth per direction
+shared by every connection across it (deploy/wan/link.py). So each mirror runs with its default
+number of tasks (fetch streams): MM2's tasks.max 1, `causeway mirror`'s 4; more connections get
+no more of the link. The link's own rate is measured on one connection across the same link
+before the mirrors run. The share of the link is the warm wave's record payload per second over
+that rate (the records' framing, ~10 B each here, rides on top). One line of figures per mirror
+and setting, then ratios.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from bench.mirror import link_ceiling_mb_s
 from bench.peers.events import ToolProcess, start_tool
 from deploy.broker_process import BrokerProcess
 from deploy.child_process import ChildProcess, rss_bytes
-from deploy.launcher.launch import free_port, link_toxics
+from deploy.launcher.launch import free_port, link_body
 from deploy.launcher.plan import LinkPlan
 from deploy.wan.client import WanClient
 from deploy.wan.process import WanProcess
@@ -109,9 +110,11 @@ def race(name: str, start: Callable[[], int], target: BrokerProcess, remote: str
 
 
 def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: BrokerProcess, args: argparse.Namespace,
-             tasks: int, setting: str) -> list[dict[str, object]]:
+             tasks: int | None, setting: str) -> list[dict[str, object]]:
     """Fill the source, then MM2 and `causeway mirror` one after the other, each reaching the
-    source at `source_bootstrap` (`fill_bootstrap`: the producer's way in, never through a link)."""
+    source at `source_bootstrap` (`fill_bootstrap`: the producer's way in, never through a link),
+    with `tasks` tasks each (None: each mirror's default)."""
+    task_settings = {} if tasks is None else {"tasks.max": tasks}
     # A topic per mirror, alike (partitions, records, sizes): each mirror's second wave goes to its own.
     topics = ("race-mm2", "race-causeway")
     for topic in topics:
@@ -127,7 +130,7 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
             "config.storage.replication.factor": "1", "offset.storage.replication.factor": "1",
             "status.storage.replication.factor": "1", "offset-syncs.topic.replication.factor": "1",
             "heartbeats.topic.replication.factor": "1", "checkpoints.topic.replication.factor": "1",
-            "tasks.max": str(tasks)}.items()))
+            **{k: str(v) for k, v in task_settings.items()}}.items()))
 
         def start_mm2() -> int:
             nonlocal mm2
@@ -140,8 +143,7 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
             config = base / "mirror.yaml"
             config.write_text(json.dumps({"source": {"alias": "south", "bootstrap": source_bootstrap},
                                           "target": {"alias": "west", "bootstrap": target.bootstrap},
-                                          "topics": {"include": [topics[1]]},
-                                          "tasks.max": tasks}))
+                                          "topics": {"include": [topics[1]]}, **task_settings}))
             mirror = ChildProcess.start("causeway mirror",
                                         [sys.executable, "-m", "deploy.cli", "mirror", "--config", str(config)],
                                         log_path=base / "mirror.log", stdout="discard", cwd=REPO)
@@ -162,7 +164,7 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
             mirror.stop(60)
     for result in results:
         result["setting"] = setting
-        result["tasks"] = tasks
+        result["tasks"] = "default" if tasks is None else tasks
     return results
 
 
@@ -190,12 +192,15 @@ def over_wan(base: Path, args: argparse.Namespace) -> tuple[list[dict[str, objec
         source = BrokerProcess(base / "source", overrides=overrides).start()
         target = BrokerProcess(base / "target", overrides=("group.initial.rebalance.delay.ms=0",)).start()
         try:
-            toxics = link_toxics(LinkPlan("target-dc", "source-dc", args.latency_ms, 0,
-                                          args.rate_mbit * 1_000_000 // 8))
-            WanClient(emulator.api).create_proxy("link", f"127.0.0.1:{proxy}", f"127.0.0.1:{wan}").add_toxics(toxics)
-            link = link_ceiling_mb_s(emulator.api, toxics)
+            plan = LinkPlan("target-dc", "source-dc", args.latency_ms, 0, args.rate_mbit * 1_000_000 // 8)
+            client = WanClient(emulator.api)
+            client.create_link(link_body(plan))
+            on_link = {"name": plan.name, "upstream": "source-dc"}
+            link = link_ceiling_mb_s(emulator.api, [], link=on_link)
+            client.delete_proxy("ceiling")
+            client.create_proxy("link", f"127.0.0.1:{proxy}", f"127.0.0.1:{wan}", link=on_link)
             setting = f"{args.rate_mbit} Mbit/s, {args.latency_ms} ms link"
-            results = run_pair(base, f"127.0.0.1:{proxy}", source.listeners["LOCAL"], target, args, 1, setting)
+            results = run_pair(base, f"127.0.0.1:{proxy}", source.listeners["LOCAL"], target, args, None, setting)
         finally:
             source.stop()
             target.stop()

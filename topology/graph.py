@@ -87,8 +87,10 @@ def _clusters_in(topology: Topology, dc: str) -> Iterator[tuple[str, Cluster]]:
 
 
 def _wan_label(link: Link) -> str:
-    """A WAN link as both graphs label it: "WAN 40 ms", with ", 8 Mbit/s" when its bandwidth is capped."""
-    return f"WAN {link.latency} ms" + (f", {link.bandwidth * 8 / 1e6:g} Mbit/s" if link.bandwidth else "")
+    """A WAN link as both graphs label it: "WAN 40 ms", with ", 8 Mbit/s" when its bandwidth is
+    capped (shared, per direction) and ", 0.1% loss" when it loses packets."""
+    return (f"WAN {link.latency} ms" + (f", {link.bandwidth * 8 / 1e6:g} Mbit/s" if link.bandwidth else "")
+            + (f", {link.loss:g}% loss" if link.loss else ""))
 
 
 def to_dot(topology: Topology) -> str:

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator
 
-from topology.units import parse_bandwidth, parse_duration_ms
+from topology.units import parse_bandwidth, parse_duration_ms, parse_percent
 
 __all__ = ["ACL_OPERATIONS", "ADMIN_USER", "NAME_PATTERN", "Acl", "Cluster", "ClusterSecurity", "Datacenter", "Link",
            "Mirror", "MirrorMode", "Name", "Naming", "Patterns", "TopicSpec", "TopologySpec", "check_name"]
@@ -31,6 +31,7 @@ Name = Annotated[str, AfterValidator(check_name)]
 
 DurationMs = Annotated[int, BeforeValidator(parse_duration_ms)]
 BytesPerSecond = Annotated[int, BeforeValidator(parse_bandwidth)]
+Percent = Annotated[float, BeforeValidator(parse_percent)]
 ConfigValue = str | int | float | bool
 
 
@@ -146,10 +147,15 @@ class Cluster(_Strict):
 
 
 class Link(_Strict):
+    """A WAN link: one shared pipe each way (deploy/wan/link.py). Latency is one way; bandwidth
+    is per direction, shared by every connection across the link; loss and reorder as netem."""
+
     between: list[str] = Field(min_length=2, max_length=2)
     latency: DurationMs = 0
     jitter: DurationMs = 0
     bandwidth: BytesPerSecond | None = None
+    loss: Percent = 0.0
+    reorder: Percent = 0.0
 
 
 class Patterns(_Strict):

@@ -1,16 +1,18 @@
-"""Human units in topology files: durations (`40ms`, `1.5s`) and bandwidth (`100Mbit`, `10MB`)."""
+"""Human units in topology files: durations (`40ms`, `1.5s`), bandwidth (`100Mbit`, `10MB`) and
+percentages (`0.1%`, as netem takes loss and reordering)."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["parse_bandwidth", "parse_duration_ms"]
+__all__ = ["parse_bandwidth", "parse_duration_ms", "parse_percent"]
 
 _NUMBER = r"(\d+(?:\.\d+)?)\s*"
 _DURATION = re.compile(_NUMBER + r"(ms|s|m|h)$")
 _DURATION_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 # Per second, decimal SI prefixes as networks quote them; bits or bytes.
-_BANDWIDTH = re.compile(_NUMBER + r"(bit|Kbit|Mbit|Gbit|B|KB|MB|GB)(?:/s|ps)?$")
+_BANDWIDTH = re.compile(r"(-?)" + _NUMBER + r"(bit|Kbit|Mbit|Gbit|B|KB|MB|GB)(?:/s|ps)?$")
+_PERCENT = re.compile(r"(-?)" + _NUMBER + r"%$")
 _BANDWIDTH_BYTES = {"bit": 1 / 8, "Kbit": 1e3 / 8, "Mbit": 1e6 / 8, "Gbit": 1e9 / 8,
                     "B": 1, "KB": 1e3, "MB": 1e6, "GB": 1e9}
 
@@ -41,7 +43,24 @@ def parse_bandwidth(value: object) -> int:
     if match is None:
         raise ValueError(f"{value!r} is not a bandwidth; use a number with bit, Kbit, Mbit, Gbit, B, KB, MB or GB "
                          "(per second, e.g. 100Mbit)")
-    rate = round(float(match.group(1)) * _BANDWIDTH_BYTES[match.group(2)])
+    if match.group(1):
+        raise ValueError(f"a bandwidth cannot be negative, got {value}")
+    rate = round(float(match.group(2)) * _BANDWIDTH_BYTES[match.group(3)])
     if rate <= 0:
         raise ValueError("a bandwidth must be positive")
     return rate
+
+
+def parse_percent(value: object) -> float:
+    """The percentage of `0.1%`, `25%` (netem's loss and reorder): from 0 up to, not including,
+    100 (100% loss is a link that is down). A bare number is refused, as 0.1 could mean either.
+
+    Raises ValueError naming the accepted form.
+    """
+    match = _PERCENT.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise ValueError(f"{value!r} is not a percentage; write it with %, e.g. 0.1%")
+    percent = float(match.group(2))
+    if match.group(1) or percent >= 100:
+        raise ValueError(f"a percentage from 0% up to (not including) 100% is needed, got {value}")
+    return percent

@@ -29,7 +29,8 @@ def plan_from_file(path: Path) -> LaunchPlan:
         )
         for name, cluster in topology.clusters.items()
     )
-    links = tuple(LinkPlan(link.between[0], link.between[1], link.latency, link.jitter, link.bandwidth)
+    links = tuple(LinkPlan(link.between[0], link.between[1], link.latency, link.jitter, link.bandwidth,
+                           link.loss, link.reorder)
                   for link in topology.links)
     mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m), m.principal)
                     for name, m in topology.mirrors.items())

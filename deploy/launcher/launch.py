@@ -75,7 +75,7 @@ from security.certs import CertsError, ZookeeperCertificates
 from security.client import ClientSecurity
 
 __all__ = ["BROKER_LISTENER", "STATE_FILE", "BrokerState", "ClusterState", "LaunchState", "StateDirError",
-           "broker_spec", "free_port", "link_toxics", "prepare_state_dir", "run_plan", "state_path"]
+           "broker_spec", "free_port", "link_body", "link_toxics", "prepare_state_dir", "run_plan", "state_path"]
 
 log = logging.getLogger(__name__)
 
@@ -190,6 +190,11 @@ class LaunchState:
     # The WAN links made on the emulator, by proxy name: the proxy's body and its toxics, kept to
     # make them again when the emulator restarts.
     links: dict[str, tuple[dict[str, Any], list[dict[str, Any]]]] = field(default_factory=dict)
+    # The shared links made on the emulator (their bodies), made before the proxies that cross
+    # them; none when the API is a real Toxiproxy, which has no links (then each proxy gets the
+    # link's latency and bandwidth as toxics of its own: `shared_links` False).
+    wan_links: list[dict[str, Any]] = field(default_factory=list)
+    shared_links: bool = True
     identity: Identity | None = field(default_factory=lambda: identity_of(os.getpid()))
 
     @property
@@ -270,9 +275,19 @@ def _spec(state_dir: Path, name: str, argv: list[str], log_path: Path, ready: re
     return ProcessSpec(name, argv, log_path, ready, env={STATE_DIR_ENV: str(state_dir.resolve())})
 
 
+def link_body(link: LinkPlan) -> dict[str, Any]:
+    """The link on the WAN emulator (`POST /links`, deploy/wan/link.py): one shared pipe each
+    way, which every proxy across it joins."""
+    return {"name": link.name, "between": [link.a, link.b], "bandwidth": link.bandwidth_bytes_per_s or 0,
+            "latency": link.latency_ms, "jitter": link.jitter_ms, "loss": link.loss_percent,
+            "reorder": link.reorder_percent}
+
+
 def link_toxics(link: LinkPlan) -> list[dict[str, Any]]:
+    """A link as Toxiproxy's per-proxy toxics, for a real Toxiproxy (which has no shared links):
+    latency each way and a bandwidth cap per connection; loss and reorder have no toxic."""
     toxics: list[dict[str, Any]] = []
-    for stream in ("downstream", "upstream"):
+    for stream in ("upstream", "downstream"):
         if link.latency_ms or link.jitter_ms:
             toxics.append({"name": f"latency_{stream}", "type": "latency", "stream": stream,
                            "attributes": {"latency": link.latency_ms, "jitter": link.jitter_ms}})
@@ -398,6 +413,11 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
                         await trio.to_thread.run_sync(WanClient(toxiproxy).delete_proxy, name)
                     except (WanApiError, OSError) as exc:
                         log.warning("could not remove proxy %s from %s: %s", name, toxiproxy, exc)
+                for body in state.wan_links:
+                    try:
+                        await trio.to_thread.run_sync(WanClient(toxiproxy).request, "DELETE", f"/links/{body['name']}")
+                    except (WanApiError, OSError) as exc:
+                        log.warning("could not remove link %s from %s: %s", body["name"], toxiproxy, exc)
         # Everything this launcher started has stopped (the nursery waited for it): say so.
         (state_dir / STATE_FILE).unlink(missing_ok=True)
 
@@ -474,6 +494,7 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
         match = WAN_READY.match(ready)
         assert match is not None
         state.wan_api = match.group(1)
+    await _make_shared_links(state)
     for cluster in plan.clusters:
         await _start_cluster(state, cluster, nursery, last)
     for mirror in plan.mirrors:
@@ -515,8 +536,13 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
             # The single broker's proxy keeps its name (`east-to-west`): the chaos rig and
             # operators' scripts know it.
             name = f"{cluster.name}-to-{dc}" if broker.broker_id == 0 else f"{cluster.name}-{broker.broker_id}-to-{dc}"
-            body = {"name": name, "listen": proxy, "upstream": f"127.0.0.1:{bound[broker.broker_id][dc]}"}
-            toxics = link_toxics(link) if link is not None else []
+            body: dict[str, Any] = {"name": name, "listen": proxy,
+                                    "upstream": f"127.0.0.1:{bound[broker.broker_id][dc]}"}
+            toxics: list[dict[str, Any]] = []
+            if link is not None and state.shared_links:
+                body["link"] = {"name": link.name, "upstream": cluster.datacenter}
+            elif link is not None:
+                toxics = link_toxics(link)
             await _make_link(state.wan_api, body, toxics)
             state.links[name] = (body, toxics)
     first_log = next(iter(brokers.values())).process.spec.log_path
@@ -601,14 +627,36 @@ async def _make_link(api: str, body: dict[str, Any], toxics: list[dict[str, Any]
     await trio.to_thread.run_sync(proxy.add_toxics, toxics)
 
 
+async def _make_shared_links(state: LaunchState) -> None:
+    """Every link of the plan as one shared link on the emulator, before any proxy joins it. A
+    real Toxiproxy has no links (404): then each proxy gets the link's toxics instead, and the
+    bandwidth is per connection, as Toxiproxy shapes it."""
+    client = WanClient(state.wan_api)
+    for link in state.plan.links:
+        body = link_body(link)
+        try:
+            await trio.to_thread.run_sync(client.create_link, body)
+        except WanApiError as exc:
+            if exc.status != 404:
+                raise
+            state.shared_links = False
+            log.warning("the WAN API at %s has no shared links (a real Toxiproxy?): each proxy gets its link's "
+                        "latency and bandwidth as toxics of its own, so the bandwidth is per connection and "
+                        "loss and reorder are not applied", state.wan_api)
+            return
+        state.wan_links.append(body)
+
+
 async def _restore_links(state: LaunchState, wan: Supervised) -> None:
-    """The emulator's `on_ready`: a new emulator process has no proxies, so make every link
-    made so far again, toxics included (none on the first start). Raising makes the supervisor
-    stop this emulator and start another."""
-    if not state.links:
+    """The emulator's `on_ready`: a new emulator process has no links or proxies, so make every
+    one made so far again, toxics included (none on the first start). Raising makes the
+    supervisor stop this emulator and start another."""
+    if not state.links and not state.wan_links:
         return
     match = WAN_READY.match(wan.ready_line)
     assert match is not None  # the supervisor matched this line already
+    for link in state.wan_links:
+        await trio.to_thread.run_sync(WanClient(match.group(1)).create_link, link)
     for body, toxics in state.links.values():
         await _make_link(match.group(1), body, toxics)
     log.warning("WAN emulator restarted (pid %s): its %d proxies and their toxics made again",

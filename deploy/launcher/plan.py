@@ -33,13 +33,22 @@ def _check_names(what: str, **names: str) -> None:
 
 @dataclass(frozen=True)
 class LinkPlan:
-    """A WAN link between two datacenters; latency is one way, applied in each direction."""
+    """A WAN link between two datacenters; latency is one way, applied in each direction; the
+    bandwidth is per direction, shared by every connection across the link; loss and reorder in
+    percent, as netem takes them."""
 
     a: str
     b: str
     latency_ms: int = 0
     jitter_ms: int = 0
     bandwidth_bytes_per_s: int | None = None
+    loss_percent: float = 0.0
+    reorder_percent: float = 0.0
+
+    @property
+    def name(self) -> str:
+        """The link's name on the WAN emulator (`east~west`: `~` is in no datacenter name)."""
+        return f"{self.a}~{self.b}"
 
     def joins(self, x: str, y: str) -> bool:
         return {self.a, self.b} == {x, y}

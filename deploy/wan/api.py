@@ -4,6 +4,11 @@ Replies follow Toxiproxy: 200 with JSON for reads and updates, 201 for a created
 populate, 204 with no body for deletes and reset; errors are ``{"error": message, "status":
 code}`` with 400 (bad body, unknown toxic type, bad attributes), 404 (unknown proxy or toxic),
 409 (duplicate name) or 500 (e.g. listen address in use).
+
+Beyond Toxiproxy: ``/links`` (GET, POST) and ``/links/{name}`` (GET, POST/PATCH, DELETE) manage
+links (deploy/wan/link.py), and a proxy body may carry ``"link": {"name", "upstream"}`` to put
+the proxy's connections on one. A real Toxiproxy answers 404 to ``/links``: its callers fall back
+to per-proxy toxics then.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from urllib.parse import unquote, urlsplit
 
 from deploy.wan.errors import ApiError, bad_request
 from deploy.wan.http import Request, Response
-from deploy.wan.proxy import ProxyRegistry, parse_proxy_fields
+from deploy.wan.link import parse_link
+from deploy.wan.proxy import ProxyRegistry, parse_proxy_fields, parse_proxy_link
 from deploy.wan.toxics import parse_toxic
 
 __all__ = ["TOXIPROXY_VERSION", "WanApi"]
@@ -74,6 +80,13 @@ class WanApi:
             case ["populate"]:
                 allowed = {"POST": self._populate}
                 args = ()
+            case ["links"]:
+                allowed = {"GET": self._link_index, "POST": self._link_create}
+                args = ()
+            case ["links", name]:
+                allowed = {"GET": self._link_show, "POST": self._link_update, "PATCH": self._link_update,
+                           "DELETE": self._link_delete}
+                args = (name,)
             case ["proxies"]:
                 allowed = {"GET": self._proxy_index, "POST": self._proxy_create}
                 args = ()
@@ -125,8 +138,10 @@ class WanApi:
         return _json(200, {name: proxy.to_json() for name, proxy in self.registry.all().items()})
 
     async def _proxy_create(self, *, body: bytes) -> Response:
-        name, listen, upstream, enabled = parse_proxy_fields(_parse_json(body))
-        proxy = await self.registry.create(name, listen, upstream, enabled)
+        fields = _parse_json(body)
+        name, listen, upstream, enabled = parse_proxy_fields(fields)
+        assert isinstance(fields, dict)  # parse_proxy_fields refused anything else
+        proxy = await self.registry.create(name, listen, upstream, enabled, parse_proxy_link(fields))
         return _json(201, proxy.to_json())
 
     async def _proxy_show(self, name: str, *, body: bytes) -> Response:
@@ -145,11 +160,31 @@ class WanApi:
                 raise bad_request(f"{field_name} must be a string, got {type(value).__name__}")
         if not isinstance(enabled, bool):
             raise bad_request(f"enabled must be true or false, got {type(enabled).__name__}")
+        if "link" in fields and fields["link"] != (proxy.link.to_json() if proxy.link else None):
+            raise bad_request("a proxy's link is set when it is made: delete the proxy and make it again")
         await self.registry.update(name, listen, upstream, enabled)
         return _json(200, proxy.to_json())
 
     async def _proxy_delete(self, name: str, *, body: bytes) -> Response:
         await self.registry.remove(name)
+        return _no_content()
+
+    # -- links --
+
+    async def _link_index(self, *, body: bytes) -> Response:
+        return _json(200, {name: link.to_json() for name, link in self.registry.links().items()})
+
+    async def _link_create(self, *, body: bytes) -> Response:
+        return _json(201, self.registry.create_link(parse_link(_parse_json(body))).to_json())
+
+    async def _link_show(self, name: str, *, body: bytes) -> Response:
+        return _json(200, self.registry.get_link(name).to_json())
+
+    async def _link_update(self, name: str, *, body: bytes) -> Response:
+        return _json(200, self.registry.update_link(name, _parse_json(body)).to_json())
+
+    async def _link_delete(self, name: str, *, body: bytes) -> Response:
+        self.registry.remove_link(name)
         return _no_content()
 
     # -- toxics --

@@ -58,9 +58,26 @@ class WanClient:
             raise ValueError(f"WAN API at {self.api}: /proxies is not an object")
         return reply
 
-    def create_proxy(self, name: str, listen: str, upstream: str, *, enabled: bool = True) -> WanProxy:
-        self.request("POST", "/proxies", {"name": name, "listen": listen, "upstream": upstream, "enabled": enabled})
+    def create_proxy(self, name: str, listen: str, upstream: str, *, enabled: bool = True,
+                     link: dict[str, str] | None = None) -> WanProxy:
+        """A proxy; ``link`` ({"name": <link>, "upstream": <datacenter of upstream>}, the
+        emulator's own field) puts its connections on a link made with `create_link`."""
+        body: dict[str, Any] = {"name": name, "listen": listen, "upstream": upstream, "enabled": enabled}
+        if link is not None:
+            body["link"] = link
+        self.request("POST", "/proxies", body)
         return self.proxy(name)
+
+    def create_link(self, body: dict[str, Any]) -> None:
+        """A shared link (deploy/wan/link.py; the emulator's own resource). A real Toxiproxy
+        has none: it answers 404, raised as WanApiError."""
+        self.request("POST", "/links", body)
+
+    def links(self) -> dict[str, Any]:
+        reply = self.request("GET", "/links")
+        if not isinstance(reply, dict):
+            raise ValueError(f"WAN API at {self.api}: /links is not an object")
+        return reply
 
     def delete_proxy(self, name: str) -> None:
         self.request("DELETE", f"/proxies/{name}")

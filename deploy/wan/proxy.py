@@ -7,7 +7,10 @@ Structure (every task has an owner that outlives it):
   scope: disabling or deleting the proxy cancels it, which closes the listener and every
   connection;
 - a connection owns four tasks: per direction, a reader that timestamps what it reads and a
-  writer that applies the proxy's toxics for that direction and writes to the other side.
+  writer that applies the proxy's toxics for that direction and writes to the other side; a
+  proxy on a link (deploy/wan/link.py) has two more per direction, a transmitter taking the
+  writer's output through the link's shared bottleneck and a deliverer writing it out once its
+  propagation delay has passed.
 
 Toxics live on the proxy. A writer looks at the proxy's toxic list before each chunk (a version
 number makes that a single comparison), so adding, changing or removing a toxic acts on
@@ -40,6 +43,7 @@ from broker.address import format_host_port as format_hostport
 from broker.address import parse_host_port
 from broker.retry import worth_reporting
 from deploy.wan.errors import PROXY_EXISTS, PROXY_NOT_FOUND, TOXIC_EXISTS, TOXIC_NOT_FOUND, ApiError, bad_request
+from deploy.wan.link import Lane, Link, LinkSpec, update_link
 from deploy.wan.toxics import (
     MAX_NAME,
     STREAMS,
@@ -52,7 +56,8 @@ from deploy.wan.toxics import (
     update_toxic,
 )
 
-__all__ = ["MAX_CONNECTIONS", "Proxy", "ProxyRegistry", "format_hostport", "open_listener", "split_hostport"]
+__all__ = ["MAX_CONNECTIONS", "Proxy", "ProxyLink", "ProxyRegistry", "format_hostport", "open_listener",
+           "split_hostport"]
 
 log = logging.getLogger("causeway.wan")
 
@@ -189,6 +194,16 @@ class _Pipe:
         self._dest = dest
         self._rng = rng
         self._send, self._receive = trio.open_memory_channel[Chunk | None](math.inf)
+        # Across a link: the writer queues what its toxics let out at the link's entrance (this
+        # connection's queue there, as a fair queueing router keeps one per flow); a transmitter
+        # takes it through the link's bottleneck a quantum per turn onto a delay line, which a
+        # deliverer writes out when due. So neither the toxics nor the next quantum wait for the
+        # data in flight.
+        self.lane = proxy.link.lane(stream, rng) if proxy.link is not None else None
+        self._queue_send, self._queue_receive = trio.open_memory_channel[bytes | None](math.inf)
+        self._line_send, self._line_receive = trio.open_memory_channel[tuple[float, bytes | None]](math.inf)
+        self._in_line = 0
+        self._line_room: trio.Event | None = None
         self._buffered = 0
         self._room: trio.Event | None = None
         self._idle: trio.CancelScope | None = None
@@ -220,10 +235,54 @@ class _Pipe:
         return [stage for stage in stages.values() if stage is not None]
 
     async def _write(self, chunk: Chunk) -> None:
-        await self._dest.send_all(chunk.data)
+        if self.lane is None:
+            await self._dest.send_all(chunk.data)
+            return
+        # Data queued or in flight on the link counts against BUFFER_LIMIT too.
+        while self._in_line >= BUFFER_LIMIT:
+            self._line_room = trio.Event()
+            await self._line_room.wait()
+        self._in_line += len(chunk.data)
+        self._queue_send.send_nowait(chunk.data)
 
     async def _write_eof(self) -> None:
-        await self._dest.send_eof()
+        if self.lane is None:
+            await self._dest.send_eof()
+        else:
+            self._queue_send.send_nowait(None)
+
+    async def transmit_loop(self) -> None:
+        """Across a link: take queued data through the link's bottleneck, one quantum per turn,
+        onto the delay line with the time each piece arrives."""
+        if self.lane is None:
+            return
+        lane = self.lane
+        while True:
+            data = await self._queue_receive.receive()
+            if data is None:
+                self._line_send.send_nowait((lane.due(trio.current_time(), 0), None))
+                return
+            quantum = lane.direction.quantum
+            for start in range(0, len(data), quantum):
+                part = data[start : start + quantum] if len(data) > quantum else data
+                left = await lane.direction.send(len(part))
+                self._line_send.send_nowait((lane.due(left, len(part)), part))
+
+    async def deliver_loop(self) -> None:
+        """Across a link: write each piece when it is due, in order; the end of stream last."""
+        if self.lane is None:
+            return
+        while True:
+            due, data = await self._line_receive.receive()
+            await trio.sleep_until(due)
+            if data is None:
+                await self._dest.send_eof()
+                return
+            await self._dest.send_all(data)
+            self._in_line -= len(data)
+            if self._line_room is not None and self._in_line < BUFFER_LIMIT:
+                self._line_room.set()
+                self._line_room = None
 
     async def write_loop(self) -> None:
         version = -1
@@ -255,10 +314,7 @@ class _Pipe:
             if self._room is not None and self._buffered < BUFFER_LIMIT:
                 self._room.set()
                 self._room = None
-            if stages:
-                await forward(item)
-            else:
-                await self._dest.send_all(item.data)
+            await forward(item)
 
 
 class _Connection:
@@ -290,6 +346,8 @@ class _Connection:
             for pipe in self.pipes:
                 nursery.start_soon(guarded, pipe.read_loop)
                 nursery.start_soon(guarded, pipe.write_loop)
+                nursery.start_soon(guarded, pipe.transmit_loop)
+                nursery.start_soon(guarded, pipe.deliver_loop)
 
     def close(self) -> None:
         """Close both sockets now (synchronous, so it also runs under cancellation)."""
@@ -306,15 +364,40 @@ class _Connection:
 # --- proxies ----------------------------------------------------------------------------------
 
 
+class ProxyLink:
+    """A proxy's place on a link: its upstream (the server) is in datacenter ``upstream``, its
+    clients in the link's other datacenter. Its upstream stream crosses the link toward
+    ``upstream``, its downstream stream the other way."""
+
+    def __init__(self, link: Link, upstream: str) -> None:
+        if upstream not in link.spec.between:
+            raise bad_request(f"link upstream must be one of the datacenters of link {link.spec.name!r} "
+                              f"({' and '.join(link.spec.between)}), got {upstream!r:.60}")
+        self.link = link
+        self.upstream = upstream
+        self.client_side = next(dc for dc in link.spec.between if dc != upstream)
+
+    def lane(self, stream: str, rng: random.Random) -> Lane:
+        source, dest = (self.client_side, self.upstream) if stream == "upstream" else (self.upstream, self.client_side)
+        return Lane(self.link, self.link.direction(source, dest), rng)
+
+    def to_json(self) -> dict[str, str]:
+        return {"name": self.link.spec.name, "upstream": self.upstream}
+
+
 class Proxy:
     """A named TCP proxy from ``listen`` to ``upstream`` with its toxics."""
 
     def __init__(self, name: str, listen: str, upstream: str, nursery: trio.Nursery, *,
                  max_connections: int = MAX_CONNECTIONS,
-                 is_listener: Callable[[tuple[str, int], str], bool] = lambda peer, local: False) -> None:
+                 is_listener: Callable[[tuple[str, int], str], bool] = lambda peer, local: False,
+                 link: ProxyLink | None = None) -> None:
         split_hostport(listen, "listen")
         split_hostport(upstream, "upstream")
         self.name = name
+        # The link its connections cross (shared with other proxies), if any: fixed for the
+        # proxy's life, as its connections' pipes are made with it.
+        self.link = link
         self.listen = listen
         self.upstream = upstream
         self.enabled = False
@@ -334,13 +417,17 @@ class Proxy:
         self._stopped: trio.Event | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        shown = {
             "name": self.name,
             "listen": self.listen,
             "upstream": self.upstream,
             "enabled": self.enabled,
             "toxics": [toxic.to_json() for toxic in self.toxics()],
         }
+        # Only on a proxy that has one: Toxiproxy's own clients see the fields they know.
+        if self.link is not None:
+            shown["link"] = self.link.to_json()
+        return shown
 
     # -- toxics --
 
@@ -514,8 +601,50 @@ class ProxyRegistry:
         self._nursery = nursery
         self._proxies: dict[str, Proxy] = {}
         self.max_connections = max_connections
+        self._links: dict[str, Link] = {}
         # One change at a time: starting and stopping proxies awaits.
         self.lock = trio.Lock()
+
+    # -- links --
+
+    def links(self) -> dict[str, Link]:
+        return dict(self._links)
+
+    def get_link(self, name: str) -> Link:
+        try:
+            return self._links[name]
+        except KeyError:
+            raise ApiError(f"link not found: {name[:60]}", 404) from None
+
+    def create_link(self, spec: LinkSpec) -> Link:
+        """Add a link (409 for a name in use)."""
+        if spec.name in self._links:
+            raise ApiError(f"link already exists: {spec.name}", 409)
+        link = self._links[spec.name] = Link(spec)
+        return link
+
+    def update_link(self, name: str, body: object) -> Link:
+        link = self.get_link(name)
+        link.configure(update_link(link.spec, body))
+        return link
+
+    def remove_link(self, name: str) -> None:
+        """Remove a link no proxy crosses (409 naming the proxies that still do)."""
+        self.get_link(name)
+        users = sorted(p.name for p in self._proxies.values() if p.link is not None and p.link.link.spec.name == name)
+        if users:
+            raise ApiError(f"link {name} is crossed by proxies {', '.join(users)[:200]}: delete them first", 409)
+        del self._links[name]
+
+    def proxy_link(self, wanted: tuple[str, str] | None) -> ProxyLink | None:
+        """A proxy's place on a link from its body's ``link`` (name, upstream datacenter):
+        400 for a link that does not exist (it must be made first)."""
+        if wanted is None:
+            return None
+        name, upstream = wanted
+        if name not in self._links:
+            raise bad_request(f"link {name[:60]!r} does not exist: make it first (POST /links)")
+        return ProxyLink(self._links[name], upstream)
 
     def _addresses(self) -> dict[str, tuple[str, str]]:
         return {name: (proxy.listen, proxy.upstream) for name, proxy in self._proxies.items()}
@@ -568,17 +697,19 @@ class ProxyRegistry:
         except KeyError:
             raise ApiError(PROXY_NOT_FOUND, 404) from None
 
-    async def create(self, name: str, listen: str, upstream: str, enabled: bool) -> Proxy:
-        """Add a proxy and (if enabled) start it.
+    async def create(self, name: str, listen: str, upstream: str, enabled: bool,
+                     link: tuple[str, str] | None = None) -> Proxy:
+        """Add a proxy and (if enabled) start it; ``link`` (a link's name, the datacenter of
+        the proxy's upstream) puts its connections on that link.
 
-        Error handling: ApiError 409 for a name in use, 400 for bad addresses, 500 when the
-        listen address cannot be bound (the proxy is then not added).
+        Error handling: ApiError 409 for a name in use, 400 for bad addresses or an unknown link,
+        500 when the listen address cannot be bound (the proxy is then not added).
         """
         if name in self._proxies:
             raise ApiError(PROXY_EXISTS, 409)
         self._check_no_loop(name, listen, upstream)
         proxy = Proxy(name, listen, upstream, self._nursery, max_connections=self.max_connections,
-                      is_listener=self.is_listener)
+                      is_listener=self.is_listener, link=self.proxy_link(link))
         if enabled:
             await proxy.start()
             await self._check_bound(proxy)
@@ -606,32 +737,52 @@ class ProxyRegistry:
             proxy.reset_toxics()
 
     async def populate(self, entries: Iterable[Mapping[str, Any]]) -> list[Proxy]:
-        """Create or replace proxies from Toxiproxy's populate format, checking every entry
-        before changing anything. A proxy whose listen and upstream are unchanged is kept as
-        it is (with its toxics and connections)."""
-        checked: list[tuple[str, str, str, bool]] = []
+        """Create or replace proxies from Toxiproxy's populate format (plus an optional
+        ``link``), checking every entry before changing anything. A proxy whose listen, upstream
+        and link are unchanged is kept as it is (with its toxics and connections)."""
+        checked: list[tuple[str, str, str, bool, tuple[str, str] | None]] = []
         names: set[str] = set()
         for index, entry in enumerate(entries, start=1):
             name, listen, upstream, enabled = parse_proxy_fields(entry, where=f" at proxy {index}")
             if name in names:
                 raise bad_request(f"duplicate proxy name {name!r}")
             names.add(name)
-            checked.append((name, listen, upstream, enabled))
+            link = parse_proxy_link(entry, where=f" at proxy {index}")
+            self.proxy_link(link)
+            checked.append((name, listen, upstream, enabled, link))
         after = {n: addresses for n, addresses in self._addresses().items() if n not in names}
-        after.update({name: (listen, upstream) for name, listen, upstream, _ in checked})
-        for name, listen, upstream, _ in checked:
+        after.update({name: (listen, upstream) for name, listen, upstream, _, _ in checked})
+        for name, listen, upstream, _, _ in checked:
             self._check_no_loop(name, listen, upstream, after)
         result: list[Proxy] = []
-        for name, listen, upstream, enabled in checked:
+        for name, listen, upstream, enabled, link in checked:
             existing = self._proxies.get(name)
             if existing is not None:
-                same = _canonical_listen(listen) == _canonical_listen(existing.listen) and upstream == existing.upstream
+                same = _canonical_listen(listen) == _canonical_listen(existing.listen) \
+                    and upstream == existing.upstream and link == _link_of(existing)
                 if same:
                     result.append(existing)
                     continue
                 await self.remove(name)
-            result.append(await self.create(name, listen, upstream, enabled))
+            result.append(await self.create(name, listen, upstream, enabled, link))
         return result
+
+
+def _link_of(proxy: Proxy) -> tuple[str, str] | None:
+    return None if proxy.link is None else (proxy.link.link.spec.name, proxy.link.upstream)
+
+
+def parse_proxy_link(body: Mapping[str, Any], where: str = "") -> tuple[str, str] | None:
+    """A proxy body's optional ``link``: ``{"name": <link>, "upstream": <datacenter of the
+    proxy's upstream>}`` as (name, upstream). Error handling: ApiError 400 for another shape."""
+    link = body.get("link")
+    if link is None:
+        return None
+    if not isinstance(link, Mapping) or not isinstance(link.get("name"), str) \
+            or not isinstance(link.get("upstream"), str) or set(link) - {"name", "upstream"}:
+        raise bad_request(f"link must be {{\"name\": <link>, \"upstream\": <datacenter>}}{where}, "
+                          f"got {_short(repr(link))}")
+    return link["name"], link["upstream"]
 
 
 def parse_proxy_fields(body: object, where: str = "") -> tuple[str, str, str, bool]:

@@ -188,6 +188,11 @@ def test_a_request_that_never_finishes_gets_408_and_is_closed(
     assert call(api, "GET", "/version")[0] == 200
 
 
+def shaping(links: dict[str, dict[str, object]]) -> dict[str, dict[str, object]]:
+    """Links as configured, without their byte counts."""
+    return {name: {k: v for k, v in link.items() if k != "sent"} for name, link in links.items()}
+
+
 def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_source(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     state = tmp_path / "state"
@@ -204,6 +209,8 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
         before = call(api, "GET", "/proxies")[1]
         links = [f"east-{broker}-to-west" for broker in (1, 2, 3)]  # one proxy per broker of east
         assert set(before) == set(links)
+        shared_before = shaping(call(api, "GET", "/links")[1])
+        assert set(shared_before) == {"east~west"}  # the one link the three proxies cross
 
         os.kill(victim, signal.SIGKILL)
 
@@ -212,7 +219,7 @@ def test_a_killed_emulator_comes_back_with_its_links_and_status_sees_a_cut_sourc
                 status, proxies = call(api, "GET", "/proxies")
             except OSError:
                 return False
-            return status == 200 and proxies == before
+            return status == 200 and proxies == before and shaping(call(api, "GET", "/links")[1]) == shared_before
 
         wait_until(links_back, what="the restarted emulator to have its proxies and toxics again", timeout_s=60)
         doc = json.loads((state / "state.json").read_text())

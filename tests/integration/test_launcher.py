@@ -106,8 +106,47 @@ async def test_an_external_toxiproxy_serves_the_links(tmp_path: Path) -> None:
             assert state.wan is None and state.wan_api == api
             made = await trio.to_thread.run_sync(proxies, api)
             assert set(made) == {"east-to-west"}
+            # The proxy crosses the shared link east~west (its upstream, the broker, in east),
+            # which carries the link's shaping; the proxy has no toxics of its own.
+            assert made["east-to-west"]["link"] == {"name": "east~west", "upstream": "east"}  # type: ignore[index]
+            assert made["east-to-west"]["toxics"] == []  # type: ignore[index]
+            links = await trio.to_thread.run_sync(WanClient(api, timeout_s=10).links)
+            assert {k: v for k, v in links["east~west"].items() if k != "sent"} == {
+                "name": "east~west", "between": ["east", "west"], "bandwidth": 50_000_000, "latency": 20,
+                "jitter": 2, "loss": 0.0, "reorder": 0.0}
             report = await trio.to_thread.run_sync(status, tmp_path / "s")
             assert report["wan"]["healthy"] and report["wan"]["pid"] is None
             nursery.cancel_scope.cancel()
         assert await trio.to_thread.run_sync(proxies, api) == {}
+        assert await trio.to_thread.run_sync(WanClient(api, timeout_s=10).links) == {}
+        outer.cancel_scope.cancel()
+
+
+async def test_a_toxiproxy_without_links_gets_the_link_as_toxics_per_proxy(tmp_path: Path) -> None:
+    """A real Toxiproxy has no /links (404): each proxy then gets the link's latency and
+    bandwidth as its own toxics, as before links were shared."""
+    from deploy.wan.api import WanApi
+    from deploy.wan.client import WanClient
+    from deploy.wan.http import Request, Response, serve_http
+    from deploy.wan.proxy import ProxyRegistry, open_listener
+
+    async with trio.open_nursery() as outer:
+        api_of_emulator = WanApi(ProxyRegistry(outer))
+
+        async def like_toxiproxy(request: Request) -> Response:
+            if request.target.startswith("/links"):
+                return Response(404, b'{"error": "not found", "status": 404}\n')
+            return await api_of_emulator.handle(request)
+
+        listener = await open_listener("127.0.0.1", 0)
+        await outer.start(serve_http, listener, like_toxiproxy)
+        api = f"127.0.0.1:{listener.socket.getsockname()[1]}"
+        async with trio.open_nursery() as nursery:
+            state: LaunchState = await nursery.start(partial(run_plan, PLAN, tmp_path / "s", toxiproxy=api))
+            assert not state.shared_links and state.wan_links == []
+            made = await trio.to_thread.run_sync(WanClient(api, timeout_s=10).proxies)
+            assert "link" not in made["east-to-west"]
+            assert {t["name"] for t in made["east-to-west"]["toxics"]} == {
+                "latency_upstream", "latency_downstream", "bandwidth_upstream", "bandwidth_downstream"}
+            nursery.cancel_scope.cancel()
         outer.cancel_scope.cancel()

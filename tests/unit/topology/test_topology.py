@@ -42,6 +42,14 @@ BROKEN = [
      "10:5: links[0].latency:", "not a duration"),
     ("bad bandwidth", GOOD.replace("latency: 40ms", "latency: 40ms\n    bandwidth: fast"),
      "11:5: links[0].bandwidth:", "not a bandwidth"),
+    ("loss over 100%", GOOD.replace("latency: 40ms", "latency: 40ms\n    loss: 150%"),
+     "11:5: links[0].loss:", "from 0% up to (not including) 100%"),
+    ("loss without %", GOOD.replace("latency: 40ms", "latency: 40ms\n    loss: 0.1"),
+     "11:5: links[0].loss:", "write it with %"),
+    ("negative reorder", GOOD.replace("latency: 40ms", "latency: 40ms\n    reorder: -5%"),
+     "11:5: links[0].reorder:", "from 0% up to"),
+    ("negative bandwidth", GOOD.replace("latency: 40ms", "latency: 40ms\n    bandwidth: -10Mbit"),
+     "11:5: links[0].bandwidth:", "a bandwidth cannot be negative"),
     ("link to nowhere", GOOD.replace("between: [east, west]", "between: [east, north]"),
      "9:21: links[0].between[1]:", "unknown datacenter 'north'"),
     ("mirror without a link", GOOD.replace("links:\n  - between: [east, west]\n    latency: 40ms\n", "links: []\n"),
@@ -88,6 +96,27 @@ def test_durations(text: object, ms: int) -> None:
                                             ("500KB/s", 500_000), ("8bit", 1)])
 def test_bandwidths(text: str, rate: int) -> None:
     assert parse_bandwidth(text) == rate
+
+
+@pytest.mark.parametrize(("line", "key", "fragment"), [
+    ("loss: 150%", "links[0].loss", "100%"),
+    ("bandwidth: -10Mbit", "links[0].bandwidth", "cannot be negative"),
+])
+def test_bad_link_values_are_refused_naming_file_line_and_key(tmp_path: Path, line: str, key: str,
+                                                             fragment: str) -> None:
+    path = write(tmp_path, GOOD.replace("latency: 40ms", f"latency: 40ms\n    {line}"))
+    with pytest.raises(TopologyError) as exc:
+        load_topology(path)
+    [problem] = exc.value.problems
+    assert str(problem).startswith(f"{path}:11:5: {key}: ") and fragment in str(problem)
+
+
+def test_a_link_takes_loss_and_reorder_as_netem_percentages(tmp_path: Path) -> None:
+    text = GOOD.replace("latency: 40ms", "latency: 40ms\n    loss: 0.1%\n    reorder: 25%\n    bandwidth: 10Mbit")
+    topology = load_topology(write(tmp_path, text))
+    [link] = topology.links
+    assert (link.loss, link.reorder, link.bandwidth) == (0.1, 25.0, 1_250_000)
+    assert "east -.-|WAN 40 ms, 10 Mbit/s, 0.1% loss| west" in to_mermaid(topology)
 
 
 def test_default_naming_breaks_the_active_active_loop(tmp_path: Path) -> None:
