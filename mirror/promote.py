@@ -260,7 +260,9 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         # more, so a group moved now resumes exactly where it stopped.
         ceilings = {TopicPartition(p.topic, p.partition): p.target_end or 0 for p in report.partitions}
         with trio.move_on_after(SOURCE_TIMEOUT_S) as bound:
-            await _sync_groups(target, source_bootstrap, report, ceilings, groups, source_security)
+            async with open_client(source_bootstrap, client_id="causeway-promote", security=source_security,
+                                   request_timeout_s=SOURCE_TIMEOUT_S, connect_timeout_s=2.0) as source:
+                await _sync_groups(target, source, report, ceilings, groups)
         if bound.cancelled_caught:
             report.groups_error = f"the source did not answer within {SOURCE_TIMEOUT_S:g} s"
         await _unsynced_groups(target, report, groups)
@@ -291,19 +293,13 @@ def _already_promoted(normal: list[str], config: MirrorConfig | None, mirror: st
     return list(normal) if topics_regex is not None and mirror is None else []
 
 
-async def _sync_groups(target: Client, source_bootstrap: str | None, report: PromotionReport,
-                       ceilings: Mapping[TopicPartition, int], groups: Callable[[str], bool],
-                       source_security: ClientSecurity | None) -> None:
+async def _sync_groups(target: Client, source: Client, report: PromotionReport,
+                       ceilings: Mapping[TopicPartition, int], groups: Callable[[str], bool]) -> None:
     """Copy the source's groups' offsets on `ceilings`' partitions one last time, each at most
     the copy's end there (`ceilings`: what the copy held before the topic became writable, so
     a group never skips a record written at the target after the promotion)."""
-    if source_bootstrap is None:
-        report.groups_error = "no source given"
-        return
     try:
-        async with open_client(source_bootstrap, client_id="causeway-promote", security=source_security,
-                               request_timeout_s=SOURCE_TIMEOUT_S, connect_timeout_s=2.0) as source:
-            carried = await carry_offsets(source, target, set(ceilings), groups, ceilings=ceilings)
+        carried = await carry_offsets(source, target, set(ceilings), groups, ceilings=ceilings)
     except (ClientError, KafkaError) as exc:
         report.groups_error = _why(exc)
         return
@@ -499,10 +495,10 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
                                        request_timeout_s=source_timeout_s,
                                        connect_timeout_s=min(2.0, source_timeout_s)) as source:
                     source_ends, _missing = await _source_ends(source, topics)
+                    await _sync_groups(target, source, report, ceilings, groups)
             except (ClientError, KafkaError) as exc:
                 report.source_error = report.groups_error = _why(exc)
                 return
-            await _sync_groups(target, report.source, report, ceilings, groups, source_security)
         if bound.cancelled_caught:
             why = f"no answer within {source_timeout_s:g} s"
             report.source_error = report.source_error if source_ends is not None else why

@@ -203,7 +203,7 @@ async def test_failover_with_the_source_gone_says_unknown(brokers, source_kind: 
         else:
             address = None
         lines: list[str] = []
-        with trio.fail_after(BOUND_S):  # the source's own deadline is 2 s here (min(timeout, 10 s))
+        with trio.fail_after(BOUND_S):  # the source's own deadline: min(timeout, FAILOVER_SOURCE_S)
             report = await promote(target.bootstrap, source_bootstrap=address, topics_regex=topic,
                                    failover=True, timeout_s=2.0, say=lines.append)
     finally:
