@@ -188,7 +188,9 @@ def _why(exc: BaseException) -> str:
 
 def _group_filter(config: MirrorConfig | None) -> Callable[[str], bool]:
     """The groups the mirror copies (its config's patterns; every group but internal ones
-    without a config, as its default patterns say)."""
+    without a config, as its default patterns say; none when it does not copy offsets)."""
+    if config is not None and not config.sync_group_offsets:
+        return lambda _group: False
     if config is not None:
         return lambda group: config.groups.matches(group, INTERNAL_GROUPS)
     return lambda group: not any(re.fullmatch(p, group) for p in INTERNAL_GROUPS)
