@@ -6,14 +6,19 @@ Deleting that config (IncrementalAlterConfigs DELETE, as `kafka-configs --alter 
 does) promotes it; the mirror then stops copying into it for good. Two ways, as Confluent's
 cluster linking has them (`kafka-mirrors --promote` and `--failover`):
 
-- **promote** (a planned switch-over): wait, under a deadline, until every selected topic has at
-  the target the source's log end on every partition (the mirror copied everything the source
-  holds; producers at the source should have stopped), then promote topic by topic. Nothing is
-  promoted when the deadline passes first.
-- **failover** (the source is down, or must not be waited for): promote at once, then report per
-  partition how many records the source holds that the target does not, or "unknown" when the
-  source does not answer within its own short deadline.
+- **promote** (a planned switch-over): the source must answer (else refused: fail over); wait,
+  under a deadline, until every selected topic has at the target the source's log end on every
+  partition (the mirror copied everything the source holds; producers at the source should have
+  stopped), copy the groups' committed offsets one last time (mirror/link_groups.py), then
+  promote topic by topic. Nothing is promoted when the deadline passes first.
+- **failover** (the source is down, or must not be waited for): promote at once; meanwhile, under
+  one short deadline (FAILOVER_SOURCE_S), ask the source for its log ends and copy the groups'
+  offsets one last time. Whatever the source did not answer is reported unknown: records not
+  copied per partition, and the groups whose last copy is what they resume from (named, with
+  those offsets). Nothing in a failover waits longer than that deadline on the source.
 
+Run twice, either is idempotent: the second run finds the mirror's topics normal already and
+says so (`already`). mirror/promote_mm2.py is the same command for an mm2-mode mirror.
 `promote` is the function; `causeway mirror promote` (deploy/cli/mirror_promote.py) the command.
 """
 
@@ -29,15 +34,25 @@ import trio
 from broker.client import ClientError, KafkaError, TopicPartition
 from broker.client.admin import LATEST, alter_configs, describe_configs, list_offsets, list_topics
 from broker.client.cluster import Client, open_client
+from broker.client.groups import fetch_offsets, list_groups
 from broker.protocol.constants import MIRROR_NAME_CONFIG
+from mirror.config import INTERNAL_GROUPS, INTERNAL_TOPICS, MirrorConfig
+from mirror.link_groups import carry_offsets
+from mirror.naming import ReplicationPolicy
 from security.client import ClientSecurity
 
-__all__ = ["PartitionEnds", "PromotionError", "PromotionReport", "SOURCE_TIMEOUT_S", "promote",
-           "select_mirror_topics"]
+__all__ = ["FAILOVER_SOURCE_S", "PartitionEnds", "PromotionError", "PromotionReport", "SOURCE_TIMEOUT_S",
+           "Selection", "promote", "select_mirror_topics"]
 
-#: The most a failover waits for the source's log ends (less when --timeout is shorter): the
-#: source is usually why one fails over, and an unreachable one must not hold the promotion up.
+#: The most a planned promotion waits for one answer of the source after the copy caught up
+#: (its log ends again, the groups' offsets).
 SOURCE_TIMEOUT_S = 10.0
+#: The most a failover gives the source, for everything it asks of it (its log ends, the groups'
+#: offsets), less when --timeout is shorter: the source is usually why one fails over, and a
+#: dead or frozen one must not hold the failover up. The promotion does not wait for it at all.
+FAILOVER_SOURCE_S = 2.0
+#: How long a planned promotion gives the source to answer at first before refusing (fail over).
+SOURCE_PROBE_S = 5.0
 #: How often the wait reads both clusters' log ends, and how often it prints a progress line.
 POLL_S = 0.5
 PROGRESS_EVERY_S = 3.0
@@ -91,10 +106,19 @@ class PromotionReport:
     partitions: list[PartitionEnds] = field(default_factory=list)  # at promotion (failover: after)
     source_error: str | None = None  # why the source's ends are unknown
     timed_out: bool = False
+    already: list[str] = field(default_factory=list)  # normal topics already (promoted by an earlier run)
+    #: Groups whose offsets were copied one last time (the offsets the target holds for them now).
+    groups_synced: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
+    #: Groups with consumers live at the target: their offsets are theirs, left alone.
+    groups_active: list[str] = field(default_factory=list)
+    #: Groups that could not be copied at the end (the source did not answer), with the offsets
+    #: the target holds for them: the last copy, from which they resume.
+    groups_unsynced: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
+    groups_error: str | None = None  # why they could not be
 
     @property
     def ok(self) -> bool:
-        return not self.failed and bool(self.promoted)
+        return not self.failed and bool(self.promoted or self.already)
 
 
 Say = Callable[[str], None]
@@ -104,14 +128,20 @@ def _quiet(_line: str) -> None:
     pass
 
 
+@dataclass
+class Selection:
+    selected: dict[str, str] = field(default_factory=dict)  # mirror topic -> its mirror
+    skipped: list[str] = field(default_factory=list)  # the other matching topics, each with why
+    normal: list[str] = field(default_factory=list)  # the matching normal topics (promoted ones among them)
+
+
 async def select_mirror_topics(client: Client, *, mirror: str | None = None,
-                               topics_regex: str | None = None) -> tuple[dict[str, str], list[str]]:
+                               topics_regex: str | None = None) -> Selection:
     """The target's mirror topics (of `mirror`, when given) whose names match `topics_regex`
-    (whole name), each with its mirror's name; and why the other matching topics are not
-    selected (for a message when nothing is)."""
+    (whole name), each with its mirror's name; why the other matching topics are not selected
+    (for a message when nothing is); and which of them are normal topics."""
     pattern = re.compile(topics_regex) if topics_regex is not None else None
-    selected: dict[str, str] = {}
-    skipped: list[str] = []
+    found = Selection()
     for name in await list_topics(client):
         if pattern is not None and not pattern.fullmatch(name):
             continue
@@ -119,12 +149,13 @@ async def select_mirror_topics(client: Client, *, mirror: str | None = None,
         entry = configs.get(MIRROR_NAME_CONFIG)
         owner = entry.value if entry is not None else None
         if not owner:
-            skipped.append(f"{name} (a normal topic: not a mirror topic, or promoted already)")
+            found.skipped.append(f"{name} (a normal topic: not a mirror topic, or promoted already)")
+            found.normal.append(name)
         elif mirror is not None and owner != mirror:
-            skipped.append(f"{name} (a mirror topic of mirror {owner})")
+            found.skipped.append(f"{name} (a mirror topic of mirror {owner})")
         else:
-            selected[name] = owner
-    return selected, skipped
+            found.selected[name] = owner
+    return found
 
 
 async def _target_ends(client: Client, topics: Iterable[str]) -> dict[TopicPartition, int]:
@@ -155,51 +186,89 @@ def _why(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _group_filter(config: MirrorConfig | None) -> Callable[[str], bool]:
+    """The groups the mirror copies (its config's patterns; every group but internal ones
+    without a config, as its default patterns say; none when it does not copy offsets)."""
+    if config is not None and not config.sync_group_offsets:
+        return lambda _group: False
+    if config is not None:
+        return lambda group: config.groups.matches(group, INTERNAL_GROUPS)
+    return lambda group: not any(re.fullmatch(p, group) for p in INTERNAL_GROUPS)
+
+
 async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None, mirror: str | None = None,
                   topics_regex: str | None = None, failover: bool = False, timeout_s: float = 60.0,
                   say: Say = _quiet, progress_every_s: float = PROGRESS_EVERY_S,
                   target_security: ClientSecurity | None = None,
-                  source_security: ClientSecurity | None = None) -> PromotionReport:
+                  source_security: ClientSecurity | None = None,
+                  config: MirrorConfig | None = None) -> PromotionReport:
     """Promote the target's mirror topics (of `mirror`, matching `topics_regex`); see the module.
 
-    Without `failover`, waits up to `timeout_s` for the target to hold the source's log end on
-    every partition of every selected topic, then promotes them one by one; with it, promotes at
-    once and reads the source's ends afterwards within min(`timeout_s`, SOURCE_TIMEOUT_S).
-    `say` gets the progress lines; `target_security` and `source_security` log in to each cluster
-    (None: plaintext). Returns the report: `ok` when every selected topic was
-    promoted. Raises PromotionError when nothing can be selected or waited for, ClientError /
-    KafkaError when the target cannot be read.
+    Without `failover`, refuses when the source does not answer within SOURCE_PROBE_S, waits up
+    to `timeout_s` for the target to hold the source's log end on every partition of every
+    selected topic, copies the groups' offsets once more, then promotes them one by one; with
+    it, promotes at once while the source is asked (its ends, the groups' offsets) for at most
+    min(`timeout_s`, FAILOVER_SOURCE_S). `config` is the mirror's (a topology gives it): its
+    group patterns choose the groups, its topic patterns say which normal topics a second run
+    reports as promoted already, and an mm2-mode mirror is promoted by mirror/promote_mm2.py.
+    `say` gets the progress lines; `target_security` and `source_security` log in to each
+    cluster (None: plaintext). Returns the report: `ok` when every selected topic was promoted
+    (or all were already). Raises PromotionError when nothing can be selected or waited for,
+    ClientError / KafkaError when the target cannot be read.
     """
+    if config is not None and config.mode == "mm2":
+        from mirror.promote_mm2 import promote_mm2
+
+        return await promote_mm2(target_bootstrap, config, source_bootstrap=source_bootstrap,
+                                 topics_regex=topics_regex, failover=failover, timeout_s=timeout_s, say=say,
+                                 target_security=target_security, source_security=source_security)
     if not failover and source_bootstrap is None:
         raise PromotionError("promotion without --failover waits for the source's log end: name the source "
                              "(--source-bootstrap, or a topology and its mirror), or use --failover")
     deadline = trio.current_time() + timeout_s
+    groups = _group_filter(config)
     async with open_client(target_bootstrap, client_id="causeway-promote", security=target_security,
                            request_timeout_s=min(30.0, max(1.0, timeout_s))) as target:
         try:
             with trio.fail_after(max(1.0, timeout_s)):
-                selected, skipped = await select_mirror_topics(target, mirror=mirror, topics_regex=topics_regex)
+                found = await select_mirror_topics(target, mirror=mirror, topics_regex=topics_regex)
         except trio.TooSlowError:
             raise PromotionError(f"{target_bootstrap} did not list its topics and their configs within "
                                  f"{max(1.0, timeout_s):g} s") from None
+        selected = found.selected
+        report = PromotionReport(target_bootstrap, source_bootstrap, failover, selected)
+        report.already = _already_promoted(found.normal, config, mirror, topics_regex)
+        if report.already:
+            say(f"already promoted (normal topics at {target_bootstrap}): {', '.join(report.already)}")
         if not selected:
+            if report.already:
+                return report  # a second run: done already
             whose = f"mirror {mirror}'s mirror topics" if mirror is not None else "mirror topics"
             matching = f" matching {topics_regex!r}" if topics_regex is not None else ""
-            seen = f"; found {', '.join(skipped)}" if skipped else ""
+            seen = f"; found {', '.join(found.skipped)}" if found.skipped else ""
             raise PromotionError(f"{target_bootstrap} has none of {whose}{matching}: nothing to promote{seen}")
-        report = PromotionReport(target_bootstrap, source_bootstrap, failover, selected)
         listed = ", ".join(sorted(selected))
         say(f"{'failover' if failover else 'promotion'} of {len(selected)} mirror topic(s) at {target_bootstrap}: "
             f"{listed}")
         if failover:
-            await _promote_each(target, report, say)
-            await _report_not_copied(target, report, min(timeout_s, SOURCE_TIMEOUT_S), say, source_security)
+            await _fail_over(target, report, min(timeout_s, FAILOVER_SOURCE_S), say, source_security, groups)
             return report
         assert source_bootstrap is not None
         caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s,
                                           source_security)
         if not caught_up:
             return report
+        # The source's producers stopped and the copy holds all it has: its groups' offsets, once
+        # more, so a group moved now resumes exactly where it stopped.
+        ceilings = {TopicPartition(p.topic, p.partition): p.target_end or 0 for p in report.partitions}
+        with trio.move_on_after(SOURCE_TIMEOUT_S) as bound:
+            async with open_client(source_bootstrap, client_id="causeway-promote", security=source_security,
+                                   request_timeout_s=SOURCE_TIMEOUT_S, connect_timeout_s=2.0) as source:
+                await _sync_groups(target, source, report, ceilings, groups)
+        if bound.cancelled_caught:
+            report.groups_error = f"the source did not answer within {SOURCE_TIMEOUT_S:g} s"
+        await _unsynced_groups(target, report, groups)
+        _say_groups(report, say)
         await _promote_each(target, report, say)
         # What reached the source after the check and was not copied (its producers still ran).
         with trio.move_on_after(min(SOURCE_TIMEOUT_S, max(1.0, deadline - trio.current_time()))):
@@ -214,6 +283,71 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         return report
 
 
+def _already_promoted(normal: list[str], config: MirrorConfig | None, mirror: str | None,
+                      topics_regex: str | None) -> list[str]:
+    """The normal topics at the target that this promotion would have selected as mirror
+    topics: the mirror's topics (by its config's patterns; link mode keeps names), or, without
+    a config, the topics `topics_regex` names when no mirror is named (a named mirror's topics
+    cannot be told from the target's own without its config): unknown (none) otherwise."""
+    if config is not None:  # the mirror's own heartbeats are never a mirror topic
+        return [t for t in normal
+                if config.topics.matches(t, INTERNAL_TOPICS) and not ReplicationPolicy.is_heartbeats(t)]
+    return list(normal) if topics_regex is not None and mirror is None else []
+
+
+async def _sync_groups(target: Client, source: Client, report: PromotionReport,
+                       ceilings: Mapping[TopicPartition, int], groups: Callable[[str], bool]) -> None:
+    """Copy the source's groups' offsets on `ceilings`' partitions one last time, each at most
+    the copy's end there (`ceilings`: what the copy held before the topic became writable, so
+    a group never skips a record written at the target after the promotion)."""
+    try:
+        carried = await carry_offsets(source, target, set(ceilings), groups, ceilings=ceilings)
+    except (ClientError, KafkaError) as exc:
+        report.groups_error = _why(exc)
+        return
+    report.groups_synced, report.groups_active = carried.offsets, carried.active
+
+
+async def _unsynced_groups(target: Client, report: PromotionReport, groups: Callable[[str], bool]) -> None:
+    """When the last copy of the groups' offsets did not happen: each group's offsets at the
+    target on the selected topics (the copy it resumes from). Bounded: the target answers."""
+    if report.groups_error is None:
+        return
+    topics = set(report.selected)
+    with trio.move_on_after(SOURCE_TIMEOUT_S):
+        try:
+            for listing in await list_groups(target):
+                if listing.group_id in report.groups_synced or not groups(listing.group_id):
+                    continue
+                offsets = await fetch_offsets(target, listing.group_id)
+                mine = {tp: c.offset for tp, c in offsets.items() if tp.topic in topics and c.offset >= 0}
+                if mine:
+                    report.groups_unsynced[listing.group_id] = mine
+        except (ClientError, KafkaError):
+            pass  # a note only: the groups are named as unknown below
+
+
+def _say_groups(report: PromotionReport, say: Say) -> None:
+    for group, offsets in sorted(report.groups_synced.items()):
+        say(f"group {group}: offsets copied one last time: {_offsets(offsets)}")
+    for group in report.groups_active:
+        say(f"group {group}: consumers are live at the target: its offsets there are its own, left alone")
+    if report.groups_error is None:
+        return
+    if not report.groups_unsynced:
+        say(f"groups: not copied at the end ({report.groups_error}); no group has offsets on these topics "
+            "at the target")
+        return
+    say(f"groups NOT copied at the end ({report.groups_error}): they resume from their last copied offsets, "
+        "and re-read what they consumed at the source since")
+    for group, offsets in sorted(report.groups_unsynced.items()):
+        say(f"  group {group}: last copied {_offsets(offsets)}")
+
+
+def _offsets(offsets: Mapping[TopicPartition, int]) -> str:
+    return ", ".join(f"{tp.topic}-{tp.partition} {offset}" for tp, offset in sorted(offsets.items())) or "none"
+
+
 async def _read_both(target: Client, source_bootstrap: str, topics: list[str],
                      source_timeout_s: float, source_security: ClientSecurity | None) -> list[PartitionEnds]:
     target_ends = await _target_ends(target, topics)
@@ -222,6 +356,22 @@ async def _read_both(target: Client, source_bootstrap: str, topics: list[str],
         with trio.fail_after(source_timeout_s):
             source_ends, _missing = await _source_ends(source, topics)
     return _ends(topics, target_ends, source_ends)
+
+
+async def _refuse_without_source(source: Client, source_bootstrap: str, topics: list[str]) -> None:
+    """Raise PromotionError (use --failover) when the source does not answer within
+    SOURCE_PROBE_S: a planned promotion is checked against the source, and one that is gone
+    would only be waited for until the deadline."""
+    why = f"no answer within {SOURCE_PROBE_S:g} s"
+    with trio.move_on_after(SOURCE_PROBE_S):
+        try:
+            await _source_ends(source, topics)
+            return
+        except (ClientError, KafkaError) as exc:
+            why = _why(exc)
+    raise PromotionError(f"the source {source_bootstrap} does not answer ({why}): a planned promotion checks the "
+                         "copy against the source's log ends and copies the groups' offsets from it. If the source "
+                         "is lost, fail over instead: the same command with --failover")
 
 
 async def _wait_caught_up(target: Client, source_bootstrap: str, report: PromotionReport, deadline: float,
@@ -236,6 +386,7 @@ async def _wait_caught_up(target: Client, source_bootstrap: str, report: Promoti
     say(f"waiting up to {total_s:.0f} s for the copy to reach the source's log end on every partition")
     async with open_client(source_bootstrap, client_id="causeway-promote", request_timeout_s=5.0,
                            connect_timeout_s=2.0, security=source_security) as source:
+        await _refuse_without_source(source, source_bootstrap, topics)
         with trio.move_on_after(max(0.0, deadline - trio.current_time())):
             while True:
                 target_ends = await _target_ends(target, topics)
@@ -325,27 +476,53 @@ async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPL
     return sorted(pending)
 
 
-async def _report_not_copied(target: Client, report: PromotionReport, source_timeout_s: float, say: Say,
-                             source_security: ClientSecurity | None) -> None:
+async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: float, say: Say,
+                     source_security: ClientSecurity | None, groups: Callable[[str], bool]) -> None:
+    """Promote at once; meanwhile, under one deadline of `source_timeout_s`, the source's log
+    ends and the groups' offsets once more. What it did not answer is reported unknown."""
+    topics = sorted(report.selected)
+    # The copy's ends before anything can be written at the target: the ceiling of the groups'
+    # offsets copied from the source (which may hold more than the copy).
+    ceilings = await _target_ends(target, topics)
+    source_ends: dict[TopicPartition, int] | None = None
+
+    async def ask_source() -> None:
+        nonlocal source_ends
+        if report.source is None:
+            report.source_error = report.groups_error = "no source given"
+            return
+        with trio.move_on_after(source_timeout_s) as bound:
+            try:
+                async with open_client(report.source, client_id="causeway-promote", security=source_security,
+                                       request_timeout_s=source_timeout_s,
+                                       connect_timeout_s=min(2.0, source_timeout_s)) as source:
+                    source_ends, _missing = await _source_ends(source, topics)
+                    await _sync_groups(target, source, report, ceilings, groups)
+            except (ClientError, KafkaError) as exc:
+                report.source_error = report.groups_error = _why(exc)
+                return
+        if bound.cancelled_caught:
+            why = f"no answer within {source_timeout_s:g} s"
+            report.source_error = report.source_error if source_ends is not None else why
+            report.groups_error = report.groups_error or why
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ask_source)
+        await _promote_each(target, report, say)
+    await _report_not_copied(target, report, source_ends, say)
+    await _unsynced_groups(target, report, groups)
+    _say_groups(report, say)
+
+
+async def _report_not_copied(target: Client, report: PromotionReport,
+                             source_ends: Mapping[TopicPartition, int] | None, say: Say) -> None:
     """After a failover: each promoted partition's records not copied (unknown without a source)."""
     topics = report.promoted
     if not topics:
         return
     target_ends = await _target_ends(target, topics)
-    source_ends: dict[TopicPartition, int] | None = None
-    if report.source is None:
-        report.source_error = "no source given"
-    else:
-        try:
-            async with open_client(report.source, client_id="causeway-promote", request_timeout_s=source_timeout_s,
-                                   connect_timeout_s=min(2.0, source_timeout_s), security=source_security) as source:
-                with trio.fail_after(source_timeout_s):
-                    source_ends, _missing = await _source_ends(source, topics)
-        except (ClientError, KafkaError, trio.TooSlowError) as exc:
-            report.source_error = _why(exc) if not isinstance(exc, trio.TooSlowError) else \
-                f"no answer within {source_timeout_s:g} s"
     report.partitions = _ends(topics, target_ends, source_ends)
-    if report.source_error is not None:
+    if source_ends is None:
         say(f"records not copied: unknown ({report.source_error})")
     else:
         say(f"records not copied: {sum(p.behind or 0 for p in report.partitions)} in all")

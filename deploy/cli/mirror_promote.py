@@ -1,4 +1,4 @@
-"""`causeway mirror promote`: a link-mode mirror's topics become normal writable topics.
+"""`causeway mirror promote`: a mirror's topics become normal writable topics at its target.
 
     causeway mirror promote TOPOLOGY --mirror NAME [--state-dir DIR] [--topics REGEX] [--failover]
                             [--timeout SECONDS]
@@ -8,11 +8,16 @@
 TOPOLOGY is the topology file `causeway up` started, or its name; the mirror's clusters are
 found as `causeway status` finds them (deploy/cli/pipeline_common.py), and a secured cluster is
 logged in to as the launcher does (its admin's client file, which the state file names). Without --failover the
-command waits (progress every few seconds, at most --timeout, 60 s by default) until the target
-holds the source's log end on every partition, then promotes topic by topic; with --failover it
-promotes at once and prints each partition's records not copied ("unknown" when the source does
-not answer). Exit 0 when every selected topic was promoted; 1 on a timeout, a refusal, or
-nothing to promote (each topic not promoted is named with why); 2 for a bad command line.
+command refuses a source that does not answer (use --failover), waits (progress every few
+seconds, at most --timeout, 60 s by default) until the target holds the source's log end on
+every partition, copies the groups' offsets one last time, then promotes topic by topic; with
+--failover it promotes at once and gives the source at most 2 s (its ends, the groups' offsets):
+each partition's records not copied and the groups not copied at the end are printed, "unknown"
+where the source did not answer. An mm2-mode mirror (a topology names its mode) is promoted by
+creating its topics at the target under their source names, with the source's partition counts
+and configs (mirror/promote_mm2.py). Exit 0 when every selected topic was promoted, or all were
+already (a second run); 1 on a timeout, a refusal, or nothing to promote (each topic not
+promoted is named with why); 2 for a bad command line.
 """
 
 from __future__ import annotations
@@ -44,10 +49,11 @@ def _promote(args: argparse.Namespace) -> int:
     if args.topology is not None:
         if args.bootstrap or args.source_bootstrap:
             raise UsageError("give a TOPOLOGY (with --mirror) or --bootstrap/--source-bootstrap, not both")
-        from deploy.cli.pipeline_common import mirror_from_topology, mirror_logins
+        from deploy.cli.pipeline_common import mirror_config_from_topology, mirror_from_topology, mirror_logins
 
         spec = mirror_from_topology(args)  # the way `causeway status` finds the running clusters
         target, source = spec.target_bootstrap, spec.source_bootstrap
+        config = mirror_config_from_topology(args)  # its mode, topic and group patterns
         # A secured cluster's LOCAL listener: log in as the launcher does (its admin's file).
         logins = {role: file_security(path, "the client file the launcher recorded") if path else None
                   for role, path in mirror_logins(args).items()}
@@ -55,13 +61,16 @@ def _promote(args: argparse.Namespace) -> int:
     elif args.bootstrap:
         target, source = args.bootstrap, args.source_bootstrap
         target_security, source_security = command_security(args), None
+        config = None
     else:
         raise UsageError("give a TOPOLOGY and --mirror NAME, or the target's --bootstrap HOST:PORT")
     report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
                               topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say,
-                              target_security=target_security, source_security=source_security))
+                              target_security=target_security, source_security=source_security, config=config))
     if report.promoted:
         say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
+    elif report.already and not report.failed:
+        say(f"nothing left to promote at {report.target}: {', '.join(report.already)} promoted already")
     for topic, why in sorted(report.failed.items()):
         print(f"Error: {topic}: {why}", file=sys.stderr, flush=True)
     if report.timed_out:
@@ -72,13 +81,16 @@ def _promote(args: argparse.Namespace) -> int:
 
 def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = commands.add_parser(
-        "promote", help="make a link-mode mirror's topics normal writable topics (switch-over or failover)",
+        "promote", help="make a mirror's topics normal writable topics at its target (switch-over or failover)",
         description="Promote mirror topics (those with causeway.mirror.name set) to normal topics by deleting "
-                    "that config. Without --failover, first wait until the target holds the source's log end "
-                    "on every partition. See docs/operations/mirror-link.md.")
+                    "that config, after copying the groups' committed offsets one last time. Without "
+                    "--failover, the source must answer, and the target must first hold the source's log end "
+                    "on every partition. For an mm2-mode mirror (with a topology), create its topics at the "
+                    "target under their source names with the source's partition counts and configs. "
+                    "Running it again reports the topics promoted already. See docs/operations/mirror-link.md.")
     p.add_argument("topology", nargs="?", help="the topology file `causeway up` started, or its name")
-    p.add_argument("--mirror", help="the link-mode mirror (required with a topology; with --bootstrap it "
-                                    "narrows to that mirror's topics)")
+    p.add_argument("--mirror", help="the mirror (required with a topology; with --bootstrap it "
+                                    "narrows to that link-mode mirror's topics)")
     p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
     p.add_argument("--bootstrap", help="without a topology: the target cluster, where the mirror topics are")
     p.add_argument("--source-bootstrap", help="without a topology: the source cluster (needed unless --failover)")
@@ -87,11 +99,11 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
                         "with a topology, default: the admin's file `causeway up` recorded for a secured cluster")
     p.add_argument("--topics", metavar="REGEX", help="promote only mirror topics whose whole name matches")
     p.add_argument("--failover", action="store_true",
-                   help="promote at once, without waiting for the source (it may be down); report records "
-                        "not copied per partition")
+                   help="promote at once, without waiting for the source (it may be down or frozen); report "
+                        "records not copied per partition and groups not copied at the end")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the copy to catch up (default 60); with --failover, the source "
-                        "is asked for at most 10 s or this, whichever is shorter")
+                        "is asked for at most 2 s or this, whichever is shorter")
 
     def main(args: argparse.Namespace) -> int:
         from mirror.promote import PromotionError

@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from deploy.launcher.state_file import ClusterRecord, MirrorRecord
+    from mirror.config import MirrorConfig
     from pipeline.audit import MirrorSpec
 
-__all__ = ["add_spark_options", "check_master", "mirror_from_topology", "mirror_logins", "on_spark", "option_flags"]
+__all__ = ["add_spark_options", "check_master", "mirror_config_from_topology", "mirror_from_topology", "mirror_logins",
+           "on_spark", "option_flags"]
 
 _T = TypeVar("_T")
 
@@ -164,6 +166,21 @@ def mirror_logins(args: argparse.Namespace) -> dict[str, Path | None]:
     names it, never a password), or None where that listener is plaintext."""
     _mirror, clusters = _started_mirror(args)
     return {role: Path(c.command_config) if c.command_config else None for role, c in clusters.items()}
+
+
+def mirror_config_from_topology(args: argparse.Namespace) -> MirrorConfig | None:
+    """The config file the launcher wrote for mirror `args.mirror` of topology `args.topology`
+    (its mode, naming, topic and group patterns), or None when the state file names none."""
+    from mirror.config import load_mirror_config
+    from topology import TopologyError
+
+    mirror, _records = _started_mirror(args)
+    if not mirror.config:
+        return None
+    try:
+        return load_mirror_config(Path(mirror.config))
+    except (TopologyError, OSError) as exc:
+        raise Refused(f"mirror {args.mirror}'s config {mirror.config} cannot be read: {exc}") from None
 
 
 def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:

@@ -2,8 +2,9 @@
 
 The mirror topics at west carry east's records at east's offsets (every column equal), refuse
 producers, survive a SIGKILLed mirror (the supervisor restarts it) without a duplicate or a
-gap, carry a group's committed offsets over unchanged, and become writable once
-`causeway mirror promote` has promoted them.
+gap, carry a group's committed offsets over unchanged (one last time at the promotion, so the
+group moved to west re-reads nothing), and become writable once `causeway mirror promote` has
+promoted them; promoting again says they were promoted already.
 """
 
 from __future__ import annotations
@@ -161,17 +162,35 @@ def test_link_mode_through_causeway_up(tmp_path: Path) -> None:
         assert first_offsets(member, "orders", set(commits)) == commits
 
         # Promotion (a planned switch-over: east's producers have stopped): then west takes writes.
-        before = ends(west, "orders", 3)
-        promoted = causeway("mirror", "promote", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state),
-                            "--timeout", "60")
+        # The group reads on at east after the mirror's last copy of its offsets: the mirror is
+        # frozen (SIGSTOP), so only the promotion's own last copy can bring them to west.
+        mirror_pid = status(state)["mirrors"][MIRROR]["pid"]
+        final = {0: 35, 1: 38, 2: 39}
+        os.kill(mirror_pid, signal.SIGSTOP)
+        try:
+            consumer = Consumer({"bootstrap.servers": east, "group.id": group, "enable.auto.commit": False})
+            consumer.commit(offsets=[TopicPartition("orders", p, o) for p, o in final.items()], asynchronous=False)
+            consumer.close()
+            before = ends(west, "orders", 3)
+            promoted = causeway("mirror", "promote", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state),
+                                "--timeout", "60")
+        finally:
+            os.kill(mirror_pid, signal.SIGCONT)
         assert promoted.returncode == 0, promoted.stdout + promoted.stderr
         assert "promoted 2 topic(s) at" in promoted.stdout and "orders, payments" in promoted.stdout, promoted.stdout
+        assert f"group {group}: offsets copied one last time: orders-0 35, orders-1 38, orders-2 39" in promoted.stdout
+        # Moved to west, the group resumes where it committed at east: it re-reads nothing.
+        member = Consumer({"bootstrap.servers": west, "group.id": group, "enable.auto.commit": False,
+                           "auto.offset.reset": "earliest"})
+        assert first_offsets(member, "orders", set(final)) == final
         produce(west, "orders", 3, 3, start=1000)
         after = ends(west, "orders", 3)
         # One record each, after the promotion marker (one offset) the first local write brings.
         assert before is not None and after == {p: before[p] + 2 for p in range(3)}
         again = causeway("mirror", "promote", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state), "--failover")
-        assert again.returncode == 1 and "nothing to promote" in again.stderr, again.stdout + again.stderr
+        # Run again (a failover after the promotion): nothing left to do, and it says so.
+        assert again.returncode == 0, again.stdout + again.stderr
+        assert "orders, payments promoted already" in again.stdout, again.stdout
     finally:
         down = causeway("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr

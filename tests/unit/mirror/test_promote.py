@@ -8,6 +8,8 @@ LinkAppend (broker.client.link), as the mirror does.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -20,10 +22,12 @@ import trio
 from confluent_kafka import KafkaError, KafkaException, Producer
 
 from broker.client import ErrorCode, TopicPartition, open_client
-from broker.client.admin import NewTopic, create_topics, describe_configs
+from broker.client.admin import NewTopic, create_topics, describe_configs, list_topics
 from broker.client.fetch import fetch, whole_batches
+from broker.client.groups import commit_offsets, fetch_offsets
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from deploy.broker_process import BrokerProcess
+from mirror.config import MirrorConfig
 from mirror.promote import PromotionError, promote
 from tests.support.polling import wait_for
 
@@ -107,6 +111,73 @@ async def test_failover_promotes_at_once_and_counts_what_was_not_copied(brokers)
     await trio.to_thread.run_sync(produce, target.bootstrap, "lost", {0: 1})
 
 
+async def test_failover_copies_the_groups_offsets_at_most_to_the_copys_end(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "clamp", 1)
+    await trio.to_thread.run_sync(produce, source.bootstrap, "clamp", {0: 4})
+    async with open_client(source.bootstrap) as client:
+        await commit_offsets(client, "clamp-readers", {TopicPartition("clamp", 0): 3})
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="clamp",
+                               failover=True, timeout_s=5.0, say=lines.append)
+    # The copy holds nothing of the source's 4 records: the group resumes at 0 at the target,
+    # never past a record written there after the promotion.
+    assert report.ok and report.groups_synced["clamp-readers"] == {TopicPartition("clamp", 0): 0}, report
+    assert "group clamp-readers: offsets copied one last time: clamp-0 0" in lines
+    async with open_client(target.bootstrap) as client:
+        assert (await fetch_offsets(client, "clamp-readers"))[TopicPartition("clamp", 0)].offset == 0
+
+
+async def test_a_failover_from_frozen_source_brokers_completes(tmp_path: Path, brokers) -> None:  # type: ignore[no-untyped-def]
+    """The source's broker is SIGSTOPped: it accepts connections and never answers. The failover
+    promotes, says the source's ends are unknown, and names the group that could not be copied
+    at the end with the offsets it resumes from (its last copy)."""
+    _, target = brokers
+    frozen = BrokerProcess(tmp_path / "frozen").start()
+    try:
+        await make_topics(frozen, target, "frozen-orders", 2)
+        await trio.to_thread.run_sync(produce, frozen.bootstrap, "frozen-orders", {0: 3, 1: 2})
+        async with open_client(target.bootstrap) as client:  # the mirror's last periodic copy
+            await commit_offsets(client, "frozen-readers", {TopicPartition("frozen-orders", 0): 0,
+                                                            TopicPartition("frozen-orders", 1): 0})
+        assert frozen.proc is not None
+        os.kill(frozen.proc.pid, signal.SIGSTOP)
+        try:
+            lines: list[str] = []
+            with trio.fail_after(BOUND_S):
+                report = await promote(target.bootstrap, source_bootstrap=frozen.bootstrap,
+                                       topics_regex="frozen-orders", failover=True, timeout_s=60.0,
+                                       say=lines.append)
+        finally:
+            os.kill(frozen.proc.pid, signal.SIGCONT)
+    finally:
+        frozen.stop()
+    assert report.ok and report.promoted == ["frozen-orders"], report
+    # The client names what got no answer within the failover's bound on the source (2 s).
+    assert "no answer within" in (report.source_error or "") and [p.behind for p in report.partitions] == [None, None]
+    assert report.groups_unsynced == {"frozen-readers": {TopicPartition("frozen-orders", 0): 0,
+                                                         TopicPartition("frozen-orders", 1): 0}}
+    text = "\n".join(lines)
+    assert f"groups NOT copied at the end ({report.source_error})" in text, text
+    assert "  group frozen-readers: last copied frozen-orders-0 0, frozen-orders-1 0" in text, text
+    assert await mirror_name_of(target.bootstrap, "frozen-orders") is None
+
+
+async def test_a_planned_promotion_refuses_a_source_that_does_not_answer(brokers) -> None:  # type: ignore[no-untyped-def]
+    source, target = brokers
+    await make_topics(source, target, "unanswered", 1)
+    hung = _hung_listener()
+    try:
+        with trio.fail_after(BOUND_S), pytest.raises(PromotionError) as exc:
+            await promote(target.bootstrap, source_bootstrap=f"127.0.0.1:{hung.getsockname()[1]}",
+                          topics_regex="unanswered", timeout_s=60.0)
+    finally:
+        hung.close()
+    assert "does not answer" in str(exc.value) and "--failover" in str(exc.value)
+    assert await mirror_name_of(target.bootstrap, "unanswered") == "dr"  # nothing promoted
+
+
 def _hung_listener() -> socket.socket:
     """A port that completes TCP handshakes (the backlog) but never answers a request."""
     sock = socket.socket()
@@ -132,7 +203,7 @@ async def test_failover_with_the_source_gone_says_unknown(brokers, source_kind: 
         else:
             address = None
         lines: list[str] = []
-        with trio.fail_after(BOUND_S):  # the source's own deadline is 2 s here (min(timeout, 10 s))
+        with trio.fail_after(BOUND_S):  # the source's own deadline: min(timeout, FAILOVER_SOURCE_S)
             report = await promote(target.bootstrap, source_bootstrap=address, topics_regex=topic,
                                    failover=True, timeout_s=2.0, say=lines.append)
     finally:
@@ -198,6 +269,29 @@ async def test_the_wait_ends_when_the_copy_catches_up_then_promotes(brokers) -> 
     await trio.to_thread.run_sync(produce, target.bootstrap, "catching", {0: 1})
 
 
+async def test_a_planned_promotion_copies_the_groups_offsets_once_more(brokers) -> None:  # type: ignore[no-untyped-def]
+    from broker.client.link import link_append
+
+    source, target = brokers
+    await make_topics(source, target, "switch", 1)
+    await trio.to_thread.run_sync(produce, source.bootstrap, "switch", {0: 5})
+    tp = TopicPartition("switch", 0)
+    async with open_client(source.bootstrap) as src, open_client(target.bootstrap) as dst:
+        fetched = await fetch(src, {tp: 0})
+        await link_append(dst, "dr", {tp: whole_batches(fetched[tp].records)})
+        await commit_offsets(dst, "switchers", {tp: 2})  # the mirror's last periodic copy
+        await commit_offsets(src, "switchers", {tp: 5})  # read on at the source since
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="switch",
+                               timeout_s=30.0, say=lines.append)
+    assert report.ok and report.groups_synced == {"switchers": {tp: 5}}, report
+    assert lines.index("group switchers: offsets copied one last time: switch-0 5") < lines.index(
+        "promoted switch: a normal writable topic now (mirror dr no longer writes it)"), lines
+    async with open_client(target.bootstrap) as client:
+        assert (await fetch_offsets(client, "switchers"))[tp].offset == 5
+
+
 async def test_a_mirror_topic_refuses_producers_until_promoted(brokers) -> None:  # type: ignore[no-untyped-def]
     source, target = brokers
     await make_topics(source, target, "guarded", 1)
@@ -231,6 +325,50 @@ async def test_the_command_exits_1_on_a_timeout_and_0_once_promoted(brokers) -> 
     assert "records not copied: unknown (no source given)" in failed_over.stdout
     assert f"promoted 1 topic(s) at {target.bootstrap}: cmd" in failed_over.stdout
     again = await run("--bootstrap", target.bootstrap, "--topics", "cmd", "--failover")
-    assert again.returncode == 1 and "nothing to promote" in again.stderr, again
+    assert again.returncode == 0 and "cmd promoted already" in again.stdout, again
+    nothing = await run("--bootstrap", target.bootstrap, "--mirror", "nobody", "--failover")
+    assert nothing.returncode == 1 and "nothing to promote" in nothing.stderr, nothing
     usage = await run("--bootstrap", target.bootstrap, "--topics", "cmd")
     assert usage.returncode == 1 and "--failover" in usage.stderr, usage
+
+
+def _mm2_config(source: BrokerProcess, target: BrokerProcess) -> MirrorConfig:
+    return MirrorConfig.model_validate({"name": "src-to-dst", "mode": "mm2",
+                                        "source": {"alias": "src", "bootstrap": source.bootstrap},
+                                        "target": {"alias": "dst", "bootstrap": target.bootstrap},
+                                        "topics": {"include": ["mm-.*"]}})
+
+
+async def test_an_mm2_failover_creates_local_topics_shaped_as_the_source(brokers) -> None:  # type: ignore[no-untyped-def]
+    """Without the source, the remote topic the mirror kept in line with it gives the shape;
+    with it, the source does; a second run finds them there."""
+    source, target = brokers
+    config = _mm2_config(source, target)
+    retention = {"retention.ms": "7200000"}
+    async with open_client(source.bootstrap) as client:
+        await create_topics(client, {"mm-orders": NewTopic(3, -1, retention), "mm-pay": NewTopic(2)})
+    async with open_client(target.bootstrap) as client:  # as the mirror created them
+        await create_topics(client, {"src.mm-orders": NewTopic(3, -1, retention), "src.mm-pay": NewTopic(2)})
+    hung = _hung_listener()
+    try:
+        lines: list[str] = []
+        with trio.fail_after(BOUND_S):
+            report = await promote(target.bootstrap, source_bootstrap=f"127.0.0.1:{hung.getsockname()[1]}",
+                                   topics_regex="mm-orders", failover=True, timeout_s=60.0, say=lines.append,
+                                   config=config)
+    finally:
+        hung.close()
+    assert report.ok and report.promoted == ["mm-orders"] and report.source_error, report
+    assert "created mm-orders: 3 partition(s), configs retention.ms=7200000, as at the source; " \
+           "producers write to it now" in lines, lines
+    with trio.fail_after(BOUND_S):
+        planned = await promote(target.bootstrap, source_bootstrap=source.bootstrap, timeout_s=60.0, config=config)
+    assert planned.ok and planned.promoted == ["mm-pay"] and planned.already == ["mm-orders"], planned
+    async with open_client(target.bootstrap) as client:
+        counts = await list_topics(client)
+        configs = await describe_configs(client, "mm-orders", keys=["retention.ms"])
+    assert counts["mm-orders"] == 3 and counts["mm-pay"] == 2
+    assert configs["retention.ms"].value == "7200000"
+    with trio.fail_after(BOUND_S):
+        again = await promote(target.bootstrap, source_bootstrap=source.bootstrap, failover=True, config=config)
+    assert again.ok and again.promoted == [] and again.already == ["mm-orders", "mm-pay"], again
