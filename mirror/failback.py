@@ -242,11 +242,11 @@ def _say_partition(say: Say, p: PartitionFailback) -> None:
     r = p.result
     assert r is not None
     where = f"{p.topic}-{p.partition}"
-    if r.error != ErrorCode.NONE:
-        say(f"  {where}: {r.error.name}: {r.error_message}")
-    elif r.records:
+    if r.records:  # also when the wait for the replicas failed: the leader's cut is done
         say(f"  {where}: cut at offset {p.cut_at}: {r.records} record(s) in {r.batches} batch(es), offsets "
             f"{r.first_offset}..{r.last_offset}, kept in {r.quarantine}")
-    else:
+    if r.error != ErrorCode.NONE:
+        say(f"  {where}: {r.error.name}: {r.error_message}")
+    elif not r.records:
         say(f"  {where}: nothing to cut (the log ends at {r.log_end_offset}; the divergence point is {p.cut_at})")
 

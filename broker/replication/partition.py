@@ -178,9 +178,10 @@ class Partition:
         if new_epoch:
             self.leader_epoch_start_offset = self.log.log_end_offset
             self._reset_followers(now_ms)
-            self.failback_pending = set()  # another leader's log: its own replicas follow it
         else:
             self.followers = {r: self.followers.get(r, FollowerState()) for r in self.replicas if r != self.broker_id}
+        # A failback's pending replicas stay (still leading the same log), while they are replicas.
+        self.failback_pending &= set(self.followers)
         self.is_leader = True
         self.leader_id = self.broker_id
         self._generation += 1

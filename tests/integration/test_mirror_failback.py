@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from broker.client import MIRROR_NAME_CONFIG, TopicPartition, admin, open_client, produce
+from broker.client import MIRROR_NAME_CONFIG, TopicPartition, admin, link_append, open_client, produce
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_batch, split_batches
@@ -242,3 +242,71 @@ def test_refusals_change_nothing(east: BrokerProcess, dr: BrokerProcess, strange
     assert late.returncode == 1, late.stdout
     assert "use truncate-and-restore" in late.stderr, late.stderr
     assert trio.run(ends, east.bootstrap, 2) == held and trio.run(owner, east.bootstrap) is None
+
+
+def test_a_replica_down_during_truncate_and_restore_holds_the_copy_until_it_cuts_its_log_and_a_rerun_completes(
+        primary: ZkCluster, dr: BrokerProcess) -> None:
+    p_boot = primary.bootstrap()
+
+    async def create() -> None:
+        async with open_client(p_boot) as client:
+            await admin.create_topics(client, {"orders": NewTopic(1, 3)})
+
+    trio.run(create)
+    wait_until(lambda: len(primary.state("orders")["isr"]) == 3, what="orders-0's ISR")  # type: ignore[arg-type]
+    produce_records(p_boot, "orders", 20, partitions=1)
+    trio.run(copy_until_caught_up, link(FORWARD, p_boot, dr.bootstrap), p_boot, dr.bootstrap, 1)
+    produce_records(p_boot, "orders", 6, start=20, partitions=1)  # never copied
+    assert trio.run(partial(promote, dr.bootstrap, mirror=FORWARD, failover=True, timeout_s=5)).promoted == ["orders"]
+    produce_records(dr.bootstrap, "orders", 3, start=100, partitions=1)
+    leader_id = primary.state("orders")["leader"]
+    down_id = next(i for i in sorted(primary.brokers) if i != leader_id)
+    down = primary.brokers[down_id]
+    down.kill()
+
+    stuck = failback_cli("truncate-and-restore", p_boot, dr.bootstrap, timeout="5")
+    assert stuck.returncode == 1, stuck.stdout
+    assert f"orders-0: REQUEST_TIMED_OUT: orders-0: replica(s) {down_id} did not cut" in stuck.stdout, stuck.stdout
+    leader = primary.brokers[leader_id]  # type: ignore[index]
+    kept = list((leader.data_dir / "orders-0.quarantine").glob("*/quarantine.txt"))
+    assert len(kept) == 1
+    # The leader's cut is done and said, though its replicas have not all followed.
+    assert "orders-0: cut at offset 20: 6 record(s)" in stuck.stdout and str(kept[0].parent) in stuck.stdout
+
+    async def copy_refused() -> None:
+        tp = TopicPartition("orders", 0)
+        async with open_client(dr.bootstrap) as client:
+            tail = await read_whole_batches(client, tp, 20)
+        async with open_client(p_boot) as client:
+            answer = (await link_append(client, BACK, {tp: tail}, previous_ends={tp: 20}))[tp]
+        assert answer.error == ErrorCode.NOT_ENOUGH_REPLICAS, answer
+        assert f"waiting for: {down_id}" in (answer.error_message or "")
+
+    trio.run(copy_refused)
+    down.restart()
+    wait_until(lambda: disk_batches(down, 0)[-1][1] == 19, what="the restarted replica to cut its log at 20")
+    done = failback_cli("truncate-and-restore", p_boot, dr.bootstrap)
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "orders-0: nothing to cut (the log ends at 20" in done.stdout, done.stdout
+
+    trio.run(copy_until_caught_up, link(BACK, dr.bootstrap, p_boot), dr.bootstrap, p_boot, 1)
+    want = trio.run(batches, dr.bootstrap, 0)
+    for broker in primary.brokers.values():
+        wait_until(lambda b=broker: disk_batches(b, 0) == want,
+                   what=f"broker {broker.data_dir.name} to hold the new primary's batches")
+
+
+@pytest.mark.parametrize("argv, says", [
+    ((), "give a TOPOLOGY and --mirror NAME, or the old primary's --bootstrap"),
+    (("--bootstrap", "127.0.0.1:1"), "give --new-primary-bootstrap and --reverse-mirror"),
+    (("--bootstrap", "127.0.0.1:1", "--new-primary-bootstrap", "127.0.0.1:2", "--reverse-mirror", "b",
+      "--topics", "("), "is not a regular expression"),
+    (("--bootstrap", "127.0.0.1:1", "--new-primary-bootstrap", "127.0.0.1:2", "--reverse-mirror", "b",
+      "--timeout", "0"), "--timeout must be positive"),
+])
+def test_a_bad_command_line_exits_2_saying_why(argv: tuple[str, ...], says: str) -> None:
+    for command in ("truncate-and-restore", "reverse-and-start"):
+        done = subprocess.run([sys.executable, "-m", "deploy.cli", "mirror", command, *argv], cwd=REPO,
+                              capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2, done.stderr
+        assert says in done.stderr, done.stderr
