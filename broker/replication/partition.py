@@ -123,7 +123,7 @@ class Partition:
         # replicas not yet seen fetching at or below it, whose logs may still hold the cut tail.
         self.failback_cut = -1
         self.failback_pending: set[int] = set()
-        self._failback_lock = trio.Lock()
+        self._failback_cutting = False
         if is_leader:
             self._reset_followers(0)
             if self.maximal_isr == (broker_id,):
@@ -354,7 +354,11 @@ class Partition:
         log) until failback runs again."""
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
-        async with self._failback_lock:  # held across the worker thread: copies are refused meanwhile
+        if self._failback_cutting:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{self.topic}-{self.index}: another failback is cutting "
+                                                          f"this log: run the failback again")
+        self._failback_cutting = True  # set before any await: copies are refused from here
+        try:
             self.failback_cut = offset
             # A follower may hold offsets past the cut when it says so, or when the log reached
             # past it at its last fetch (it may have taken them since), or when it has not
@@ -373,6 +377,8 @@ class Partition:
             self._signal()
             self._wake()
             return plan.cut
+        finally:
+            self._failback_cutting = False
 
     async def wait_failback_followed(self) -> None:
         """Until every assigned replica has cut its log at the failback's offset (or this replica
@@ -385,7 +391,7 @@ class Partition:
     def check_failback_done(self) -> None:
         """Raises KafkaError(NOT_ENOUGH_REPLICAS) while a failback's cut is under way or not yet
         followed by every replica (see :meth:`truncate_for_failback`)."""
-        if self._failback_lock.locked() or self.failback_pending:
+        if self._failback_cutting or self.failback_pending:
             waiting = ", ".join(map(str, sorted(self.failback_pending))) or "none"
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
                              f"{self.topic}-{self.index} was cut at offset {self.failback_cut} for a failback; "

@@ -189,6 +189,8 @@ async def _cut(partition: Partition, asked: PartitionRequest, link_name: str, de
             asked.truncate_offset, f"failback: the new primary's copy (mirror {link_name}) diverges here")
     except KafkaError as exc:
         return _answer(asked.index, partition, exc)
+    except OSError as exc:  # the quarantine copy or the cut failed: the log is as it was, or cut
+        return _answer(asked.index, partition, KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, f"cutting the log: {exc}"))
     answer = _answer(asked.index, partition)
     if cut is not None:
         s = cut.survey
