@@ -11774,6 +11774,240 @@ class LinkAppendResponse:
         return cls.decode_from(Reader(data), version)
 
 
+@dataclass(slots=True)
+class LinkTruncateRequest:
+    API_KEY: ClassVar[int] = 10001
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkTruncateTopic:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkTruncatePartition', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkTruncateRequest.LinkTruncatePartition] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkTruncateRequest.LinkTruncateTopic:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkTruncateRequest.LinkTruncatePartition.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkTruncatePartition:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('index', 'int32', 0, 0, 1, 0),
+            FieldSpec('truncate_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('shared_base_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('shared_last_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('shared_crc', 'int64', 0, 0, 1, 0),
+            FieldSpec('allow_truncation', 'bool', 0, 0, 1, 0),
+        )
+        index: int = 0
+        truncate_offset: int = 0
+        shared_base_offset: int = -1
+        shared_last_offset: int = -1
+        shared_crc: int = -1
+        allow_truncation: bool = True
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.index)
+            w.int64(self.truncate_offset)
+            w.int64(self.shared_base_offset)
+            w.int64(self.shared_last_offset)
+            w.int64(self.shared_crc)
+            w.boolean(self.allow_truncation)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkTruncateRequest.LinkTruncatePartition:
+            self = cls()
+            self.index = r.int32()
+            self.truncate_offset = r.int64()
+            self.shared_base_offset = r.int64()
+            self.shared_last_offset = r.int64()
+            self.shared_crc = r.int64()
+            self.allow_truncation = r.boolean()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('link_name', 'string', 0, 0, 1, 0),
+        FieldSpec('timeout_ms', 'int32', 0, 0, 1, 0),
+        FieldSpec('validate_only', 'bool', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkTruncateTopic', 0, 0, 1, 0),
+    )
+    link_name: str = ''
+    timeout_ms: int = 0
+    validate_only: bool = False
+    topics: list[LinkTruncateRequest.LinkTruncateTopic] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.compact_string(self.link_name)
+        w.int32(self.timeout_ms)
+        w.boolean(self.validate_only)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkTruncateRequest:
+        self = cls()
+        self.link_name = r.compact_string()
+        self.timeout_ms = r.int32()
+        self.validate_only = r.boolean()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkTruncateRequest.LinkTruncateTopic.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkTruncateRequest:
+        return cls.decode_from(Reader(data), version)
+
+
+@dataclass(slots=True)
+class LinkTruncateResponse:
+    API_KEY: ClassVar[int] = 10001
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkTruncateTopicResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkTruncatePartitionResponse', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkTruncateResponse.LinkTruncatePartitionResponse] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkTruncateResponse.LinkTruncateTopicResponse:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkTruncateResponse.LinkTruncatePartitionResponse.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkTruncatePartitionResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('index', 'int32', 0, 0, 1, 0),
+            FieldSpec('error_code', 'int16', 0, 0, 1, 0),
+            FieldSpec('error_message', 'string', 0, 0, 0, 0),
+            FieldSpec('log_end_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('truncated_batches', 'int32', 0, 0, 1, 0),
+            FieldSpec('truncated_records', 'int64', 0, 0, 1, 0),
+            FieldSpec('first_truncated_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('last_truncated_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('quarantine_path', 'string', 0, 0, 0, 0),
+        )
+        index: int = 0
+        error_code: int = 0
+        error_message: str | None = None
+        log_end_offset: int = -1
+        truncated_batches: int = 0
+        truncated_records: int = 0
+        first_truncated_offset: int = -1
+        last_truncated_offset: int = -1
+        quarantine_path: str | None = None
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.index)
+            w.int16(self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.int64(self.log_end_offset)
+            w.int32(self.truncated_batches)
+            w.int64(self.truncated_records)
+            w.int64(self.first_truncated_offset)
+            w.int64(self.last_truncated_offset)
+            w.compact_nullable_string(self.quarantine_path)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkTruncateResponse.LinkTruncatePartitionResponse:
+            self = cls()
+            self.index = r.int32()
+            self.error_code = r.int16()
+            self.error_message = r.compact_nullable_string()
+            self.log_end_offset = r.int64()
+            self.truncated_batches = r.int32()
+            self.truncated_records = r.int64()
+            self.first_truncated_offset = r.int64()
+            self.last_truncated_offset = r.int64()
+            self.quarantine_path = r.compact_nullable_string()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('throttle_time_ms', 'int32', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkTruncateTopicResponse', 0, 0, 1, 0),
+    )
+    throttle_time_ms: int = 0
+    topics: list[LinkTruncateResponse.LinkTruncateTopicResponse] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.int32(self.throttle_time_ms)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkTruncateResponse:
+        self = cls()
+        self.throttle_time_ms = r.int32()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkTruncateResponse.LinkTruncateTopicResponse.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkTruncateResponse:
+        return cls.decode_from(Reader(data), version)
+
+
 class ApiKey(enum.IntEnum):
     PRODUCE = 0
     FETCH = 1
@@ -11830,6 +12064,7 @@ class ApiKey(enum.IntEnum):
     LIST_TRANSACTIONS = 66
     DESCRIBE_TOPIC_PARTITIONS = 75
     LINK_APPEND = 10000
+    LINK_TRUNCATE = 10001
 
 
 REQUESTS: dict[int, type[Message]] = {
@@ -11888,6 +12123,7 @@ REQUESTS: dict[int, type[Message]] = {
     66: ListTransactionsRequest,
     75: DescribeTopicPartitionsRequest,
     10000: LinkAppendRequest,
+    10001: LinkTruncateRequest,
 }
 
 RESPONSES: dict[int, type[Message]] = {
@@ -11946,4 +12182,5 @@ RESPONSES: dict[int, type[Message]] = {
     66: ListTransactionsResponse,
     75: DescribeTopicPartitionsResponse,
     10000: LinkAppendResponse,
+    10001: LinkTruncateResponse,
 }

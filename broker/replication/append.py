@@ -162,6 +162,7 @@ def _append(replicas: HostedPartitions, entry: AppendEntry, appended: LeaderAppe
 
 def _append_copied(partition: Partition, copied: CopiedBatches, appended: LeaderAppend, now_ms: int) -> None:
     log = partition.log
+    partition.check_failback_done()  # a failback's cut first: the log may be mid-truncation
     if copied.records:
         # Checked and appended with no await between: the log end cannot move meanwhile.
         check_copied_offsets(log, copied.records, previous_end=copied.previous_end_offset,

@@ -42,6 +42,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.dir_health import DirHealth
 from broker.replication.isr import IsrChannel
 from broker.storage import AppendResult, Log, ReadResult
+from broker.storage.truncation import Truncation
 
 __all__ = ["FetchWatcher", "FollowerState", "Partition", "monotonic_ms"]
 
@@ -118,6 +119,11 @@ class Partition:
         # Set when the high watermark, ISR or role changes; made only when an acks=all produce
         # waits, so a standalone append allocates nothing for it.
         self._changed: trio.Event | None = None
+        # A failback's cut as leader (truncate_for_failback): where the log was cut, and the
+        # replicas not yet seen fetching at or below it, whose logs may still hold the cut tail.
+        self.failback_cut = -1
+        self.failback_pending: set[int] = set()
+        self._failback_cutting = False
         if is_leader:
             self._reset_followers(0)
             if self.maximal_isr == (broker_id,):
@@ -174,6 +180,8 @@ class Partition:
             self._reset_followers(now_ms)
         else:
             self.followers = {r: self.followers.get(r, FollowerState()) for r in self.replicas if r != self.broker_id}
+        # A failback's pending replicas stay (still leading the same log), while they are replicas.
+        self.failback_pending &= set(self.followers)
         self.is_leader = True
         self.leader_id = self.broker_id
         self._generation += 1
@@ -196,6 +204,7 @@ class Partition:
         if self.is_leader:
             self._demotions += 1
         self.is_leader = False
+        self.failback_pending = set()
         self.leader_id = leader_id
         self.pending_isr = None
         self.followers = {}
@@ -243,6 +252,7 @@ class Partition:
         straddles the log end), NOT_LEADER_OR_FOLLOWER, KAFKA_STORAGE_ERROR."""
         if not self.is_leader:
             raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        self.check_failback_done()
         root = self.log.directory.parent
         end = self.log.log_end_offset
         try:
@@ -328,6 +338,65 @@ class Partition:
             self._changed.set()
             self._changed = None
 
+    # -- failback (broker/server/handlers/link_truncate.py) ---------------------------------
+
+    async def truncate_for_failback(self, offset: int, reason: str) -> Truncation | None:
+        """As leader, cut the log at ``offset`` (a failback: what is cut was acknowledged, and is
+        quarantined as the failover's RPO); None when nothing was past it.
+
+        The followers follow by their normal truncation: each fetches past the new log end, is
+        answered OFFSET_OUT_OF_RANGE, asks OffsetForLeaderEpoch, and cuts at ``offset``. Until
+        each assigned replica has been seen fetching at or below ``offset`` (:attr:`failback_pending`),
+        copies are refused (:meth:`append_copied`, NOT_ENOUGH_REPLICAS, which a mirror retries):
+        a follower that still holds the cut tail would take copied batches past it for its own
+        and keep the tail. Not kept across a restart of this leader: a new leader that still holds
+        the tail serves it, and the mirror then fails the partition (the copy is not the source's
+        log) until failback runs again."""
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        if self._failback_cutting:
+            raise KafkaError(ErrorCode.REQUEST_TIMED_OUT, f"{self.topic}-{self.index}: another failback is cutting "
+                                                          f"this log: run the failback again")
+        self._failback_cutting = True  # set before any await: copies are refused from here
+        try:
+            self.failback_cut = offset
+            # A follower may hold offsets past the cut when it says so, or when the log reached
+            # past it at its last fetch (it may have taken them since), or when it has not
+            # fetched in this leader epoch (unknown: offline, or about to fetch in full).
+            self.failback_pending = {r for r, state in self.followers.items()
+                                     if state.log_end_offset < 0 or state.log_end_offset > offset
+                                     or state.last_fetch_leader_end > offset}
+            plan = self.log.plan_truncation(offset, reason=reason, failback=True)
+            if plan is None:
+                return None
+            try:
+                await trio.to_thread.run_sync(plan.run)
+            finally:
+                if plan.done:
+                    self.log.finish_truncation(plan)
+            self._signal()
+            self._wake()
+            return plan.cut
+        finally:
+            self._failback_cutting = False
+
+    async def wait_failback_followed(self) -> None:
+        """Until every assigned replica has cut its log at the failback's offset (or this replica
+        stopped leading). The caller bounds the wait (a cancel scope)."""
+        while self.is_leader and self.failback_pending:
+            if self._changed is None:
+                self._changed = trio.Event()
+            await self._changed.wait()
+
+    def check_failback_done(self) -> None:
+        """Raises KafkaError(NOT_ENOUGH_REPLICAS) while a failback's cut is under way or not yet
+        followed by every replica (see :meth:`truncate_for_failback`)."""
+        if self._failback_cutting or self.failback_pending:
+            waiting = ", ".join(map(str, sorted(self.failback_pending))) or "none"
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"{self.topic}-{self.index} was cut at offset {self.failback_cut} for a failback; "
+                             f"copies wait until every replica has cut its log too (waiting for: {waiting})")
+
     # -- followers' fetches (on the leader) ------------------------------------------------
 
     def update_follower_fetch(self, replica_id: int, fetch_offset: int, now_ms: int) -> None:
@@ -345,6 +414,9 @@ class Partition:
                              f"replica {replica_id} is not an assigned replica of {self.topic}-{self.index} "
                              f"({list(self.replicas)})")
         leader_end = self.log.log_end_offset
+        if replica_id in self.failback_pending and fetch_offset <= self.failback_cut:
+            self.failback_pending.discard(replica_id)  # it holds nothing past the cut now
+            self._signal()
         if not self.log.log_start_offset <= fetch_offset <= leader_end:
             return  # answered OFFSET_OUT_OF_RANGE by the read: not a position to record (as Kafka)
         if fetch_offset >= leader_end:

@@ -44,12 +44,12 @@ def check_mirror_name_change(topic: str, current: Mapping[str, str], new: Mappin
     if before is None:
         raise KafkaError(ErrorCode.INVALID_CONFIG,
                          f"{MIRROR_NAME_CONFIG} cannot be set on existing topic {topic}: a topic becomes a mirror "
-                         f"topic only when a link-mode mirror creates it, and failback (making a promoted topic "
-                         f"a mirror topic again) is not supported yet")
+                         f"topic only when a link-mode mirror creates it, or at a failback's old primary "
+                         f"(causeway mirror truncate-and-restore / reverse-and-start)")
     raise KafkaError(ErrorCode.INVALID_CONFIG,
                      f"topic {topic} is the mirror topic of mirror {before}: {MIRROR_NAME_CONFIG} cannot be "
-                     f"changed to {after!r} (a topic becomes a mirror topic only when created, and failback is "
-                     f"not supported yet); delete the config to promote the topic to a normal topic")
+                     f"changed to {after!r} (a topic becomes a mirror topic only when created, or by a "
+                     f"failback); delete the config to promote the topic to a normal topic")
 
 
 # A synonym as DescribeConfigs lists it: (name, value, source).

@@ -161,6 +161,7 @@ class TruncationPlan:
     doomed: list[LogSegment]  # whole segments that go (already retired)
     fully: bool = False
     has_data: bool = True
+    failback: bool = False  # a failback's cut of acknowledged records (broker/storage/truncation.py)
     cut: Truncation | None = None
     done: bool = False
 
@@ -181,7 +182,8 @@ class TruncationPlan:
         with last.pinned_fd() as fd:
             tail = (last.path, fd, self.position, last.size) if self.position < last.size else None
             self.cut = keep_truncated(self.directory, self.topic, self.partition, offset=self.offset,
-                                      previous_end=self.previous_end, reason=self.reason, tail=tail, whole=whole)
+                                      previous_end=self.previous_end, reason=self.reason, tail=tail, whole=whole,
+                                      failback=self.failback)
         if last.base_offset > self.offset:
             last.detach()
             last.delete_files()
@@ -942,7 +944,8 @@ class Log:
         plan.run()
         return self.finish_truncation(plan)
 
-    def plan_truncation(self, offset: int, *, reason: str, fully: bool = False) -> TruncationPlan | None:
+    def plan_truncation(self, offset: int, *, reason: str, fully: bool = False,
+                        failback: bool = False) -> TruncationPlan | None:
         """Step one of a truncation, on the log's thread: where to cut, which segments go. They
         are retired at once (in-flight flushes write nothing to them). Step two,
         :meth:`TruncationPlan.run`, does the file work (in a worker thread: the copy to
@@ -966,7 +969,7 @@ class Log:
             last = keep[-1]
             position = last.position_of(offset) if last.base_offset < offset else 0
             plan = TruncationPlan(self.directory, topic, partition, offset, reason, self.log_end_offset, offset,
-                                  last, position, self.segments[len(keep):])
+                                  last, position, self.segments[len(keep):], failback=failback)
         self._truncations += 1  # a flush taken before now must not move the recovery point
         for segment in plan.doomed:
             segment.detach()

@@ -48,6 +48,9 @@ class Truncation:
     whole_bytes: int = 0
     survey: Survey = field(default_factory=Survey)
     destination: Path | None = None
+    # A failback's cut (mirror/failback.py): records the high watermark had passed, acknowledged
+    # at this cluster and never copied to the new primary; not a follower's uncommitted tail.
+    failback: bool = False
 
     @property
     def bytes(self) -> int:
@@ -65,9 +68,11 @@ class Truncation:
 def _write_manifest(cut: Truncation) -> None:
     assert cut.destination is not None
     s = cut.survey
+    kind = ("failback (truncate-and-restore: this cluster's log diverges from the new primary's)" if cut.failback
+            else "follower truncation (the leader's log diverges from this replica's; KIP-101/279)")
     head = [
         f"partition: {cut.partition}",
-        "kind: follower truncation (the leader's log diverges from this replica's; KIP-101/279)",
+        f"kind: {kind}",
         f"truncated from offset {cut.previous_end} to {cut.offset}: {cut.reason}",
         f"batches moved: {s.batches}, records {s.records}, offsets {s.first_offset}..{s.last_offset}",
     ]
@@ -75,15 +80,23 @@ def _write_manifest(cut: Truncation) -> None:
     if cut.tail_bytes and cut.tail_segment is not None:
         tail = (f"{cut.offset:020d}.log: bytes {cut.tail_position}.. of {cut.tail_segment.name} "
                 f"({cut.tail_bytes} bytes)")
-    write_manifest(cut.destination, head, cut.bytes, tail, cut.whole_segments, [
+    note = [
         "These batches were never committed (the high watermark never passed them): the partition's",
         "leader does not have them. Inspect them with kafka-dump-log.sh --files <file>.log, then delete",
         "this directory. See docs/operations/storage.md, 'Recovery and quarantined data'.",
-    ])
+    ]
+    if cut.failback:
+        note = [
+            "These records were acknowledged here but never reached the new primary before the failover:",
+            "the failover's RPO, kept. Read them with kafka-dump-log.sh --files <file>.log --print-data-log,",
+            "produce again what must not be lost, then delete this directory. See docs/operations/failback.md.",
+        ]
+    write_manifest(cut.destination, head, cut.bytes, tail, cut.whole_segments, note)
 
 
 def keep_truncated(directory: Path, topic: str, partition: int, *, offset: int, previous_end: int, reason: str,
-                   tail: tuple[Path, int, int, int] | None, whole: list[tuple[int, Path]]) -> Truncation:
+                   tail: tuple[Path, int, int, int] | None, whole: list[tuple[int, Path]],
+                   failback: bool = False) -> Truncation:
     """Copy what a truncation is about to remove into a new quarantine directory, and count it.
 
     `tail` is (segment path, its pinned descriptor, cut position, size) of the segment that keeps
@@ -91,7 +104,7 @@ def keep_truncated(directory: Path, topic: str, partition: int, *, offset: int, 
     moved by rename (the caller has retired them). The tail is copied (fsynced) before the caller
     cuts the file, so the bytes always exist somewhere, at worst twice.
     """
-    cut = Truncation(f"{topic}-{partition}", offset, previous_end, reason)
+    cut = Truncation(f"{topic}-{partition}", offset, previous_end, reason, failback=failback)
     cut.destination = new_destination(directory)
     if tail is not None:
         path, fd, position, size = tail
@@ -109,7 +122,7 @@ def keep_truncated(directory: Path, topic: str, partition: int, *, offset: int, 
     _write_manifest(cut)
     move_in(cut.destination, moves, directory)
     _count(topic, partition, cut)
-    log.warning("follower truncation: %s", cut.describe())
+    log.warning("%s: %s", "failback truncation" if failback else "follower truncation", cut.describe())
     return cut
 
 

@@ -1,6 +1,7 @@
 """`causeway mirror --config FILE`: run one mirror (mm2 or link mode) until stopped.
 
-`causeway mirror promote ...` promotes a link-mode mirror's topics (deploy/cli/mirror_promote.py).
+`causeway mirror promote ...` promotes a link-mode mirror's topics (deploy/cli/mirror_promote.py);
+`causeway mirror truncate-and-restore | reverse-and-start ...` fail back (deploy/cli/mirror_failback.py).
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ def register(commands: Any) -> None:
     parser.add_argument("--status-file", type=Path, help="write the mirror's status (JSON) here every second")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=_run)
+    from deploy.cli.mirror_failback import register_failback
     from deploy.cli.mirror_promote import register_promote
 
-    register_promote(parser.add_subparsers(dest="mirror_command", metavar="{promote}"))
+    commands = parser.add_subparsers(dest="mirror_command", metavar="{promote,truncate-and-restore,reverse-and-start}")
+    register_promote(commands)
+    register_failback(commands)
 
 
 def _run(args: argparse.Namespace) -> int:

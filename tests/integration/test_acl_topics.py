@@ -46,6 +46,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     FetchRequest,
     InitProducerIdRequest,
+    LinkTruncateRequest,
     ListOffsetsRequest,
     MetadataRequest,
     OffsetForLeaderEpochRequest,
@@ -478,3 +479,25 @@ def test_the_requests_clients_rarely_send_are_checked_as_kafka_checks_them(broke
                 ProduceRequest.PartitionProduceData(index=0, records=b"")])]), 9, correlation_id=10)
         assert [p.error_code for t in produce.responses for p in t.partition_responses] == [
             ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED]
+
+
+def test_link_truncate_needs_alter_on_the_topic_or_cluster_action_and_a_refusal_changes_nothing(
+        broker: BrokerProcess) -> None:
+    topic = _name("failback-")
+    _create(broker, topic)
+    assert _produce(broker, "admin", topic, 3) == [None] * 3
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.READ)])
+    cut = LinkTruncateRequest(link_name="back", timeout_ms=5000, topics=[LinkTruncateRequest.LinkTruncateTopic(
+        name=topic, partitions=[LinkTruncateRequest.LinkTruncatePartition(index=0, truncate_offset=0)])])
+    with _logged_in(broker, "alice") as sock:
+        denied = call(sock, cut, 0, correlation_id=3)
+    assert [(p.error_code, p.log_end_offset) for t in denied.topics for p in t.partitions] == [
+        (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)]
+    assert _end_offset(broker, topic) == (0, 3)
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.ALTER)])
+    with _logged_in(broker, "alice") as sock:
+        # Allowed now, and refused on its merits: a log that shares no batch with the new primary's.
+        refused = call(sock, cut, 0, correlation_id=3)
+    [answer] = [p for t in refused.topics for p in t.partitions]
+    assert answer.error_code == ErrorCode.INVALID_REQUEST and "shares no batch" in (answer.error_message or "")
+    assert _end_offset(broker, topic) == (0, 3)

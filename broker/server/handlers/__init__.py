@@ -21,6 +21,7 @@ from broker.server.handlers import (
     inter_broker,
     leader_epoch,
     link_append,
+    link_truncate,
     list_offsets,
     metadata,
     offsets,
@@ -57,6 +58,7 @@ _SERVED: tuple[ApiHandler, ...] = (
     *scram_credentials.HANDLERS,
     client_quotas.HANDLER,
     link_append.HANDLER,  # Causeway's own (key 10000): a Causeway target tells itself apart from Kafka by it
+    link_truncate.HANDLER,  # Causeway's own (key 10001): failback at the old primary
 )
 
 # The ApiVersions answer, built once from the table below: what the dispatcher routes to is

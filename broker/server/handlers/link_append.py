@@ -54,7 +54,7 @@ from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import mirror_name
 from security.acl import Operation, ResourceType
 
-__all__ = ["HANDLER"]
+__all__ = ["HANDLER", "may_link"]
 
 PartitionResponse = LinkAppendResponse.LinkAppendPartitionResponse
 
@@ -125,8 +125,8 @@ def _answer(appended: LeaderAppend, source_start: int, timeout_ms: int) -> Parti
     return answer
 
 
-def _may_append(ctx: RequestContext, names: set[str]) -> set[str]:
-    """The topics of ``names`` the principal may LinkAppend to: Alter on the topic, or
+def may_link(ctx: RequestContext, names: set[str]) -> set[str]:
+    """The topics of ``names`` the principal may LinkAppend to (or LinkTruncate): Alter on the topic, or
     ClusterAction on the cluster (that check only widens, so its denial is not logged)."""
     if ctx.authorize_cluster(Operation.CLUSTER_ACTION, log_denied=False):
         return names
@@ -141,7 +141,7 @@ def _denied(name: str, index: int) -> PartitionResponse:
 
 async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendResponse:
     topics = ctx.services.controller.topics()
-    allowed = _may_append(ctx, {t.name for t in request.topics})
+    allowed = may_link(ctx, {t.name for t in request.topics})
     entries = [AppendEntry(topic_data.name, data.index,
                            CopiedBatches(data.records, data.previous_end_offset, data.log_start_offset),
                            check=partial(_check_topic, ctx.version, topic_data.name, data.index,
