@@ -32,7 +32,7 @@ from broker.client.cluster import Client, open_client
 from broker.protocol.constants import ConfigSource
 from mirror.config import EXCLUDED_CONFIGS, INTERNAL_TOPICS, MirrorConfig
 from mirror.naming import ReplicationPolicy
-from mirror.promote import FAILOVER_SOURCE_S, SOURCE_PROBE_S, PromotionError, PromotionReport, Say
+from mirror.promotion import FAILOVER_SOURCE_S, SOURCE_PROBE_S, PromotionError, PromotionReport, Say
 from security.client import ClientSecurity
 
 __all__ = ["TopicShape", "promote_mm2"]
