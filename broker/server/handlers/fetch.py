@@ -73,6 +73,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse, Records
 from broker.replication.partition import Partition, monotonic_ms
+from broker.server import request_metrics
 from broker.server.context import RequestContext
 from broker.server.fetch_sessions import (
     FINAL_EPOCH,
@@ -265,6 +266,7 @@ def answers(wanted: list[Wanted], reads: list[ReadResult | None], lookup: Lookup
     slices: list[FileSlice | None] = [None] * len(wanted)
     try:
         _cut_slices(wanted, reads, slices, lookup)
+        request_metrics.count_fetched(wanted, slices)
         return [answer(w, piece) for w, piece in zip(wanted, slices, strict=True)]
     except BaseException:
         for piece in slices:
