@@ -22,6 +22,7 @@ docs/reference/metrics.md.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -30,7 +31,7 @@ from broker.metrics import add_text_source
 if TYPE_CHECKING:
     from broker.replication.partition import Partition
 
-__all__ = ["render", "track_partitions"]
+__all__ = ["hosted_partitions", "render", "track_partitions"]
 
 Partitions = Callable[[], Mapping[tuple[str, int], "Partition"]]
 
@@ -58,6 +59,12 @@ _PER_PARTITION = (
 )
 
 
+# Partitions rendered between two offers of the interpreter to the broker's event loop: a thread
+# holding it otherwise keeps it for the whole switch interval (5 ms) each time the loop's thread
+# gives it up for a system call, and a request makes many.
+_YIELD_EVERY = 200
+
+
 def _header(name: str, help_text: str) -> str:
     return f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
 
@@ -83,7 +90,9 @@ def render() -> str:
     columns: tuple[list[str], ...] = ([], [], [], [], [])
     under_replicated, size, end, start, segments = columns
     n_leaders = n_under = n_under_min = n_at_min = 0
-    for partition in hosted:
+    for i, partition in enumerate(hosted):
+        if not i % _YIELD_EVERY:
+            time.sleep(0)  # hand the interpreter to the event loop's thread, if it waits for it
         try:
             log = partition.log
             min_isr = log.config.min_insync_replicas
@@ -128,3 +137,9 @@ def track_partitions(partitions: Partitions) -> None:
     """Report the partitions `partitions()` returns (the replica manager's table, which a scrape
     copies) from now on."""
     _Source.partitions = partitions
+
+
+def hosted_partitions() -> Mapping[tuple[str, int], Partition]:
+    """The replica manager's partition table as a scrape sees it (only read it)."""
+    source = _Source.partitions
+    return source() if source is not None else {}

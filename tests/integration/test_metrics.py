@@ -1,6 +1,8 @@
 """The broker's Prometheus metrics move with real traffic: records produced by a real client
 raise the topic's messages-in counter by exactly their count, a consumer's fetches raise bytes
-out, requests are counted and timed per API, the logs' end offsets are the records' count; in a
+out, requests are counted and timed per API, the logs' end offsets are the records' count, a
+group's lag is the high watermark less its committed offset and goes to 0 once it commits the
+end; in a
 3-broker ZooKeeper cluster, a killed broker leaves the others' led partitions under-replicated,
 and the controller's counts add up. Every scrape is parsed by prometheus_client's text parser.
 """
@@ -11,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.broker_process import BrokerProcess
@@ -68,6 +70,27 @@ def test_messages_bytes_requests_and_logs_move_with_traffic(broker: BrokerProces
     assert fetched.get(f"kafka_server_brokertopicmetrics_bytesout_total{topic}", 0) >= bytes_in
     assert fetched['kafka_network_requestmetrics_totaltimems_count{request="Fetch"}'] > 0
     assert fetched["kafka_server_replicamanager_underreplicatedpartitions"] == 0
+
+    # A group's lag, as the lag exporters compute it: high watermark less committed offset.
+    ends = {p: int(after[f'kafka_log_log_logendoffset{{partition="{p}",topic="orders"}}']) for p in range(3)}
+    _commit(broker.bootstrap, "billing", {p: 10 for p in range(3)})
+    groups = scrape(url)
+    for p in range(3):
+        labels = f'{{consumergroup="billing",partition="{p}",topic="orders"}}'
+        assert groups[f"kafka_consumergroup_current_offset{labels}"] == 10
+        assert groups[f"kafka_consumergroup_lag{labels}"] == ends[p] - 10
+    assert groups['kafka_consumergroup_lag_sum{consumergroup="billing",topic="orders"}'] == 1000 - 30
+    assert groups["kafka_coordinator_group_groupmetadatamanager_numgroups"] >= 1
+    _commit(broker.bootstrap, "billing", ends)
+    assert scrape(url)['kafka_consumergroup_lag_sum{consumergroup="billing",topic="orders"}'] == 0
+
+
+def _commit(bootstrap: str, group: str, offsets: dict[int, int]) -> None:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition("orders", p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
 
 
 @pytest.fixture
