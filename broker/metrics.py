@@ -45,6 +45,7 @@ __all__ = [
     "LOG_TRUNCATIONS",
     "TRUNCATED_RECORDS",
     "add_text_source",
+    "escape_label_value",
     "serve_metrics",
     "track_open_segment_files",
     "ISR_EXPANDS",
@@ -200,10 +201,16 @@ def _metrics_app(registry: CollectorRegistry, texts: list[TextSource]) -> WSGIAp
     return app
 
 
-def serve_metrics(listener: str, *, registry: CollectorRegistry = REGISTRY,
+def escape_label_value(value: str) -> str:
+    """`value` as a label value in the text format (a group id is any string a client chose)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def serve_metrics(listener: str, *, registry: CollectorRegistry = REGISTRY, texts: list[TextSource] | None = None,
                   key: str = "causeway.metrics.listener") -> MetricsServer:
-    """Bind `HOST:PORT` (port 0: a free port) and serve `registry` (and, for the default one,
-    the text sources) at /metrics from a daemon thread, one more thread per scrape.
+    """Bind `HOST:PORT` (port 0: a free port) and serve `registry` and the text sources `texts`
+    (by default, with the default registry, those of `add_text_source`) at /metrics from a
+    daemon thread, one more thread per scrape.
 
     Raises OSError naming the config `key` and address when it cannot bind.
     """
@@ -212,7 +219,9 @@ def serve_metrics(listener: str, *, registry: CollectorRegistry = REGISTRY,
     class Server(ThreadingWSGIServer):
         address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
 
-    app = _metrics_app(registry, TEXT_SOURCES if registry is REGISTRY else [])
+    if texts is None:
+        texts = TEXT_SOURCES if registry is REGISTRY else []
+    app = _metrics_app(registry, texts)
     try:
         server = make_server(host or "0.0.0.0", port, app, Server, handler_class=_QuietHandler)
     except OSError as exc:

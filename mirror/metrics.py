@@ -15,9 +15,10 @@ position, seconds how long ago the source's log end passed that position, interp
 table of log ends the mirror saw and when (kafka-lag-exporter's method).
 
 How it stays off the hot path and thread-safe: the writers record one latency per batch written
-(:class:`LatencyWindow`, on the event loop); once a second :func:`sample_forever` reads every
-partition's counters on the loop and publishes an immutable snapshot; the endpoint's thread only
-reads the latest snapshot. Rates and latency max/average are over a window of about
+(:class:`LatencyWindow`, on the event loop); once a second (every N/2000 s for N partitions over
+2,000) :meth:`MirrorMetrics.sample_forever` reads every partition's counters on the loop, a few
+hundred at a time, and publishes an immutable snapshot; the endpoint's thread only reads the
+latest snapshot and renders it as text. Rates and latency max/average are over a window of about
 ``WINDOW_S`` seconds, as Kafka's metrics sample theirs (two samples of 30 s).
 """
 
@@ -32,14 +33,10 @@ from typing import TYPE_CHECKING, Protocol
 
 import trio
 from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from broker.metrics import MetricsServer, serve_metrics
+from broker.metrics import MetricsServer, escape_label_value, serve_metrics
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics_core import Metric
-
     from broker.client import TopicPartition
     from mirror.config import MirrorConfig
 
@@ -49,6 +46,8 @@ log = logging.getLogger(__name__)
 
 WINDOW_S = 30.0
 SAMPLE_INTERVAL_S = 1.0
+PARTITIONS_SAMPLED_PER_S = 2000  # more partitions than this: sampled less often than each second
+SAMPLE_CHUNK = 500  # partitions sampled between two checkpoints of the event loop
 # Latencies kept per partition: one per batch written, at most this many in a window (a
 # partition writing faster is summarised from its latest batches).
 _LATENCIES_KEPT = 1024
@@ -155,7 +154,7 @@ class _Row:
     parked: bool
 
 
-class MirrorMetrics(Collector):
+class MirrorMetrics:
     """One mirror's metrics: sampled on its event loop, served from the latest sample."""
 
     def __init__(self, mirror: Mirror) -> None:
@@ -164,20 +163,22 @@ class MirrorMetrics(Collector):
         self._rows: tuple[_Row, ...] = ()  # replaced whole by each sample: the thread reads one
         self._checkpoints: tuple[tuple[str, str, int, float, float], ...] = ()
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(self)
         ProcessCollector(registry=self.registry)
 
     # -- on the event loop ---------------------------------------------------------------------
 
-    def sample(self) -> None:
+    async def sample(self) -> None:
         """Read every partition's counters and publish a snapshot (on the loop: the partitions
-        are the mirror's, changed by its tasks)."""
+        are the mirror's, changed by its tasks), giving the loop back every SAMPLE_CHUNK
+        partitions so that thousands of them never hold it long."""
         now = time.monotonic()
         rows: list[_Row] = []
         live = dict(self._mirror.partitions)
         for tp in [tp for tp in self._tracked if tp not in live]:
             del self._tracked[tp]
-        for tp, pm in live.items():
+        for i, (tp, pm) in enumerate(live.items()):
+            if i and not i % SAMPLE_CHUNK:
+                await trio.lowlevel.checkpoint()
             rows.append(self._row(self._tracked.setdefault(tp, _Tracked()), pm, now))
         self._rows = tuple(rows)
         self._checkpoints = tuple(self._mirror.checkpoint_latencies.stats(now))
@@ -207,76 +208,79 @@ class MirrorMetrics(Collector):
 
     async def sample_forever(self) -> None:
         while True:
-            self.sample()
-            await trio.sleep(SAMPLE_INTERVAL_S)
+            await self.sample()
+            # Once a second, less often with many partitions: sampling 10,000 took about 0.3 s
+            # of the loop on the shared test machine.
+            await trio.sleep(max(SAMPLE_INTERVAL_S, len(self._rows) / PARTITIONS_SAMPLED_PER_S))
 
     # -- in the endpoint's thread ------------------------------------------------------------------
 
-    def collect(self) -> Iterator[Metric]:
+    def render(self) -> str:
+        """The latest snapshot as text in Prometheus's exposition format (the endpoint's thread
+        calls it; text rather than prometheus_client samples, which for thousands of partitions
+        cost seconds a scrape: see broker/replication/replica_metrics.py)."""
         rows, checkpoints = self._rows, self._checkpoints
-        target = self._mirror.target_alias
-        source = self._mirror.source_alias
-        labels = ["target", "topic", "partition"]
-
-        def family(name: str, help_text: str, prefix: str = "kafka_connect_mirror_source_connector_") \
-                -> GaugeMetricFamily:
-            return GaugeMetricFamily(prefix + name, help_text, labels=labels)
-
-        mm2 = {
-            "record_count": family("record_count", "Records replicated in this run (MM2's record-count)."),
-            "record_rate": family("record_rate", "Records replicated per second, over about 30 s (MM2's record-rate)."),
-            "byte_count": family("byte_count", "Record batch bytes replicated in this run (MM2's byte-count)."),
-            "byte_rate": family("byte_rate", "Record batch bytes replicated per second, over about 30 s "
-                                             "(MM2's byte-rate)."),
-            "replication_latency_ms": family("replication_latency_ms", "Ms from the newest record's timestamp of "
-                                                                       "the latest batch to its write acknowledged "
-                                                                       "(MM2's replication-latency-ms)."),
-            "replication_latency_ms_max": family("replication_latency_ms_max", "Largest replication latency of the "
-                                                                               "last 30 s (MM2's "
-                                                                               "replication-latency-ms-max)."),
-            "replication_latency_ms_avg": family("replication_latency_ms_avg", "Average replication latency of the "
-                                                                               "last 30 s, per batch (MM2's "
-                                                                               "replication-latency-ms-avg)."),
-        }
-        ours = "causeway_mirror_partition_"
-        lag = family("lag_records", "Source log end less the mirrored position: records not yet at the target.",
-                     ours)
-        lag_s = family("lag_seconds", "How long ago the source's log end passed the mirrored position "
-                                      "(0: caught up), estimated from the log ends seen.", ours)
-        parked = family("parked", "1 while the partition is parked on a batch it cannot write (see the status).",
-                        ours)
+        target = escape_label_value(self._mirror.target_alias)
+        source = escape_label_value(self._mirror.source_alias)
+        columns: dict[str, list[str]] = {name: [] for name, _ in _PARTITION_FAMILIES}
         for row in rows:
-            key = [target, row.topic, str(row.partition)]
-            mm2["record_count"].add_metric(key, float(row.records))
-            mm2["record_rate"].add_metric(key, row.record_rate)
-            mm2["byte_count"].add_metric(key, float(row.bytes))
-            mm2["byte_rate"].add_metric(key, row.byte_rate)
-            if row.latency_now is not None:
-                mm2["replication_latency_ms"].add_metric(key, float(row.latency_now))
-            if row.latency is not None:
-                mm2["replication_latency_ms_max"].add_metric(key, row.latency[0])
-                mm2["replication_latency_ms_avg"].add_metric(key, row.latency[1])
-            lag.add_metric(key, float(row.lag))
-            lag_s.add_metric(key, row.lag_s)
-            parked.add_metric(key, float(row.parked))
-        yield from mm2.values()
-        yield from (lag, lag_s, parked)
-        checkpoint_labels = ["source", "target", "group", "topic", "partition"]
-        cp_max = GaugeMetricFamily("kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms_max",
-                                   "Largest ms from a checkpoint's translation to its write at the target, last "
-                                   "30 s (MM2's checkpoint-latency-ms-max).", labels=checkpoint_labels)
-        cp_avg = GaugeMetricFamily("kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms_avg",
-                                   "Average of the same (MM2's checkpoint-latency-ms-avg).", labels=checkpoint_labels)
+            label = f'{{partition="{row.partition}",target="{target}",topic="{row.topic}"}} '
+            values: tuple[tuple[str, object], ...] = (
+                (_MM2 + "record_count", row.records), (_MM2 + "record_rate", row.record_rate),
+                (_MM2 + "byte_count", row.bytes), (_MM2 + "byte_rate", row.byte_rate),
+                (_MM2 + "replication_latency_ms", row.latency_now),
+                (_MM2 + "replication_latency_ms_max", row.latency[0] if row.latency else None),
+                (_MM2 + "replication_latency_ms_avg", row.latency[1] if row.latency else None),
+                (_OURS + "lag_records", row.lag), (_OURS + "lag_seconds", row.lag_s),
+                (_OURS + "parked", int(row.parked)),
+            )
+            for name, value in values:
+                if value is not None:
+                    columns[name].append(f"{name}{label}{value}\n")
+        parts = [_header(name, help_text) + "".join(columns[name]) for name, help_text in _PARTITION_FAMILIES]
+        cp_max, cp_avg = [], []
         for group, topic, partition, worst, mean in checkpoints:
-            key = [source, target, group, topic, str(partition)]
-            cp_max.add_metric(key, worst)
-            cp_avg.add_metric(key, mean)
-        yield from (cp_max, cp_avg)
-        totals = GaugeMetricFamily("causeway_mirror_partitions", "Partitions the mirror copies, and how many are "
-                                                                 "parked.", labels=["source", "target", "state"])
-        totals.add_metric([source, target, "mirrored"], float(len(rows)))
-        totals.add_metric([source, target, "parked"], float(sum(r.parked for r in rows)))
-        yield totals
+            label = (f'{{group="{escape_label_value(group)}",partition="{partition}",source="{source}",'
+                     f'target="{target}",topic="{topic}"}} ')
+            cp_max.append(f"{_CHECKPOINT}_max{label}{worst}\n")
+            cp_avg.append(f"{_CHECKPOINT}_avg{label}{mean}\n")
+        parts.append(_header(f"{_CHECKPOINT}_max", "Largest ms from a checkpoint pass's start to the checkpoint "
+                                                   "written at the target, last 30 s (MM2's "
+                                                   "checkpoint-latency-ms-max).") + "".join(cp_max))
+        parts.append(_header(f"{_CHECKPOINT}_avg", "Average of the same (MM2's checkpoint-latency-ms-avg).")
+                     + "".join(cp_avg))
+        parked = sum(1 for r in rows if r.parked)
+        parts.append(_header("causeway_mirror_partitions", "Partitions the mirror copies, and how many are parked.")
+                     + f'causeway_mirror_partitions{{source="{source}",state="mirrored",target="{target}"}} '
+                       f"{len(rows)}\n"
+                     + f'causeway_mirror_partitions{{source="{source}",state="parked",target="{target}"}} {parked}\n')
+        return "".join(parts)
+
+
+_MM2 = "kafka_connect_mirror_source_connector_"
+_OURS = "causeway_mirror_partition_"
+_CHECKPOINT = "kafka_connect_mirror_checkpoint_connector_checkpoint_latency_ms"
+# Per partition, with labels target, topic (the remote topic), partition; in the order rendered.
+_PARTITION_FAMILIES = (
+    (_MM2 + "record_count", "Records replicated in this run (MM2's record-count)."),
+    (_MM2 + "record_rate", "Records replicated per second, over 30 to 60 s (MM2's record-rate)."),
+    (_MM2 + "byte_count", "Record batch bytes replicated in this run (MM2's byte-count)."),
+    (_MM2 + "byte_rate", "Record batch bytes replicated per second, over 30 to 60 s (MM2's byte-rate)."),
+    (_MM2 + "replication_latency_ms", "Ms from the newest record timestamp of the latest batch written to its "
+                                      "write acknowledged (MM2's replication-latency-ms)."),
+    (_MM2 + "replication_latency_ms_max", "Largest replication latency of the last 30 s (MM2's "
+                                          "replication-latency-ms-max)."),
+    (_MM2 + "replication_latency_ms_avg", "Average replication latency of the last 30 s, per batch (MM2's "
+                                          "replication-latency-ms-avg)."),
+    (_OURS + "lag_records", "Source log end less the mirrored position: records not yet at the target."),
+    (_OURS + "lag_seconds", "How long ago the source's log end passed the mirrored position (0: caught up), "
+                            "estimated from the log ends seen."),
+    (_OURS + "parked", "1 while the partition is parked on a batch it cannot write (see the status)."),
+)
+
+
+def _header(name: str, help_text: str) -> str:
+    return f"# HELP {name} {help_text}\n# TYPE {name} gauge\n"
 
 
 class CheckpointLatencies:
@@ -303,7 +307,7 @@ async def serve_mirror_metrics(mirror: Mirror, listener: str, *,
     """Serve `mirror`'s metrics on `listener` (HOST:PORT; port 0 picks one) until cancelled,
     sampling once a second. Raises OSError naming `metrics.listener` when it cannot bind."""
     metrics = MirrorMetrics(mirror)
-    server = serve_metrics(listener, registry=metrics.registry, key="metrics.listener")
+    server = serve_metrics(listener, registry=metrics.registry, texts=[metrics.render], key="metrics.listener")
     try:
         log.info("mirror %s: metrics served on %s", mirror.config.display_name, server.url)
         task_status.started(server)

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 from broker.coordinator.group import GroupState
-from broker.metrics import add_text_source
+from broker.metrics import add_text_source, escape_label_value
 from broker.replication.replica_metrics import hosted_partitions
 
 if TYPE_CHECKING:
@@ -64,11 +64,11 @@ def render() -> str:
     lag_sum: list[str] = []
     members: list[str] = []
     for group in groups:
-        gid = group.group_id
-        members.append(f'kafka_consumergroup_members{{consumergroup="{_escape(gid)}"}} {len(group.members)}\n')
+        gid = escape_label_value(group.group_id)
+        members.append(f'kafka_consumergroup_members{{consumergroup="{gid}"}} {len(group.members)}\n')
         sums: dict[str, int] = {}
         for (topic, index), committed in list(group.offsets.items()):
-            label = f'{{consumergroup="{_escape(gid)}",partition="{index}",topic="{topic}"}}'
+            label = f'{{consumergroup="{gid}",partition="{index}",topic="{topic}"}}'
             current.append(f"kafka_consumergroup_current_offset{label} {committed.offset}\n")
             partition = hosted.get((topic, index))
             if partition is None:
@@ -76,7 +76,7 @@ def render() -> str:
             behind = max(0, partition.log.high_watermark - committed.offset)
             lag.append(f"kafka_consumergroup_lag{label} {behind}\n")
             sums[topic] = sums.get(topic, 0) + behind
-        lag_sum.extend(f'kafka_consumergroup_lag_sum{{consumergroup="{_escape(gid)}",topic="{topic}"}} {total}\n'
+        lag_sum.extend(f'kafka_consumergroup_lag_sum{{consumergroup="{gid}",topic="{topic}"}} {total}\n'
                        for topic, total in sums.items())
     for (name, help_text), lines in (
         (("kafka_consumergroup_members", "Members of the group now."), members),
@@ -88,11 +88,6 @@ def render() -> str:
         parts.append(_header(name, help_text))
         parts.append("".join(lines))
     return "".join(parts)
-
-
-def _escape(value: str) -> str:
-    """A label value in the text format: group ids are any string a client chose."""
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
 add_text_source(render)
