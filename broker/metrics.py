@@ -46,6 +46,7 @@ __all__ = [
     "TRUNCATED_RECORDS",
     "add_text_source",
     "escape_label_value",
+    "forget_topic",
     "serve_metrics",
     "track_open_segment_files",
     "ISR_EXPANDS",
@@ -171,6 +172,17 @@ class MetricsServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=5)
+
+
+# Counters labelled by topic alone (messages and bytes in and out): a deleted topic's series go
+# with it, as Kafka removes a topic's metrics, so topics made and deleted do not pile up.
+TOPIC_COUNTERS: list[Counter] = []
+
+
+def forget_topic(topic: str) -> None:
+    """Drop the deleted `topic`'s series from every per-topic counter."""
+    for counter in TOPIC_COUNTERS:
+        counter.remove(topic)
 
 
 # Text rendered straight in the exposition format, after the registry's metrics: for series by

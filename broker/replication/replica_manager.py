@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
+from broker import metrics
 from broker.config import BrokerConfig
 from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -535,4 +536,5 @@ class ReplicaManager:
             # Unregistered on the loop; the files go in a worker thread, chunk by chunk.
             for start in range(0, len(doomed), CREATE_CHUNK):
                 await trio.to_thread.run_sync(_delete_logs, doomed[start:start + CREATE_CHUNK])
+        metrics.forget_topic(topic.name)
         log.info("deleted topic %s (%d partitions)", topic.name, len(topic.partitions))

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Protocol
 import trio
 from prometheus_client import Counter, Histogram, disable_created_metrics
 
+from broker.metrics import TOPIC_COUNTERS
 from broker.protocol.api import ApiKey
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ BYTES_OUT = Counter("kafka_server_brokertopicmetrics_bytesout", "Record bytes in
 REPLICATION_BYTES_OUT = Counter("kafka_server_brokertopicmetrics_replicationbytesout",
                                 "Record bytes in fetch answers to follower replicas (Kafka's "
                                 "ReplicationBytesOutPerSec).", ["topic"])
+
+TOPIC_COUNTERS.extend((MESSAGES_IN, BYTES_IN, BYTES_OUT, REPLICATION_BYTES_OUT))
 
 
 class RequestTimer:

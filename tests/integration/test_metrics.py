@@ -84,6 +84,12 @@ def test_messages_bytes_requests_and_logs_move_with_traffic(broker: BrokerProces
     _commit(broker.bootstrap, "billing", ends)
     assert scrape(url)['kafka_consumergroup_lag_sum{consumergroup="billing",topic="orders"}'] == 0
 
+    # A deleted topic's series go with it.
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.delete_topics(["orders"], operation_timeout=30)["orders"].result(timeout=60)
+    wait_until(lambda: not any('topic="orders"' in key and not key.startswith("kafka_consumergroup")
+                               for key in scrape(url)), what="the deleted topic's series gone", timeout_s=30)
+
 
 def _commit(bootstrap: str, group: str, offsets: dict[int, int]) -> None:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
