@@ -5,7 +5,8 @@ Counted once per request, and per partition of a request, never per record: a ba
 already says how many records it holds (for an append, the offsets it was given), and a fetch
 answer's record set is a file slice whose length is known. The call sites are one line each:
 the connection loop (:func:`start_request`, :meth:`RequestTimer.done`), Produce and LinkAppend
-(:func:`count_appended`), Fetch (:func:`count_fetched`).
+(:func:`count_appended`), Fetch (:func:`count_fetched`, and :func:`fetch_from`, which counts
+and times a fetch under Kafka's FetchFollower or FetchConsumer too, as Kafka does).
 
 Names are the Prometheus JMX exporter's for Kafka's MBeans: ``kafka.network:type=RequestMetrics,
 name=RequestsPerSec,request=Produce,version=9`` is ``kafka_network_requestmetrics_requests_total{
@@ -22,6 +23,7 @@ one a client pipelined. Total time runs on to the last byte of the answer handed
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Protocol
 
 import trio
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from broker.replication.append import AppendEntry, LeaderAppend
     from broker.storage.file_slice import FileSlice
 
-__all__ = ["RequestTimer", "count_appended", "count_fetched", "start_request"]
+__all__ = ["RequestTimer", "count_appended", "count_fetched", "fetch_from", "start_request"]
 
 # As broker/metrics.py: no `_created` series, whichever module is imported first.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -71,16 +73,34 @@ TOPIC_COUNTERS.extend((MESSAGES_IN, BYTES_IN, BYTES_OUT, REPLICATION_BYTES_OUT))
 class RequestTimer:
     """One request on its way through the connection: made when its handler starts."""
 
-    __slots__ = ("_received_at", "_request", "_version")
+    __slots__ = ("_also", "_queue_ms", "_received_at", "_request", "_version")
 
     def __init__(self, request: str, version: int, received_at: float) -> None:
         self._request, self._version, self._received_at = request, version, received_at
-        QUEUE_TIME.labels(request).observe((trio.current_time() - received_at) * 1000)
+        self._queue_ms = (trio.current_time() - received_at) * 1000
+        self._also: str | None = None
+        _CURRENT.set(self)
 
     def done(self) -> None:
         """The answer is sent (or, acks=0, none is due)."""
-        REQUESTS.labels(self._request, str(self._version)).inc()
-        TOTAL_TIME.labels(self._request).observe((trio.current_time() - self._received_at) * 1000)
+        total_ms = (trio.current_time() - self._received_at) * 1000
+        for name in (self._request, self._also):
+            if name is not None:
+                REQUESTS.labels(name, str(self._version)).inc()
+                QUEUE_TIME.labels(name).observe(self._queue_ms)
+                TOTAL_TIME.labels(name).observe(total_ms)
+
+
+# The request the current connection task is handling: the fetch handler names it further.
+_CURRENT: ContextVar[RequestTimer | None] = ContextVar("causeway_request_timer", default=None)
+
+
+def fetch_from(follower: bool) -> None:
+    """The fetch being handled is a follower replica's or a consumer's: counted and timed under
+    Kafka's FetchFollower or FetchConsumer too, besides Fetch."""
+    timer = _CURRENT.get()
+    if timer is not None and timer._request == "Fetch":
+        timer._also = "FetchFollower" if follower else "FetchConsumer"
 
 
 class _Untimed:

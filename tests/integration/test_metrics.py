@@ -69,6 +69,9 @@ def test_messages_bytes_requests_and_logs_move_with_traffic(broker: BrokerProces
     # Every byte appended went out at least once to a consumer that read every record.
     assert fetched.get(f"kafka_server_brokertopicmetrics_bytesout_total{topic}", 0) >= bytes_in
     assert fetched['kafka_network_requestmetrics_totaltimems_count{request="Fetch"}'] > 0
+    # As Kafka, a consumer's fetches count under FetchConsumer too (no follower here).
+    assert fetched['kafka_network_requestmetrics_totaltimems_count{request="FetchConsumer"}'] > 0
+    assert not any('request="FetchFollower"' in key for key in fetched)
     assert fetched["kafka_server_replicamanager_underreplicatedpartitions"] == 0
 
     # A group's lag, as the lag exporters compute it: high watermark less committed offset.
@@ -123,6 +126,8 @@ def test_a_killed_broker_leaves_partitions_under_replicated_on_the_others(cluste
     assert total("kafka_controller_kafkacontroller_activecontrollercount") == 1
     assert total("kafka_server_replicamanager_underreplicatedpartitions") == 0
     assert total("kafka_server_replicamanager_leadercount") >= 6
+    wait_until(lambda: total('kafka_network_requestmetrics_totaltimems_count{request="FetchFollower"}') > 0,
+               what="followers' fetches counted as FetchFollower", timeout_s=30, interval_s=0.5)
     controller_id, _ = cluster.controller()
     victim = next(i for i in (3, 2, 1) if i != controller_id)
     survivors = tuple(i for i in (1, 2, 3) if i != victim)

@@ -555,6 +555,7 @@ async def _incremental(ctx: RequestContext, access: Access, request: FetchReques
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     replica_id = replica_id_of(request, ctx.version)
+    request_metrics.fetch_from(follower=replica_id >= 0)
     access = Access(ctx, replica_id)
     if ctx.version < 7 or ctx.services.fetch_sessions is None:
         return await _full(ctx, access, request, replica_id, create=False)
