@@ -8,6 +8,7 @@
     naming: default                       # east.orders at the target; identity keeps orders
     mode: mm2                             # or link: read-only copies with the source's offsets
     refresh.topics.interval.seconds: 5    # MirrorMaker 2's names (and units) for the knobs
+    metrics.listener: 127.0.0.1:9465      # Prometheus metrics (mirror/metrics.py); unset: none
 
 The knobs keep MirrorMaker 2's property names so an MM2 operator finds them; where MM2's default
 hurts (it re-scans topics every 10 minutes) ours is shorter. A bad file is refused with its line
@@ -24,6 +25,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from broker.address import parse_host_port
 from broker.config import ConfigError
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from security.client import ClientSecurity, client_security
@@ -119,6 +121,10 @@ class MirrorConfig(_Strict):
     fetch_max_wait_ms: int = Field(500, alias="fetch.max.wait.ms", ge=0)
     # How far fetching may run ahead of writing, per partition, in bytes.
     queue_max_bytes: int = Field(33_554_432, alias="queue.max.bytes", ge=1024)
+    # HOST:PORT where the mirror serves Prometheus metrics (mirror/metrics.py); port 0 picks a
+    # free one and the log says which. MM2 has JMX instead; the key follows the broker's
+    # causeway.metrics.listener. Unset: no endpoint.
+    metrics_listener: str | None = Field(None, alias="metrics.listener")
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +142,13 @@ class MirrorConfig(_Strict):
             raise ValueError("mode: link keeps topic names (a mirror topic has its source topic's name and "
                              "offsets): leave naming out or set it to identity")
         return naming
+
+    @field_validator("metrics_listener")
+    @classmethod
+    def _listener(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_host_port(value, "metrics.listener")  # raises ValueError naming what is wrong
+        return value
 
     @field_validator("replication_factor")
     @classmethod

@@ -25,6 +25,7 @@ from broker.tasks import leaves
 from mirror.config import MirrorConfig
 from mirror.errors import MirrorRefused
 from mirror.link import LinkMirror
+from mirror.metrics import serve_mirror_metrics
 from mirror.mm2 import Mm2Mirror
 from mirror.runtime import Mirror
 
@@ -69,6 +70,8 @@ async def _supervise(mirror: Mirror, task_status: trio.TaskStatus[Mirror]) -> No
     name = mirror.config.display_name
     async with trio.open_nursery() as outer:
         outer.start_soon(mirror.status_loop)
+        if mirror.config.metrics_listener is not None:
+            await outer.start(serve_mirror_metrics, mirror, mirror.config.metrics_listener)
         task_status.started(mirror)
         try:
             async with trio.open_nursery() as work:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -23,6 +24,7 @@ from broker.client.groups import commit_offsets, describe_groups, fetch_offsets,
 from broker.protocol.errors import ErrorCode
 from mirror.config import INTERNAL_GROUPS, Patterns
 from mirror.formats import Checkpoint
+from mirror.metrics import CheckpointLatencies
 from mirror.topics import append
 
 __all__ = ["INACTIVE_STATES", "GroupMirroring", "checkpoint_groups", "run_group_checkpoints"]
@@ -52,6 +54,8 @@ class GroupMirroring:
     # Runs a step now and every interval, retrying failures and showing them in the status.
     every: Callable[[str, float, Callable[[], Awaitable[object]]], Awaitable[None]]
     written: Callable[[int], None] = lambda count: None  # told how many checkpoints were written
+    # Each checkpoint's latency, ms from its pass's start to its write at the target (metrics).
+    latencies: CheckpointLatencies = field(default_factory=CheckpointLatencies)
 
 
 async def run_group_checkpoints(view: GroupMirroring) -> None:
@@ -72,6 +76,7 @@ async def checkpoint_groups(view: GroupMirroring, emitted: dict[tuple[str, str, 
                             sync: bool) -> list[Checkpoint]:
     """One pass: translate, write the checkpoints that changed, and (`sync`) commit them to idle
     groups at the target. Returns the checkpoints written."""
+    started = time.monotonic()
     groups = [g.group_id for g in await list_groups(view.source)
               if g.protocol_type in ("consumer", "") and view.groups.matches(g.group_id, INTERNAL_GROUPS)]
     fresh: list[Checkpoint] = []
@@ -93,8 +98,10 @@ async def checkpoint_groups(view: GroupMirroring, emitted: dict[tuple[str, str, 
                 fresh.append(checkpoint)
     if fresh:
         await append(view.target, view.checkpoints_topic, [(c.key(), c.value()) for c in fresh])
+        latency_ms = int((time.monotonic() - started) * 1000)
         for c in fresh:
             emitted[(c.group, c.topic, c.partition)] = c
+            view.latencies.add(c.group, c.topic, c.partition, latency_ms)
         view.written(len(fresh))
     if sync and current:
         await _sync_offsets(view, current)

@@ -301,7 +301,7 @@ class LinkPartition(PartitionMirror):
         self.records += sum(header.last_offset_delta + 1 for header in new)
         self.bytes += sum(header.size for header in new)
         if last.timestamp_type == TimestampType.CREATE_TIME and last.max_timestamp >= 0:
-            self.latency_ms = max(0, now_ms() - last.max_timestamp)
+            self.latency_ms = self.latencies.add(max(0, now_ms() - last.max_timestamp))
         self.writing_again()
 
 

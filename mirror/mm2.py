@@ -110,6 +110,7 @@ class Mm2Mirror(Mirror):
             checkpoints_s=config.checkpoints_s, sync_offsets=config.sync_group_offsets,
             sync_offsets_s=config.sync_group_offsets_s, remote_topic=self.topics.get,
             translate=self.syncs.translate, every=self.every, written=self._count_group_checkpoints,
+            latencies=self.checkpoint_latencies,
         )
 
     def _count_group_checkpoints(self, count: int) -> None:

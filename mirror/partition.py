@@ -46,6 +46,7 @@ from broker.protocol.records import (
     stamp_producer,
 )
 from broker.protocol.validation import check_batch
+from mirror.metrics import LatencyWindow
 from mirror.offset_sync import SyncEmitter
 from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
 
@@ -154,6 +155,7 @@ class PartitionMirror:
     records: int = 0  # records written in this run (by offset span)
     bytes: int = 0
     latency_ms: int | None = None  # source timestamp to arrival, of the newest batch written
+    latencies: LatencyWindow = field(default_factory=LatencyWindow)  # of the last 30 s (metrics)
     error: str | None = None
     parked: bool = False
     gaps: list[str] = field(default_factory=list)
@@ -359,7 +361,7 @@ class PartitionMirror:
             self.records += last_delta + 1
             self.bytes += len(batch)
             if header.timestamp_type == TimestampType.CREATE_TIME and header.max_timestamp >= 0:
-                self.latency_ms = max(0, now_ms() - header.max_timestamp)
+                self.latency_ms = self.latencies.add(max(0, now_ms() - header.max_timestamp))
             if base >= 0:
                 if self.expected_next_downstream >= 0 and base != self.expected_next_downstream:
                     self._note_foreign_writes(base)

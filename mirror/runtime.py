@@ -43,6 +43,7 @@ from mirror.acl_sync import TopicAclSync
 from mirror.config import EXCLUDED_CONFIGS, MirrorConfig
 from mirror.fetcher import FetchLane, FetchSettings
 from mirror.formats import Heartbeat
+from mirror.metrics import CheckpointLatencies
 from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
 from mirror.partition import PartitionMirror
 from mirror.status import ClusterRef, MirrorEvent, MirrorStatus, PartitionStatus
@@ -87,6 +88,7 @@ class Mirror:
     started_ms: int = field(default_factory=now_ms)
     source_reached_ms: int | None = None  # when fetches from the source last answered (the status's)
     group_checkpoints: int = 0
+    checkpoint_latencies: CheckpointLatencies = field(default_factory=CheckpointLatencies)  # mm2 mode (metrics)
     stop_requested: trio.Event = field(default_factory=trio.Event)
     # Set once a topic discovery round has gone through the source's topics: topic ACL sync
     # starts then, as MM2's syncs ACLs once its topics are created.

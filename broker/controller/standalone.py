@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 import trio
 
 from broker.config import BrokerConfig, StartupError
-from broker.controller import metadata_file
+from broker.controller import controller_metrics, metadata_file
 from broker.controller.assignment import check_partition_limits, validate_assignment
 from broker.controller.base import Controller, MetadataListener, NewTopic, PartitionBudget
 from broker.controller.meta_properties import META_PROPERTIES, read_meta_properties, write_meta_properties
@@ -73,6 +73,7 @@ class StandaloneController(Controller):
         # Start after the last block that may have been handed out before the restart.
         self._next_producer_id = self._log.image.producer_id_block_end
         self._block_in_flight: trio.Event | None = None
+        controller_metrics.serving(self, self._leaders)  # a one-broker cluster's broker is its controller
 
     def set_listener(self, listener: MetadataListener) -> None:
         self._listener = listener
@@ -97,6 +98,18 @@ class StandaloneController(Controller):
 
     def topics(self) -> Mapping[str, TopicInfo]:
         return self._log.image.topics
+
+    def _leaders(self) -> tuple[int, int, int, int]:
+        """(topics, partitions, without a leader, not led by their preferred replica), for the
+        controller's metrics (read from the metrics thread: the topics are copied in one step)."""
+        topics = list(self._log.image.topics.values())
+        partitions = offline = imbalanced = 0
+        for topic in topics:
+            for p in topic.partitions:
+                partitions += 1
+                offline += p.leader == controller_metrics.NO_LEADER
+                imbalanced += bool(p.replicas) and p.leader != p.replicas[0]
+        return len(topics), partitions, offline, imbalanced
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicInfo | None:
         return self._log.image.topic_by_id(topic_id)

@@ -33,6 +33,7 @@ from broker import metrics
 from broker.config import BrokerConfig
 from broker.controller.model import BrokerInfo, PartitionInfo, TopicInfo
 from broker.protocol.errors import ErrorCode, KafkaError
+from broker.replication import replica_metrics
 from broker.replication.dir_health import DirHealth, probe_writable
 from broker.replication.fetcher import Fetcher, FetcherSettings
 from broker.replication.isr import IsrChannel
@@ -112,8 +113,7 @@ class ReplicaManager:
         self._log_dir_event: Callable[[], Awaitable[None]] | None = None
         if self._zk_mode:
             self.health.take_offline_on_failure(self._failed_dirs_send.send_nowait)
-        metrics.track_replication(lambda: sum(p.under_replicated for p in list(self._partitions.values())),
-                                  lambda: sum(p.under_min_isr for p in list(self._partitions.values())))
+        replica_metrics.track_partitions(lambda: self._partitions)
         self.fetcher_settings = FetcherSettings(
             config.broker_id, max_bytes=config.replica_fetch_max_bytes, wait_max_ms=config.replica_fetch_wait_max_ms,
             min_bytes=config.replica_fetch_min_bytes, backoff_ms=config.replica_fetch_backoff_ms, security=security)
@@ -536,4 +536,5 @@ class ReplicaManager:
             # Unregistered on the loop; the files go in a worker thread, chunk by chunk.
             for start in range(0, len(doomed), CREATE_CHUNK):
                 await trio.to_thread.run_sync(_delete_logs, doomed[start:start + CREATE_CHUNK])
+        metrics.forget_topic(topic.name)
         log.info("deleted topic %s (%d partitions)", topic.name, len(topic.partitions))

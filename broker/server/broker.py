@@ -26,6 +26,7 @@ from broker.config import BrokerConfig, ListenerSpec, StartupError
 from broker.controller.base import Controller
 from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
+from broker.coordinator import lag_metrics
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from broker.coordinator.offsets_store import OffsetsStore
 from broker.faults import crash_point
@@ -215,6 +216,7 @@ async def run_broker(
         # this broker leads every partition from here on; groups.run loads them before readiness.
         groups = GroupCoordinator.over(config, offsets_store)
         replicas.add_leadership_listener(groups)
+        lag_metrics.track_groups(lambda: groups.groups)
         for partition, leader_epoch in offsets_store.led_partitions():
             groups.on_became_leader(OFFSETS_TOPIC, partition, leader_epoch)
         fetch_sessions = FetchSessionCache(config.max_incremental_fetch_session_cache_slots,

@@ -40,6 +40,7 @@ import trio
 from broker.log_limits import limiter
 from broker.protocol.errors import ProtocolError
 from broker.protocol.frames import NEED_DATA, FrameReader
+from broker.server import request_metrics
 from broker.server.authenticator import Authenticated, Close, Dispatch, SaslAuthenticator
 from broker.server.context import ConnectionInfo
 from broker.server.sending import SendStalled, SliceTruncated, close_parts, send_bytes, send_parts
@@ -112,6 +113,9 @@ async def serve_connection(
     owner = object()  # this connection, as the pool knows it
     use_sendfile = isinstance(stream, trio.SocketStream) and info.security_protocol in _SENDFILE_PROTOCOLS
     partial_since: float | None = None  # when the first bytes of the unfinished request came
+    # When bytes last came: every frame the reader holds complete was completed by them, since
+    # the socket is read only when no frame is (a request's queue time starts there).
+    received_at = trio.current_time()
     try:
         while True:
             frame = frames.next_frame()
@@ -120,9 +124,11 @@ async def serve_connection(
                     partial_since = trio.current_time()
                 if not await _receive(stream, frames, pool, owner, info, limits, partial_since):
                     return
+                received_at = trio.current_time()
                 continue
             partial_since = None
             pool.frame_complete(owner)
+            timer = request_metrics.start_request(frame, received_at)
             try:
                 if authenticator is not None and not authenticator.done:
                     step = await authenticator.step(frame)
@@ -143,12 +149,11 @@ async def serve_connection(
                     response = await _handle(stream, dispatcher, frame, info)
             finally:
                 pool.release(owner, min(len(frame) + 4, pool.held(owner)))
-            if response is None:
-                continue
             if isinstance(response, bytearray):
                 await send_bytes(stream, response, limits.idle_timeout_s)
-                continue
-            await _send_spliced(stream, response, use_sendfile, responses, limits.idle_timeout_s)
+            elif response is not None:
+                await _send_spliced(stream, response, use_sendfile, responses, limits.idle_timeout_s)
+            timer.done()
     except ProtocolError as exc:
         _limited.warning("protocol error", "closing connection from %s on %s: %s",
                          info.peer, info.listener_name, exc)

@@ -53,7 +53,7 @@ def _metrics(broker: BrokerProcess) -> dict[str, float]:
 
 def _cached(cluster: ZkCluster) -> float:
     """Partitions held in the fetch sessions of all the brokers."""
-    return sum(_metrics(b)["causeway_fetch_session_partitions_cached"] for b in cluster.brokers.values())
+    return sum(_metrics(b)["kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"] for b in cluster.brokers.values())
 
 
 def _log_starts(cluster: ZkCluster, broker_id: int) -> dict[int, int]:
@@ -116,7 +116,7 @@ def test_followers_fetch_incrementally_and_replication_still_works(cluster: ZkCl
     assert _delta(before, after, FULL) == 0
     assert _delta(before, after, SENT_INCREMENTAL) < followed, (before, after)
     for leader_id in (1, 3):
-        assert _metrics(cluster.brokers[leader_id])["causeway_fetch_sessions"] >= 1
+        assert _metrics(cluster.brokers[leader_id])["kafka_server_fetchsessioncache_numincrementalfetchsessions"] >= 1
     _produce_everywhere(cluster.bootstrap(), "one")
     assert _full_isr(cluster), "an idle partition's follower left the ISR"
     # The changed partitions were named in incremental fetches, and the ISR stays whole past the lag bound.
@@ -167,7 +167,7 @@ def test_a_leader_without_room_for_a_session_replicates_through_full_fetches(clu
     wait_until(lambda: sum(_metrics(cluster.brokers[i]).get(FULL, 0) for i in (1, 2, 3)) >= sum(fulls) + 6,
                what="full fetches going on", timeout_s=60, interval_s=0.2)
     for leader_id in (1, 2, 3):
-        assert _metrics(cluster.brokers[leader_id])["causeway_fetch_sessions"] <= 1
+        assert _metrics(cluster.brokers[leader_id])["kafka_server_fetchsessioncache_numincrementalfetchsessions"] <= 1
     _produce_everywhere(cluster.bootstrap(), "one")
     assert _full_isr(cluster)
     for p in range(PARTITIONS):

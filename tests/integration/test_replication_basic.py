@@ -59,7 +59,8 @@ async def test_a_stopped_follower_leaves_the_isr_and_min_insync_refuses(tmp_path
     def counted(name: str) -> float:
         return REGISTRY.get_sample_value(name) or 0.0
 
-    shrinks, expands = counted("causeway_isr_shrinks_total"), counted("causeway_isr_expands_total")
+    shrinks = counted("kafka_server_replicamanager_isrshrinks_total")
+    expands = counted("kafka_server_replicamanager_isrexpands_total")
     async with replication_cluster(tmp_path, 3, lag_ms=300) as cluster:
         cluster.create("t", replicas=(1, 2, 3), leader=1, configs={"min.insync.replicas": "2"})
         await cluster.elect("t", 0, leader=1)
@@ -91,8 +92,8 @@ async def test_a_stopped_follower_leaves_the_isr_and_min_insync_refuses(tmp_path
                                timeout_s=10)
                 assert cluster.controller.state("t", 0).isr == (1, 2)
                 assert (await produce_batches(client, {tp: batch(b"e")}, acks=-1))[tp].error == ErrorCode.NONE
-    assert counted("causeway_isr_shrinks_total") == shrinks + 2  # broker 3, then broker 2
-    assert counted("causeway_isr_expands_total") == expands + 1  # broker 2 back
+    assert counted("kafka_server_replicamanager_isrshrinks_total") == shrinks + 2  # broker 3, then broker 2
+    assert counted("kafka_server_replicamanager_isrexpands_total") == expands + 1  # broker 2 back
 
 
 async def test_a_new_leader_truncates_the_old_leaders_divergent_tail(tmp_path: Path) -> None:

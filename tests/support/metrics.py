@@ -1,8 +1,10 @@
-"""A broker's Prometheus metrics, as a test reads them: started with
-``causeway.metrics.listener=127.0.0.1:0``, the broker logs where it serves them.
+"""A daemon's Prometheus metrics, as a test reads them, through prometheus_client's own text
+parser (what a Prometheus server reads, read the same way). A broker started with
+``causeway.metrics.listener=127.0.0.1:0`` logs where it serves them.
 
     values = scrape(metrics_url(broker))
-    values['causeway_isr_shrinks_total']
+    values['kafka_server_replicamanager_isrshrinks_total']
+    values['kafka_log_log_logendoffset{partition="0",topic="orders"}']
 """
 
 from __future__ import annotations
@@ -10,9 +12,11 @@ from __future__ import annotations
 import re
 import urllib.request
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from deploy.broker_process import BrokerProcess
 
-__all__ = ["metrics_url", "scrape"]
+__all__ = ["metrics_url", "scrape", "scrape_text"]
 
 
 def metrics_url(broker: BrokerProcess) -> str:
@@ -22,13 +26,17 @@ def metrics_url(broker: BrokerProcess) -> str:
     return urls[-1]
 
 
-def scrape(url: str) -> dict[str, float]:
-    """Every sample, by its name with labels as Prometheus prints them."""
+def scrape_text(url: str) -> str:
     with urllib.request.urlopen(url, timeout=10) as response:  # noqa: S310 - a loopback test server
-        text = response.read().decode()
+        return str(response.read().decode())
+
+
+def scrape(url: str) -> dict[str, float]:
+    """Every sample, by its name with its labels as prometheus_client prints them (sorted by
+    label name): ``kafka_log_log_size{partition="0",topic="orders"}``."""
     out: dict[str, float] = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, value = line.rsplit(" ", 1)
-            out[name] = float(value)
+    for family in text_string_to_metric_families(scrape_text(url)):
+        for sample in family.samples:
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
+            out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return out

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from broker.config import BrokerConfig
+from broker.controller import controller_metrics
 from broker.controller.model import BrokerInfo
 from broker.controller.zk import znodes
 from broker.controller.zk.channel import ControllerChannel
@@ -116,6 +117,22 @@ class ControllerContext:
 
     # -- the term's view -----------------------------------------------------------------------
 
+    def leaders(self) -> tuple[int, int, int, int]:
+        """(topics, partitions, partitions without a leader, partitions not led by their
+        preferred replica), for the controller's metrics: read from the metrics thread, so each
+        table is copied in one step, nothing changed."""
+        topics = partitions = offline = imbalanced = 0
+        for name, topic in list(self.topics.items()):
+            if name in self.deleting:
+                continue
+            topics += 1
+            for entry in list(topic.partitions.values()):
+                partitions += 1
+                leader = entry.state.leader if entry.state is not None else NO_LEADER
+                offline += leader == NO_LEADER
+                imbalanced += bool(entry.replicas) and leader != entry.replicas[0]
+        return topics, partitions, offline, imbalanced
+
     def live(self) -> set[int]:
         """The registered brokers that are not shutting down: those that may lead."""
         return set(self.brokers) - self.shutting_down
@@ -196,6 +213,7 @@ class ControllerContext:
         except ZkNoNode:
             await self.read_state(topic, partition, entry)
             return False
+        controller_metrics.count_leader_change(entry.state, state)
         entry.state, entry.zk_version, entry.controller_epoch = state, stat.version, self.epoch
         return True
 

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import trio
 
 from broker.config import BrokerConfig
+from broker.controller import controller_metrics
 from broker.controller.model import PartitionInfo, Reassignment, is_internal_topic, validate_topic_name
 from broker.controller.zk import znodes
 from broker.controller.zk.client import (
@@ -116,6 +117,7 @@ class ZkController:
         """Act as controller with ``epoch`` until cancelled; raises Resigned when a newer
         controller shows up."""
         self._ctx.epoch, self._ctx.epoch_version = epoch, epoch_version
+        controller_metrics.serving(self, self._ctx.leaders)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -141,6 +143,7 @@ class ZkController:
         finally:
             # Requests waiting on this term are answered NOT_CONTROLLER (see _call).
             self._ended.set()
+            controller_metrics.resigned(self)
 
     async def _call(self, job: Callable[[], Awaitable[T]]) -> T:
         """Run ``job`` on the controller's event loop (one event at a time) and return its result."""

@@ -73,6 +73,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse, Records
 from broker.replication.partition import Partition, monotonic_ms
+from broker.server import request_metrics
 from broker.server.context import RequestContext
 from broker.server.fetch_sessions import (
     FINAL_EPOCH,
@@ -265,6 +266,7 @@ def answers(wanted: list[Wanted], reads: list[ReadResult | None], lookup: Lookup
     slices: list[FileSlice | None] = [None] * len(wanted)
     try:
         _cut_slices(wanted, reads, slices, lookup)
+        request_metrics.count_fetched(wanted, slices)
         return [answer(w, piece) for w, piece in zip(wanted, slices, strict=True)]
     except BaseException:
         for piece in slices:
@@ -553,6 +555,7 @@ async def _incremental(ctx: RequestContext, access: Access, request: FetchReques
 
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     replica_id = replica_id_of(request, ctx.version)
+    request_metrics.fetch_from(follower=replica_id >= 0)
     access = Access(ctx, replica_id)
     if ctx.version < 7 or ctx.services.fetch_sessions is None:
         return await _full(ctx, access, request, replica_id, create=False)

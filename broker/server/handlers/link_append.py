@@ -49,6 +49,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkAppendRequest, LinkAppendResponse
 from broker.replication.append import AppendEntry, AppendOrigin, CopiedBatches, LeaderAppend, append_records
 from broker.replication.partition import Partition
+from broker.server import request_metrics
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import mirror_name
@@ -147,8 +148,10 @@ async def handle(ctx: RequestContext, request: LinkAppendRequest) -> LinkAppendR
                            check=partial(_check_topic, ctx.version, topic_data.name, data.index,
                                          topics.get(topic_data.name), request.link_name))
                for topic_data in request.topics if topic_data.name in allowed for data in topic_data.partitions]
-    appends = iter(await append_records(ctx.services.replicas, entries, origin=AppendOrigin.LINK, required_acks=-1,
-                                        timeout_ms=request.timeout_ms))
+    appended = await append_records(ctx.services.replicas, entries, origin=AppendOrigin.LINK, required_acks=-1,
+                                    timeout_ms=request.timeout_ms)
+    request_metrics.count_appended(entries, appended)
+    appends = iter(appended)
     return LinkAppendResponse(topics=[
         LinkAppendResponse.LinkAppendTopicResponse(
             name=topic_data.name,

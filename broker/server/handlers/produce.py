@@ -28,6 +28,7 @@ from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ProduceRequest, ProduceResponse, Records
 from broker.replication.append import AppendEntry, AppendOrigin, LeaderAppend, append_records
+from broker.server import request_metrics
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import refuse_if_mirror
@@ -90,9 +91,11 @@ async def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceRespons
                            check=partial(_check_topic, topic_data.name, topics.get(topic_data.name), data.records))
                for topic_data in request.topic_data if writable[topic_data.name]
                for data in topic_data.partition_data]
-    appends = iter(await append_records(ctx.services.replicas, entries, origin=AppendOrigin.CLIENT,
-                                        required_acks=request.acks, timeout_ms=request.timeout_ms,
-                                        transactional=request.transactional_id is not None))
+    appended = await append_records(ctx.services.replicas, entries, origin=AppendOrigin.CLIENT,
+                                    required_acks=request.acks, timeout_ms=request.timeout_ms,
+                                    transactional=request.transactional_id is not None)
+    request_metrics.count_appended(entries, appended)
+    appends = iter(appended)
     if request.acks == 0:
         return None  # the client expects no answer at all
     return ProduceResponse(responses=[
