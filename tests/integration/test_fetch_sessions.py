@@ -53,7 +53,8 @@ def _metrics(broker: BrokerProcess) -> dict[str, float]:
 
 def _cached(cluster: ZkCluster) -> float:
     """Partitions held in the fetch sessions of all the brokers."""
-    return sum(_metrics(b)["kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"] for b in cluster.brokers.values())
+    key = "kafka_server_fetchsessioncache_numincrementalfetchpartitionscached"
+    return sum(_metrics(b)[key] for b in cluster.brokers.values())
 
 
 def _log_starts(cluster: ZkCluster, broker_id: int) -> dict[int, int]:
