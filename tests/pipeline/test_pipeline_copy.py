@@ -22,6 +22,7 @@ from tests.pipeline.brokers import delete_before
 from tests.pipeline.clients import Rec, consume_all, create_topic, produce
 
 BASE_TS = 1_700_000_000_000
+TEN_YEARS_MS = str(10 * 365 * 86_400_000)
 
 
 def records(partition: int, first: int, n: int) -> list[dict[str, object]]:
@@ -56,7 +57,10 @@ def test_copy_keeps_every_record_and_order_and_refuses_a_rerun(
         spark: SparkSession, bootstrap: str, target_broker: BrokerProcess, capsys: pytest.CaptureFixture[str]) -> None:
     topic = "copy-orders"
     target = target_broker.bootstrap
-    create_topic(bootstrap, topic, 3, {"retention.ms": "987654321", "cleanup.policy": "delete"})
+    # A retention of its own that the copy must carry over, and long enough (ten years) for the
+    # records' 2023 timestamps: a shorter one lets the broker's retention check (every 5 minutes)
+    # empty the source partitions under the test when it runs late in a long session.
+    create_topic(bootstrap, topic, 3, {"retention.ms": TEN_YEARS_MS, "cleanup.policy": "delete"})
     for p, n in ((0, 60), (1, 45), (2, 30)):
         produce(bootstrap, topic, records(p, 0, n))
     argv = ["pipeline", "copy", "--from", bootstrap, "--to", target, "--topic", topic, "--step-records", "25"]
@@ -69,7 +73,7 @@ def test_copy_keeps_every_record_and_order_and_refuses_a_rerun(
     source = consume_all(bootstrap, topic, [0, 1, 2])
     assert len(source) == 135
     assert content(consume_all(target, topic, [0, 1, 2])) == content(source)
-    assert topic_configs(target, topic)["retention.ms"] == "987654321"
+    assert topic_configs(target, topic)["retention.ms"] == TEN_YEARS_MS
 
     # The same range again: every record would be written twice. Refused, naming how many.
     assert main(argv) == 1
