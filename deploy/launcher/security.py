@@ -46,9 +46,9 @@ from security.client import ClientSecurity, client_security
 from security.scram import ScramCredential
 from topology.schema import ADMIN_USER
 
-__all__ = ["ACL_AUTHORIZER", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets", "CredentialsError",
-           "admin_security", "broker_user", "create_acls", "mirror_acls", "prepare_cluster", "read_client_security",
-           "write_broker_config", "write_scram_credentials"]
+__all__ = ["ACL_AUTHORIZER", "ACL_SYNC_GRANTS", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets",
+           "CredentialsError", "admin_security", "broker_user", "create_acls", "mirror_acls", "prepare_cluster",
+           "read_client_security", "write_broker_config", "write_scram_credentials"]
 
 log = logging.getLogger(__name__)
 # kazoo's connection chatter (connecting, established, closed) is not news in `up`'s output.
@@ -64,13 +64,14 @@ _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: What a mirror's principal is granted at each end when that cluster has ACLs: reading the
 #: source's topics, groups, configs and topic ACLs; creating and writing the target's (mirror)
-#: topics (Alter: LinkAppend), committing offsets for the source's groups, and creating the
-#: source's topic ACLs there (MM2's sync.topic.acls.enabled, on by default: CreateAcls needs
-#: Alter on the cluster, as for MM2).
+#: topics (Alter: LinkAppend), committing offsets for the source's groups; and, while the mirror
+#: syncs topic ACLs (MM2's sync.topic.acls.enabled, on by default), creating the source's topic
+#: ACLs at the target (CreateAcls needs Alter on the cluster, as for MM2).
 SOURCE_GRANTS = (("Topic", "*", ("Read", "Describe", "DescribeConfigs")), ("Group", "*", ("Describe",)),
                  ("Cluster", "kafka-cluster", ("Describe",)))
 TARGET_GRANTS = (("Topic", "*", ("Alter", "Create", "Write", "Describe", "DescribeConfigs", "AlterConfigs")),
-                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Alter", "Create", "Describe")))
+                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Create", "Describe")))
+ACL_SYNC_GRANTS = (("Cluster", "kafka-cluster", ("Alter",)),)
 
 
 class CredentialsError(Exception):
@@ -280,7 +281,8 @@ def mirror_acls(cluster: ClusterPlan, mirrors: Iterable[MirrorPlan]) -> list[Acl
     for mirror in mirrors:
         if mirror.principal is None:
             continue
-        for end, grants in (("source", SOURCE_GRANTS), ("target", TARGET_GRANTS)):
+        target_grants = TARGET_GRANTS + (ACL_SYNC_GRANTS if mirror.syncs_topic_acls else ())
+        for end, grants in (("source", SOURCE_GRANTS), ("target", target_grants)):
             if getattr(mirror, end) != cluster.name:
                 continue
             out += [AclPlan(f"User:{mirror.principal}", operation, kind, name)
