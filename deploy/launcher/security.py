@@ -40,15 +40,16 @@ from broker.config import load_properties
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import CreateAclsRequest
 from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
+from mirror.naming import ReplicationPolicy
 from security.acl import Operation, PatternType, Permission, ResourceType
 from security.certs import CA_CERT, DEFAULT_HOSTS, Identity, create_certificates
 from security.client import ClientSecurity, client_security
 from security.scram import ScramCredential
 from topology.schema import ADMIN_USER
 
-__all__ = ["ACL_AUTHORIZER", "ACL_SYNC_GRANTS", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets",
-           "CredentialsError", "admin_security", "broker_user", "create_acls", "mirror_acls", "prepare_cluster",
-           "read_client_security", "write_broker_config", "write_scram_credentials"]
+__all__ = ["ACL_AUTHORIZER", "ACL_SYNC_GRANTS", "ADMIN_USER", "OFFSET_SYNCS_GRANTS", "SOURCE_GRANTS", "TARGET_GRANTS",
+           "ClusterSecrets", "CredentialsError", "admin_security", "broker_user", "create_acls", "mirror_acls",
+           "prepare_cluster", "read_client_security", "write_broker_config", "write_scram_credentials"]
 
 log = logging.getLogger(__name__)
 # kazoo's connection chatter (connecting, established, closed) is not news in `up`'s output.
@@ -72,6 +73,9 @@ SOURCE_GRANTS = (("Topic", "*", ("Read", "Describe", "DescribeConfigs")), ("Grou
 TARGET_GRANTS = (("Topic", "*", ("Alter", "Create", "Write", "Describe", "DescribeConfigs", "AlterConfigs")),
                  ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Create", "Describe")))
 ACL_SYNC_GRANTS = (("Cluster", "kafka-cluster", ("Alter",)),)
+#: An mm2 mirror keeps its offset syncs on the source (MM2's offset-syncs.topic.location, source
+#: by default): it creates, writes and reads that one topic there, and nothing else of the source.
+OFFSET_SYNCS_GRANTS = ("Create", "Write", "Read", "Describe")
 
 
 class CredentialsError(Exception):
@@ -287,6 +291,11 @@ def mirror_acls(cluster: ClusterPlan, mirrors: Iterable[MirrorPlan]) -> list[Acl
                 continue
             out += [AclPlan(f"User:{mirror.principal}", operation, kind, name)
                     for kind, name, operations in grants for operation in operations]
+            if end == "source" and mirror.mode == "mm2" and mirror.settings.get(
+                    "offset-syncs.topic.location", "source") == "source":
+                syncs = ReplicationPolicy.offset_syncs_topic(mirror.target)
+                out += [AclPlan(f"User:{mirror.principal}", operation, "Topic", syncs)
+                        for operation in OFFSET_SYNCS_GRANTS]
     return out
 
 

@@ -15,6 +15,7 @@ from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
 from deploy.launcher.security import (
     ACL_AUTHORIZER,
     ACL_SYNC_GRANTS,
+    OFFSET_SYNCS_GRANTS,
     SOURCE_GRANTS,
     TARGET_GRANTS,
     admin_security,
@@ -140,7 +141,7 @@ def test_the_plan_carries_one_acl_per_operation(tmp_path: Path) -> None:
 def test_mirrors_are_granted_what_they_need_where_acls_are_on() -> None:
     east = ClusterPlan("east", "east", security=PLAIN)
     west = ClusterPlan("west", "west", security=SecurityPlan(users=("mirror-west",), acls=()))
-    mirror = MirrorPlan("e2w", "east", "west", principal="mirror-west")
+    mirror = MirrorPlan("e2w", "east", "west", {"mode": "link"}, principal="mirror-west")
     source = {(a.resource_type, a.operation) for a in mirror_acls(east, [mirror])}
     assert source == {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
     target = {(a.resource_type, a.operation) for a in mirror_acls(west, [mirror])}
@@ -176,3 +177,21 @@ def test_a_mirror_that_syncs_no_topic_acls_is_not_granted_alter_on_the_target(tm
     # On (the default, or said): the mirror config's key is left to its default, true.
     path.write_text(SECURED)
     assert "sync.topic.acls.enabled" not in plan_from_file(path).mirrors[0].settings
+
+
+def test_an_mm2_mirror_may_keep_its_offset_syncs_on_the_source_and_write_nothing_else_there() -> None:
+    """MM2 keeps offset syncs on the source by default: without Create and Write on that one
+    topic, an mm2 mirror reading a source with ACLs never starts copying."""
+    east = ClusterPlan("east", "east", security=PLAIN)
+    mm2 = MirrorPlan("e2w", "east", "west", {"mode": "mm2"}, principal="mirror-west")
+    granted = {(a.resource_type, a.resource_name, a.operation) for a in mirror_acls(east, [mm2])}
+    syncs = {(a.resource_name, a.operation) for a in mirror_acls(east, [mm2]) if a.resource_name != "*"
+             and a.resource_type == "Topic"}
+    assert syncs == {("mm2-offset-syncs.west.internal", op) for op in OFFSET_SYNCS_GRANTS}
+    assert not {("Topic", "*", "Write"), ("Topic", "*", "Create")} & granted
+    on_target = MirrorPlan("e2w", "east", "west", {"mode": "mm2", "offset-syncs.topic.location": "target"},
+                           principal="mirror-west")
+    link = MirrorPlan("e2w", "east", "west", {"mode": "link"}, principal="mirror-west")
+    for other in (on_target, link):
+        assert {(a.resource_type, a.operation) for a in mirror_acls(east, [other])} == \
+            {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
