@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from broker.faults import crash_point
 from pipeline.identity import with_identity
 from pipeline.leftovers import HOST, writer_gone
-from pipeline.options import PipelineError, ReadOptions, parse_read_options
+from pipeline.options import PipelineError, ReadOptions, SecurityProps, parse_read_options, security_options
 from pipeline.progress import stage_progress
 
 if TYPE_CHECKING:
@@ -75,6 +75,23 @@ class MirrorSpec:
     exclude: tuple[str, ...] = ()
     offset_syncs_location: str = "source"
     name: str = ""
+    # How to log in to each cluster when a topology secures it (the kafka.* security options
+    # without their prefix, from the client file `causeway up` wrote); none: plaintext.
+    source_security: SecurityProps = field(default=(), repr=False)
+    target_security: SecurityProps = field(default=(), repr=False)
+
+    def options_for(self, role: str, options: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The read options for the cluster of `role` (source or target): its login
+        (`source_security` or `target_security`, as kafka.* options) under `options`, whose
+        keys win (Spark's option names are case-insensitive)."""
+        given = {key.lower() for key in options or {}}
+        login = self.source_security if role == "source" else self.target_security
+        return {**{f"kafka.{k}": v for k, v in login if f"kafka.{k}" not in given}, **(options or {})}
+
+    def security(self, role: str, options: Mapping[str, str] | None = None) -> SecurityProps:
+        """The security of the clients a job opens itself at the cluster of `role`: that of
+        its reads (`options_for`). Raises PipelineError naming an option the client cannot use."""
+        return security_options(self.options_for(role, options))
 
     def remote(self, topic: str) -> str:
         if self.mode == "link" or self.identity:
@@ -207,14 +224,16 @@ class _Survey:
     notes: list[str]
 
 
-async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) -> _Survey:
+async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float,
+                  options: Mapping[str, str]) -> _Survey:
     import trio
 
-    from broker.client import TopicPartition, admin, open_client
+    from broker.client import TopicPartition, admin
     from broker.protocol.constants import EARLIEST, LATEST
     from mirror.formats import OffsetSync, decode_position
     from mirror.naming import ReplicationPolicy
     from mirror.topics import read_whole_topic
+    from pipeline.clients import open_job_client
     from pipeline.planning import job_error
 
     async def logs(client: Any, names: Mapping[str, int]) -> dict[tuple[str, int], tuple[int, int]]:
@@ -236,8 +255,10 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) 
     notes: list[str] = []
     policy = ReplicationPolicy(identity=spec.identity, separator=spec.separator)
     source_at, target_at = spec.source_bootstrap, spec.target_bootstrap
-    async with open_client(spec.source_bootstrap, client_id="causeway-audit", request_timeout_s=timeout_s) as src, \
-            open_client(spec.target_bootstrap, client_id="causeway-audit", request_timeout_s=timeout_s) as tgt:
+    async with open_job_client(source_at, spec.security("source", options), client_id="causeway-audit",
+                               request_timeout_s=timeout_s) as src, \
+            open_job_client(target_at, spec.security("target", options), client_id="causeway-audit",
+                            request_timeout_s=timeout_s) as tgt:
         with trio.fail_after(timeout_s * 4):
             source_topics = {t: n for t, n in (await asking(source_at, admin.list_topics(src))).items() if wanted(t)}
             target_topics = await asking(target_at, admin.list_topics(tgt))
@@ -313,10 +334,10 @@ def _pairs(spark: SparkSession, spec: MirrorSpec, survey: _Survey, options: Mapp
                          StructField("offset", LongType()), StructField("h1", LongType()),
                          StructField("h2", LongType())])
     empty = spark.createDataFrame([], schema)
-    src = read_pinned(spark, spec.source_bootstrap, survey.source.logs, options)
+    src = read_pinned(spark, spec.source_bootstrap, survey.source.logs, spec.options_for("source", options))
     src_h = with_identity(src) if src is not None else empty
     remote_logs = {(spec.remote(t), p): span for (t, p), span in survey.target.logs.items()}
-    tgt = read_pinned(spark, spec.target_bootstrap, remote_logs, options)
+    tgt = read_pinned(spark, spec.target_bootstrap, remote_logs, spec.options_for("target", options))
     if tgt is not None:
         back = F.create_map(*[F.lit(x) for t in survey.topics for x in (spec.remote(t), t)])
         tgt_h = with_identity(tgt).withColumn("topic", F.element_at(back, F.col("topic")))
@@ -418,8 +439,9 @@ def _ranges(found: DataFrame, max_ranges: int) -> list[Any]:
 
 def check_inputs(spec: MirrorSpec, topics_regex: str | None = None,
                  options: Mapping[str, str] | None = None) -> ReadOptions:
-    """The topic pattern, the mode and the read options of an audit (or a lag report), checked
-    without a cluster: a bad one is named now. Raises PipelineError."""
+    """The topic pattern, the mode and the read options of an audit (or a lag report), each
+    cluster's with its login, checked without a cluster: a bad one is named now; the source's
+    are returned. Raises PipelineError."""
     if topics_regex is not None:
         try:
             re.compile(topics_regex)
@@ -428,8 +450,10 @@ def check_inputs(spec: MirrorSpec, topics_regex: str | None = None,
     if spec.mode not in ("mm2", "link"):
         raise PipelineError(f"mode must be mm2 or link, got {spec.mode!r}")
     # The options as a read takes them (the offsets are the audit's own).
-    return parse_read_options({**(options or {}), "kafka.bootstrap.servers": spec.source_bootstrap,
-                               "assign": '{"t":[0]}'})
+    checked = {role: parse_read_options({**spec.options_for(role, options), "kafka.bootstrap.servers": bootstrap,
+                                         "assign": '{"t":[0]}'})
+               for role, bootstrap in (("source", spec.source_bootstrap), ("target", spec.target_bootstrap))}
+    return checked["source"]
 
 
 def check_mirror(spec: MirrorSpec, topics_regex: str | None = None, options: Mapping[str, str] | None = None) -> None:
@@ -438,8 +462,8 @@ def check_mirror(spec: MirrorSpec, topics_regex: str | None = None, options: Map
     from pipeline.planning import check_cluster
 
     check_inputs(spec, topics_regex, options)
-    check_cluster(spec.source_bootstrap)
-    check_cluster(spec.target_bootstrap)
+    check_cluster(spec.source_bootstrap, security=spec.security("source", options))
+    check_cluster(spec.target_bootstrap, security=spec.security("target", options))
 
 
 def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = None, max_ranges: int = 20,
@@ -447,8 +471,9 @@ def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = N
           say: Callable[[str], None] | None = None) -> AuditReport:
     """Compare the mirror's source and target topics, partition by partition.
 
-    `options` are read options of the data source for both sides' reads (kafka.*), checked
-    first; kafka.request.timeout.ms (default 30000) also bounds the look at both clusters,
+    `options` are read options of the data source for both sides' reads (kafka.*; each
+    cluster's login in `spec` applies under them), checked first; the audit's own clients log in
+    with the same security options; kafka.request.timeout.ms (default 30000) also bounds the look at both clusters,
     unless `request_timeout_s` is given.
 
     Raises PipelineError for an unreachable cluster, a bad option or a bad topic pattern;
@@ -467,7 +492,7 @@ def audit(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = N
     say = say or (lambda _line: None)
     started = int(time.time() * 1000)
     try:
-        survey = trio.run(_survey, spec, topics_regex, request_timeout_s)
+        survey = trio.run(_survey, spec, topics_regex, request_timeout_s, opts)
     except BaseException as exc:
         failed = job_error(spec.source_bootstrap, exc)
         if isinstance(failed, PipelineError) and spec.target_bootstrap not in str(failed):

@@ -33,7 +33,7 @@ from pyspark.sql.datasource import DataSource, DataSourceArrowWriter, WriterComm
 from pyspark.sql.types import StructType
 from pyspark.sql.window import Window
 
-from broker.client import KafkaError, TopicPartition, admin, init_idempotent_producer, open_client
+from broker.client import KafkaError, TopicPartition, admin, init_idempotent_producer
 from broker.client.admin import NewTopic
 from broker.client.batching import size_batches
 from broker.faults import crash_point
@@ -41,8 +41,9 @@ from broker.protocol.constants import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
 from mirror.config import EXCLUDED_CONFIGS
+from pipeline.clients import open_job_client
 from pipeline.identity import with_identity
-from pipeline.options import PipelineError, ReadOptions, parse_read_options
+from pipeline.options import PipelineError, ReadOptions, SecurityProps, parse_read_options, security_options
 from pipeline.planning import OffsetRange, Plan, check_cluster, job_error, plan_read
 from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
@@ -88,9 +89,12 @@ class _Target:
 
 
 async def prepare_target(source: str, target: str, topic: str, target_topic: str, partitions: int,
-                         timeout_s: float) -> _Target:
+                         timeout_s: float, security: SecurityProps = ()) -> _Target:
+    """The target topic, created like the source's when missing, and its logs; both clusters are
+    logged in to with `security` (the copy's kafka.* security options)."""
     created = False
-    async with open_client(target, client_id="causeway-pipeline-copy", request_timeout_s=timeout_s) as client:
+    async with open_job_client(target, security, client_id="causeway-pipeline-copy",
+                               request_timeout_s=timeout_s) as client:
         with trio.fail_after(timeout_s * 4):
             try:
                 described = await admin.describe_topics(client, [target_topic])
@@ -98,7 +102,7 @@ async def prepare_target(source: str, target: str, topic: str, target_topic: str
             except KafkaError as exc:
                 if exc.code != ErrorCode.UNKNOWN_TOPIC_OR_PARTITION:
                     raise
-                configs = await _source_configs(source, topic, timeout_s)
+                configs = await _source_configs(source, topic, timeout_s, security)
                 await admin.create_topics(client, {target_topic: NewTopic(partitions, -1, configs)})
                 created, count = True, partitions
             if count < partitions:
@@ -111,18 +115,20 @@ async def prepare_target(source: str, target: str, topic: str, target_topic: str
     return _Target(created, {tp.partition: (starts[tp].offset, ends[tp].offset) for tp in tps})
 
 
-async def _source_configs(source: str, topic: str, timeout_s: float) -> dict[str, str]:
+async def _source_configs(source: str, topic: str, timeout_s: float, security: SecurityProps) -> dict[str, str]:
     """The source topic's own overrides (what `kafka-topics --describe` lists as its configs)."""
-    async with open_client(source, client_id="causeway-pipeline-copy", request_timeout_s=timeout_s) as client:
+    async with open_job_client(source, security, client_id="causeway-pipeline-copy",
+                               request_timeout_s=timeout_s) as client:
         entries = await admin.describe_configs(client, topic)
     return {e.name: e.value for e in entries.values()
             if not e.is_default and not e.read_only and not e.is_sensitive and e.value is not None
             and e.name not in _NOT_COPIED}
 
 
-def _target(source: str, target: str, topic: str, target_topic: str, partitions: int, timeout_s: float) -> _Target:
+def _target(source: str, target: str, topic: str, target_topic: str, partitions: int, timeout_s: float,
+            security: SecurityProps) -> _Target:
     try:
-        return trio.run(prepare_target, source, target, topic, target_topic, partitions, timeout_s)
+        return trio.run(prepare_target, source, target, topic, target_topic, partitions, timeout_s, security)
     except BaseException as exc:
         raise job_error(target, exc) from None
 
@@ -176,16 +182,18 @@ def _overlap(spark: SparkSession, source: str, target: str, topic: str, target_t
 
 
 async def produce_rows(batches: Iterator[pa.RecordBatch], target: str, topic: str, timeout_s: float,
-                      expected: Mapping[int, int], retry: bool) -> int:
+                      expected: Mapping[int, int], retry: bool, security: SecurityProps = ()) -> int:
     """Produce the rows to `topic`, partition by partition in order; return how many were written.
 
     `expected` holds each partition's log end when the step began. A retried task (`retry`)
     first skips what its failed attempt wrote: the records past that log end, which are the
     range's first ones since a task writes in order, one batch at a time. (A first attempt
-    writes everything: records past the log end then are another writer's.)"""
+    writes everything: records past the log end then are another writer's.) The producer logs in
+    with `security`."""
     written = 0
     skip: dict[int, int] = {}
-    async with open_client(target, client_id="causeway-pipeline-copy", request_timeout_s=timeout_s) as client:
+    async with open_job_client(target, security, client_id="causeway-pipeline-copy",
+                               request_timeout_s=timeout_s) as client:
         with trio.fail_after(timeout_s + 1):
             producer = await init_idempotent_producer(client)
 
@@ -232,8 +240,10 @@ async def produce_rows(batches: Iterator[pa.RecordBatch], target: str, topic: st
 
 
 class _CopyWriter(DataSourceArrowWriter):
-    def __init__(self, target: str, topic: str, timeout_s: float, expected: dict[int, int]) -> None:
+    def __init__(self, target: str, topic: str, timeout_s: float, expected: dict[int, int],
+                 security: SecurityProps) -> None:
         self.target, self.topic, self.timeout_s, self.expected = target, topic, timeout_s, expected
+        self.security = security
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
         from pyspark import TaskContext
@@ -241,7 +251,8 @@ class _CopyWriter(DataSourceArrowWriter):
         context = TaskContext.get()
         retry = context is not None and context.attemptNumber() > 0
         try:
-            trio.run(produce_rows, iterator, self.target, self.topic, self.timeout_s, self.expected, retry)
+            trio.run(produce_rows, iterator, self.target, self.topic, self.timeout_s, self.expected, retry,
+                     self.security)
         except BaseException as exc:
             raise job_error(self.target, exc) from None
         return WriterCommitMessage()
@@ -249,8 +260,9 @@ class _CopyWriter(DataSourceArrowWriter):
 
 class CopySink(DataSource):
     """Format "causeway-copy": the rows of one step (partition, key, value, headers, ts as epoch
-    ms) produced as they are to option `topic` on option `bootstrap`. Spark's Kafka sink has no
-    timestamp column, so the copy has a writer of its own."""
+    ms) produced as they are to option `topic` on option `bootstrap`, logged in with the kafka.*
+    security options among its options. Spark's Kafka sink has no timestamp column, so the copy
+    has a writer of its own."""
 
     @classmethod
     def name(cls) -> str:
@@ -258,7 +270,8 @@ class CopySink(DataSource):
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceArrowWriter:
         expected = {int(p): int(o) for p, o in json.loads(self.options["expected"]).items()}
-        return _CopyWriter(self.options["bootstrap"], self.options["topic"], float(self.options["timeout_s"]), expected)
+        return _CopyWriter(self.options["bootstrap"], self.options["topic"], float(self.options["timeout_s"]), expected,
+                           security_options(dict(self.options)))
 
 
 # -- the job ------------------------------------------------------------------------------------
@@ -279,18 +292,18 @@ def _read_options(source: str, topic: str, starting: str, ending: str, options: 
                                "startingOffsets": starting, "endingOffsets": ending})
 
 
-def _plan(source: str, topic: str, starting: str, ending: str, options: Mapping[str, str]) -> tuple[Plan, float]:
+def _plan(source: str, topic: str, starting: str, ending: str, options: Mapping[str, str]) -> tuple[Plan, ReadOptions]:
     opts = _read_options(source, topic, starting, ending, options)
-    return _on_source(source, topic, lambda: plan_read(opts)), opts.request_timeout_s
+    return _on_source(source, topic, lambda: plan_read(opts)), opts
 
 
 def check_copy(source: str, target: str, topic: str, *, starting_offsets: str = "earliest",
                ending_offsets: str = "latest", options: Mapping[str, str] | None = None) -> None:
     """What `copy` checks before Spark starts: its read options, the source topic, both clusters
-    within seconds. Raises PipelineError as `copy` does."""
-    _read_options(source, topic, starting_offsets, ending_offsets, options or {})
-    _on_source(source, topic, lambda: check_cluster(source, [topic]))
-    check_cluster(target)
+    within seconds (logged in to as the copy will). Raises PipelineError as `copy` does."""
+    security = _read_options(source, topic, starting_offsets, ending_offsets, options or {}).security
+    _on_source(source, topic, lambda: check_cluster(source, [topic], security=security))
+    check_cluster(target, security=security)
 
 
 def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_topic: str | None = None,
@@ -299,22 +312,26 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
          options: Mapping[str, str] | None = None) -> CopyResult:
     """Copy `topic`'s range [starting_offsets, ending_offsets) (Spark's Kafka option forms:
     earliest, latest, or per-partition JSON) from cluster `source` to `target_topic` (default:
-    the same name) on cluster `target`; see the module.
+    the same name) on cluster `target`; see the module. `options` are read options of the data
+    source; its kafka.* security options (kafka.security.protocol, kafka.sasl.*, kafka.ssl.*)
+    log in to both clusters, for the reads, the writes and the copy's own admin clients alike.
 
-    Raises PipelineError for a missing source topic, an unreachable cluster, offsets outside the
-    log (failOnDataLoss in `options`), or a target topic with fewer partitions; DuplicateCopy
+    Raises PipelineError for a missing source topic, an unreachable cluster or a refused login,
+    offsets outside the log (failOnDataLoss in `options`), or a target topic with fewer
+    partitions; DuplicateCopy
     when the target already holds records of the range and `allow_duplicates` is false.
     """
     if step_records <= 0:
         raise PipelineError("step_records must be positive")
     target_topic = target_topic or topic
     read_options = {k: v for k, v in (options or {}).items()}
-    plan, timeout_s = _plan(source, topic, starting_offsets, ending_offsets, read_options)
+    plan, checked = _plan(source, topic, starting_offsets, ending_offsets, read_options)
+    timeout_s, security = checked.request_timeout_s, checked.security
     for message in plan.data_loss:
         say(f"copy {topic}: data loss: {message}")
     ranges = list(plan.ranges)
     label = f"copy {topic} -> {target_topic}"
-    prepared = _target(source, target, topic, target_topic, len(ranges), timeout_s)
+    prepared = _target(source, target, topic, target_topic, len(ranges), timeout_s, security)
     if prepared.created:
         say(f"{label}: created {target_topic} on {target} with {len(ranges)} partitions")
     # Only the options that shape reading travel to the reads (not the offsets: they are pinned).
@@ -351,13 +368,14 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
         df = _read(spark, source, topic, step, pinned).selectExpr(
             "partition", "key", "value", "headers", "unix_millis(timestamp) AS ts")
         with stage_progress(spark, say, f"{label} step {steps + 1}"):
-            (df.write.format(_SINK).option("bootstrap", target).option("topic", target_topic)
+            (df.write.format(_SINK).options(**{f"kafka.{k}": v for k, v in security})
+             .option("bootstrap", target).option("topic", target_topic)
              .option("timeout_s", str(timeout_s))
              .option("expected", json.dumps({str(r.partition): logs[r.partition][1] for r in step}))
              .mode("append").save())
         # What the step wrote: the target's log ends moved by it (the copy's own count, as long
         # as nothing else writes to those partitions meanwhile).
-        after = _target(source, target, topic, target_topic, len(ranges), timeout_s).logs
+        after = _target(source, target, topic, target_topic, len(ranges), timeout_s, security).logs
         written = sum(after[r.partition][1] - logs[r.partition][1] for r in step)
         logs = after
         steps += 1

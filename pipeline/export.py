@@ -98,12 +98,12 @@ def check_export(bootstrap: str, topic: str, out_dir: str | Path, *, min_partiti
     read = {"kafka.bootstrap.servers": bootstrap, **(options or {}), "subscribe": topic}
     if min_partitions is not None:
         read["minPartitions"] = str(min_partitions)
-    parse_read_options(read)
+    checked = parse_read_options(read)
     out = Path(out_dir)
     check_writable(out, _CANNOT_EXPORT, directory=True)
     if out.is_dir():
         read_offsets(out, topic)  # another topic's export there is refused
-    check_cluster(bootstrap, [topic])
+    check_cluster(bootstrap, [topic], security=checked.security)
 
 
 def _make_dirs(out: Path) -> list[Path]:

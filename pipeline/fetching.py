@@ -30,12 +30,12 @@ from broker.client import (
     TopicPartition,
     admin,
     fetch,
-    open_client,
 )
 from broker.protocol.constants import EARLIEST, LATEST
 from broker.protocol.records import split_batches
+from pipeline.clients import open_job_client
 from pipeline.columns import ColumnBuilder, CorruptBatch
-from pipeline.options import PipelineError, ReadOptions, client_security_of
+from pipeline.options import PipelineError, ReadOptions
 from pipeline.planning import OffsetRange, job_error
 
 __all__ = ["fetch_range_chunks", "read_range"]
@@ -148,8 +148,7 @@ async def fetch_range_chunks(client: Client, rng: OffsetRange, opts: ReadOptions
 
 
 async def _run_range(rng: OffsetRange, opts: ReadOptions, out: queue.Queue[object], stop: threading.Event) -> None:
-    async with open_client(opts.bootstrap, client_id="causeway-pipeline", security=client_security_of(opts.security),
-                           request_timeout_s=opts.request_timeout_s) as client:
+    async with open_job_client(opts.bootstrap, opts.security, request_timeout_s=opts.request_timeout_s) as client:
         send, receive = trio.open_memory_channel[Chunk](1)
         async with trio.open_nursery() as nursery:
 

@@ -22,22 +22,23 @@ the source timestamps, and drawn as an SVG chart (no plotting library needed).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
-from broker.client import TopicPartition, admin, open_client
+from broker.client import TopicPartition, admin
 from broker.protocol.constants import EARLIEST, LATEST
 from mirror.naming import HEARTBEATS_TOPIC
 from pipeline.audit import MirrorSpec, read_pinned
+from pipeline.clients import open_job_client
 from pipeline.identity import identity_hashes
-from pipeline.options import PipelineError
+from pipeline.options import PipelineError, SecurityProps
 from pipeline.planning import job_error
 from pipeline.progress import stage_progress
 
@@ -45,6 +46,7 @@ __all__ = ["LagReport", "LagStats", "lag", "render_svg"]
 
 RECORDS = "records"
 HEARTBEATS = "heartbeats"
+_Answer = TypeVar("_Answer")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,49 +122,54 @@ class _Survey:
     source_logs: dict[tuple[str, int], tuple[int, int]]
     target_logs: dict[tuple[str, int], tuple[int, int]]
     heartbeats: str | None  # the target's copy of the source's heartbeats (mm2), when present
+    source_options: dict[str, str]  # the reads' options at each side, its login included
+    target_options: dict[str, str]
 
 
-async def _logs(bootstrap: str, topics: Mapping[str, int], timeout_s: float) -> dict[tuple[str, int], tuple[int, int]]:
+async def _logs(bootstrap: str, security: SecurityProps, topics: Mapping[str, int],
+                timeout_s: float) -> dict[tuple[str, int], tuple[int, int]]:
     tps = [TopicPartition(t, p) for t, n in topics.items() for p in range(n)]
     if not tps:
         return {}
-    async with open_client(bootstrap, client_id="causeway-pipeline-lag", request_timeout_s=timeout_s) as client:
+    async with open_job_client(bootstrap, security, client_id="causeway-pipeline-lag",
+                               request_timeout_s=timeout_s) as client:
         starts = await admin.list_offsets(client, {tp: EARLIEST for tp in tps})
         ends = await admin.list_offsets(client, {tp: LATEST for tp in tps})
     return {(tp.topic, tp.partition): (starts[tp].offset, ends[tp].offset) for tp in tps}
 
 
-async def _list(bootstrap: str, timeout_s: float) -> dict[str, int]:
-    async with open_client(bootstrap, client_id="causeway-pipeline-lag", request_timeout_s=timeout_s) as client:
+async def _list(bootstrap: str, security: SecurityProps, timeout_s: float) -> dict[str, int]:
+    async with open_job_client(bootstrap, security, client_id="causeway-pipeline-lag",
+                               request_timeout_s=timeout_s) as client:
         return await admin.list_topics(client)
 
 
-async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float) -> _Survey:
-    try:
-        with trio.fail_after(timeout_s * 4):
-            source_topics = await _list(spec.source_bootstrap, timeout_s)
-    except BaseException as exc:
-        raise job_error(spec.source_bootstrap, exc) from None
-    try:
-        with trio.fail_after(timeout_s * 4):
-            target_topics = await _list(spec.target_bootstrap, timeout_s)
-    except BaseException as exc:
-        raise job_error(spec.target_bootstrap, exc) from None
+async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float,
+                  options: Mapping[str, str]) -> _Survey:
+    # By role, not by address: a mirror within one cluster has the same bootstrap at both ends.
+    ends = {"source": spec.source_bootstrap, "target": spec.target_bootstrap}
+    security = {role: spec.security(role, options) for role in ends}
+
+    async def asking(role: str, call: Callable[[], Awaitable[_Answer]]) -> _Answer:
+        """`call()`'s answer from the cluster of `role`, bounded; its failure names that cluster."""
+        try:
+            with trio.fail_after(timeout_s * 4):
+                return await call()
+        except BaseException as exc:
+            raise job_error(ends[role], exc) from None
+
+    source_topics = await asking("source", lambda: _list(ends["source"], security["source"], timeout_s))
+    target_topics = await asking("target", lambda: _list(ends["target"], security["target"], timeout_s))
     wanted = spec.topic_filter(topics_regex)
     pairs = {t: spec.remote(t) for t in sorted(source_topics) if wanted(t) and spec.remote(t) in target_topics}
     beats = f"{spec.source_alias}{spec.separator}{HEARTBEATS_TOPIC}"
     heartbeats = beats if spec.mode == "mm2" and not spec.identity and beats in target_topics else None
     targets = {t: target_topics[t] for t in (*pairs.values(), *([heartbeats] if heartbeats else []))}
-    logs = {}
-    for bootstrap, topics in ((spec.source_bootstrap, {t: source_topics[t] for t in pairs}),
-                              (spec.target_bootstrap, targets)):
-        try:
-            with trio.fail_after(timeout_s * 4):
-                logs[bootstrap] = await _logs(bootstrap, topics, timeout_s)
-        except BaseException as exc:
-            raise job_error(bootstrap, exc) from None
-    source_logs, target_logs = logs[spec.source_bootstrap], logs[spec.target_bootstrap]
-    return _Survey(pairs, source_logs, target_logs, heartbeats)
+    source_logs = await asking("source", lambda: _logs(ends["source"], security["source"],
+                                                       {t: source_topics[t] for t in pairs}, timeout_s))
+    target_logs = await asking("target", lambda: _logs(ends["target"], security["target"], targets, timeout_s))
+    return _Survey(pairs, source_logs, target_logs, heartbeats, spec.options_for("source", options),
+                   spec.options_for("target", options))
 
 
 # -- the latencies, in Spark ---------------------------------------------------------------------
@@ -181,8 +188,8 @@ def _content(df: DataFrame) -> DataFrame:
 def _record_latencies(spark: SparkSession, spec: MirrorSpec, survey: _Survey) -> DataFrame | None:
     """(kind, topic, partition, target_topic, ts, lat) for every copy with an append time."""
     target_logs = {k: v for k, v in survey.target_logs.items() if k[0] != survey.heartbeats}
-    src = read_pinned(spark, spec.source_bootstrap, survey.source_logs)
-    tgt = read_pinned(spark, spec.target_bootstrap, target_logs)
+    src = read_pinned(spark, spec.source_bootstrap, survey.source_logs, survey.source_options)
+    tgt = read_pinned(spark, spec.target_bootstrap, target_logs, survey.target_options)
     if src is None or tgt is None:
         return None
     back = F.create_map(*[F.lit(x) for pair in survey.pairs.items() for x in reversed(pair)])
@@ -199,7 +206,7 @@ def _heartbeat_latencies(spark: SparkSession, spec: MirrorSpec, survey: _Survey)
     if survey.heartbeats is None:
         return None
     df = read_pinned(spark, spec.target_bootstrap, {k: v for k, v in survey.target_logs.items()
-                                                if k[0] == survey.heartbeats})
+                                                if k[0] == survey.heartbeats}, survey.target_options)
     if df is None:
         return None
     # Value: int16 version (0), int64 emission time in ms, big-endian.
@@ -223,7 +230,7 @@ def _stats(row: Any) -> LagStats:
 
 def _untimed_notes(spark: SparkSession, spec: MirrorSpec, survey: _Survey) -> list[str]:
     """Target partitions holding copies none of which carries an append time."""
-    tgt = read_pinned(spark, spec.target_bootstrap, survey.target_logs)
+    tgt = read_pinned(spark, spec.target_bootstrap, survey.target_logs, survey.target_options)
     if tgt is None:
         return []
     rows = (tgt.groupBy("topic", "partition").agg(F.max("timestampType").alias("tt"))
@@ -239,13 +246,17 @@ def _untimed_notes(spark: SparkSession, spec: MirrorSpec, survey: _Survey) -> li
 
 
 def lag(spark: SparkSession, spec: MirrorSpec, *, topics_regex: str | None = None, window_s: int = 60,
-        timeout_s: float = 30.0, say: Callable[[str], None] = print) -> LagReport:
-    """The replication latency of the mirror `spec` describes (see the module).
+        timeout_s: float = 30.0, say: Callable[[str], None] = print,
+        options: Mapping[str, str] | None = None) -> LagReport:
+    """The replication latency of the mirror `spec` describes (see the module). `options` are
+    read options of the data source for both sides (kafka.*: e.g. how to log in; each cluster's
+    login in `spec` applies under them).
 
-    Raises PipelineError when a cluster cannot be reached or the window is not positive."""
+    Raises PipelineError when a cluster cannot be reached or refuses the login, an option
+    cannot be used, or the window is not positive."""
     if window_s <= 0:
         raise PipelineError("the window must be a positive number of seconds")
-    survey = trio.run(_survey, spec, topics_regex, timeout_s)
+    survey = trio.run(_survey, spec, topics_regex, timeout_s, dict(options or {}))
     report = LagReport(spec.name, spec.mode, spec.source_bootstrap, spec.target_bootstrap, window_s)
     say(f"lag of mirror {spec.name}: {len(survey.pairs)} topic(s) at both sides"
         + (f", heartbeats in {survey.heartbeats}" if survey.heartbeats else ""))

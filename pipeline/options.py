@@ -23,6 +23,7 @@ __all__ = [
     "OffsetSpec",
     "PipelineError",
     "ReadOptions",
+    "SecurityProps",
     "Subscription",
     "WriteOptions",
     "check_write_schema",
@@ -30,6 +31,7 @@ __all__ = [
     "parse_bool",
     "parse_read_options",
     "parse_write_options",
+    "security_options",
 ]
 
 # Spark's per-partition JSON uses Kafka's ListOffsets sentinels: EARLIEST (-2) and LATEST (-1).
@@ -79,11 +81,12 @@ class ReadOptions:
 SecurityProps = tuple[tuple[str, str], ...]
 
 
-def _security(opts: Mapping[str, str]) -> SecurityProps:
-    """The security options of `opts` (keys already lower-cased), checked as Causeway's client
-    reads them: an unknown key or a file that cannot be read is refused here, before Spark starts."""
-    props = tuple(sorted((key[len("kafka."):], value) for key, value in opts.items()
-                         if key.startswith(("kafka.security.", "kafka.ssl.", "kafka.sasl."))))
+def security_options(options: Mapping[str, str]) -> SecurityProps:
+    """The security options among `options` (`kafka.security.protocol`, `kafka.ssl.*`,
+    `kafka.sasl.*`; names case-insensitive), checked as Causeway's client reads them: an unknown
+    key or a file that cannot be read is refused here, before Spark starts. Raises PipelineError."""
+    props = tuple(sorted((key.lower()[len("kafka."):], value) for key, value in options.items()
+                         if key.lower().startswith(("kafka.security.", "kafka.ssl.", "kafka.sasl."))))
     client_security_of(props)
     return props
 
@@ -244,7 +247,7 @@ def parse_read_options(options: Mapping[str, str]) -> ReadOptions:
         timestamp_strategy=strategy,
         request_timeout_s=timeout_ms / 1000,
         max_partition_fetch_bytes=fetch_bytes,
-        security=_security(opts),
+        security=security_options(opts),
     )
 
 
@@ -285,7 +288,7 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if timeout_ms <= 0 or batch_bytes <= 0:
         raise PipelineError("options kafka.request.timeout.ms and kafka.batch.size must be positive")
     topic = opts.get("topic", "").strip() or None
-    return WriteOptions(bootstrap, topic, _COMPRESSION[codec], timeout_ms / 1000, batch_bytes, _security(opts))
+    return WriteOptions(bootstrap, topic, _COMPRESSION[codec], timeout_ms / 1000, batch_bytes, security_options(opts))
 
 
 def check_write_schema(fields: Mapping[str, str], opts: WriteOptions) -> None:

@@ -23,12 +23,12 @@ from broker.client import (
     TopicMetadata,
     TopicPartition,
     admin,
-    open_client,
 )
 from broker.client.cluster import parse_bootstrap
 from broker.protocol.constants import EARLIEST, LATEST
 from broker.tasks import leaves
-from pipeline.options import OffsetSpec, PipelineError, ReadOptions, Subscription, client_security_of
+from pipeline.clients import open_job_client
+from pipeline.options import OffsetSpec, PipelineError, ReadOptions, SecurityProps, Subscription
 
 __all__ = [
     "CHECK_TIMEOUT_S",
@@ -237,20 +237,23 @@ def cluster_error(bootstrap: str, exc: BaseException) -> PipelineError:
     return PipelineError(f"cluster {bootstrap} is unreachable or did not answer in time: {exc}")
 
 
-def check_cluster(bootstrap: str, topics: Sequence[str] = (), *, timeout_s: float = CHECK_TIMEOUT_S) -> None:
-    """Ask `bootstrap` for the metadata of `topics` (or of none) within `timeout_s`: what a job
-    checks before it starts Spark, so that a cluster out of reach or a missing topic is said in
-    seconds, not after Spark's start-up and the read's own timeouts.
+def check_cluster(bootstrap: str, topics: Sequence[str] = (), *, security: SecurityProps = (),
+                  timeout_s: float = CHECK_TIMEOUT_S) -> None:
+    """Ask `bootstrap` for the metadata of `topics` (or of none) within `timeout_s`, logged in
+    with `security` (ReadOptions.security): what a job checks before it starts Spark, so that a
+    cluster out of reach, a refused login or a missing topic is said in seconds, not after
+    Spark's start-up and the read's own timeouts.
 
-    Raises PipelineError naming the cluster (malformed, unreachable, silent) or the topic."""
+    Raises PipelineError naming the cluster (malformed, unreachable, silent, refusing the login)
+    or the topic."""
     try:
         parse_bootstrap(bootstrap)
     except ValueError as exc:
         raise PipelineError(f"bootstrap {bootstrap!r}: {exc}") from None
 
     async def main() -> None:
-        async with open_client(bootstrap, client_id="causeway-pipeline", request_timeout_s=timeout_s,
-                               connect_timeout_s=timeout_s) as client:
+        async with open_job_client(bootstrap, security, request_timeout_s=timeout_s,
+                                   connect_timeout_s=timeout_s) as client:
             with trio.fail_after(timeout_s):
                 if topics:
                     await _describe(client, topics)
@@ -271,9 +274,7 @@ def plan_read(opts: ReadOptions) -> Plan:
     Raises PipelineError, naming the cluster, when it cannot be reached in time."""
 
     async def main() -> Plan:
-        async with open_client(opts.bootstrap, client_id="causeway-pipeline",
-                               security=client_security_of(opts.security),
-                               request_timeout_s=opts.request_timeout_s) as client:
+        async with open_job_client(opts.bootstrap, opts.security, request_timeout_s=opts.request_timeout_s) as client:
             with trio.fail_after(opts.request_timeout_s * 4):  # bounds the few rounds of metadata and ListOffsets
                 return await plan_ranges(client, opts)
 

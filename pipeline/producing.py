@@ -18,13 +18,14 @@ from dataclasses import dataclass
 import pyarrow as pa
 import trio
 
-from broker.client import Client, KafkaError, admin, init_idempotent_producer, open_client
+from broker.client import Client, KafkaError, admin, init_idempotent_producer
 from broker.client.batching import size_batches
 from broker.client.partitioner import kafka_partition
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
-from pipeline.options import PipelineError, WriteOptions, client_security_of
+from pipeline.clients import open_job_client
+from pipeline.options import PipelineError, WriteOptions
 from pipeline.planning import job_error
 
 __all__ = ["WriteResult", "write_batches"]
@@ -47,9 +48,8 @@ class WriteResult:
 async def _write(batches: Iterator[pa.RecordBatch], opts: WriteOptions, task: int) -> WriteResult:
     result = WriteResult()
     touched: set[tuple[str, int]] = set()
-    async with open_client(opts.bootstrap, client_id="causeway-pipeline-writer",
-                           security=client_security_of(opts.security),
-                           request_timeout_s=opts.request_timeout_s) as client:
+    async with open_job_client(opts.bootstrap, opts.security, client_id="causeway-pipeline-writer",
+                               request_timeout_s=opts.request_timeout_s) as client:
         with trio.fail_after(opts.request_timeout_s + 1):
             producer = await init_idempotent_producer(client)
         partition_counts: dict[str, int] = {}

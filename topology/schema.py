@@ -198,6 +198,9 @@ class Mirror(_Strict):
     naming: Naming = "default"
     # The user the mirror logs in as on every cluster it reaches over SASL.
     principal: Name | None = None
+    # MirrorMaker 2's topic ACL sync (the mirror's sync.topic.acls.enabled, on by default): off,
+    # the mirror creates no ACLs at the target, and `up` does not grant it Alter on that cluster.
+    sync_topic_acls: bool = True
 
     @property
     def keeps_names(self) -> bool:

@@ -165,7 +165,30 @@ def mirror_logins(args: argparse.Namespace) -> dict[str, Path | None]:
     clusters (by role: source, target) on its LOCAL listener (its `admin` user's; the state file
     names it, never a password), or None where that listener is plaintext."""
     _mirror, clusters = _started_mirror(args)
-    return {role: Path(c.command_config) if c.command_config else None for role, c in clusters.items()}
+    return {role: _login_file(c) for role, c in clusters.items()}
+
+
+def _login_file(cluster: ClusterRecord) -> Path | None:
+    return Path(cluster.command_config) if cluster.command_config else None
+
+
+def _login_options(path: Path | None) -> tuple[tuple[str, str], ...]:
+    """The Kafka client security keys of the launcher's client file `path` as the pipeline's
+    security options (pipeline.options.SecurityProps); none for a plaintext listener. Raises
+    Refused naming the file and what cannot be used."""
+    if path is None:
+        return ()
+    from broker.config import ConfigError, load_properties
+    from pipeline.options import PipelineError, security_options
+
+    try:
+        props = load_properties(path)
+    except (OSError, ConfigError) as exc:
+        raise Refused(f"cannot read the client file the launcher recorded, {path}: {exc}") from None
+    try:
+        return security_options({f"kafka.{key}": value for key, value in props.items()})
+    except PipelineError as exc:
+        raise Refused(f"{path}: {exc}") from None
 
 
 def mirror_config_from_topology(args: argparse.Namespace) -> MirrorConfig | None:
@@ -186,7 +209,8 @@ def mirror_config_from_topology(args: argparse.Namespace) -> MirrorConfig | None
 def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:
     """The mirror `args.mirror` of topology `args.topology` (its file, or its name), found as
     `causeway status` finds it: the launcher's state file under `args.state_dir` (default
-    .causeway/<topology name>) gives its clusters' local listeners and its config file."""
+    .causeway/<topology name>) gives its clusters' local listeners, how to log in to a secured
+    one (the launcher's admin login, as `causeway status` uses it) and the mirror's config file."""
     from mirror.config import load_mirror_config
     from pipeline.audit import MirrorSpec
     from topology import TopologyError
@@ -195,7 +219,10 @@ def mirror_from_topology(args: argparse.Namespace) -> MirrorSpec:
     mode = mirror.mode  # what the launcher started (files from before link mode: mm2; its config says it too)
     # This machine reaches each cluster on its local listener, not through the WAN link.
     clusters = {role: record.bootstrap for role, record in records.items()}
-    kwargs: dict[str, object] = {"source_alias": mirror.source, "target_alias": mirror.target}
+    kwargs: dict[str, object] = {
+        "source_alias": mirror.source, "target_alias": mirror.target,
+        # A secured cluster's LOCAL listener: the login the launcher wrote for its admin user.
+        **{f"{role}_security": _login_options(_login_file(record)) for role, record in records.items()}}
     if mirror.config:
         try:
             config = load_mirror_config(Path(mirror.config))

@@ -1,7 +1,7 @@
 """`causeway pipeline copy` and `causeway pipeline lag` (pipeline/copy.py, pipeline/lag.py).
 
     causeway pipeline lag TOPOLOGY --mirror NAME [--state-dir DIR] [--topics REGEX] [--window SECONDS]
-                          [--chart FILE.svg] [--json FILE] [--master local[2]]
+                          [--chart FILE.svg] [--json FILE] [--master local[2]] [--option KEY=VALUE]...
     causeway pipeline copy --from H:P --to H:P --topic T [--target-topic T2]
                            [--starting-offsets earliest|JSON] [--ending-offsets latest|JSON]
                            [--allow-duplicates] [--step-records N] [--master local[2]] [--option K=V]...
@@ -63,6 +63,7 @@ def _lag(args: argparse.Namespace) -> int:
         # No plotting library is installed with pyspark; the chart is drawn by hand as SVG.
         raise UsageError(f"--chart writes SVG: name the file *.svg, not {chart.name!r}")
     spec = mirror_from_topology(args)
+    options = option_flags(args.option)
 
     def checks() -> None:
         from pipeline.audit import check_mirror
@@ -72,11 +73,11 @@ def _lag(args: argparse.Namespace) -> int:
             check_writable(chart, "cannot write the chart to", directory=False)
         if args.json is not None:
             check_writable(Path(args.json), "cannot write the JSON report to", directory=False)
-        check_mirror(spec, args.topics)
+        check_mirror(spec, args.topics, options)
 
     def job(spark: SparkSession) -> int:
         report = lag(spark, spec, topics_regex=args.topics, window_s=args.window,
-                     say=say_on_stderr)
+                     say=say_on_stderr, options=options)
         print(f"replication latency of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
         if report.partitions:
             print(report.table())
@@ -108,7 +109,8 @@ def register_jobs(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
                    help="offsets per partition per Spark job (default 1000000)")
     add_spark_options(p)
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="a read option of the data source, e.g. failOnDataLoss=false (repeatable)")
+                   help="a read option of the data source, e.g. failOnDataLoss=false (repeatable); "
+                        "kafka.security.protocol, kafka.sasl.* and kafka.ssl.* log in to both clusters")
 
     def main(args: argparse.Namespace) -> int:
         return run("causeway pipeline copy", lambda: _copy(args))
@@ -124,6 +126,8 @@ def register_jobs(jobs: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     q.add_argument("--chart", metavar="FILE.svg", help="also draw p50, p99 and max per window as an SVG chart")
     q.add_argument("--json", metavar="FILE", help="also write the report as JSON")
     add_spark_options(q)
+    q.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a read option of the data source for both sides, e.g. kafka.request.timeout.ms=5000")
 
     def lag_main(args: argparse.Namespace) -> int:
         return run("causeway pipeline lag", lambda: _lag(args))

@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from deploy.launcher.plan import AclPlan, ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, SecurityPlan, TopicPlan
+from deploy.launcher.plan import (
+    SYNC_TOPIC_ACLS,
+    AclPlan,
+    ClusterPlan,
+    LaunchPlan,
+    LinkPlan,
+    MirrorPlan,
+    SecurityPlan,
+    TopicPlan,
+)
 from topology import load_topology
 from topology.schema import Cluster, Mirror
 
@@ -40,11 +49,13 @@ def plan_from_file(path: Path) -> LaunchPlan:
 def mirror_settings(mirror: Mirror) -> dict[str, object]:
     """The mirror's config beyond its name and clusters, as `causeway mirror --config` reads it.
     A link-mode mirror gets no `naming` key: it keeps names, and the mirror refuses an explicit
-    `naming: default` with it."""
+    `naming: default` with it. `sync_topic_acls: false` becomes MM2's `sync.topic.acls.enabled`."""
     settings: dict[str, object] = {"mode": mirror.mode, "topics": mirror.topics.model_dump(),
                                    "groups": mirror.groups.model_dump()}
     if mirror.mode == "mm2":
         settings["naming"] = mirror.naming
+    if not mirror.sync_topic_acls:
+        settings[SYNC_TOPIC_ACLS] = False
     return settings
 
 

@@ -11,8 +11,11 @@ from dataclasses import dataclass, field
 
 from topology.schema import check_name
 
-__all__ = ["AclPlan", "ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "SecurityPlan", "TopicPlan",
-           "listener_name"]
+__all__ = ["SYNC_TOPIC_ACLS", "AclPlan", "ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "SecurityPlan",
+           "TopicPlan", "listener_name"]
+
+#: The mirror config's key for MirrorMaker 2's topic ACL sync (mirror/config.py), in a plan's settings.
+SYNC_TOPIC_ACLS = "sync.topic.acls.enabled"
 
 
 def listener_name(datacenter: str) -> str:
@@ -166,6 +169,11 @@ class MirrorPlan:
     def keeps_names(self) -> bool:
         """Whether remote topics keep their source names (link mode, or identity naming)."""
         return self.mode == "link" or self.settings.get("naming") == "identity"
+
+    @property
+    def syncs_topic_acls(self) -> bool:
+        """Whether it copies the source's topic ACLs to the target (MM2's key, on by default)."""
+        return self.settings.get(SYNC_TOPIC_ACLS, True) is not False
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from broker.config import load_properties
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import CreateAclsRequest
 from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
+from mirror.naming import ReplicationPolicy
 from security.acl import Operation, PatternType, Permission, ResourceType
 from security.certs import CA_CERT, DEFAULT_HOSTS, Identity, ZookeeperCertificates, create_certificates
 from security.client import ClientSecurity, client_security
@@ -48,9 +49,9 @@ from security.scram import ScramCredential
 from security.znode_acls import secure_acls
 from topology.schema import ADMIN_USER
 
-__all__ = ["ACL_AUTHORIZER", "ADMIN_USER", "SOURCE_GRANTS", "TARGET_GRANTS", "ClusterSecrets", "CredentialsError",
-           "admin_security", "broker_user", "create_acls", "mirror_acls", "prepare_cluster", "read_client_security",
-           "write_broker_config", "write_scram_credentials"]
+__all__ = ["ACL_AUTHORIZER", "ACL_SYNC_GRANTS", "ADMIN_USER", "OFFSET_SYNCS_GRANTS", "SOURCE_GRANTS", "TARGET_GRANTS",
+           "ClusterSecrets", "CredentialsError", "admin_security", "broker_user", "create_acls", "mirror_acls",
+           "prepare_cluster", "read_client_security", "write_broker_config", "write_scram_credentials"]
 
 log = logging.getLogger(__name__)
 # kazoo's connection chatter (connecting, established, closed) is not news in `up`'s output.
@@ -66,13 +67,17 @@ _PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 _SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 #: What a mirror's principal is granted at each end when that cluster has ACLs: reading the
 #: source's topics, groups, configs and topic ACLs; creating and writing the target's (mirror)
-#: topics (Alter: LinkAppend), committing offsets for the source's groups, and creating the
-#: source's topic ACLs there (MM2's sync.topic.acls.enabled, on by default: CreateAcls needs
-#: Alter on the cluster, as for MM2).
+#: topics (Alter: LinkAppend), committing offsets for the source's groups; and, while the mirror
+#: syncs topic ACLs (MM2's sync.topic.acls.enabled, on by default), creating the source's topic
+#: ACLs at the target (CreateAcls needs Alter on the cluster, as for MM2).
 SOURCE_GRANTS = (("Topic", "*", ("Read", "Describe", "DescribeConfigs")), ("Group", "*", ("Describe",)),
                  ("Cluster", "kafka-cluster", ("Describe",)))
 TARGET_GRANTS = (("Topic", "*", ("Alter", "Create", "Write", "Describe", "DescribeConfigs", "AlterConfigs")),
-                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Alter", "Create", "Describe")))
+                 ("Group", "*", ("Read", "Describe")), ("Cluster", "kafka-cluster", ("Create", "Describe")))
+ACL_SYNC_GRANTS = (("Cluster", "kafka-cluster", ("Alter",)),)
+#: An mm2 mirror keeps its offset syncs on the source (MM2's offset-syncs.topic.location, source
+#: by default): it creates, writes and reads that one topic there, and nothing else of the source.
+OFFSET_SYNCS_GRANTS = ("Create", "Write", "Read", "Describe")
 
 
 class CredentialsError(Exception):
@@ -307,11 +312,17 @@ def mirror_acls(cluster: ClusterPlan, mirrors: Iterable[MirrorPlan]) -> list[Acl
     for mirror in mirrors:
         if mirror.principal is None:
             continue
-        for end, grants in (("source", SOURCE_GRANTS), ("target", TARGET_GRANTS)):
+        target_grants = TARGET_GRANTS + (ACL_SYNC_GRANTS if mirror.syncs_topic_acls else ())
+        for end, grants in (("source", SOURCE_GRANTS), ("target", target_grants)):
             if getattr(mirror, end) != cluster.name:
                 continue
             out += [AclPlan(f"User:{mirror.principal}", operation, kind, name)
                     for kind, name, operations in grants for operation in operations]
+            if end == "source" and mirror.mode == "mm2" and mirror.settings.get(
+                    "offset-syncs.topic.location", "source") == "source":
+                syncs = ReplicationPolicy.offset_syncs_topic(mirror.target)
+                out += [AclPlan(f"User:{mirror.principal}", operation, "Topic", syncs)
+                        for operation in OFFSET_SYNCS_GRANTS]
     return out
 
 

@@ -14,6 +14,8 @@ from deploy.launcher.launch import BROKER_LISTENER, broker_spec
 from deploy.launcher.plan import AclPlan, ClusterPlan, MirrorPlan, SecurityPlan
 from deploy.launcher.security import (
     ACL_AUTHORIZER,
+    ACL_SYNC_GRANTS,
+    OFFSET_SYNCS_GRANTS,
     SOURCE_GRANTS,
     TARGET_GRANTS,
     admin_security,
@@ -139,11 +141,11 @@ def test_the_plan_carries_one_acl_per_operation(tmp_path: Path) -> None:
 def test_mirrors_are_granted_what_they_need_where_acls_are_on() -> None:
     east = ClusterPlan("east", "east", security=PLAIN)
     west = ClusterPlan("west", "west", security=SecurityPlan(users=("mirror-west",), acls=()))
-    mirror = MirrorPlan("e2w", "east", "west", principal="mirror-west")
+    mirror = MirrorPlan("e2w", "east", "west", {"mode": "link"}, principal="mirror-west")
     source = {(a.resource_type, a.operation) for a in mirror_acls(east, [mirror])}
     assert source == {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
     target = {(a.resource_type, a.operation) for a in mirror_acls(west, [mirror])}
-    assert target == {(kind, op) for kind, _, ops in TARGET_GRANTS for op in ops}
+    assert target == {(kind, op) for kind, _, ops in TARGET_GRANTS + ACL_SYNC_GRANTS for op in ops}
     # The mirror syncs topic ACLs by default (CreateAcls at the target: Alter on the cluster) and
     # copies with LinkAppend (Alter on the topic); Describe on the cluster reads ACLs at each end.
     assert MirrorConfig.model_fields["sync_topic_acls"].default is True
@@ -151,3 +153,45 @@ def test_mirrors_are_granted_what_they_need_where_acls_are_on() -> None:
     assert ("Cluster", "Describe") in source
     assert all(a.principal == "User:mirror-west" for a in mirror_acls(east, [mirror]))
     assert mirror_acls(ClusterPlan("east", "east", security=SCRAM), [mirror]) == []  # no acls: nothing to grant
+
+
+def test_a_mirror_that_syncs_no_topic_acls_is_not_granted_alter_on_the_target(tmp_path: Path) -> None:
+    """`sync_topic_acls: false` in the topology: the mirror's config says sync.topic.acls.enabled
+    false, and the target grants it everything it writes with (Alter on topics: LinkAppend) but
+    not Alter on the cluster (CreateAcls); the source's grants are the same either way."""
+    path = tmp_path / "s.yaml"
+    path.write_text(SECURED.replace("principal: mirror-west}", "principal: mirror-west, sync_topic_acls: false}")
+                    .replace("  west: {datacenter: west}", "  west: {datacenter: west, security: {acls: []}}"))
+    mirror = plan_from_file(path).mirrors[0]
+    assert not mirror.syncs_topic_acls
+    config = MirrorConfig.model_validate({"name": "e2w", "source": {"alias": "east", "bootstrap": "127.0.0.1:1"},
+                                          "target": {"alias": "west", "bootstrap": "127.0.0.1:2"}, **mirror.settings})
+    assert config.sync_topic_acls is False
+    plan = plan_from_file(path)
+    target = {(a.resource_type, a.operation) for a in mirror_acls(plan.cluster("west"), [mirror])}
+    assert target == {(kind, op) for kind, _, ops in TARGET_GRANTS for op in ops}
+    assert ("Cluster", "Alter") not in target and {("Topic", "Alter"), ("Topic", "Write")} <= target
+    synced = MirrorPlan("e2w", "east", "west", {"mode": "link"}, principal="mirror-west")
+    assert synced.syncs_topic_acls
+    assert mirror_acls(plan.cluster("east"), [mirror]) == mirror_acls(plan.cluster("east"), [synced])
+    # On (the default, or said): the mirror config's key is left to its default, true.
+    path.write_text(SECURED)
+    assert "sync.topic.acls.enabled" not in plan_from_file(path).mirrors[0].settings
+
+
+def test_an_mm2_mirror_may_keep_its_offset_syncs_on_the_source_and_write_nothing_else_there() -> None:
+    """MM2 keeps offset syncs on the source by default: without Create and Write on that one
+    topic, an mm2 mirror reading a source with ACLs never starts copying."""
+    east = ClusterPlan("east", "east", security=PLAIN)
+    mm2 = MirrorPlan("e2w", "east", "west", {"mode": "mm2"}, principal="mirror-west")
+    granted = {(a.resource_type, a.resource_name, a.operation) for a in mirror_acls(east, [mm2])}
+    syncs = {(a.resource_name, a.operation) for a in mirror_acls(east, [mm2]) if a.resource_name != "*"
+             and a.resource_type == "Topic"}
+    assert syncs == {("mm2-offset-syncs.west.internal", op) for op in OFFSET_SYNCS_GRANTS}
+    assert not {("Topic", "*", "Write"), ("Topic", "*", "Create")} & granted
+    on_target = MirrorPlan("e2w", "east", "west", {"mode": "mm2", "offset-syncs.topic.location": "target"},
+                           principal="mirror-west")
+    link = MirrorPlan("e2w", "east", "west", {"mode": "link"}, principal="mirror-west")
+    for other in (on_target, link):
+        assert {(a.resource_type, a.operation) for a in mirror_acls(east, [other])} == \
+            {(kind, op) for kind, _, ops in SOURCE_GRANTS for op in ops}
