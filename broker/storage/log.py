@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from broker.protocol.control_records import ControlType, end_txn_marker, marker_of
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
     BatchHeader,
@@ -39,6 +40,7 @@ from broker.storage.producer_state import ProducerStateManager
 from broker.storage.quarantine import Cut, count_missing, keep_cut
 from broker.storage.segment import MAX_RELATIVE_OFFSET, Gaps, LogSegment, RecoveryResult, UnflushedIndexes
 from broker.storage.truncation import Truncation, keep_truncated
+from broker.storage.txn_index import AbortedTxn
 
 __all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors", "TruncationPlan",
            "parse_partition_dir"]
@@ -305,6 +307,7 @@ class Log:
         self._rebuild_producer_state()
         end = self.log_end_offset
         self.high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
+        self._rebuild_transactions()
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self
@@ -329,7 +332,8 @@ class Log:
         middle of the log, and the offsets it held with it. That is reported at every start,
         and the indexes stay, as what tells which file is missing."""
         orphans: dict[int, list[Path]] = {}
-        for path in [*self.directory.glob("*.index"), *self.directory.glob("*.timeindex")]:
+        for path in [*self.directory.glob("*.index"), *self.directory.glob("*.timeindex"),
+                     *self.directory.glob("*.txnindex")]:
             stem = path.name.split(".", 1)[0]
             if stem.isdigit() and len(stem) == 20 and int(stem) not in present:
                 orphans.setdefault(int(stem), []).append(path)
@@ -388,6 +392,64 @@ class Log:
                             self.copy.close_at(header.base_offset)
                 elif header.has_producer_id and self.copy.counts(header.base_offset):
                     self.producers.update(header, header.base_offset, header.max_timestamp)
+
+    def _rebuild_transactions(self) -> None:
+        """Ongoing transactions and every segment's aborted transaction index, from the batch
+        headers of the whole log (markers are decoded: one small record each). Kafka starts from
+        its latest producer state snapshot instead; until Causeway writes them, opening a log
+        reads every batch header once, and a ``.txnindex`` on disk is never trusted (a crash may
+        have torn it, or left entries for batches recovery cut)."""
+        for segment in self.segments:
+            aborted: list[AbortedTxn] = []
+            for pos, header in segment.iter_headers():
+                if not (header.is_transactional and header.has_producer_id):
+                    continue
+                if not header.is_control:
+                    self.producers.begin(header.producer_id, header.base_offset)
+                    continue
+                try:
+                    marker = marker_of(segment.read(pos, header.size), 0, header)
+                except KafkaError as exc:  # recovery checked the CRC: a marker nobody can read
+                    log.error("%s: transaction marker at offset %d cannot be read (%s); the producer's "
+                              "transaction stays open", self.directory.name, header.base_offset, exc.message)
+                    continue
+                if marker is not None:
+                    entry = self._complete(header, marker[0], marker[1])
+                    if entry is not None:
+                        aborted.append(entry)
+            segment.txn_index.replace(aborted)
+
+    def _complete(self, header: BatchHeader, control_type: ControlType, coordinator_epoch: int) -> AbortedTxn | None:
+        """The marker ``header`` ends its producer's transaction; the aborted transaction index
+        entry it makes, None for a commit."""
+        completed = self.producers.complete(header.producer_id, header.producer_epoch, coordinator_epoch,
+                                            header.base_offset, aborted=control_type is ControlType.ABORT,
+                                            high_watermark=self.high_watermark)
+        if not completed.aborted:
+            return None
+        undecided = self.producers.first_undecided_offset()
+        last_stable = undecided if undecided is not None else completed.last_offset + 1
+        return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, last_stable)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop (Kafka's lastStableOffset): the first offset of
+        the earliest transaction not yet decided for every replica of the ISR, else the high
+        watermark; never below the log start."""
+        first = self.producers.first_unstable_offset(self.high_watermark)
+        if first is None:
+            return self.high_watermark
+        return max(self.log_start_offset, min(first, self.high_watermark))
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read from ``fetch_offset`` below ``upper_bound`` overlaps,
+        from the segment holding ``fetch_offset`` on (Kafka's collectAbortedTransactions): index
+        lookups only, no batch is read."""
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_for(fetch_offset):]:
+            if segment.txn_index.collect(fetch_offset, upper_bound, found):
+                break
+        return found
 
     # -- the flush scheduler -------------------------------------------------------------
 
@@ -480,6 +542,7 @@ class Log:
                     raise RecordErrors(ErrorCode.INVALID_RECORD, [
                         (i, f"Compacted topic cannot accept message without key in topic partition {where}")
                         for i in keyless])
+            self.producers.check_transactional(header)
             original = self.producers.check(header, pending)
             if original is not None:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
@@ -528,6 +591,28 @@ class Log:
         self._write(marker, [(0, read_batch_header(marker, 0))], now_ms)
         log.info("%s: promoted mirror topic: local writes begin after the promotion marker at offset %d "
                  "(the copied batches' producers no longer count)", self.directory.name, offset)
+
+    def append_marker(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
+                      coordinator_epoch: int, leader_epoch: int, now_ms: int) -> AppendResult:
+        """Write a transaction marker as leader (WriteTxnMarkers): it ends the producer's ongoing
+        transaction (an empty one when it has none, as Kafka's), and an ABORT adds an entry to
+        the active segment's aborted transaction index. Raises KafkaError INVALID_PRODUCER_EPOCH
+        or TRANSACTION_COORDINATOR_FENCED (``ProducerStateManager.check_marker``), OFFSET_OUT_OF_RANGE
+        when the log end has no room left."""
+        if producer_id < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"a transaction marker for producer id {producer_id}")
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        offset = self.log_end_offset
+        if offset + 1 > LONG_MAX:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{self.directory.name}: the log end offset {offset} "
+                                                            f"leaves no room for a marker")
+        marker = end_txn_marker(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+                                coordinator_epoch=coordinator_epoch, base_offset=offset,
+                                partition_leader_epoch=leader_epoch, now_ms=now_ms)
+        self._maybe_roll(len(marker), now_ms)
+        self.epochs.assign(leader_epoch, offset)
+        self._write(marker, [(0, read_batch_header(marker, 0))], now_ms)
+        return AppendResult(offset, offset, -1, self.log_start_offset, needs_flush=self._flush_if_due())
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult | None:
         """Append batches fetched from the leader as they are: their offsets, leader epochs and
@@ -701,7 +786,7 @@ class Log:
         self.segments = [self._new_segment(offset)]
         self.log_start_offset = offset
         self.epochs.truncate_from_end(-1)
-        self.producers.producers.clear()
+        self.producers.reset()
         self.copy.reopen_if_cut(offset)
         self.high_watermark = min(self.high_watermark, offset)
         self.recovery_point = offset
@@ -721,12 +806,34 @@ class Log:
         producers' state: the same step for a leader's append and a follower's."""
         self.active.append(buf, batches, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
         for pos, header in batches:
+            if header.is_transactional and header.has_producer_id:
+                self._track_transaction(buf, pos, header)
             if header.is_control and not header.has_producer_id:
                 if is_promotion_marker(buf, pos, header):
                     self.producers.clear()  # what came before it is the copy
                     self.copy.close_at(header.base_offset)
             elif self.copy.counts(header.base_offset):
                 self.producers.update(header, header.base_offset, header.max_timestamp)
+
+    def _track_transaction(self, buf: bytes | bytearray, pos: int, header: BatchHeader) -> None:
+        """A transactional batch just written: it opens its producer's transaction, or (a marker)
+        ends it. Copied batches count too: a mirror topic's read_committed readers see what the
+        source's see. A marker that cannot be read was refused before it was written (a
+        leader's) or is the leader's as it is (a follower's, a copy's): it is logged and the
+        transaction stays open, as nothing tells how it ended."""
+        if not header.is_control:
+            self.producers.begin(header.producer_id, header.base_offset)
+            return
+        try:
+            marker = marker_of(buf, pos, header)
+        except KafkaError as exc:
+            log.error("%s: transaction marker at offset %d cannot be read (%s)", self.directory.name,
+                      header.base_offset, exc.message)
+            return
+        if marker is not None:
+            entry = self._complete(header, marker[0], marker[1])
+            if entry is not None:
+                self.active.txn_index.append(entry)
 
     @property
     def unflushed_messages(self) -> int:
@@ -984,7 +1091,7 @@ class Log:
             self.log_start_offset = plan.offset
         if plan.fully:
             self.epochs.truncate_from_end(-1)
-            self.producers.producers.clear()
+            self.producers.reset()
             self.copy.reopen_if_cut(plan.offset)
             self.high_watermark = plan.offset
             self.recovery_point = plan.offset
@@ -993,12 +1100,19 @@ class Log:
         return plan.cut
 
     def _after_truncation(self) -> None:
+        # Below the high watermark, a cut marker may belong to a transaction that is no longer
+        # tracked (completed, then forgotten once the high watermark passed it): rebuilt from the
+        # log (a rare cut: followers truncate above it but after an unclean election).
+        below_high_watermark = self.log_end_offset < self.high_watermark
         self.epochs.truncate_from_end(self.log_end_offset)
         self.producers.truncate_after(self.log_end_offset)
         if self.copy.reopen_if_cut(self.log_end_offset):
             self.producers.clear()  # the marker went: what is left is the copy
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        if below_high_watermark:
+            self.producers.forget_transactions()
+            self._rebuild_transactions()
 
     # -- durability ----------------------------------------------------------------------
 
