@@ -36,11 +36,19 @@ from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
 from broker.storage.link_copy import LinkCopy, is_promotion_marker, promotion_marker
+from broker.storage.producer_snapshot import (
+    SnapshotError,
+    delete_snapshots_after,
+    read_snapshot,
+    snapshot_offsets,
+    snapshot_path,
+    write_snapshot,
+)
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.quarantine import Cut, count_missing, keep_cut
 from broker.storage.segment import MAX_RELATIVE_OFFSET, Gaps, LogSegment, RecoveryResult, UnflushedIndexes
 from broker.storage.truncation import Truncation, keep_truncated
-from broker.storage.txn_index import AbortedTxn
+from broker.storage.txn_index import AbortedTxn, read_entries
 
 __all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors", "TruncationPlan",
            "parse_partition_dir"]
@@ -304,10 +312,9 @@ class Log:
         if config.mirror_name:
             self.copy.start()
         self.copy.reopen_if_cut(self.log_end_offset)  # a marker lost with a torn tail
-        self._rebuild_producer_state()
         end = self.log_end_offset
         self.high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
-        self._rebuild_transactions()
+        self._rebuild_producer_state()
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self
@@ -380,51 +387,111 @@ class Log:
         return segment
 
     def _rebuild_producer_state(self) -> None:
-        """Producers of the last segments' local batches: a link-mode copy's batches (an open
-        copy, or before its promotion marker) carry another cluster's producer ids and never
-        count; state seen before a marker is forgotten at it (broker/storage/link_copy.py)."""
-        for segment in self.segments[-PRODUCER_STATE_SEGMENTS:]:
-            for pos, header in segment.iter_headers():
-                if header.is_control and not header.has_producer_id:
-                    if is_promotion_marker(segment.read(pos, header.size), 0, header):
-                        self.producers.clear()
-                        if self.copy.open or self.copy.marker != header.base_offset:
-                            self.copy.close_at(header.base_offset)
-                elif header.has_producer_id and self.copy.counts(header.base_offset):
-                    self.producers.update(header, header.base_offset, header.max_timestamp)
+        """Producer state (sequences and transactions) and every segment's aborted transaction
+        index, as of the log end. From the newest usable producer state snapshot
+        (broker/storage/producer_snapshot.py), the batches after it are replayed, and the index
+        files of the segments before it are read as they are. Without one, as Kafka without
+        snapshots: sequences from the last segments' batches (a producer whose last batch is
+        older is treated as new), transactions from every batch header of the log, and the
+        ``.txnindex`` files rewritten from what the log says.
 
-    def _rebuild_transactions(self) -> None:
-        """Ongoing transactions and every segment's aborted transaction index, from the batch
-        headers of the whole log (markers are decoded: one small record each). Kafka starts from
-        its latest producer state snapshot instead; until Causeway writes them, opening a log
-        reads every batch header once, and a ``.txnindex`` on disk is never trusted (a crash may
-        have torn it, or left entries for batches recovery cut)."""
+        A link-mode copy's batches (an open copy, or before its promotion marker) carry another
+        cluster's producer ids and never count for sequences; state seen before a marker is
+        forgotten at it (broker/storage/link_copy.py). Their transactions count: a mirror
+        topic's read_committed readers see what the source's see."""
+        recent = self.segments[-PRODUCER_STATE_SEGMENTS:][0].base_offset
+        snapshot = self._load_producer_snapshot()
+        if snapshot is not None:
+            # Promotion markers of the last segments are looked at all the same: the copy's
+            # checkpoint may have missed one (LinkCopy.close_at), and a snapshot does not say.
+            self._replay(sequences_from=snapshot, transactions_from=snapshot, markers_from=min(recent, snapshot))
+            return
+        self._replay(sequences_from=recent, transactions_from=-1, markers_from=recent)
+
+    def _load_producer_snapshot(self) -> int | None:
+        """Load the newest snapshot within the log (its offset), removing the ones that cannot
+        serve: past the log end (the log was cut), below its first segment, or damaged."""
+        for offset in reversed(snapshot_offsets(self.directory)):
+            path = snapshot_path(self.directory, offset)
+            if offset > self.log_end_offset or offset < self.segments[0].base_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                entries = read_snapshot(path)
+            except (SnapshotError, OSError) as exc:
+                log.warning("%s: producer state snapshot not used: %s", self.directory.name, exc)
+                path.unlink(missing_ok=True)
+                continue
+            self.producers.load_snapshot(entries)
+            return offset
+        return None
+
+    def _replay(self, *, sequences_from: int, transactions_from: int, markers_from: int) -> None:
+        """Replay the batches at or past the offsets into the producer state (see
+        :meth:`_rebuild_producer_state`): sequences, transactions, link-mode promotion markers;
+        index entries of markers below ``transactions_from`` come from the segments' files."""
+        start = min(sequences_from, transactions_from, markers_from)
         for segment in self.segments:
             aborted: list[AbortedTxn] = []
-            for pos, header in segment.iter_headers():
-                if not (header.is_transactional and header.has_producer_id):
-                    continue
-                if not header.is_control:
-                    self.producers.begin(header.producer_id, header.base_offset)
-                    continue
-                try:
-                    marker = marker_of(segment.read(pos, header.size), 0, header)
-                except KafkaError as exc:  # recovery checked the CRC: a marker nobody can read
-                    log.error("%s: transaction marker at offset %d cannot be read (%s); the producer's "
-                              "transaction stays open", self.directory.name, header.base_offset, exc.message)
-                    continue
-                if marker is not None:
-                    entry = self._complete(header, marker[0], marker[1])
-                    if entry is not None:
-                        aborted.append(entry)
+            if segment.base_offset < transactions_from and segment.txn_index.path.exists():
+                aborted = [e for e in read_entries(segment.txn_index.path) if e.last_offset < transactions_from]
+            if segment.next_offset > start:
+                for pos, header in segment.iter_headers():
+                    if header.base_offset < start:
+                        continue
+                    if header.is_control and not header.has_producer_id:
+                        if header.base_offset >= markers_from and is_promotion_marker(
+                                segment.read(pos, header.size), 0, header):
+                            if header.base_offset >= sequences_from:
+                                self.producers.clear()
+                            if self.copy.open or self.copy.marker != header.base_offset:
+                                self.copy.close_at(header.base_offset)
+                        continue
+                    if header.is_transactional and header.has_producer_id and header.base_offset >= transactions_from:
+                        entry = self._replay_transaction(segment, pos, header)
+                        if entry is not None:
+                            aborted.append(entry)
+                    if (header.has_producer_id and header.base_offset >= sequences_from
+                            and self.copy.counts(header.base_offset)):
+                        self.producers.update(header, header.base_offset, header.max_timestamp)
             segment.txn_index.replace(aborted)
+
+    def _replay_transaction(self, segment: LogSegment, pos: int, header: BatchHeader) -> AbortedTxn | None:
+        """A transactional batch found on disk: it opens its producer's transaction, or (a
+        marker) ends it; the index entry of an abort."""
+        if not header.is_control:
+            self.producers.begin(header.producer_id, header.base_offset)
+            return None
+        try:
+            marker = marker_of(segment.read(pos, header.size), 0, header)
+        except KafkaError as exc:  # recovery checked the CRC: a marker nobody can read
+            log.error("%s: transaction marker at offset %d cannot be read (%s); the producer's "
+                      "transaction stays open", self.directory.name, header.base_offset, exc.message)
+            return None
+        return self._complete(header, marker[0], marker[1]) if marker is not None else None
+
+    def _rebuild_transactions(self) -> None:
+        """Every transaction and aborted transaction index entry from the whole log (after a cut
+        below the high watermark: see :meth:`_after_truncation`)."""
+        self.producers.forget_transactions()
+        self._replay(sequences_from=LONG_MAX, transactions_from=-1, markers_from=LONG_MAX)
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer state as of the log end (at a roll, at close). A disk that refuses
+        costs only the next open's time (it replays from an older snapshot): logged, not raised."""
+        try:
+            write_snapshot(self.directory, self.log_end_offset, self.producers.snapshot_entries())
+        except OSError as exc:
+            log.warning("%s: producer state snapshot at offset %d not written: %s", self.directory.name,
+                        self.log_end_offset, exc)
 
     def _complete(self, header: BatchHeader, control_type: ControlType, coordinator_epoch: int) -> AbortedTxn | None:
         """The marker ``header`` ends its producer's transaction; the aborted transaction index
         entry it makes, None for a commit."""
         completed = self.producers.complete(header.producer_id, header.producer_epoch, coordinator_epoch,
                                             header.base_offset, aborted=control_type is ControlType.ABORT,
-                                            high_watermark=self.high_watermark)
+                                            high_watermark=self.high_watermark,
+                                            local=self.copy.counts(header.base_offset))
         if not completed.aborted:
             return None
         undecided = self.producers.first_undecided_offset()
@@ -874,6 +941,7 @@ class Log:
             self.recovery_point = max(self.recovery_point, base)
         segment = self._new_segment(base)
         self.segments.append(segment)
+        self.take_producer_snapshot()  # as Kafka's roll: a later open replays from here
         if self._scheduler is not None:
             self._scheduler.request(self, base)
         return segment
@@ -1110,8 +1178,8 @@ class Log:
             self.producers.clear()  # the marker went: what is left is the copy
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        delete_snapshots_after(self.directory, self.log_end_offset)
         if below_high_watermark:
-            self.producers.forget_transactions()
             self._rebuild_transactions()
 
     # -- durability ----------------------------------------------------------------------
@@ -1156,6 +1224,8 @@ class Log:
         return False
 
     def close(self) -> None:
+        if not self.closed:
+            self.take_producer_snapshot()  # as Kafka's clean shutdown: the next open replays nothing
         self.closed = True
         for segment in self.segments:
             segment.close()

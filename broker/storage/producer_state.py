@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
+from broker.storage.producer_snapshot import SnapshotEntry
 
 __all__ = ["BatchMetadata", "CompletedTxn", "ProducerStateManager"]
 
@@ -148,6 +149,39 @@ class ProducerStateManager:
         self.ongoing.clear()
         self.unreplicated.clear()
 
+    # -- snapshots (broker/storage/producer_snapshot.py) -----------------------------------
+
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        """Every producer as a snapshot holds it: its epoch, its last batch, its ongoing
+        transaction (a producer known only by an open transaction counts too)."""
+        entries = []
+        for pid in sorted(self.producers.keys() | self.ongoing.keys()):
+            entry = self.producers.get(pid)
+            last = entry.batches[-1] if entry is not None and entry.batches else None
+            entries.append(SnapshotEntry(
+                producer_id=pid, epoch=entry.epoch if entry is not None else -1,  # -1: a copy's, no sequences
+                last_sequence=last.last_seq if last is not None else -1,
+                last_offset=last.last_offset if last is not None else -1,
+                offset_delta=last.last_offset - last.first_offset if last is not None else 0,
+                timestamp=last.timestamp if last is not None else -1,
+                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1,
+                current_txn_first_offset=self.ongoing.get(pid, -1)))
+        return entries
+
+    def load_snapshot(self, entries: list[SnapshotEntry]) -> None:
+        """Start from a snapshot's producers (what the log before its offset said)."""
+        self.reset()
+        for e in entries:
+            if e.current_txn_first_offset >= 0:
+                self.ongoing[e.producer_id] = e.current_txn_first_offset
+            if e.epoch < 0:
+                continue  # tracked for its transaction only (a link-mode copy's producer)
+            entry = self.producers[e.producer_id] = ProducerEntry(e.epoch, e.coordinator_epoch)
+            if e.last_sequence >= 0 and e.last_offset >= 0 and e.offset_delta >= 0:
+                entry.batches.append(BatchMetadata((e.last_sequence - e.offset_delta) % SEQUENCE_MODULUS,
+                                                   e.last_sequence, e.last_offset - e.offset_delta, e.last_offset,
+                                                   e.timestamp))
+
     # -- transactions --------------------------------------------------------------------
 
     def check_transactional(self, header: BatchHeader) -> None:
@@ -179,15 +213,17 @@ class ProducerStateManager:
                              f"than {entry.coordinator_epoch}")
 
     def complete(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, offset: int, *, aborted: bool,
-                 high_watermark: int) -> CompletedTxn:
+                 high_watermark: int, local: bool = True) -> CompletedTxn:
         """A marker at ``offset`` ends the producer's transaction (one with no ongoing transaction
-        ends an empty one at the marker, as Kafka's does). Never raises: a follower and a log
-        being opened take what the leader wrote."""
+        ends an empty one at the marker, as Kafka's does); ``local``: the producer's epoch and
+        coordinator epoch are recorded (not for a link-mode copy's, broker/storage/link_copy.py).
+        Never raises: a follower and a log being opened take what the leader wrote."""
         first = self.ongoing.pop(producer_id, offset)
-        entry = self.producers.get(producer_id)
-        if entry is None or producer_epoch > entry.epoch:
-            entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
-        entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        if local:
+            entry = self.producers.get(producer_id)
+            if entry is None or producer_epoch > entry.epoch:
+                entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         completed = CompletedTxn(producer_id, first, offset, aborted)
         self.unreplicated.append(completed)
         self._prune(high_watermark)

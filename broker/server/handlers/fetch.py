@@ -49,6 +49,11 @@ answered with its id; an incremental fetch updates the session from its partitio
 topics, then reads, waits on and answers only the session's partitions that changed, so the work
 of a round is proportional to what changed, not to the partitions followed.
 
+Every answer carries the partition's last stable offset. A consumer's fetch with
+``isolation_level`` 1 (read_committed) reads only below it and is answered the aborted
+transactions its records overlap (broker/storage/txn_index.py: index lookups, no record is read),
+an empty list when it has no records; a read_uncommitted one gets null, as Kafka answers.
+
 With an authorizer, as Kafka's KafkaApis: a follower's fetch needs ClusterAction on the cluster, a
 consumer's Read on each topic; a partition refused is answered TOPIC_AUTHORIZATION_FAILED (a
 consumer's partition of an unknown topic id is UNKNOWN_TOPIC_ID first, as in Kafka) and is never

@@ -12,6 +12,14 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, read_batch_header, split_batches
 from broker.storage.config import LogConfig
 from broker.storage.log import Log
+from broker.storage.producer_snapshot import (
+    SnapshotEntry,
+    SnapshotError,
+    read_snapshot,
+    snapshot_offsets,
+    snapshot_path,
+    write_snapshot,
+)
 from broker.storage.txn_index import AbortedTxn, read_entries
 
 NOW = 1_700_000_000_000
@@ -104,10 +112,18 @@ def test_the_index_follows_rolls_truncation_deletion_and_reopening(tmp_path: Pat
     files = sorted(p.name for p in directory.glob("*.txnindex"))
     assert len(files) >= 2  # each abort's entry went to the segment holding its marker
     assert log.aborted_transactions(0, log.log_end_offset) == aborted
-    # A transaction left open, then reopening (a stale index file must not matter).
+    # A transaction left open, then reopening: from the snapshot of the clean close.
     open_at = produce(log, txn_batch(10, 0, b"open"))
-    (directory / files[0]).write_bytes(b"\x00" * 34)
     log.close()
+    assert snapshot_offsets(directory)[-1] == open_at + 1
+    log = Log.open(directory, config, high_watermark=open_at + 1)
+    assert log.aborted_transactions(0, log.log_end_offset) == aborted
+    assert log.last_stable_offset == open_at
+    log.close()
+    # Without snapshots the log is read again, and a damaged index file is rewritten from it.
+    for offset in snapshot_offsets(directory):
+        snapshot_path(directory, offset).unlink()
+    (directory / files[0]).write_bytes(b"\x00" * 34)
     log = Log.open(directory, config, high_watermark=open_at + 1)
     assert log.aborted_transactions(0, log.log_end_offset) == aborted
     assert log.last_stable_offset == open_at
@@ -136,3 +152,68 @@ def test_a_follower_tracks_what_the_leader_wrote(tmp_path: Path) -> None:
     assert follower.last_stable_offset == 0  # its high watermark has not moved yet
     follower.high_watermark = follower.log_end_offset
     assert follower.last_stable_offset == 3
+
+
+def test_a_snapshot_holds_kafkas_fields_and_a_damaged_one_is_not_used(tmp_path: Path) -> None:
+    entries = [SnapshotEntry(7, 2, 41, 100, 4, NOW, 3, 90), SnapshotEntry(8, -1, -1, -1, 0, -1, -1, 95)]
+    write_snapshot(tmp_path, 120, entries)
+    path = snapshot_path(tmp_path, 120)
+    assert path.name == "00000000000000000120.snapshot"
+    data = path.read_bytes()
+    assert data[:2] == b"\x00\x01" and len(data) == 2 + 4 + 4 + 2 * 46  # version, crc, count, entries
+    assert read_snapshot(path) == entries
+    path.write_bytes(data[:-1] + bytes([data[-1] ^ 1]))
+    with pytest.raises(SnapshotError, match="CRC"):
+        read_snapshot(path)
+
+
+def test_after_a_crash_the_last_rolls_snapshot_keeps_an_old_transaction_and_sequences(tmp_path: Path) -> None:
+    """A transaction opened many segments ago and a producer idle since: neither is in the last
+    two segments, which is all a log without snapshots would read for sequences."""
+    directory = tmp_path / "t-0"
+    config = LogConfig(segment_bytes=300)
+    log = Log.open(directory, config)
+    old_first = produce(log, txn_batch(1, 0, b"early"))
+    idle = build_batch([Record(None, b"idle", timestamp=NOW)], producer_id=2, producer_epoch=0, base_sequence=0)
+    idle_offset = log.append_as_leader(idle, leader_epoch=0, now_ms=NOW).first_offset
+    for seq in range(12):
+        produce(log, build_batch([Record(None, b"x" * 60, timestamp=NOW)], producer_id=3, producer_epoch=0,
+                                 base_sequence=seq))
+    assert len(log.segments) > 4 and snapshot_offsets(directory)
+    assert len(snapshot_offsets(directory)) <= 2  # the newest are kept
+    log.flush()
+    # No close (a crash): the broker opens the directory again.
+    again = Log.open(directory, config, high_watermark=log.log_end_offset)
+    assert again.last_stable_offset == old_first
+    retried = again.append_as_leader(idle, leader_epoch=0, now_ms=NOW)
+    assert retried.duplicate and retried.first_offset == idle_offset
+    mark(again, 1, ControlType.COMMIT)
+    assert again.last_stable_offset == again.log_end_offset
+
+
+def test_a_snapshot_past_the_log_end_is_removed(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    log = Log.open(directory, LogConfig())
+    produce(log, txn_batch(1, 0, b"a"))
+    log.close()
+    write_snapshot(directory, 50, [])  # taken before a cut the log no longer holds
+    reopened = Log.open(directory, LogConfig())
+    assert snapshot_offsets(directory) == [1]
+    assert reopened.last_stable_offset == 0  # producer 1's transaction, from the snapshot at 1
+
+
+def test_a_mirror_topics_copy_tracks_the_sources_transactions(tmp_path: Path) -> None:
+    """A link-mode copy keeps the source's offsets, producers and markers: its read_committed
+    readers get the same last stable offset and aborted transactions as the source's."""
+    source = Log.open(tmp_path / "s-0", LogConfig())
+    produce(source, txn_batch(4, 0, b"kept"))
+    produce(source, txn_batch(5, 0, b"dropped"))
+    mark(source, 5, ControlType.ABORT)
+    mark(source, 4, ControlType.COMMIT)
+    produce(source, txn_batch(6, 0, b"open"))
+    copy = Log.open(tmp_path / "c-0", LogConfig(mirror_name="east-to-west"))
+    copy.append_copied(source.read(0, 1 << 20).data, leader_epoch=0, now_ms=NOW)
+    copy.high_watermark = copy.log_end_offset
+    assert copy.last_stable_offset == source.last_stable_offset == 4
+    assert copy.aborted_transactions(0, 4) == source.aborted_transactions(0, 4) == [AbortedTxn(5, 1, 2, 0)]
+    assert not copy.producers.producers  # the source's producers constrain nobody's sequences here
