@@ -514,6 +514,7 @@ class LogSegment:
         for index, data in ((self.offset_index, indexes.offset_entries), (self.time_index, indexes.time_entries)):
             if data:
                 self._append_index(index.path, data, indexes.generation)
+        self.txn_index.sync()
 
     def _append_index(self, path: Path, data: bytes, generation: int) -> None:
         with self._index_lock:

@@ -8,9 +8,11 @@ entries that overlap what it reads (Kafka's ``collectAbortedTxns``), so that it 
 aborted producers' records without the broker looking at them.
 
 The entries are held in memory (a fetch looks them up, never the file); the file is appended at
-each abort and rewritten when a truncation cuts entries. Like Kafka's, it is created only when a
-segment gets its first entry, and a log rebuilds every index from its batches at open
-(``Log._rebuild_transactions``), so a torn or stale file is never trusted.
+each abort, fsynced with its segment, and rewritten when a truncation cuts entries. Like Kafka's,
+it is created only when a segment gets its first entry. At open a log reads the files of the
+segments before its producer state snapshot (broker/storage/producer_snapshot.py), which a
+recovery never cuts (a snapshot past what recovery kept is not used), and rebuilds the others
+from their batches (``Log._rebuild_producer_state``).
 """
 
 from __future__ import annotations
@@ -41,13 +43,31 @@ class TransactionIndex:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.entries: list[AbortedTxn] = []
+        self.unsynced = False  # entries appended since the segment's last fsync
+
 
     def append(self, entry: AbortedTxn) -> None:
         """Add an entry and append it to the file (made at the first entry). Raises OSError."""
         self.entries.append(entry)
+        self.unsynced = True
         fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
         try:
             os.write(fd, _encode(entry))
+        finally:
+            os.close(fd)
+
+    def sync(self) -> None:
+        """fsync the file when entries were appended since the last time (with the segment's
+        flush, in the flusher's worker thread). Raises OSError; a file gone meanwhile is skipped."""
+        if not self.unsynced:
+            return
+        self.unsynced = False
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        try:
+            os.fsync(fd)
         finally:
             os.close(fd)
 
