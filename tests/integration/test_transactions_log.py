@@ -2,7 +2,7 @@
 
 There is no transaction coordinator yet, so the test plays it with raw requests of the repo's
 codec: Produce with transactional batches (built by the repo's record-batch encoder) and
-WriteTxnMarkers. Real read_committed consumers (librdkafka, kafka-python) then see the committed
+WriteTxnMarkers. Real read_committed consumers (librdkafka, kafka-python, Kafka's Java consumer) see the committed
 records only, in order, and the aborted ones never; read_uncommitted ones see all. The last
 stable offset and the aborted transaction index survive a restart; bad input gets Kafka's errors.
 """
@@ -21,6 +21,7 @@ from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
 
+from bench.peers import run_tool
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     FetchRequest,
@@ -273,3 +274,25 @@ def test_markers_need_cluster_action(secured: BrokerProcess) -> None:
         broker_principal.correlation = 2
         assert broker_principal.markers(A, commit=False) == {(TOPIC, 0): ErrorCode.NONE}
         assert broker_principal.latest(read_committed=True) == 2
+
+
+def test_kafkas_java_consumer_reads_committed_records_only(broker: BrokerProcess, kafka_jars: None) -> None:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
+        coordinator = Coordinator(sock)
+        coordinator.produce(A, b"kept-1", b"kept-2")
+        coordinator.produce(B, b"aborted")
+        assert coordinator.markers(B, commit=False) == {(TOPIC, 0): ErrorCode.NONE}
+        coordinator.produce(None, b"plain")
+        assert coordinator.markers(A, commit=True) == {(TOPIC, 0): ErrorCode.NONE}
+        coordinator.produce(C, b"open")
+
+    def consume(isolation: str, count: int) -> list[str]:
+        run = run_tool("kafka-console-consumer", "--bootstrap-server", broker.bootstrap, "--topic", TOPIC,
+                       "--partition", "0", "--offset", "earliest", "--max-messages", str(count),
+                       "--timeout-ms", "15000", "--command-property", f"isolation.level={isolation}")
+        return run.lines
+
+    # read_committed: the two committed records and the plain one, in offset order; nothing of B
+    # (aborted) nor of C (open): the tool times out waiting for a fourth.
+    assert consume("read_committed", 4) == ["kept-1", "kept-2", "plain"]
+    assert consume("read_uncommitted", 5) == ["kept-1", "kept-2", "aborted", "plain", "open"]
