@@ -125,7 +125,9 @@ class ProducerStateManager:
             return
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_epoch)
+            # A new epoch starts its sequences over; the coordinator epoch stays (Kafka's
+            # maybeUpdateProducerEpoch).
+            entry = ProducerEntry(header.producer_epoch, entry.coordinator_epoch if entry is not None else -1)
             self.producers[header.producer_id] = entry
         elif header.producer_epoch < entry.epoch:
             return
@@ -222,7 +224,8 @@ class ProducerStateManager:
         if local:
             entry = self.producers.get(producer_id)
             if entry is None or producer_epoch > entry.epoch:
-                entry = self.producers[producer_id] = ProducerEntry(producer_epoch)
+                entry = self.producers[producer_id] = ProducerEntry(
+                    producer_epoch, entry.coordinator_epoch if entry is not None else -1)
             entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
         completed = CompletedTxn(producer_id, first, offset, aborted)
         self.unreplicated.append(completed)
