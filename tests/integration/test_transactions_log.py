@@ -2,13 +2,14 @@
 
 There is no transaction coordinator yet, so the test plays it with raw requests of the repo's
 codec: Produce with transactional batches (built by the repo's record-batch encoder) and
-WriteTxnMarkers. Real read_committed consumers (librdkafka, kafka-python, Kafka's Java consumer) see the committed
-records only, in order, and the aborted ones never; read_uncommitted ones see all. The last
+WriteTxnMarkers. Real read_committed consumers (librdkafka, kafka-python, aiokafka, Kafka's Java consumer) see
+the committed records only, in order, and the aborted ones never; read_uncommitted ones see all. The last
 stable offset and the aborted transaction index survive a restart; bad input gets Kafka's errors.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import struct
 import time
@@ -16,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaConsumer
+from aiokafka.structs import TopicPartition as AioPartition
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
 from kafka import KafkaConsumer
@@ -296,3 +299,34 @@ def test_kafkas_java_consumer_reads_committed_records_only(broker: BrokerProcess
     # (aborted) nor of C (open): the tool times out waiting for a fourth.
     assert consume("read_committed", 4) == ["kept-1", "kept-2", "plain"]
     assert consume("read_uncommitted", 5) == ["kept-1", "kept-2", "aborted", "plain", "open"]
+
+
+def test_aiokafka_reads_committed_records_only(broker: BrokerProcess) -> None:
+    with connect(broker.bootstrap, timeout_s=30) as sock:
+        coordinator = Coordinator(sock)
+        coordinator.produce(A, b"kept")
+        coordinator.produce(B, b"aborted")
+        assert coordinator.markers(B, commit=False) == {(TOPIC, 0): ErrorCode.NONE}
+        assert coordinator.markers(A, commit=True) == {(TOPIC, 0): ErrorCode.NONE}
+        coordinator.produce(C, b"open")
+
+    async def consume(isolation: str, count: int) -> list[bytes]:
+        consumer = AIOKafkaConsumer(bootstrap_servers=broker.bootstrap, isolation_level=isolation,
+                                    enable_auto_commit=False, auto_offset_reset="earliest")
+        await consumer.start()
+        try:
+            consumer.assign([AioPartition(TOPIC, 0)])
+            values: list[bytes] = []
+            for _ in range(20):  # bounded: each poll waits at most half a second
+                batches = await consumer.getmany(timeout_ms=500)
+                values += [r.value for records in batches.values() for r in records if r.value is not None]
+                if len(values) >= count:
+                    break
+            batches = await consumer.getmany(timeout_ms=1000)  # nothing more comes
+            values += [r.value for records in batches.values() for r in records if r.value is not None]
+            return values
+        finally:
+            await consumer.stop()
+
+    assert asyncio.run(consume("read_committed", 1)) == [b"kept"]
+    assert asyncio.run(consume("read_uncommitted", 3)) == [b"kept", b"aborted", b"open"]
