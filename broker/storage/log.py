@@ -141,6 +141,15 @@ class ReadResult:
     length: int = 0
 
     @property
+    def upper_bound_offset(self) -> int:
+        """An offset none of the read's batches reaches (the first indexed batch after them, else
+        the segment's end): what a read_committed fetch looks up aborted transactions below."""
+        if self.segment is None:
+            return -1
+        found = self.segment.offset_index.offset_after(self.position + self.length)
+        return found if found is not None else self.segment.next_offset
+
+    @property
     def data(self) -> bytes:
         if self.segment is None or self.length <= 0:
             return b""

@@ -143,11 +143,11 @@ class Wanted:
         result = self.partition.read(self.request.fetch_offset, self.read_max_bytes, min_one_batch=self.min_one_batch,
                                      read_committed=self.read_committed)
         if self.read_committed:
-            # A read stays in one segment: its aborted transactions lie below that segment's end
-            # and the last stable offset (Kafka bounds them by the next batch; a few more entries
-            # than the read needs tell the consumer nothing wrong).
+            # The aborted transactions of a read lie below the first indexed batch after it (as
+            # Kafka bounds them; a few more entries than the read needs tell the consumer nothing
+            # wrong) and below the last stable offset.
             bound = self.partition.last_stable_offset
-            self.read_upper_bound = bound if result.segment is None else min(bound, result.segment.next_offset)
+            self.read_upper_bound = bound if result.segment is None else min(bound, result.upper_bound_offset)
         return result
 
 

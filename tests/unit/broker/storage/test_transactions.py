@@ -217,3 +217,16 @@ def test_a_mirror_topics_copy_tracks_the_sources_transactions(tmp_path: Path) ->
     assert copy.last_stable_offset == source.last_stable_offset == 4
     assert copy.aborted_transactions(0, 4) == source.aborted_transactions(0, 4) == [AbortedTxn(5, 1, 2, 0)]
     assert not copy.producers.producers  # the source's producers constrain nobody's sequences here
+
+
+def test_a_reads_aborted_transactions_stop_near_its_data(tmp_path: Path) -> None:
+    """Many aborted transactions in one segment: a small read is told of those its batches may
+    overlap, not of every one in the segment (Kafka's fetchUpperBoundOffset)."""
+    log = Log.open(tmp_path / "t-0", LogConfig(index_interval_bytes=1))
+    for pid in range(200):
+        produce(log, txn_batch(pid, 0, b"v" * 20))
+        mark(log, pid, ControlType.ABORT)
+    read = log.read(10, 1, min_one_batch=True)  # one batch: producer 5's
+    assert read.upper_bound_offset == 11  # the marker after it is the next indexed batch
+    assert [t.producer_id for t in log.aborted_transactions(10, read.upper_bound_offset)] == [5]
+    assert len(log.aborted_transactions(10, log.log_end_offset)) == 195
