@@ -531,6 +531,9 @@ class BrokerConfig(ConfigModel):
         default=10080, alias="offsets.retention.minutes")
     offsets_retention_check_interval_ms: Annotated[int, _int(1)] = Field(
         default=600000, alias="offsets.retention.check.interval.ms")
+    # How long a transaction marker's append (WriteTxnMarkers) waits for the ISR, as Kafka's
+    # handleWriteTxnMarkersRequest uses request.timeout.ms.
+    request_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(default=30000, alias="request.timeout.ms")
     # How long a commit (or group write) waits for the ISR of its __consumer_offsets partition.
     offsets_commit_timeout_ms: Annotated[int, _int(1, INT_MAX)] = Field(
         default=5000, alias="offsets.commit.timeout.ms")

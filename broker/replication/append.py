@@ -1,5 +1,6 @@
-"""Append as leader and wait for the acks: the one path of Produce, LinkAppend and the group
-coordinator's ``__consumer_offsets`` writes (Kafka's ``ReplicaManager.appendRecords``).
+"""Append as leader and wait for the acks: the one path of Produce, LinkAppend, the group
+coordinator's ``__consumer_offsets`` writes and transaction markers (WriteTxnMarkers) (Kafka's
+``ReplicaManager.appendRecords``).
 
 Two steps, so that the coordinator can append now and learn later that the ISR has its write:
 
@@ -8,9 +9,10 @@ writes land in the order they are made, and a link's offsets are checked against
 end they go to). Its checks, in this order (the order decides the answer when several fail):
 
 1. the required acks are -1, 0 or 1, else INVALID_REQUIRED_ACKS (Kafka checks them here too);
-2. no transactional append yet: TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+2. (kept for its number) a transactional produce is checked batch by batch at the append (8);
 3. an internal topic is written only by the broker itself, the coordinator (Kafka's
-   ``internalTopicsAllowed``), else INVALID_TOPIC_EXCEPTION;
+   ``internalTopicsAllowed``; transaction markers come with this origin too, as Kafka's do),
+   else INVALID_TOPIC_EXCEPTION;
 4. the caller's own checks of the topic (``AppendEntry.check``): that it exists, and who may
    write it: a mirror topic only the link-mode mirror that owns it, never a client. They stay
    with the callers because they read the controller's topic metadata as the request found it
@@ -21,7 +23,8 @@ end they go to). Its checks, in this order (the order decides the answer when se
 7. with acks=-1 an ISR of at least ``min.insync.replicas``, else NOT_ENOUGH_REPLICAS and
    nothing is written;
 8. the append: a client's or the coordinator's batches are given their offsets here
-   (``Partition.append``); a link's keep the source's, checked against the log first
+   (``Partition.append``), a transaction marker is written at the log end (``Partition.append_marker``:
+   it ends the producer's transaction); a link's keep the source's, checked against the log first
    (broker/storage/link_offsets.py, ``Partition.append_copied``), and the source's log start
    after them (never past the copy's log end: OFFSET_OUT_OF_RANGE, the batches stay).
 
@@ -51,14 +54,15 @@ import trio
 
 from broker import clock
 from broker.controller.model import is_internal_topic
+from broker.protocol.control_records import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import Records
 from broker.replication.partition import Partition
 from broker.storage import AppendResult
 from broker.storage.link_offsets import check_copied_offsets, check_log_start
 
-__all__ = ["AppendEntry", "AppendOrigin", "CopiedBatches", "HostedPartitions", "LeaderAppend", "append_records",
-           "append_to_leader", "wait_for_acks"]
+__all__ = ["AppendEntry", "AppendOrigin", "CopiedBatches", "HostedPartitions", "LeaderAppend", "TxnMarker",
+           "append_records", "append_to_leader", "wait_for_acks"]
 
 
 class HostedPartitions(Protocol):
@@ -73,7 +77,7 @@ class AppendOrigin(enum.Enum):
 
     CLIENT = "client"  # Produce: a producer's batches, given their offsets here
     LINK = "link"  # LinkAppend: a link-mode mirror's copies of the source's batches, at their offsets
-    COORDINATOR = "coordinator"  # the group coordinator's records in __consumer_offsets
+    COORDINATOR = "coordinator"  # the group coordinator's records in __consumer_offsets; transaction markers
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,16 @@ class CopiedBatches:
 
 
 @dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A transaction marker to write (WriteTxnMarkers, ``AppendOrigin.COORDINATOR``)."""
+
+    control_type: ControlType
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class AppendEntry:
     """One partition's records to append: a client's or the coordinator's batches, or a link's
     copy (with ``AppendOrigin.LINK``). ``check`` is the caller's own check of the topic (see the
@@ -93,7 +107,7 @@ class AppendEntry:
 
     topic: str
     index: int
-    records: Records | CopiedBatches | None
+    records: Records | CopiedBatches | TxnMarker | None
     check: Callable[[], None] | None = None
 
 
@@ -133,8 +147,6 @@ def _append(replicas: HostedPartitions, entry: AppendEntry, appended: LeaderAppe
             required_acks: int, now_ms: int, transactional: bool) -> None:
     if required_acks not in (-1, 0, 1):
         raise KafkaError(ErrorCode.INVALID_REQUIRED_ACKS)
-    if transactional:
-        raise KafkaError(ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not supported yet")
     if origin is not AppendOrigin.COORDINATOR and is_internal_topic(entry.topic):
         raise KafkaError(ErrorCode.INVALID_TOPIC_EXCEPTION, f"Cannot append to internal topic {entry.topic}")
     if entry.check is not None:
@@ -153,6 +165,14 @@ def _append(replicas: HostedPartitions, entry: AppendEntry, appended: LeaderAppe
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, f"ISR has {isr} replicas, min.insync.replicas is {min_isr}")
     if isinstance(records, CopiedBatches):
         _append_copied(partition, records, appended, now_ms)
+        return
+    if isinstance(records, TxnMarker):
+        if origin is not AppendOrigin.COORDINATOR:
+            raise TypeError("only the coordinator's origin writes transaction markers")
+        result = appended.result = partition.append_marker(
+            records.control_type, producer_id=records.producer_id, producer_epoch=records.producer_epoch,
+            coordinator_epoch=records.coordinator_epoch, now_ms=now_ms)
+        appended.required_offset = result.last_offset + 1
         return
     if records is None:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")

@@ -38,6 +38,7 @@ import trio
 
 from broker import metrics
 from broker.controller.model import PartitionInfo
+from broker.protocol.control_records import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.dir_health import DirHealth
 from broker.replication.isr import IsrChannel
@@ -265,6 +266,26 @@ class Partition:
             self._wake()
         return result
 
+    def append_marker(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
+                      coordinator_epoch: int, now_ms: int) -> AppendResult:
+        """Write a transaction marker as leader (``Log.append_marker``); wakes waiting fetches.
+        Raises as :meth:`append`."""
+        if not self.is_leader:
+            raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
+        root = self.log.directory.parent
+        end = self.log.log_end_offset
+        try:
+            result = self.log.append_marker(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+                                            coordinator_epoch=coordinator_epoch, leader_epoch=self.leader_epoch,
+                                            now_ms=now_ms)
+        except OSError as exc:
+            raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
+        self._health.succeeded(root)
+        self._credit_caught_up(end)
+        if not self.maybe_increment_high_watermark():
+            self._wake()
+        return result
+
     def _credit_caught_up(self, previous_end: int) -> None:
         """The log end moved from ``previous_end``: a follower that stood there, in a session
         whose latest request came after it last named this partition, was caught up until that
@@ -443,11 +464,16 @@ class Partition:
         if partition_log.log_start_offset < leader_log_start <= partition_log.high_watermark:
             partition_log.delete_records_before(leader_log_start)
 
-    def read(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
-        """Read committed batches for a consumer (never past the high watermark)."""
-        return self.log.read(
-            fetch_offset, max_bytes, upper_bound=self.log.high_watermark, min_one_batch=min_one_batch
-        )
+    @property
+    def last_stable_offset(self) -> int:
+        return self.log.last_stable_offset
+
+    def read(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool,
+             read_committed: bool = False) -> ReadResult:
+        """Read batches for a consumer: never past the high watermark, nor, ``read_committed``
+        (isolation_level 1), past the last stable offset."""
+        bound = self.log.last_stable_offset if read_committed else self.log.high_watermark
+        return self.log.read(fetch_offset, max_bytes, upper_bound=bound, min_one_batch=min_one_batch)
 
     def read_for_follower(self, fetch_offset: int, max_bytes: int, *, min_one_batch: bool) -> ReadResult:
         """Read for a follower: up to the log end, past the high watermark."""

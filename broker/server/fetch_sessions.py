@@ -101,6 +101,7 @@ class CachedPartition:
     request: FetchRequest.FetchPartition
     high_watermark: int = -2  # as last answered; -2: never answered
     log_start_offset: int = -2
+    last_stable_offset: int = -2
     watched: Partition | None = None  # the hosted partition this session watches
 
 
@@ -165,6 +166,7 @@ class FetchSession:
         old = self.partitions.get(key)
         if old is not None:
             cached.high_watermark, cached.log_start_offset = old.high_watermark, old.log_start_offset
+            cached.last_stable_offset = old.last_stable_offset
             self._drop(old)
         elif self.cache is not None:
             self.cache.cached += 1

@@ -166,6 +166,7 @@ def swap(partition_log: Log, work: CleanPlan, result: CleanResult) -> int:
                          create=False)
         new._index_interval = partition_log.config.index_interval_bytes
         new.recover(check_crc=False)
+        new.txn_index.entries = old.txn_index.entries  # the same file: the markers stay in the segment
         partition_log.segments[index] = new
         swapped += 1
     partition_log.cleaned_up_to = max(partition_log.cleaned_up_to, work.end_offset)

@@ -125,6 +125,12 @@ class OffsetIndex(_Index):
         i = bisect.bisect_right(self.keys, offset) - 1
         return self.values[i] if i >= 0 else 0
 
+    def offset_after(self, position: int) -> int | None:
+        """The last offset of the first indexed batch that starts at or past `position`: no batch
+        before `position` reaches it (Kafka's fetchUpperBoundOffset); None when none is indexed."""
+        i = bisect.bisect_left(self.values, position)
+        return self.keys[i] if i < len(self.keys) else None
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries that point at or past `position`."""
         self.truncate_entries(bisect.bisect_left(self.values, position))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from broker.protocol.control_records import ControlType, end_txn_marker, marker_of
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
     BatchHeader,
@@ -35,10 +36,19 @@ from broker.storage.config import LogConfig
 from broker.storage.epoch_cache import EpochSnapshot, LeaderEpochCache
 from broker.storage.file_slice import FileSlice
 from broker.storage.link_copy import LinkCopy, is_promotion_marker, promotion_marker
+from broker.storage.producer_snapshot import (
+    SnapshotError,
+    delete_snapshots_after,
+    read_snapshot,
+    snapshot_offsets,
+    snapshot_path,
+    write_snapshot,
+)
 from broker.storage.producer_state import ProducerStateManager
 from broker.storage.quarantine import Cut, count_missing, keep_cut
 from broker.storage.segment import MAX_RELATIVE_OFFSET, Gaps, LogSegment, RecoveryResult, UnflushedIndexes
 from broker.storage.truncation import Truncation, keep_truncated
+from broker.storage.txn_index import AbortedTxn, read_entries
 
 __all__ = ["AppendResult", "FlushJob", "FlushScheduler", "Log", "ReadResult", "RecordErrors", "TruncationPlan",
            "parse_partition_dir"]
@@ -129,6 +139,15 @@ class ReadResult:
     segment: LogSegment | None = None
     position: int = 0
     length: int = 0
+
+    @property
+    def upper_bound_offset(self) -> int:
+        """An offset none of the read's batches reaches (the first indexed batch after them, else
+        the segment's end): what a read_committed fetch looks up aborted transactions below."""
+        if self.segment is None:
+            return -1
+        found = self.segment.offset_index.offset_after(self.position + self.length)
+        return found if found is not None else self.segment.next_offset
 
     @property
     def data(self) -> bytes:
@@ -304,9 +323,9 @@ class Log:
         if config.mirror_name:
             self.copy.start()
         self.copy.reopen_if_cut(self.log_end_offset)  # a marker lost with a torn tail
-        self._rebuild_producer_state()
         end = self.log_end_offset
         self.high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
+        self._rebuild_producer_state()
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self
@@ -331,7 +350,8 @@ class Log:
         middle of the log, and the offsets it held with it. That is reported at every start,
         and the indexes stay, as what tells which file is missing."""
         orphans: dict[int, list[Path]] = {}
-        for path in [*self.directory.glob("*.index"), *self.directory.glob("*.timeindex")]:
+        for path in [*self.directory.glob("*.index"), *self.directory.glob("*.timeindex"),
+                     *self.directory.glob("*.txnindex")]:
             stem = path.name.split(".", 1)[0]
             if stem.isdigit() and len(stem) == 20 and int(stem) not in present:
                 orphans.setdefault(int(stem), []).append(path)
@@ -378,18 +398,136 @@ class Log:
         return segment
 
     def _rebuild_producer_state(self) -> None:
-        """Producers of the last segments' local batches: a link-mode copy's batches (an open
-        copy, or before its promotion marker) carry another cluster's producer ids and never
-        count; state seen before a marker is forgotten at it (broker/storage/link_copy.py)."""
-        for segment in self.segments[-PRODUCER_STATE_SEGMENTS:]:
-            for pos, header in segment.iter_headers():
-                if header.is_control and not header.has_producer_id:
-                    if is_promotion_marker(segment.read(pos, header.size), 0, header):
-                        self.producers.clear()
-                        if self.copy.open or self.copy.marker != header.base_offset:
-                            self.copy.close_at(header.base_offset)
-                elif header.has_producer_id and self.copy.counts(header.base_offset):
-                    self.producers.update(header, header.base_offset, header.max_timestamp)
+        """Producer state (sequences and transactions) and every segment's aborted transaction
+        index, as of the log end. From the newest usable producer state snapshot
+        (broker/storage/producer_snapshot.py), the batches after it are replayed, and the index
+        files of the segments before it are read as they are. Without one, as Kafka without
+        snapshots: sequences from the last segments' batches (a producer whose last batch is
+        older is treated as new), transactions from every batch header of the log, and the
+        ``.txnindex`` files rewritten from what the log says.
+
+        A link-mode copy's batches (an open copy, or before its promotion marker) carry another
+        cluster's producer ids and never count for sequences; state seen before a marker is
+        forgotten at it (broker/storage/link_copy.py). Their transactions count: a mirror
+        topic's read_committed readers see what the source's see."""
+        recent = self.segments[-PRODUCER_STATE_SEGMENTS:][0].base_offset
+        snapshot = self._load_producer_snapshot()
+        if snapshot is not None:
+            # Promotion markers of the last segments are looked at all the same: the copy's
+            # checkpoint may have missed one (LinkCopy.close_at), and a snapshot does not say.
+            self._replay(sequences_from=snapshot, transactions_from=snapshot, markers_from=min(recent, snapshot))
+            return
+        self._replay(sequences_from=recent, transactions_from=-1, markers_from=recent)
+
+    def _load_producer_snapshot(self) -> int | None:
+        """Load the newest snapshot within the log (its offset), removing the ones that cannot
+        serve: past the log end (the log was cut), below its first segment, or damaged."""
+        for offset in reversed(snapshot_offsets(self.directory)):
+            path = snapshot_path(self.directory, offset)
+            if offset > self.log_end_offset or offset < self.segments[0].base_offset:
+                path.unlink(missing_ok=True)
+                continue
+            try:
+                entries = read_snapshot(path)
+            except (SnapshotError, OSError) as exc:
+                log.warning("%s: producer state snapshot not used: %s", self.directory.name, exc)
+                path.unlink(missing_ok=True)
+                continue
+            self.producers.load_snapshot(entries)
+            return offset
+        return None
+
+    def _replay(self, *, sequences_from: int, transactions_from: int, markers_from: int) -> None:
+        """Replay the batches at or past the offsets into the producer state (see
+        :meth:`_rebuild_producer_state`): sequences, transactions, link-mode promotion markers;
+        index entries of markers below ``transactions_from`` come from the segments' files."""
+        start = min(sequences_from, transactions_from, markers_from)
+        for segment in self.segments:
+            aborted: list[AbortedTxn] = []
+            if segment.base_offset < transactions_from and segment.txn_index.path.exists():
+                aborted = [e for e in read_entries(segment.txn_index.path) if e.last_offset < transactions_from]
+            if segment.next_offset > start:
+                for pos, header in segment.iter_headers():
+                    if header.base_offset < start:
+                        continue
+                    if header.is_control and not header.has_producer_id:
+                        if header.base_offset >= markers_from and is_promotion_marker(
+                                segment.read(pos, header.size), 0, header):
+                            if header.base_offset >= sequences_from:
+                                self.producers.clear()
+                            if self.copy.open or self.copy.marker != header.base_offset:
+                                self.copy.close_at(header.base_offset)
+                        continue
+                    if header.is_transactional and header.has_producer_id and header.base_offset >= transactions_from:
+                        entry = self._replay_transaction(segment, pos, header)
+                        if entry is not None:
+                            aborted.append(entry)
+                    if (header.has_producer_id and header.base_offset >= sequences_from
+                            and self.copy.counts(header.base_offset)):
+                        self.producers.update(header, header.base_offset, header.max_timestamp)
+            segment.txn_index.replace(aborted)
+
+    def _replay_transaction(self, segment: LogSegment, pos: int, header: BatchHeader) -> AbortedTxn | None:
+        """A transactional batch found on disk: it opens its producer's transaction, or (a
+        marker) ends it; the index entry of an abort."""
+        if not header.is_control:
+            self.producers.begin(header.producer_id, header.base_offset)
+            return None
+        try:
+            marker = marker_of(segment.read(pos, header.size), 0, header)
+        except KafkaError as exc:  # recovery checked the CRC: a marker nobody can read
+            log.error("%s: transaction marker at offset %d cannot be read (%s); the producer's "
+                      "transaction stays open", self.directory.name, header.base_offset, exc.message)
+            return None
+        return self._complete(header, marker[0], marker[1]) if marker is not None else None
+
+    def _rebuild_transactions(self) -> None:
+        """Every transaction and aborted transaction index entry from the whole log (after a cut
+        below the high watermark: see :meth:`_after_truncation`)."""
+        self.producers.forget_transactions()
+        self._replay(sequences_from=LONG_MAX, transactions_from=-1, markers_from=LONG_MAX)
+
+    def take_producer_snapshot(self) -> None:
+        """Write the producer state as of the log end (at a roll, at close). A disk that refuses
+        costs only the next open's time (it replays from an older snapshot): logged, not raised."""
+        try:
+            write_snapshot(self.directory, self.log_end_offset, self.producers.snapshot_entries())
+        except OSError as exc:
+            log.warning("%s: producer state snapshot at offset %d not written: %s", self.directory.name,
+                        self.log_end_offset, exc)
+
+    def _complete(self, header: BatchHeader, control_type: ControlType, coordinator_epoch: int) -> AbortedTxn | None:
+        """The marker ``header`` ends its producer's transaction; the aborted transaction index
+        entry it makes, None for a commit."""
+        completed = self.producers.complete(header.producer_id, header.producer_epoch, coordinator_epoch,
+                                            header.base_offset, aborted=control_type is ControlType.ABORT,
+                                            high_watermark=self.high_watermark,
+                                            local=self.copy.counts(header.base_offset))
+        if not completed.aborted:
+            return None
+        undecided = self.producers.first_undecided_offset()
+        last_stable = undecided if undecided is not None else completed.last_offset + 1
+        return AbortedTxn(completed.producer_id, completed.first_offset, completed.last_offset, last_stable)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Where read_committed consumers stop (Kafka's lastStableOffset): the first offset of
+        the earliest transaction not yet decided for every replica of the ISR, else the high
+        watermark; never below the log start."""
+        first = self.producers.first_unstable_offset(self.high_watermark)
+        if first is None:
+            return self.high_watermark
+        return max(self.log_start_offset, min(first, self.high_watermark))
+
+    def aborted_transactions(self, fetch_offset: int, upper_bound: int) -> list[AbortedTxn]:
+        """The aborted transactions a read from ``fetch_offset`` below ``upper_bound`` overlaps,
+        from the segment holding ``fetch_offset`` on (Kafka's collectAbortedTransactions): index
+        lookups only, no batch is read."""
+        found: list[AbortedTxn] = []
+        for segment in self.segments[self._segment_for(fetch_offset):]:
+            if segment.txn_index.collect(fetch_offset, upper_bound, found):
+                break
+        return found
 
     # -- the flush scheduler -------------------------------------------------------------
 
@@ -482,6 +620,7 @@ class Log:
                     raise RecordErrors(ErrorCode.INVALID_RECORD, [
                         (i, f"Compacted topic cannot accept message without key in topic partition {where}")
                         for i in keyless])
+            self.producers.check_transactional(header)
             original = self.producers.check(header, pending)
             if original is not None:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,
@@ -530,6 +669,28 @@ class Log:
         self._write(marker, [(0, read_batch_header(marker, 0))], now_ms)
         log.info("%s: promoted mirror topic: local writes begin after the promotion marker at offset %d "
                  "(the copied batches' producers no longer count)", self.directory.name, offset)
+
+    def append_marker(self, control_type: ControlType, *, producer_id: int, producer_epoch: int,
+                      coordinator_epoch: int, leader_epoch: int, now_ms: int) -> AppendResult:
+        """Write a transaction marker as leader (WriteTxnMarkers): it ends the producer's ongoing
+        transaction (an empty one when it has none, as Kafka's), and an ABORT adds an entry to
+        the active segment's aborted transaction index. Raises KafkaError INVALID_PRODUCER_EPOCH
+        or TRANSACTION_COORDINATOR_FENCED (``ProducerStateManager.check_marker``), OFFSET_OUT_OF_RANGE
+        when the log end has no room left."""
+        if producer_id < 0:
+            raise KafkaError(ErrorCode.INVALID_REQUEST, f"a transaction marker for producer id {producer_id}")
+        self.producers.check_marker(producer_id, producer_epoch, coordinator_epoch)
+        offset = self.log_end_offset
+        if offset + 1 > LONG_MAX:
+            raise KafkaError(ErrorCode.OFFSET_OUT_OF_RANGE, f"{self.directory.name}: the log end offset {offset} "
+                                                            f"leaves no room for a marker")
+        marker = end_txn_marker(control_type, producer_id=producer_id, producer_epoch=producer_epoch,
+                                coordinator_epoch=coordinator_epoch, base_offset=offset,
+                                partition_leader_epoch=leader_epoch, now_ms=now_ms)
+        self._maybe_roll(len(marker), now_ms)
+        self.epochs.assign(leader_epoch, offset)
+        self._write(marker, [(0, read_batch_header(marker, 0))], now_ms)
+        return AppendResult(offset, offset, -1, self.log_start_offset, needs_flush=self._flush_if_due())
 
     def append_as_follower(self, records: bytes | bytearray | memoryview, *, now_ms: int) -> AppendResult | None:
         """Append batches fetched from the leader as they are: their offsets, leader epochs and
@@ -703,7 +864,7 @@ class Log:
         self.segments = [self._new_segment(offset)]
         self.log_start_offset = offset
         self.epochs.truncate_from_end(-1)
-        self.producers.producers.clear()
+        self.producers.reset()
         self.copy.reopen_if_cut(offset)
         self.high_watermark = min(self.high_watermark, offset)
         self.recovery_point = offset
@@ -723,12 +884,34 @@ class Log:
         producers' state: the same step for a leader's append and a follower's."""
         self.active.append(buf, batches, index_interval_bytes=self.config.index_interval_bytes, now_ms=now_ms)
         for pos, header in batches:
+            if header.is_transactional and header.has_producer_id:
+                self._track_transaction(buf, pos, header)
             if header.is_control and not header.has_producer_id:
                 if is_promotion_marker(buf, pos, header):
                     self.producers.clear()  # what came before it is the copy
                     self.copy.close_at(header.base_offset)
             elif self.copy.counts(header.base_offset):
                 self.producers.update(header, header.base_offset, header.max_timestamp)
+
+    def _track_transaction(self, buf: bytes | bytearray, pos: int, header: BatchHeader) -> None:
+        """A transactional batch just written: it opens its producer's transaction, or (a marker)
+        ends it. Copied batches count too: a mirror topic's read_committed readers see what the
+        source's see. A marker that cannot be read was refused before it was written (a
+        leader's) or is the leader's as it is (a follower's, a copy's): it is logged and the
+        transaction stays open, as nothing tells how it ended."""
+        if not header.is_control:
+            self.producers.begin(header.producer_id, header.base_offset)
+            return
+        try:
+            marker = marker_of(buf, pos, header)
+        except KafkaError as exc:
+            log.error("%s: transaction marker at offset %d cannot be read (%s)", self.directory.name,
+                      header.base_offset, exc.message)
+            return
+        if marker is not None:
+            entry = self._complete(header, marker[0], marker[1])
+            if entry is not None:
+                self.active.txn_index.append(entry)
 
     @property
     def unflushed_messages(self) -> int:
@@ -769,6 +952,7 @@ class Log:
             self.recovery_point = max(self.recovery_point, base)
         segment = self._new_segment(base)
         self.segments.append(segment)
+        self.take_producer_snapshot()  # as Kafka's roll: a later open replays from here
         if self._scheduler is not None:
             self._scheduler.request(self, base)
         return segment
@@ -987,7 +1171,7 @@ class Log:
             self.log_start_offset = plan.offset
         if plan.fully:
             self.epochs.truncate_from_end(-1)
-            self.producers.producers.clear()
+            self.producers.reset()
             self.copy.reopen_if_cut(plan.offset)
             self.high_watermark = plan.offset
             self.recovery_point = plan.offset
@@ -996,12 +1180,19 @@ class Log:
         return plan.cut
 
     def _after_truncation(self) -> None:
+        # Below the high watermark, a cut marker may belong to a transaction that is no longer
+        # tracked (completed, then forgotten once the high watermark passed it): rebuilt from the
+        # log (a rare cut: followers truncate above it but after an unclean election).
+        below_high_watermark = self.log_end_offset < self.high_watermark
         self.epochs.truncate_from_end(self.log_end_offset)
         self.producers.truncate_after(self.log_end_offset)
         if self.copy.reopen_if_cut(self.log_end_offset):
             self.producers.clear()  # the marker went: what is left is the copy
         self.high_watermark = min(self.high_watermark, self.log_end_offset)
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        delete_snapshots_after(self.directory, self.log_end_offset)
+        if below_high_watermark:
+            self._rebuild_transactions()
 
     # -- durability ----------------------------------------------------------------------
 
@@ -1045,6 +1236,8 @@ class Log:
         return False
 
     def close(self) -> None:
+        if not self.closed:
+            self.take_producer_snapshot()  # as Kafka's clean shutdown: the next open replays nothing
         self.closed = True
         for segment in self.segments:
             segment.close()

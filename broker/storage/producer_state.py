@@ -3,6 +3,13 @@
 Kafka keeps the last five batches of each producer so that a retried batch (same producer id,
 epoch and sequence range) is recognised and answered with the offsets it got the first time,
 without writing it again. Sequence numbers wrap from 2**31 - 1 to 0.
+
+Transactions (KIP-98), as Kafka's ProducerStateManager: a producer's first transactional batch
+opens its ongoing transaction at that batch's offset; a marker (COMMIT or ABORT, written through
+WriteTxnMarkers) completes it. A completed transaction stays *unstable* until the high
+watermark passes its marker (every replica of the ISR has the outcome), so the last stable
+offset, the first offset of the earliest unstable transaction, never runs ahead of what a
+read_committed consumer may be told is decided.
 """
 
 from __future__ import annotations
@@ -12,8 +19,9 @@ from dataclasses import dataclass, field
 
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
+from broker.storage.producer_snapshot import SnapshotEntry
 
-__all__ = ["BatchMetadata", "ProducerStateManager"]
+__all__ = ["BatchMetadata", "CompletedTxn", "ProducerStateManager"]
 
 RECENT_BATCHES = 5
 SEQUENCE_MODULUS = 1 << 31
@@ -28,9 +36,20 @@ class BatchMetadata:
     timestamp: int
 
 
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction a marker ended: its producer, its first offset and the marker's offset."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
+
+
 @dataclass(slots=True)
 class ProducerEntry:
     epoch: int
+    coordinator_epoch: int = -1  # of the latest marker: an older coordinator's marker is fenced
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=RECENT_BATCHES))
 
     @property
@@ -41,6 +60,10 @@ class ProducerEntry:
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
+        # Transactions (see the module): producer id -> first offset of its ongoing transaction,
+        # and the completed ones whose marker the high watermark has not passed, in marker order.
+        self.ongoing: dict[int, int] = {}
+        self.unreplicated: deque[CompletedTxn] = deque()
 
     def check(self, header: BatchHeader, pending: dict[int, tuple[int, int]] | None = None,
               ) -> BatchMetadata | None:
@@ -102,7 +125,9 @@ class ProducerStateManager:
             return
         entry = self.producers.get(header.producer_id)
         if entry is None or header.producer_epoch > entry.epoch:
-            entry = ProducerEntry(header.producer_epoch)
+            # A new epoch starts its sequences over; the coordinator epoch stays (Kafka's
+            # maybeUpdateProducerEpoch).
+            entry = ProducerEntry(header.producer_epoch, entry.coordinator_epoch if entry is not None else -1)
             self.producers[header.producer_id] = entry
         elif header.producer_epoch < entry.epoch:
             return
@@ -112,11 +137,125 @@ class ProducerStateManager:
                                            first_offset + header.last_offset_delta, timestamp))
 
     def clear(self) -> None:
-        """Forget every producer (what came before a link-mode promotion marker: broker/storage/link_copy.py)."""
+        """Forget every producer's sequences (what came before a link-mode promotion marker:
+        broker/storage/link_copy.py). Transactions stay: their markers may still come."""
         self.producers.clear()
 
+    def reset(self) -> None:
+        """Forget everything (the log was emptied)."""
+        self.producers.clear()
+        self.forget_transactions()
+
+    def forget_transactions(self) -> None:
+        """Forget every transaction (before they are rebuilt from the log)."""
+        self.ongoing.clear()
+        self.unreplicated.clear()
+
+    # -- snapshots (broker/storage/producer_snapshot.py) -----------------------------------
+
+    def snapshot_entries(self) -> list[SnapshotEntry]:
+        """Every producer as a snapshot holds it: its epoch, its last batch, its ongoing
+        transaction (a producer known only by an open transaction counts too)."""
+        entries = []
+        for pid in sorted(self.producers.keys() | self.ongoing.keys()):
+            entry = self.producers.get(pid)
+            last = entry.batches[-1] if entry is not None and entry.batches else None
+            entries.append(SnapshotEntry(
+                producer_id=pid, epoch=entry.epoch if entry is not None else -1,  # -1: a copy's, no sequences
+                last_sequence=last.last_seq if last is not None else -1,
+                last_offset=last.last_offset if last is not None else -1,
+                offset_delta=last.last_offset - last.first_offset if last is not None else 0,
+                timestamp=last.timestamp if last is not None else -1,
+                coordinator_epoch=entry.coordinator_epoch if entry is not None else -1,
+                current_txn_first_offset=self.ongoing.get(pid, -1)))
+        return entries
+
+    def load_snapshot(self, entries: list[SnapshotEntry]) -> None:
+        """Start from a snapshot's producers (what the log before its offset said)."""
+        self.reset()
+        for e in entries:
+            if e.current_txn_first_offset >= 0:
+                self.ongoing[e.producer_id] = e.current_txn_first_offset
+            if e.epoch < 0:
+                continue  # tracked for its transaction only (a link-mode copy's producer)
+            entry = self.producers[e.producer_id] = ProducerEntry(e.epoch, e.coordinator_epoch)
+            if e.last_sequence >= 0 and e.last_offset >= 0 and e.offset_delta >= 0:
+                entry.batches.append(BatchMetadata((e.last_sequence - e.offset_delta) % SEQUENCE_MODULUS,
+                                                   e.last_sequence, e.last_offset - e.offset_delta, e.last_offset,
+                                                   e.timestamp))
+
+    # -- transactions --------------------------------------------------------------------
+
+    def check_transactional(self, header: BatchHeader) -> None:
+        """A leader's check of a produced batch against the producer's transaction: a
+        non-transactional batch from a producer whose transaction is open is INVALID_TXN_STATE,
+        as Kafka's ProducerAppendInfo refuses it."""
+        if header.has_producer_id and not header.is_transactional and header.producer_id in self.ongoing:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"Expected transactional write from producer {header.producer_id} at offset "
+                             f"{header.base_offset}: it has an ongoing transaction")
+
+    def begin(self, producer_id: int, offset: int) -> None:
+        """A transactional batch at ``offset``: opens the producer's transaction unless it is open."""
+        self.ongoing.setdefault(producer_id, offset)
+
+    def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
+        """A leader's check of a marker before it is written, as Kafka's appendEndTxnMarker:
+        INVALID_PRODUCER_EPOCH for an epoch older than the producer's, TRANSACTION_COORDINATOR_FENCED
+        for a coordinator epoch older than the latest marker's."""
+        entry = self.producers.get(producer_id)
+        if entry is None:
+            return
+        if producer_epoch < entry.epoch:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_EPOCH,
+                             f"marker epoch {producer_epoch} of producer {producer_id} is older than {entry.epoch}")
+        if coordinator_epoch < entry.coordinator_epoch:
+            raise KafkaError(ErrorCode.TRANSACTION_COORDINATOR_FENCED,
+                             f"marker of producer {producer_id} from coordinator epoch {coordinator_epoch}, older "
+                             f"than {entry.coordinator_epoch}")
+
+    def complete(self, producer_id: int, producer_epoch: int, coordinator_epoch: int, offset: int, *, aborted: bool,
+                 high_watermark: int, local: bool = True) -> CompletedTxn:
+        """A marker at ``offset`` ends the producer's transaction (one with no ongoing transaction
+        ends an empty one at the marker, as Kafka's does); ``local``: the producer's epoch and
+        coordinator epoch are recorded (not for a link-mode copy's, broker/storage/link_copy.py).
+        Never raises: a follower and a log being opened take what the leader wrote."""
+        first = self.ongoing.pop(producer_id, offset)
+        if local:
+            entry = self.producers.get(producer_id)
+            if entry is None or producer_epoch > entry.epoch:
+                entry = self.producers[producer_id] = ProducerEntry(
+                    producer_epoch, entry.coordinator_epoch if entry is not None else -1)
+            entry.coordinator_epoch = max(entry.coordinator_epoch, coordinator_epoch)
+        completed = CompletedTxn(producer_id, first, offset, aborted)
+        self.unreplicated.append(completed)
+        self._prune(high_watermark)
+        return completed
+
+    def first_undecided_offset(self) -> int | None:
+        """The first offset of the earliest ongoing transaction; None when there is none."""
+        return min(self.ongoing.values()) if self.ongoing else None
+
+    def first_unstable_offset(self, high_watermark: int) -> int | None:
+        """The first offset of the earliest transaction ongoing, or completed by a marker the
+        high watermark has not passed; None when there is none."""
+        self._prune(high_watermark)
+        candidates = [first for first in self.ongoing.values()]
+        candidates += [txn.first_offset for txn in self.unreplicated]
+        return min(candidates) if candidates else None
+
+    def _prune(self, high_watermark: int) -> None:
+        while self.unreplicated and self.unreplicated[0].last_offset < high_watermark:
+            self.unreplicated.popleft()
+
     def truncate_after(self, offset: int) -> None:
-        """Forget batches at or past `offset` (the log was truncated there)."""
+        """Forget batches at or past `offset` (the log was truncated there): a transaction that
+        began there goes, one whose marker went is ongoing again."""
+        self.ongoing = {pid: first for pid, first in self.ongoing.items() if first < offset}
+        for txn in [t for t in self.unreplicated if t.last_offset >= offset]:
+            self.unreplicated.remove(txn)
+            if txn.first_offset < offset:
+                self.ongoing[txn.producer_id] = txn.first_offset
         for pid in list(self.producers):
             entry = self.producers[pid]
             kept = [b for b in entry.batches if b.last_offset < offset]

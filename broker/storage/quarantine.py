@@ -221,7 +221,8 @@ def copy_range(src_fd: int, start: int, end: int, dest: Path) -> None:
 
 def segment_files(log_file: Path) -> list[Path]:
     """A segment's `.log` and its two indexes, those of them that exist."""
-    return [p for p in (log_file, log_file.with_suffix(".index"), log_file.with_suffix(".timeindex")) if p.exists()]
+    return [p for p in (log_file, log_file.with_suffix(".index"), log_file.with_suffix(".timeindex"),
+                        log_file.with_suffix(".txnindex")) if p.exists()]
 
 
 def write_manifest(destination: Path, head: list[str], moved_bytes: int, tail: str | None,

@@ -16,6 +16,7 @@ from broker.protocol.records import BATCH_HEADER_SIZE, BatchHeader, batch_crc_ok
 from broker.storage.file_slice import FileSlice
 from broker.storage.handles import HANDLES
 from broker.storage.index import IndexError_, OffsetIndex, TimeIndex
+from broker.storage.txn_index import TransactionIndex
 
 __all__ = ["MAX_RELATIVE_OFFSET", "Gaps", "LogSegment", "segment_name"]
 
@@ -126,6 +127,8 @@ class LogSegment:
                                         index_max_bytes // 8)
         self.time_index = TimeIndex(directory / segment_name(base_offset, ".timeindex"), base_offset,
                                     index_max_bytes // 12)
+        # Aborted transactions whose markers are in this segment (made on its first entry).
+        self.txn_index = TransactionIndex(directory / segment_name(base_offset, ".txnindex"))
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.offset_of_max_timestamp = -1
@@ -453,6 +456,7 @@ class LogSegment:
         with self._index_lock:
             self._index_generation += 1
             self.offset_index.truncate_to_position(position)
+        self.txn_index.truncate_to(offset)
         # Rebuild the rest of the in-memory state from what remains.
         self.recover(check_crc=False)
         return removed
@@ -510,6 +514,7 @@ class LogSegment:
         for index, data in ((self.offset_index, indexes.offset_entries), (self.time_index, indexes.time_entries)):
             if data:
                 self._append_index(index.path, data, indexes.generation)
+        self.txn_index.sync()
 
     def _append_index(self, path: Path, data: bytes, generation: int) -> None:
         with self._index_lock:
@@ -560,10 +565,11 @@ class LogSegment:
         HANDLES.close(self)
 
     def delete_files(self) -> None:
-        """Unlink the segment's three files (after :meth:`detach`; blocking, thread-safe)."""
+        """Unlink the segment's files (after :meth:`detach`; blocking, thread-safe)."""
         self.path.unlink(missing_ok=True)
         self.offset_index.delete()
         self.time_index.delete()
+        self.txn_index.delete()
 
     def delete(self) -> None:
         self.detach()

@@ -49,6 +49,11 @@ answered with its id; an incremental fetch updates the session from its partitio
 topics, then reads, waits on and answers only the session's partitions that changed, so the work
 of a round is proportional to what changed, not to the partitions followed.
 
+Every answer carries the partition's last stable offset. A consumer's fetch with
+``isolation_level`` 1 (read_committed) reads only below it and is answered the aborted
+transactions its records overlap (broker/storage/txn_index.py: index lookups, no record is read),
+an empty list when it has no records; a read_uncommitted one gets null, as Kafka answers.
+
 With an authorizer, as Kafka's KafkaApis: a follower's fetch needs ClusterAction on the cluster, a
 consumer's Read on each topic; a partition refused is answered TOPIC_AUTHORIZATION_FAILED (a
 consumer's partition of an unknown topic id is UNKNOWN_TOPIC_ID first, as in Kafka) and is never
@@ -92,6 +97,7 @@ from broker.storage.handles import OUT_OF_FILES
 from security.acl import Operation, ResourceType
 
 PartitionData = FetchResponse.PartitionData
+READ_COMMITTED = 1  # isolation_level: stop at the last stable offset
 # The partition hosted under a name and index now (raises KafkaError when there is none).
 Lookup = Callable[[str, int], Partition]
 
@@ -108,7 +114,7 @@ class Wanted:
     """One requested partition, resolved once, read on every pass."""
 
     __slots__ = ("topic_name", "topic_id", "request", "partition", "error", "read_error", "read_max_bytes",
-                 "min_one_batch", "follower")
+                 "min_one_batch", "follower", "read_committed", "read_upper_bound")
 
     def __init__(
         self,
@@ -127,22 +133,36 @@ class Wanted:
         self.read_max_bytes = 0  # the limits of the latest read, to read again alike
         self.min_one_batch = False
         self.follower = False  # a follower's fetch: read up to the log end
+        self.read_committed = False  # a consumer's isolation_level 1: read up to the last stable offset
+        self.read_upper_bound = -1  # read_committed: no offset of the latest read reaches it
 
     def read(self) -> ReadResult:
         assert self.partition is not None
-        read = self.partition.read_for_follower if self.follower else self.partition.read
-        return read(self.request.fetch_offset, self.read_max_bytes, min_one_batch=self.min_one_batch)
+        if self.follower:
+            return self.partition.read_for_follower(self.request.fetch_offset, self.read_max_bytes,
+                                                    min_one_batch=self.min_one_batch)
+        result = self.partition.read(self.request.fetch_offset, self.read_max_bytes, min_one_batch=self.min_one_batch,
+                                     read_committed=self.read_committed)
+        if self.read_committed:
+            # The aborted transactions of a read lie below the first indexed batch after it (as
+            # Kafka bounds them; a few more entries than the read needs tell the consumer nothing
+            # wrong) and below the last stable offset.
+            bound = self.partition.last_stable_offset
+            self.read_upper_bound = bound if result.segment is None else min(bound, result.upper_bound_offset)
+        return result
 
 
 class Access:
     """Who may fetch what in one request: a follower (``replica_id`` >= 0) needs ClusterAction on
-    the cluster, a consumer Read on each topic; each decided once for the request."""
+    the cluster, a consumer Read on each topic; each decided once for the request. It also
+    carries the request's isolation level (``read_committed``: a consumer's level 1)."""
 
-    __slots__ = ("_ctx", "_follower", "_cluster", "_topics")
+    __slots__ = ("_ctx", "_follower", "_cluster", "_topics", "read_committed")
 
-    def __init__(self, ctx: RequestContext, replica_id: int) -> None:
+    def __init__(self, ctx: RequestContext, replica_id: int, isolation_level: int = 0) -> None:
         self._ctx = ctx
         self._follower = replica_id >= 0
+        self.read_committed = replica_id < 0 and isolation_level == READ_COMMITTED
         self._cluster: bool | None = None
         self._topics: dict[str, bool] = {}
 
@@ -213,6 +233,7 @@ def _resolve_one(ctx: RequestContext, access: Access, replica_id: int, name: str
             topic_id = partition.topic_id
     w = Wanted(name if name is not None else requested, topic_id, fp, partition, error)
     w.follower = replica_id >= 0
+    w.read_committed = access.read_committed
     return w
 
 
@@ -343,13 +364,20 @@ def answer(w: Wanted, records: FileSlice | None) -> PartitionData:
         # set (Kafka's partitionResponse answers an error with empty records too).
         return PartitionData(partition_index=w.request.partition, error_code=w.error,
                              high_watermark=-1, last_stable_offset=-1, log_start_offset=-1, records=b"")
+    aborted: list[FetchResponse.AbortedTransaction] | None = None
+    if w.read_committed:
+        # Kafka's answer to a read_committed fetch: the aborted transactions its records
+        # overlap (index lookups only), an empty list when it has no records.
+        aborted = [] if records is None else [
+            FetchResponse.AbortedTransaction(producer_id=t.producer_id, first_offset=t.first_offset)
+            for t in w.partition.log.aborted_transactions(w.request.fetch_offset, w.read_upper_bound)]
     return PartitionData(
         partition_index=w.request.partition,
         error_code=w.read_error,
         high_watermark=w.partition.high_watermark,
-        last_stable_offset=w.partition.high_watermark,
+        last_stable_offset=w.partition.last_stable_offset,
         log_start_offset=w.partition.log.log_start_offset,
-        aborted_transactions=None,
+        aborted_transactions=aborted,
         preferred_read_replica=-1,
         # The encoder writes a FileSlice's length and leaves a gap that the connection
         # fills from the file (broker.protocol.spliced): same bytes on the wire.
@@ -419,7 +447,7 @@ def _worth_reading_again(w: Wanted, result: ReadResult | None) -> bool:
 def _included(part: PartitionData, cached: CachedPartition) -> bool:
     """Whether an incremental answer carries the partition (Kafka's maybeUpdateResponseData)."""
     return (bool(part.records) or part.error_code != ErrorCode.NONE or part.high_watermark != cached.high_watermark
-            or part.log_start_offset != cached.log_start_offset)
+            or part.log_start_offset != cached.log_start_offset or part.last_stable_offset != cached.last_stable_offset)
 
 
 def _hosted_now(ctx: RequestContext, name: str, index: int) -> Partition | None:
@@ -465,7 +493,8 @@ def _new_session(ctx: RequestContext, replica_id: int, wanted: list[Wanted], rea
     if session is None:
         return None
     for w, result, part in zip(wanted, reads, parts, strict=True):
-        cached = CachedPartition(w.topic_name, w.topic_id, w.request, part.high_watermark, part.log_start_offset)
+        cached = CachedPartition(w.topic_name, w.topic_id, w.request, part.high_watermark, part.log_start_offset,
+                                 part.last_stable_offset)
         session.put(cached, _hosted_now(ctx, w.topic_name, w.request.partition),
                     pending=_worth_reading_again(w, result))
     if session.unknown > UNKNOWN_MAX:
@@ -546,6 +575,7 @@ async def _incremental(ctx: RequestContext, access: Access, request: FetchReques
         again = _worth_reading_again(w, result)
         if _included(part, cached):
             cached.high_watermark, cached.log_start_offset = part.high_watermark, part.log_start_offset
+            cached.last_stable_offset = part.last_stable_offset
             answered.append((w, part))
         session.pending.pop(key, None)
         if again:
@@ -556,7 +586,7 @@ async def _incremental(ctx: RequestContext, access: Access, request: FetchReques
 async def handle(ctx: RequestContext, request: FetchRequest) -> FetchResponse:
     replica_id = replica_id_of(request, ctx.version)
     request_metrics.fetch_from(follower=replica_id >= 0)
-    access = Access(ctx, replica_id)
+    access = Access(ctx, replica_id, request.isolation_level if ctx.version >= 4 else 0)
     if ctx.version < 7 or ctx.services.fetch_sessions is None:
         return await _full(ctx, access, request, replica_id, create=False)
     if request.session_epoch in (INITIAL_EPOCH, FINAL_EPOCH):

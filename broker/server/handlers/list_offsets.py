@@ -1,5 +1,8 @@
 """ListOffsets: earliest, latest, by timestamp (and the max-timestamp lookup of KIP-734).
 
+With isolation_level 1 (read_committed, v2+) latest is the last stable offset, as Kafka answers,
+and a timestamp lookup finds no offset at or past it (offset -1).
+
 With an authorizer each topic needs Describe (TOPIC_AUTHORIZATION_FAILED for its partitions), as
 Kafka's KafkaApis checks it.
 """
@@ -17,16 +20,18 @@ from security.acl import Operation, ResourceType
 PartitionResponse = ListOffsetsResponse.ListOffsetsPartitionResponse
 
 
-def _lookup(ctx: RequestContext, topic: str, req: ListOffsetsRequest.ListOffsetsPartition) -> PartitionResponse:
+def _lookup(ctx: RequestContext, topic: str, req: ListOffsetsRequest.ListOffsetsPartition, *,
+            read_committed: bool) -> PartitionResponse:
     partition = ctx.services.replicas.get(topic, req.partition_index)
     partition.check_leader_epoch(req.current_leader_epoch)
     log = partition.log
     epoch = partition.leader_epoch
     ts = req.timestamp
+    # Consumers see up to the high watermark; read_committed ones up to the last stable offset.
+    fetchable = partition.last_stable_offset if read_committed else partition.high_watermark
     if ts == LATEST:
-        # Consumers see up to the high watermark (no transactions yet, so it is also the LSO).
-        return PartitionResponse(partition_index=req.partition_index, timestamp=-1,
-                                 offset=partition.high_watermark, leader_epoch=epoch)
+        return PartitionResponse(partition_index=req.partition_index, timestamp=-1, offset=fetchable,
+                                 leader_epoch=epoch)
     if ts in (EARLIEST, EARLIEST_LOCAL):
         return PartitionResponse(partition_index=req.partition_index, timestamp=-1,
                                  offset=log.log_start_offset, leader_epoch=epoch)
@@ -39,7 +44,7 @@ def _lookup(ctx: RequestContext, topic: str, req: ListOffsetsRequest.ListOffsets
         raise KafkaError(ErrorCode.INVALID_REQUEST, f"unknown special timestamp {ts}")
     else:
         found = log.offset_for_timestamp(ts)
-    if found is None:
+    if found is None or (read_committed and found[0] >= fetchable):
         # No record at or after that time: Kafka answers offset -1, timestamp -1.
         return PartitionResponse(partition_index=req.partition_index, timestamp=-1, offset=-1,
                                  leader_epoch=-1)
@@ -49,6 +54,7 @@ def _lookup(ctx: RequestContext, topic: str, req: ListOffsetsRequest.ListOffsets
 
 
 async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsResponse:
+    read_committed = ctx.version >= 2 and request.isolation_level == 1
     topics = []
     for topic in request.topics:
         partitions = []
@@ -57,7 +63,7 @@ async def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffset
             try:
                 if not describable:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
-                partitions.append(_lookup(ctx, topic.name, req))
+                partitions.append(_lookup(ctx, topic.name, req, read_committed=read_committed))
             except KafkaError as exc:
                 partitions.append(PartitionResponse(partition_index=req.partition_index,
                                                     error_code=exc.code, timestamp=-1, offset=-1))

@@ -10,6 +10,10 @@ REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, NOT_LEADER_OR_FOLLOWER as K
 DelayedProduce answers. With an ISR of one (a standalone broker) the high watermark passes the
 batches at the append and nothing waits.
 
+A produce with a transactional id may carry transactional batches: the log opens each producer's
+transaction at its first one (broker/storage/producer_state.py). There is no transaction
+coordinator yet to verify that the partition was added to the transaction (KIP-890).
+
 Here: the request's own checks of each topic (it exists; it is not a mirror topic, which only
 its mirror writes, by LinkAppend) and the answer; acks=0 gets none at all.
 

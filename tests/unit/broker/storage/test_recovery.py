@@ -144,6 +144,7 @@ def test_orphan_indexes_and_temporary_files_are_removed(tmp_path: Path) -> None:
         "00000000000000000000.index",
         "00000000000000000000.log",
         "00000000000000000000.timeindex",
+        "00000000000000000003.snapshot",  # the producer state at the clean close
         "leader-epoch-checkpoint",
     ]
 

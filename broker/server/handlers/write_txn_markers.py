@@ -1,0 +1,79 @@
+"""WriteTxnMarkers (API 27): a transaction coordinator's COMMIT and ABORT markers to partition
+leaders, as Kafka's KafkaApis.handleWriteTxnMarkersRequest.
+
+An inter-broker API: with an authorizer the sender needs ClusterAction on the cluster, else every
+partition is answered CLUSTER_AUTHORIZATION_FAILED and nothing is written (a client cannot end
+anyone's transaction). Each marker's partitions go through the one append path
+(broker/replication/append.py) with the coordinator's origin (internal topics allowed), acks=-1
+and ``request.timeout.ms``, as Kafka appends them: a partition not hosted here is
+UNKNOWN_TOPIC_OR_PARTITION, one not led NOT_LEADER_OR_FOLLOWER, an older producer epoch
+INVALID_PRODUCER_EPOCH, an older coordinator epoch TRANSACTION_COORDINATOR_FENCED, a mirror
+topic (only its mirror writes it) Kafka's error for it. A marker for a producer with no ongoing
+transaction in a partition is written all the same and answered NONE, as Kafka's (it ends an
+empty transaction: a retried marker, or a partition the producer added but never wrote).
+
+Transactional offset commits (markers to ``__consumer_offsets``) are written here too; making
+them visible at commit is the coordinator's part (issue 23), not done yet.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+from broker.controller.model import TopicInfo
+from broker.protocol.api import ApiKey
+from broker.protocol.control_records import ControlType
+from broker.protocol.errors import ErrorCode, KafkaError
+from broker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
+from broker.replication.append import AppendEntry, AppendOrigin, TxnMarker, append_records
+from broker.server.context import RequestContext
+from broker.server.handlers.base import ApiHandler
+from broker.server.topic_configs import refuse_if_mirror
+from security.acl import Operation
+
+__all__ = ["HANDLER"]
+
+MarkerResult = WriteTxnMarkersResponse.WritableTxnMarkerResult
+TopicResult = WriteTxnMarkersResponse.WritableTxnMarkerTopicResult
+PartitionResult = WriteTxnMarkersResponse.WritableTxnMarkerPartitionResult
+
+
+def _check_topic(name: str, topic: TopicInfo | None) -> None:
+    if topic is None:
+        raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)
+    refuse_if_mirror(name, topic.configs)
+
+
+def _every_partition(request: WriteTxnMarkersRequest, code: ErrorCode) -> WriteTxnMarkersResponse:
+    """The answer that gives every partition of the request one error (Kafka's getErrorResponse)."""
+    return WriteTxnMarkersResponse(markers=[
+        MarkerResult(producer_id=marker.producer_id, topics=[
+            TopicResult(name=topic.name, partitions=[PartitionResult(partition_index=index, error_code=code)
+                                                     for index in topic.partition_indexes])
+            for topic in marker.topics])
+        for marker in request.markers])
+
+
+async def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersResponse:
+    if not ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+        return _every_partition(request, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    topics = ctx.services.controller.topics()
+    entries: list[AppendEntry] = []
+    for marker in request.markers:
+        control_type = ControlType.COMMIT if marker.transaction_result else ControlType.ABORT
+        records = TxnMarker(control_type, marker.producer_id, marker.producer_epoch, marker.coordinator_epoch)
+        for topic in marker.topics:
+            check = partial(_check_topic, topic.name, topics.get(topic.name))
+            entries += [AppendEntry(topic.name, index, records, check=check) for index in topic.partition_indexes]
+    appends = iter(await append_records(ctx.services.replicas, entries, origin=AppendOrigin.COORDINATOR,
+                                        required_acks=-1, timeout_ms=ctx.config.request_timeout_ms))
+    return WriteTxnMarkersResponse(markers=[
+        MarkerResult(producer_id=marker.producer_id, topics=[
+            TopicResult(name=topic.name, partitions=[
+                PartitionResult(partition_index=index, error_code=next(appends).error_code)
+                for index in topic.partition_indexes])
+            for topic in marker.topics])
+        for marker in request.markers])
+
+
+HANDLER = ApiHandler(ApiKey.WRITE_TXN_MARKERS, 0, 1, handle)
