@@ -16,12 +16,12 @@ from pathlib import Path
 
 from kazoo.client import KazooClient
 
+from broker.controller.zk import znodes
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     CreateTopicsRequest,
     DescribeConfigsRequest,
     FindCoordinatorRequest,
-    IncrementalAlterConfigsRequest,
     JoinGroupRequest,
     LeaderAndIsrRequest,
     StopReplicaRequest,
@@ -163,13 +163,15 @@ def test_garbage_config_change_notifications_do_not_flood_any_brokers_log(zookee
                    for i in range(count)]
         for result in pending:
             result.get(timeout=TIMEOUT_S)
-        # A real change announced after the garbage: once a broker applied it, it has read
-        # every notification before it.
-        request = IncrementalAlterConfigsRequest(resources=[IncrementalAlterConfigsRequest.AlterConfigsResource(
-            resource_type=4, resource_name="", configs=[IncrementalAlterConfigsRequest.AlterableConfig(
-                name="message.max.bytes", config_operation=0, value="2000")])])
-        (answer,) = ask(cluster.brokers[1].bootstrap, request, 1, timeout_s=TIMEOUT_S).responses
-        assert answer.error_code == 0, answer.error_message
+        # A real change announced after the garbage, written into ZooKeeper as Kafka 3's
+        # `kafka-configs --zookeeper` writes it: every broker learns of it only from its
+        # notification, so once a broker applied it, it has read every notification before it.
+        # (Through IncrementalAlterConfigs the broker that handles the request applies the change
+        # at once, maybe before it read the garbage, and a stop then cut its log short.)
+        zk.create(znodes.broker_config_path(None), znodes.encode_config({"message.max.bytes": "2000"}),
+                  makepath=True)
+        zk.create(znodes.config_change_prefix_path(), znodes.encode_config_change(
+            f"brokers/{znodes.DEFAULT_ENTITY}"), sequence=True)
         for broker_id in cluster.brokers:
             wait_until(lambda b=broker_id: cluster.max_message_bytes(b) == "2000",
                        what=f"broker {broker_id} applying the change after the garbage", timeout_s=TIMEOUT_S)
