@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
@@ -65,6 +66,8 @@ def _drill(args: argparse.Namespace) -> int:
                      duration_s=args.duration)
     progress(f"drill {args.kind} on mirror {args.mirror}: {record.source} ({source}) -> {record.target} ({target}), "
              f"{args.rate:g} records/s over {', '.join(topics)}")
+    # SIGTERM stops a drill as Ctrl-C does: its clients stopped, a cut link put back, and said.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         report = run_drill(plan, progress)
     except DrillInterrupted as stop:

@@ -5,6 +5,9 @@ reports an RPO that the records at the DR site, read here on their own, bear out
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 from collections import Counter, defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
-from tests.integration.test_link_mode_launcher import EXAMPLE, MIRROR, TOPICS, causeway, status
+from tests.integration.test_link_mode_launcher import EXAMPLE, MIRROR, REPO, TOPICS, causeway, status
 
 
 @contextmanager
@@ -112,3 +115,27 @@ def test_bad_command_lines_exit_2(tmp_path: Path) -> None:
         assert "causeway drill:" in done.stderr
     done = causeway("drill", "switchover", EXAMPLE, "--mirror", MIRROR, "--state-dir", state)
     assert done.returncode == 1 and "causeway up" in done.stderr, done.stdout + done.stderr
+
+
+def test_an_interrupted_drill_says_what_it_did_and_leaves_the_mirror_copying(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        drill_run = subprocess.Popen(
+            [sys.executable, "-m", "deploy.cli", "drill", "failover", EXAMPLE, "--mirror", MIRROR, "--state-dir",
+             str(state), "--disaster", "partition", "--duration", "600"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            assert drill_run.stdout is not None
+            for line in drill_run.stdout:  # the workload runs: its first progress line
+                if "acknowledged at the primary" in line:
+                    break
+            drill_run.send_signal(signal.SIGINT)
+            out, err = drill_run.communicate(timeout=60)
+        finally:
+            if drill_run.poll() is None:
+                drill_run.kill()
+                drill_run.wait()
+        assert drill_run.returncode == 130, out + err
+        assert "Interrupted during 'workload at the primary'" in err, err
+        assert "Nothing was promoted" in err and f"causeway status --state-dir {state}" in err, err
+        mirror = status(state)["mirrors"][MIRROR]
+        assert mirror.get("state") == "running", mirror
