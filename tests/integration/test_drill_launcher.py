@@ -139,3 +139,16 @@ def test_an_interrupted_drill_says_what_it_did_and_leaves_the_mirror_copying(tmp
         assert "Nothing was promoted" in err and f"causeway status --state-dir {state}" in err, err
         mirror = status(state)["mirrors"][MIRROR]
         assert mirror.get("state") == "running", mirror
+
+
+def test_failover_with_the_primary_killed_counts_what_the_dr_site_holds(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        east = status(state)["clusters"]["east"]["brokers"]
+        code, report, output = drill(state, "failover", "--disaster", "kill")
+        assert code == 0, output
+        rpo = report["rpo"]
+        assert report["disaster"] == "kill" and rpo["acknowledged"] > 0 and rpo["duplicates"] == 0, output
+        assert f"pids {east[0]['pid']}" in report["timeline"][1]["detail"], output
+        held = primary_records_at(status(state)["clusters"]["west"]["bootstrap"], report["run"])
+        counted = sum(len(records) for records in held.values())
+        assert counted == rpo["reached_dr"] == rpo["acknowledged"] - rpo["records"], output
