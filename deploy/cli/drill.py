@@ -54,7 +54,7 @@ def _drill(args: argparse.Namespace) -> int:
     progress = say_on_stderr if args.json else say
     source, target = clusters["source"].bootstrap, clusters["target"].bootstrap
     try:
-        topics = mirrored_topics(source, target, config)
+        topics = mirrored_topics(source, target, config, args.mirror)
     except (LookupError, TimeoutError) as exc:
         raise Refused(str(exc)) from None
     disaster: Literal["kill", "partition"] | None = None
@@ -75,7 +75,9 @@ def _drill(args: argparse.Namespace) -> int:
         _say_interrupted(stop, args, state_dir)
         return 130
     except DrillError as exc:
-        raise Refused(str(exc)) from None
+        if exc.report is not None:
+            print(exc.report.table(), file=sys.stderr)
+        raise Refused(f"the drill stopped in step {exc}") from None
     outcome = report.outcome
     if args.max_rpo is not None and outcome is not None and outcome.rpo > args.max_rpo:
         report.limits_exceeded.append(f"RPO {outcome.rpo} record(s) > --max-rpo {args.max_rpo}")

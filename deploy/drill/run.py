@@ -17,12 +17,17 @@ from functools import partial
 from pathlib import Path
 from typing import Literal
 
-from deploy.drill.disaster import kill_brokers, link_proxies, set_link
+from confluent_kafka import KafkaException
+
+from broker.client.connection import ClientError
+from deploy.drill.disaster import DisasterError, kill_brokers, link_proxies, set_link
 from deploy.drill.report import DrillReport, Timeline
 from deploy.drill.verify import log_ends, outcome, read_logs
 from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
 from deploy.launcher.control import read_state
+from deploy.wan.client import WanApiError
 from mirror.config import MirrorConfig
+from mirror.promote import PromotionError
 
 __all__ = ["DrillError", "DrillInterrupted", "DrillPlan", "run_drill"]
 
@@ -32,7 +37,17 @@ PROGRESS_EVERY_S = 2.0
 
 
 class DrillError(RuntimeError):
-    pass
+    """The drill could not go on; `report` holds its timeline up to the step that failed."""
+
+    def __init__(self, message: str, report: DrillReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# What a step can fail with when a cluster, the emulator or the launcher's state does not answer
+# as the drill needs: the drill stops there (its clients stopped, a cut link put back) and says so.
+STEP_FAILURES = (DrillError, DisasterError, PromotionError, ClientError, KafkaException, WanApiError, TimeoutError,
+                 OSError)
 
 
 class DrillInterrupted(KeyboardInterrupt):
@@ -182,6 +197,9 @@ def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
         copy = read_logs(plan.target_bootstrap, promoted_ends)
         report.outcome = outcome(load.ledger.acked, copy, dr_load.ledger.names(), reader.names, dr_reader.names, run)
         timeline.end(step, f"{sum(len(r) for r in copy.values())} record(s) below the ends at the promotion")
+    except STEP_FAILURES as exc:
+        failed = next((s.name for s in reversed(timeline.steps) if s.duration_s is None), "the drill")
+        raise DrillError(f"{failed}: {exc}", report) from exc
     except KeyboardInterrupt:
         for client in clients:
             _stop_fast(client)

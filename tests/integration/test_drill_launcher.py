@@ -83,6 +83,9 @@ def test_switchover_loses_nothing_and_the_group_rereads_nothing(tmp_path: Path) 
         held = Counter(name for records in primary_records_at(west, report["run"]).values()
                        for name in records.values())
         assert len(held) == rpo["acknowledged"] and set(held.values()) == {1}
+        # The topics are promoted now: a second drill would copy nothing, and is refused.
+        again = causeway("drill", "switchover", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state))
+        assert again.returncode == 1 and "promoted already" in again.stderr, again.stdout + again.stderr
 
 
 def test_failover_with_the_link_cut_reports_the_rpo_the_dr_site_bears_out(tmp_path: Path) -> None:

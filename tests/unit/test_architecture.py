@@ -162,7 +162,7 @@ ALLOWED: dict[str, set[str]] = {
     | {"broker.client", "mirror", "deploy", "deploy.wan", "deploy.zookeeper", "deploy.launcher"},
     # A drill drives a running topology from outside as a user would: clients, the launcher's
     # state (pids, the emulator's API) and the mirror's promotion.
-    "deploy.drill": _BROKER_BASE | {"mirror", "deploy", "deploy.wan", "deploy.launcher"},
+    "deploy.drill": _BROKER_BASE | {"broker.client", "mirror", "deploy", "deploy.wan", "deploy.launcher"},
     "deploy.cli": _BROKER_ALL
     | {"topology", "mirror", "pipeline", "security"}
     | {"deploy", "deploy.wan", "deploy.zookeeper", "deploy.launcher", "deploy.chaos", "deploy.fuzz", "deploy.drill"},
