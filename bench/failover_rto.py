@@ -13,7 +13,9 @@ moment: `causeway status`, `causeway mirror promote --failover`, a producer at t
 its first record is acknowledged (RTO to the first produce), and group `rto` consuming there until
 its first record (RTO to the first consume; how many records it re-read is counted). With
 `--planned` nothing is frozen: promote without --failover, after the producers stopped. Each run
-ends with `causeway down`. Nothing here asserts a speed; it prints the figures.
+ends with `causeway down`. Nothing here asserts a speed; it prints the figures. The link is cut
+and the ends are read with the drill's own parts (deploy/drill/); `causeway drill failover` runs
+the same failover under a steady load and counts every record (docs/operations/drills.md).
 """
 
 from __future__ import annotations
@@ -27,11 +29,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import Consumer, Producer, TopicPartition
+
+from deploy.drill.disaster import link_proxies, set_link
+from deploy.drill.verify import log_ends
+from deploy.launcher.control import read_state
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "dr-link.yaml"
@@ -82,11 +87,8 @@ def committed(bootstrap: str, partitions: int) -> list[int]:
 
 
 def high_watermarks(bootstrap: str, partitions: int) -> list[int]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "rto-probe"})
-    try:
-        return [consumer.get_watermark_offsets(TopicPartition(TOPIC, p), timeout=10)[1] for p in range(partitions)]
-    finally:
-        consumer.close()
+    ends = log_ends(bootstrap, [(TOPIC, p) for p in range(partitions)])
+    return [ends[(TOPIC, p)] for p in range(partitions)]
 
 
 def wait(check: Any, what: str, timeout_s: float = 60.0) -> None:
@@ -150,10 +152,9 @@ def run_once(planned: bool, records: int) -> dict[str, float | int]:
             start = [records] * partitions
             disaster = time.monotonic()
             if not planned:
-                for proxy in state["wan"]["proxies"]:
-                    request = urllib.request.Request(f"http://{state['wan']['api']}/proxies/{proxy}",
-                                                     data=b'{"enabled": false}', method="POST")
-                    urllib.request.urlopen(request, timeout=5).close()
+                launched = read_state(state_dir)
+                assert launched is not None
+                set_link(launched.wan.api, link_proxies(launched, "east", "west"), enabled=False)
                 for broker in east["brokers"]:
                     os.kill(broker["pid"], signal.SIGSTOP)
                     stopped.append(broker["pid"])

@@ -14,6 +14,7 @@ Subcommands:
   pipeline           Spark jobs: audit a mirror, its lag, copy or export a topic
   zookeeper          a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters
   certs              a development CA and broker and client certificates (TLS, mutual TLS)
+  drill              a disaster-recovery drill on a running topology (RPO, RTO, a timeline)
 
 One module per command in this package (`deploy.cli.broker`, `deploy.cli.console`, ...), each
 with a `register(subparsers)`; `deploy.cli.command` holds what they share: exceptions mapped to
@@ -61,6 +62,9 @@ COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.zookeeper", (("zookeeper", "run a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters"),)),
     ("deploy.cli.certs", (("certs", "a development CA and broker and client certificates (TLS, mutual TLS)"),)),
     ("deploy.cli.users", (("users", "list, add and delete SCRAM users (like kafka-configs --entity-type users)"),)),
+    ("deploy.cli.drill", (
+        ("drill", "a disaster-recovery drill: switch-over or failover under load, with its RPO and RTO"),
+    )),
 )
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from pipeline.audit import MirrorSpec
 
 __all__ = ["add_spark_options", "check_master", "mirror_config_from_topology", "mirror_from_topology", "mirror_logins",
-           "on_spark", "option_flags"]
+           "on_spark", "option_flags", "started_mirror"]
 
 _T = TypeVar("_T")
 
@@ -122,9 +122,14 @@ def on_spark(master: str, job: Callable[[SparkSession], _T], *, verbose: bool = 
 
 
 def _started_mirror(args: argparse.Namespace) -> tuple[MirrorRecord, dict[str, ClusterRecord]]:
+    mirror, clusters, _state_dir = started_mirror(args)
+    return mirror, clusters
+
+
+def started_mirror(args: argparse.Namespace) -> tuple[MirrorRecord, dict[str, ClusterRecord], Path]:
     """The mirror `args.mirror` of topology `args.topology` (its file, or its name) and its
     clusters by role (source, target), found as `causeway status` finds them: in the launcher's
-    state file under `args.state_dir` (default .causeway/<topology name>)."""
+    state file under `args.state_dir` (default .causeway/<topology name>), and that state dir."""
     from deploy.launcher.control import read_state
     from deploy.launcher.state_file import StateFileError
     from topology import TopologyError, load_topology
@@ -157,7 +162,7 @@ def _started_mirror(args: argparse.Namespace) -> tuple[MirrorRecord, dict[str, C
         if cluster not in state.clusters:
             raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
         clusters[role] = state.clusters[cluster]
-    return mirror, clusters
+    return mirror, clusters, state_dir
 
 
 def mirror_logins(args: argparse.Namespace) -> dict[str, Path | None]:

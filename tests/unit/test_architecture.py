@@ -160,15 +160,18 @@ ALLOWED: dict[str, set[str]] = {
     | {"broker.client", "topology", "mirror", "security", "deploy", "deploy.wan", "deploy.zookeeper"},
     "deploy.chaos": _BROKER_BASE
     | {"broker.client", "mirror", "deploy", "deploy.wan", "deploy.zookeeper", "deploy.launcher"},
+    # A drill drives a running topology from outside as a user would: clients, the launcher's
+    # state (pids, the emulator's API) and the mirror's promotion.
+    "deploy.drill": _BROKER_BASE | {"broker.client", "mirror", "deploy", "deploy.wan", "deploy.launcher"},
     "deploy.cli": _BROKER_ALL
     | {"topology", "mirror", "pipeline", "security"}
-    | {"deploy", "deploy.wan", "deploy.zookeeper", "deploy.launcher", "deploy.chaos", "deploy.fuzz"},
+    | {"deploy", "deploy.wan", "deploy.zookeeper", "deploy.launcher", "deploy.chaos", "deploy.fuzz", "deploy.drill"},
     # The benchmarks drive the product from outside, as the tests do: they may start it through
     # deploy's process handles. The Kafka peers they run beside Causeway are their own room below.
     "bench.peers": _BROKER_BASE | {"broker.client", "deploy", "deploy.launcher", "deploy.wan"},
     "bench": _BROKER_ALL | {"security"}
     | {"mirror", "pipeline", "topology", "bench.peers"}
-    | {"deploy", "deploy.cli", "deploy.launcher", "deploy.wan", "deploy.zookeeper"},
+    | {"deploy", "deploy.cli", "deploy.launcher", "deploy.wan", "deploy.zookeeper", "deploy.drill"},
     "tools": set(),
     "tools.causeway_protocol": set(),
 }

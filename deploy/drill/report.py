@@ -1,0 +1,109 @@
+"""A drill's report: its timeline (each step, when it began and how long it took), RPO and RTO,
+and the group's re-reads and skips; as a table for the terminal and as JSON."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from deploy.drill.verify import Outcome
+
+__all__ = ["DrillReport", "Step", "Timeline"]
+
+
+@dataclass
+class Step:
+    name: str
+    start_s: float  # from the drill's start
+    duration_s: float | None = None  # None: under way (or interrupted)
+    detail: str = ""
+
+
+@dataclass
+class Timeline:
+    started: float = field(default_factory=time.monotonic)
+    steps: list[Step] = field(default_factory=list)
+
+    def begin(self, name: str) -> Step:
+        step = Step(name, time.monotonic() - self.started)
+        self.steps.append(step)
+        return step
+
+    def end(self, step: Step, detail: str = "") -> None:
+        step.duration_s = time.monotonic() - self.started - step.start_s
+        step.detail = detail or step.detail
+
+    def since_start(self, moment: float) -> float:
+        return moment - self.started
+
+
+@dataclass
+class DrillReport:
+    kind: str  # switchover or failover
+    disaster: str | None  # kill, partition, or None (a planned switch-over)
+    mirror: str
+    topics: list[str]
+    rate: float
+    timeline: Timeline
+    run: str = ""  # the drill's name: its records are "<run>:<site>:<sequence>", its group "causeway-<run>"
+    outcome: Outcome | None = None
+    rto_produce_s: float | None = None  # from the disaster to the first record acknowledged at the DR site
+    rto_consume_s: float | None = None  # ... to the first record the group read there
+    limits_exceeded: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        outcome = self.outcome
+        return {
+            "run": self.run, "kind": self.kind, "disaster": self.disaster, "mirror": self.mirror,
+            "topics": self.topics,
+            "rate": self.rate,
+            "rpo": None if outcome is None else {
+                "records": outcome.rpo, "acknowledged": outcome.acknowledged, "reached_dr": outcome.reached,
+                "duplicates": outcome.duplicates,
+                "partitions": [{"topic": lost.topic, "partition": lost.partition, "records": lost.count,
+                                "offsets": [list(r) for r in lost.ranges]} for lost in outcome.lost]},
+            "rto": {"first_produce_s": _round(self.rto_produce_s), "first_consume_s": _round(self.rto_consume_s)},
+            "group": None if outcome is None else {"reread": outcome.reread, "skipped": outcome.skipped},
+            "timeline": [{**asdict(step), "start_s": _round(step.start_s), "duration_s": _round(step.duration_s)}
+                         for step in self.timeline.steps],
+            "limits_exceeded": self.limits_exceeded,
+        }
+
+    def table(self) -> str:
+        title = f"drill {self.kind}" + (f" (disaster: {self.disaster})" if self.disaster else "")
+        lines = [f"{title}, mirror {self.mirror}, {self.rate:g} records/s over {', '.join(self.topics)}", ""]
+        lines += _timeline_lines(self.timeline.steps)
+        lines.append("")
+        outcome = self.outcome
+        if outcome is not None:
+            lines.append(f"RPO        {outcome.rpo} record(s) acknowledged at the primary never reached the DR site "
+                         f"({outcome.reached} of {outcome.acknowledged} did; {outcome.duplicates} duplicate(s))")
+            for lost in outcome.lost:
+                ranges = ", ".join(f"{a}" if a == b else f"{a}-{b}" for a, b in lost.ranges)
+                lines.append(f"           {lost.topic}-{lost.partition}: {lost.count} at offsets {ranges}")
+        lines.append(f"RTO        first produce at the DR site {_seconds(self.rto_produce_s)}, "
+                     f"first consume {_seconds(self.rto_consume_s)} (from the "
+                     f"{'disaster' if self.disaster else 'producers stopping'})")
+        if outcome is not None:
+            lines.append(f"group      re-read {outcome.reread}, skipped {outcome.skipped}")
+        for limit in self.limits_exceeded:
+            lines.append(f"EXCEEDED   {limit}")
+        return "\n".join(lines)
+
+
+def _timeline_lines(steps: list[Step]) -> list[str]:
+    width = max((len(step.name) for step in steps), default=4)
+    lines = [f"{'at':>8}  {'step':<{width}}  {'took':>8}  detail"]
+    for step in steps:
+        took = "-" if step.duration_s is None else f"{step.duration_s:.2f}s"
+        lines.append(f"{step.start_s:>7.2f}s  {step.name:<{width}}  {took:>8}  {step.detail}".rstrip())
+    return lines
+
+
+def _seconds(value: float | None) -> str:
+    return "not reached" if value is None else f"{value:.2f}s"
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)

@@ -1,0 +1,238 @@
+"""The drill's steps in order: workload at the primary, the disaster (or the producers stopped
+for a planned switch-over), the promotion, the workload moved to the DR site, the count.
+
+Runs in the calling thread (the clients run in threads of their own; the promotion in trio.run).
+An interrupt (Ctrl-C) stops the clients, puts a cut WAN link back, and is raised again with the
+timeline so far in `DrillInterrupted`, so the caller can say what was done.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+from confluent_kafka import KafkaException
+
+from broker.client.connection import ClientError
+from deploy.drill.disaster import DisasterError, kill_brokers, link_proxies, set_link
+from deploy.drill.report import DrillReport, Timeline
+from deploy.drill.verify import log_ends, outcome, read_logs
+from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
+from deploy.launcher.control import read_state
+from deploy.wan.client import WanApiError
+from mirror.config import MirrorConfig
+from mirror.promote import PromotionError
+
+__all__ = ["DrillError", "DrillInterrupted", "DrillPlan", "run_drill"]
+
+Say = Callable[[str], None]
+START_TIMEOUT_S = 60.0  # for a first acknowledgement or a first read, and for the group to catch up
+PROGRESS_EVERY_S = 2.0
+
+
+class DrillError(RuntimeError):
+    """The drill could not go on; `report` holds its timeline up to the step that failed."""
+
+    def __init__(self, message: str, report: DrillReport | None = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+# What a step can fail with when a cluster, the emulator or the launcher's state does not answer
+# as the drill needs: the drill stops there (its clients stopped, a cut link put back) and says so.
+STEP_FAILURES = (DrillError, DisasterError, PromotionError, ClientError, KafkaException, WanApiError, TimeoutError,
+                 OSError)
+
+
+class DrillInterrupted(KeyboardInterrupt):
+    def __init__(self, report: DrillReport, undone: list[str]) -> None:
+        super().__init__("interrupted")
+        self.report, self.undone = report, undone
+
+
+@dataclass(frozen=True)
+class DrillPlan:
+    kind: Literal["switchover", "failover"]
+    disaster: Literal["kill", "partition"] | None
+    state_dir: Path
+    mirror: str
+    source: str  # the clusters' names in the topology
+    target: str
+    source_bootstrap: str
+    target_bootstrap: str
+    topics: list[str]
+    partitions: list[TopicPartition]
+    config: MirrorConfig | None
+    rate: float
+    duration_s: float
+
+
+def _wait(check: Callable[[], bool], what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if time.monotonic() > deadline:
+            raise DrillError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.05)
+
+
+def _caught_up(reader: GroupReader, ends: dict[TopicPartition, int]) -> bool:
+    positions = reader.positions()
+    return all(positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0)
+
+
+def _promote(plan: DrillPlan, say: Say) -> str:
+    import trio
+
+    from mirror.promote import promote
+
+    report = trio.run(partial(promote, plan.target_bootstrap, source_bootstrap=plan.source_bootstrap,
+                              mirror=plan.mirror, failover=plan.kind == "failover", timeout_s=60.0,
+                              say=lambda line: say(f"  promote: {line}"), config=plan.config))
+    if not report.ok:
+        why = "; ".join(f"{t}: {w}" for t, w in sorted(report.failed.items())) or "the copy did not catch up"
+        raise DrillError(f"the promotion failed: {why}")
+    return f"{len(report.promoted)} topic(s) promoted"
+
+
+def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
+    run = f"drill-{secrets.token_hex(4)}"
+    group = f"causeway-{run}"
+    report = DrillReport(plan.kind, plan.disaster, plan.mirror, plan.topics, plan.rate, timeline=Timeline(), run=run)
+    timeline = report.timeline
+    clients: list[ProducerLoad | GroupReader] = []
+    cut: list[str] = []
+    api = ""
+    primary_stop: threading.Thread | None = None
+    try:
+        step = timeline.begin("workload at the primary")
+        reader = GroupReader(plan.source_bootstrap, group, plan.topics, run).start()
+        load = ProducerLoad(plan.source_bootstrap, plan.topics, plan.rate, run, "primary").start()
+        clients += [reader, load]
+        _wait(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary")
+        last = time.monotonic()
+        while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
+            time.sleep(0.1)
+            if time.monotonic() - last >= PROGRESS_EVERY_S:
+                last = time.monotonic()
+                say(f"  {load.ledger.count()} acknowledged at the primary, group {group} read {len(reader.names)}")
+        timeline.end(step, f"group {group}; {load.ledger.count()} acknowledged")
+        say(f"workload at the primary for {plan.duration_s:g} s: {load.ledger.count()} acknowledged")
+
+        if plan.kind == "switchover":
+            step = timeline.begin("producers stopped")
+            disaster_at = time.monotonic()
+            load.stop(grace_s=10.0)
+            clients.remove(load)
+            timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed")
+            step = timeline.begin("group caught up at the primary")
+            _wait(lambda: _caught_up(reader, load.ledger.ends()), f"group {group} to read every record")
+            reader.stop(commit=True)
+            clients.remove(reader)
+            timeline.end(step, f"read {len(reader.names)}, committed")
+            say(f"{step.name}: {step.detail}")
+        else:
+            step = timeline.begin(f"disaster: {plan.disaster}")
+            disaster_at = time.monotonic()
+            if plan.disaster == "kill":
+                pids = kill_brokers(plan.state_dir, plan.source)
+                timeline.end(step, f"SIGKILL to {plan.source}'s brokers (pids {', '.join(map(str, pids))})")
+            else:
+                state = read_state(plan.state_dir)
+                if state is None:
+                    raise DrillError(f"{plan.state_dir}: the topology is not running")
+                api = state.wan.api
+                proxies = link_proxies(state, plan.source, plan.target)
+                set_link(api, proxies, enabled=False)
+                cut = proxies
+                timeline.end(step, f"WAN link cut (proxies {', '.join(proxies)})")
+            say(timeline.steps[-1].name + ": " + timeline.steps[-1].detail)
+            # The applications at the primary stop as they notice (acknowledgements in flight
+            # get 2 s); the failover does not wait for them: it is what an operator starts now.
+            stopping = timeline.begin("primary clients stopping")
+            clients.clear()
+            primary_stop = threading.Thread(target=_stop_primary, args=(load, reader), daemon=True)
+            primary_stop.start()
+        step = timeline.begin("promote" + (" --failover" if plan.kind == "failover" else ""))
+        timeline.end(step, _promote(plan, say))
+        say(f"{step.name}: {step.detail}")
+        promoted_ends = log_ends(plan.target_bootstrap, plan.partitions)
+
+        step = timeline.begin("producers and group moved to the DR site")
+        dr_reader = GroupReader(plan.target_bootstrap, group, plan.topics, run).start()
+        dr_load = ProducerLoad(plan.target_bootstrap, plan.topics, plan.rate, run, "dr").start()
+        clients += [dr_reader, dr_load]
+        _wait(lambda: dr_load.ledger.first_ack is not None, "the first record acknowledged at the DR site")
+        report.rto_produce_s = (dr_load.ledger.first_ack or 0) - disaster_at
+        say(f"first record acknowledged at the DR site, {report.rto_produce_s:.2f} s after the "
+            f"{'disaster' if plan.disaster else 'producers stopped'}")
+        _wait(lambda: dr_reader.first_read is not None, f"group {group}'s first record at the DR site")
+        report.rto_consume_s = (dr_reader.first_read or 0) - disaster_at
+        say(f"group {group} read its first record at the DR site, {report.rto_consume_s:.2f} s after")
+        since = "the disaster" if plan.disaster else "the producers stopped"
+        timeline.end(step, f"first produce {report.rto_produce_s:.2f} s, first consume {report.rto_consume_s:.2f} s "
+                           f"after {since}")
+
+        step = timeline.begin("group caught up at the DR site")
+        dr_load.stop(grace_s=10.0)
+        clients.remove(dr_load)
+        expected = dict(promoted_ends)
+        for tp, end in dr_load.ledger.ends().items():
+            expected[tp] = max(expected.get(tp, 0), end)
+        _wait(lambda: _caught_up(dr_reader, expected), f"group {group} to read every record at the DR site")
+        dr_reader.stop(commit=True)
+        clients.remove(dr_reader)
+        timeline.end(step, f"{dr_load.ledger.count()} produced there, the group read {len(dr_reader.names)}")
+
+        if primary_stop is not None:
+            primary_stop.join()
+            timeline.end(stopping, f"{load.ledger.count()} acknowledged at the primary, "
+                                   f"{load.ledger.failed} failed or dropped")
+        step = timeline.begin("records counted at the DR site")
+        copy = read_logs(plan.target_bootstrap, promoted_ends)
+        report.outcome = outcome(load.ledger.acked, copy, dr_load.ledger.names(), reader.names, dr_reader.names, run)
+        timeline.end(step, f"{sum(len(r) for r in copy.values())} record(s) below the ends at the promotion")
+    except STEP_FAILURES as exc:
+        failed = next((s.name for s in reversed(timeline.steps) if s.duration_s is None), "the drill")
+        raise DrillError(f"{failed}: {exc}", report) from exc
+    except KeyboardInterrupt:
+        for client in clients:
+            _stop_fast(client)
+        clients.clear()
+        undone = _restore(api, cut, report)
+        raise DrillInterrupted(report, undone) from None
+    finally:
+        for client in clients:
+            _stop_fast(client)
+        if cut:
+            _restore(api, cut, report)
+    return report
+
+
+def _stop_primary(load: ProducerLoad, reader: GroupReader) -> None:
+    load.stop(grace_s=2.0)
+    reader.stop(commit=True, timeout_s=5.0)
+
+
+def _stop_fast(client: ProducerLoad | GroupReader) -> None:
+    if isinstance(client, ProducerLoad):
+        client.stop(grace_s=0)
+    else:
+        client.stop(commit=False, timeout_s=2.0)
+
+
+def _restore(api: str, cut: list[str], report: DrillReport) -> list[str]:
+    """Put a cut link back (once): what was done, for the report."""
+    if not cut:
+        return []
+    step = report.timeline.begin("WAN link restored")
+    set_link(api, cut, enabled=True)
+    report.timeline.end(step, f"proxies {', '.join(cut)} enabled again")
+    done = [f"the WAN link was put back (proxies {', '.join(cut)})"]
+    cut.clear()
+    return done

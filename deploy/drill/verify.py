@@ -1,0 +1,106 @@
+"""What a drill's records became, counted one by one: which acknowledged records the DR site
+holds (RPO), which it holds twice, what the moved group read again and what it never read."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from deploy.drill.workload import QUIET, TopicPartition
+
+__all__ = ["Lost", "Outcome", "log_ends", "offset_ranges", "outcome", "read_logs"]
+
+
+def log_ends(bootstrap: str, partitions: list[TopicPartition], timeout_s: float = 10.0) -> dict[TopicPartition, int]:
+    """Each partition's high watermark at `bootstrap`."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "causeway-drill-probe", **QUIET})
+    try:
+        return {(t, p): consumer.get_watermark_offsets(KafkaTopicPartition(t, p), timeout=timeout_s)[1]
+                for t, p in partitions}
+    finally:
+        consumer.close()
+
+
+def read_logs(bootstrap: str, ends: dict[TopicPartition, int],
+              timeout_s: float = 60.0) -> dict[TopicPartition, dict[int, str]]:
+    """Every record below `ends` at `bootstrap`: by partition, offset -> value (no group)."""
+    found: dict[TopicPartition, dict[int, str]] = {tp: {} for tp in ends}
+    wanted = {tp: end for tp, end in ends.items() if end > 0}
+    if not wanted:
+        return found
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "causeway-drill-probe",
+                         "enable.auto.commit": False, **QUIET})
+    consumer.assign([KafkaTopicPartition(t, p, 0) for t, p in wanted])
+    deadline = time.monotonic() + timeout_s
+    try:
+        while wanted:
+            if time.monotonic() > deadline:
+                left = ", ".join(f"{t}-{p}" for t, p in sorted(wanted))
+                raise TimeoutError(f"the DR site's records could not all be read in {timeout_s:.0f} s ({left})")
+            for message in consumer.consume(1000, 0.5):
+                if message.error() is not None:
+                    continue
+                tp, offset = (message.topic() or "", message.partition() or 0), message.offset() or 0
+                if tp in wanted and offset < wanted[tp]:
+                    found[tp][offset] = (message.value() or b"").decode(errors="replace")
+                    if offset + 1 >= wanted[tp]:
+                        del wanted[tp]
+    finally:
+        consumer.close()
+    return found
+
+
+def offset_ranges(offsets: list[int]) -> list[tuple[int, int]]:
+    """Sorted offsets as inclusive (first, last) ranges of consecutive offsets."""
+    ranges: list[tuple[int, int]] = []
+    for offset in sorted(offsets):
+        if ranges and offset == ranges[-1][1] + 1:
+            ranges[-1] = (ranges[-1][0], offset)
+        else:
+            ranges.append((offset, offset))
+    return ranges
+
+
+@dataclass
+class Lost:
+    topic: str
+    partition: int
+    count: int
+    ranges: list[tuple[int, int]]  # the primary's offsets of the records lost
+
+
+@dataclass
+class Outcome:
+    acknowledged: int  # at the primary
+    reached: int  # of those, held by the DR site
+    lost: list[Lost] = field(default_factory=list)
+    duplicates: int = 0  # acknowledged records the DR site holds more than once
+    reread: int = 0  # records the moved group read at the DR site after reading them at the primary
+    skipped: int = 0  # records at the DR site (mirrored or produced there) the group never read
+
+    @property
+    def rpo(self) -> int:
+        return sum(lost.count for lost in self.lost)
+
+
+def outcome(acked_primary: dict[TopicPartition, dict[int, str]], dr_copy: dict[TopicPartition, dict[int, str]],
+            acked_dr: set[str], read_primary: list[str], read_dr: list[str], run: str) -> Outcome:
+    """The drill's counts from what was acknowledged at each site, what the DR site held at the
+    promotion (`dr_copy`) and the names the group read at each site, in the order read."""
+    held = Counter(name for records in dr_copy.values() for name in records.values() if name.startswith(f"{run}:"))
+    acknowledged = {name for records in acked_primary.values() for name in records.values()}
+    lost = []
+    for (topic, partition), records in sorted(acked_primary.items()):
+        missing = [offset for offset, name in records.items() if name not in held]
+        if missing:
+            lost.append(Lost(topic, partition, len(missing), offset_ranges(missing)))
+    seen_primary = set(read_primary)
+    should_read = set(held) | acked_dr
+    return Outcome(acknowledged=len(acknowledged), reached=len(acknowledged & set(held)), lost=lost,
+                   duplicates=sum(n - 1 for name, n in held.items() if n > 1 and name in acknowledged),
+                   reread=sum(1 for name in read_dr if name in seen_primary),
+                   skipped=len(should_read - seen_primary - set(read_dr)))

@@ -1,0 +1,170 @@
+"""A drill's workload: idempotent acks=all producers at a steady rate over the mirror's topics,
+and a consumer group reading and committing (confluent-kafka, each in a thread of its own).
+
+Every record is keyed and carries its own name, `<run>:<site>:<sequence>`, so the records
+acknowledged, the records each site holds and the records the group read can be matched one by
+one: a loss, a duplicate, a re-read and a skip are counted, not estimated. Records of other runs
+in the same topics are ignored.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaError, Message, Producer
+
+__all__ = ["GroupReader", "Ledger", "ProducerLoad", "TopicPartition", "record_name"]
+
+TopicPartition = tuple[str, int]
+# librdkafka's own log stays quiet: a drill's disaster makes every client log its lost
+# connections, and the drill reports what they cost instead.
+QUIET = {"log_level": 2}
+KEYS = 64  # keyed records: the key spreads them over the partitions as an application's would
+COMMIT_EVERY_S = 0.2
+
+
+def record_name(run: str, site: str, seq: int) -> str:
+    return f"{run}:{site}:{seq}"
+
+
+@dataclass
+class Ledger:
+    """The records a producer had acknowledged: by partition, offset -> record name."""
+
+    acked: dict[TopicPartition, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))
+    sent: int = 0
+    failed: int = 0
+    first_ack: float | None = None  # time.monotonic() of the first acknowledgement
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def count(self) -> int:
+        with self.lock:
+            return sum(len(offsets) for offsets in self.acked.values())
+
+    def names(self) -> set[str]:
+        with self.lock:
+            return {name for offsets in self.acked.values() for name in offsets.values()}
+
+    def ends(self) -> dict[TopicPartition, int]:
+        """Per partition: one past the last acknowledged offset."""
+        with self.lock:
+            return {tp: max(offsets) + 1 for tp, offsets in self.acked.items() if offsets}
+
+
+class ProducerLoad:
+    """`rate` records/s over `topics`, from one idempotent acks=all producer, until `stop`."""
+
+    def __init__(self, bootstrap: str, topics: list[str], rate: float, run: str, site: str,
+                 extra: dict[str, object] | None = None) -> None:
+        self.ledger = Ledger()
+        self._producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
+                                   "linger.ms": 5, **QUIET, **(extra or {})})
+        self._topics, self._rate, self._run, self._site = topics, rate, run, site
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"drill-producer-{site}", daemon=True)
+
+    def start(self) -> ProducerLoad:
+        self._thread.start()
+        return self
+
+    def _delivered(self, error: KafkaError | None, message: Message) -> None:
+        ledger = self.ledger
+        with ledger.lock:
+            if error is not None:
+                ledger.failed += 1
+                return
+            name = (message.value() or b"").decode()
+            ledger.acked[(message.topic() or "", message.partition() or 0)][message.offset() or 0] = name
+            if ledger.first_ack is None:
+                ledger.first_ack = time.monotonic()
+
+    def _loop(self) -> None:
+        start, seq = time.monotonic(), 0
+        while not self._stopping.is_set():
+            due = int((time.monotonic() - start) * self._rate)
+            while seq < due and not self._stopping.is_set():
+                topic = self._topics[seq % len(self._topics)]
+                try:
+                    self._producer.produce(topic, key=b"k%d" % (seq % KEYS),
+                                           value=record_name(self._run, self._site, seq).encode(),
+                                           on_delivery=self._delivered)
+                except BufferError:  # the local queue is full: the cluster is slow or gone
+                    break
+                seq += 1
+                self.ledger.sent = seq
+            self._producer.poll(0.01)  # callbacks, and the pause between ticks
+
+    def stop(self, grace_s: float) -> None:
+        """Stop producing; wait up to `grace_s` for the records in flight to be acknowledged,
+        then drop the rest (they were never acknowledged: not the application's to count)."""
+        self._stopping.set()
+        self._thread.join()
+        self._producer.flush(grace_s)
+        self._producer.purge()
+        self._producer.flush(0)
+
+
+class GroupReader:
+    """Consumer group `group` reading `topics` and committing what it read every 0.2 s."""
+
+    def __init__(self, bootstrap: str, group: str, topics: list[str], run: str,
+                 extra: dict[str, object] | None = None) -> None:
+        self.read: dict[TopicPartition, dict[int, str]] = defaultdict(dict)  # this run's records
+        self.names: list[str] = []  # in the order read (a record read twice is here twice)
+        self.first_read: float | None = None
+        self.lock = threading.Lock()
+        self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                                   "auto.offset.reset": "earliest", **QUIET, **(extra or {})})
+        self._consumer.subscribe(topics)
+        self._prefix = f"{run}:"
+        self._stopping = threading.Event()
+        self._commit_at_stop = True
+        self._thread = threading.Thread(target=self._loop, name=f"drill-group-{group}", daemon=True)
+
+    def start(self) -> GroupReader:
+        self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        last_commit = time.monotonic()
+        read_since_commit = False
+        while not self._stopping.is_set():
+            for message in self._consumer.consume(500, 0.1):
+                if message.error() is not None:
+                    continue
+                name = (message.value() or b"").decode(errors="replace")
+                if not name.startswith(self._prefix):
+                    continue
+                with self.lock:
+                    if self.first_read is None:
+                        self.first_read = time.monotonic()
+                    self.read[(message.topic() or "", message.partition() or 0)][message.offset() or 0] = name
+                    self.names.append(name)
+                read_since_commit = True
+            if read_since_commit and time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                self._commit()
+                last_commit, read_since_commit = time.monotonic(), False
+        if self._commit_at_stop and read_since_commit:
+            self._commit()
+        self._consumer.close()
+
+    def _commit(self) -> None:
+        try:
+            self._consumer.commit(asynchronous=False)
+        except Exception:  # noqa: BLE001 - a failed commit is re-read later, which the drill counts
+            pass
+
+    def positions(self) -> dict[TopicPartition, int]:
+        """Per partition: one past the last offset read."""
+        with self.lock:
+            return {tp: max(offsets) + 1 for tp, offsets in self.read.items() if offsets}
+
+    def stop(self, *, commit: bool, timeout_s: float = 10.0) -> None:
+        """Stop reading (after a last commit when `commit`). A consumer whose cluster is gone may
+        take long to close: it is left to finish in its thread after `timeout_s`."""
+        self._commit_at_stop = commit
+        self._stopping.set()
+        self._thread.join(timeout_s)

@@ -1,0 +1,157 @@
+"""`causeway drill` on examples/dr-link.yaml brought up with `causeway up -d`: a planned
+switch-over loses nothing and the moved group re-reads nothing; a failover with the WAN link cut
+reports an RPO that the records at the DR site, read here on their own, bear out."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, TopicPartition
+
+from tests.integration.test_link_mode_launcher import EXAMPLE, MIRROR, REPO, TOPICS, causeway, status
+
+
+@contextmanager
+def started(tmp_path: Path) -> Iterator[Path]:
+    """examples/dr-link.yaml brought up for one drill (a drill leaves its topics promoted)."""
+    state = tmp_path / "state"
+    up = causeway("up", EXAMPLE, "-d", "--state-dir", str(state))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        yield state
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def drill(state: Path, *args: str) -> tuple[int, dict[str, Any], str]:
+    done = causeway("drill", *args, EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state), "--json",
+                    "--rate", "300", "--duration", "3", timeout_s=300)
+    report = json.loads(done.stdout) if done.stdout.strip().startswith("{") else {}
+    return done.returncode, report, done.stdout + done.stderr
+
+
+def primary_records_at(bootstrap: str, run: str) -> dict[tuple[str, int], dict[int, str]]:
+    """This run's records from the primary that `bootstrap` holds: by partition, offset -> name."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "drill-test-reader", "enable.auto.commit": False})
+    wanted = {}
+    for topic, partitions in TOPICS.items():
+        for p in range(partitions):
+            end = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            if end > 0:
+                wanted[(topic, p)] = end
+    consumer.assign([TopicPartition(t, p, 0) for t, p in wanted])
+    found: dict[tuple[str, int], dict[int, str]] = defaultdict(dict)
+    left = dict(wanted)
+    try:
+        while left:
+            for message in consumer.consume(1000, 1.0):
+                assert message.error() is None, message.error()
+                tp, offset = (message.topic() or "", message.partition() or 0), message.offset() or 0
+                name = (message.value() or b"").decode()
+                if name.startswith(f"{run}:primary:"):
+                    found[tp][offset] = name
+                if tp in left and offset + 1 >= left[tp]:
+                    del left[tp]
+    finally:
+        consumer.close()
+    return found
+
+
+def test_switchover_loses_nothing_and_the_group_rereads_nothing(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        code, report, output = drill(state, "switchover", "--max-rpo", "0")
+        assert code == 0, output
+        rpo = report["rpo"]
+        assert rpo["records"] == 0 and rpo["partitions"] == [], output
+        assert rpo["acknowledged"] > 0 and rpo["reached_dr"] == rpo["acknowledged"], output
+        assert rpo["duplicates"] == 0, output
+        assert report["group"] == {"reread": 0, "skipped": 0}, output
+        assert report["rto"]["first_produce_s"] is not None and report["rto"]["first_consume_s"] is not None
+        assert [s["name"] for s in report["timeline"]][:4] == [
+            "workload at the primary", "producers stopped", "group caught up at the primary", "promote"]
+        # Read here on its own: every acknowledged record of the primary is at west once.
+        west = status(state)["clusters"]["west"]["bootstrap"]
+        held = Counter(name for records in primary_records_at(west, report["run"]).values()
+                       for name in records.values())
+        assert len(held) == rpo["acknowledged"] and set(held.values()) == {1}
+        # The topics are promoted now: a second drill would copy nothing, and is refused.
+        again = causeway("drill", "switchover", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state))
+        assert again.returncode == 1 and "promoted already" in again.stderr, again.stdout + again.stderr
+
+
+def test_failover_with_the_link_cut_reports_the_rpo_the_dr_site_bears_out(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        code, report, output = drill(state, "failover", "--disaster", "partition")
+        assert code == 0, output
+        rpo = report["rpo"]
+        assert report["disaster"] == "partition"
+        assert rpo["acknowledged"] > 0 and rpo["duplicates"] == 0, output
+        assert rpo["records"] == rpo["acknowledged"] - rpo["reached_dr"], output
+        assert rpo["records"] == sum(p["records"] for p in rpo["partitions"]), output
+        west = status(state)["clusters"]["west"]["bootstrap"]
+        held = primary_records_at(west, report["run"])
+        assert sum(len(records) for records in held.values()) == rpo["reached_dr"], output
+        for lost in rpo["partitions"]:
+            offsets = [o for first, last in lost["offsets"] for o in range(first, last + 1)]
+            assert len(offsets) == lost["records"]
+            kept = held.get((lost["topic"], lost["partition"]), {})
+            # A link-mode copy keeps offsets: what west holds of the primary lies below every loss,
+            # where west's own producers wrote after the promotion.
+            assert all(o not in kept for o in offsets) and max(kept, default=-1) < min(offsets), output
+        assert "WAN link restored" in [s["name"] for s in report["timeline"]], output
+
+
+def test_bad_command_lines_exit_2(tmp_path: Path) -> None:
+    state = str(tmp_path / "nothing")
+    for args in (["switchover", "--disaster", "kill"], ["failover", "--rate", "0"], ["failover", "--duration", "-1"]):
+        done = causeway("drill", *args, EXAMPLE, "--mirror", MIRROR, "--state-dir", state)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "causeway drill:" in done.stderr
+    done = causeway("drill", "switchover", EXAMPLE, "--mirror", MIRROR, "--state-dir", state)
+    assert done.returncode == 1 and "causeway up" in done.stderr, done.stdout + done.stderr
+
+
+def test_an_interrupted_drill_says_what_it_did_and_leaves_the_mirror_copying(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        drill_run = subprocess.Popen(
+            [sys.executable, "-m", "deploy.cli", "drill", "failover", EXAMPLE, "--mirror", MIRROR, "--state-dir",
+             str(state), "--disaster", "partition", "--duration", "600"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            assert drill_run.stdout is not None
+            for line in drill_run.stdout:  # the workload runs: its first progress line
+                if "acknowledged at the primary" in line:
+                    break
+            drill_run.send_signal(signal.SIGINT)
+            out, err = drill_run.communicate(timeout=60)
+        finally:
+            if drill_run.poll() is None:
+                drill_run.kill()
+                drill_run.wait()
+        assert drill_run.returncode == 130, out + err
+        assert "Interrupted during 'workload at the primary'" in err, err
+        assert "Nothing was promoted" in err and f"causeway status --state-dir {state}" in err, err
+        mirror = status(state)["mirrors"][MIRROR]
+        assert mirror.get("state") == "running", mirror
+
+
+def test_failover_with_the_primary_killed_counts_what_the_dr_site_holds(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        east = status(state)["clusters"]["east"]["brokers"]
+        code, report, output = drill(state, "failover", "--disaster", "kill")
+        assert code == 0, output
+        rpo = report["rpo"]
+        assert report["disaster"] == "kill" and rpo["acknowledged"] > 0 and rpo["duplicates"] == 0, output
+        assert f"pids {east[0]['pid']}" in report["timeline"][1]["detail"], output
+        held = primary_records_at(status(state)["clusters"]["west"]["bootstrap"], report["run"])
+        counted = sum(len(records) for records in held.values())
+        assert counted == rpo["reached_dr"] == rpo["acknowledged"] - rpo["records"], output
