@@ -1,10 +1,13 @@
 """`causeway status --watch` on a running topology, its stdout a pipe: plain snapshots, a killed
-broker named in the recent events, and Ctrl-C (SIGINT) ending it with exit 0."""
+broker named in the recent events, and Ctrl-C (SIGINT) ending it with exit 0; on a terminal,
+Ctrl-C gives the terminal back as it was."""
 
 from __future__ import annotations
 
 import os
+import pty
 import queue
+import select
 import signal
 import subprocess
 import sys
@@ -119,3 +122,36 @@ def test_the_live_view_names_a_killed_broker_and_ends_on_ctrl_c(tmp_path: Path) 
             view.wait()
         down = causeway("down", "--state-dir", str(state_dir))
     assert down.returncode == 0, down.stderr
+
+
+def test_on_a_terminal_ctrl_c_restores_it_and_exits_0(tmp_path: Path) -> None:
+    # Nothing runs from this state dir: the view says so, redrawn in place on the alternate screen.
+    controller, terminal = pty.openpty()
+    view = subprocess.Popen([sys.executable, "-m", "deploy.cli", "status", "--watch", "--interval", "0.2",
+                             "--state-dir", str(tmp_path)], stdin=terminal, stdout=terminal, stderr=terminal,
+                            cwd=REPO)
+    os.close(terminal)
+    shown = b""
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while b"nothing is running from" not in shown:
+            ready, _, _ = select.select([controller], [], [], max(0.0, deadline - time.monotonic()))
+            assert ready, shown
+            shown += os.read(controller, 65536)
+        view.send_signal(signal.SIGINT)
+        assert view.wait(timeout=DEADLINE_S) == 0
+        while True:  # the rest of what it wrote, up to the end of the terminal's output
+            ready, _, _ = select.select([controller], [], [], 0)
+            chunk = os.read(controller, 65536) if ready else b""
+            if not chunk:
+                break
+            shown += chunk
+    except OSError:
+        pass  # EIO: the terminal's only writer is gone, everything was read
+    finally:
+        if view.poll() is None:
+            view.kill()
+            view.wait()
+        os.close(controller)
+    assert shown.startswith(b"\x1b[?1049h")  # onto the alternate screen
+    assert shown.endswith(b"\x1b[?25h\x1b[?1049l")  # the cursor shown again, back to the normal screen
