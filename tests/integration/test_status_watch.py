@@ -113,6 +113,17 @@ def test_the_live_view_names_a_killed_broker_and_ends_on_ctrl_c(tmp_path: Path) 
         event = lines.until(lambda line: " cluster east: broker 2 " in line)
         assert "(was serving" in event, event
 
+        # A frozen broker (SIGSTOP: its kernel still accepts connections, it never answers) costs a
+        # redraw one probe's bound; the view goes on, and sees it thaw.
+        frozen = state.clusters["west"].brokers[0].pid
+        assert frozen is not None
+        os.kill(frozen, signal.SIGSTOP)
+        try:
+            lines.until(lambda line: line.endswith(" cluster west: broker 0 not answering (was serving)\n"))
+        finally:
+            os.kill(frozen, signal.SIGCONT)
+        lines.until(lambda line: line.endswith(" cluster west: broker 0 serving (was not answering)\n"))
+
         view.send_signal(signal.SIGINT)
         assert view.wait(timeout=DEADLINE_S) == 0
         assert not any("\x1b" in line for line in lines.seen)  # a pipe gets no escape codes

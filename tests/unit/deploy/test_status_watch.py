@@ -7,6 +7,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from deploy.cli import main
 from deploy.cli.status_watch import EVENTS_SHOWN, View, render_text
 from deploy.launcher.watch import LAG_EVENT_RECORDS, Snapshot, changes, rates
 
@@ -220,3 +223,12 @@ def _row(lines: list[str], *starts: str) -> list[str]:
         if words[:len(starts)] == list(starts):
             return words
     raise AssertionError(f"no line starts with {starts}:\n" + "\n".join(lines))
+
+
+def test_watch_flags_that_cannot_go_together_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, said in ((["--watch", "--json"], "--json prints one document; --watch is the live view"),
+                       (["--interval", "2"], "--interval is for --watch"),
+                       (["--watch", "--interval", "0"], "more than 0 and at most 3600 seconds, got 0"),
+                       (["--watch", "--interval", "nan"], "got nan")):
+        assert main(["status", *argv, "--state-dir", str(tmp_path)]) == 2
+        assert said in capsys.readouterr().err
