@@ -157,6 +157,21 @@ def _status(args: argparse.Namespace) -> int:
     """Exit 0: everything healthy; 1: nothing runs; 2: something runs but is unhealthy, runs
     without its launcher, or the state file is damaged while processes run."""
     state_dir = _state_dir(args)
+    if args.interval is not None and not args.watch:
+        print("causeway status: --interval is for --watch", file=sys.stderr)
+        return 2
+    if args.watch:
+        if args.json:
+            print("causeway status: --json prints one document; --watch is the live view", file=sys.stderr)
+            return 2
+        interval = 1.0 if args.interval is None else args.interval
+        if not 0 < interval <= 3600:
+            print(f"causeway status: --interval must be more than 0 and at most 3600 seconds, got {interval:g}",
+                  file=sys.stderr)
+            return 2
+        from deploy.cli.status_watch import watch  # rich is imported for the live view only
+
+        return watch(state_dir, interval)
     report = status(state_dir)
     code = 0 if report["running"] and report["healthy"] else 2 if report["running"] or report["orphans"] else 1
     try:
@@ -305,6 +320,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
     st = subparsers.add_parser("status", help="endpoints and health of a running topology")
     st.add_argument("--json", action="store_true", help="machine-readable output")
+    st.add_argument("--watch", action="store_true",
+                    help="a live view, redrawn every interval until Ctrl-C: clusters, brokers, under-replicated "
+                         "partitions, mirror lag and records/s, WAN link use against the declared bandwidth, "
+                         "recent events (a pipe gets one plain snapshot per interval)")
+    st.add_argument("--interval", type=float, metavar="SECONDS", default=None,
+                    help="seconds between redraws with --watch (default 1)")
     st.add_argument("--state-dir", type=Path, default=None)
     st.set_defaults(func=_status)
 

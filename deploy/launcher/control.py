@@ -221,12 +221,15 @@ def broker_answers(address: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def status(state_dir: Path) -> dict[str, Any]:
+def status(state_dir: Path, *, links: bool = False) -> dict[str, Any]:
     """The status document `causeway status --json` prints.
 
     `running` says whether the launcher runs; `healthy` whether everything it started works.
     When the launcher is gone, `orphans` lists what it started that still runs; a damaged state
-    file gives `state_error` (and the processes found without it, as orphans).
+    file gives `state_error` (and the processes found without it, as orphans). With `links`
+    (the live view), `wan.links` is the emulator's `GET /links` (declared bandwidth and bytes
+    sent each way), asked with the other probes and bounded as they are; None when it did not
+    answer or has no links (a real Toxiproxy).
     """
     try:
         state = read_state(state_dir)
@@ -243,10 +246,12 @@ def status(state_dir: Path) -> dict[str, Any]:
             report.update(name=state.name, pid=state.pid, stale=True)
         return report
     ours = {identity.pid for _, identity in found.children}
-    answers = trio.run(ask_all, state)
+    answers = trio.run(partial(ask_all, state, links=links))
     clusters = {name: cluster_status(cluster, ours, answers.views[name], answers.zookeeper.get(name))
                 for name, cluster in state.clusters.items()}
     wan = _wan_status(state.wan, ours, answers.wan)
+    if links:
+        wan["links"] = answers.links
     processes = {identity.pid: identity for _, identity in found.children}
     mirrors = {name: mirror_status(m, processes.get(m.pid or 0), state_dir) for name, m in state.mirrors.items()}
     return {
@@ -277,6 +282,7 @@ class ProbeAnswers:
     views: dict[str, list[ClusterView | str]] = field(default_factory=dict)  # cluster -> per broker
     zookeeper: dict[str, dict[str, str | None]] = field(default_factory=dict)  # cluster -> node -> mode
     wan: object = None  # the WAN API's proxies, None when it did not answer
+    links: dict[str, Any] | None = None  # the emulator's shared links, when asked for and answered
 
 
 def broker_addresses(cluster: ClusterRecord) -> list[str]:
@@ -311,8 +317,9 @@ def _logins(state: LaunchStateFile) -> dict[str, ClientSecurity | None | str]:
     return logins
 
 
-async def ask_all(state: LaunchStateFile) -> ProbeAnswers:
-    """Ask every broker, ZooKeeper node and the WAN API at once, each bounded."""
+async def ask_all(state: LaunchStateFile, *, links: bool = False) -> ProbeAnswers:
+    """Ask every broker, ZooKeeper node and the WAN API (its links too, with `links`) at once,
+    each bounded."""
     answers = ProbeAnswers()
     # The login files are read first, all together (off the loop, and only when a cluster has
     # one): every probe then starts at once and gets the whole of its bound.
@@ -339,8 +346,13 @@ async def ask_all(state: LaunchStateFile) -> ProbeAnswers:
     async def wan() -> None:
         answers.wan = await _in_thread(partial(_wan_proxies, state.wan.api))
 
+    async def wan_links() -> None:
+        answers.links = await _in_thread(partial(_wan_links, state.wan.api))
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(wan)
+        if links:
+            nursery.start_soon(wan_links)
         for name, cluster in state.clusters.items():
             nursery.start_soon(views, name, cluster)
             if cluster.zookeeper is not None:
@@ -437,6 +449,13 @@ def _wan_proxies(api: str) -> object:
         return WanClient(api, timeout_s=PROBE_TIMEOUT_S).proxies()
     except (OSError, ValueError, WanApiError):
         return None
+
+
+def _wan_links(api: str) -> dict[str, Any] | None:
+    try:
+        return WanClient(api, timeout_s=PROBE_TIMEOUT_S).links()
+    except (OSError, ValueError, WanApiError):
+        return None  # not answering, or a real Toxiproxy (404: it has no links)
 
 
 def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Path) -> dict[str, Any]:
