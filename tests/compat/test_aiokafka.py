@@ -14,7 +14,7 @@ pytestmark = pytest.mark.compat
 
 @pytest.fixture(scope="module")
 def broker(module_broker: BrokerProcess) -> BrokerProcess:
-    """The module's one broker (tests/compat/conftest.py), not one per test: topics keep them apart."""
+    """The module's one broker (tests/conftest.py), not one per test: topics keep them apart."""
     return module_broker
 
 

@@ -46,7 +46,7 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def broker(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("sasl") / "data", overrides=(
         "listeners=PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0,SASL_SSL://127.0.0.1:0",
-        "sasl.enabled.mechanisms=PLAIN",
+        "group.initial.rebalance.delay.ms=0", "sasl.enabled.mechanisms=PLAIN",
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
         f"listener.name.sasl_ssl.plain.sasl.jaas.config={JAAS}",
         "ssl.keystore.type=PEM", f"ssl.keystore.location={certs / 'b1.pem'}",

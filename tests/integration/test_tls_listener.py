@@ -44,7 +44,8 @@ def mtls_broker(tmp_path_factory: pytest.TempPathFactory, certs: Path) -> Iterat
     # Mutual TLS on the SSL listener only (Kafka's per-listener key); a short arrival bound so
     # the silent-client test sees the handshake deadline.
     broker = BrokerProcess(tmp_path_factory.mktemp("mtls") / "data", overrides=_tls_overrides(
-        certs, "listener.name.ssl.ssl.client.auth=required", "causeway.request.arrival.timeout.ms=2000"))
+        certs, "listener.name.ssl.ssl.client.auth=required", "causeway.request.arrival.timeout.ms=2000",
+        "group.initial.rebalance.delay.ms=0"))
     broker.start()
     yield broker
     broker.stop()
