@@ -14,36 +14,25 @@ import pytest
 
 from bench.peers import PeerMissing, peer
 from deploy.broker_process import BrokerProcess
+from tests.support.standalone import standalone_broker
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A fresh standalone broker process on a free loopback port. It forms consumer groups at
-    once, as Kafka's test brokers do (no 3 s group.initial.rebalance.delay.ms): a test that joins
-    a group waits for the join, not for a delay nothing here is about."""
-    process = BrokerProcess(tmp_path / "broker", overrides=("group.initial.rebalance.delay.ms=0",)).start()
-    try:
+    """A fresh standalone broker process on a free loopback port (tests/support/standalone.py: it
+    forms consumer groups at once)."""
+    with standalone_broker(tmp_path / "broker") as process:
         yield process
-    finally:
-        if process.proc is not None:
-            code = process.stop()
-            assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
 
 
 @pytest.fixture(scope="module")
 def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker for the module, its tests kept apart by topic names: a client's test is about
     the client, the broker's start is not the subject (a start and a stop per test were most of
-    such a module's time). No initial rebalance delay, as in Kafka's own quick-start
-    server.properties. It must stop cleanly."""
-    process = BrokerProcess(tmp_path_factory.mktemp("causeway") / "broker",
-                            overrides=("group.initial.rebalance.delay.ms=0",)).start()
-    try:
+    such a module's time)."""
+    with standalone_broker(tmp_path_factory.mktemp("causeway") / "broker") as process:
         yield process
-    finally:
-        code = process.stop()
-        assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
 
 
 @pytest.fixture(scope="module")
