@@ -22,9 +22,8 @@ KEEP_FOREVER = "log.retention.ms=-1"
 
 
 def pipeline_broker_process(data_dir: Path, *overrides: str) -> BrokerProcess:
-    """A started broker that never deletes records for their age, and forms consumer groups at
-    once (no initial rebalance delay)."""
-    return BrokerProcess(data_dir, overrides=(KEEP_FOREVER, "group.initial.rebalance.delay.ms=0", *overrides)).start()
+    """A started broker that never deletes records for their age."""
+    return BrokerProcess(data_dir, overrides=(KEEP_FOREVER, *overrides)).start()
 
 
 def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
