@@ -14,19 +14,25 @@ import pytest
 
 from bench.peers import PeerMissing, peer
 from deploy.broker_process import BrokerProcess
+from tests.support.standalone import standalone_broker
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    """A fresh standalone broker process on a free loopback port."""
-    process = BrokerProcess(tmp_path / "broker").start()
-    try:
+    """A fresh standalone broker process on a free loopback port (tests/support/standalone.py: it
+    forms consumer groups at once)."""
+    with standalone_broker(tmp_path / "broker") as process:
         yield process
-    finally:
-        if process.proc is not None:
-            code = process.stop()
-            assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+
+
+@pytest.fixture(scope="module")
+def module_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module, its tests kept apart by topic names: a client's test is about
+    the client, the broker's start is not the subject (a start and a stop per test were most of
+    such a module's time)."""
+    with standalone_broker(tmp_path_factory.mktemp("causeway") / "broker") as process:
+        yield process
 
 
 @pytest.fixture(scope="module")

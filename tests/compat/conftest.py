@@ -2,22 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from deploy.broker_process import BrokerProcess
 
 
 @pytest.fixture(scope="module")
-def causeway(tmp_path_factory: pytest.TempPathFactory, kafka_jars: None) -> Iterator[BrokerProcess]:
-    """One broker for the module, for Kafka's Java tools and clients: each of their runs costs a
-    JVM start, the broker's start is not the subject. No initial rebalance delay, as in Kafka's own
-    quick-start server.properties. It must stop cleanly."""
-    process = BrokerProcess(tmp_path_factory.mktemp("causeway") / "broker",
-                            overrides=("group.initial.rebalance.delay.ms=0",)).start()
-    try:
-        yield process
-    finally:
-        code = process.stop()
-        assert code == 0, f"broker did not stop cleanly (exit {code}):\n{process.log_tail()}"
+def causeway(module_broker: BrokerProcess, kafka_jars: None) -> BrokerProcess:
+    """The module's broker (tests/conftest.py module_broker), for Kafka's Java tools and clients:
+    each of their runs costs a JVM start."""
+    return module_broker

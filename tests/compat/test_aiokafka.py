@@ -12,20 +12,27 @@ from deploy.broker_process import BrokerProcess
 pytestmark = pytest.mark.compat
 
 
-async def _round_trip(bootstrap: str, compression: str | None) -> list[tuple[int, bytes | None, bytes | None]]:
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: topics keep them apart."""
+    return module_broker
+
+
+async def _round_trip(bootstrap: str, topic: str, compression: str | None,
+                      ) -> list[tuple[int, bytes | None, bytes | None]]:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, compression_type=compression,
                                 enable_idempotence=True)
     await producer.start()
     try:
         for i in range(200):
-            await producer.send("aio", key=b"k%d" % i, value=b"v%d" % i, partition=0)
+            await producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0)
         await producer.flush()
     finally:
         await producer.stop()
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
     await consumer.start()
     try:
-        consumer.assign([TopicPartition("aio", 0)])
+        consumer.assign([TopicPartition(topic, 0)])
         await consumer.seek_to_beginning()
         out: list[tuple[int, bytes | None, bytes | None]] = []
         for _ in range(30):  # bounded: at most 30 polls of one second
@@ -42,5 +49,5 @@ async def _round_trip(bootstrap: str, compression: str | None) -> list[tuple[int
 @pytest.mark.parametrize("compression", [None, "gzip", "lz4", "zstd"])
 def test_produce_and_consume(broker: BrokerProcess, compression: str | None) -> None:
     # A plain (not trio) test: aiokafka needs an asyncio loop of its own.
-    out = asyncio.run(_round_trip(broker.bootstrap, compression))
+    out = asyncio.run(_round_trip(broker.bootstrap, f"aio-{compression}", compression))  # a topic per case
     assert out == [(i, b"k%d" % i, b"v%d" % i) for i in range(200)]

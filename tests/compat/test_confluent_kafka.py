@@ -15,6 +15,12 @@ pytestmark = pytest.mark.compat
 TIMEOUT_S = 30.0
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: topics keep them apart."""
+    return module_broker
+
+
 def produce(bootstrap: str, topic: str, records: list[tuple[bytes, bytes]], **conf: object) -> list[tuple[int, int]]:
     """Produce and flush; the (partition, offset) of each delivered record, in order."""
     delivered: list[tuple[int, int]] = []

@@ -11,16 +11,23 @@ from deploy.broker_process import BrokerProcess
 pytestmark = pytest.mark.compat
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: topics keep them apart."""
+    return module_broker
+
+
 @pytest.mark.parametrize("compression", [None, "gzip", "snappy", "lz4", "zstd"])
 def test_produce_and_consume(broker: BrokerProcess, compression: str | None) -> None:
+    topic = f"kp-{compression}"  # one per case: the module shares its broker
     producer = KafkaProducer(bootstrap_servers=broker.bootstrap, compression_type=compression, acks="all")
-    futures = [producer.send("kp", key=b"k%d" % i, value=b"v%d" % i, partition=0) for i in range(300)]
+    futures = [producer.send(topic, key=b"k%d" % i, value=b"v%d" % i, partition=0) for i in range(300)]
     producer.flush(30)
     assert [f.get(30).offset for f in futures] == list(range(300))
     producer.close()
 
     consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap, consumer_timeout_ms=10_000, enable_auto_commit=False)
-    consumer.assign([TopicPartition("kp", 0)])
+    consumer.assign([TopicPartition(topic, 0)])
     consumer.seek_to_beginning()
     values = []
     for msg in consumer:

@@ -12,6 +12,12 @@ from deploy.broker_process import BrokerProcess
 pytestmark = pytest.mark.compat
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: topics keep them apart."""
+    return module_broker
+
+
 def kcat(*args: str, stdin: str | None = None) -> str:
     path = shutil.which("kcat")
     assert path, "kcat is not installed: `make test` installs it as root (make system-deps)"

@@ -19,6 +19,12 @@ TIMEOUT_S = 30.0
 KEYLESS_MESSAGE = "Compacted topic cannot accept message without key in topic partition {}-0"
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: topics keep them apart."""
+    return module_broker
+
+
 def create_compacted(bootstrap: str, topic: str) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.create_topics([NewTopic(topic, 1, 1, config={"cleanup.policy": "compact"})])[topic].result(TIMEOUT_S)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 
 from bench.peers import run_tool
 from broker.server.user_configs import USERS_FILE
@@ -21,6 +21,7 @@ from deploy.broker_process import BrokerProcess
 from security.scram import ScramCredential
 from tests.support.cluster import ZkCluster, own_zookeeper_cluster
 from tests.support.consume import group_values
+from tests.support.refusal import ask_metadata
 
 pytestmark = pytest.mark.compat
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -59,14 +60,8 @@ def _sasl(broker: BrokerProcess, mechanism: str, password: str) -> dict[str, obj
 
 
 def _refused(config: dict[str, object]) -> bool:
-    errors: list[KafkaError] = []
-    producer = Producer({**config, "error_cb": errors.append, "socket.timeout.ms": 5000})
-    try:
-        producer.list_topics(timeout=8)
-    except KafkaException:
-        pass
-    producer.poll(0)
-    return any(e.code() == KafkaError._AUTHENTICATION for e in errors)
+    attempt = ask_metadata({**config, "socket.timeout.ms": 5000}, until=(KafkaError._AUTHENTICATION,))
+    return attempt.refused_by(KafkaError._AUTHENTICATION)
 
 
 def test_kafka_configs_writes_credentials_in_kafkas_format_and_describes_them(

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
 from aiokafka.errors import KafkaConnectionError
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaTimeoutError
@@ -42,6 +42,7 @@ from tests.compat.test_mm2 import MM2_JVM_FLAGS, produce
 from tests.support.cluster import ZkCluster
 from tests.support.consume import group_values
 from tests.support.polling import wait_until
+from tests.support.refusal import ask_metadata
 from tests.support.zookeeper import ZooKeeperServer, zookeeper_server
 
 pytestmark = pytest.mark.compat
@@ -168,13 +169,10 @@ def test_kafka_configs_adds_a_scram_user_over_sasl_ssl_who_then_logs_in(
     assert group_values(carol, "carol-topic", "carol-readers", 60, polls=300) == {f"c{i}".encode()
                                                                                   for i in range(60)}
 
-    errors: list[KafkaError] = []
-    guess = Producer({**librdkafka(cluster, certs, "carol", "guess"), "error_cb": errors.append,
-                      "socket.timeout.ms": 5000})
-    with pytest.raises(KafkaException):
-        guess.list_topics(timeout=8)
-    guess.poll(0)
-    assert any(e.code() == KafkaError._AUTHENTICATION for e in errors), errors
+    guess = ask_metadata({**librdkafka(cluster, certs, "carol", "guess"), "socket.timeout.ms": 5000},
+                         until=(KafkaError._AUTHENTICATION,))
+    assert not guess.served
+    assert any(e.code() == KafkaError._AUTHENTICATION for e in guess.errors), guess.errors
 
     wrong = client_properties(tmp_path / "wrong.properties", certs, "admin", "guess", **BOUNDED)
     refused = admin_tool(cluster, "kafka-configs", wrong, "--entity-type", "users", "--entity-name", "dave",
@@ -372,12 +370,11 @@ def test_librdkafka_and_kcat_over_server_only_tls(cluster: SecuredCluster, certs
     assert listed.returncode == 0 and "3 brokers:" in listed.stdout, listed.stderr
 
     # A client that does not trust the brokers' CA refuses them, and says why.
-    errors: list[KafkaError] = []
-    untrusting = Producer({**config(rogue / "ca.crt"), "error_cb": errors.append, "socket.timeout.ms": 5000})
-    with pytest.raises(KafkaException):
-        untrusting.list_topics(timeout=3)
-    untrusting.poll(0)
-    assert any(e.code() == KafkaError._SSL and "certificate verify failed" in e.str() for e in errors), errors
+    untrusting = ask_metadata({**config(rogue / "ca.crt"), "socket.timeout.ms": 5000}, timeout_s=3,
+                              until=(KafkaError._SSL,))
+    assert not untrusting.served
+    assert any(e.code() == KafkaError._SSL and "certificate verify failed" in e.str()
+               for e in untrusting.errors), untrusting.errors
     refused = kcat_list(kcat, cluster.secured("SSL"), rogue / "ca.crt", timeout_s=3)
     assert refused.returncode != 0 and "certificate verify failed" in refused.stderr, refused.stderr
 

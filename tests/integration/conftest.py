@@ -13,14 +13,16 @@ from deploy.broker_process import BrokerProcess
 
 @pytest.fixture
 def east(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "east", topics=("orders:3",)).start()
+    # No initial rebalance delay: the mirror's checks join groups, and 3 s each is no part of them.
+    process = BrokerProcess(tmp_path / "east", topics=("orders:3",),
+                            overrides=("group.initial.rebalance.delay.ms=0",)).start()
     yield process
     process.stop()
 
 
 @pytest.fixture
 def west(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "west").start()
+    process = BrokerProcess(tmp_path / "west", overrides=("group.initial.rebalance.delay.ms=0",)).start()
     yield process
     process.stop()
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import struct
 
+import pytest
+
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode
 from broker.protocol.headers import RequestHeader, encode_request_header
@@ -14,6 +16,13 @@ from deploy.child_process import rss_bytes
 from deploy.kafka_socket import ask, connect, read_frame_or_none, request_frame
 
 MiB = 1024 * 1024
+
+
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: each test checks that it
+    still serves after its hostile input, which a later test would see too."""
+    return module_broker
 
 
 def metadata_works(broker: BrokerProcess) -> bool:

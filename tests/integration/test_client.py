@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from functools import partial
+from pathlib import Path
 
 import confluent_kafka
 import pytest
@@ -31,8 +32,16 @@ from broker.protocol.api import ApiKey
 from broker.protocol.messages import MetadataRequest
 from broker.protocol.records import Compression, Record, build_batch, split_batches
 from deploy.broker_process import BrokerProcess
+from tests.support.standalone import standalone_broker
 
 TIMEOUT_S = 20.0
+
+
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: each test has its topics
+    (the two restart tests restart it; it keeps its data and port)."""
+    return module_broker
 
 
 def host_port(bootstrap: str) -> tuple[str, int]:
@@ -59,7 +68,13 @@ async def test_metadata(broker: BrokerProcess) -> None:
         assert info.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
 
 
-async def test_create_describe_delete_topics(broker: BrokerProcess) -> None:
+async def test_create_describe_delete_topics(tmp_path: Path) -> None:
+    # A broker of its own: the test lists every topic (the module's broker holds the others').
+    with standalone_broker(tmp_path / "broker") as broker:
+        await _create_describe_delete_topics(broker)
+
+
+async def _create_describe_delete_topics(broker: BrokerProcess) -> None:
     async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
         await admin.create_topics(client, {"a": 3, "b": admin.NewTopic(1, configs={"cleanup.policy": "compact"})})
         assert (await admin.list_topics(client)) == {"a": 3, "b": 1}

@@ -33,6 +33,13 @@ _FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "cr
            "base_sequence", "records_count")
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py) for the clients' cases, not one per case: each
+    case writes a topic of its own."""
+    return module_broker
+
+
 @pytest.fixture
 def strict_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker that, like a Kafka operator might, bounds CreateTime timestamps to an hour."""

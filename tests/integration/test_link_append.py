@@ -46,6 +46,12 @@ TIMEOUT_S = 20.0
 LINK = "dc1-to-dc2"
 
 
+@pytest.fixture(scope="module")
+def broker(module_broker: BrokerProcess) -> BrokerProcess:
+    """The module's one broker (tests/conftest.py), not one per test: each test has its topics."""
+    return module_broker
+
+
 def batch(base: int, count: int, *, ts: int = 1_600_000_000_000, **kwargs: object) -> bytes:
     return build_batch([Record(f"k{base + i}".encode(), f"v{base + i}".encode()) for i in range(count)],
                        base_offset=base, base_timestamp=ts, **kwargs)  # type: ignore[arg-type]

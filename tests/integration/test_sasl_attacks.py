@@ -35,7 +35,7 @@ TOPIC = "guarded"
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     process = BrokerProcess(tmp_path_factory.mktemp("sasl-attacks") / "data", overrides=(
         "listeners=SASL_PLAINTEXT://127.0.0.1:0", "sasl.enabled.mechanisms=PLAIN",
-        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}"))
+        f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}", "group.initial.rebalance.delay.ms=0"))
     process.start()
     yield process
     process.stop()

@@ -10,9 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import KafkaError
 
 from deploy.broker_process import BrokerProcess
+from tests.support.refusal import ask_metadata
 
 REPO = Path(__file__).resolve().parents[2]
 SCRAM_JAAS = "org.apache.kafka.common.security.scram.ScramLoginModule required;"
@@ -36,18 +37,12 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 
 
 def _logs_in(broker: BrokerProcess, user: str, password: str, mechanism: str = "SCRAM-SHA-512") -> bool:
-    errors: list[KafkaError] = []
-    producer = Producer({"bootstrap.servers": broker.listeners["SASL_PLAINTEXT"], "security.protocol": "SASL_PLAINTEXT",
-                         "sasl.mechanism": mechanism, "sasl.username": user, "sasl.password": password,
-                         "error_cb": errors.append, "socket.timeout.ms": 5000})
-    try:
-        producer.list_topics(timeout=8)
-    except KafkaException:
-        pass
-    producer.poll(0)
-    if any(e.code() == KafkaError._AUTHENTICATION for e in errors):
+    attempt = ask_metadata({"bootstrap.servers": broker.listeners["SASL_PLAINTEXT"],
+                            "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": mechanism, "sasl.username": user,
+                            "sasl.password": password, "socket.timeout.ms": 5000}, until=(KafkaError._AUTHENTICATION,))
+    if attempt.refused_by(KafkaError._AUTHENTICATION):
         return False
-    assert not errors, errors
+    assert not attempt.errors, attempt.errors
     return True
 
 

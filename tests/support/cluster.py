@@ -46,9 +46,12 @@ class ZkCluster:
         self.zk.start(timeout=15)
 
     def broker(self, broker_id: int) -> BrokerProcess:
-        """A new (not started) broker process with this id, its data under root/broker-<id>."""
+        """A new (not started) broker process with this id, its data under root/broker-<id>. It
+        forms consumer groups at once (no initial rebalance delay, as Kafka's test brokers);
+        `overrides` come after, so a test may set one."""
         return BrokerProcess(self.root / f"broker-{broker_id}", overrides=(
-            f"zookeeper.connect={self.zookeeper.connect}", f"node.id={broker_id}", *self.overrides))
+            f"zookeeper.connect={self.zookeeper.connect}", f"node.id={broker_id}",
+            "group.initial.rebalance.delay.ms=0", *self.overrides))
 
     def start(self, timeout_s: float = 30) -> Self:
         """Start every broker at once; return once ZooKeeper names a controller."""

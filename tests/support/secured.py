@@ -38,6 +38,7 @@ def acl_broker(data_dir: Path, *overrides: str) -> BrokerProcess:
         f"listener.name.sasl_plaintext.plain.sasl.jaas.config={JAAS}",
         f"authorizer.class.name={AUTHORIZER}",
         "super.users=User:admin",
+        "group.initial.rebalance.delay.ms=0",  # groups form at once: the ACLs are the subject
         *overrides))
 
 
