@@ -15,13 +15,13 @@ promote` finds them. Exit 0 when every selected partition is restored; 1 when on
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from functools import partial
 from pathlib import Path
 
 from deploy.cli.client_config import command_security, file_security
 from deploy.cli.command import UsageError, run, say
+from deploy.cli.mirror_promote import check_timeout_and_topics
 
 __all__ = ["register_failback"]
 
@@ -31,13 +31,7 @@ def _failback(args: argparse.Namespace, *, truncate: bool) -> int:
 
     from mirror.failback import failback
 
-    if args.timeout <= 0:
-        raise UsageError("--timeout must be positive")
-    if args.topics is not None:
-        try:
-            re.compile(args.topics)
-        except re.error as exc:
-            raise UsageError(f"--topics {args.topics!r} is not a regular expression: {exc}") from None
+    check_timeout_and_topics(args)
     topics: list[str] | None = [args.topics] if args.topics is not None else None
     if args.topology is not None:
         if args.bootstrap or args.new_primary_bootstrap:

@@ -31,14 +31,12 @@ from pathlib import Path
 from deploy.cli.client_config import command_security, file_security
 from deploy.cli.command import UsageError, run, say
 
-__all__ = ["register_promote"]
+__all__ = ["check_timeout_and_topics", "register_promote"]
 
 
-def _promote(args: argparse.Namespace) -> int:
-    import trio
-
-    from mirror.promote import promote
-
+def check_timeout_and_topics(args: argparse.Namespace) -> None:
+    """The options `promote` and the failback commands share: --timeout above 0, --topics a
+    regular expression. Raises UsageError (exit 2) naming the option."""
     if args.timeout <= 0:
         raise UsageError("--timeout must be positive")
     if args.topics is not None:
@@ -46,6 +44,14 @@ def _promote(args: argparse.Namespace) -> int:
             re.compile(args.topics)
         except re.error as exc:
             raise UsageError(f"--topics {args.topics!r} is not a regular expression: {exc}") from None
+
+
+def _promote(args: argparse.Namespace) -> int:
+    import trio
+
+    from mirror.promote import promote
+
+    check_timeout_and_topics(args)
     if args.topology is not None:
         if args.bootstrap or args.source_bootstrap:
             raise UsageError("give a TOPOLOGY (with --mirror) or --bootstrap/--source-bootstrap, not both")
