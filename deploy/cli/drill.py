@@ -15,6 +15,7 @@ import argparse
 import json
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -66,10 +67,19 @@ def _drill(args: argparse.Namespace) -> int:
                      duration_s=args.duration)
     progress(f"drill {args.kind} on mirror {args.mirror}: {record.source} ({source}) -> {record.target} ({target}), "
              f"{args.rate:g} records/s over {', '.join(topics)}")
-    # SIGTERM stops a drill as Ctrl-C does: its clients stopped, a cut link put back, and said.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # Ctrl-C and SIGTERM ask the drill to stop, at its next pause: its clients stopped, a cut
+    # link put back, and said. A second one stops it at once.
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
     try:
-        report = run_drill(plan, progress)
+        report = run_drill(plan, progress, stop)
     except DrillInterrupted as stop:
         print(stop.report.table(), file=sys.stderr)
         _say_interrupted(stop, args, state_dir)

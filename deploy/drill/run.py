@@ -73,12 +73,21 @@ class DrillPlan:
     duration_s: float
 
 
-def _wait(check: Callable[[], bool], what: str, timeout_s: float = START_TIMEOUT_S) -> None:
+def _pause(seconds: float, stop: threading.Event) -> None:
+    """Sleep, or raise KeyboardInterrupt once `stop` is set (Ctrl-C or SIGTERM asked the drill to
+    stop). The interruption is raised here, between steps of the drill's own code, never inside
+    whatever the main thread happened to run when the signal came (a lock the clients' threads
+    share, taken and never given back, would hang the stop)."""
+    if stop.wait(seconds):
+        raise KeyboardInterrupt
+
+
+def _wait(check: Callable[[], bool], what: str, stop: threading.Event, timeout_s: float = START_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
             raise DrillError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.05)
+        _pause(0.05, stop)
 
 
 def _caught_up(reader: GroupReader, ends: dict[TopicPartition, int]) -> bool:
@@ -100,7 +109,10 @@ def _promote(plan: DrillPlan, say: Say) -> str:
     return f"{len(report.promoted)} topic(s) promoted"
 
 
-def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
+def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) -> DrillReport:
+    """Run the drill; `stop`, once set (the command's Ctrl-C and SIGTERM handlers set it), ends
+    it at the next pause: its clients stopped, a cut link put back, DrillInterrupted raised."""
+    stop = stop if stop is not None else threading.Event()
     run = f"drill-{secrets.token_hex(4)}"
     group = f"causeway-{run}"
     report = DrillReport(plan.kind, plan.disaster, plan.mirror, plan.topics, plan.rate, timeline=Timeline(), run=run)
@@ -114,10 +126,10 @@ def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
         reader = GroupReader(plan.source_bootstrap, group, plan.topics, run).start()
         load = ProducerLoad(plan.source_bootstrap, plan.topics, plan.rate, run, "primary").start()
         clients += [reader, load]
-        _wait(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary")
+        _wait(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary", stop)
         last = time.monotonic()
         while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
-            time.sleep(0.1)
+            _pause(0.1, stop)
             if time.monotonic() - last >= PROGRESS_EVERY_S:
                 last = time.monotonic()
                 say(f"  {load.ledger.count()} acknowledged at the primary, group {group} read {len(reader.names)}")
@@ -131,7 +143,7 @@ def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
             clients.remove(load)
             timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed")
             step = timeline.begin("group caught up at the primary")
-            _wait(lambda: _caught_up(reader, load.ledger.ends()), f"group {group} to read every record")
+            _wait(lambda: _caught_up(reader, load.ledger.ends()), f"group {group} to read every record", stop)
             reader.stop(commit=True)
             clients.remove(reader)
             timeline.end(step, f"read {len(reader.names)}, committed")
@@ -167,11 +179,11 @@ def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
         dr_reader = GroupReader(plan.target_bootstrap, group, plan.topics, run).start()
         dr_load = ProducerLoad(plan.target_bootstrap, plan.topics, plan.rate, run, "dr").start()
         clients += [dr_reader, dr_load]
-        _wait(lambda: dr_load.ledger.first_ack is not None, "the first record acknowledged at the DR site")
+        _wait(lambda: dr_load.ledger.first_ack is not None, "the first record acknowledged at the DR site", stop)
         report.rto_produce_s = (dr_load.ledger.first_ack or 0) - disaster_at
         say(f"first record acknowledged at the DR site, {report.rto_produce_s:.2f} s after the "
             f"{'disaster' if plan.disaster else 'producers stopped'}")
-        _wait(lambda: dr_reader.first_read is not None, f"group {group}'s first record at the DR site")
+        _wait(lambda: dr_reader.first_read is not None, f"group {group}'s first record at the DR site", stop)
         report.rto_consume_s = (dr_reader.first_read or 0) - disaster_at
         say(f"group {group} read its first record at the DR site, {report.rto_consume_s:.2f} s after")
         since = "the disaster" if plan.disaster else "the producers stopped"
@@ -184,7 +196,7 @@ def run_drill(plan: DrillPlan, say: Say) -> DrillReport:
         expected = dict(promoted_ends)
         for tp, end in dr_load.ledger.ends().items():
             expected[tp] = max(expected.get(tp, 0), end)
-        _wait(lambda: _caught_up(dr_reader, expected), f"group {group} to read every record at the DR site")
+        _wait(lambda: _caught_up(dr_reader, expected), f"group {group} to read every record at the DR site", stop)
         dr_reader.stop(commit=True)
         clients.remove(dr_reader)
         timeline.end(step, f"{dr_load.ledger.count()} produced there, the group read {len(dr_reader.names)}")

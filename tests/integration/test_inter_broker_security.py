@@ -108,10 +108,20 @@ def _replicates_and_survives_its_leader(cluster: ZkCluster, client: dict[str, ob
     wait_until(lambda: int(cluster.state(topic)["leader"]) not in (leader, -1),
                what=f"a new leader of {topic}")
     new_leader = int(cluster.state(topic)["leader"])
+    expected = [f"r{i}".encode() for i in range(RECORDS)]
+    seen: list[bytes | None] = []
+
+    def served() -> bool:
+        # A new leader's high watermark starts where it last heard it as a follower, maybe below
+        # what the old leader acknowledged (the kill can come before the followers' next fetch
+        # tells them), as in Kafka; it reaches the log end once the other in-sync follower
+        # fetches. Every acknowledged record is then served.
+        seen[:] = [m.value() for m in read_partition(cluster.brokers[new_leader].bootstrap, topic,
+                                                     security=client, timeout_s=10)]
+        return seen == expected
+
     try:
-        values = [m.value() for m in read_partition(cluster.brokers[new_leader].bootstrap, topic, security=client,
-                                                    timeout_s=60)]
-        assert values == [f"r{i}".encode() for i in range(RECORDS)]
+        wait_until(served, what=f"the new leader {new_leader} serving every acknowledged record", timeout_s=60)
     finally:
         cluster.brokers[leader].restart()
     # Caught up again, it rejoins the ISR: the leader's AlterPartition reached the controller (over
