@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import trio
 from prometheus_client import Counter, Histogram, disable_created_metrics
@@ -86,9 +86,24 @@ class RequestTimer:
         total_ms = (trio.current_time() - self._received_at) * 1000
         for name in (self._request, self._also):
             if name is not None:
-                REQUESTS.labels(name, str(self._version)).inc()
-                QUEUE_TIME.labels(name).observe(self._queue_ms)
-                TOTAL_TIME.labels(name).observe(total_ms)
+                requests, queue_time, total_time = _series(name, self._version)
+                requests.inc()
+                queue_time.observe(self._queue_ms)
+                total_time.observe(total_ms)
+
+
+# The labelled series of each (API, version) seen, looked up once: `labels()` takes the metric's
+# lock and builds its key on every call, and this runs for every request. APIs and versions are
+# a few hundred at most, and their series are never removed.
+_SERIES: dict[tuple[str, int], tuple[Any, Any, Any]] = {}
+
+
+def _series(name: str, version: int) -> tuple[Any, Any, Any]:
+    found = _SERIES.get((name, version))
+    if found is None:
+        found = _SERIES[(name, version)] = (REQUESTS.labels(name, str(version)), QUEUE_TIME.labels(name),
+                                            TOTAL_TIME.labels(name))
+    return found
 
 
 # The request the current connection task is handling: the fetch handler names it further.
