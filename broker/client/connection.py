@@ -83,12 +83,17 @@ class ConnectionFailed(ClientError):
     """The connection could not be made, was lost, or was closed; requests in flight on it
     have an unknown outcome."""
 
+    #: Kafka's code for a partition whose request failed this way.
+    error_code = ErrorCode.NETWORK_EXCEPTION
+
 
 class RequestTimeout(ConnectionFailed):
     """No answer before the deadline (the caller's, or the request or connect timeout): how the
     client reports every deadline that passes, never a bare trio.TooSlowError. A connection
     whose request got no answer was closed, because the broker's answers to later requests
     could no longer be trusted to arrive."""
+
+    error_code = ErrorCode.REQUEST_TIMED_OUT
 
 
 def pick_version(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import trio
 
 from broker.client.cluster import Client, TopicPartition, asked_for
-from broker.client.connection import ConnectionFailed, RequestTimeout
+from broker.client.connection import ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse
@@ -138,11 +138,11 @@ async def _fetch(
 ) -> dict[TopicPartition, FetchedPartition]:
     results: dict[TopicPartition, FetchedPartition] = {}
 
-    def fail_all(tps: list[TopicPartition], exc: Exception) -> None:
+    def fail_all(tps: list[TopicPartition], exc: ConnectionFailed | KafkaError) -> None:
         if isinstance(exc, KafkaError):
             code: int = exc.code
         else:
-            code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+            code = exc.error_code
         for tp in tps:
             results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message=str(exc))
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import trio
 
 from broker.client.cluster import Client, TopicPartition, asked_for
-from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed, RequestTimeout
+from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG
@@ -141,7 +141,7 @@ async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPar
 
 
 def _connection_failed(exc: ConnectionFailed) -> LinkAppendResult:
-    code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+    code = exc.error_code
     return _failed(code, str(exc))
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import trio
 
 from broker.client.cluster import Client, TopicPartition, asked_for
-from broker.client.connection import ConnectionFailed, RequestTimeout
+from broker.client.connection import ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkTruncateRequest, LinkTruncateResponse
@@ -103,5 +103,5 @@ async def _send(client: Client, link_name: str, points: Mapping[TopicPartition, 
 
 
 def _unreachable(exc: ConnectionFailed) -> LinkTruncateResult:
-    code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+    code = exc.error_code
     return LinkTruncateResult(code, str(exc))

@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 import trio
 
 from broker.client.cluster import Client, NodeNotReady, TopicPartition, asked_for
-from broker.client.connection import ConnectionFailed, RequestTimeout, check_error
+from broker.client.connection import ConnectionFailed, check_error
 from broker.client.deadline import wire_timeout_ms
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
@@ -158,7 +158,7 @@ async def _produce_batches(
 
 def _failed(tp: TopicPartition, exc: ConnectionFailed, *, sent: bool) -> ProduceResult:
     """The result of a write whose leader could not be reached or did not answer in time."""
-    code = ErrorCode.REQUEST_TIMED_OUT if isinstance(exc, RequestTimeout) else ErrorCode.NETWORK_EXCEPTION
+    code = exc.error_code
     return ProduceResult(tp.topic, tp.partition, code, error_message=str(exc), sent=sent)
 
 
