@@ -8,14 +8,13 @@ tools and tests.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-import trio
-
-from broker.client.cluster import Client, TopicPartition, asked_for
+from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
+from broker.client.per_leader import send_per_leader
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import FetchRequest, FetchResponse
 from broker.protocol.records import DecodedRecord, decode_batch, split_batches
@@ -136,25 +135,7 @@ async def _fetch(
     partition_max_bytes: int,
     isolation_level: int,
 ) -> dict[TopicPartition, FetchedPartition]:
-    results: dict[TopicPartition, FetchedPartition] = {}
-
-    def fail_all(tps: list[TopicPartition], exc: ConnectionFailed | KafkaError) -> None:
-        if isinstance(exc, KafkaError):
-            code: int = exc.code
-        else:
-            code = exc.error_code
-        for tp in tps:
-            results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message=str(exc))
-
-    try:
-        by_leader, leaderless = await client.partitions_by_leader(positions)
-    except ConnectionFailed as exc:
-        fail_all(list(positions), exc)
-        return results
-    for tp, error in leaderless.items():
-        fail_all([tp], error)
-
-    async def fetch_from(node_id: int, tps: list[TopicPartition]) -> None:
+    def request_for(tps: list[TopicPartition]) -> FetchRequest:
         topics: dict[str, list[FetchRequest.FetchPartition]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(
@@ -162,7 +143,7 @@ async def _fetch(
                     partition=tp.partition, fetch_offset=positions[tp], partition_max_bytes=partition_max_bytes
                 )
             )
-        request = FetchRequest(
+        return FetchRequest(
             replica_id=-1,
             max_wait_ms=max_wait_ms,
             min_bytes=min_bytes,
@@ -172,30 +153,23 @@ async def _fetch(
             session_epoch=-1,  # no fetch session: every request is complete
             topics=[FetchRequest.FetchTopic(topic=t, partitions=p) for t, p in topics.items()],
         )
-        try:
-            # One attempt: a leader that died fails this fetch at once (and marks metadata
-            # stale) rather than being reconnected to until the deadline; the caller's next
-            # fetch, after its backoff, asks the new leader.
-            response: FetchResponse = await client.request(node_id, request, max_version=12, fail_fast=True)
-        except (ConnectionFailed, KafkaError) as exc:
-            client.invalidate_metadata({tp.topic for tp in tps})
-            fail_all(tps, exc)
-            return
-        if response.error_code != ErrorCode.NONE:
-            fail_all(tps, KafkaError(ErrorCode(response.error_code), f"fetch from node {node_id}"))
-            return
-        answers = ((t.topic, p.partition_index, p) for t in response.responses for p in t.partitions)
-        for tp, part in asked_for(answers, set(tps)):
-            results[tp] = FetchedPartition(tp.topic, tp.partition, part.error_code, part.high_watermark,
-                                           part.last_stable_offset, part.log_start_offset,
-                                           part.records if part.records is not None else b"")
-            client.note_partition_error(tp.topic, part.error_code, _STALE_LEADER)
-        for tp in tps:
-            if tp not in results:
-                code = ErrorCode.UNKNOWN_SERVER_ERROR
-                results[tp] = FetchedPartition(tp.topic, tp.partition, code, error_message="missing from the answer")
 
-    async with trio.open_nursery() as nursery:
-        for node_id, tps in by_leader.items():
-            nursery.start_soon(fetch_from, node_id, tps)
-    return {tp: results[tp] for tp in positions}
+    def results_in(response: FetchResponse, tps: list[TopicPartition]) -> Iterator[tuple[str, int, FetchedPartition]]:
+        if response.error_code != ErrorCode.NONE:
+            raise KafkaError(ErrorCode(response.error_code), "the whole fetch answer")
+        for t in response.responses:
+            for p in t.partitions:
+                yield t.topic, p.partition_index, FetchedPartition(
+                    t.topic, p.partition_index, p.error_code, p.high_watermark, p.last_stable_offset,
+                    p.log_start_offset, p.records if p.records is not None else b"")
+
+    # A leader that died fails its fetch at once (and marks metadata stale) rather than being
+    # reconnected to until the deadline; the caller's next fetch, after its backoff, asks the
+    # new leader.
+    return await send_per_leader(client, positions.keys(), request_for, results_in, _failed, max_version=12,
+                                 leader_moved=_STALE_LEADER, stale_after_failure=True)
+
+
+def _failed(tp: TopicPartition, error: KafkaError | ConnectionFailed, sent: bool) -> FetchedPartition:
+    code = error.code if isinstance(error, KafkaError) else error.error_code
+    return FetchedPartition(tp.topic, tp.partition, code, error_message=str(error))

@@ -11,14 +11,13 @@ they are skipped. Each partition's batches say where the source's batch before t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-import trio
-
-from broker.client.cluster import Client, TopicPartition, asked_for
+from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
+from broker.client.per_leader import send_per_leader
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -94,55 +93,35 @@ async def link_append(client: Client, link_name: str, batches: Mapping[TopicPart
 async def _link_append(client: Client, link_name: str, batches: Mapping[TopicPartition, Buffer],
                        timeout_ms: int, log_start_offsets: Mapping[TopicPartition, int],
                        previous_ends: Mapping[TopicPartition, int]) -> dict[TopicPartition, LinkAppendResult]:
-    results: dict[TopicPartition, LinkAppendResult] = {}
-    try:
-        by_leader, leaderless = await client.partitions_by_leader(batches)
-    except ConnectionFailed as exc:
-        return {tp: _connection_failed(exc) for tp in batches}
-    for tp, error in leaderless.items():
-        results[tp] = _failed(error.code, error.message or None)
-
-    async def send(node_id: int, tps: list[TopicPartition]) -> None:
+    def request_for(tps: list[TopicPartition]) -> LinkAppendRequest:
         topics: dict[str, list[LinkAppendRequest.LinkAppendPartition]] = {}
         for tp in tps:
             topics.setdefault(tp.topic, []).append(
                 LinkAppendRequest.LinkAppendPartition(index=tp.partition, records=batches[tp],
                                                       log_start_offset=log_start_offsets.get(tp, -1),
                                                       previous_end_offset=previous_ends.get(tp, -1)))
-        request = LinkAppendRequest(
+        return LinkAppendRequest(
             link_name=link_name,
             timeout_ms=timeout_ms,
             topics=[LinkAppendRequest.LinkAppendTopic(name=t, partitions=p) for t, p in topics.items()],
         )
-        try:
-            # One attempt (fail_fast): a leader that died is answered at once, and metadata
-            # marked stale, not retried until the deadline while another broker takes over.
-            response: LinkAppendResponse = await client.request(node_id, request, fail_fast=True)
-        except ConnectionFailed as exc:
-            for tp in tps:
-                results[tp] = _connection_failed(exc)
-            return
-        except KafkaError as exc:  # no common version (not a Causeway broker)
-            for tp in tps:
-                results[tp] = _failed(exc.code, exc.message or None)
-            return
-        answers = ((t.name, p.index, p) for t in response.topics for p in t.partitions)
-        for tp, part in asked_for(answers, batches):
-            results[tp] = LinkAppendResult(ErrorCode(part.error_code), part.error_message, part.log_end_offset,
-                                           part.high_watermark, part.log_start_offset)
-            client.note_partition_error(tp.topic, part.error_code)
-        for tp in tps:
-            results.setdefault(tp, _failed(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this partition"))
 
-    async with trio.open_nursery() as nursery:
-        for node_id, tps in by_leader.items():
-            nursery.start_soon(send, node_id, tps)
-    return {tp: results[tp] for tp in batches}
+    def results_in(response: LinkAppendResponse, tps: list[TopicPartition]
+                   ) -> Iterator[tuple[str, int, LinkAppendResult]]:
+        for t in response.topics:
+            for p in t.partitions:
+                yield t.name, p.index, LinkAppendResult(ErrorCode(p.error_code), p.error_message, p.log_end_offset,
+                                                        p.high_watermark, p.log_start_offset)
+
+    return await send_per_leader(client, batches.keys(), request_for, results_in, _failed_with)
 
 
-def _connection_failed(exc: ConnectionFailed) -> LinkAppendResult:
-    code = exc.error_code
-    return _failed(code, str(exc))
+def _failed_with(tp: TopicPartition, error: KafkaError | ConnectionFailed, sent: bool) -> LinkAppendResult:
+    """No answer from the leader: not reachable or timed out (NETWORK_EXCEPTION,
+    REQUEST_TIMED_OUT), no common version (not a Causeway broker), no leader."""
+    if isinstance(error, ConnectionFailed):
+        return _failed(error.error_code, str(error))
+    return _failed(error.code, error.message or None)
 
 
 async def supports_link_append(client: Client) -> bool:

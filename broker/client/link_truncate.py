@@ -9,14 +9,13 @@ nothing. Sending the same request again is safe: nothing more is cut.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-import trio
-
-from broker.client.cluster import Client, TopicPartition, asked_for
+from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
+from broker.client.per_leader import send_per_leader
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkTruncateRequest, LinkTruncateResponse
 
@@ -59,49 +58,31 @@ async def link_truncate(client: Client, link_name: str, points: Mapping[TopicPar
 
 async def _send(client: Client, link_name: str, points: Mapping[TopicPartition, CutPoint], allow_truncation: bool,
                 validate_only: bool, timeout_ms: int) -> dict[TopicPartition, LinkTruncateResult]:
-    results: dict[TopicPartition, LinkTruncateResult] = {}
-    try:
-        by_leader, leaderless = await client.partitions_by_leader(points)
-    except ConnectionFailed as exc:
-        return {tp: _unreachable(exc) for tp in points}
-    for tp, error in leaderless.items():
-        results[tp] = LinkTruncateResult(error.code, error.message or None)
-
-    async def send(node_id: int, tps: list[TopicPartition]) -> None:
+    def request_for(tps: list[TopicPartition]) -> LinkTruncateRequest:
         topics: dict[str, list[LinkTruncateRequest.LinkTruncatePartition]] = {}
         for tp in tps:
             p = points[tp]
             topics.setdefault(tp.topic, []).append(LinkTruncateRequest.LinkTruncatePartition(
                 index=tp.partition, truncate_offset=p.offset, shared_base_offset=p.shared_base,
                 shared_last_offset=p.shared_last, shared_crc=p.shared_crc, allow_truncation=allow_truncation))
-        request = LinkTruncateRequest(
+        return LinkTruncateRequest(
             link_name=link_name, timeout_ms=timeout_ms, validate_only=validate_only,
             topics=[LinkTruncateRequest.LinkTruncateTopic(name=t, partitions=ps) for t, ps in topics.items()])
-        try:
-            response: LinkTruncateResponse = await client.request(node_id, request, fail_fast=True)
-        except ConnectionFailed as exc:
-            for tp in tps:
-                results[tp] = _unreachable(exc)
-            return
-        except KafkaError as exc:  # no common version: not a Causeway broker, or an older one
-            for tp in tps:
-                results[tp] = LinkTruncateResult(exc.code, exc.message or None)
-            return
-        answers = ((t.name, p.index, p) for t in response.topics for p in t.partitions)
-        for tp, part in asked_for(answers, set(tps)):
-            results[tp] = LinkTruncateResult(
-                ErrorCode(part.error_code), part.error_message, part.log_end_offset, part.truncated_batches,
-                part.truncated_records, part.first_truncated_offset, part.last_truncated_offset, part.quarantine_path)
-            client.note_partition_error(tp.topic, part.error_code)
-        for tp in tps:
-            results.setdefault(tp, LinkTruncateResult(ErrorCode.UNKNOWN_SERVER_ERROR, "no answer for this partition"))
 
-    async with trio.open_nursery() as nursery:
-        for node_id, tps in by_leader.items():
-            nursery.start_soon(send, node_id, tps)
-    return {tp: results[tp] for tp in points}
+    def results_in(response: LinkTruncateResponse, tps: list[TopicPartition]
+                   ) -> Iterator[tuple[str, int, LinkTruncateResult]]:
+        for t in response.topics:
+            for p in t.partitions:
+                yield t.name, p.index, LinkTruncateResult(
+                    ErrorCode(p.error_code), p.error_message, p.log_end_offset, p.truncated_batches,
+                    p.truncated_records, p.first_truncated_offset, p.last_truncated_offset, p.quarantine_path)
+
+    return await send_per_leader(client, points.keys(), request_for, results_in, _failed)
 
 
-def _unreachable(exc: ConnectionFailed) -> LinkTruncateResult:
-    code = exc.error_code
-    return LinkTruncateResult(code, str(exc))
+def _failed(tp: TopicPartition, error: KafkaError | ConnectionFailed, sent: bool) -> LinkTruncateResult:
+    """No answer from the leader: not reachable or timed out (NETWORK_EXCEPTION,
+    REQUEST_TIMED_OUT), no common version (not a Causeway broker, or an older one), no leader."""
+    if isinstance(error, ConnectionFailed):
+        return LinkTruncateResult(error.error_code, str(error))
+    return LinkTruncateResult(error.code, error.message or None)

@@ -13,14 +13,15 @@ instead of reconnecting to the dead one until the deadline.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import trio
 
-from broker.client.cluster import Client, NodeNotReady, TopicPartition, asked_for
+from broker.client.cluster import Client, TopicPartition
 from broker.client.connection import ConnectionFailed, check_error
 from broker.client.deadline import wire_timeout_ms
+from broker.client.per_leader import send_per_leader
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError, is_retriable
 from broker.protocol.messages import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
@@ -107,59 +108,38 @@ async def produce_batches(
 async def _produce_batches(
     client: Client, batches: Mapping[TopicPartition, Buffer], acks: int, timeout_ms: int, transactional_id: str | None
 ) -> dict[TopicPartition, ProduceResult]:
-    results: dict[TopicPartition, ProduceResult] = {}
-    try:
-        by_leader, leaderless = await client.partitions_by_leader(batches)
-    except ConnectionFailed as exc:
-        return {tp: _failed(tp, exc, sent=False) for tp in batches}
-    for tp, error in leaderless.items():
-        results[tp] = ProduceResult(tp.topic, tp.partition, error.code, error_message=error.message, sent=False)
-
-    async def send(node_id: int, tps: list[TopicPartition]) -> None:
+    def request_for(tps: list[TopicPartition]) -> ProduceRequest:
         topics: dict[str, list[ProduceRequest.PartitionProduceData]] = {}
         for tp in tps:
             data = ProduceRequest.PartitionProduceData(index=tp.partition, records=batches[tp])
             topics.setdefault(tp.topic, []).append(data)
-        request = ProduceRequest(
+        return ProduceRequest(
             transactional_id=transactional_id,
             acks=acks,
             timeout_ms=timeout_ms,
             topic_data=[ProduceRequest.TopicProduceData(name=t, partition_data=p) for t, p in topics.items()],
         )
-        try:
-            response: ProduceResponse | None = await client.request(node_id, request, fail_fast=True)
-        except ConnectionFailed as exc:
-            for tp in tps:
-                results[tp] = _failed(tp, exc, sent=not isinstance(exc, NodeNotReady))
-            return
-        except KafkaError as exc:  # e.g. no common version
-            for tp in tps:
-                results[tp] = ProduceResult(tp.topic, tp.partition, exc.code, error_message=exc.message)
-            return
+
+    def results_in(response: ProduceResponse | None, tps: list[TopicPartition]
+                   ) -> Iterator[tuple[str, int, ProduceResult]]:
         if response is None:  # acks=0
             for tp in tps:
-                results[tp] = ProduceResult(tp.topic, tp.partition)
+                yield tp.topic, tp.partition, ProduceResult(tp.topic, tp.partition)
             return
-        answers = ((t.name, p.index, p) for t in response.responses for p in t.partition_responses)
-        for tp, part in asked_for(answers, batches):
-            results[tp] = ProduceResult(tp.topic, tp.partition, part.error_code, part.base_offset,
-                                        part.log_append_time_ms, part.log_start_offset, part.error_message)
-            client.note_partition_error(tp.topic, part.error_code)
-        for tp in tps:
-            results.setdefault(
-                tp, ProduceResult(tp.topic, tp.partition, ErrorCode.UNKNOWN_SERVER_ERROR, error_message="no answer")
-            )
+        for t in response.responses:
+            for p in t.partition_responses:
+                yield t.name, p.index, ProduceResult(t.name, p.index, p.error_code, p.base_offset,
+                                                     p.log_append_time_ms, p.log_start_offset, p.error_message)
 
-    async with trio.open_nursery() as nursery:
-        for node_id, tps in by_leader.items():
-            nursery.start_soon(send, node_id, tps)
-    return {tp: results[tp] for tp in batches}
+    return await send_per_leader(client, batches.keys(), request_for, results_in, _failed)
 
 
-def _failed(tp: TopicPartition, exc: ConnectionFailed, *, sent: bool) -> ProduceResult:
-    """The result of a write whose leader could not be reached or did not answer in time."""
-    code = exc.error_code
-    return ProduceResult(tp.topic, tp.partition, code, error_message=str(exc), sent=sent)
+def _failed(tp: TopicPartition, error: KafkaError | ConnectionFailed, sent: bool) -> ProduceResult:
+    """The result of a write without an answer: no leader known, its leader could not be
+    reached or did not answer in time, or refused the request (e.g. no common version)."""
+    if isinstance(error, ConnectionFailed):
+        return ProduceResult(tp.topic, tp.partition, error.error_code, error_message=str(error), sent=sent)
+    return ProduceResult(tp.topic, tp.partition, error.code, error_message=error.message, sent=sent)
 
 
 async def produce(
