@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from broker.controller.base import ActiveController
 from broker.controller.model import PartitionInfo
 from broker.log_limits import limiter
 from broker.protocol.api import ApiKey
@@ -57,6 +58,17 @@ def _cluster_action(ctx: RequestContext) -> bool:
     """May the principal send the brokers' requests (ClusterAction on the cluster)? A denial
     is logged by the authorizer's logger."""
     return ctx.authorize_cluster(Operation.CLUSTER_ACTION)
+
+
+def _to_controller(ctx: RequestContext) -> ActiveController | ErrorCode:
+    """The controller term a request sent to the controller is for; the error to answer when
+    the principal may not send it (CLUSTER_AUTHORIZATION_FAILED) or this broker is not the
+    ZooKeeper controller (NOT_CONTROLLER)."""
+    if not _cluster_action(ctx):
+        return ErrorCode.CLUSTER_AUTHORIZATION_FAILED
+    zk = ctx.services.controller.zookeeper()
+    active = zk.active_controller() if zk is not None else None
+    return ErrorCode.NOT_CONTROLLER if active is None else active
 
 
 async def _check_controller(ctx: RequestContext, controller_id: int, controller_epoch: int, broker_epoch: int,
@@ -162,12 +174,9 @@ async def stop_replica(ctx: RequestContext, request: StopReplicaRequest) -> Stop
 
 
 async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRequest) -> ControlledShutdownResponse:
-    if not _cluster_action(ctx):
-        return ControlledShutdownResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    zk = ctx.services.controller.zookeeper()
-    active = zk.active_controller() if zk is not None else None
-    if active is None:
-        return ControlledShutdownResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    active = _to_controller(ctx)
+    if isinstance(active, ErrorCode):
+        return ControlledShutdownResponse(error_code=active)
     try:
         remaining = await active.controlled_shutdown(request.broker_id, request.broker_epoch)
     except KafkaError as exc:
@@ -182,12 +191,9 @@ async def controlled_shutdown(ctx: RequestContext, request: ControlledShutdownRe
 
 
 async def alter_partition(ctx: RequestContext, request: AlterPartitionRequest) -> AlterPartitionResponse:
-    if not _cluster_action(ctx):
-        return AlterPartitionResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
-    zk = ctx.services.controller.zookeeper()
-    active = zk.active_controller() if zk is not None else None
-    if active is None:
-        return AlterPartitionResponse(error_code=ErrorCode.NOT_CONTROLLER)
+    active = _to_controller(ctx)
+    if isinstance(active, ErrorCode):
+        return AlterPartitionResponse(error_code=active)
     if not await active.broker_epoch_is_current(request.broker_id, request.broker_epoch):
         return AlterPartitionResponse(error_code=ErrorCode.STALE_BROKER_EPOCH)
     topics = []
