@@ -10,6 +10,9 @@ gets TOPIC_AUTHORIZATION_FAILED); OffsetDelete Delete on the group and Read on e
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
 from broker.clock import now_ms
 from broker.coordinator.coordinator import GroupCoordinator
 from broker.coordinator.offsets_records import OffsetCommitValue
@@ -32,6 +35,8 @@ __all__ = ["HANDLERS"]
 # OffsetCommit v2-v4 carry a retention time; -1 means "the broker's default".
 DEFAULT_RETENTION = -1
 LONG_MAX = 2**63 - 1
+
+T = TypeVar("T")
 
 
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
@@ -142,16 +147,9 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id,
                                                                           error_code=exc.code))
                 continue
-            groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, topics=[
-                OffsetFetchResponse.OffsetFetchResponseTopics(name=topic, partitions=[
-                    OffsetFetchResponse.OffsetFetchResponsePartitions(
-                        partition_index=p, committed_offset=v.offset if v else -1,
-                        committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "",
-                        error_code=code)
-                    for p, v, code in sorted(parts, key=_by_partition)
-                ])
-                for topic, parts in sorted(by_topic.items())
-            ]))
+            groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id, topics=_fetched(
+                by_topic, OffsetFetchResponse.OffsetFetchResponseTopics,
+                OffsetFetchResponse.OffsetFetchResponsePartitions)))
         return OffsetFetchResponse(groups=groups)
     # A null topic list (v2+) asks for every committed offset of the group.
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
@@ -168,16 +166,23 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
             ])
             for topic, partitions in wanted or []
         ])
-    return OffsetFetchResponse(topics=[
-        OffsetFetchResponse.OffsetFetchResponseTopic(name=topic, partitions=[
-            OffsetFetchResponse.OffsetFetchResponsePartition(
-                partition_index=p, committed_offset=v.offset if v else -1,
-                committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "",
-                error_code=code)
+    return OffsetFetchResponse(topics=_fetched(by_topic, OffsetFetchResponse.OffsetFetchResponseTopic,
+                                               OffsetFetchResponse.OffsetFetchResponsePartition))
+
+
+def _fetched(by_topic: dict[str, list[tuple[int, OffsetCommitValue | None, ErrorCode]]], topic: Callable[..., T],
+             partition: Callable[..., Any]) -> list[T]:
+    """The committed offsets as an OffsetFetch answer's topics, by name and partition (-1 and ""
+    where none is committed): v8+ (per group) and v0-v7 have classes of their own for them."""
+    return [
+        topic(name=name, partitions=[
+            partition(partition_index=p, committed_offset=v.offset if v else -1,
+                      committed_leader_epoch=v.leader_epoch if v else -1, metadata=v.metadata if v else "",
+                      error_code=code)
             for p, v, code in sorted(parts, key=_by_partition)
         ])
-        for topic, parts in sorted(by_topic.items())
-    ])
+        for name, parts in sorted(by_topic.items())
+    ]
 
 
 def _by_partition(item: tuple[int, OffsetCommitValue | None, ErrorCode]) -> int:
