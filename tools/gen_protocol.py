@@ -45,6 +45,8 @@ PRIMITIVES = {
     "records",
     "uuid",
 }
+# The fixed-size types whose Reader and Writer methods bear the type's own name.
+FIXED_SIZE = ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid")
 NEVER = 1 << 30  # upper bound of an open range such as "3+"
 
 
@@ -327,7 +329,7 @@ class Emitter:
     def read_scalar(self, t: str, r: str, f: Field, within: Versions) -> str:
         flex = self.flex_of(f)
         f = f.scalar()
-        if t in ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid"):
+        if t in FIXED_SIZE:
             return f"{r}.{t}()"
         if t == "bool":
             return f"{r}.boolean()"
@@ -390,7 +392,7 @@ class Emitter:
     def write_scalar(self, t: str, w: str, f: Field, value: str, within: Versions) -> str:
         flex = self.flex_of(f)
         f = f.scalar()
-        if t in ("int8", "int16", "int32", "int64", "uint16", "float64", "uuid"):
+        if t in FIXED_SIZE:
             return f"{w}.{t}({value})"
         if t == "bool":
             return f"{w}.boolean({value})"
