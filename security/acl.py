@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import TypeVar
+from typing import Self, TypeVar
 
 __all__ = [
     "CLUSTER_NAME",
@@ -40,7 +40,21 @@ class AclError(ValueError):
     """An ACL or filter that cannot be used; the message says why (it goes to the client)."""
 
 
-class ResourceType(IntEnum):
+class _Titled(IntEnum):
+    """An enum Kafka also spells by name (``Topic``, ``ClusterAction``, ``Allow``): in znodes and
+    what ``kafka-acls`` prints and takes."""
+
+    @property
+    def title(self) -> str:
+        """Kafka's name: the znode path element and what ``kafka-acls`` prints."""
+        return _title(self)
+
+    @classmethod
+    def from_title(cls, text: str) -> Self:
+        return _by_title(cls, text)
+
+
+class ResourceType(_Titled):
     UNKNOWN = 0
     ANY = 1
     TOPIC = 2
@@ -49,15 +63,6 @@ class ResourceType(IntEnum):
     TRANSACTIONAL_ID = 5
     DELEGATION_TOKEN = 6
     USER = 7
-
-    @property
-    def title(self) -> str:
-        """Kafka's name: the znode path element and what ``kafka-acls`` prints."""
-        return _title(self)
-
-    @classmethod
-    def from_title(cls, text: str) -> ResourceType:
-        return _by_title(cls, text)
 
 
 class PatternType(IntEnum):
@@ -68,7 +73,7 @@ class PatternType(IntEnum):
     PREFIXED = 4
 
 
-class Operation(IntEnum):
+class Operation(_Titled):
     UNKNOWN = 0
     ANY = 1
     ALL = 2
@@ -85,28 +90,12 @@ class Operation(IntEnum):
     CREATE_TOKENS = 13
     DESCRIBE_TOKENS = 14
 
-    @property
-    def title(self) -> str:
-        return _title(self)
 
-    @classmethod
-    def from_title(cls, text: str) -> Operation:
-        return _by_title(cls, text)
-
-
-class Permission(IntEnum):
+class Permission(_Titled):
     UNKNOWN = 0
     ANY = 1
     DENY = 2
     ALLOW = 3
-
-    @property
-    def title(self) -> str:
-        return _title(self)
-
-    @classmethod
-    def from_title(cls, text: str) -> Permission:
-        return _by_title(cls, text)
 
 
 def _title(member: IntEnum) -> str:

@@ -56,6 +56,7 @@ from broker.protocol.messages import (
 )
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import call
+from tests.support.consume import poll_to_end
 from tests.support.polling import wait_until
 from tests.support.secured import TIMEOUT_S, acl_broker, admin, allow, deny, grant, login, revoke
 
@@ -116,20 +117,14 @@ def _consume(broker: BrokerProcess, user: str, topic: str) -> tuple[list[bytes],
     consumer = Consumer(login(broker, user, **{"group.id": f"{user}-{uuid.uuid4()}", "enable.auto.commit": False,
                                                "enable.partition.eof": True}))
     consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
-    values: list[bytes] = []
-    deadline = time.monotonic() + TIMEOUT_S
     try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                return values, (None if error.code() == KafkaError._PARTITION_EOF else error)
-            values.append(msg.value())
+        messages, error = poll_to_end(consumer, TIMEOUT_S)
     finally:
         consumer.close()
-    raise AssertionError(f"{user} read neither to the end of {topic} nor an error: {values}")
+    values = [m.value() for m in messages]
+    if error is None:
+        raise AssertionError(f"{user} read neither to the end of {topic} nor an error: {values}")
+    return values, (None if error.code() == KafkaError._PARTITION_EOF else error)
 
 
 def _end_offset(broker: BrokerProcess, topic: str, partition: int = 0) -> tuple[int, int]:

@@ -23,10 +23,12 @@ from broker.protocol.messages import ProduceRequest, ProduceResponse
 from broker.protocol.records import BATCH_HEADER_SIZE, Compression, Record, build_batch
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import call, connect
+from tests.support.consume import read_values
 
 TOPIC = "poison"
 PRODUCE_VERSION = 9
 HOUR = 3_600_000
+READ_TIMEOUT_S = 300  # reading back what was stored: bounded, an empty poll takes at most a second
 _HEADER = struct.Struct(">qiibIhiqqqhii")
 _FIELDS = ("base_offset", "batch_length", "partition_leader_epoch", "magic", "crc", "attributes",
            "last_offset_delta", "base_timestamp", "max_timestamp", "producer_id", "producer_epoch",
@@ -118,28 +120,6 @@ def log_end(consumer: Consumer) -> int:
     return int(consumer.get_watermark_offsets(TopicPartition(TOPIC, 0), timeout=30)[1])
 
 
-def read_all(bootstrap: str, topic: str, count: int) -> list[bytes]:
-    """Values of the first `count` records of partition 0, read by librdkafka (bounded polls);
-    any consumer error fails the test."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "poison-check", "enable.auto.commit": False})
-    consumer.assign([TopicPartition(topic, 0, 0)])
-    values: list[bytes] = []
-    try:
-        for _ in range(300):  # bounded: an empty poll takes at most a second
-            if len(values) >= count:
-                break
-            for msg in consumer.consume(1000, 1.0):
-                assert msg.error() is None, msg.error()
-                values.append(msg.value())
-        # Nothing more than the expected records arrives either.
-        for msg in consumer.consume(1000, 1.0):
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
-
-
 def test_poison_batches_are_refused_with_kafkas_codes_and_store_nothing(strict_broker: BrokerProcess) -> None:
     now = int(time.time() * 1000)
     raw = RawProducer(strict_broker)
@@ -168,7 +148,7 @@ def test_poison_batches_are_refused_with_kafkas_codes_and_store_nothing(strict_b
     finally:
         raw.close()
         watcher.close()
-    assert read_all(strict_broker.bootstrap, TOPIC, len(expected)) == expected
+    assert read_values(strict_broker.bootstrap, TOPIC, len(expected), timeout_s=READ_TIMEOUT_S) == expected
     assert strict_broker.proc is not None and strict_broker.proc.poll() is None
 
 
@@ -191,7 +171,7 @@ def test_every_batch_librdkafka_makes_still_goes_in(broker: BrokerProcess, codec
             producer.poll(0)
     assert producer.flush(60) == 0
     assert failures == []
-    assert read_all(broker.bootstrap, topic, len(expected)) == expected
+    assert read_values(broker.bootstrap, topic, len(expected), timeout_s=READ_TIMEOUT_S) == expected
 
 
 def test_topic_timestamp_keys_are_described_and_enforced(broker: BrokerProcess) -> None:
@@ -253,4 +233,4 @@ def test_every_batch_kafka_python_makes_still_goes_in(broker: BrokerProcess, cod
             future.get(timeout=30)  # raises on a refused batch
     finally:
         producer.close(timeout=10)
-    assert read_all(broker.bootstrap, topic, len(expected)) == expected
+    assert read_values(broker.bootstrap, topic, len(expected), timeout_s=READ_TIMEOUT_S) == expected

@@ -104,6 +104,12 @@ async def copy_until_caught_up(config: MirrorConfig, source: str, target: str, p
     return want
 
 
+async def create_orders(bootstrap: str, partitions: int) -> None:
+    """`orders` on the three-broker primary, every partition on all three."""
+    async with open_client(bootstrap) as client:
+        await admin.create_topics(client, {"orders": NewTopic(partitions, 3)})
+
+
 @pytest.fixture
 def primary(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
     with started(ZkCluster(zookeeper, tmp_path / "primary", OVERRIDES)) as running_cluster:
@@ -120,12 +126,7 @@ def dr(tmp_path: Path) -> Iterator[BrokerProcess]:
 def test_truncate_and_restore_cuts_only_the_lost_tail_keeps_it_and_the_old_primary_follows(
         primary: ZkCluster, dr: BrokerProcess) -> None:
     p_boot = primary.bootstrap()
-
-    async def create() -> None:
-        async with open_client(p_boot) as client:
-            await admin.create_topics(client, {"orders": NewTopic(2, 3)})
-
-    trio.run(create)
+    trio.run(create_orders, p_boot, 2)
     for partition in (0, 1):
         wait_until(lambda p=partition: len(primary.state("orders", p)["isr"]) == 3,  # type: ignore[arg-type]
                    what=f"orders-{partition}'s ISR")
@@ -247,12 +248,7 @@ def test_refusals_change_nothing(east: BrokerProcess, dr: BrokerProcess, strange
 def test_a_replica_down_during_truncate_and_restore_holds_the_copy_until_it_cuts_its_log_and_a_rerun_completes(
         primary: ZkCluster, dr: BrokerProcess) -> None:
     p_boot = primary.bootstrap()
-
-    async def create() -> None:
-        async with open_client(p_boot) as client:
-            await admin.create_topics(client, {"orders": NewTopic(1, 3)})
-
-    trio.run(create)
+    trio.run(create_orders, p_boot, 1)
     wait_until(lambda: len(primary.state("orders")["isr"]) == 3, what="orders-0's ISR")  # type: ignore[arg-type]
     produce_records(p_boot, "orders", 20, partitions=1)
     trio.run(copy_until_caught_up, link(FORWARD, p_boot, dr.bootstrap), p_boot, dr.bootstrap, 1)

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 from aiokafka import AIOKafkaConsumer
 from aiokafka.structs import TopicPartition as AioPartition
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KafkaPythonPartition
@@ -42,6 +41,7 @@ from broker.protocol.records import Record, build_batch
 from broker.storage.txn_index import read_entries
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import call, connect, message_frame, read_frame_or_none
+from tests.support.consume import read_values
 from tests.support.secured import TIMEOUT_S, acl_broker, admin, allow, grant
 
 TOPIC = "txn"
@@ -126,23 +126,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
 def read_confluent(bootstrap: str, isolation: str, count: int) -> list[bytes]:
     """Values of partition 0 from the start as librdkafka reads them, until ``count`` have come,
     then one more bounded poll that must bring nothing more."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"txn-{isolation}", "enable.auto.commit": False,
-                         "isolation.level": isolation})
-    consumer.assign([TopicPartition(TOPIC, 0, 0)])
-    values: list[bytes] = []
-    try:
-        for _ in range(120):
-            if len(values) >= count:
-                break
-            for msg in consumer.consume(100, 0.5):
-                assert msg.error() is None, msg.error()
-                values.append(msg.value())
-        for msg in consumer.consume(100, 1.0):
-            assert msg.error() is None, msg.error()
-            values.append(msg.value())
-    finally:
-        consumer.close()
-    return values
+    return read_values(bootstrap, TOPIC, count, config={"isolation.level": isolation})
 
 
 def read_kafka_python(bootstrap: str, isolation: str, count: int) -> list[bytes]:

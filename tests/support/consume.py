@@ -26,7 +26,8 @@ from confluent_kafka.admin import AdminClient
 
 from tests.support.polling import wait_until
 
-__all__ = ["committed", "first_offsets", "group_offsets", "group_values", "read_partition", "read_topic"]
+__all__ = ["committed", "first_offsets", "group_offsets", "group_values", "poll_to_end", "read_partition", "read_topic",
+           "read_values"]
 
 
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int = 0,
@@ -38,21 +39,55 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
                          "enable.auto.commit": False, "enable.partition.eof": True, **(security or {})})
     consumer.assign([TopicPartition(topic, partition, start)])
-    messages: list[Message] = []
-    deadline = time.monotonic() + timeout_s
     try:
-        while time.monotonic() < deadline:
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                assert error.code() == KafkaError._PARTITION_EOF, error
-                break
-            messages.append(msg)
+        messages, error = poll_to_end(consumer, timeout_s)
     finally:
         consumer.close()
+    assert error is None or error.code() == KafkaError._PARTITION_EOF, error
     return messages
+
+
+def poll_to_end(consumer: Consumer, timeout_s: float) -> tuple[list[Message], KafkaError | None]:
+    """What an assigned `consumer` (with enable.partition.eof) reads until its first error, and that
+    error: the end of the partition (_PARTITION_EOF) or what the broker refused. The error is None
+    when `timeout_s` passed first. The caller closes the consumer."""
+    messages: list[Message] = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        msg = consumer.poll(1.0)
+        if msg is None:
+            continue
+        error = msg.error()
+        if error is not None:
+            return messages, error
+        messages.append(msg)
+    return messages, None
+
+
+def read_values(bootstrap: str, topic: str, count: int, *, timeout_s: float = 60.0,
+                config: Mapping[str, object] | None = None) -> list[bytes]:
+    """The values of `topic`'s partition 0 from offset 0 as librdkafka reads them, until `count`
+    have come (or `timeout_s` has passed), then one more bounded poll that must bring nothing
+    more, so that a record too many shows in the caller's assertion. Any consumer error fails the
+    test. `config`: more librdkafka keys (isolation.level, security)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"read-{uuid.uuid4()}",
+                         "enable.auto.commit": False, **(config or {})})
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values: list[bytes] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while len(values) < count and time.monotonic() < deadline:
+            values += _values(consumer.consume(1000, 1.0))
+        values += _values(consumer.consume(1000, 1.0))  # nothing more than the expected records
+    finally:
+        consumer.close()
+    return values
+
+
+def _values(messages: list[Message]) -> list[bytes]:
+    for msg in messages:
+        assert msg.error() is None, msg.error()
+    return [msg.value() for msg in messages]
 
 
 def committed(bootstrap: str, group: str, topic: str, partitions: int, timeout_s: float = 60.0) -> dict[int, int]:

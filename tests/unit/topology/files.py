@@ -10,7 +10,7 @@ import pytest
 
 from topology import TopologyError, load_topology
 
-__all__ = ["GOOD", "problems", "write"]
+__all__ = ["GOOD", "assert_refused_at", "problems", "write"]
 
 # A valid topology: two datacenters, a cluster in each, a WAN link and a mirror between them.
 GOOD = """\
@@ -41,3 +41,10 @@ def problems(tmp_path: Path, text: str) -> list[str]:
     with pytest.raises(TopologyError) as exc:
         load_topology(path)
     return [str(p).removeprefix(f"{path}:") for p in exc.value.problems]
+
+
+def assert_refused_at(tmp_path: Path, text: str, where: str, message: str) -> None:
+    """`load_topology` refuses `text` with a problem named at `where` ("line:col: key") whose
+    message has `message` in it (the broken-file tables' one check)."""
+    rendered = problems(tmp_path, text)
+    assert any(r.startswith(where) and message in r for r in rendered), rendered

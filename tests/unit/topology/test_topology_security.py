@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from security.acl import Operation
-from tests.unit.topology.files import problems, write
+from tests.unit.topology.files import assert_refused_at, write
 from topology import load_topology
 from topology.schema import ACL_OPERATIONS
 
@@ -88,8 +88,7 @@ BROKEN = [
 @pytest.mark.parametrize(("what", "text", "where", "message"), BROKEN, ids=[b[0] for b in BROKEN])
 def test_security_mistakes_are_named_by_line_and_key(tmp_path: Path, what: str, text: str, where: str,
                                                      message: str) -> None:
-    rendered = problems(tmp_path, text)
-    assert any(r.startswith(where) and message in r for r in rendered), rendered
+    assert_refused_at(tmp_path, text, where, message)
 
 
 def test_a_mirror_inside_one_datacenter_uses_the_local_listener(tmp_path: Path) -> None:

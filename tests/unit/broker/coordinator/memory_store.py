@@ -1,16 +1,20 @@
 """A group coordinator whose __consumer_offsets is a list in memory, for the state-machine tests
 (test_coordinator.py, test_rebalance.py): what it writes is kept in order, and a test can make
-the next writes fail."""
+the next writes fail. `running` runs any coordinator for the length of a test's block."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
+
+import trio
 
 from broker.config import BrokerConfig
 from broker.coordinator.coordinator import GroupCoordinator
 from broker.protocol.errors import ErrorCode, KafkaError
 
-__all__ = ["Store", "coordinator"]
+__all__ = ["Store", "coordinator", "running"]
 
 
 class Store:
@@ -34,3 +38,13 @@ def coordinator(tmp_path: Path, store: Store, **extra: str) -> GroupCoordinator:
     rebalance delay, and `extra` (Kafka's names) over them."""
     props = {"log.dirs": str(tmp_path), "group.initial.rebalance.delay.ms": "0", **extra}
     return GroupCoordinator(BrokerConfig.from_properties(props), store.append)
+
+
+@asynccontextmanager
+async def running(c: GroupCoordinator) -> AsyncIterator[trio.Nursery]:
+    """`c` running (its timers and loads) in a nursery the block may start tasks in; stopped,
+    with whatever the block started, when the block ends."""
+    async with trio.open_nursery() as nursery:
+        await nursery.start(c.run)
+        yield nursery
+        nursery.cancel_scope.cancel()

@@ -12,7 +12,7 @@ from broker.coordinator.coordinator import GroupCoordinator, JoinResult, MemberI
 from broker.coordinator.group import GroupState, Member, Reply
 from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.protocol.errors import ErrorCode, KafkaError
-from tests.unit.broker.coordinator.memory_store import Store, coordinator
+from tests.unit.broker.coordinator.memory_store import Store, coordinator, running
 
 PROTOCOLS = [("range", b"meta-r"), ("roundrobin", b"meta-rr")]
 
@@ -32,8 +32,7 @@ async def expect(code: ErrorCode, awaitable: object) -> None:
 async def test_join_sync_heartbeat_and_the_errors_of_strangers(tmp_path: Path, autojump_clock: object) -> None:
     store = Store()
     c = coordinator(tmp_path, store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         first = await join(c)
         assert first.generation == 1 and first.leader == first.member_id and first.protocol_name == "range"
         assert [m[0] for m in first.members] == [first.member_id]
@@ -53,15 +52,13 @@ async def test_join_sync_heartbeat_and_the_errors_of_strangers(tmp_path: Path, a
         await expect(ErrorCode.UNKNOWN_MEMBER_ID, join(c, "made-up-id"))
         await expect(ErrorCode.INVALID_SESSION_TIMEOUT, join(c, session_ms=10))
         await expect(ErrorCode.INCONSISTENT_GROUP_PROTOCOL, join(c, protocols=[("sticky-only", b"")]))
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_second_member_triggers_a_rebalance_and_both_get_the_new_generation(
     tmp_path: Path, autojump_clock: object
 ) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         first = await join(c)
         await c.sync("g", 1, first.member_id, None, {first.member_id: b"all"})
         results: dict[str, JoinResult] = {}
@@ -79,13 +76,11 @@ async def test_a_second_member_triggers_a_rebalance_and_both_get_the_new_generat
         await trio.testing.wait_all_tasks_blocked()
         assert again.generation == results["second"].generation == 2
         assert len(again.members) == 2  # the leader sees both members' metadata
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path, autojump_clock: object) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         first = await join(c, session_ms=6000)
         await c.sync("g", 1, first.member_id, None, {})
         await trio.sleep(5)
@@ -93,13 +88,11 @@ async def test_a_member_that_stops_heartbeating_is_removed(tmp_path: Path, autoj
         await trio.sleep(7)  # past the session timeout with no heartbeat
         assert first.member_id not in c.groups["g"].members
         assert c.groups["g"].state == GroupState.EMPTY
-        nursery.cancel_scope.cancel()
 
 
 async def test_member_id_required_then_static_fencing(tmp_path: Path, autojump_clock: object) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         with pytest.raises(MemberIdRequired) as required:
             await c.join("g", "", None, "client", "h", 10_000, 30_000, "consumer", PROTOCOLS,
                          require_known_member_id=True)
@@ -115,14 +108,12 @@ async def test_member_id_required_then_static_fencing(tmp_path: Path, autojump_c
         with pytest.raises(KafkaError) as exc:
             c.heartbeat("g", replacement.generation, static.member_id, "pod-1")
         assert exc.value.code == ErrorCode.FENCED_INSTANCE_ID
-        nursery.cancel_scope.cancel()
 
 
 async def test_offsets_commit_fetch_persist_and_reload(tmp_path: Path, autojump_clock: object) -> None:
     store = Store()
     c = coordinator(tmp_path, store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         value = OffsetCommitValue(42, "meta", 1_700_000_000_000)
         await c.commit("g", -1, "", None, {("orders", 3): value})  # outside any generation: allowed when empty
         assert c.fetch_offsets("g", [("orders", 3), ("orders", 4)]) == {("orders", 3): value, ("orders", 4): None}
@@ -131,7 +122,6 @@ async def test_offsets_commit_fetch_persist_and_reload(tmp_path: Path, autojump_
         await expect(ErrorCode.ILLEGAL_GENERATION, c.commit("g", 99, member.member_id, None, {}))
         await expect(ErrorCode.NON_EMPTY_GROUP, c.delete_group("g"))
         await c.leave("g", [(member.member_id, None)])
-        nursery.cancel_scope.cancel()
 
     reloaded = coordinator(tmp_path, Store())
     reloaded.load((k, v) for _, k, v in store.records)

@@ -33,6 +33,7 @@ from broker.server.context import BrokerServices, ConnectionInfo, RequestContext
 from broker.server.handlers.groups import find_coordinator
 from broker.storage import Log, LogConfig
 from tests.support.polling import wait_for
+from tests.unit.broker.coordinator.memory_store import running
 
 NOW = 1_700_000_000_000
 PROTOCOLS = [("range", b"meta")]
@@ -197,8 +198,7 @@ async def test_requests_wait_for_a_large_partition_to_load_off_the_loop(tmp_path
     replicas = Replicas()
     replicas.partitions[1] = Partition(OFFSETS_TOPIC, 1, partition_log, leader_epoch=3, is_leader=True, broker_id=2)
     c = coordinator(config(tmp_path, 2), replicas)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         c.on_became_leader(OFFSETS_TOPIC, 1, 3)
         assert c.led_partitions() == {1: False} and c.is_loading
         await expect(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS, join(c, g1))
@@ -216,7 +216,6 @@ async def test_requests_wait_for_a_large_partition_to_load_off_the_loop(tmp_path
         assert turns > 1
         assert not c.is_loading and c.led_partitions() == {1: True}
         assert len(c.fetch_offsets(g1, None)) == 20_000
-        nursery.cancel_scope.cancel()
 
 
 async def test_resigning_while_loading_abandons_the_load(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -243,8 +242,7 @@ async def test_resigning_while_loading_abandons_the_load(tmp_path: Path, monkeyp
             ended.set()
 
     c = GroupCoordinator(cfg, store.append, replay)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         c.on_became_leader(OFFSETS_TOPIC, 0, 0)
         await began.wait()  # the first chunk is on its way
         c.on_resigned(OFFSETS_TOPIC, 0, 1)
@@ -261,7 +259,6 @@ async def test_resigning_while_loading_abandons_the_load(tmp_path: Path, monkeyp
         # A stale resignation (an older epoch than ours) changes nothing.
         c.on_resigned(OFFSETS_TOPIC, 0, 1)
         assert c.coordinator_error(g0) == ErrorCode.NONE
-        nursery.cancel_scope.cancel()
 
 
 async def test_commits_wait_for_the_isr_and_fail_over_to_not_coordinator(tmp_path: Path,
@@ -440,7 +437,5 @@ async def test_a_damaged_batch_is_skipped_and_the_rest_loads(tmp_path: Path) -> 
     replicas.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1)
     c = coordinator(config(tmp_path), replicas)
     c.on_became_leader(OFFSETS_TOPIC, 0, 0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         assert c.fetch_offsets(g0, None) == {("orders", 0): commit_value(1), ("orders", 2): commit_value(3)}
-        nursery.cancel_scope.cancel()

@@ -19,7 +19,7 @@ from broker.coordinator.offsets_records import (
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import ConsumerProtocolSubscription
 from broker.protocol.primitives import Writer
-from tests.unit.broker.coordinator.memory_store import Store, coordinator
+from tests.unit.broker.coordinator.memory_store import Store, coordinator, running
 
 
 def subscription(*topics: str) -> bytes:
@@ -76,8 +76,7 @@ async def test_commits_are_taken_while_preparing_and_refused_while_completing(
 ) -> None:
     c = coordinator(tmp_path, Store())
     value = OffsetCommitValue(5, "", 0)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         first = await join(c)
         # CompletingRebalance: the member knows its generation but has no assignment yet.
         assert c.groups["g"].state == GroupState.COMPLETING_REBALANCE
@@ -90,7 +89,6 @@ async def test_commits_are_taken_while_preparing_and_refused_while_completing(
         # A member committing what it is about to give up: accepted, as Kafka does.
         await c.commit("g", 1, first.member_id, None, {("t", 0): value})
         assert c.fetch_offsets("g", [("t", 0)]) == {("t", 0): value}
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_static_member_that_comes_back_keeps_its_assignment_without_a_rebalance(
@@ -98,8 +96,7 @@ async def test_a_static_member_that_comes_back_keeps_its_assignment_without_a_re
 ) -> None:
     store = Store()
     c = coordinator(tmp_path, store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         leader, follower = await stable_pair(c, nursery)
         # The follower's process restarts and joins with an empty member id.
         back = await join(c, instance="b")
@@ -122,7 +119,6 @@ async def test_a_static_member_that_comes_back_keeps_its_assignment_without_a_re
         last = decode_group_metadata(next(v for _, k, v in reversed(store.records)
                                           if isinstance(decode_key(k), GroupMetadataKey) and v))
         assert {m.member_id for m in last.members} == {leader_back.member_id, back.member_id}
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_restarted_coordinator_restores_members_and_their_sessions(
@@ -130,18 +126,15 @@ async def test_a_restarted_coordinator_restores_members_and_their_sessions(
 ) -> None:
     store = Store()
     c = coordinator(tmp_path, store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         leader, follower = await stable_pair(c, nursery)
-        nursery.cancel_scope.cancel()
 
     restarted = coordinator(tmp_path, Store())
     restarted.load(store.replay())
     group = restarted.groups["g"]
     assert group.state == GroupState.STABLE and group.generation == 2 and group.leader_id == leader.member_id
     assert group.static_members == {"a": leader.member_id, "b": follower.member_id}
-    async with trio.open_nursery() as nursery:
-        await nursery.start(restarted.run)
+    async with running(restarted):
         restarted.heartbeat("g", 2, leader.member_id, "a")  # carries on, no rejoin needed
         assert await restarted.sync("g", 2, follower.member_id, "b", {}) == ("consumer", "range", b"B")
         # Only the leader keeps heartbeating; the follower's session runs out.
@@ -152,7 +145,6 @@ async def test_a_restarted_coordinator_restores_members_and_their_sessions(
             except KafkaError as exc:
                 assert exc.code == ErrorCode.REBALANCE_IN_PROGRESS
         assert follower.member_id not in group.members
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_failed_store_is_mapped_and_never_takes_the_coordinator_down(
@@ -160,8 +152,7 @@ async def test_a_failed_store_is_mapped_and_never_takes_the_coordinator_down(
 ) -> None:
     store = Store()
     c = coordinator(tmp_path, store)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         first = await join(c, session_ms=6000)
         store.fail = ErrorCode.MESSAGE_TOO_LARGE
         assert await code_of(c.sync("g", 1, first.member_id, None, {first.member_id: b"x"})) == \
@@ -179,13 +170,11 @@ async def test_a_failed_store_is_mapped_and_never_takes_the_coordinator_down(
         assert await code_of(c.commit("g", -1, "", None, {("t", 0): OffsetCommitValue(1, "", 0)})) == \
             ErrorCode.INVALID_COMMIT_OFFSET_SIZE
         assert c.fetch_offsets("g", None) == {}  # nothing acknowledged that was not written
-        nursery.cancel_scope.cancel()
 
 
 async def test_hostile_joins_get_kafkas_errors(tmp_path: Path, autojump_clock: object) -> None:
     c = coordinator(tmp_path, Store(), **{"message.max.bytes": "1000"})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         assert await code_of(join(c, protocols=[("range", b"x" * 2000)])) == ErrorCode.INVALID_REQUEST
         assert await code_of(join(c, protocols=[])) == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
         assert await code_of(join(c, protocol_type="")) == ErrorCode.INCONSISTENT_GROUP_PROTOCOL
@@ -200,7 +189,6 @@ async def test_hostile_joins_get_kafkas_errors(tmp_path: Path, autojump_clock: o
         assert await code_of(c.leave("nope", [("x", None)])) == ErrorCode.UNKNOWN_MEMBER_ID
         assert await c.leave("g", [("x", None), ("", "no-such-instance")]) == [
             ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.UNKNOWN_MEMBER_ID]
-        nursery.cancel_scope.cancel()
 
 
 async def test_the_initial_delay_gathers_members_into_one_generation(
@@ -213,23 +201,20 @@ async def test_the_initial_delay_gathers_members_into_one_generation(
         await trio.sleep(after)
         results.append(await join(c))
 
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         for after in (0, 1, 2):
             nursery.start_soon(member, after)
         await trio.sleep(2.5)
         assert results == [] and c.groups["g"].state == GroupState.PREPARING_REBALANCE
         await trio.sleep(5)  # fake time: past the last arrival's delay, within the rebalance timeout
         assert len(results) == 3 and {r.generation for r in results} == {1}
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_member_that_does_not_rejoin_in_the_rebalance_timeout_is_dropped(
     tmp_path: Path, autojump_clock: object
 ) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         leader, follower = await stable_pair(c, nursery)
         results: list[JoinResult] = []
 
@@ -248,13 +233,11 @@ async def test_a_member_that_does_not_rejoin_in_the_rebalance_timeout_is_dropped
                 c.heartbeat("g", 2, follower.member_id, "b")
         assert results and results[0].generation == 3 and [m[0] for m in results[0].members] == [leader.member_id]
         assert follower.member_id not in c.groups["g"].members
-        nursery.cancel_scope.cancel()
 
 
 async def test_followers_waiting_on_a_silent_leader_are_released(tmp_path: Path, autojump_clock: object) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         first = await join(c, session_ms=6000)
         results: dict[str, JoinResult] = {}
 
@@ -269,15 +252,13 @@ async def test_followers_waiting_on_a_silent_leader_are_released(tmp_path: Path,
         assert await code_of(c.sync("g", follower.generation, follower.member_id, None, {})) == \
             ErrorCode.REBALANCE_IN_PROGRESS  # the leader's session ran out: rebalance
         assert first.member_id not in c.groups["g"].members
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_member_id_handed_out_is_waited_for_in_the_same_generation(
     tmp_path: Path, autojump_clock: object
 ) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c) as nursery:
         first = await join(c)
         await c.sync("g", 1, first.member_id, None, {})
         with pytest.raises(MemberIdRequired) as required:
@@ -301,13 +282,11 @@ async def test_a_member_id_handed_out_is_waited_for_in_the_same_generation(
             await c.join("g", "", None, "c", "h", 10_000, 30_000, "consumer", PROTOCOLS, require_known_member_id=True)
         await trio.sleep(11)
         assert c.groups["g"].pending == {}
-        nursery.cancel_scope.cancel()
 
 
 async def test_offset_delete_respects_live_subscriptions(tmp_path: Path, autojump_clock: object) -> None:
     c = coordinator(tmp_path, Store())
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         first = await join(c)
         await c.sync("g", 1, first.member_id, None, {})
         value = OffsetCommitValue(1, "", 0)
@@ -321,14 +300,12 @@ async def test_offset_delete_respects_live_subscriptions(tmp_path: Path, autojum
                              require_known_member_id=False)
         assert other.generation == 1
         assert await code_of(c.delete_offsets("connectors", [("x", 0)])) == ErrorCode.NON_EMPTY_GROUP
-        nursery.cancel_scope.cancel()
 
 
 async def test_retention_follows_kafkas_rule(tmp_path: Path, autojump_clock: object) -> None:
     store = Store()
     c = coordinator(tmp_path, store, **{"offsets.retention.minutes": "1"})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(c.run)
+    async with running(c):
         first = await join(c)
         await c.sync("g", 1, first.member_id, None, {})
         ancient = OffsetCommitValue(1, "", 0)  # committed in 1970
@@ -345,7 +322,6 @@ async def test_retention_follows_kafkas_rule(tmp_path: Path, autojump_clock: obj
         await c._expire_offsets()
         assert "g" not in c.groups  # no offsets left: the group is deleted, with a tombstone
         assert store.records[-1][1] == GroupMetadataKey("g").encode() and store.records[-1][2] is None
-        nursery.cancel_scope.cancel()
     reloaded = coordinator(tmp_path, Store())
     reloaded.load(store.replay())
     assert "g" not in reloaded.groups
