@@ -35,7 +35,7 @@ from broker.client import ClientError, KafkaError, TopicPartition
 from broker.client.admin import LATEST, alter_configs, describe_configs, list_offsets, list_topics
 from broker.client.cluster import Client, open_client
 from broker.client.groups import fetch_offsets, list_groups
-from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG
 from mirror.config import INTERNAL_GROUPS, INTERNAL_TOPICS, MirrorConfig
 from mirror.link_groups import carry_offsets
 from mirror.naming import ReplicationPolicy
@@ -375,7 +375,8 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
     """Delete `causeway.mirror.name` topic by topic; a refusal is recorded and the rest go on."""
     for topic in sorted(report.selected):
         try:
-            await alter_configs(target, topic, {MIRROR_NAME_CONFIG: None})
+            # Its link state goes with it: a promoted topic is no link's to pause (STOPPED).
+            await alter_configs(target, topic, {MIRROR_NAME_CONFIG: None, MIRROR_STATE_CONFIG: None})
         except (KafkaError, ClientError) as exc:
             report.failed[topic] = f"the target refused its promotion: {_why(exc)}"
             say(f"NOT promoted {topic}: {report.failed[topic]}")
@@ -389,9 +390,11 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
             say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
 
 
-async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPLIED_TIMEOUT_S) -> list[int]:
-    """Wait until every broker of `target` describes `topic` without `causeway.mirror.name` (each
-    answers from what it has applied), at most `timeout_s`; the brokers that still do not."""
+async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPLIED_TIMEOUT_S, *,
+                             key: str = MIRROR_NAME_CONFIG, value: str | None = None) -> list[int]:
+    """Wait until every broker of `target` describes `topic` with config `key` at `value` (None:
+    unset; by default, without `causeway.mirror.name`: promoted), each answering from what it
+    has applied, at most `timeout_s`; the brokers that still do not."""
     try:
         metadata = await target.refresh_metadata([topic])
     except (KafkaError, ClientError):
@@ -401,11 +404,11 @@ async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPL
         while pending:
             for node in sorted(pending):
                 try:
-                    configs = await describe_configs(target, topic, keys=[MIRROR_NAME_CONFIG], node_id=node)
+                    configs = await describe_configs(target, topic, keys=[key], node_id=node)
                 except (KafkaError, ClientError):
                     continue  # down or busy: asked again until the deadline
-                entry = configs.get(MIRROR_NAME_CONFIG)
-                if entry is None or not entry.value:
+                entry = configs.get(key)
+                if (entry.value if entry is not None and entry.value else None) == value:
                     pending.discard(node)
             if pending:
                 await trio.sleep(POLL_S)

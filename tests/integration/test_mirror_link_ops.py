@@ -1,0 +1,192 @@
+"""Link operations with real processes (mirror/link_ops.py, `causeway mirror list | describe |
+pause | resume | failover`): two brokers and a link-mode `causeway mirror` process. A paused
+topic takes nothing more (the target refuses the mirror's appends), shows PAUSED in `describe`,
+`--json`, `list` and the mirror's status, stays paused across restarts of the mirror and of the
+target's broker (the state is the topic's config), and, resumed, receives every record the
+source took meanwhile exactly once, in order. Bad input changes nothing."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from broker.client import MIRROR_NAME_CONFIG, admin, open_client
+from broker.client.admin import NewTopic
+from broker.protocol.constants import MIRROR_STATE_CONFIG
+from broker.protocol.errors import ErrorCode, KafkaError
+from deploy.broker_process import BrokerProcess
+from tests.integration.mirror_process import read_status, start_mirror
+from tests.integration.test_mirror import produce_with_confluent
+from tests.integration.test_mirror_link import NAME, assert_same_copy, ends_of, wait_copied
+from tests.support.polling import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "deploy.cli", "mirror", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=120)
+
+
+async def acli(*args: str) -> subprocess.CompletedProcess[str]:
+    return await trio.to_thread.run_sync(partial(cli, *args))
+
+
+async def produce(bootstrap: str, count: int, start: int) -> None:
+    await trio.to_thread.run_sync(partial(produce_with_confluent, bootstrap, "orders", count, start=start))
+
+
+async def describe(west: BrokerProcess, east: BrokerProcess) -> dict[str, Any]:
+    done = await acli("describe", "--bootstrap", west.bootstrap, "--source-bootstrap", east.bootstrap,
+                      "--mirror", NAME, "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc: dict[str, Any] = json.loads(done.stdout)
+    return {t["topic"]: t for t in doc["topics"]}
+
+
+def topic_state(status: Path, topic: str = "orders") -> dict[str, Any] | None:
+    report = read_status(status)
+    if report is None:
+        return None
+    state: dict[str, Any] | None = report.get("topic_states", {}).get(topic)
+    return state
+
+
+async def configs(bootstrap: str, topic: str) -> dict[str, str | None]:
+    async with open_client(bootstrap) as client:
+        entries = await admin.describe_configs(client, topic, keys=[MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG])
+    return {k: e.value for k, e in entries.items()}
+
+
+def write_config(tmp_path: Path, east: BrokerProcess, west: BrokerProcess) -> Path:
+    config = tmp_path / "mirror.yaml"
+    config.write_text(json.dumps({
+        "name": NAME, "mode": "link",
+        "source": {"alias": "east", "bootstrap": east.bootstrap},
+        "target": {"alias": "west", "bootstrap": west.bootstrap},
+        "topics": {"include": ["orders"]},
+        "refresh.topics.interval.seconds": 0.2,
+        "emit.heartbeats.interval.seconds": 0.5}))
+    return config
+
+
+async def test_pause_survives_restarts_and_resume_copies_each_record_once(east: BrokerProcess, west: BrokerProcess,
+                                                                         tmp_path: Path) -> None:
+    status, log = tmp_path / "status.json", tmp_path / "mirror.log"
+    config = write_config(tmp_path, east, west)
+    await produce(east.bootstrap, 30, 0)
+    mirror = start_mirror(config, log, status)
+    try:
+        await wait_copied(east, west, "orders", 3)
+        await wait_for(lambda: (topic_state(status) or {}).get("state") == "ACTIVE", what="orders ACTIVE")
+        active = (await describe(west, east))["orders"]
+        assert (active["state"], active["lag"], active["lag_ms"], active["mirror"]) == ("ACTIVE", 0, 0, NAME)
+
+        paused = await acli("pause", "--bootstrap", west.bootstrap, "--mirror", NAME)
+        assert paused.returncode == 0, paused.stdout + paused.stderr
+        assert f"paused 1 mirror topic(s) of mirror {NAME}" in paused.stdout, paused.stdout
+        before = await ends_of(west.bootstrap, "orders", 3)
+        assert before == {0: 10, 1: 10, 2: 10}
+        await produce(east.bootstrap, 30, 30)
+
+        def paused_with_lag() -> bool:
+            state = topic_state(status)
+            return state is not None and state["state"] == "PAUSED" and state["lag"] == 30
+
+        # The mirror has read the source's new ends (its lag counts them): nothing was copied.
+        await wait_for(paused_with_lag, what="the mirror's status to say PAUSED with lag 30")
+        assert await ends_of(west.bootstrap, "orders", 3) == before
+        shown = (await describe(west, east))["orders"]
+        assert (shown["state"], shown["lag"]) == ("PAUSED", 30), shown
+        assert shown["lag_ms"] is not None and shown["lag_ms"] > 0  # the oldest waiting record's age
+        assert [p["lag"] for p in shown["partitions"]] == [10, 10, 10]
+        listed = await acli("list", "--bootstrap", west.bootstrap, "--json")
+        assert json.loads(listed.stdout)["mirrors"] == {NAME: {"target": west.bootstrap,
+                                                               "topics": {"orders": "PAUSED"}}}, listed.stdout
+        table = await acli("describe", "--bootstrap", west.bootstrap, "--mirror", NAME)
+        assert table.stdout.splitlines()[1].split()[:3] == ["orders", NAME, "PAUSED"], table.stdout
+        again = await acli("pause", "--bootstrap", west.bootstrap, "--mirror", NAME, "--topics", "orders")
+        assert again.returncode == 0 and "paused already: orders" in again.stdout, again.stdout + again.stderr
+
+        # Restarts of the mirror and of the target's broker: still paused, still nothing copied.
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, log.read_text()
+        status.unlink()
+        west.restart()
+        mirror = start_mirror(config, log, status)
+        await wait_for(paused_with_lag, what="the restarted mirror to say PAUSED with lag 30")
+        assert await ends_of(west.bootstrap, "orders", 3) == before
+        assert (await configs(west.bootstrap, "orders"))[MIRROR_STATE_CONFIG] == "PAUSED"
+
+        resumed = await acli("resume", "--bootstrap", west.bootstrap, "--mirror", NAME)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        assert "orders-0: the copy ends at offset 10; copying resumes there" in resumed.stdout, resumed.stdout
+        await wait_copied(east, west, "orders", 3)
+        await wait_for(lambda: (topic_state(status) or {}).get("state") == "ACTIVE", what="orders ACTIVE again")
+        assert await ends_of(west.bootstrap, "orders", 3) == {0: 20, 1: 20, 2: 20}
+        # Every record once, in order, at the source's offsets (consumed, and batch for batch).
+        await assert_same_copy(east, west, "orders", 3)
+        assert MIRROR_STATE_CONFIG not in await configs(west.bootstrap, "orders")
+
+        # `failover` is promote --failover: the topic is STOPPED, and no longer pausable.
+        failover = await acli("failover", "--bootstrap", west.bootstrap, "--mirror", NAME, "--topics", "orders")
+        assert failover.returncode == 0, failover.stdout + failover.stderr
+        assert "promoted 1 topic(s)" in failover.stdout, failover.stdout
+        await wait_for(lambda: (topic_state(status) or {}).get("state") == "STOPPED", what="orders STOPPED")
+        refused = await acli("pause", "--bootstrap", west.bootstrap, "--mirror", NAME, "--topics", "orders")
+        assert refused.returncode == 1, refused.stdout + refused.stderr
+        assert "orders is a normal topic" in refused.stderr, refused.stderr
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, log.read_text()
+    finally:
+        mirror.kill()
+    assert "Traceback" not in log.read_text()
+
+
+async def test_bad_input_changes_nothing(east: BrokerProcess, west: BrokerProcess, tmp_path: Path) -> None:
+    status, log = tmp_path / "status.json", tmp_path / "mirror.log"
+    await produce(east.bootstrap, 6, 0)
+    mirror = start_mirror(write_config(tmp_path, east, west), log, status)
+    try:
+        await wait_copied(east, west, "orders", 3)
+    finally:
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, log.read_text()
+    async with open_client(west.bootstrap) as client:
+        await admin.create_topics(client, {"plain": NewTopic(1)})
+    unchanged = {"orders": await configs(west.bootstrap, "orders"), "plain": await configs(west.bootstrap, "plain")}
+
+    unknown = await acli("pause", "--bootstrap", west.bootstrap, "--mirror", "nobody")
+    assert unknown.returncode == 1, unknown.stdout + unknown.stderr
+    assert f"no mirror topics of mirror 'nobody' (mirrors with topics there: {NAME})" in unknown.stderr
+    # One of the topics named is not the mirror's: refused whole, the mirror topic not paused either.
+    mixed = await acli("pause", "--bootstrap", west.bootstrap, "--mirror", NAME, "--topics", "orders|plain")
+    assert mixed.returncode == 1, mixed.stdout + mixed.stderr
+    assert "plain is a normal topic" in mixed.stderr and "nothing was changed" in mixed.stderr, mixed.stderr
+    none = await acli("resume", "--bootstrap", west.bootstrap, "--mirror", NAME, "--topics", "nothing.*")
+    assert none.returncode == 1 and "no topic at the target matches" in none.stderr, none.stderr
+    usage = await acli("pause", "--bootstrap", west.bootstrap)
+    assert usage.returncode == 2 and "--mirror NAME is required" in usage.stderr, usage.stderr
+    bad_regex = await acli("pause", "--bootstrap", west.bootstrap, "--mirror", NAME, "--topics", "(")
+    assert bad_regex.returncode == 2, bad_regex.stderr
+    assert {"orders": await configs(west.bootstrap, "orders"),
+            "plain": await configs(west.bootstrap, "plain")} == unchanged
+
+    # The broker itself: PAUSED only on a mirror topic, and no value but ACTIVE or PAUSED.
+    async with open_client(west.bootstrap) as client:
+        with pytest.raises(KafkaError) as normal:
+            await admin.alter_configs(client, "plain", {MIRROR_STATE_CONFIG: "PAUSED"})
+        assert normal.value.code == ErrorCode.INVALID_CONFIG
+        with pytest.raises(KafkaError) as value:
+            await admin.alter_configs(client, "orders", {MIRROR_STATE_CONFIG: "SLEEPING"})
+        assert value.value.code == ErrorCode.INVALID_CONFIG
+    assert {"orders": await configs(west.bootstrap, "orders"),
+            "plain": await configs(west.bootstrap, "plain")} == unchanged
