@@ -20,12 +20,16 @@ import argparse
 import json
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from deploy.cli.client_config import command_security, file_security
 from deploy.cli.command import UsageError, run, say
 from deploy.cli.mirror_promote import check_timeout_and_topics
 from security.client import ClientSecurity
+
+if TYPE_CHECKING:
+    from deploy.launcher.state_file import MirrorRecord
+    from mirror.status import MirrorStatus
 
 __all__ = ["register_links"]
 
@@ -36,7 +40,8 @@ class _Clusters:
     def __init__(self, args: argparse.Namespace, *, need_mirror: bool) -> None:
         self.config: Any = None
         self.source: str | None = None
-        self.status_file: Path | None = None
+        self.record: MirrorRecord | None = None
+        self.state_dir = Path()
         self.target_security: ClientSecurity | None
         self.source_security: ClientSecurity | None = None
         if args.topology is not None:
@@ -45,12 +50,12 @@ class _Clusters:
             from deploy.cli.pipeline_common import mirror_config_from_topology, mirror_logins, started_mirror
 
             record, clusters, state_dir = started_mirror(args)  # Refused (exit 1) for an unknown mirror
+            self.record, self.state_dir = record, state_dir
             if record.mode != "link":
                 raise UsageError(f"mirror {args.mirror} is an {record.mode} mirror: link operations need a link-mode "
                                  f"mirror")
             self.target, self.source = clusters["target"].bootstrap, clusters["source"].bootstrap
             self.config = mirror_config_from_topology(args)
-            self.status_file = state_dir / Path(record.status_file).name if record.status_file else None
             logins = {role: file_security(path, "the client file the launcher recorded") if path else None
                       for role, path in mirror_logins(args).items()}
             self.target_security = command_security(args) or logins["target"]
@@ -66,15 +71,22 @@ class _Clusters:
 
 def _reported(clusters: _Clusters) -> dict[str, Any]:
     """The topic states the mirror process last wrote (empty when there is no status file)."""
-    from mirror.status import StatusFileError, read_status
-
-    if clusters.status_file is None:
+    if clusters.record is None:
         return {}
-    try:
-        status = read_status(clusters.status_file)
-    except StatusFileError:
-        return {}
+    status = _report(clusters.record, clusters.state_dir)
     return dict(status.topic_states) if status is not None else {}
+
+
+def _report(record: MirrorRecord, state_dir: Path) -> MirrorStatus | None:
+    """What the mirror last wrote to its status file, as `causeway status` reads it; None when
+    it wrote nothing (yet) or the file cannot be used."""
+    from deploy.launcher.control import read_mirror_report
+    from mirror.status import StatusFileError
+
+    try:
+        return read_mirror_report(record, state_dir)
+    except StatusFileError:
+        return None
 
 
 def _describe(args: argparse.Namespace) -> int:
@@ -186,16 +198,12 @@ def _list(args: argparse.Namespace) -> int:
 
 def _list_topology(args: argparse.Namespace) -> int:
     from deploy.cli.pipeline_common import started_topology
-    from mirror.status import StatusFileError, read_status
 
     state, state_dir = started_topology(args)
     mirrors: dict[str, dict[str, Any]] = {}
     for name, record in sorted(state.mirrors.items()):
         topics: dict[str, str] = {}
-        try:
-            status = read_status(state_dir / Path(record.status_file).name) if record.status_file else None
-        except StatusFileError:
-            status = None
+        status = _report(record, state_dir)
         if status is not None:
             topics = {t: s.state for t, s in status.topic_states.items()}
         mirrors[name] = {"mode": record.mode, "source": record.source, "target": record.target, "topics": topics}

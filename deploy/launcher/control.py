@@ -51,8 +51,8 @@ from deploy.zookeeper.four_letter import srvr
 from mirror.status import MirrorStatus, PartitionStatus, StatusFileError, read_status
 from security.client import ClientSecurity
 
-__all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
-           "status", "stop", "stop_report"]
+__all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned",
+           "read_mirror_report", "read_state", "status", "stop", "stop_report"]
 
 T = TypeVar("T")
 
@@ -474,7 +474,7 @@ def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pat
     out["alive"] = running
     reasons: list[str] = []
     try:
-        report = _read_report(mirror, state_dir)
+        report = read_mirror_report(mirror, state_dir)
     except StatusFileError as exc:
         report = None
         if running:
@@ -500,7 +500,7 @@ def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pat
     return out
 
 
-def _read_report(mirror: MirrorRecord, state_dir: Path) -> MirrorStatus | None:
+def read_mirror_report(mirror: MirrorRecord, state_dir: Path) -> MirrorStatus | None:
     """The mirror's status file, which must be in the state dir (the state file names it, and
     anyone may have written that). Raises StatusFileError."""
     try:
