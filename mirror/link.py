@@ -75,7 +75,7 @@ from broker.client import (
 from broker.client.admin import EARLIEST, LATEST
 from broker.client.link import LINK_APPEND_VERSION
 from broker.clock import now_ms
-from broker.protocol.constants import MIRROR_PAUSED, MIRROR_STATE_CONFIG
+from broker.protocol.constants import MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
 from mirror.config import INTERNAL_TOPICS
@@ -341,6 +341,7 @@ class LinkMirror(Mirror):
     # Paused at the target (causeway.mirror.state): not copied; each with its lag as last read
     # (None: not read yet), looked at again every discovery round.
     paused: dict[str, int | None] = field(default_factory=dict)
+    promoting: set[str] = field(default_factory=set)  # a planned promotion waits for their copy
 
     @property
     def link_name(self) -> str:
@@ -369,7 +370,8 @@ class LinkMirror(Mirror):
                 # Its lag counts against the source's ends when last reached: unknown now.
                 states[topic] = TopicState(state="SOURCE_UNAVAILABLE", reason=source_problem)
             else:
-                states[topic] = TopicState(state="ACTIVE", lag=lag, lag_ms=lag_ms)
+                active = "PROMOTING" if topic in self.promoting else "ACTIVE"
+                states[topic] = TopicState(state=active, lag=lag, lag_ms=lag_ms)
         for topic, behind in self.paused.items():
             states[topic] = TopicState(state="PAUSED", lag=behind)
         for topic, why in self.promoted.items():
@@ -447,14 +449,19 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
                                                         f"{mirror.target_alias} (deleted); creating it again and "
                                                         f"copying the source from its log start")
         else:
-            owner, paused = await _owner(mirror.target, topic)
+            owner, state = await _owner(mirror.target, topic)
             if owner != mirror.link_name:
                 mirror.paused.pop(topic, None)
+                mirror.promoting.discard(topic)
                 _not_ours(mirror, topic, owner)
                 continue
-            if paused:
+            if state == MIRROR_PAUSED:
                 _pause(mirror, topic)
                 continue
+            if state == MIRROR_PROMOTING:
+                mirror.promoting.add(topic)  # copied as ACTIVE: the promotion waits for the copy
+            else:
+                mirror.promoting.discard(topic)
             if topic in mirror.paused:
                 del mirror.paused[topic]
                 message = (f"mirror topic {topic} resumed at the target {mirror.target_alias}: copying again from "
@@ -476,13 +483,13 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
     await _follow_paused(mirror, wanted)
 
 
-async def _owner(client: Client, topic: str) -> tuple[str | None, bool]:
+async def _owner(client: Client, topic: str) -> tuple[str | None, str | None]:
     """The mirror that owns `topic` at the target (its `causeway.mirror.name`), None for a
-    normal topic; and whether the topic is paused (its `causeway.mirror.state`)."""
+    normal topic; and the topic's link state (its `causeway.mirror.state`, None: unset)."""
     configs = await admin.describe_configs(client, topic, keys=[MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG])
     entry, state = configs.get(MIRROR_NAME_CONFIG), configs.get(MIRROR_STATE_CONFIG)
     owner = entry.value if entry is not None and entry.value else None
-    return owner, owner is not None and state is not None and state.value == MIRROR_PAUSED
+    return owner, state.value if owner is not None and state is not None else None
 
 
 def _pause(mirror: LinkMirror, topic: str) -> None:
@@ -544,13 +551,13 @@ async def _on_refused(mirror: LinkMirror, pm: LinkPartition) -> None:
     """The target answered INVALID_REQUEST for `pm`'s topic: read whose topic it is now."""
     topic = pm.source.topic
     try:
-        owner, paused = await _owner(mirror.target, topic)
+        owner, state = await _owner(mirror.target, topic)
     except (KafkaError, ClientError) as exc:
         log.warning("topic %s: refused by the target, and its config cannot be read: %s", topic, exc)
         return  # the writer parks and asks again
     if owner != mirror.link_name and topic in mirror.topics:
         _not_ours(mirror, topic, owner)
-    elif paused and topic in mirror.topics:
+    elif state == MIRROR_PAUSED and topic in mirror.topics:
         _pause(mirror, topic)
 
 

@@ -30,7 +30,7 @@ from broker.client import ClientError, ErrorCode, KafkaError, TopicPartition, fe
 from broker.client.admin import LATEST, alter_configs, describe_configs, list_offsets, list_topics
 from broker.client.cluster import Client, open_client
 from broker.clock import now_ms
-from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_STATE_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.records import split_batches
 from mirror.promote import applied_everywhere
 from mirror.promotion import Say, quiet
@@ -53,11 +53,15 @@ class LinkOpsError(Exception):
 @dataclass(frozen=True)
 class TargetTopic:
     """A topic at the target and its link configs: the mirror that writes it (None: a normal
-    topic, or promoted) and whether it is paused."""
+    topic, or promoted) and its link state (ACTIVE, PAUSED, PROMOTING)."""
 
     name: str
     mirror: str | None
-    paused: bool
+    state: str = "ACTIVE"
+
+    @property
+    def paused(self) -> bool:
+        return self.state == MIRROR_PAUSED
 
 
 @dataclass
@@ -102,7 +106,9 @@ async def mirror_topics(target: Client) -> dict[str, TargetTopic]:
         configs = await describe_configs(target, name, keys=[MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG])
         owner, state = configs.get(MIRROR_NAME_CONFIG), configs.get(MIRROR_STATE_CONFIG)
         mirror = owner.value if owner is not None and owner.value else None
-        out[name] = TargetTopic(name, mirror, mirror is not None and state is not None and state.value == MIRROR_PAUSED)
+        value = state.value if mirror is not None and state is not None else None
+        known = value if value in (MIRROR_PAUSED, MIRROR_PROMOTING) else None
+        out[name] = TargetTopic(name, mirror, known or "ACTIVE")
     return out
 
 
@@ -203,6 +209,8 @@ async def describe_links(target_bootstrap: str, *, mirror: str | None = None, to
         mirror_said = (reported or {}).get(t.name)
         if t.paused:
             state = TopicState(state="PAUSED", lag=lag, lag_ms=lag_ms)
+        elif t.state == MIRROR_PROMOTING:
+            state = TopicState(state="PROMOTING", lag=lag, lag_ms=lag_ms)
         elif mirror_said is not None and mirror_said.state == "FAILED":
             state = TopicState(state="FAILED", reason=mirror_said.reason, lag=lag, lag_ms=lag_ms)
         elif source_bootstrap is not None and source_error is not None:

@@ -16,6 +16,7 @@ __all__ = [
     "MAX_TIMESTAMP",
     "MIRROR_NAME_CONFIG",
     "MIRROR_PAUSED",
+    "MIRROR_PROMOTING",
     "MIRROR_STATE_CONFIG",
     "AlterConfigOp",
     "ConfigResourceType",
@@ -38,9 +39,11 @@ MIRROR_NAME_CONFIG = "causeway.mirror.name"
 # Causeway's own topic config: a mirror topic's link state where it must survive every restart
 # (as Cluster Linking keeps a mirror topic's state at the destination cluster). PAUSED: its mirror
 # copies nothing into it (LinkAppend is refused) until `causeway mirror resume` deletes the key;
-# unset or ACTIVE: copied. Only a mirror topic (causeway.mirror.name set) may be PAUSED.
+# PROMOTING: a planned promotion waits for the copy to catch up (copied as ACTIVE); unset or
+# ACTIVE: copied. Only a mirror topic (causeway.mirror.name set) may be PAUSED.
 MIRROR_STATE_CONFIG = "causeway.mirror.state"
 MIRROR_PAUSED = "PAUSED"
+MIRROR_PROMOTING = "PROMOTING"
 
 
 class CoordinatorType(enum.IntEnum):

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
 from broker.log_limits import limiter
-from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_STATE_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.config import LogConfig, is_metadata_version
 
@@ -23,7 +23,7 @@ __all__ = ["CAUSEWAY_TOPIC_CONFIGS", "MIRROR_STATES", "TOPIC_CONFIG_NAMES", "val
 # sees a key it does not know on an ordinary topic).
 CAUSEWAY_TOPIC_CONFIGS = frozenset({MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG})
 #: The values causeway.mirror.state takes (unset is ACTIVE).
-MIRROR_STATES = frozenset({"ACTIVE", MIRROR_PAUSED})
+MIRROR_STATES = frozenset({"ACTIVE", MIRROR_PAUSED, MIRROR_PROMOTING})
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS) | CAUSEWAY_TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)

@@ -192,7 +192,7 @@ def _list(args: argparse.Namespace) -> int:
     for t in topics.values():
         if t.mirror is not None:
             entry = mirrors.setdefault(t.mirror, {"target": args.bootstrap, "topics": {}})
-            entry["topics"][t.name] = "PAUSED" if t.paused else "ACTIVE"
+            entry["topics"][t.name] = t.state
     return _print_mirrors(mirrors, args.json)
 
 

@@ -190,3 +190,53 @@ async def test_bad_input_changes_nothing(east: BrokerProcess, west: BrokerProces
         assert value.value.code == ErrorCode.INVALID_CONFIG
     assert {"orders": await configs(west.bootstrap, "orders"),
             "plain": await configs(west.bootstrap, "plain")} == unchanged
+
+
+async def test_a_planned_promotion_is_promoting_while_it_waits(east: BrokerProcess, west: BrokerProcess,
+                                                              tmp_path: Path) -> None:
+    status, log = tmp_path / "status.json", tmp_path / "mirror.log"
+    config = write_config(tmp_path, east, west)
+    await produce(east.bootstrap, 6, 0)
+    mirror = start_mirror(config, log, status)
+    try:
+        await wait_copied(east, west, "orders", 3)
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, log.read_text()
+        await produce(east.bootstrap, 6, 6)  # not copied: the mirror is stopped
+        promote = ["promote", "--bootstrap", west.bootstrap, "--source-bootstrap", east.bootstrap, "--mirror", NAME]
+
+        # Paused: a planned promotion would wait for a copy that does not come; refused.
+        assert (await acli("pause", "--bootstrap", west.bootstrap, "--mirror", NAME)).returncode == 0
+        refused = await acli(*promote)
+        assert refused.returncode == 1 and "paused" in refused.stderr, refused.stdout + refused.stderr
+        assert (await configs(west.bootstrap, "orders"))[MIRROR_STATE_CONFIG] == "PAUSED"
+        assert (await acli("resume", "--bootstrap", west.bootstrap, "--mirror", NAME)).returncode == 0
+
+        # Behind, past its timeout: nothing promoted, and ACTIVE again.
+        late = await acli(*promote, "--timeout", "1")
+        assert late.returncode == 1 and "nothing was promoted" in late.stderr, late.stdout + late.stderr
+        assert await configs(west.bootstrap, "orders") == {MIRROR_NAME_CONFIG: NAME}
+
+        # While it waits: PROMOTING (the copy goes on); once the mirror caught up, promoted.
+        argv = [sys.executable, "-m", "deploy.cli", "mirror", *promote, "--timeout", "120"]
+        waiting = await trio.to_thread.run_sync(lambda: subprocess.Popen(
+            argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        try:
+            async def promoting() -> bool:
+                shown = (await describe(west, east))["orders"]
+                return bool(shown["state"] == "PROMOTING" and shown["lag"] == 6)
+
+            await wait_for(promoting, what="describe to show orders PROMOTING with lag 6")
+            mirror = start_mirror(config, log, status)
+            out, err = await trio.to_thread.run_sync(lambda: waiting.communicate(timeout=120))
+        finally:
+            waiting.kill()
+        assert waiting.returncode == 0, out + err
+        assert "promoted 1 topic(s)" in out, out
+        assert await configs(west.bootstrap, "orders") == {}  # a normal topic: no link state left
+        await wait_for(lambda: (topic_state(status) or {}).get("state") == "STOPPED", what="orders STOPPED")
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, log.read_text()
+    finally:
+        mirror.kill()
+    await assert_same_copy(east, west, "orders", 3)
