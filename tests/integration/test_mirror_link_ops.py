@@ -240,3 +240,24 @@ async def test_a_planned_promotion_is_promoting_while_it_waits(east: BrokerProce
     finally:
         mirror.kill()
     await assert_same_copy(east, west, "orders", 3)
+
+
+async def test_a_source_that_does_not_answer_is_source_unavailable(east: BrokerProcess, west: BrokerProcess,
+                                                                   tmp_path: Path) -> None:
+    status, log = tmp_path / "status.json", tmp_path / "mirror.log"
+    await produce(east.bootstrap, 6, 0)
+    mirror = start_mirror(write_config(tmp_path, east, west), log, status)
+    try:
+        await wait_copied(east, west, "orders", 3)
+        await wait_for(lambda: (topic_state(status) or {}).get("state") == "ACTIVE", what="orders ACTIVE")
+        east.stop()
+        await wait_for(lambda: (topic_state(status) or {}).get("state") == "SOURCE_UNAVAILABLE",
+                       what="the mirror's status to say SOURCE_UNAVAILABLE")
+        reported = topic_state(status)
+        assert reported is not None and reported["reason"] and reported["lag"] is None, reported
+        shown = (await describe(west, east))["orders"]
+        assert shown["state"] == "SOURCE_UNAVAILABLE" and shown["lag"] is None and shown["reason"], shown
+        mirror.send_signal(signal.SIGTERM)
+        assert mirror.wait(60) == 0, log.read_text()
+    finally:
+        mirror.kill()
