@@ -72,6 +72,7 @@ def test_list_describe_pause_resume_on_a_topology(tmp_path: Path) -> None:
         assert ends(west, "orders", 3) == before
         table = causeway("status", "--state-dir", str(state)).stdout
         assert f"mirror {MIRROR}: topic orders PAUSED (lag 30)" in table, table
+        assert status(state)["mirrors"][MIRROR]["healthy"], table  # a pause is a choice, not a problem
         shown = described(state)
         assert (shown["orders"]["state"], shown["orders"]["lag"]) == ("PAUSED", 30), shown
         assert (shown["payments"]["state"], shown["payments"]["lag"]) == ("ACTIVE", 0), shown
