@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from deploy.cli.client_config import command_security, file_security
 from deploy.cli.command import UsageError, run, say
+from deploy.cli.groups import table
 from deploy.cli.mirror_promote import check_timeout_and_topics
 from security.client import ClientSecurity
 
@@ -107,12 +108,9 @@ def _describe(args: argparse.Namespace) -> int:
         print(json.dumps({"target": clusters.target, "source": clusters.source,
                           "topics": [link.to_json() for link in links]}, indent=1))
         return 0
-    rows: list[tuple[object, ...]] = [("TOPIC", "MIRROR", "STATE", "LAG", "LAG-MS", "PARTITIONS")]
-    for link in links:
-        state = link.state
-        rows.append((link.topic, link.mirror or "-", state.state, _or_dash(state.lag), _or_dash(state.lag_ms),
-                     len(link.partitions)))
-    _print_table(rows)
+    rows = [(link.topic, link.mirror or "-", link.state.state, _or_dash(link.state.lag),
+             _or_dash(link.state.lag_ms), len(link.partitions)) for link in links]
+    print(table(("TOPIC", "MIRROR", "STATE", "LAG", "LAG-MS", "PARTITIONS"), rows))
     for link in links:
         if link.state.reason:
             print(f"  {link.topic}: {link.state.state}: {link.state.reason}")
@@ -214,14 +212,14 @@ def _print_mirrors(mirrors: dict[str, dict[str, Any]], as_json: bool) -> int:
     if as_json:
         print(json.dumps({"mirrors": mirrors}, indent=1))
         return 0
-    rows: list[tuple[object, ...]] = [("MIRROR", "MODE", "SOURCE", "TARGET", "TOPICS", "STATES")]
+    rows: list[tuple[object, ...]] = []
     for name, m in mirrors.items():
         counts: dict[str, int] = {}
         for state in m["topics"].values():
             counts[state] = counts.get(state, 0) + 1
         states = ", ".join(f"{state} {n}" for state, n in sorted(counts.items())) or "-"
         rows.append((name, m.get("mode", "link"), m.get("source", "-"), m["target"], len(m["topics"]), states))
-    _print_table(rows)
+    print(table(("MIRROR", "MODE", "SOURCE", "TARGET", "TOPICS", "STATES"), rows))
     if not mirrors:
         say("no mirrors")
     return 0
@@ -229,12 +227,6 @@ def _print_mirrors(mirrors: dict[str, dict[str, Any]], as_json: bool) -> int:
 
 def _or_dash(value: object) -> object:
     return "-" if value is None else value
-
-
-def _print_table(rows: list[tuple[object, ...]]) -> None:
-    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print("  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip())
 
 
 def _common(p: argparse.ArgumentParser, *, mirror_help: str, source: bool) -> None:
