@@ -11,6 +11,7 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,15 +19,20 @@ from typing import Any
 import pytest
 import trio
 
-from broker.client import MIRROR_NAME_CONFIG, admin, open_client
+from broker.client import MIRROR_NAME_CONFIG, TopicPartition, admin, link_append, open_client
 from broker.client.admin import NewTopic
 from broker.protocol.constants import MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from deploy.broker_process import BrokerProcess
+from mirror.config import mirror_config_from_data
+from mirror.link_ops import set_paused
 from tests.integration.mirror_process import read_status, start_mirror
-from tests.integration.test_mirror import produce_with_confluent
-from tests.integration.test_mirror_link import NAME, assert_same_copy, ends_of, wait_copied
+from tests.integration.started_clusters import started
+from tests.integration.test_mirror import produce_with_confluent, running
+from tests.integration.test_mirror_link import NAME, assert_same_copy, consume, ends_of, wait_copied
+from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for
+from tests.support.zookeeper import ZooKeeperServer
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -261,3 +267,54 @@ async def test_a_source_that_does_not_answer_is_source_unavailable(east: BrokerP
         assert mirror.wait(60) == 0, log.read_text()
     finally:
         mirror.kill()
+
+
+@pytest.fixture
+def dr_cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
+    with started(ZkCluster(zookeeper, tmp_path / "dr", ("zookeeper.session.timeout.ms=6000",
+                                                          "offsets.topic.num.partitions=1"))) as cluster:
+        yield cluster
+
+
+async def test_a_pause_holds_on_every_broker_of_a_three_broker_target(east: BrokerProcess,
+                                                                      dr_cluster: ZkCluster) -> None:
+    target = dr_cluster.bootstrap()
+    config = mirror_config_from_data({
+        "name": NAME, "mode": "link", "replication.factor": 3,
+        "source": {"alias": "east", "bootstrap": east.bootstrap},
+        "target": {"alias": "dr", "bootstrap": target},
+        "topics": {"include": ["orders"]},
+        "refresh.topics.interval.seconds": 0.2, "emit.heartbeats.interval.seconds": 0.5})
+    await produce(east.bootstrap, 30, 0)
+
+    async def copied() -> bool:
+        try:
+            return await ends_of(target, "orders", 3) == await ends_of(east.bootstrap, "orders", 3)
+        except KafkaError:  # not created yet, or its leaders not elected yet
+            return False
+
+    async with running(config) as mirror:
+        await wait_for(copied, what="the copy at the three-broker target")
+        # Applied by every broker (each from ZooKeeper's notification) before the command returns.
+        report = await set_paused(target, NAME, paused=True)
+        assert (report.changed, report.not_applied) == (["orders"], {})
+        before = await ends_of(target, "orders", 3)
+        await produce(east.bootstrap, 30, 30)
+        await wait_for(lambda: mirror.status()["topic_states"].get("orders") == {
+            "state": "PAUSED", "reason": None, "lag": 30, "lag_ms": None}, what="orders PAUSED with lag 30")
+        assert await ends_of(target, "orders", 3) == before
+        # A leader elsewhere (its broker stopped) still refuses: the state is the cluster's.
+        leader = int(str(dr_cluster.state("orders", 0)["leader"]))
+        dr_cluster.brokers[leader].stop()
+        survivors = dr_cluster.bootstrap(*(i for i in dr_cluster.brokers if i != leader))
+        await wait_for(lambda: dr_cluster.state("orders", 0)["leader"] not in (leader, -1),
+                       what="a new leader for orders-0")
+        async with open_client(survivors) as client:
+            refused = await link_append(client, NAME, {TopicPartition("orders", 0): b""})
+        assert refused[TopicPartition("orders", 0)].error == ErrorCode.INVALID_REQUEST
+        assert "paused" in (refused[TopicPartition("orders", 0)].error_message or "")
+        resumed = await set_paused(survivors, NAME, paused=False)
+        assert resumed.changed == ["orders"]
+        await wait_for(copied, what="the copy after the resume")
+    source = await trio.to_thread.run_sync(consume, east.bootstrap, "orders", 3)
+    assert await trio.to_thread.run_sync(consume, survivors, "orders", 3) == source and len(source) == 60
