@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 
 from broker.address import parse_host_port
 from broker.config import ConfigError
-from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG
 from security.client import ClientSecurity, client_security
 from topology.errors import Problem, TopologyError
 from topology.loader import Positions, load_yaml
@@ -55,6 +55,7 @@ EXCLUDED_CONFIGS = frozenset({
     # Causeway's mark of a link-mode mirror topic: it names the mirror that writes the topic at
     # its own cluster, so a copy of it elsewhere would lock that copy against its own writer.
     MIRROR_NAME_CONFIG,
+    MIRROR_STATE_CONFIG,  # the link state of the source's own mirror topic (a chain), not the copy's
 })
 
 

@@ -42,6 +42,13 @@ link mode's own is here:
   an idle partition sends it alone when it moved: the copy's log start follows the source's
   (DeleteRecords, retention), so a consumer from `earliest` at the target reads what one at the
   source reads;
+- pause: a mirror topic whose `causeway.mirror.state` is PAUSED at the target (`causeway mirror
+  pause`) is not copied: the target refuses LinkAppend to it, and the mirror stops its
+  partitions when refused or at its next discovery round, whichever comes first. It keeps
+  reading both ends of a paused topic for its lag. Resumed (the key deleted), the topic's
+  partitions start again as at a restart: at the target's high watermark, its last batch checked,
+  so nothing is lost or copied twice. The state lives in the topic's config, so a restarted
+  mirror or broker sees a paused topic as paused;
 - consumer groups: mirror/link_groups.py commits the source's offsets at the target unchanged.
 """
 
@@ -68,6 +75,7 @@ from broker.client import (
 from broker.client.admin import EARLIEST, LATEST
 from broker.client.link import LINK_APPEND_VERSION
 from broker.clock import now_ms
+from broker.protocol.constants import MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
 from mirror.config import INTERNAL_TOPICS
@@ -76,6 +84,7 @@ from mirror.link_groups import carry_group_offsets
 from mirror.naming import HEARTBEATS_TOPIC
 from mirror.partition import REFUSED_AS_INVALID, Chunk, PartitionMirror
 from mirror.runtime import RETRY, Mirror, stop_topic, stop_vanished, sync_topic
+from mirror.status import TopicState
 from mirror.topics import COMPACTED, ensure_topic
 from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
 
@@ -329,6 +338,10 @@ class LinkMirror(Mirror):
 
     promoted: dict[str, str] = field(default_factory=dict)  # for good (this run): never created again
     refused: dict[str, str] = field(default_factory=dict)  # looked at again every discovery round
+    # Paused at the target (causeway.mirror.state): not copied; each with its lag as last read
+    # (None: not read yet), looked at again every discovery round.
+    paused: dict[str, int | None] = field(default_factory=dict)
+    promoting: set[str] = field(default_factory=set)  # a planned promotion waits for their copy
 
     @property
     def link_name(self) -> str:
@@ -339,6 +352,31 @@ class LinkMirror(Mirror):
 
     def promoted_topics(self) -> list[str]:
         return list(self.promoted)
+
+    def topic_states(self, source_problem: str | None) -> dict[str, TopicState]:
+        states: dict[str, TopicState] = {}
+        now = now_ms()
+        for topic in self.topics:
+            mine = [pm for tp, pm in self.partitions.items() if tp.topic == topic]
+            failed = next((pm.failed for pm in mine if pm.failed is not None), None)
+            waiting = [pm.oldest_waiting_ms() for pm in mine if pm.lag > 0]
+            known = [ts for ts in waiting if ts is not None and ts >= 0]
+            # Lagging partitions whose records are not fetched yet: how long they waited is unknown.
+            lag_ms = None if len(known) < len(waiting) else max((max(0, now - ts) for ts in known), default=0)
+            lag = sum(pm.lag for pm in mine)
+            if failed is not None:
+                states[topic] = TopicState(state="FAILED", reason=failed, lag=lag, lag_ms=lag_ms)
+            elif source_problem is not None:
+                # Its lag counts against the source's ends when last reached: unknown now.
+                states[topic] = TopicState(state="SOURCE_UNAVAILABLE", reason=source_problem)
+            else:
+                active = "PROMOTING" if topic in self.promoting else "ACTIVE"
+                states[topic] = TopicState(state=active, lag=lag, lag_ms=lag_ms)
+        for topic, behind in self.paused.items():
+            states[topic] = TopicState(state="PAUSED", lag=behind)
+        for topic, why in self.promoted.items():
+            states[topic] = TopicState(state="STOPPED", reason=why)
+        return dict(sorted(states.items()))
 
     def target_topic(self, topic: str) -> str | None:
         # Only the mirror topics this mirror writes: a topic of that name at the target that is
@@ -397,6 +435,8 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
     for topic in set(mirror.refused) - set(wanted):
         del mirror.refused[topic]
         mirror.problems.pop(f"topic {topic}", None)
+    for topic in set(mirror.paused) - set(wanted):
+        del mirror.paused[topic]
     target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
         if topic in mirror.promoted:
@@ -409,10 +449,25 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
                                                         f"{mirror.target_alias} (deleted); creating it again and "
                                                         f"copying the source from its log start")
         else:
-            owner = await _owner(mirror.target, topic)
+            owner, state = await _owner(mirror.target, topic)
             if owner != mirror.link_name:
+                mirror.paused.pop(topic, None)
+                mirror.promoting.discard(topic)
                 _not_ours(mirror, topic, owner)
                 continue
+            if state == MIRROR_PAUSED:
+                _pause(mirror, topic)
+                continue
+            if state == MIRROR_PROMOTING:
+                mirror.promoting.add(topic)  # copied as ACTIVE: the promotion waits for the copy
+            else:
+                mirror.promoting.discard(topic)
+            if topic in mirror.paused:
+                del mirror.paused[topic]
+                message = (f"mirror topic {topic} resumed at the target {mirror.target_alias}: copying again from "
+                           f"where its copy ends")
+                log.info("%s", message)
+                mirror.event(message)
         await sync_topic(mirror, topic, topic, count, target_count,
                          create_configs={MIRROR_NAME_CONFIG: mirror.link_name})
         mirror.topics[topic] = topic
@@ -425,13 +480,43 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
     mirror.topics_listed.set()
     await _check_target_ends(mirror)
     await _follow_failed_sources(mirror)
+    await _follow_paused(mirror, wanted)
 
 
-async def _owner(client: Client, topic: str) -> str | None:
+async def _owner(client: Client, topic: str) -> tuple[str | None, str | None]:
     """The mirror that owns `topic` at the target (its `causeway.mirror.name`), None for a
-    normal topic."""
-    entry = (await admin.describe_configs(client, topic, keys=[MIRROR_NAME_CONFIG])).get(MIRROR_NAME_CONFIG)
-    return entry.value if entry is not None and entry.value else None
+    normal topic; and the topic's link state (its `causeway.mirror.state`, None: unset)."""
+    configs = await admin.describe_configs(client, topic, keys=[MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG])
+    entry, state = configs.get(MIRROR_NAME_CONFIG), configs.get(MIRROR_STATE_CONFIG)
+    owner = entry.value if entry is not None and entry.value else None
+    return owner, state.value if owner is not None and state is not None else None
+
+
+def _pause(mirror: LinkMirror, topic: str) -> None:
+    """`topic` is paused at the target: stop copying it (what is queued is dropped: a resume
+    starts again where the copy ends), said once."""
+    if topic in mirror.topics:
+        stop_topic(mirror, topic)
+    if topic not in mirror.paused:
+        mirror.paused[topic] = None
+        message = (f"mirror topic {topic} is paused at the target {mirror.target_alias} ({MIRROR_STATE_CONFIG}="
+                   f"{MIRROR_PAUSED}): not copied until it is resumed")
+        log.warning("%s", message)
+        mirror.event(message)
+
+
+async def _follow_paused(mirror: LinkMirror, counts: dict[str, int]) -> None:
+    """A paused topic's lag, as a FAILED one's: both ends read each round (a request to each
+    cluster for them all), so the status shows what waits at the source."""
+    tps = [TopicPartition(t, p) for t in mirror.paused if t in counts for p in range(counts[t])]
+    if not tps:
+        return
+    source, target = await _latest(mirror.source, tps), await _latest(mirror.target, tps)
+    if source is None or target is None:
+        return
+    for topic in mirror.paused:
+        mine = [tp for tp in tps if tp.topic == topic]
+        mirror.paused[topic] = sum(max(0, source[tp] - target.get(tp, 0)) for tp in mine)
 
 
 def _not_ours(mirror: LinkMirror, topic: str, owner: str | None) -> None:
@@ -466,12 +551,14 @@ async def _on_refused(mirror: LinkMirror, pm: LinkPartition) -> None:
     """The target answered INVALID_REQUEST for `pm`'s topic: read whose topic it is now."""
     topic = pm.source.topic
     try:
-        owner = await _owner(mirror.target, topic)
+        owner, state = await _owner(mirror.target, topic)
     except (KafkaError, ClientError) as exc:
         log.warning("topic %s: refused by the target, and its config cannot be read: %s", topic, exc)
         return  # the writer parks and asks again
     if owner != mirror.link_name and topic in mirror.topics:
         _not_ours(mirror, topic, owner)
+    elif state == MIRROR_PAUSED and topic in mirror.topics:
+        _pause(mirror, topic)
 
 
 async def _start_partitions(mirror: LinkMirror, nursery: trio.Nursery, topic: str, partitions: list[int], *,

@@ -200,6 +200,15 @@ class PartitionMirror:
             return 0
         return max(0, self.high_watermark - (self.written_through + 1))
 
+    def oldest_waiting_ms(self) -> int | None:
+        """The first timestamp of the oldest fetched batch not yet written (the record that has
+        waited longest), or None when nothing fetched waits (caught up, or not fetched yet)."""
+        for chunk in self._chunks:
+            for _pos, header in chunk.spans:
+                if header.last_offset > self.written_through:
+                    return header.base_timestamp
+        return None
+
     @property
     def wants_data(self) -> bool:
         return not self.stopped and not self.held and self.queued_bytes < self.queue_max_bytes

@@ -10,7 +10,9 @@ cluster linking has them (`kafka-mirrors --promote` and `--failover`):
   under a deadline, until every selected topic has at the target the source's log end on every
   partition (the mirror copied everything the source holds; producers at the source should have
   stopped), copy the groups' committed offsets one last time (mirror/link_groups.py), then
-  promote topic by topic. Nothing is promoted when the deadline passes first.
+  promote topic by topic. Nothing is promoted when the deadline passes first. While it waits,
+  each topic's `causeway.mirror.state` is PROMOTING (its link state, mirror/link_ops.py; ACTIVE
+  again when nothing is promoted); a paused topic is refused (it would never catch up).
 - **failover** (the source is down, or must not be waited for): promote at once; meanwhile, under
   one short deadline (FAILOVER_SOURCE_S), ask the source for its log ends and copy the groups'
   offsets one last time. Whatever the source did not answer is reported unknown: records not
@@ -35,7 +37,7 @@ from broker.client import ClientError, KafkaError, TopicPartition
 from broker.client.admin import LATEST, alter_configs, describe_configs, list_offsets, list_topics
 from broker.client.cluster import Client, open_client
 from broker.client.groups import fetch_offsets, list_groups
-from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from mirror.config import INTERNAL_GROUPS, INTERNAL_TOPICS, MirrorConfig
 from mirror.link_groups import carry_offsets
 from mirror.naming import ReplicationPolicy
@@ -190,9 +192,19 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
             await _fail_over(target, report, min(timeout_s, FAILOVER_SOURCE_S), say, source_security, groups)
             return report
         assert source_bootstrap is not None
-        caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s,
-                                          source_security)
+        await _refuse_paused(target, selected)
+        # PROMOTING while it waits (the copy goes on): `causeway mirror describe` and the mirror's
+        # status show it, and a promotion killed meanwhile leaves it said; back to ACTIVE when
+        # nothing is promoted.
+        await _set_state(target, selected, MIRROR_PROMOTING)
+        try:
+            caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s,
+                                              source_security)
+        except BaseException:
+            await _set_state(target, selected, None, shielded=True)
+            raise
         if not caught_up:
+            await _set_state(target, selected, None, shielded=True)
             return report
         # The source's producers stopped and the copy holds all it has: its groups' offsets, once
         # more, so a group moved now resumes exactly where it stopped.
@@ -206,6 +218,7 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         await _unsynced_groups(target, report, groups)
         _say_groups(report, say)
         await _promote_each(target, report, say)
+        await _set_state(target, [t for t in selected if t in report.failed], None, shielded=True)
         # What reached the source after the check and was not copied (its producers still ran).
         with trio.move_on_after(min(SOURCE_TIMEOUT_S, max(1.0, deadline - trio.current_time()))):
             try:
@@ -217,6 +230,34 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
                 say(f"note: {p.topic}-{p.partition}: {p.behind} record(s) written at the source after the copy "
                     "caught up were not copied (its producers were still writing)")
         return report
+
+
+async def _refuse_paused(target: Client, topics: Iterable[str]) -> None:
+    """Raise PromotionError when a selected topic is paused: a planned promotion waits for a copy
+    that a paused topic does not make. Nothing is changed."""
+    paused = []
+    for topic in sorted(topics):
+        entry = (await describe_configs(target, topic, keys=[MIRROR_STATE_CONFIG])).get(MIRROR_STATE_CONFIG)
+        if entry is not None and entry.value == MIRROR_PAUSED:
+            paused.append(topic)
+    if paused:
+        raise PromotionError(f"mirror topic(s) {', '.join(paused)} paused: a planned promotion waits for the copy to "
+                             f"catch up, which a paused topic does not; resume it (causeway mirror resume) or fail "
+                             f"over (--failover); nothing was promoted")
+
+
+async def _set_state(target: Client, topics: Iterable[str], state: str | None, *, shielded: bool = False) -> None:
+    """Set (None: delete) each topic's `causeway.mirror.state`. `shielded`: a clean-up, done even
+    when the command is being cancelled, within SOURCE_TIMEOUT_S, a failure only logged in the
+    state it leaves (PROMOTING: a later promote or resume puts it right)."""
+    with trio.CancelScope(shield=shielded):
+        with trio.move_on_after(SOURCE_TIMEOUT_S if shielded else math.inf):
+            for topic in sorted(topics):
+                try:
+                    await alter_configs(target, topic, {MIRROR_STATE_CONFIG: state})
+                except (KafkaError, ClientError):
+                    if not shielded:
+                        raise
 
 
 def _already_promoted(normal: list[str], config: MirrorConfig | None, mirror: str | None,
@@ -375,7 +416,8 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
     """Delete `causeway.mirror.name` topic by topic; a refusal is recorded and the rest go on."""
     for topic in sorted(report.selected):
         try:
-            await alter_configs(target, topic, {MIRROR_NAME_CONFIG: None})
+            # Its link state goes with it: a promoted topic is no link's to pause (STOPPED).
+            await alter_configs(target, topic, {MIRROR_NAME_CONFIG: None, MIRROR_STATE_CONFIG: None})
         except (KafkaError, ClientError) as exc:
             report.failed[topic] = f"the target refused its promotion: {_why(exc)}"
             say(f"NOT promoted {topic}: {report.failed[topic]}")
@@ -389,9 +431,11 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
             say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
 
 
-async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPLIED_TIMEOUT_S) -> list[int]:
-    """Wait until every broker of `target` describes `topic` without `causeway.mirror.name` (each
-    answers from what it has applied), at most `timeout_s`; the brokers that still do not."""
+async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPLIED_TIMEOUT_S, *,
+                             key: str = MIRROR_NAME_CONFIG, value: str | None = None) -> list[int]:
+    """Wait until every broker of `target` describes `topic` with config `key` at `value` (None:
+    unset; by default, without `causeway.mirror.name`: promoted), each answering from what it
+    has applied, at most `timeout_s`; the brokers that still do not."""
     try:
         metadata = await target.refresh_metadata([topic])
     except (KafkaError, ClientError):
@@ -401,11 +445,11 @@ async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPL
         while pending:
             for node in sorted(pending):
                 try:
-                    configs = await describe_configs(target, topic, keys=[MIRROR_NAME_CONFIG], node_id=node)
+                    configs = await describe_configs(target, topic, keys=[key], node_id=node)
                 except (KafkaError, ClientError):
                     continue  # down or busy: asked again until the deadline
-                entry = configs.get(MIRROR_NAME_CONFIG)
-                if entry is None or not entry.value:
+                entry = configs.get(key)
+                if (entry.value if entry is not None and entry.value else None) == value:
                     pending.discard(node)
             if pending:
                 await trio.sleep(POLL_S)

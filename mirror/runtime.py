@@ -18,7 +18,7 @@ has one task class per job on one runtime. Shared here, whatever the mode:
 
 Nothing here imports a mode: a mode adds to a Mirror through the few methods it overrides
 (`run`, `on_clean_stop`, `on_idle`, `stop_partition`, `not_mirrored`, `promoted_topics`,
-`target_topic`).
+`topic_states`, `target_topic`).
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from mirror.formats import Heartbeat
 from mirror.metrics import CheckpointLatencies
 from mirror.naming import HEARTBEATS_TOPIC, ReplicationPolicy
 from mirror.partition import PartitionMirror
-from mirror.status import ClusterRef, MirrorEvent, MirrorStatus, PartitionStatus
+from mirror.status import ClusterRef, MirrorEvent, MirrorStatus, PartitionStatus, TopicState
 from mirror.topics import append
 
 __all__ = ["RETRY", "Mirror", "heartbeat", "stop_topic", "stop_vanished", "sync_topic"]
@@ -123,6 +123,11 @@ class Mirror:
     def promoted_topics(self) -> list[str]:
         """Topics promoted at the target, so no longer copied (the status's `promoted`)."""
         return []
+
+    def topic_states(self, source_problem: str | None) -> dict[str, TopicState]:
+        """Each mirror topic's link state (the status's `topic_states`; link mode only), given
+        what the fetches last said of the source (None: they reached it)."""
+        return {}
 
     def target_topic(self, topic: str) -> str | None:
         """The name source topic `topic` has at the target when topic ACL sync copies its ACLs
@@ -255,6 +260,7 @@ class Mirror:
             problems=problems,
             source_reached_ms=self.source_reached_ms,
             promoted=sorted(self.promoted_topics()),
+            topic_states=self.topic_states(problems.get("source")),
             partitions=partitions,
             events=list(self.events),
         )

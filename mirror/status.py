@@ -14,7 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from broker.small_file import UnusableFile, read_small_file
 
-__all__ = ["ClusterRef", "MirrorEvent", "MirrorStatus", "PartitionStatus", "StatusFileError", "read_status"]
+__all__ = ["TOPIC_STATES", "ClusterRef", "MirrorEvent", "MirrorStatus", "PartitionStatus", "StatusFileError",
+           "TopicState", "read_status"]
 
 #: The status file is a few KB per hundred partitions; anything far larger is not ours.
 MAX_STATUS_BYTES = 16 * 1024 * 1024
@@ -64,6 +65,25 @@ class PartitionStatus(_Report):
     failed: str | None = None
 
 
+#: A link-mode mirror topic's states, by Cluster Linking's names where it has the concept:
+#: ACTIVE (copied), PAUSED (`causeway mirror pause`, kept in the topic's causeway.mirror.state),
+#: PROMOTING (a promotion is waiting for the copy to catch up), STOPPED (promoted: a normal
+#: topic now), SOURCE_UNAVAILABLE (the source does not answer), FAILED (the copy is not the
+#: source's any more; the reason says why).
+TOPIC_STATES = ("ACTIVE", "PAUSED", "PROMOTING", "STOPPED", "SOURCE_UNAVAILABLE", "FAILED")
+
+
+class TopicState(_Report):
+    """One mirror topic's link state, with why (FAILED, SOURCE_UNAVAILABLE, STOPPED) and its lag:
+    records the source holds that the copy does not, and how long the oldest of them has waited
+    (ms; 0 when caught up); None where that is not known."""
+
+    state: str
+    reason: str | None = None
+    lag: int | None = None
+    lag_ms: int | None = None
+
+
 class MirrorStatus(_Report):
     name: str
     source: ClusterRef
@@ -86,6 +106,8 @@ class MirrorStatus(_Report):
     source_reached_ms: int | None = None
     # Link mode: source topics promoted at the target (normal writable topics there now).
     promoted: list[str] = Field(default_factory=list)
+    # Link mode: each mirror topic's state (paused and promoted ones included), by topic.
+    topic_states: dict[str, TopicState] = Field(default_factory=dict)
     partitions: list[PartitionStatus] = Field(default_factory=list)
     events: list[MirrorEvent] = Field(default_factory=list)
 

@@ -15,6 +15,9 @@ __all__ = [
     "LATEST_TIERED",
     "MAX_TIMESTAMP",
     "MIRROR_NAME_CONFIG",
+    "MIRROR_PAUSED",
+    "MIRROR_PROMOTING",
+    "MIRROR_STATE_CONFIG",
     "AlterConfigOp",
     "ConfigResourceType",
     "ConfigSource",
@@ -33,6 +36,14 @@ LATEST_TIERED = -5  # the last offset moved to remote storage (KIP-1005; none he
 # created; its value is the mirror's name. Such a *mirror topic* takes records only through
 # LinkAppend from that mirror; deleting the config promotes it to a normal writable topic.
 MIRROR_NAME_CONFIG = "causeway.mirror.name"
+# Causeway's own topic config: a mirror topic's link state where it must survive every restart
+# (as Cluster Linking keeps a mirror topic's state at the destination cluster). PAUSED: its mirror
+# copies nothing into it (LinkAppend is refused) until `causeway mirror resume` deletes the key;
+# PROMOTING: a planned promotion waits for the copy to catch up (copied as ACTIVE); unset or
+# ACTIVE: copied. Only a mirror topic (causeway.mirror.name set) may be PAUSED.
+MIRROR_STATE_CONFIG = "causeway.mirror.state"
+MIRROR_PAUSED = "PAUSED"
+MIRROR_PROMOTING = "PROMOTING"
 
 
 class CoordinatorType(enum.IntEnum):

@@ -8,17 +8,22 @@ import functools
 from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
-from broker.protocol.constants import MIRROR_NAME_CONFIG, ConfigSource
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_STATE_CONFIG, ConfigSource
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.topic_configs import CAUSEWAY_TOPIC_CONFIGS, TOPIC_CONFIG_NAMES
 
 __all__ = ["REMOVED_IN_KAFKA_4", "Synonym", "broker_source", "broker_synonyms", "check_mirror_name_change",
-           "describe_topic_configs", "mirror_name", "refuse_if_mirror", "topic_config_synonyms"]
+           "describe_topic_configs", "mirror_name", "mirror_paused", "refuse_if_mirror", "topic_config_synonyms"]
 
 
 def mirror_name(configs: Mapping[str, str]) -> str | None:
     """The link-mode mirror that owns a topic with these overrides; None for a normal topic."""
     return configs.get(MIRROR_NAME_CONFIG) or None
+
+
+def mirror_paused(configs: Mapping[str, str]) -> bool:
+    """Whether a mirror topic with these overrides is paused (`causeway mirror pause`)."""
+    return configs.get(MIRROR_STATE_CONFIG) == MIRROR_PAUSED
 
 
 def refuse_if_mirror(topic: str, configs: Mapping[str, str]) -> None:
@@ -39,6 +44,10 @@ def check_mirror_name_change(topic: str, current: Mapping[str, str], new: Mappin
     at the source's offsets); removing the key is allowed: that is promotion."""
     before = mirror_name(current)
     after = new.get(MIRROR_NAME_CONFIG) or None  # empty is unset, as at creation
+    if new.get(MIRROR_STATE_CONFIG) == MIRROR_PAUSED and after is None:
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"{MIRROR_STATE_CONFIG}={MIRROR_PAUSED} is only for a mirror topic, and topic {topic} "
+                         f"{'will not be one' if before is not None else 'is not one'} ({MIRROR_NAME_CONFIG} unset)")
     if after is None or after == before:
         return
     if before is None:

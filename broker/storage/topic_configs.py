@@ -13,15 +13,17 @@ from collections.abc import Mapping
 
 from broker.config import PASSIVE_TOPIC_CONFIGS, TOPIC_CONFIG_SYNONYMS, BrokerConfig
 from broker.log_limits import limiter
-from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.config import LogConfig, is_metadata_version
 
-__all__ = ["CAUSEWAY_TOPIC_CONFIGS", "TOPIC_CONFIG_NAMES", "validate_topic_configs"]
+__all__ = ["CAUSEWAY_TOPIC_CONFIGS", "MIRROR_STATES", "TOPIC_CONFIG_NAMES", "validate_topic_configs"]
 
 # Causeway's own topic configs: listed by DescribeConfigs only when set (a Kafka tool never
 # sees a key it does not know on an ordinary topic).
-CAUSEWAY_TOPIC_CONFIGS = frozenset({MIRROR_NAME_CONFIG})
+CAUSEWAY_TOPIC_CONFIGS = frozenset({MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG})
+#: The values causeway.mirror.state takes (unset is ACTIVE).
+MIRROR_STATES = frozenset({"ACTIVE", MIRROR_PAUSED, MIRROR_PROMOTING})
 TOPIC_CONFIG_NAMES = frozenset(TOPIC_CONFIG_SYNONYMS) | frozenset(PASSIVE_TOPIC_CONFIGS) | CAUSEWAY_TOPIC_CONFIGS
 
 log = logging.getLogger(__name__)
@@ -43,6 +45,9 @@ def validate_topic_configs(configs: Mapping[str, str | None], broker: BrokerConf
             _check_message_format_version(value)
         if name == MIRROR_NAME_CONFIG and not value:
             continue  # empty: not a mirror topic, nothing to keep
+        if name == MIRROR_STATE_CONFIG and value not in MIRROR_STATES:
+            raise KafkaError(ErrorCode.INVALID_CONFIG, f"Invalid value {value} for configuration {name}: "
+                                                       f"must be one of {', '.join(sorted(MIRROR_STATES))}")
         out[name] = value
     acted_on = {k: v for k, v in out.items() if k in TOPIC_CONFIG_SYNONYMS}
     # Parsing into a LogConfig (the overrides over the broker's topic defaults) is the one check

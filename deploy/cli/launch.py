@@ -246,12 +246,21 @@ def _print_mirrors(mirrors: dict[str, dict[str, Any]]) -> None:
             left = "nothing is mirrored any more" if m.get("state") == "promoted" else "the others are still mirrored"
             lines.append(f"  mirror {name}: promoted at {m['target']}: {', '.join(m['promoted'])} (normal writable "
                          f"topics there now); {left}")
+        lines += [f"  mirror {name}: topic {topic} {_topic_state(state)}"
+                  for topic, state in m.get("topic_states", {}).items()
+                  if state["state"] not in ("ACTIVE", "STOPPED")]  # STOPPED: the promoted line above
         lines += [f"  mirror {name}: {reason}" for reason in m["unhealthy_because"]]
         lines += [f"  mirror {name}: {p['topic']}-{p['partition']}: {p['error']}"
                   for p in m.get("partitions", []) if p["error"]]
     _print_table(rows)
     for line in lines:
         print(line)
+
+
+def _topic_state(state: dict[str, Any]) -> str:
+    """A mirror topic's state as one phrase: `PAUSED (lag 30)`, `FAILED: why`."""
+    lag = f" (lag {state['lag']})" if state.get("lag") is not None and state["state"] != "STOPPED" else ""
+    return f"{state['state']}{lag}" + (f": {state['reason']}" if state.get("reason") else "")
 
 
 def _print_cluster_details(name: str, c: dict[str, Any]) -> None:

@@ -1,7 +1,8 @@
 """`causeway mirror --config FILE`: run one mirror (mm2 or link mode) until stopped.
 
-`causeway mirror promote ...` promotes a link-mode mirror's topics (deploy/cli/mirror_promote.py);
-`causeway mirror truncate-and-restore | reverse-and-start ...` fail back (deploy/cli/mirror_failback.py).
+`causeway mirror promote | failover ...` promotes a link-mode mirror's topics (deploy/cli/mirror_promote.py);
+`causeway mirror truncate-and-restore | reverse-and-start ...` fail back (deploy/cli/mirror_failback.py);
+`causeway mirror list | describe | pause | resume ...` are link operations (deploy/cli/mirror_links.py).
 """
 
 from __future__ import annotations
@@ -26,17 +27,23 @@ def register(commands: Any) -> None:
         "mirror", help="copy topics from one cluster to another (MirrorMaker 2 conventions)",
         description="Run one mirror from a YAML config: source and target bootstrap, topic and group "
                     "patterns, naming, mode (mm2 or link), and MirrorMaker 2's knobs by their MM2 names. "
-                    "`causeway mirror promote` makes a link-mode mirror's topics writable. "
+                    "`causeway mirror promote` (or `failover`) makes a link-mode mirror's topics writable; "
+                    "`list`, `describe`, `pause` and `resume` show and change their link state. "
                     "See docs/operations/mirror.md and docs/operations/mirror-link.md.")
     parser.add_argument("--config", type=Path, help="the mirror's YAML file (required to run a mirror)")
     parser.add_argument("--status-file", type=Path, help="write the mirror's status (JSON) here every second")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     parser.set_defaults(func=_run)
     from deploy.cli.mirror_failback import register_failback
+    from deploy.cli.mirror_links import register_links
     from deploy.cli.mirror_promote import register_promote
 
-    commands = parser.add_subparsers(dest="mirror_command", metavar="{promote,truncate-and-restore,reverse-and-start}")
+    commands = parser.add_subparsers(
+        dest="mirror_command",
+        metavar="{list,describe,pause,resume,promote,failover,truncate-and-restore,reverse-and-start}")
+    register_links(commands)
     register_promote(commands)
+    register_promote(commands, name="failover")
     register_failback(commands)
 
 

@@ -85,15 +85,28 @@ def _promote(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = commands.add_parser(
-        "promote", help="make a mirror's topics normal writable topics at its target (switch-over or failover)",
-        description="Promote mirror topics (those with causeway.mirror.name set) to normal topics by deleting "
-                    "that config, after copying the groups' committed offsets one last time. Without "
-                    "--failover, the source must answer, and the target must first hold the source's log end "
-                    "on every partition. For an mm2-mode mirror (with a topology), create its topics at the "
-                    "target under their source names with the source's partition counts and configs. "
-                    "Running it again reports the topics promoted already. See docs/operations/mirror-link.md.")
+def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParser], *, name: str = "promote"
+                     ) -> None:
+    """`promote`, or (`name` "failover") `failover`: the same command with --failover implied,
+    by its Cluster Linking name (`kafka-mirrors --failover`)."""
+    failover = name == "failover"
+    if failover:
+        p = commands.add_parser(
+            "failover", help="promote a mirror's topics at once, without waiting for the source (promote --failover)",
+            description="Fail over: promote mirror topics (those with causeway.mirror.name set) to normal topics at "
+                        "once, as `causeway mirror promote --failover` does, without waiting for the source (it may "
+                        "be down or frozen); the source is asked for at most 2 s for its log ends and the groups' "
+                        "offsets, and the records not copied per partition are reported. Running it again reports "
+                        "the topics promoted already. See docs/operations/mirror-link.md.")
+    else:
+        p = commands.add_parser(
+            "promote", help="make a mirror's topics normal writable topics at its target (switch-over or failover)",
+            description="Promote mirror topics (those with causeway.mirror.name set) to normal topics by deleting "
+                        "that config, after copying the groups' committed offsets one last time. Without "
+                        "--failover, the source must answer, and the target must first hold the source's log end "
+                        "on every partition. For an mm2-mode mirror (with a topology), create its topics at the "
+                        "target under their source names with the source's partition counts and configs. "
+                        "Running it again reports the topics promoted already. See docs/operations/mirror-link.md.")
     p.add_argument("topology", nargs="?", help="the topology file `causeway up` started, or its name")
     p.add_argument("--mirror", help="the mirror (required with a topology; with --bootstrap it "
                                     "narrows to that link-mode mirror's topics)")
@@ -104,9 +117,13 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
                    help="Kafka client properties that log in to the target (security.protocol, ssl.*, sasl.*); "
                         "with a topology, default: the admin's file `causeway up` recorded for a secured cluster")
     p.add_argument("--topics", metavar="REGEX", help="promote only mirror topics whose whole name matches")
-    p.add_argument("--failover", action="store_true",
-                   help="promote at once, without waiting for the source (it may be down or frozen); report "
-                        "records not copied per partition and groups not copied at the end")
+    if failover:
+        p.set_defaults(failover=True)
+    else:
+        p.add_argument("--failover", action="store_true",
+                       help="promote at once, without waiting for the source (it may be down or frozen); report "
+                            "records not copied per partition and groups not copied at the end (the same as "
+                            "`causeway mirror failover`)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the copy to catch up (default 60); with --failover, the source "
                         "is asked for at most 2 s or this, whichever is shorter")
@@ -114,7 +131,7 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
     def main(args: argparse.Namespace) -> int:
         from mirror.promote import PromotionError
 
-        return run("causeway mirror promote", lambda: _promote(args),
+        return run(f"causeway mirror {name}", lambda: _promote(args),
                    bootstrap=args.bootstrap or "the mirror's target cluster",
                    errors=[(PromotionError, 1, lambda exc: f"Error: {exc}")])
 

@@ -23,7 +23,7 @@ from deploy.cli.command import Refused, UsageError
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from deploy.launcher.state_file import ClusterRecord, MirrorRecord
+    from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord
     from mirror.config import MirrorConfig
     from pipeline.audit import MirrorSpec
 
@@ -130,12 +130,29 @@ def started_mirror(args: argparse.Namespace) -> tuple[MirrorRecord, dict[str, Cl
     """The mirror `args.mirror` of topology `args.topology` (its file, or its name) and its
     clusters by role (source, target), found as `causeway status` finds them: in the launcher's
     state file under `args.state_dir` (default .causeway/<topology name>), and that state dir."""
+    if not args.mirror:
+        raise UsageError("--mirror NAME is required with a topology")
+    state, state_dir = started_topology(args)
+    mirror = state.mirrors.get(args.mirror)
+    if mirror is None:
+        known = ", ".join(sorted(state.mirrors)) or "none"
+        raise Refused(f"topology {state.name} has no mirror {args.mirror!r} (its mirrors: {known})")
+    clusters = {}
+    for role, cluster in (("source", mirror.source), ("target", mirror.target)):
+        if cluster not in state.clusters:
+            raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
+        clusters[role] = state.clusters[cluster]
+    return mirror, clusters, state_dir
+
+
+def started_topology(args: argparse.Namespace) -> tuple[LaunchStateFile, Path]:
+    """What `causeway up` recorded for topology `args.topology` (its file, or its name): the
+    launcher's state file under `args.state_dir` (default .causeway/<topology name>), and that
+    state dir. Raises Refused when nothing was started from there."""
     from deploy.launcher.control import read_state
     from deploy.launcher.state_file import StateFileError
     from topology import TopologyError, load_topology
 
-    if not args.mirror:
-        raise UsageError("--mirror NAME is required with a topology")
     path = Path(args.topology)
     if path.is_file():
         try:
@@ -153,16 +170,7 @@ def started_mirror(args: argparse.Namespace) -> tuple[MirrorRecord, dict[str, Cl
     if state is None:
         raise Refused(f"nothing was started from {state_dir}: run `causeway up {args.topology}` first, "
                       "or name the state dir with --state-dir")
-    mirror = state.mirrors.get(args.mirror)
-    if mirror is None:
-        known = ", ".join(sorted(state.mirrors)) or "none"
-        raise Refused(f"topology {state.name} has no mirror {args.mirror!r} (its mirrors: {known})")
-    clusters = {}
-    for role, cluster in (("source", mirror.source), ("target", mirror.target)):
-        if cluster not in state.clusters:
-            raise Refused(f"{state_dir}: mirror {args.mirror}'s {role} cluster {cluster!r} is not in the state file")
-        clusters[role] = state.clusters[cluster]
-    return mirror, clusters, state_dir
+    return state, state_dir
 
 
 def mirror_logins(args: argparse.Namespace) -> dict[str, Path | None]:

@@ -51,8 +51,8 @@ from deploy.zookeeper.four_letter import srvr
 from mirror.status import MirrorStatus, PartitionStatus, StatusFileError, read_status
 from security.client import ClientSecurity
 
-__all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned", "read_state",
-           "status", "stop", "stop_report"]
+__all__ = ["StateFileError", "StopReport", "alive", "broker_answers", "find_running", "owned",
+           "read_mirror_report", "read_state", "status", "stop", "stop_report"]
 
 T = TypeVar("T")
 
@@ -465,7 +465,8 @@ def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pat
     particular none reaching its source: a mirror that cannot fetch is not "lag 0". Its lag is
     then unknown (`lag` None): `lag_at_least` is what it was when the source last answered, and
     `source_unreachable_since_ms` says when that was. A link-mode mirror whose every topic was
-    promoted at the target is in state `promoted`: it has nothing left to copy.
+    promoted at the target is in state `promoted`: it has nothing left to copy. `topic_states`:
+    a link-mode mirror's state of each topic (ACTIVE, PAUSED, STOPPED, ...), lag included.
     """
     out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "mode": mirror.mode,
                            "pid": mirror.pid, "restarts": mirror.restarts, "log": mirror.log}
@@ -473,7 +474,7 @@ def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pat
     out["alive"] = running
     reasons: list[str] = []
     try:
-        report = _read_report(mirror, state_dir)
+        report = read_mirror_report(mirror, state_dir)
     except StatusFileError as exc:
         report = None
         if running:
@@ -492,13 +493,14 @@ def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pat
         out.update(state="promoted" if promoted else report.state, records=report.records,
                    max_latency_ms=report.max_latency_ms, problems=report.problems, topics=report.topics,
                    promoted=report.promoted, updated_ms=report.updated_ms, **source,
+                   topic_states={t: state.model_dump() for t, state in report.topic_states.items()},
                    partitions=[_partition_status(p, known=source["lag"] is not None) for p in report.partitions])
     out["healthy"] = not reasons
     out["unhealthy_because"] = reasons
     return out
 
 
-def _read_report(mirror: MirrorRecord, state_dir: Path) -> MirrorStatus | None:
+def read_mirror_report(mirror: MirrorRecord, state_dir: Path) -> MirrorStatus | None:
     """The mirror's status file, which must be in the state dir (the state file names it, and
     anyone may have written that). Raises StatusFileError."""
     try:

@@ -152,7 +152,9 @@ async def test_a_source_that_diverged_from_the_copy_fails_the_partition(east: Br
                        what="the target to refuse the straddling batch", timeout_s=60)
         problem = mirror.status()["problems"]["FAILED ledger-0"]
         failed = next(p for p in mirror.status()["partitions"] if p["topic"] == "ledger")["error"]
+        topic_state = mirror.status()["topic_states"]["ledger"]  # the topic's link state says it too
     assert problem == failed and "source offsets 5..14" in problem and "straddles" in problem, problem
+    assert topic_state["state"] == "FAILED" and topic_state["reason"] == failed, topic_state
     assert await ends_of(west.bootstrap, "ledger", 1) == {0: 10}  # the copy is left as it was
 
 

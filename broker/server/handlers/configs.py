@@ -24,7 +24,13 @@ from broker.config import BROKER_KEYS, DYNAMIC_BROKER_KEYS, IGNORED_DYNAMIC_KEYS
 from broker.controller.base import ZooKeeperSupport
 from broker.controller.zk.znodes import DEFAULT_ENTITY
 from broker.protocol.api import ApiKey
-from broker.protocol.constants import MIRROR_NAME_CONFIG, AlterConfigOp, ConfigResourceType, ConfigSource
+from broker.protocol.constants import (
+    MIRROR_NAME_CONFIG,
+    MIRROR_STATE_CONFIG,
+    AlterConfigOp,
+    ConfigResourceType,
+    ConfigSource,
+)
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
     AlterConfigsRequest,
@@ -289,9 +295,13 @@ async def alter_configs(ctx: RequestContext, request: AlterConfigsRequest) -> Al
             # that rewrites every override must not promote it by leaving the key out.
             new = {c.name: c.value for c in resource.configs}
             if resource.resource_type == ConfigResourceType.TOPIC and MIRROR_NAME_CONFIG not in new:
-                owner = mirror_name(_topic_overrides(ctx, resource.resource_name))
+                current = _topic_overrides(ctx, resource.resource_name)
+                owner = mirror_name(current)
                 if owner is not None:
                     new[MIRROR_NAME_CONFIG] = owner
+                    # Nor resume a paused one: only `causeway mirror resume` (a DELETE) does.
+                    if MIRROR_STATE_CONFIG in current and MIRROR_STATE_CONFIG not in new:
+                        new[MIRROR_STATE_CONFIG] = current[MIRROR_STATE_CONFIG]
             await _apply(ctx, resource.resource_type, resource.resource_name, new, request.validate_only)
         except KafkaError as exc:
             response.error_code = exc.code

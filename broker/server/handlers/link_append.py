@@ -2,8 +2,9 @@
 to a mirror topic, as they are.
 
 Per partition, on its leader: the topic must be a mirror topic (``causeway.mirror.name`` set)
-owned by the request's ``LinkName``, else INVALID_REQUEST saying why (a promoted topic, another
-mirror's, a normal topic). The batches keep their offsets, timestamps and producer fields and are
+owned by the request's ``LinkName`` and not paused (``causeway.mirror.state``), else
+INVALID_REQUEST saying why (a promoted topic, another mirror's, a normal topic, a paused one).
+The batches keep their offsets, timestamps and producer fields and are
 stamped with this leader's epoch (``Partition.append_copied``): already-present batches are
 skipped once seen to be the very batches held, a gap allowed only where the source has one, a
 batch that would skip ahead of the log end, straddle it or differ from the one held refused
@@ -44,7 +45,7 @@ from functools import partial
 
 from broker.controller.model import TopicInfo
 from broker.protocol.api import ApiKey
-from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkAppendRequest, LinkAppendResponse
 from broker.replication.append import AppendEntry, AppendOrigin, CopiedBatches, LeaderAppend, append_records
@@ -52,7 +53,7 @@ from broker.replication.partition import Partition
 from broker.server import request_metrics
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.topic_configs import mirror_name
+from broker.server.topic_configs import mirror_name, mirror_paused
 from security.acl import Operation, ResourceType
 
 __all__ = ["HANDLER", "may_link"]
@@ -69,6 +70,12 @@ def _check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
     if owner != link_name:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"topic {name} is the mirror topic of mirror {owner}, not of mirror {link_name}")
+    if mirror_paused(topic.configs):
+        # Checked here, on the leader, so a pause holds whatever the mirror process knows: a
+        # mirror that has not yet noticed it (or an older one) copies nothing more.
+        raise KafkaError(ErrorCode.INVALID_REQUEST,
+                         f"mirror topic {name} is paused ({MIRROR_STATE_CONFIG}={MIRROR_PAUSED}): mirror {link_name} "
+                         f"copies nothing into it until it is resumed (causeway mirror resume)")
 
 
 def _follow_log_start(partition: Partition, source_start: int) -> None:

@@ -40,7 +40,7 @@ import trio
 
 from broker.controller.model import TopicInfo
 from broker.protocol.api import ApiKey
-from broker.protocol.constants import MIRROR_NAME_CONFIG
+from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkTruncateRequest, LinkTruncateResponse
 from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
@@ -112,7 +112,9 @@ async def _apply_owner(ctx: RequestContext, name: str, topic: TopicInfo, link_na
                        partitions: list[Partition]) -> None:
     """Step 2: the topic becomes the mirror topic of `link_name`, applied at this broker."""
     if mirror_name(topic.configs) != link_name:
-        await ctx.services.controller.set_topic_configs(name, {**topic.configs, MIRROR_NAME_CONFIG: link_name})
+        # A new link: whatever link state the topic kept from before (a pause) is not this one's.
+        configs = {k: v for k, v in topic.configs.items() if k != MIRROR_STATE_CONFIG}
+        await ctx.services.controller.set_topic_configs(name, {**configs, MIRROR_NAME_CONFIG: link_name})
         log.warning("topic %s is the mirror topic of mirror %s again (failback): producers are refused", name,
                     link_name)
     while True:

@@ -27,6 +27,7 @@ SAMPLE = {
     "problems": {"parked orders-0": "parked at source offset 5: CRC mismatch"},
     "source_reached_ms": 1_699_999_999_000,
     "promoted": [],
+    "topic_states": {"orders": {"state": "PAUSED", "reason": None, "lag": 3, "lag_ms": 40}},
     "partitions": [{
         "topic": "orders", "partition": 0, "remote_topic": "east.orders", "position": 5, "source_end": 8,
         "lag": 3, "target_end": -1, "latency_ms": 12, "records": 10, "bytes": 900,
