@@ -522,13 +522,16 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
 
 
 async def _start_prometheus(state: LaunchState, nursery: trio.Nursery) -> None:
-    """Prometheus over every broker's and mirror's metrics listener (deploy/launcher/prometheus.py)."""
+    """Prometheus over every broker's and mirror's metrics listener and the WAN emulator's API, when
+    the emulator is ours (a real Toxiproxy serves /metrics only when started so): see
+    deploy/launcher/prometheus.py."""
     brokers = [BrokerTarget(c.plan.name, c.plan.datacenter, b.broker_id, b.metrics)
                for c in state.clusters.values() for b in c.brokers.values()]
     mirrors = [MirrorTarget(m.plan.name, m.plan.source, m.plan.target, state.clusters[m.plan.target].plan.datacenter,
                             m.metrics) for m in state.mirrors.values()]
     state.prometheus = await start_prometheus(
-        state.state_dir, state.plan.name, brokers, mirrors, f"127.0.0.1:{free_port()}", nursery,
+        state.state_dir, state.plan.name, brokers, mirrors, state.wan_api if state.wan is not None else None,
+        f"127.0.0.1:{free_port()}", nursery,
         {STATE_DIR_ENV: str(state.state_dir.resolve())}, on_change=state.changed)
     log.info("prometheus up at %s", state.prometheus.url)
 

@@ -2,7 +2,8 @@
 
 The launcher gives every broker and mirror a metrics listener of its own (allocated with the
 other ports, so a restarted process keeps its address), writes a scrape config listing all of
-them, with labels saying which cluster, broker, datacenter or mirror each is, and starts
+them and its WAN emulator (whose API serves /metrics, deploy/wan/metrics.py), with labels
+saying which cluster, broker, datacenter or mirror each is, and starts
 `causeway prometheus` (deploy/prometheus_process.py) under the supervisor like its other
 children, on a free port, with its data under `<state dir>/prometheus/`. The alerting rules a DR
 owner needs ship beside this module (`prometheus-alerts.yml`) and the config loads them from
@@ -24,8 +25,8 @@ from broker.atomic_file import write_atomically
 from deploy.prometheus_process import READY_PREFIX
 from deploy.supervisor import ProcessSpec, Supervised, supervise
 
-__all__ = ["ALERT_RULES", "BROKER_JOB", "MIRROR_JOB", "MONITORING", "READY", "SCRAPE_INTERVAL_S", "BrokerTarget",
-           "MirrorTarget", "PrometheusState", "scrape_config", "start_prometheus"]
+__all__ = ["ALERT_RULES", "BROKER_JOB", "MIRROR_JOB", "MONITORING", "READY", "SCRAPE_INTERVAL_S", "WAN_JOB",
+           "BrokerTarget", "MirrorTarget", "PrometheusState", "scrape_config", "start_prometheus"]
 
 #: The values of a topology's `monitoring:` key.
 MONITORING = ("none", "prometheus")
@@ -38,6 +39,7 @@ SCRAPE_INTERVAL_S = 5
 #: The scrape jobs: the alert rules select targets by them (`up{job="causeway-mirror"}`).
 BROKER_JOB = "causeway-broker"
 MIRROR_JOB = "causeway-mirror"
+WAN_JOB = "causeway-wan"
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,11 @@ class MirrorTarget:
     address: str  # HOST:PORT of its metrics.listener
 
 
-def scrape_config(topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget],
+def scrape_config(topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget], wan: str | None = None,
                   rules: Path = ALERT_RULES) -> dict[str, Any]:
     """Prometheus's config for a topology: one job per kind of daemon, one static target per
-    process, labelled with what the topology calls it; the alert rules loaded from `rules`.
+    process, labelled with what the topology calls it; the WAN emulator's API (HOST:PORT, which
+    serves /metrics as Toxiproxy does) when `wan` is given; the alert rules loaded from `rules`.
 
     Label names avoid those the daemons' own series carry (a mirror's `source` and `target` are
     cluster aliases on every series already): `cluster`, `datacenter`, `broker`, `mirror`.
@@ -79,6 +82,7 @@ def scrape_config(topology: str, brokers: list[BrokerTarget], mirrors: list[Mirr
                                                                     "source_cluster": m.source,
                                                                     "target_cluster": m.target}}
                                 for m in mirrors]},
+            *([{"job_name": WAN_JOB, "static_configs": [{"targets": [wan]}]}] if wan else []),
         ],
     }
 
@@ -92,7 +96,7 @@ class PrometheusState:
 
 
 async def start_prometheus(state_dir: Path, topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget],
-                           listen: str, nursery: trio.Nursery, env: dict[str, str],
+                           wan: str | None, listen: str, nursery: trio.Nursery, env: dict[str, str],
                            on_change: Any = None) -> PrometheusState:
     """Write the scrape config under `<state_dir>/prometheus/` and start `causeway prometheus` on
     `listen` in `nursery`, supervised (restarted with backoff should it die); returns once it
@@ -101,7 +105,7 @@ async def start_prometheus(state_dir: Path, topology: str, brokers: list[BrokerT
     directory = state_dir / "prometheus"
     config_file = directory / "prometheus.yml"
     data_dir = directory / "data"
-    text = json.dumps(scrape_config(topology, brokers, mirrors), indent=2) + "\n"  # JSON is YAML
+    text = json.dumps(scrape_config(topology, brokers, mirrors, wan), indent=2) + "\n"  # JSON is YAML
     await trio.to_thread.run_sync(_write, config_file, text)
     argv = [sys.executable, "-m", "deploy.cli", "prometheus", "--config-file", str(config_file.resolve()),
             "--data-dir", str(data_dir.resolve()), "--listen", listen,

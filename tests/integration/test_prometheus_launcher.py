@@ -14,6 +14,7 @@ from typing import Any
 
 from deploy.launcher.control import alive
 from deploy.process_identity import find_marked
+from deploy.wan.client import WanClient
 from tests.support.consume import read_topic
 from tests.support.polling import wait_until
 from tests.support.produce import produce_spread
@@ -59,13 +60,14 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
         targets = {job["job_name"]: [t for c in job["static_configs"] for t in c["targets"]]
                    for job in config["scrape_configs"]}
         assert len(targets["causeway-broker"]) == 2 and len(targets["causeway-mirror"]) == 1
+        assert targets["causeway-wan"] == [doc["wan"]["api"]]
 
-        # Every target is up: Prometheus scrapes every broker and the mirror.
+        # Every target is up: Prometheus scrapes every broker, the mirror and the WAN emulator.
         def all_up() -> bool:
             up_series = series(url, "up")
-            return len(up_series) == 3 and all(v == 1.0 for v in up_series.values())
+            return len(up_series) == 4 and all(v == 1.0 for v in up_series.values())
 
-        wait_until(all_up, what="Prometheus to scrape both brokers and the mirror", timeout_s=60)
+        wait_until(all_up, what="Prometheus to scrape both brokers, the mirror and the WAN emulator", timeout_s=60)
 
         sent = produce_spread(doc["clusters"]["east"]["bootstrap"], "orders", 60)
         assert read_topic(doc["clusters"]["west"]["bootstrap"], "east.orders", 60) == sent
@@ -89,11 +91,18 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
         lag_records = series(url, 'sum(causeway_mirror_partition_lag_records{mirror="e2w"})')
         assert list(lag_records.values()) == [0.0]
 
+        # The mirror's fetches crossed the link: the emulator's byte counters, as scraped.
+        def link_counted() -> bool:
+            found = series(url, 'sum(toxiproxy_proxy_sent_bytes_total{proxy="east-to-west",direction="downstream"})')
+            return bool(found) and list(found.values())[0] > 0
+
+        wait_until(link_counted, what="the WAN proxy's bytes toward the mirror in Prometheus", timeout_s=60)
+
         # Causeway's rules are loaded and evaluate cleanly; none fires on a healthy topology.
         def rules_evaluated() -> bool:
             groups = api(url, "/api/v1/rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            return {g["name"] for g in groups} == {"causeway-mirror", "causeway-cluster"} and \
+            return {g["name"] for g in groups} == {"causeway-mirror", "causeway-cluster", "causeway-wan"} and \
                 all(r["health"] == "ok" for r in rules)
 
         wait_until(rules_evaluated, what="Causeway's alerting rules loaded and evaluated", timeout_s=60)
@@ -101,6 +110,16 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
         assert {"CausewayMirrorLagHigh", "CausewayUnderReplicatedPartitions", "CausewayOfflinePartitions",
                 "CausewayBrokerDown", "CausewayMirrorDown"} <= names
         assert api(url, "/api/v1/alerts")["alerts"] == []
+
+        # The link cut (as `causeway drill` cuts it): its alert is raised (pending for its 30 s).
+        WanClient(doc["wan"]["api"]).proxy("east-to-west").disable()
+
+        def link_cut_alerted() -> bool:
+            alerts = api(url, "/api/v1/alerts")["alerts"]
+            return any(a["labels"]["alertname"] == "CausewayWanLinkCut" and a["labels"]["proxy"] == "east-to-west"
+                       for a in alerts)
+
+        wait_until(link_cut_alerted, what="CausewayWanLinkCut raised for the cut proxy", timeout_s=60)
 
         table = causeway("status", "--state-dir", str(state))
         assert f"prometheus {url}" in table.stdout

@@ -10,7 +10,15 @@ from pathlib import Path
 import pytest
 
 from deploy.launcher.from_topology import plan_from_file
-from deploy.launcher.prometheus import ALERT_RULES, BROKER_JOB, MIRROR_JOB, BrokerTarget, MirrorTarget, scrape_config
+from deploy.launcher.prometheus import (
+    ALERT_RULES,
+    BROKER_JOB,
+    MIRROR_JOB,
+    WAN_JOB,
+    BrokerTarget,
+    MirrorTarget,
+    scrape_config,
+)
 from deploy.prometheus_process import PROMTOOL
 from tests.unit.topology.files import GOOD, write
 from topology import TopologyError, load_topology
@@ -23,7 +31,7 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_shipped_alerting_rules_pass_promtool() -> None:
     checked = promtool("check", "rules", str(ALERT_RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 11 rules found" in checked.stdout
+    assert "SUCCESS: 14 rules found" in checked.stdout
 
 
 def test_a_broken_rule_fails_promtool(tmp_path: Path) -> None:
@@ -46,6 +54,9 @@ def test_the_scrape_config_lists_every_daemon_with_its_names_and_loads_the_rules
     assert jobs[MIRROR_JOB] == [{"targets": ["127.0.0.1:9201"],
                                  "labels": {"mirror": "east-to-west", "datacenter": "dc2", "source_cluster": "east",
                                             "target_cluster": "west"}}]
+    assert WAN_JOB not in jobs  # no emulator of ours (a real Toxiproxy): not scraped
+    with_wan = scrape_config("two-dc", [], [], wan="127.0.0.1:8474")
+    assert {"job_name": WAN_JOB, "static_configs": [{"targets": ["127.0.0.1:8474"]}]} in with_wan["scrape_configs"]
     assert config["rule_files"] == [str(ALERT_RULES.resolve())]
     assert config["global"]["external_labels"] == {"topology": "two-dc"}
     # Prometheus's own checker reads it (and the rules it loads) as the server will.
