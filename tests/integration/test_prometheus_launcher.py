@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from deploy.launcher.control import alive
+from deploy.launcher.launch import free_port
 from deploy.process_identity import find_marked
 from deploy.wan.client import WanClient
 from tests.support.consume import read_topic
@@ -131,3 +132,17 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
     assert "stopped prometheus" in down.stdout or "stopped launcher" in down.stdout
     assert not list(find_marked(state.resolve()))
     assert not any(alive(p.pid) for p in ours)
+
+
+def test_causeway_prometheus_refuses_a_bad_config_with_prometheus_s_reason(tmp_path: Path) -> None:
+    config = tmp_path / "prometheus.yml"
+    config.write_text("global: {scrape_interval: soon}\n")
+    run = causeway("prometheus", "--config-file", str(config), "--data-dir", str(tmp_path / "data"),
+                   "--listen", f"127.0.0.1:{free_port()}")
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert run.stderr.startswith("causeway prometheus: cannot start: prometheus exited with 2 before it was ready")
+    assert "not a valid duration string" in run.stderr  # Prometheus's own words, from its log
+    assert "ready" not in run.stdout
+    port_zero = causeway("prometheus", "--config-file", str(config), "--data-dir", str(tmp_path / "data"),
+                         "--listen", "127.0.0.1:0")
+    assert port_zero.returncode == 2 and "other than 0" in port_zero.stderr
