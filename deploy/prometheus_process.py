@@ -10,6 +10,7 @@ the launcher supervises like its other children). Nothing here uses the package'
 
 from __future__ import annotations
 
+import re
 import urllib.error
 import urllib.request
 from functools import partial
@@ -55,7 +56,10 @@ def prometheus_argv(config_file: Path, data_dir: Path, listen: str, retention: s
 
 def is_ready(url: str, timeout_s: float = 1.0) -> bool:
     """Whether the server at `url` answers `/-/ready` with 200 (it has loaded its config and
-    its storage)."""
+    its storage). Only an `http://HOST:PORT` URL is asked (a state file names it, and anyone may
+    have written that): anything else is not ready."""
+    if not re.fullmatch(r"http://[A-Za-z0-9.:\[\]-]+", url):
+        return False
     try:
         with urllib.request.urlopen(f"{url}/-/ready", timeout=timeout_s) as answer:  # noqa: S310 - our own http URL
             return int(answer.status) == 200

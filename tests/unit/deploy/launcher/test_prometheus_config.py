@@ -19,7 +19,7 @@ from deploy.launcher.prometheus import (
     MirrorTarget,
     scrape_config,
 )
-from deploy.prometheus_process import PROMTOOL
+from deploy.prometheus_process import PROMTOOL, is_ready
 from tests.unit.topology.files import GOOD, write
 from topology import TopologyError, load_topology
 
@@ -79,3 +79,10 @@ def test_a_bad_monitoring_value_is_named_by_line_and_key(tmp_path: Path, value: 
     [problem] = exc.value.problems
     assert str(problem).startswith(f"{path}:13:1: monitoring: "), str(problem)
     assert "'none' or 'prometheus'" in str(problem)
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "http://127.0.0.1:1/x?y", "ftp://127.0.0.1:21",
+                                 "127.0.0.1:9090"])
+def test_status_asks_only_an_http_host_and_port_for_readiness(url: str) -> None:
+    """The state file names Prometheus's URL, and anyone may have written that."""
+    assert not is_ready(url)
