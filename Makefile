@@ -7,9 +7,12 @@ STAMP  := $(VENV)/.installed
 # Debian packages the tests drive: kcat is one of the real clients that judge the broker; Maven
 # and Java fetch and run Apache Kafka's own tools (make peers; the JDK's javac builds the small
 # Java programs under bench/peers, such as MM2's offset translation); zookeeper is the coordination
-# service of ZooKeeper-mode clusters (deploy/zookeeper). Each entry is PACKAGE[:COMMAND], where
-# COMMAND may be an absolute path to a file the package installs (zookeeper puts none on PATH).
-SYSTEM_PACKAGES := kcat maven:mvn openjdk-17-jdk-headless:javac zookeeper:/usr/share/java/zookeeper.jar
+# service of ZooKeeper-mode clusters (deploy/zookeeper); prometheus is the server `causeway up`
+# starts for `monitoring: prometheus` (deploy/prometheus_process.py; never the package's own service)
+# and its promtool checks the alerting rules. Each entry is PACKAGE[:COMMAND], where COMMAND may be
+# an absolute path to a file the package installs (zookeeper puts none on PATH).
+SYSTEM_PACKAGES := kcat maven:mvn openjdk-17-jdk-headless:javac zookeeper:/usr/share/java/zookeeper.jar \
+                   prometheus:/usr/bin/prometheus
 
 .PHONY: install up test docs peers test-fast chaos fuzz system-deps constraints lint typecheck bench clean
 

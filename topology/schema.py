@@ -227,3 +227,6 @@ class TopologySpec(_Strict):
     clusters: dict[Name, Cluster] = Field(min_length=1)
     links: list[Link] = Field(default_factory=list)
     mirrors: dict[Name, Mirror] = Field(default_factory=dict)
+    # `prometheus`: `causeway up` starts a Prometheus scraping every broker and mirror, with
+    # Causeway's alerting rules (deploy/launcher/prometheus.py); `none`: no Prometheus.
+    monitoring: Literal["none", "prometheus"] = "none"

@@ -13,6 +13,7 @@ Subcommands:
   mirror             copy topics between clusters, as MirrorMaker 2
   pipeline           Spark jobs: audit a mirror, its lag, copy or export a topic
   zookeeper          a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters
+  prometheus         Prometheus (Debian's package) with a given config, as `causeway up` runs it
   certs              a development CA and broker and client certificates (TLS, mutual TLS)
   drill              a disaster-recovery drill on a running topology (RPO, RTO, a timeline)
 
@@ -60,6 +61,9 @@ COMMAND_MODULES: tuple[tuple[str, tuple[tuple[str, str], ...]], ...] = (
     ("deploy.cli.wan", (("wan", "run the WAN-link emulator (Toxiproxy HTTP API)"),)),
     ("deploy.cli.pipeline", (("pipeline", "Spark jobs: audit a mirror, its lag, copy or export a topic"),)),
     ("deploy.cli.zookeeper", (("zookeeper", "run a ZooKeeper ensemble (1 or 3 nodes) for ZooKeeper-mode clusters"),)),
+    ("deploy.cli.prometheus", (
+        ("prometheus", "run Prometheus (Debian's package) with a given config, e.g. the one `causeway up` makes"),
+    )),
     ("deploy.cli.certs", (("certs", "a development CA and broker and client certificates (TLS, mutual TLS)"),)),
     ("deploy.cli.users", (("users", "list, add and delete SCRAM users (like kafka-configs --entity-type users)"),)),
     ("deploy.cli.drill", (

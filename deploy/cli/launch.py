@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,9 @@ def _print_endpoints(state: LaunchState) -> None:
         kind = ", read-only mirror topics" if mirror.plan.mode == "link" else ""
         print(f"  mirror {name} ({mirror.plan.mode}): {mirror.plan.source} -> {mirror.plan.target} "
               f"(as {remote}{kind}), reading {mirror.source_bootstrap}")
+    if state.prometheus is not None:
+        print(f"  Prometheus at {state.prometheus.url} (scraping {len(state.clusters)} cluster(s) and "
+              f"{len(state.mirrors)} mirror(s), Causeway's alerts loaded: {state.prometheus.url}/alerts)")
     print(f"State and logs: {state.state_dir}", flush=True)
 
 
@@ -93,6 +97,8 @@ def _up(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         return 1
+    if args.prometheus:
+        plan = replace(plan, monitoring="prometheus")
     state_dir = _state_dir(args, plan.name)
     refusal = _refusal_to_start(plan.name, state_dir)
     if refusal:
@@ -138,6 +144,8 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
     argv = [sys.executable, "-m", "deploy.cli", "up", str(args.file), "--state-dir", str(state_dir), "--child"]
     if args.toxiproxy:
         argv += ["--toxiproxy", args.toxiproxy]
+    if args.prometheus:
+        argv += ["--prometheus"]
     # A session of its own, so it outlives this process; until it is ready its output is echoed
     # here, and after that it writes to its own log. Marked as its children are: how `status` and
     # `down` know it is this state dir's launcher.
@@ -227,6 +235,11 @@ def _print_status(report: dict[str, Any], state_dir: Path) -> None:
     if report["mirrors"]:
         print()
         _print_mirrors(report["mirrors"])
+    prometheus = report.get("prometheus")
+    if prometheus:
+        print()
+        print(f"prometheus {prometheus['url']} (pid {prometheus['pid']}, restarts {prometheus['restarts']})"
+              + "".join(f"; NOT HEALTHY: {reason}" for reason in prometheus["unhealthy_because"]))
 
 
 def _print_mirrors(mirrors: dict[str, dict[str, Any]]) -> None:
@@ -324,6 +337,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--state-dir", type=Path, help="pids, ports and logs (default .causeway/<topology name>)")
     up.add_argument("--toxiproxy", metavar="HOST:PORT",
                     help="use this running Toxiproxy API for the WAN links instead of starting the emulator")
+    up.add_argument("--prometheus", action="store_true",
+                    help="also start Prometheus (Debian's package) scraping every broker and mirror, with Causeway's "
+                         "alerting rules, as `monitoring: prometheus` in the topology does; its URL is printed")
     up.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=_up)
 

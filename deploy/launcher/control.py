@@ -40,12 +40,14 @@ from deploy.launcher.state_file import (
     LaunchStateFile,
     MirrorRecord,
     ProcessRecord,
+    PrometheusRecord,
     StateFileError,
     WanRecord,
     ZooKeeperRecord,
     parse_state,
 )
 from deploy.process_identity import Identity, carries_mark, find_marked, identity_of, is_running, parent_of
+from deploy.prometheus_process import is_ready
 from deploy.wan.client import WanApiError, WanClient
 from deploy.zookeeper.four_letter import srvr
 from mirror.status import MirrorStatus, PartitionStatus, StatusFileError, read_status
@@ -113,9 +115,10 @@ def alive(pid: int | None) -> bool:
 
 
 def _recorded(state: LaunchStateFile) -> list[tuple[str, ProcessRecord]]:
-    """Every process the state file records, children first (mirrors, brokers, ZooKeeper,
-    emulator): a broker stops while its ZooKeeper still answers."""
-    entries: list[tuple[str, ProcessRecord]] = [(f"mirror {n}", m) for n, m in state.mirrors.items()]
+    """Every process the state file records, children first (Prometheus, mirrors, brokers,
+    ZooKeeper, emulator): a broker stops while its ZooKeeper still answers."""
+    entries: list[tuple[str, ProcessRecord]] = [("prometheus", state.prometheus)] if state.prometheus else []
+    entries += [(f"mirror {n}", m) for n, m in state.mirrors.items()]
     entries += [(f"broker {n}", b) for n, c in state.clusters.items() for b in c.brokers]
     entries += [(f"zookeeper {n}", c.zookeeper) for n, c in state.clusters.items() if c.zookeeper is not None]
     if state.wan.pid is not None:
@@ -194,6 +197,8 @@ def _label(identity: Identity) -> str:
     args = list(identity.cmdline)
     if any(arg.startswith("org.apache.zookeeper.server.") for arg in args):
         return "zookeeper node"  # a JVM of `causeway zookeeper`: it inherits the mark
+    if args and Path(args[0]).name == "prometheus":
+        return "prometheus server"  # the server `causeway prometheus` runs: it inherits the mark
     for name, flag, part in (("broker", "--data-dir", "name"), ("mirror", "--config", "stem"),
                              ("zookeeper", "--data-dir", "name")):
         if command == name and flag in args[:-1]:
@@ -254,15 +259,17 @@ def status(state_dir: Path, *, links: bool = False) -> dict[str, Any]:
         wan["links"] = answers.links
     processes = {identity.pid: identity for _, identity in found.children}
     mirrors = {name: mirror_status(m, processes.get(m.pid or 0), state_dir) for name, m in state.mirrors.items()}
+    prometheus = None if state.prometheus is None else _prometheus_status(state.prometheus, ours, answers.prometheus)
     return {
         "name": state.name,
         "running": True,
         "healthy": (all(c["healthy"] for c in clusters.values()) and wan["healthy"]
-                    and all(m["healthy"] for m in mirrors.values())),
+                    and all(m["healthy"] for m in mirrors.values()) and (prometheus is None or prometheus["healthy"])),
         "pid": found.launcher.pid,
         "clusters": clusters,
         "mirrors": mirrors,
         "wan": wan,
+        "prometheus": prometheus,
     }
 
 
@@ -282,6 +289,7 @@ class ProbeAnswers:
     views: dict[str, list[ClusterView | str]] = field(default_factory=dict)  # cluster -> per broker
     zookeeper: dict[str, dict[str, str | None]] = field(default_factory=dict)  # cluster -> node -> mode
     wan: object = None  # the WAN API's proxies, None when it did not answer
+    prometheus: bool = False  # Prometheus answered /-/ready
     links: dict[str, Any] | None = None  # the emulator's shared links, when asked for and answered
 
 
@@ -349,8 +357,13 @@ async def ask_all(state: LaunchStateFile, *, links: bool = False) -> ProbeAnswer
     async def wan_links() -> None:
         answers.links = await _in_thread(partial(_wan_links, state.wan.api))
 
+    async def prometheus(url: str) -> None:
+        answers.prometheus = bool(await _in_thread(partial(is_ready, url, timeout_s=PROBE_TIMEOUT_S)))
+
     async with trio.open_nursery() as nursery:
         nursery.start_soon(wan)
+        if state.prometheus is not None:
+            nursery.start_soon(prometheus, state.prometheus.url)
         if links:
             nursery.start_soon(wan_links)
         for name, cluster in state.clusters.items():
@@ -396,7 +409,7 @@ def cluster_status(cluster: ClusterRecord, ours: set[int], answers: list[Cluster
         if why:
             reasons.append(f"broker {b.id} {why}")
         brokers.append({"id": b.id, "pid": b.pid, "restarts": b.restarts, "state": state, "address": b.address,
-                        "log": b.log})
+                        "metrics": b.metrics, "log": b.log})
     out: dict[str, Any] = {"datacenter": cluster.datacenter, "bootstrap": cluster.bootstrap, "wan": cluster.wan,
                            "brokers": brokers}
     if cluster.zookeeper is not None:
@@ -444,6 +457,15 @@ def _wan_status(wan: WanRecord, ours: set[int], proxies: object) -> dict[str, An
     return out
 
 
+def _prometheus_status(record: PrometheusRecord, ours: set[int], ready: bool) -> dict[str, Any]:
+    """`monitoring: prometheus`: its process runs and the server answers /-/ready."""
+    reasons = [] if record.pid in ours else ["is not running"]
+    if not ready:
+        reasons.append(f"does not answer at {record.url}/-/ready")
+    return {"url": record.url, "pid": record.pid, "restarts": record.restarts, "config": record.config,
+            "log": record.log, "healthy": not reasons, "unhealthy_because": reasons}
+
+
 def _wan_proxies(api: str) -> object:
     try:
         return WanClient(api, timeout_s=PROBE_TIMEOUT_S).proxies()
@@ -469,7 +491,7 @@ def mirror_status(mirror: MirrorRecord, process: Identity | None, state_dir: Pat
     a link-mode mirror's state of each topic (ACTIVE, PAUSED, STOPPED, ...), lag included.
     """
     out: dict[str, Any] = {"source": mirror.source, "target": mirror.target, "mode": mirror.mode,
-                           "pid": mirror.pid, "restarts": mirror.restarts, "log": mirror.log}
+                           "pid": mirror.pid, "restarts": mirror.restarts, "log": mirror.log, "metrics": mirror.metrics}
     running = process is not None
     out["alive"] = running
     reasons: list[str] = []

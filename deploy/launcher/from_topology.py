@@ -43,7 +43,7 @@ def plan_from_file(path: Path) -> LaunchPlan:
                   for link in topology.links)
     mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m), m.principal)
                     for name, m in topology.mirrors.items())
-    return LaunchPlan(topology.name, clusters, links, mirrors)
+    return LaunchPlan(topology.name, clusters, links, mirrors, monitoring=topology.spec.monitoring)
 
 
 def mirror_settings(mirror: Mirror) -> dict[str, object]:

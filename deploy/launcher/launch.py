@@ -45,6 +45,7 @@ from deploy.broker_process import READY as BROKER_READY
 from deploy.broker_process import broker_command
 from deploy.launcher.cluster_view import TOPICS_TIMEOUT_S, create_topics, read_view, wait_for_controller
 from deploy.launcher.plan import AclPlan, ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
+from deploy.launcher.prometheus import BrokerTarget, MirrorTarget, PrometheusState, start_prometheus
 from deploy.launcher.security import (
     ADMIN_USER,
     ClusterSecrets,
@@ -63,6 +64,7 @@ from deploy.launcher.state_file import (
     LaunchStateFile,
     MirrorRecord,
     ProcessRecord,
+    PrometheusRecord,
     WanRecord,
     ZooKeeperRecord,
 )
@@ -131,6 +133,7 @@ class BrokerState:
     local: str  # host:port of its LOCAL listener
     wan: dict[str, str]  # remote datacenter -> host:port of this broker's proxy on the link
     process: Supervised
+    metrics: str = ""  # host:port of its causeway.metrics.listener
 
 
 @dataclass
@@ -177,6 +180,7 @@ class MirrorState:
     config_file: Path
     status_file: Path
     process: Supervised
+    metrics: str = ""  # host:port of its metrics.listener
 
 
 @dataclass
@@ -195,6 +199,7 @@ class LaunchState:
     # link's latency and bandwidth as toxics of its own: `shared_links` False).
     wan_links: list[dict[str, Any]] = field(default_factory=list)
     shared_links: bool = True
+    prometheus: PrometheusState | None = None  # monitoring: prometheus
     identity: Identity | None = field(default_factory=lambda: identity_of(os.getpid()))
 
     @property
@@ -220,7 +225,8 @@ class LaunchState:
                     datacenter=c.plan.datacenter, bootstrap=c.bootstrap, wan=dict(c.wan),
                     command_config=c.admin_config,
                     brokers=[BrokerRecord(id=b.broker_id, log=str(b.process.spec.log_path), address=b.local,
-                                          **_process(b.process).model_dump()) for b in c.brokers.values()],
+                                          metrics=b.metrics or None, **_process(b.process).model_dump())
+                             for b in c.brokers.values()],
                     zookeeper=ZooKeeperRecord(connect=c.zookeeper_connect, tls_connect=c.zookeeper_tls_connect or None,
                                               log=str(c.zookeeper.spec.log_path),
                                               **_process(c.zookeeper).model_dump()) if c.zookeeper else None,
@@ -232,10 +238,13 @@ class LaunchState:
                     source=m.plan.source, target=m.plan.target, mode=m.plan.mode,
                     source_bootstrap=m.source_bootstrap, target_bootstrap=m.target_bootstrap,
                     log=str(m.process.spec.log_path), config=str(m.config_file), status_file=str(m.status_file),
-                    **_process(m.process).model_dump(),
+                    metrics=m.metrics or None, **_process(m.process).model_dump(),
                 )
                 for name, m in self.mirrors.items()
             },
+            prometheus=None if self.prometheus is None else PrometheusRecord(
+                url=self.prometheus.url, config=str(self.prometheus.config_file),
+                log=str(self.prometheus.process.spec.log_path), **_process(self.prometheus.process).model_dump()),
         )
 
     def changed(self, _child: Supervised | None = None) -> None:
@@ -315,13 +324,15 @@ def _inter_broker(cluster: ClusterPlan) -> str | None:
 
 def broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: str, proxies: dict[str, str],
                  bound: dict[str, int], zookeeper_connect: str, secrets: ClusterSecrets | None = None,
-                 broker_port: int | None = None, zookeeper_tls: ZookeeperCertificates | None = None) -> ProcessSpec:
+                 broker_port: int | None = None, zookeeper_tls: ZookeeperCertificates | None = None,
+                 metrics_listener: str | None = None) -> ProcessSpec:
     """The broker command: LOCAL plus one WAN listener per remote datacenter, bound on `bound`'s
     port and advertised as this broker's proxy on the link (`proxies`); in a ZooKeeper cluster
     with its broker.id and zookeeper.connect (and with `zookeeper_tls`, the keys that reach it
     over TLS and set znode ACLs). A secured cluster's brokers speak its protocols (and a BROKER
     listener on `broker_port` when _inter_broker says so); their secrets are in a 0600 file
-    passed with --config (written here: blocking)."""
+    passed with --config (written here: blocking). With `metrics_listener` (HOST:PORT) it serves
+    Prometheus metrics there (causeway.metrics.listener)."""
     security = cluster.security
     local_protocol, wan_protocol = (security.local, security.wan) if security else ("PLAINTEXT", "PLAINTEXT")
     endpoints = [("LOCAL", local, local, local_protocol)]
@@ -339,6 +350,8 @@ def broker_spec(state_dir: Path, cluster: ClusterPlan, broker_id: int, local: st
         "listener.security.protocol.map": ",".join(f"{name}:{protocol}" for name, _, _, protocol in endpoints),
         "inter.broker.listener.name": BROKER_LISTENER if inter_broker is not None else "LOCAL",
     }
+    if metrics_listener is not None:
+        overrides["causeway.metrics.listener"] = metrics_listener
     if zookeeper_connect:
         overrides.update({"zookeeper.connect": zookeeper_connect, "broker.id": str(broker_id)})
         if zookeeper_tls is not None:
@@ -362,7 +375,8 @@ async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
     source_bootstrap = source.wan.get(target.plan.datacenter, source.bootstrap)
     config_file = state_path(state.state_dir, "mirrors", f"{mirror.name}.yaml")
     config_file.parent.mkdir(parents=True, exist_ok=True)
-    config = {"name": mirror.name,
+    metrics = f"127.0.0.1:{free_port()}"
+    config = {"name": mirror.name, "metrics.listener": metrics,
               "source": {"alias": mirror.source, "bootstrap": source_bootstrap,
                          **_mirror_login(mirror, source, wan=source_bootstrap != source.bootstrap)},
               "target": {"alias": mirror.target, "bootstrap": target.bootstrap,
@@ -376,7 +390,7 @@ async def _mirror_state(state: LaunchState, mirror: MirrorPlan) -> MirrorState:
     log_path = state_path(state.state_dir, "logs", f"mirror-{mirror.name}.log")
     process = Supervised(_spec(state.state_dir, f"mirror {mirror.name}", argv, log_path, MIRROR_READY),
                          on_change=state.changed)
-    return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process)
+    return MirrorState(mirror, source_bootstrap, target.bootstrap, config_file, status_file, process, metrics)
 
 
 def _mirror_login(mirror: MirrorPlan, cluster: ClusterState, *, wan: bool) -> dict[str, object]:
@@ -501,8 +515,25 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
         state.mirrors[mirror.name] = await _mirror_state(state, mirror)
         await nursery.start(supervise, state.mirrors[mirror.name].process)
         log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
+    if plan.monitoring == "prometheus":
+        await _start_prometheus(state, nursery)
     await state.save()  # before `up` says ready: `status` and `down` find what runs
     task_status.started(state)
+
+
+async def _start_prometheus(state: LaunchState, nursery: trio.Nursery) -> None:
+    """Prometheus over every broker's and mirror's metrics listener and the WAN emulator's API, when
+    the emulator is ours (a real Toxiproxy serves /metrics only when started so): see
+    deploy/launcher/prometheus.py."""
+    brokers = [BrokerTarget(c.plan.name, c.plan.datacenter, b.broker_id, b.metrics)
+               for c in state.clusters.values() for b in c.brokers.values()]
+    mirrors = [MirrorTarget(m.plan.name, m.plan.source, m.plan.target, state.clusters[m.plan.target].plan.datacenter,
+                            m.metrics) for m in state.mirrors.values()]
+    state.prometheus = await start_prometheus(
+        state.state_dir, state.plan.name, brokers, mirrors, state.wan_api if state.wan is not None else None,
+        f"127.0.0.1:{free_port()}", nursery,
+        {STATE_DIR_ENV: str(state.state_dir.resolve())}, on_change=state.changed)
+    log.info("prometheus up at %s", state.prometheus.url)
 
 
 async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio.Nursery, last: StartLast) -> None:
@@ -522,11 +553,13 @@ async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio
         local = f"127.0.0.1:{(cluster.port if i == 0 else None) or free_port()}"
         bound[broker_id] = {dc: free_port() for dc in cluster.remote_datacenters}
         proxies = {dc: f"127.0.0.1:{free_port()}" for dc in cluster.remote_datacenters}
+        metrics = f"127.0.0.1:{free_port()}"
         spec = await trio.to_thread.run_sync(partial(
             broker_spec, state.state_dir, cluster, broker_id, local, proxies, bound[broker_id],
             running.zookeeper_tls_connect or running.zookeeper_connect, running.secrets, free_port(),
-            running.zookeeper_tls))
-        brokers[broker_id] = BrokerState(broker_id, local, proxies, Supervised(spec, on_change=state.changed))
+            running.zookeeper_tls, metrics_listener=metrics))
+        brokers[broker_id] = BrokerState(broker_id, local, proxies, Supervised(spec, on_change=state.changed),
+                                         metrics)
     # Side by side: ZooKeeper-mode brokers wait for each other (the controller, the topics).
     start = last if cluster.coordination == "zookeeper" else partial(nursery.start, supervise)
     await gather([partial(start, b.process) for b in brokers.values()], collect=(StartFailed,))

@@ -182,9 +182,12 @@ class LaunchPlan:
     clusters: tuple[ClusterPlan, ...]
     links: tuple[LinkPlan, ...] = ()
     mirrors: tuple[MirrorPlan, ...] = ()
+    monitoring: str = "none"  # or "prometheus": a Prometheus scraping every daemon (deploy/launcher/prometheus.py)
 
     def __post_init__(self) -> None:
         _check_names(f"topology {self.name!r}", name=self.name)
+        if self.monitoring not in ("none", "prometheus"):
+            raise ValueError(f"topology {self.name}: monitoring must be none or prometheus, not {self.monitoring!r}")
 
     def cluster(self, name: str) -> ClusterPlan:
         return next(c for c in self.clusters if c.name == name)

@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 __all__ = ["MAX_STATE_BYTES", "STATE_FORMAT", "BrokerRecord", "ClusterRecord", "LaunchStateFile", "MirrorRecord",
-           "ProcessRecord", "StateFileError", "WanRecord", "ZooKeeperRecord", "parse_state"]
+           "ProcessRecord", "PrometheusRecord", "StateFileError", "WanRecord", "ZooKeeperRecord", "parse_state"]
 
 STATE_FORMAT = 2  # 2: every process with its start time and command line
 #: A state file is about a KB per cluster; anything far larger is not one (and is not read whole).
@@ -50,6 +50,7 @@ class BrokerRecord(ProcessRecord):
     id: int = 0
     log: str | None = None
     address: str | None = None  # its LOCAL listener, host:port (older files: the bootstrap's n-th entry)
+    metrics: str | None = None  # host:port of its Prometheus metrics (causeway.metrics.listener)
 
 
 class WanRecord(ProcessRecord):
@@ -89,6 +90,15 @@ class MirrorRecord(ProcessRecord):
     target_bootstrap: str | None = None
     log: str | None = None
     config: str | None = None
+    metrics: str | None = None  # host:port of its Prometheus metrics (metrics.listener)
+
+
+class PrometheusRecord(ProcessRecord):
+    """The Prometheus of `monitoring: prometheus` (`causeway prometheus`, which runs the server)."""
+
+    url: str
+    config: str | None = None
+    log: str | None = None
 
 
 class LaunchStateFile(ProcessRecord):
@@ -99,6 +109,7 @@ class LaunchStateFile(ProcessRecord):
     wan: WanRecord
     clusters: dict[str, ClusterRecord] = Field(default_factory=dict)
     mirrors: dict[str, MirrorRecord] = Field(default_factory=dict)
+    prometheus: PrometheusRecord | None = None
 
     def to_json(self) -> str:
         return self.model_dump_json(indent=2) + "\n"

@@ -8,7 +8,8 @@ code}`` with 400 (bad body, unknown toxic type, bad attributes), 404 (unknown pr
 Beyond Toxiproxy: ``/links`` (GET, POST) and ``/links/{name}`` (GET, POST/PATCH, DELETE) manage
 links (deploy/wan/link.py), and a proxy body may carry ``"link": {"name", "upstream"}`` to put
 the proxy's connections on one. A real Toxiproxy answers 404 to ``/links``: its callers fall back
-to per-proxy toxics then.
+to per-proxy toxics then. ``GET /metrics`` is Prometheus's text format, as Toxiproxy serves it
+(deploy/wan/metrics.py).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from urllib.parse import unquote, urlsplit
 from deploy.wan.errors import ApiError, bad_request
 from deploy.wan.http import Request, Response
 from deploy.wan.link import parse_link
+from deploy.wan.metrics import CONTENT_TYPE, render_metrics
 from deploy.wan.proxy import ProxyRegistry, parse_proxy_fields, parse_proxy_link
 from deploy.wan.toxics import parse_toxic
 
@@ -74,6 +76,9 @@ class WanApi:
             case ["version"]:
                 allowed = {"GET": self._version}
                 args: tuple[Any, ...] = ()
+            case ["metrics"]:
+                allowed = {"GET": self._metrics}
+                args = ()
             case ["reset"]:
                 allowed = {"POST": self._reset}
                 args = ()
@@ -120,6 +125,9 @@ class WanApi:
 
     async def _version(self, *, body: bytes) -> Response:
         return _json(200, {"version": TOXIPROXY_VERSION})
+
+    async def _metrics(self, *, body: bytes) -> Response:
+        return Response(200, render_metrics(self.registry).encode(), content_type=CONTENT_TYPE)
 
     async def _reset(self, *, body: bytes) -> Response:
         await self.registry.reset()

@@ -203,6 +203,7 @@ class _Pipe:
         self._queue_send, self._queue_receive = trio.open_memory_channel[bytes | None](math.inf)
         self._line_send, self._line_receive = trio.open_memory_channel[tuple[float, bytes | None]](math.inf)
         self._in_line = 0
+        self.queued = 0  # bytes at the link's entrance, not yet through its bottleneck (the metrics' queue)
         self._line_room: trio.Event | None = None
         self._buffered = 0
         self._room: trio.Event | None = None
@@ -225,6 +226,7 @@ class _Pipe:
                 self._send.send_nowait(None)
                 return
             self._buffered += len(data)
+            self.proxy.received[self.stream] += len(data)
             self._send.send_nowait(Chunk(data, trio.current_time()))
 
     def _current_stages(self) -> list[Stage]:
@@ -237,12 +239,14 @@ class _Pipe:
     async def _write(self, chunk: Chunk) -> None:
         if self.lane is None:
             await self._dest.send_all(chunk.data)
+            self.proxy.sent[self.stream] += len(chunk.data)
             return
         # Data queued or in flight on the link counts against BUFFER_LIMIT too.
         while self._in_line >= BUFFER_LIMIT:
             self._line_room = trio.Event()
             await self._line_room.wait()
         self._in_line += len(chunk.data)
+        self.queued += len(chunk.data)
         self._queue_send.send_nowait(chunk.data)
 
     async def _write_eof(self) -> None:
@@ -266,6 +270,7 @@ class _Pipe:
             for start in range(0, len(data), quantum):
                 part = data[start : start + quantum] if len(data) > quantum else data
                 left = await lane.direction.send(len(part))
+                self.queued -= len(part)
                 self._line_send.send_nowait((lane.due(left, len(part)), part))
 
     async def deliver_loop(self) -> None:
@@ -279,6 +284,7 @@ class _Pipe:
                 await self._dest.send_eof()
                 return
             await self._dest.send_all(data)
+            self.proxy.sent[self.stream] += len(data)
             self._in_line -= len(data)
             if self._line_room is not None and self._in_line < BUFFER_LIMIT:
                 self._line_room.set()
@@ -408,6 +414,10 @@ class Proxy:
         self._is_listener = is_listener
         self._accepted = 0  # client connections being served
         self.refused = 0  # client connections closed at once: over max_connections, or a loop
+        # Bytes read from and written to each stream's source and destination, for the whole life
+        # of the proxy (Toxiproxy's toxiproxy_proxy_{received,sent}_bytes_total; deploy/wan/metrics.py).
+        self.received = dict.fromkeys(STREAMS, 0)
+        self.sent = dict.fromkeys(STREAMS, 0)
         self._nursery = nursery
         self._toxics: dict[str, ToxicSpec] = {}
         self._chains: dict[str, tuple[ToxicSpec, ...]] = {stream: () for stream in STREAMS}
@@ -428,6 +438,16 @@ class Proxy:
         if self.link is not None:
             shown["link"] = self.link.to_json()
         return shown
+
+    @property
+    def connections(self) -> int:
+        """Connections it forwards now."""
+        return len(self._connections)
+
+    def queued(self, stream: str) -> int:
+        """Bytes of `stream` waiting at its link's entrance, over every connection (0 off a link)."""
+        return sum(pipe.queued for connection in self._connections for pipe in connection.pipes
+                   if pipe.stream == stream)
 
     # -- toxics --
 

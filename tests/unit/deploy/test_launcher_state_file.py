@@ -16,6 +16,7 @@ from deploy.launcher.state_file import (
     ClusterRecord,
     LaunchStateFile,
     MirrorRecord,
+    PrometheusRecord,
     StateFileError,
     WanRecord,
     parse_state,
@@ -31,9 +32,18 @@ def test_round_trip() -> None:
         clusters={"east": ClusterRecord(datacenter="east", bootstrap="127.0.0.1:9092", wan={"west": "127.0.0.1:1"},
                                         brokers=[BrokerRecord(pid=12, start_time=7, cmdline=["b"], restarts=2,
                                                               log="/l")])},
-        mirrors={"m": MirrorRecord(source="east", target="west", status_file="/s.json", pid=13, restarts=1)},
+        mirrors={"m": MirrorRecord(source="east", target="west", status_file="/s.json", pid=13, restarts=1,
+                                   metrics="127.0.0.1:9465")},
+        prometheus=PrometheusRecord(url="http://127.0.0.1:9090", config="/p.yml", pid=14, start_time=8,
+                                    cmdline=["p"]),
     )
     assert parse_state(PATH, doc.to_json().encode()) == doc
+
+
+def test_a_prometheus_record_without_its_url_is_named() -> None:
+    raw = json.dumps({"name": "t", "wan": {"api": "x"}, "prometheus": {"pid": 3}}).encode()
+    with pytest.raises(StateFileError, match=r"prometheus\.url: missing"):
+        parse_state(PATH, raw)
 
 
 def test_the_launchers_own_snapshot_reads_back(tmp_path: Path) -> None:

@@ -1,0 +1,88 @@
+"""`monitoring: prometheus`: the topology key, the scrape config the launcher writes, and the
+alerting rules shipped beside it, checked by Prometheus's own `promtool`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from deploy.launcher.from_topology import plan_from_file
+from deploy.launcher.prometheus import (
+    ALERT_RULES,
+    BROKER_JOB,
+    MIRROR_JOB,
+    WAN_JOB,
+    BrokerTarget,
+    MirrorTarget,
+    scrape_config,
+)
+from deploy.prometheus_process import PROMTOOL, is_ready
+from tests.unit.topology.files import GOOD, write
+from topology import TopologyError, load_topology
+
+
+def promtool(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(PROMTOOL), *args], capture_output=True, text=True, timeout=60)
+
+
+def test_the_shipped_alerting_rules_pass_promtool() -> None:
+    checked = promtool("check", "rules", str(ALERT_RULES))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 14 rules found" in checked.stdout
+
+
+def test_a_broken_rule_fails_promtool(tmp_path: Path) -> None:
+    """The check above can fail: promtool parses every expression."""
+    broken = tmp_path / "broken.yml"
+    broken.write_text(ALERT_RULES.read_text().replace("causeway_mirror_partition_lag_seconds) > 60",
+                                                      "causeway_mirror_partition_lag_seconds) >"))
+    assert promtool("check", "rules", str(broken)).returncode != 0
+
+
+def test_the_scrape_config_lists_every_daemon_with_its_names_and_loads_the_rules(tmp_path: Path) -> None:
+    config = scrape_config("two-dc", [BrokerTarget("east", "dc1", 1, "127.0.0.1:9101"),
+                                      BrokerTarget("east", "dc1", 2, "127.0.0.1:9102"),
+                                      BrokerTarget("west", "dc2", 0, "127.0.0.1:9103")],
+                           [MirrorTarget("east-to-west", "east", "west", "dc2", "127.0.0.1:9201")])
+    jobs = {job["job_name"]: job["static_configs"] for job in config["scrape_configs"]}
+    assert jobs[BROKER_JOB][1] == {"targets": ["127.0.0.1:9102"],
+                                   "labels": {"cluster": "east", "datacenter": "dc1", "broker": "2"}}
+    assert [c["targets"] for c in jobs[BROKER_JOB]] == [["127.0.0.1:9101"], ["127.0.0.1:9102"], ["127.0.0.1:9103"]]
+    assert jobs[MIRROR_JOB] == [{"targets": ["127.0.0.1:9201"],
+                                 "labels": {"mirror": "east-to-west", "datacenter": "dc2", "source_cluster": "east",
+                                            "target_cluster": "west"}}]
+    assert WAN_JOB not in jobs  # no emulator of ours (a real Toxiproxy): not scraped
+    with_wan = scrape_config("two-dc", [], [], wan="127.0.0.1:8474")
+    assert {"job_name": WAN_JOB, "static_configs": [{"targets": ["127.0.0.1:8474"]}]} in with_wan["scrape_configs"]
+    assert config["rule_files"] == [str(ALERT_RULES.resolve())]
+    assert config["global"]["external_labels"] == {"topology": "two-dc"}
+    # Prometheus's own checker reads it (and the rules it loads) as the server will.
+    path = tmp_path / "prometheus.yml"
+    path.write_text(json.dumps(config))
+    checked = promtool("check", "config", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_monitoring_prometheus_in_a_topology_reaches_the_plan(tmp_path: Path) -> None:
+    assert plan_from_file(write(tmp_path, GOOD)).monitoring == "none"
+    assert plan_from_file(write(tmp_path, GOOD + "monitoring: prometheus\n")).monitoring == "prometheus"
+
+
+@pytest.mark.parametrize("value", ["grafana", "yes", "{prometheus: true}"])
+def test_a_bad_monitoring_value_is_named_by_line_and_key(tmp_path: Path, value: str) -> None:
+    path = write(tmp_path, GOOD + f"monitoring: {value}\n")
+    with pytest.raises(TopologyError) as exc:
+        load_topology(path)
+    [problem] = exc.value.problems
+    assert str(problem).startswith(f"{path}:13:1: monitoring: "), str(problem)
+    assert "'none' or 'prometheus'" in str(problem)
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "http://127.0.0.1:1/x?y", "ftp://127.0.0.1:21",
+                                 "127.0.0.1:9090"])
+def test_status_asks_only_an_http_host_and_port_for_readiness(url: str) -> None:
+    """The state file names Prometheus's URL, and anyone may have written that."""
+    assert not is_ready(url)
