@@ -1,0 +1,65 @@
+"""`causeway drill` on an mm2-mode mirror (examples/dr-link.yaml with `mode: mm2`: one broker per
+site, to be quick): a planned switch-over waits for the remote topics to hold every acknowledged
+record, promotes (the local topics created with the source's partition counts), and moves the
+group to the remote topics at the offsets the mirror translated for it. RPO 0; the records the
+remote topics hold, read here on their own, are the ones the report counts; what the group read
+again there is the report's re-read figure, the cost of translated offsets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from tests.integration.test_link_mode_launcher import causeway, status
+from tests.integration.test_mm2_failover_launcher import mm2_example
+from tests.support.consume import read_partition
+
+MIRROR = "east-to-west"
+
+
+def test_an_mm2_switchover_drill_counts_what_translated_offsets_cost(tmp_path: Path) -> None:
+    topology = mm2_example(tmp_path)
+    state = tmp_path / "state"
+    up = causeway("up", str(topology), "-d", "--state-dir", str(state))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        done = causeway("drill", "switchover", str(topology), "--mirror", MIRROR, "--state-dir", str(state),
+                        "--rate", "300", "--duration", "3", "--max-rpo", "0", "--json", timeout_s=300)
+        output = done.stdout + done.stderr
+        assert done.returncode == 0, output
+        report = json.loads(done.stdout)
+        assert report["mode"] == "mm2", output
+        names = [s["name"] for s in report["timeline"]]
+        assert names[:5] == ["workload at the primary", "producers stopped", "group caught up at the primary",
+                             "copy caught up at the DR site", "promote"], output
+        rpo = report["rpo"]
+        assert rpo["records"] == 0 and rpo["acknowledged"] > 0 and rpo["reached_dr"] == rpo["acknowledged"], output
+        assert report["group"]["skipped"] == 0, output
+        reread = report["group"]["reread"]
+        assert 0 <= reread <= rpo["acknowledged"], output
+        west = status(state)["clusters"]["west"]["bootstrap"]
+        # The promotion made the local topics as at the source; the DR site's producers wrote there.
+        metadata = AdminClient({"bootstrap.servers": west}).list_topics(timeout=10).topics
+        assert {t: len(metadata[t].partitions) for t in ("orders", "payments", "east.orders", "east.payments")} == {
+            "orders": 3, "payments": 2, "east.orders": 3, "east.payments": 2}
+        # The remote topics hold each acknowledged record of the primary once, at offsets of their own.
+        held = primary_records_at_remote(west, report["run"])
+        assert len(held) == rpo["acknowledged"] and len(set(held)) == len(held), output
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+
+def primary_records_at_remote(bootstrap: str, run: str) -> list[str]:
+    """This run's primary records in west's remote topics (east.orders, east.payments)."""
+    names = []
+    for topic, partitions in (("east.orders", 3), ("east.payments", 2)):
+        for partition in range(partitions):
+            for message in read_partition(bootstrap, topic, partition):
+                name = (message.value() or b"").decode()
+                if name.startswith(f"{run}:primary:"):
+                    names.append(name)
+    return names
