@@ -9,7 +9,10 @@ link cut reports an RPO that the remote topics, read here, bear out."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from confluent_kafka.admin import AdminClient
 
@@ -20,18 +23,33 @@ from tests.support.consume import read_partition
 MIRROR = "east-to-west"
 
 
-def test_an_mm2_switchover_drill_counts_what_translated_offsets_cost(tmp_path: Path) -> None:
+@contextmanager
+def mm2_topology(tmp_path: Path) -> Iterator[tuple[Path, Path]]:
+    """examples/dr-link.yaml in mm2 mode, brought up for one drill: (its file, the state dir)."""
     topology = mm2_example(tmp_path)
     state = tmp_path / "state"
     up = causeway("up", str(topology), "-d", "--state-dir", str(state))
     try:
         assert up.returncode == 0, up.stdout + up.stderr
-        done = causeway("drill", "switchover", str(topology), "--mirror", MIRROR, "--state-dir", str(state),
-                        "--rate", "300", "--duration", "3", "--max-rpo", "0", "--json", timeout_s=300)
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, output
-        report = json.loads(done.stdout)
-        assert report["mode"] == "mm2", output
+        yield topology, state
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
+
+
+def drill(topology: Path, state: Path, *args: str) -> tuple[dict[str, Any], str]:
+    done = causeway("drill", *args, str(topology), "--mirror", MIRROR, "--state-dir", str(state), "--rate", "300",
+                    "--duration", "3", "--json", timeout_s=300)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    report: dict[str, Any] = json.loads(done.stdout)
+    assert report["mode"] == "mm2", output
+    return report, output
+
+
+def test_an_mm2_switchover_drill_counts_what_translated_offsets_cost(tmp_path: Path) -> None:
+    with mm2_topology(tmp_path) as (topology, state):
+        report, output = drill(topology, state, "switchover", "--max-rpo", "0")
         names = [s["name"] for s in report["timeline"]]
         assert names[:5] == ["workload at the primary", "producers stopped", "group caught up at the primary",
                              "copy caught up at the DR site", "promote"], output
@@ -48,25 +66,12 @@ def test_an_mm2_switchover_drill_counts_what_translated_offsets_cost(tmp_path: P
         # The remote topics hold each acknowledged record of the primary once, at offsets of their own.
         held = primary_records_at_remote(west, report["run"])
         assert len(held) == rpo["acknowledged"] and len(set(held)) == len(held), output
-    finally:
-        down = causeway("down", "--state-dir", str(state))
-    assert down.returncode == 0, down.stdout + down.stderr
-
-
 
 
 def test_an_mm2_failover_drill_with_the_link_cut_counts_what_the_remote_topics_hold(tmp_path: Path) -> None:
-    topology = mm2_example(tmp_path)
-    state = tmp_path / "state"
-    up = causeway("up", str(topology), "-d", "--state-dir", str(state))
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        done = causeway("drill", "failover", str(topology), "--mirror", MIRROR, "--state-dir", str(state),
-                        "--disaster", "partition", "--rate", "300", "--duration", "3", "--json", timeout_s=300)
-        output = done.stdout + done.stderr
-        assert done.returncode == 0, output
-        report = json.loads(done.stdout)
-        assert (report["mode"], report["disaster"]) == ("mm2", "partition"), output
+    with mm2_topology(tmp_path) as (topology, state):
+        report, output = drill(topology, state, "failover", "--disaster", "partition")
+        assert report["disaster"] == "partition", output
         assert "promote --failover" in [s["name"] for s in report["timeline"]], output
         rpo = report["rpo"]
         assert rpo["acknowledged"] > 0 and rpo["records"] == rpo["acknowledged"] - rpo["reached_dr"], output
@@ -78,10 +83,6 @@ def test_an_mm2_failover_drill_with_the_link_cut_counts_what_the_remote_topics_h
         # since the promotion) is at least what the report counted at the promotion, each once.
         held = primary_records_at_remote(status(state)["clusters"]["west"]["bootstrap"], report["run"])
         assert len(held) == len(set(held)) >= rpo["reached_dr"], output
-    finally:
-        down = causeway("down", "--state-dir", str(state))
-    assert down.returncode == 0, down.stdout + down.stderr
-
 
 def primary_records_at_remote(bootstrap: str, run: str) -> list[str]:
     """This run's primary records in west's remote topics (east.orders, east.payments)."""
