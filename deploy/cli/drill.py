@@ -1,7 +1,8 @@
 """`causeway drill`: a disaster-recovery drill on a topology `causeway up` started.
 
     causeway drill switchover|failover TOPOLOGY --mirror NAME [--state-dir DIR] [--rate N]
-                   [--duration S] [--disaster kill|partition] [--json] [--max-rpo N] [--max-rto S]
+                   [--duration S] [--disaster kill|partition|planned] [--json] [--chart FILE.svg]
+                   [--max-rpo N] [--max-rto S]
 
 The steps are deploy/drill/run.py's; this module finds the mirror as `causeway mirror promote`
 does, checks the command line, prints the report and maps it to the exit code: 0, 1 when a limit
@@ -22,9 +23,10 @@ from typing import TYPE_CHECKING, Literal
 from deploy.cli.command import Refused, UsageError, run, say, say_on_stderr
 
 if TYPE_CHECKING:
+    from deploy.drill.report import DrillReport
     from deploy.drill.run import DrillInterrupted
 
-__all__ = ["register"]
+__all__ = ["limits_exceeded", "register"]
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -36,6 +38,8 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError("--max-rpo must not be negative")
     if args.max_rto is not None and args.max_rto <= 0:
         raise UsageError("--max-rto must be positive")
+    if args.chart is not None and args.chart.suffix.lower() != ".svg":
+        raise UsageError(f"--chart writes SVG: name the file *.svg, not {args.chart.name!r}")
     if args.kind == "switchover" and args.disaster is not None:
         raise UsageError("a switchover is planned: --disaster goes with failover")
 
@@ -44,29 +48,29 @@ def _drill(args: argparse.Namespace) -> int:
     _check(args)
     from deploy.cli.pipeline_common import mirror_config_from_topology, mirror_logins, started_mirror
     from deploy.drill.run import DrillError, DrillInterrupted, DrillPlan, run_drill
-    from deploy.drill.topics import mirrored_topics, partitions_of
+    from deploy.drill.topics import dr_names, mirrored_topics, partitions_of
 
     record, clusters, state_dir = started_mirror(args)
     if any(mirror_logins(args).values()):
         raise Refused("drills on a secured topology are not supported yet")
     config = mirror_config_from_topology(args)
-    if config is None or config.mode != "link":
-        raise Refused(f"mirror {args.mirror} is not a link-mode mirror: drills of mm2 mirrors are not supported yet")
+    if config is None:
+        raise Refused(f"mirror {args.mirror}: its config could not be read from the topology")
     progress = say_on_stderr if args.json else say
     source, target = clusters["source"].bootstrap, clusters["target"].bootstrap
     try:
         topics = mirrored_topics(source, target, config, args.mirror)
     except (LookupError, TimeoutError) as exc:
         raise Refused(str(exc)) from None
-    disaster: Literal["kill", "partition"] | None = None
+    disaster: Literal["kill", "partition", "planned"] | None = None
     if args.kind == "failover":
-        disaster = "partition" if args.disaster == "partition" else "kill"
+        disaster = args.disaster or "kill"
     plan = DrillPlan(kind=args.kind, disaster=disaster, state_dir=state_dir, mirror=args.mirror,
                      source=record.source, target=record.target, source_bootstrap=source, target_bootstrap=target,
                      topics=list(topics), partitions=partitions_of(topics), config=config, rate=args.rate,
-                     duration_s=args.duration)
-    progress(f"drill {args.kind} on mirror {args.mirror}: {record.source} ({source}) -> {record.target} ({target}), "
-             f"{args.rate:g} records/s over {', '.join(topics)}")
+                     duration_s=args.duration, dr_topics=dr_names(config, list(topics)))
+    progress(f"drill {args.kind} on mirror {args.mirror} ({config.mode}): {record.source} ({source}) -> "
+             f"{record.target} ({target}), {args.rate:g} records/s over {', '.join(topics)}")
     # Ctrl-C and SIGTERM ask the drill to stop, at its next pause: its clients stopped, a cut
     # link put back, and said. A second one stops it at once.
     stop = threading.Event()
@@ -88,17 +92,33 @@ def _drill(args: argparse.Namespace) -> int:
         if exc.report is not None:
             print(exc.report.table(), file=sys.stderr)
         raise Refused(f"the drill stopped in step {exc}") from None
-    outcome = report.outcome
-    if args.max_rpo is not None and outcome is not None and outcome.rpo > args.max_rpo:
-        report.limits_exceeded.append(f"RPO {outcome.rpo} record(s) > --max-rpo {args.max_rpo}")
-    rto = max(report.rto_produce_s or 0.0, report.rto_consume_s or 0.0)
-    if args.max_rto is not None and rto > args.max_rto:
-        report.limits_exceeded.append(f"RTO {rto:.2f} s > --max-rto {args.max_rto:g} s")
+    report.limits_exceeded += limits_exceeded(report, args.max_rpo, args.max_rto)
+    if args.chart is not None:
+        from deploy.drill.chart import render_svg
+
+        try:
+            args.chart.write_text(render_svg(report, report.samples))
+        except OSError as exc:
+            raise Refused(f"--chart: cannot write {args.chart}: {exc.strerror or exc}") from None
+        progress(f"chart of throughput and lag over the drill: {args.chart}")
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(report.table())
     return 1 if report.limits_exceeded else 0
+
+
+def limits_exceeded(report: DrillReport, max_rpo: int | None, max_rto: float | None) -> list[str]:
+    """What the drill's report exceeds of --max-rpo (records lost) and --max-rto (seconds to the
+    first produce or the first consume at the DR site, the later of the two)."""
+    exceeded = []
+    outcome = report.outcome
+    if max_rpo is not None and outcome is not None and outcome.rpo > max_rpo:
+        exceeded.append(f"RPO {outcome.rpo} record(s) > --max-rpo {max_rpo}")
+    rto = max(report.rto_produce_s or 0.0, report.rto_consume_s or 0.0)
+    if max_rto is not None and rto > max_rto:
+        exceeded.append(f"RTO {rto:.2f} s > --max-rto {max_rto:g} s")
+    return exceeded
 
 
 def _say_interrupted(stop: DrillInterrupted, args: argparse.Namespace, state_dir: Path) -> None:
@@ -111,9 +131,9 @@ def _say_interrupted(stop: DrillInterrupted, args: argparse.Namespace, state_dir
     if any(n.startswith("disaster: kill") for n in names):
         lines.append("  The primary's brokers were killed; the launcher restarts them.")
     if any(n.startswith("promote") for n in names):
+        failover = " --failover" if args.kind == "failover" and args.disaster != "planned" else ""
         lines.append(f"  The promotion began: `causeway mirror promote {args.topology} --mirror {args.mirror}"
-                     f"{' --failover' if args.kind == 'failover' else ''}` completes it (a second run reports "
-                     "the topics promoted already).")
+                     f"{failover}` completes it (a second run reports the topics promoted already).")
     else:
         lines.append("  Nothing was promoted: the mirror still copies to the DR site.")
     lines.append(f"  `causeway status --state-dir {state_dir}` shows the topology as it is now.")
@@ -123,27 +143,33 @@ def _say_interrupted(stop: DrillInterrupted, args: argparse.Namespace, state_dir
 def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = commands.add_parser(
         "drill", help="a disaster-recovery drill: switch-over or failover under load, with its RPO and RTO",
-        description="Run a disaster-recovery drill on a topology `causeway up` started, with a link-mode mirror: "
-                    "idempotent acks=all producers at --rate records/s over the mirror's topics at the primary and "
-                    "a consumer group reading and committing; then a planned switch-over (producers stopped, the "
-                    "group caught up, `mirror promote`) or a failover (the disaster: the primary's brokers "
-                    "SIGKILLed, or the WAN link cut; then `mirror promote --failover`); then producers and group "
-                    "moved to the DR site. Reports RPO (acknowledged records the DR site never got, per partition), "
-                    "RTO (to the first record produced and consumed at the DR site), what the group re-read and "
-                    "skipped, and a timeline. The topology is promoted afterwards: bring it up again (or fail back, "
-                    "docs/operations/failback.md) before the next drill. See docs/operations/drills.md.")
+        description="Run a disaster-recovery drill on a topology `causeway up` started, with a link-mode or "
+                    "mm2-mode mirror: idempotent acks=all producers at --rate records/s over the mirror's topics at "
+                    "the primary and a consumer group reading and committing; then a planned switch-over "
+                    "(producers stopped, the group caught up, `mirror promote`) or a failover (the disaster: the "
+                    "primary's brokers SIGKILLed, or the WAN link cut; then `mirror promote --failover`); then "
+                    "producers and group moved to the DR site (in mm2 mode the group reads the remote topics from "
+                    "the offsets the mirror translated for it, and the new local topics). Reports RPO "
+                    "(acknowledged records the DR site never got, per partition), RTO (to the first record "
+                    "produced and consumed at the DR site), what the group re-read and skipped, and a timeline. "
+                    "The topology is promoted afterwards: bring it up again (or fail back, "
+                    "docs/operations/failback.md) before the next drill. See docs/operations/disaster-recovery.md.")
     p.add_argument("kind", choices=("switchover", "failover"), help="a planned switch-over, or a failover")
     p.add_argument("topology", help="the topology file `causeway up` started, or its name")
-    p.add_argument("--mirror", required=True, help="the link-mode mirror from the primary to the DR site")
+    p.add_argument("--mirror", required=True, help="the mirror (link or mm2 mode) from the primary to the DR site")
     p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
     p.add_argument("--rate", type=float, default=200.0, metavar="N",
                    help="records per second, over all the mirror's topics (default 200)")
     p.add_argument("--duration", type=float, default=10.0, metavar="S",
                    help="seconds of workload at the primary before the switch (default 10)")
-    p.add_argument("--disaster", choices=("kill", "partition"), default=None,
-                   help="failover only: SIGKILL the primary's brokers (default), or cut the WAN link between "
-                        "the sites through the emulator's API (put back when the drill ends)")
+    p.add_argument("--disaster", choices=("kill", "partition", "planned"), default=None,
+                   help="failover only: SIGKILL the primary's brokers (default), cut the WAN link between the "
+                        "sites through the emulator's API (put back when the drill ends), or none: a planned "
+                        "switch-over (the producers stopped first, the same steps as `drill switchover`)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout (progress on stderr)")
+    p.add_argument("--chart", type=Path, default=None, metavar="FILE.svg",
+                   help="also draw throughput (records/s at each site, read by the group) and the DR site's lag "
+                        "over the drill, its steps marked, as an SVG chart")
     p.add_argument("--max-rpo", type=int, default=None, metavar="N",
                    help="exit 1 when more than N acknowledged records were lost")
     p.add_argument("--max-rto", type=float, default=None, metavar="S",

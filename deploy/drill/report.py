@@ -9,7 +9,18 @@ from typing import Any
 
 from deploy.drill.verify import Outcome
 
-__all__ = ["DrillReport", "Step", "Timeline"]
+__all__ = ["DrillReport", "Sample", "Step", "Timeline"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What the drill's clients had done at one moment (deploy/drill/chart.py samples and draws it)."""
+
+    at_s: float  # from the drill's start
+    acked_primary: int  # records acknowledged at the primary so far
+    acked_dr: int  # ... at the DR site
+    read: int  # records the group read so far, at both sites
+    lag: int | None  # records acknowledged at the primary the DR site's logs lack (None: not measured)
 
 
 @dataclass
@@ -41,7 +52,7 @@ class Timeline:
 @dataclass
 class DrillReport:
     kind: str  # switchover or failover
-    disaster: str | None  # kill, partition, or None (a planned switch-over)
+    disaster: str | None  # kill, partition, planned, or None (a switchover: planned too)
     mirror: str
     topics: list[str]
     rate: float
@@ -51,11 +62,13 @@ class DrillReport:
     rto_produce_s: float | None = None  # from the disaster to the first record acknowledged at the DR site
     rto_consume_s: float | None = None  # ... to the first record the group read there
     limits_exceeded: list[str] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)  # every SAMPLE_EVERY_S, for the chart
+    mode: str = "link"  # the mirror's: link (offsets kept) or mm2 (offsets translated)
 
     def to_json(self) -> dict[str, Any]:
         outcome = self.outcome
         return {
-            "run": self.run, "kind": self.kind, "disaster": self.disaster, "mirror": self.mirror,
+            "run": self.run, "kind": self.kind, "disaster": self.disaster, "mirror": self.mirror, "mode": self.mode,
             "topics": self.topics,
             "rate": self.rate,
             "rpo": None if outcome is None else {
@@ -68,11 +81,13 @@ class DrillReport:
             "timeline": [{**asdict(step), "start_s": _round(step.start_s), "duration_s": _round(step.duration_s)}
                          for step in self.timeline.steps],
             "limits_exceeded": self.limits_exceeded,
+            "samples": [{**asdict(s), "at_s": _round(s.at_s)} for s in self.samples],
         }
 
     def table(self) -> str:
         title = f"drill {self.kind}" + (f" (disaster: {self.disaster})" if self.disaster else "")
-        lines = [f"{title}, mirror {self.mirror}, {self.rate:g} records/s over {', '.join(self.topics)}", ""]
+        lines = [f"{title}, mirror {self.mirror} ({self.mode}), {self.rate:g} records/s over {', '.join(self.topics)}",
+                 ""]
         lines += _timeline_lines(self.timeline.steps)
         lines.append("")
         outcome = self.outcome
@@ -84,9 +99,10 @@ class DrillReport:
                 lines.append(f"           {lost.topic}-{lost.partition}: {lost.count} at offsets {ranges}")
         lines.append(f"RTO        first produce at the DR site {_seconds(self.rto_produce_s)}, "
                      f"first consume {_seconds(self.rto_consume_s)} (from the "
-                     f"{'disaster' if self.disaster else 'producers stopping'})")
+                     f"{'producers stopping' if self.disaster in (None, 'planned') else 'disaster'})")
         if outcome is not None:
-            lines.append(f"group      re-read {outcome.reread}, skipped {outcome.skipped}")
+            lines.append(f"group      re-read {outcome.reread}, skipped {outcome.skipped}"
+                         + (" (mm2: from the offsets the mirror translated for it)" if self.mode == "mm2" else ""))
         for limit in self.limits_exceeded:
             lines.append(f"EXCEEDED   {limit}")
         return "\n".join(lines)

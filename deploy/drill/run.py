@@ -1,6 +1,12 @@
 """The drill's steps in order: workload at the primary, the disaster (or the producers stopped
 for a planned switch-over), the promotion, the workload moved to the DR site, the count.
 
+Link mode and mm2 mode run the same steps; what differs is where the copies are at the DR site
+(the same names and offsets, or the remote topics `<alias>.<topic>` at offsets of their own), so
+an mm2 switch-over waits for every acknowledged record to be copied before promoting (link mode's
+promotion waits for the source's log ends itself), and the moved group reads the remote topics
+from the offsets the mirror translated for it beside the new local topics its producers write.
+
 Runs in the calling thread (the clients run in threads of their own; the promotion in trio.run).
 An interrupt (Ctrl-C) stops the clients, puts a cut WAN link back, and is raised again with the
 timeline so far in `DrillInterrupted`, so the caller can say what was done.
@@ -12,7 +18,7 @@ import secrets
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Literal
@@ -20,9 +26,10 @@ from typing import Literal
 from confluent_kafka import KafkaException
 
 from broker.client.connection import ClientError
+from deploy.drill.chart import Sampler
 from deploy.drill.disaster import DisasterError, kill_brokers, link_proxies, set_link
-from deploy.drill.report import DrillReport, Timeline
-from deploy.drill.verify import log_ends, outcome, read_logs
+from deploy.drill.report import DrillReport, Sample, Timeline
+from deploy.drill.verify import EndsProbe, log_ends, outcome, read_logs, wait_copied
 from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
 from deploy.launcher.control import read_state
 from deploy.wan.client import WanApiError
@@ -59,7 +66,7 @@ class DrillInterrupted(KeyboardInterrupt):
 @dataclass(frozen=True)
 class DrillPlan:
     kind: Literal["switchover", "failover"]
-    disaster: Literal["kill", "partition"] | None
+    disaster: Literal["kill", "partition", "planned"] | None  # None: a switchover (planned too)
     state_dir: Path
     mirror: str
     source: str  # the clusters' names in the topology
@@ -71,6 +78,23 @@ class DrillPlan:
     config: MirrorConfig | None
     rate: float
     duration_s: float
+    # Each topic's name at the DR site (topics.dr_names): itself in link mode, mm2's remote topic.
+    dr_topics: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode if self.config is not None else "link"
+
+    def dr_name(self, topic: str) -> str:
+        return self.dr_topics.get(topic, topic)
+
+    def dr_partitions(self) -> list[TopicPartition]:
+        return [(self.dr_name(t), p) for t, p in self.partitions]
+
+    @property
+    def planned(self) -> bool:
+        """A planned switch-over: `drill switchover`, or `drill failover --disaster planned`."""
+        return self.disaster in (None, "planned")
 
 
 def _pause(seconds: float, stop: threading.Event) -> None:
@@ -101,7 +125,7 @@ def _promote(plan: DrillPlan, say: Say) -> str:
     from mirror.promote import promote
 
     report = trio.run(partial(promote, plan.target_bootstrap, source_bootstrap=plan.source_bootstrap,
-                              mirror=plan.mirror, failover=plan.kind == "failover", timeout_s=60.0,
+                              mirror=plan.mirror, failover=not plan.planned, timeout_s=60.0,
                               say=lambda line: say(f"  promote: {line}"), config=plan.config))
     if not report.ok:
         why = "; ".join(f"{t}: {w}" for t, w in sorted(report.failed.items())) or "the copy did not catch up"
@@ -115,17 +139,24 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
     stop = stop if stop is not None else threading.Event()
     run = f"drill-{secrets.token_hex(4)}"
     group = f"causeway-{run}"
-    report = DrillReport(plan.kind, plan.disaster, plan.mirror, plan.topics, plan.rate, timeline=Timeline(), run=run)
+    report = DrillReport(plan.kind, plan.disaster, plan.mirror, plan.topics, plan.rate, timeline=Timeline(), run=run,
+                         mode=plan.mode)
     timeline = report.timeline
     clients: list[ProducerLoad | GroupReader] = []
     cut: list[str] = []
     api = ""
     primary_stop: threading.Thread | None = None
+    live: dict[str, ProducerLoad | GroupReader] = {}  # the clients the chart's samples count
+    promoted = threading.Event()  # after it, lag is no longer measured: the DR site is the primary
+    ends_probe = EndsProbe(plan.target_bootstrap, plan.dr_partitions())
+    sampler = Sampler(timeline.started, partial(_sample, plan, live, promoted, ends_probe))
     try:
         step = timeline.begin("workload at the primary")
         reader = GroupReader(plan.source_bootstrap, group, plan.topics, run).start()
         load = ProducerLoad(plan.source_bootstrap, plan.topics, plan.rate, run, "primary").start()
         clients += [reader, load]
+        live.update(load=load, reader=reader)
+        sampler.start()
         _wait(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary", stop)
         last = time.monotonic()
         while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
@@ -136,7 +167,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         timeline.end(step, f"group {group}; {load.ledger.count()} acknowledged")
         say(f"workload at the primary for {plan.duration_s:g} s: {load.ledger.count()} acknowledged")
 
-        if plan.kind == "switchover":
+        if plan.planned:
             step = timeline.begin("producers stopped")
             disaster_at = time.monotonic()
             load.stop(grace_s=10.0)
@@ -148,6 +179,15 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
             clients.remove(reader)
             timeline.end(step, f"read {len(reader.names)}, committed")
             say(f"{step.name}: {step.detail}")
+            if plan.mode == "mm2":
+                # An mm2 promotion does not wait for the copy (its offsets are not the source's to
+                # compare): the drill waits, as an operator would, until the remote topics hold
+                # every acknowledged record.
+                step = timeline.begin("copy caught up at the DR site")
+                copied = wait_copied(plan.target_bootstrap, plan.dr_partitions(), load.ledger.names(), run,
+                                     timeout_s=START_TIMEOUT_S, stop=stop)
+                timeline.end(step, f"{copied} record(s) of the primary in {', '.join(plan.dr_topics.values())}")
+                say(f"{step.name}: {step.detail}")
         else:
             step = timeline.begin(f"disaster: {plan.disaster}")
             disaster_at = time.monotonic()
@@ -170,23 +210,28 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
             clients.clear()
             primary_stop = threading.Thread(target=_stop_primary, args=(load, reader), daemon=True)
             primary_stop.start()
-        step = timeline.begin("promote" + (" --failover" if plan.kind == "failover" else ""))
+        step = timeline.begin("promote" + ("" if plan.planned else " --failover"))
         timeline.end(step, _promote(plan, say))
         say(f"{step.name}: {step.detail}")
-        promoted_ends = log_ends(plan.target_bootstrap, plan.partitions)
+        promoted_ends = log_ends(plan.target_bootstrap, plan.dr_partitions())
+        promoted.set()
 
         step = timeline.begin("producers and group moved to the DR site")
-        dr_reader = GroupReader(plan.target_bootstrap, group, plan.topics, run).start()
+        # In mm2 mode the group reads the copies (the remote topics, from its translated offsets)
+        # and the local topics the DR site's producers now write.
+        dr_reader = GroupReader(plan.target_bootstrap, group, sorted({*plan.topics, *plan.dr_topics.values()}),
+                                run).start()
         dr_load = ProducerLoad(plan.target_bootstrap, plan.topics, plan.rate, run, "dr").start()
         clients += [dr_reader, dr_load]
+        live.update(dr_load=dr_load, dr_reader=dr_reader)
         _wait(lambda: dr_load.ledger.first_ack is not None, "the first record acknowledged at the DR site", stop)
         report.rto_produce_s = (dr_load.ledger.first_ack or 0) - disaster_at
         say(f"first record acknowledged at the DR site, {report.rto_produce_s:.2f} s after the "
-            f"{'disaster' if plan.disaster else 'producers stopped'}")
+            f"{'producers stopped' if plan.planned else 'disaster'}")
         _wait(lambda: dr_reader.first_read is not None, f"group {group}'s first record at the DR site", stop)
         report.rto_consume_s = (dr_reader.first_read or 0) - disaster_at
         say(f"group {group} read its first record at the DR site, {report.rto_consume_s:.2f} s after")
-        since = "the disaster" if plan.disaster else "the producers stopped"
+        since = "the producers stopped" if plan.planned else "the disaster"
         timeline.end(step, f"first produce {report.rto_produce_s:.2f} s, first consume {report.rto_consume_s:.2f} s "
                            f"after {since}")
 
@@ -209,6 +254,8 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         copy = read_logs(plan.target_bootstrap, promoted_ends)
         report.outcome = outcome(load.ledger.acked, copy, dr_load.ledger.names(), reader.names, dr_reader.names, run)
         timeline.end(step, f"{sum(len(r) for r in copy.values())} record(s) below the ends at the promotion")
+        sampler.stop()
+        report.samples = list(sampler.samples)
     except STEP_FAILURES as exc:
         failed = next((s.name for s in reversed(timeline.steps) if s.duration_s is None), "the drill")
         raise DrillError(f"{failed}: {exc}", report) from exc
@@ -219,11 +266,33 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         undone = _restore(api, cut, report)
         raise DrillInterrupted(report, undone) from None
     finally:
+        sampler.stop()
+        report.samples = report.samples or list(sampler.samples)
+        ends_probe.close()
         for client in clients:
             _stop_fast(client)
         if cut:
             _restore(api, cut, report)
     return report
+
+
+def _sample(plan: DrillPlan, live: dict[str, ProducerLoad | GroupReader], promoted: threading.Event,
+            ends: EndsProbe, at_s: float) -> Sample:
+    """What the drill's clients had done by now, and (until the promotion) how many records the
+    primary acknowledged that the DR site's logs lack: per partition in link mode (the same
+    offsets), over all partitions in mm2 mode (the remote topics' offsets are their own)."""
+    counts = {key: (c.ledger.count() if isinstance(c, ProducerLoad) else c.read_count()) for key, c in live.items()}
+    lag = None
+    load = live.get("load")
+    if not promoted.is_set() and isinstance(load, ProducerLoad):
+        acked = load.ledger.ends()
+        held = ends.ends()
+        if plan.mode == "link":
+            lag = sum(max(0, end - held.get(tp, end)) for tp, end in acked.items())
+        else:
+            lag = max(0, sum(acked.values()) - sum(held.values()))
+    return Sample(at_s, counts.get("load", 0), counts.get("dr_load", 0),
+                  counts.get("reader", 0) + counts.get("dr_reader", 0), lag)
 
 
 def _stop_primary(load: ProducerLoad, reader: GroupReader) -> None:

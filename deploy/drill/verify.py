@@ -3,6 +3,7 @@ holds (RPO), which it holds twice, what the moved group read again and what it n
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -12,7 +13,7 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from deploy.drill.workload import QUIET, TopicPartition
 
-__all__ = ["Lost", "Outcome", "log_ends", "offset_ranges", "outcome", "read_logs"]
+__all__ = ["EndsProbe", "Lost", "Outcome", "log_ends", "offset_ranges", "outcome", "read_logs", "wait_copied"]
 
 
 def log_ends(bootstrap: str, partitions: list[TopicPartition], timeout_s: float = 10.0) -> dict[TopicPartition, int]:
@@ -23,6 +24,48 @@ def log_ends(bootstrap: str, partitions: list[TopicPartition], timeout_s: float 
                 for t, p in partitions}
     finally:
         consumer.close()
+
+
+class EndsProbe:
+    """The DR site's log ends, asked again and again from one consumer (the chart's sampler
+    thread asks it every half second): opened at the first question, closed by `close`."""
+
+    def __init__(self, bootstrap: str, partitions: list[TopicPartition]) -> None:
+        self._bootstrap, self._partitions = bootstrap, partitions
+        self._consumer: Consumer | None = None
+        self._lock = threading.Lock()
+
+    def ends(self) -> dict[TopicPartition, int]:
+        with self._lock:
+            if self._consumer is None:
+                self._consumer = Consumer({"bootstrap.servers": self._bootstrap, "group.id": "causeway-drill-probe",
+                                           **QUIET})
+            return {(t, p): self._consumer.get_watermark_offsets(KafkaTopicPartition(t, p), timeout=1.0)[1]
+                    for t, p in self._partitions}
+
+    def close(self) -> None:
+        with self._lock:
+            if self._consumer is not None:
+                self._consumer.close()
+                self._consumer = None
+
+
+def wait_copied(bootstrap: str, partitions: list[TopicPartition], names: set[str], run: str, *, timeout_s: float,
+                stop: threading.Event) -> int:
+    """Wait until the logs at `bootstrap` (the DR site's copies) hold every record named in
+    `names`; return how many of this run's records they hold. Raises TimeoutError naming how many
+    are missing, KeyboardInterrupt once `stop` is set."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        copy = read_logs(bootstrap, log_ends(bootstrap, partitions), timeout_s=timeout_s)
+        held = {name for records in copy.values() for name in records.values() if name.startswith(f"{run}:")}
+        missing = len(names - held)
+        if not missing:
+            return len(held)
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{missing} acknowledged record(s) still not copied after {timeout_s:.0f} s")
+        if stop.wait(0.5):
+            raise KeyboardInterrupt
 
 
 def read_logs(bootstrap: str, ends: dict[TopicPartition, int],

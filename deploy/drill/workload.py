@@ -157,6 +157,10 @@ class GroupReader:
         except Exception:  # noqa: BLE001 - a failed commit is re-read later, which the drill counts
             pass
 
+    def read_count(self) -> int:
+        with self.lock:
+            return len(self.names)
+
     def positions(self) -> dict[TopicPartition, int]:
         """Per partition: one past the last offset read."""
         with self.lock:

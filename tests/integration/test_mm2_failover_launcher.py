@@ -36,11 +36,17 @@ def partition_counts(bootstrap: str) -> dict[str, int]:
     return {name: len(t.partitions) for name, t in metadata.topics.items() if t.error is None}
 
 
-def test_an_mm2_failover_from_a_frozen_primary_creates_the_topics_shaped_as_there(tmp_path: Path) -> None:
+def mm2_example(tmp_path: Path) -> Path:
+    """examples/dr-link.yaml with its mirror in mm2 mode (topology dr-mm2), written in `tmp_path`."""
     topology = tmp_path / "dr-mm2.yaml"
     text = (REPO / "examples" / "dr-link.yaml").read_text()
     assert "    mode: link " in text and "name: dr-link\n" in text
     topology.write_text(text.replace("    mode: link ", "    mode: mm2 #").replace("name: dr-link\n", "name: dr-mm2\n"))
+    return topology
+
+
+def test_an_mm2_failover_from_a_frozen_primary_creates_the_topics_shaped_as_there(tmp_path: Path) -> None:
+    topology = mm2_example(tmp_path)
     state = tmp_path / "state"
     up = causeway("up", str(topology), "-d", "--state-dir", str(state))
     frozen: list[int] = []
