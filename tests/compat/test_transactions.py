@@ -1,0 +1,156 @@
+"""confluent-kafka's transactional producer against Causeway's transaction coordinator (issue 23):
+init_transactions, begin, produce to several partitions, send_offsets_to_transaction, commit and
+abort, read back by read_committed consumers (committed records only, in order) and by
+read_uncommitted ones (everything); two producers on one transactional id (the older is fenced).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from broker.protocol.errors import ErrorCode
+from broker.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+from deploy.broker_process import BrokerProcess
+from deploy.kafka_socket import call, connect
+from tests.support.polling import wait_until
+from tests.support.standalone import standalone_broker
+
+TOPIC = "txn-out"
+PARTITIONS = 3
+TIMEOUT_S = 60
+
+
+@pytest.fixture
+def txn_broker(tmp_path: Path) -> Iterator[BrokerProcess]:
+    # A short abort check, so the timeout test's abort comes soon after its transaction.timeout.ms.
+    with standalone_broker(tmp_path / "broker", f"num.partitions={PARTITIONS}",
+                           "transaction.abort.timed.out.transaction.cleanup.interval.ms=200") as broker:
+        yield broker
+
+
+def producer(broker: BrokerProcess, transactional_id: str, **extra: object) -> Producer:
+    return Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": transactional_id,
+                     "partitioner": "consistent_random", **extra})
+
+
+def read_all(broker: BrokerProcess, isolation: str, count: int, topic: str = TOPIC) -> dict[int, list[bytes]]:
+    """Each partition's values from the start, until `count` have come, then one more bounded
+    poll that must bring nothing more (so a record that should not be seen would show)."""
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": f"reader-{isolation}",
+                         "enable.auto.commit": False, "isolation.level": isolation})
+    consumer.assign([TopicPartition(topic, p, 0) for p in range(PARTITIONS)])
+    seen: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
+
+    def poll(timeout: float) -> None:
+        for msg in consumer.consume(100, timeout):
+            assert msg.error() is None, msg.error()
+            seen[msg.partition()].append(msg.value())
+
+    try:
+        for _ in range(120):
+            if sum(map(len, seen.values())) >= count:
+                break
+            poll(0.5)
+        poll(1.5)
+    finally:
+        consumer.close()
+    return seen
+
+
+def send(p: Producer, prefix: str) -> None:
+    for partition in range(PARTITIONS):
+        for i in range(3):
+            p.produce(TOPIC, f"{prefix}-{partition}-{i}".encode(), partition=partition)
+
+
+def test_commit_abort_and_offsets_in_a_transaction(txn_broker: BrokerProcess) -> None:
+    p = producer(txn_broker, "app-1")
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    send(p, "one")
+    p.commit_transaction(TIMEOUT_S)
+    p.begin_transaction()
+    send(p, "aborted")
+    p.flush(TIMEOUT_S)  # written to the log, then aborted: never seen by read_committed
+    p.abort_transaction(TIMEOUT_S)
+
+    # A consume-transform-produce step: the group's offsets commit with the records.
+    group = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": "etl", "enable.auto.commit": False})
+    try:
+        p.begin_transaction()
+        send(p, "two")
+        offsets = [TopicPartition(TOPIC, 0, 42)]
+        p.send_offsets_to_transaction(offsets, group.consumer_group_metadata(), TIMEOUT_S)
+        # Not visible before the commit.
+        assert group.committed([TopicPartition(TOPIC, 0)], TIMEOUT_S)[0].offset < 0
+        p.commit_transaction(TIMEOUT_S)
+        # The COMMIT marker reaches the group's partition after EndTxn is answered (Kafka's order).
+        wait_until(lambda: group.committed([TopicPartition(TOPIC, 0)], TIMEOUT_S)[0].offset == 42,
+                   timeout_s=TIMEOUT_S, what="the transaction's offsets to be committed")
+    finally:
+        group.close()
+
+    committed = read_all(txn_broker, "read_committed", 2 * 3 * PARTITIONS)
+    for partition in range(PARTITIONS):
+        assert committed[partition] == [f"{prefix}-{partition}-{i}".encode()
+                                        for prefix in ("one", "two") for i in range(3)]
+    everything = read_all(txn_broker, "read_uncommitted", 3 * 3 * PARTITIONS)
+    for partition in range(PARTITIONS):
+        assert everything[partition] == [f"{prefix}-{partition}-{i}".encode()
+                                         for prefix in ("one", "aborted", "two") for i in range(3)]
+
+
+def test_a_second_producer_on_the_id_fences_the_first(txn_broker: BrokerProcess) -> None:
+    zombie = producer(txn_broker, "shared")
+    zombie.init_transactions(TIMEOUT_S)
+    zombie.begin_transaction()
+    send(zombie, "zombie")
+    zombie.flush(TIMEOUT_S)
+
+    successor = producer(txn_broker, "shared")
+    successor.init_transactions(TIMEOUT_S)  # aborts the zombie's open transaction first
+    successor.begin_transaction()
+    send(successor, "successor")
+    successor.commit_transaction(TIMEOUT_S)
+
+    with pytest.raises(KafkaException) as caught:
+        zombie.commit_transaction(TIMEOUT_S)
+    assert caught.value.args[0].code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                                           KafkaError.INVALID_PRODUCER_EPOCH)
+
+    committed = read_all(txn_broker, "read_committed", 3 * PARTITIONS)
+    for partition in range(PARTITIONS):
+        assert committed[partition] == [f"successor-{partition}-{i}".encode() for i in range(3)]
+
+
+def test_a_transaction_past_its_timeout_is_aborted_by_the_coordinator(txn_broker: BrokerProcess) -> None:
+    p = producer(txn_broker, "slow", **{"transaction.timeout.ms": 1000})
+    p.init_transactions(TIMEOUT_S)
+    p.begin_transaction()
+    send(p, "late")
+    p.flush(TIMEOUT_S)
+    # The coordinator aborts it (epoch bumped): each partition's last stable offset passes the
+    # records and the ABORT marker, so read_committed readers are not held up by it...
+    with connect(txn_broker.bootstrap, timeout_s=TIMEOUT_S) as sock:
+        wait_until(lambda: all(_stable_end(sock, partition) == 4 for partition in range(PARTITIONS)),
+                   timeout_s=TIMEOUT_S, what="the coordinator aborting the timed-out transaction")
+    assert read_all(txn_broker, "read_committed", 0) == {p: [] for p in range(PARTITIONS)}
+    # ... and the producer can no longer commit it.
+    with pytest.raises(KafkaException):
+        p.commit_transaction(TIMEOUT_S)
+
+
+def _stable_end(sock: socket.socket, partition: int) -> int:
+    """The partition's read_committed end (its last stable offset)."""
+    response = call(sock, ListOffsetsRequest(replica_id=-1, isolation_level=1, topics=[
+        ListOffsetsRequest.ListOffsetsTopic(name=TOPIC, partitions=[
+            ListOffsetsRequest.ListOffsetsPartition(partition_index=partition, timestamp=-1)])]), 7, partition + 1)
+    assert isinstance(response, ListOffsetsResponse)
+    part = response.topics[0].partitions[0]
+    assert part.error_code == ErrorCode.NONE
+    return int(part.offset)
