@@ -936,6 +936,11 @@ class GroupCoordinator:
         if not held:
             self._txn_offsets.pop(producer_id, None)
 
+    def pending_txn_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with a transactional offset commit not yet decided (OffsetFetch
+        with require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        return {tp for by_group in self._txn_offsets.values() for tp in by_group.get(group_id, {})}
+
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetCommitValue | None]:
         """Committed offsets (None where nothing is committed); every one when `partitions` is None.

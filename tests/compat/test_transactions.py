@@ -81,19 +81,27 @@ def test_commit_abort_and_offsets_in_a_transaction(txn_broker: BrokerProcess) ->
 
     # A consume-transform-produce step: the group's offsets commit with the records.
     group = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": "etl", "enable.auto.commit": False})
+    unstable = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": "etl", "enable.auto.commit": False,
+                         "isolation.level": "read_uncommitted"})
     try:
         p.begin_transaction()
         send(p, "two")
         offsets = [TopicPartition(TOPIC, 0, 42)]
         p.send_offsets_to_transaction(offsets, group.consumer_group_metadata(), TIMEOUT_S)
-        # Not visible before the commit.
-        assert group.committed([TopicPartition(TOPIC, 0)], TIMEOUT_S)[0].offset < 0
+        # Not visible before the commit: without require_stable the last committed offset (none);
+        # with it (librdkafka's read_committed default, KIP-447) UNSTABLE_OFFSET_COMMIT, which
+        # the client retries until its timeout.
+        assert unstable.committed([TopicPartition(TOPIC, 0)], TIMEOUT_S)[0].offset < 0
+        with pytest.raises(KafkaException) as unstable_answer:
+            group.committed([TopicPartition(TOPIC, 0)], 2)
+        assert unstable_answer.value.args[0].code() in (KafkaError._TIMED_OUT, KafkaError.UNSTABLE_OFFSET_COMMIT)
         p.commit_transaction(TIMEOUT_S)
         # The COMMIT marker reaches the group's partition after EndTxn is answered (Kafka's order).
         wait_until(lambda: group.committed([TopicPartition(TOPIC, 0)], TIMEOUT_S)[0].offset == 42,
                    timeout_s=TIMEOUT_S, what="the transaction's offsets to be committed")
     finally:
         group.close()
+        unstable.close()
 
     committed = read_all(txn_broker, "read_committed", 2 * 3 * PARTITIONS)
     for partition in range(PARTITIONS):
