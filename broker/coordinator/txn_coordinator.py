@@ -258,6 +258,20 @@ class TransactionCoordinator:
 
     # -- the APIs ---------------------------------------------------------------------------
 
+    def describe(self, transactional_id: str) -> TxnMetadata:
+        """DescribeTransactions: the id's metadata; NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS
+        as the other requests, TRANSACTIONAL_ID_NOT_FOUND for an id nobody initialised."""
+        self._check_coordinator(transactional_id)
+        txn = self.txns.get(transactional_id)
+        if txn is None:
+            raise KafkaError(ErrorCode.TRANSACTIONAL_ID_NOT_FOUND, f"no transactional id {transactional_id!r}")
+        return txn
+
+    @property
+    def is_loading(self) -> bool:
+        """Some partition led here is still being read back (ListTransactions says so)."""
+        return bool(self._loading)
+
     async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
         """InitProducerId with a transactional id: (producer id, epoch). A new id gets a producer
         id from the block allocation; a known one the next epoch (a new producer id when the epoch

@@ -414,6 +414,16 @@ def test_kafkas_transactional_producer_commits_through_the_coordinator(causeway:
         consumer.close()
     assert len(values) == 10
 
+    # kafka-transactions lists and describes the id (ListTransactions, FindCoordinator, DescribeTransactions).
+    listed = run_tool("kafka-transactions", "--bootstrap-server", causeway.bootstrap, "list")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert any(line.split()[:1] == ["tools-tx"] and "CompleteCommit" in line
+               for line in listed.stdout.splitlines()), listed.stdout
+    described = run_tool("kafka-transactions", "--bootstrap-server", causeway.bootstrap, "describe",
+                         "--transactional-id", "tools-tx")
+    assert described.returncode == 0, described.stdout + described.stderr
+    assert "tools-tx" in described.stdout and "CompleteCommit" in described.stdout, described.stdout
+
 
 # --- the Kafka peer itself ----------------------------------------------------------------------------------
 

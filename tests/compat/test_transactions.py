@@ -14,7 +14,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from broker.protocol.errors import ErrorCode
-from broker.protocol.messages import ListOffsetsRequest, ListOffsetsResponse
+from broker.protocol.messages import (
+    DescribeTransactionsRequest,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    ListTransactionsRequest,
+)
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import call, connect
 from tests.support.polling import wait_until
@@ -119,6 +124,15 @@ def test_a_second_producer_on_the_id_fences_the_first(txn_broker: BrokerProcess)
     zombie.begin_transaction()
     send(zombie, "zombie")
     zombie.flush(TIMEOUT_S)
+    with connect(txn_broker.bootstrap, timeout_s=TIMEOUT_S) as sock:
+        described = call(sock, DescribeTransactionsRequest(transactional_ids=["shared", "nobody"]), 0)
+        listed = call(sock, ListTransactionsRequest(state_filters=["Ongoing", "Bogus"]), 1, 2)
+    shared, nobody = described.transaction_states
+    assert (shared.error_code, shared.transaction_state, shared.producer_epoch) == (ErrorCode.NONE, "Ongoing", 0)
+    assert [(t.topic, t.partitions) for t in shared.topics] == [(TOPIC, list(range(PARTITIONS)))]
+    assert nobody.error_code == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+    assert [(t.transactional_id, t.transaction_state) for t in listed.transaction_states] == [("shared", "Ongoing")]
+    assert listed.unknown_state_filters == ["Bogus"]
 
     successor = producer(txn_broker, "shared")
     successor.init_transactions(TIMEOUT_S)  # aborts the zombie's open transaction first

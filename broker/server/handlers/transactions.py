@@ -1,6 +1,8 @@
 """A transactional producer's requests: AddPartitionsToTxn, AddOffsetsToTxn and EndTxn (to the
 transaction coordinator, broker.coordinator.txn_coordinator), TxnOffsetCommit (to the group
-coordinator, which holds the offsets until the transaction's marker decides them).
+coordinator, which holds the offsets until the transaction's marker decides them); and the
+administrator's DescribeTransactions and ListTransactions (kafka-transactions describe / list),
+which need Describe on each TransactionalId (an id without it is refused, or left out of a list).
 
 With an authorizer, as Kafka's KafkaApis: each needs Write on the transactional id
 (TRANSACTIONAL_ID_AUTHORIZATION_FAILED); AddPartitionsToTxn Write on each topic
@@ -16,6 +18,7 @@ from __future__ import annotations
 from broker.clock import now_ms
 from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.coordinator.txn_coordinator import TransactionCoordinator
+from broker.coordinator.txn_state import TxnState
 from broker.protocol.api import ApiKey
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import (
@@ -23,8 +26,12 @@ from broker.protocol.messages import (
     AddOffsetsToTxnResponse,
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    DescribeTransactionsRequest,
+    DescribeTransactionsResponse,
     EndTxnRequest,
     EndTxnResponse,
+    ListTransactionsRequest,
+    ListTransactionsResponse,
     TxnOffsetCommitRequest,
     TxnOffsetCommitResponse,
 )
@@ -162,9 +169,75 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
     return answer(codes)
 
 
+async def describe_transactions(ctx: RequestContext,
+                                request: DescribeTransactionsRequest) -> DescribeTransactionsResponse:
+    """Each id the principal may Describe (else TRANSACTIONAL_ID_AUTHORIZATION_FAILED), with the
+    partitions of its transaction in topics it may Describe, as Kafka's."""
+    described = []
+    for transactional_id in request.transactional_ids:
+        state = DescribeTransactionsResponse.TransactionState(transactional_id=transactional_id,
+                                                              producer_id=-1, producer_epoch=-1)
+        described.append(state)
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, transactional_id):
+            state.error_code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            continue
+        try:
+            txn = _transactions(ctx).describe(transactional_id)
+        except KafkaError as exc:
+            state.error_code = exc.code
+            continue
+        by_topic: dict[str, list[int]] = {}
+        for topic, index in txn.partitions:
+            by_topic.setdefault(topic, []).append(index)
+        state.transaction_state = txn.state.title
+        state.transaction_timeout_ms = txn.timeout_ms
+        state.transaction_start_time_ms = txn.txn_start_ms
+        state.producer_id = txn.producer_id
+        state.producer_epoch = txn.producer_epoch
+        state.topics = [DescribeTransactionsResponse.TopicData(topic=topic, partitions=sorted(indexes))
+                        for topic, indexes in sorted(by_topic.items())
+                        if ctx.authorize(Operation.DESCRIBE, ResourceType.TOPIC, topic, log_denied=False)]
+    return DescribeTransactionsResponse(transaction_states=described)
+
+
+async def list_transactions(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsResponse:
+    """The ids this broker coordinates that the principal may Describe, filtered by state
+    (names Kafka does not know come back in unknown_state_filters), producer id and (v1) how
+    long the transaction has run; COORDINATOR_LOAD_IN_PROGRESS while a partition loads."""
+    try:
+        coordinator = _transactions(ctx)
+    except KafkaError as exc:
+        return ListTransactionsResponse(error_code=exc.code)
+    if coordinator.is_loading:
+        return ListTransactionsResponse(error_code=ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
+    names = {state.title: state for state in TxnState}
+    unknown = [name for name in request.state_filters if name not in names]
+    states = {names[name] for name in request.state_filters if name in names}
+    producers = set(request.producer_id_filters)
+    duration = request.duration_filter if ctx.version >= 1 else -1
+    now = now_ms()
+    listed = []
+    for txn in coordinator.txns.values():
+        if request.state_filters and txn.state not in states:
+            continue
+        if producers and txn.producer_id not in producers:
+            continue
+        if duration >= 0 and (txn.txn_start_ms < 0 or now - txn.txn_start_ms < duration):
+            continue
+        if not ctx.authorize(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, txn.transactional_id,
+                             log_denied=False):
+            continue
+        listed.append(ListTransactionsResponse.TransactionState(
+            transactional_id=txn.transactional_id, producer_id=txn.producer_id,
+            transaction_state=txn.state.title))
+    return ListTransactionsResponse(unknown_state_filters=unknown, transaction_states=listed)
+
+
 HANDLERS = (
     ApiHandler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, add_partitions),
     ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, add_offsets),
     ApiHandler(ApiKey.END_TXN, 0, 3, end_txn),
     ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 3, txn_offset_commit),
+    ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions),
+    ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, list_transactions),
 )
