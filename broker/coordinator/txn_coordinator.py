@@ -94,6 +94,8 @@ _WRITE_ERRORS = {
     ErrorCode.REQUEST_TIMED_OUT: ErrorCode.COORDINATOR_NOT_AVAILABLE,
     ErrorCode.NOT_LEADER_OR_FOLLOWER: ErrorCode.NOT_COORDINATOR,
     ErrorCode.KAFKA_STORAGE_ERROR: ErrorCode.NOT_COORDINATOR,
+    ErrorCode.MESSAGE_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
+    ErrorCode.RECORD_LIST_TOO_LARGE: ErrorCode.UNKNOWN_SERVER_ERROR,
 }
 
 
@@ -272,11 +274,14 @@ class TransactionCoordinator:
         """Some partition led here is still being read back (ListTransactions says so)."""
         return bool(self._loading)
 
-    async def init_producer_id(self, transactional_id: str, timeout_ms: int) -> tuple[int, int]:
+    async def init_producer_id(self, transactional_id: str, timeout_ms: int,
+                               expected: tuple[int, int] | None = None) -> tuple[int, int]:
         """InitProducerId with a transactional id: (producer id, epoch). A new id gets a producer
         id from the block allocation; a known one the next epoch (a new producer id when the epoch
         runs out). An open transaction is aborted first, fencing its producer: this call then
-        raises CONCURRENT_TRANSACTIONS and the client retries."""
+        raises CONCURRENT_TRANSACTIONS and the client retries. `expected` (v3+, KIP-360: a
+        producer bumping its own epoch) must be the id's producer and epoch, or the epoch before
+        a timeout's abort, else PRODUCER_FENCED."""
         if not 0 < timeout_ms <= self._config.transaction_max_timeout_ms:
             raise KafkaError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                              f"transaction.timeout.ms={timeout_ms} is not within 1..transaction.max.timeout.ms="
@@ -302,6 +307,11 @@ class TransactionCoordinator:
             return producer_id, 0
         if txn.pending is not None or txn.state.is_preparing:
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
+        if expected is not None and (expected[0] != txn.producer_id
+                                     or expected[1] not in (txn.producer_epoch, txn.last_producer_epoch)):
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"producer {expected[0]} epoch {expected[1]} is not the transactional id's "
+                             f"(producer {txn.producer_id} epoch {txn.producer_epoch})")
         if txn.state == TxnState.ONGOING:
             self._fence_and_abort(txn, coordinator_epoch, "a new producer initialised the transactional id")
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
@@ -322,6 +332,7 @@ class TransactionCoordinator:
         finally:
             txn.pending = None
         txn.producer_epoch = epoch
+        txn.last_producer_epoch = -1
         txn.timeout_ms = timeout_ms
         txn.transition(TxnState.EMPTY, now)
         return producer_id, epoch
@@ -430,6 +441,7 @@ class TransactionCoordinator:
                     and txn.txn_start_ms + txn.timeout_ms < now:
                 partition = self.partition_of(txn.transactional_id)
                 if partition in self._led and partition not in self._loading:
+                    txn.last_producer_epoch = txn.producer_epoch
                     self._fence_and_abort(txn, self._led[partition],
                                           f"open longer than its transaction.timeout.ms={txn.timeout_ms}")
 

@@ -108,6 +108,9 @@ class TxnMetadata:
     txn_start_ms: int = -1
     last_update_ms: int = -1
     pending: TxnState | None = None
+    # The epoch before the coordinator bumped it to abort a timed-out transaction: the producer
+    # may still re-initialise from it (KIP-360; kept in memory only, as Kafka's).
+    last_producer_epoch: int = -1
 
     def transition(self, target: TxnState, now_ms: int) -> None:
         """Enter `target` (checked against the table); a transaction that starts records its

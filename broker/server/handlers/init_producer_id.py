@@ -29,8 +29,11 @@ async def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitPro
         if coordinator is None:
             return _refused(ErrorCode.COORDINATOR_NOT_AVAILABLE)
         try:
+            # v3+ (KIP-360): a producer bumping its own epoch names the producer it had.
+            expected = ((request.producer_id, request.producer_epoch)
+                        if ctx.version >= 3 and request.producer_id >= 0 else None)
             producer_id, epoch = await coordinator.init_producer_id(request.transactional_id,
-                                                                    request.transaction_timeout_ms)
+                                                                    request.transaction_timeout_ms, expected)
         except KafkaError as exc:
             # Before v4 (KIP-588) a fenced producer is told INVALID_PRODUCER_EPOCH.
             code = exc.code

@@ -158,6 +158,12 @@ async def test_a_transaction_past_its_timeout_is_aborted(tmp_path: Path, autojum
         nursery.cancel_scope.cancel()
     assert coordinator.txns["t"].state == TxnState.COMPLETE_ABORT
     assert coordinator.txns["t"].producer_epoch == epoch + 1
+    # KIP-360: the producer recovers from its own epoch; any other producer or epoch is fenced.
+    for wrong in ((pid + 1, epoch), (pid, epoch + 5)):
+        with pytest.raises(KafkaError) as fenced:
+            await coordinator.init_producer_id("t", 1000, wrong)
+        assert fenced.value.code == ErrorCode.PRODUCER_FENCED
+    assert await coordinator.init_producer_id("t", 1000, (pid, epoch)) == (pid, epoch + 2)
 
 
 async def test_timeouts_beyond_the_maximum_are_refused(tmp_path: Path) -> None:
