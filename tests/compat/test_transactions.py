@@ -1,17 +1,21 @@
 """confluent-kafka's transactional producer against Causeway's transaction coordinator (issue 23):
 init_transactions, begin, produce to several partitions, send_offsets_to_transaction, commit and
 abort, read back by read_committed consumers (committed records only, in order) and by
-read_uncommitted ones (everything); two producers on one transactional id (the older is fenced).
+read_uncommitted ones (everything); two producers on one transactional id (the older is fenced);
+a transaction past its timeout; aiokafka's and kafka-python's transactional APIs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from aiokafka import AIOKafkaProducer
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from kafka import KafkaProducer
 
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
@@ -176,3 +180,39 @@ def _stable_end(sock: socket.socket, partition: int) -> int:
     part = response.topics[0].partitions[0]
     assert part.error_code == ErrorCode.NONE
     return int(part.offset)
+
+
+def test_aiokafka_and_kafka_python_transactions(txn_broker: BrokerProcess) -> None:
+    """The other Python clients' transactional APIs: aiokafka's `transaction()` context (commit on
+    exit, abort on an exception) and kafka-python's init/begin/commit/abort."""
+
+    async def aio() -> None:
+        p = AIOKafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id="aio-tx")
+        await p.start()
+        try:
+            async with p.transaction():
+                await p.send_and_wait("aio", b"a-0", partition=0)
+                await p.send_and_wait("aio", b"a-1", partition=1)
+            with pytest.raises(RuntimeError):
+                async with p.transaction():
+                    await p.send_and_wait("aio", b"aborted", partition=0)
+                    raise RuntimeError("abort this transaction")
+        finally:
+            await p.stop()
+
+    asyncio.run(asyncio.wait_for(aio(), TIMEOUT_S))
+    kp = KafkaProducer(bootstrap_servers=txn_broker.bootstrap, transactional_id="kp-tx")
+    try:
+        kp.init_transactions()
+        kp.begin_transaction()
+        kp.send("kp", b"k-0", partition=0)
+        kp.send("kp", b"k-2", partition=2)
+        kp.commit_transaction()
+        kp.begin_transaction()
+        kp.send("kp", b"aborted", partition=0)
+        kp.flush()
+        kp.abort_transaction()
+    finally:
+        kp.close()
+    assert read_all(txn_broker, "read_committed", 2, "aio") == {0: [b"a-0"], 1: [b"a-1"], 2: []}
+    assert read_all(txn_broker, "read_committed", 2, "kp") == {0: [b"k-0"], 1: [], 2: [b"k-2"]}
