@@ -222,7 +222,7 @@ async def run_broker(
         # The transaction coordinator follows the `__transaction_state` leaders the same way;
         # its markers reach partition leaders through MarkerSender (set once services exist).
         txn_store = OffsetsStore(config, controller, replicas, InternalTopic.transactions(config))
-        markers: list[MarkerSender] = []
+        markers: list[MarkerSender] = []  # made once the services it uses exist, below
         transactions = TransactionCoordinator(config, txn_store, controller.allocate_producer_id,
                                               lambda batch: markers[0](batch))
         replicas.add_leadership_listener(transactions)
@@ -290,6 +290,7 @@ async def run_broker(
         async with trio.open_nursery() as nursery:
             await nursery.start(replicas.run)
             await nursery.start(groups.run)
+            await nursery.start(markers[0].run)
             await nursery.start(transactions.run)
             if follow_acls is not None:
                 # Before anything listens: the changes announced since the load are in force.

@@ -2,8 +2,10 @@
 TransactionMarkerChannelManager, without its queues): the partitions of one transaction are
 grouped by their leader now; this broker's own are appended in place (the WriteTxnMarkers
 handler's path, no round trip), each other leader gets one WriteTxnMarkers request on the
-inter-broker listener, with the inter-broker security. What fails (no leader, a leader that does
-not answer or answers an error) is returned, and the coordinator sends it again after a pause.
+inter-broker listener, with the inter-broker security, over a connection kept open for the next
+transactions (one per broker, held by a task of :meth:`MarkerSender.run`, reopened when it
+fails). What fails (no leader, a leader that does not answer or answers an error) is returned,
+and the coordinator sends it again after a pause.
 
 A partition whose topic was deleted is done, as Kafka's coordinator drops its marker: nobody
 can read that transaction any more.
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import trio
 
-from broker.client.connection import ClientError, open_connection
+from broker.client.connection import BrokerConnection, ClientError, open_connection
 from broker.coordinator.txn_coordinator import Markers
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import WriteTxnMarkersRequest, WriteTxnMarkersResponse
@@ -66,6 +68,47 @@ class MarkerSender:
     def __init__(self, services: BrokerServices, security: ClientSecurity | None) -> None:
         self._services = services
         self._security = security
+        self._nursery: trio.Nursery | None = None
+        self._connections: dict[int, tuple[tuple[str, int], BrokerConnection]] = {}
+        self._opening: dict[int, trio.Lock] = {}
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the connections to other brokers until cancelled."""
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            task_status.started()
+            await trio.sleep_forever()
+
+    async def _connection(self, broker_id: int, host: str, port: int) -> BrokerConnection:
+        """The open connection to the broker at this address, opened when there is none (or
+        the one there was failed, or the broker moved). Raises ClientError, OSError."""
+        async with self._opening.setdefault(broker_id, trio.Lock()):
+            cached = self._connections.get(broker_id)
+            if cached is not None:
+                if cached[0] == (host, port) and not cached[1].closed:
+                    return cached[1]
+                cached[1].close()
+                del self._connections[broker_id]
+            if self._nursery is None:
+                raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, "the marker sender is not running")
+            conn: BrokerConnection = await self._nursery.start(self._hold, host, port)
+            self._connections[broker_id] = ((host, port), conn)
+            return conn
+
+    async def _hold(self, host: str, port: int, *, task_status: trio.TaskStatus[BrokerConnection]) -> None:
+        config = self._services.config
+        started = False
+        try:
+            async with open_connection(host, port, client_id=f"broker-{config.broker_id}-txn-markers",
+                                       request_timeout_s=config.request_timeout_ms / 1000 + 5,
+                                       security=self._security) as conn:
+                task_status.started(conn)
+                started = True
+                await conn.wait_closed()
+        except (ClientError, KafkaError, OSError) as exc:
+            if not started:
+                raise
+            log.debug("marker connection to %s:%d ended: %s", host, port, exc)
 
     async def __call__(self, markers: Markers) -> set[Partition]:
         services = self._services
@@ -94,11 +137,12 @@ class MarkerSender:
                     endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
                     if endpoint is None:
                         raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {leader} is not registered")
-                    async with open_connection(endpoint.host, endpoint.port,
-                                               client_id=f"broker-{config.broker_id}-txn-markers",
-                                               request_timeout_s=config.request_timeout_ms / 1000 + 5,
-                                               security=self._security) as conn:
+                    conn = await self._connection(leader, endpoint.host, endpoint.port)
+                    try:
                         response = await conn.request(request)
+                    except ClientError:
+                        conn.close()  # its outcome is unknown: the next attempt opens a new one
+                        raise
             except (ClientError, KafkaError, OSError) as exc:
                 log.info("markers for producer %d to broker %d: %s; retrying", markers.producer_id, leader, exc)
                 remaining.update(partitions)
