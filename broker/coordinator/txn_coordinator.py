@@ -65,6 +65,16 @@ class Markers:
     partitions: frozenset[tuple[str, int]]
 
 
+@dataclass(slots=True, eq=False)
+class _Led:
+    """A `__transaction_state` partition this broker leads, in `epoch` (the coordinator epoch
+    its markers carry; it may grow while this broker stays leader). Compared by identity: a
+    load or completion started under one leadership stops when that leadership ends, even if
+    the broker leads the partition again later."""
+
+    epoch: int
+
+
 # Writes the markers; returns the partitions still to do (their leader failed or was unknown).
 SendMarkers = Callable[[Markers], Awaitable[set[tuple[str, int]]]]
 
@@ -112,10 +122,10 @@ class TransactionCoordinator:
         self._allocate = allocate_producer_id
         self._send_markers = send_markers
         self.txns: dict[str, TxnMetadata] = {}  # the ids of loaded partitions only
-        self._led: dict[int, int] = {}  # partition -> coordinator (leader) epoch
+        self._led: dict[int, _Led] = {}
         self._loading: set[int] = set()
         self._nursery: trio.Nursery | None = None
-        self._queued: list[tuple[int, int]] = []  # elections before run() started
+        self._queued: list[tuple[int, _Led]] = []  # elections before run() started
 
     def reconfigure(self, config: BrokerConfig) -> None:
         self._config = config
@@ -146,7 +156,7 @@ class TransactionCoordinator:
                              f"this broker does not lead {TXN_STATE_TOPIC}-{partition}")
         if partition in self._loading:
             raise KafkaError(ErrorCode.COORDINATOR_LOAD_IN_PROGRESS)
-        return self._led[partition]
+        return self._led[partition].epoch
 
     # -- leadership (a LeadershipListener) --------------------------------------------------
 
@@ -155,20 +165,21 @@ class TransactionCoordinator:
         a previous coordinator decided but did not complete."""
         if topic != TXN_STATE_TOPIC:
             return
-        if partition in self._led:
-            self._led[partition] = max(self._led[partition], leader_epoch)
+        led = self._led.get(partition)
+        if led is not None:
+            led.epoch = max(led.epoch, leader_epoch)
             return
-        self._led[partition] = leader_epoch
+        led = self._led[partition] = _Led(leader_epoch)
         self._loading.add(partition)
         if self._nursery is None:
-            self._queued.append((partition, leader_epoch))
+            self._queued.append((partition, led))
         else:
-            self._nursery.start_soon(self._load, partition, leader_epoch)
+            self._nursery.start_soon(self._load, partition, led)
 
     def on_resigned(self, topic: str, partition: int, leader_epoch: int | None) -> None:
         if topic != TXN_STATE_TOPIC or partition not in self._led:
             return
-        if leader_epoch is not None and leader_epoch < self._led[partition]:
+        if leader_epoch is not None and leader_epoch < self._led[partition].epoch:
             return
         del self._led[partition]
         self._loading.discard(partition)
@@ -176,10 +187,10 @@ class TransactionCoordinator:
             del self.txns[tid]
         log.info("%s-%d: no longer leader; its transactional ids unloaded", TXN_STATE_TOPIC, partition)
 
-    def _still_led(self, partition: int, epoch: int) -> bool:
-        return self._led.get(partition) == epoch
+    def _still_led(self, partition: int, led: _Led) -> bool:
+        return self._led.get(partition) is led
 
-    async def _load(self, partition: int, epoch: int) -> None:
+    async def _load(self, partition: int, led: _Led) -> None:
         loaded: dict[str, TxnMetadata | None] = {}
 
         def apply(records: Records) -> None:  # in a worker thread: touches only `loaded`
@@ -202,15 +213,15 @@ class TransactionCoordinator:
                     log.warning("%s-%d: skipping a record: %s", TXN_STATE_TOPIC, partition, exc)
 
         backoff = 1.0
-        while self._still_led(partition, epoch):
+        while self._still_led(partition, led):
             try:
-                await self._store.replay_partition(partition, apply, lambda: self._still_led(partition, epoch))
+                await self._store.replay_partition(partition, apply, lambda: self._still_led(partition, led))
                 break
             except (KafkaError, OSError) as exc:
                 log.error("%s-%d: loading failed (%s); retrying", TXN_STATE_TOPIC, partition, exc)
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, 30.0)
-        if not self._still_led(partition, epoch):
+        if not self._still_led(partition, led):
             return
         for tid, txn in loaded.items():
             if txn is not None and txn.state != TxnState.DEAD:
@@ -223,16 +234,16 @@ class TransactionCoordinator:
                 txn.pending = TxnState.COMPLETE_COMMIT if txn.state == TxnState.PREPARE_COMMIT \
                     else TxnState.COMPLETE_ABORT
                 assert self._nursery is not None
-                self._nursery.start_soon(self._complete, txn, epoch)
+                self._nursery.start_soon(self._complete, txn)
         log.info("%s-%d: leader in epoch %d; loaded %d transactional ids, completing %d decided transactions",
-                 TXN_STATE_TOPIC, partition, epoch, len(loaded), resumed)
+                 TXN_STATE_TOPIC, partition, led.epoch, len(loaded), resumed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Serve loads, marker completions and the timeout of transactions until cancelled."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            for partition, epoch in self._queued:
-                nursery.start_soon(self._load, partition, epoch)
+            for partition, led in self._queued:
+                nursery.start_soon(self._load, partition, led)
             self._queued.clear()
             task_status.started()
             while True:
@@ -286,7 +297,7 @@ class TransactionCoordinator:
             raise KafkaError(ErrorCode.INVALID_TRANSACTION_TIMEOUT,
                              f"transaction.timeout.ms={timeout_ms} is not within 1..transaction.max.timeout.ms="
                              f"{self._config.transaction_max_timeout_ms}")
-        coordinator_epoch = self._check_coordinator(transactional_id)
+        self._check_coordinator(transactional_id)
         now = now_ms()
         txn = self.txns.get(transactional_id)
         if txn is None:
@@ -313,7 +324,7 @@ class TransactionCoordinator:
                              f"producer {expected[0]} epoch {expected[1]} is not the transactional id's "
                              f"(producer {txn.producer_id} epoch {txn.producer_epoch})")
         if txn.state == TxnState.ONGOING:
-            self._fence_and_abort(txn, coordinator_epoch, "a new producer initialised the transactional id")
+            self._fence_and_abort(txn, "a new producer initialised the transactional id")
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
         producer_id, epoch = txn.producer_id, txn.producer_epoch + 1
         if epoch > _MAX_EPOCH:
@@ -337,9 +348,9 @@ class TransactionCoordinator:
         txn.transition(TxnState.EMPTY, now)
         return producer_id, epoch
 
-    def _producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> tuple[TxnMetadata, int]:
+    def _producer(self, transactional_id: str, producer_id: int, producer_epoch: int) -> TxnMetadata:
         """The id's metadata, checked against the producer that asks (Kafka's order of errors)."""
-        coordinator_epoch = self._check_coordinator(transactional_id)
+        self._check_coordinator(transactional_id)
         txn = self.txns.get(transactional_id)
         if txn is None:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"no producer for {transactional_id!r}")
@@ -354,13 +365,13 @@ class TransactionCoordinator:
                              f"epoch {producer_epoch} is newer than the coordinator's {txn.producer_epoch}")
         if txn.pending is not None or txn.state.is_preparing:
             raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
-        return txn, coordinator_epoch
+        return txn
 
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: set[tuple[str, int]]) -> None:
         """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's `__consumer_offsets`
         partition): the transaction is Ongoing with these partitions in it, in the log."""
-        txn, _ = self._producer(transactional_id, producer_id, producer_epoch)
+        txn = self._producer(transactional_id, producer_id, producer_epoch)
         if txn.state == TxnState.ONGOING and partitions <= txn.partitions:
             return
         now = now_ms()
@@ -377,7 +388,7 @@ class TransactionCoordinator:
         """EndTxn: write PrepareCommit or PrepareAbort and return; the markers and the
         completion follow in the coordinator's tasks. A retried EndTxn of a transaction already
         completed the same way answers NONE; the other way, INVALID_TXN_STATE."""
-        coordinator_epoch = self._check_coordinator(transactional_id)
+        self._check_coordinator(transactional_id)
         txn = self.txns.get(transactional_id)
         if txn is not None and txn.producer_id == producer_id and txn.producer_epoch == producer_epoch \
                 and txn.pending is None:
@@ -387,14 +398,13 @@ class TransactionCoordinator:
                 return
             if txn.state == preparing:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
-        txn, coordinator_epoch = self._producer(transactional_id, producer_id, producer_epoch)
+        txn = self._producer(transactional_id, producer_id, producer_epoch)
         if txn.state != TxnState.ONGOING:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                              f"{'commit' if commit else 'abort'} of a transaction in state {txn.state.title}")
-        await self._prepare(txn, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, txn.producer_epoch,
-                            coordinator_epoch)
+        await self._prepare(txn, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, txn.producer_epoch)
 
-    async def _prepare(self, txn: TxnMetadata, state: TxnState, epoch: int, coordinator_epoch: int) -> None:
+    async def _prepare(self, txn: TxnMetadata, state: TxnState, epoch: int) -> None:
         now = now_ms()
         txn.pending = state
         try:
@@ -406,9 +416,9 @@ class TransactionCoordinator:
         txn.transition(state, now)
         txn.pending = TxnState.COMPLETE_COMMIT if state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
         assert self._nursery is not None
-        self._nursery.start_soon(self._complete, txn, coordinator_epoch)
+        self._nursery.start_soon(self._complete, txn)
 
-    def _fence_and_abort(self, txn: TxnMetadata, coordinator_epoch: int, why: str) -> None:
+    def _fence_and_abort(self, txn: TxnMetadata, why: str) -> None:
         """Abort the open transaction with the epoch bumped (Kafka's PrepareEpochFence), in the
         coordinator's tasks: the producer of the old epoch is fenced from here on."""
         log.info("aborting the transaction of %r (producer %d, epoch %d): %s", txn.transactional_id,
@@ -416,12 +426,12 @@ class TransactionCoordinator:
         txn.transition(TxnState.PREPARE_EPOCH_FENCE, now_ms())
         txn.pending = TxnState.PREPARE_ABORT
         assert self._nursery is not None
-        self._nursery.start_soon(self._abort_fenced, txn, coordinator_epoch)
+        self._nursery.start_soon(self._abort_fenced, txn)
 
-    async def _abort_fenced(self, txn: TxnMetadata, coordinator_epoch: int) -> None:
+    async def _abort_fenced(self, txn: TxnMetadata) -> None:
         epoch = min(txn.producer_epoch + 1, _MAX_EPOCH + 1)
         try:
-            await self._prepare(txn, TxnState.PREPARE_ABORT, epoch, coordinator_epoch)
+            await self._prepare(txn, TxnState.PREPARE_ABORT, epoch)
         except KafkaError as exc:
             # Still open in the log: the next timeout check (or InitProducerId) tries again.
             # Still open in the log: the next timeout check tries again (PrepareEpochFence
@@ -435,27 +445,30 @@ class TransactionCoordinator:
                 partition = self.partition_of(txn.transactional_id)
                 if partition in self._led and partition not in self._loading and self._nursery is not None:
                     txn.pending = TxnState.PREPARE_ABORT
-                    self._nursery.start_soon(self._abort_fenced, txn, self._led[partition])
+                    self._nursery.start_soon(self._abort_fenced, txn)
                 continue
             if txn.state == TxnState.ONGOING and txn.pending is None and txn.txn_start_ms >= 0 \
                     and txn.txn_start_ms + txn.timeout_ms < now:
                 partition = self.partition_of(txn.transactional_id)
                 if partition in self._led and partition not in self._loading:
                     txn.last_producer_epoch = txn.producer_epoch
-                    self._fence_and_abort(txn, self._led[partition],
-                                          f"open longer than its transaction.timeout.ms={txn.timeout_ms}")
+                    self._fence_and_abort(txn, f"open longer than its transaction.timeout.ms={txn.timeout_ms}")
 
-    async def _complete(self, txn: TxnMetadata, coordinator_epoch: int) -> None:
+    async def _complete(self, txn: TxnMetadata) -> None:
         """Send the markers until every partition has them, then write Complete*; abandoned
-        when this broker stops leading the id's partition (the next leader finishes it)."""
+        when this broker stops leading the id's partition (the next leader finishes it). The
+        markers carry the coordinator epoch current at each attempt."""
         commit = txn.state == TxnState.PREPARE_COMMIT
         partition = self.partition_of(txn.transactional_id)
+        led = self._led.get(partition)
+        if led is None:
+            return
         remaining = set(txn.partitions)
         delay = _MARKER_RETRY_S
         while remaining:
-            if not self._still_led(partition, coordinator_epoch):
+            if not self._still_led(partition, led) or self.txns.get(txn.transactional_id) is not txn:
                 return
-            markers = Markers(txn.producer_id, txn.producer_epoch, coordinator_epoch, commit, frozenset(remaining))
+            markers = Markers(txn.producer_id, txn.producer_epoch, led.epoch, commit, frozenset(remaining))
             try:
                 remaining = await self._send_markers(markers)
             except Exception:
@@ -465,7 +478,7 @@ class TransactionCoordinator:
                 delay = min(delay * 2, _MARKER_RETRY_MAX_S)
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
         delay = _MARKER_RETRY_S
-        while self._still_led(partition, coordinator_epoch) and self.txns.get(txn.transactional_id) is txn:
+        while self._still_led(partition, led) and self.txns.get(txn.transactional_id) is txn:
             now = now_ms()
             try:
                 await self._write(txn, done, txn.producer_epoch, set(), now)

@@ -212,3 +212,25 @@ async def test_a_new_leader_completes_a_prepared_transaction(tmp_path: Path, aut
         nursery.cancel_scope.cancel()
     assert log.states("t")[-1] == "CompleteCommit"
     assert leaders.sent[-1] == Markers(pid, epoch, 8, True, frozenset({("a", 0)}))
+
+
+async def test_a_newer_epoch_of_the_same_leader_goes_on_with_it(tmp_path: Path, autojump_clock: object) -> None:
+    """Still leader in a newer epoch (a reassignment): a load under way is not abandoned, and
+    markers still being sent carry the new coordinator epoch."""
+    log, leaders = Log(), Leaders()
+    coordinator = make(tmp_path, log, leaders)
+    partition = coordinator.partition_of("t")
+    coordinator.on_became_leader(TXN_STATE_TOPIC, partition, 8)  # before its load ran
+    async with trio.open_nursery() as nursery:
+        await start(nursery, coordinator)
+        pid, epoch = await coordinator.init_producer_id("t", 60000)
+        await coordinator.add_partitions("t", pid, epoch, {("a", 0)})
+        leaders.down = {("a", 0)}
+        await coordinator.end_txn("t", pid, epoch, commit=True)
+        await trio.sleep(1)
+        coordinator.on_became_leader(TXN_STATE_TOPIC, partition, 9)
+        leaders.down = set()
+        await settle(coordinator, "t")
+        nursery.cancel_scope.cancel()
+    assert coordinator.txns["t"].state == TxnState.COMPLETE_COMMIT
+    assert [m.coordinator_epoch for m in leaders.sent][0] == 8 and leaders.sent[-1].coordinator_epoch == 9
