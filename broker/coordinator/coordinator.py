@@ -263,6 +263,9 @@ class GroupCoordinator:
         led.loaded.set()  # nobody waits for a load that will never be taken
         led.tried.set()
         unloaded = 0
+        for by_group in self._txn_offsets.values():  # the new coordinator hears of their markers
+            for group_id in [g for g in by_group if self.partition_of(g) == partition]:
+                del by_group[group_id]
         for group_id, group in list(self.groups.items()):
             if self.partition_of(group_id) != partition:
                 continue

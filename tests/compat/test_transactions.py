@@ -2,7 +2,8 @@
 init_transactions, begin, produce to several partitions, send_offsets_to_transaction, commit and
 abort, read back by read_committed consumers (committed records only, in order) and by
 read_uncommitted ones (everything); two producers on one transactional id (the older is fenced);
-a transaction past its timeout; aiokafka's and kafka-python's transactional APIs.
+a transaction past its timeout; aiokafka's and kafka-python's transactional APIs; the
+coordinator's state across a restart.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from kafka import KafkaProducer
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     DescribeTransactionsRequest,
+    FindCoordinatorRequest,
+    InitProducerIdRequest,
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListTransactionsRequest,
@@ -216,3 +219,25 @@ def test_aiokafka_and_kafka_python_transactions(txn_broker: BrokerProcess) -> No
         kp.close()
     assert read_all(txn_broker, "read_committed", 2, "aio") == {0: [b"a-0"], 1: [b"a-1"], 2: []}
     assert read_all(txn_broker, "read_committed", 2, "kp") == {0: [b"k-0"], 1: [], 2: [b"k-2"]}
+
+
+def test_the_coordinator_reloads_its_ids_after_a_restart(txn_broker: BrokerProcess) -> None:
+    """The transactional id's producer and epoch come back from `__transaction_state`: after a
+    restart, InitProducerId gives the same producer id with the next epoch."""
+
+    def init() -> tuple[int, int]:
+        with connect(txn_broker.bootstrap, timeout_s=TIMEOUT_S) as sock:
+            found = call(sock, FindCoordinatorRequest(key_type=1, key="kept", coordinator_keys=["kept"]), 3)
+            if found.error_code != ErrorCode.NONE:
+                return -1, -1
+            answer = call(sock, InitProducerIdRequest(transactional_id="kept", transaction_timeout_ms=60000), 4, 2)
+            return (answer.producer_id, answer.producer_epoch) if answer.error_code == ErrorCode.NONE else (-1, -1)
+
+    first: list[tuple[int, int]] = []
+    wait_until(lambda: first.append(init()) or first[-1][0] >= 0, timeout_s=TIMEOUT_S, what="a producer id")
+    producer_id, epoch = first[-1]
+    txn_broker.restart()
+    again: list[tuple[int, int]] = []
+    wait_until(lambda: again.append(init()) or again[-1][0] >= 0, timeout_s=TIMEOUT_S,
+               what="the coordinator after the restart")
+    assert again[-1] == (producer_id, epoch + 1)
