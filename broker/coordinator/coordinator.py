@@ -912,13 +912,15 @@ class GroupCoordinator:
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group id is empty")
         self._check_coordinator(group_id)
-        group = self.groups.get(group_id)
-        if generation >= 0 or member_id or instance_id is not None:
-            if group is None:
-                raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"group {group_id} does not exist")
+        # As Kafka's doTxnCommitOffsets: a group that does not exist is an empty one; a member
+        # named must be in it, a generation given must be its own.
+        group = self.groups.get(group_id) or Group(group_id)
+        if group.state == GroupState.DEAD:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id} is being deleted")
+        if member_id or instance_id is not None:
             self._check_member(group, member_id, instance_id)
-            if generation != group.generation:
-                raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not {group.generation}")
+        if generation >= 0 and generation != group.generation:
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not {group.generation}")
         self._txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:

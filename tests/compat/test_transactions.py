@@ -26,6 +26,7 @@ from broker.protocol.messages import (
     ListOffsetsRequest,
     ListOffsetsResponse,
     ListTransactionsRequest,
+    TxnOffsetCommitRequest,
 )
 from deploy.broker_process import BrokerProcess
 from deploy.kafka_socket import call, connect
@@ -241,3 +242,30 @@ def test_the_coordinator_reloads_its_ids_after_a_restart(txn_broker: BrokerProce
     wait_until(lambda: again.append(init()) or again[-1][0] >= 0, timeout_s=TIMEOUT_S,
                what="the coordinator after the restart")
     assert again[-1] == (producer_id, epoch + 1)
+
+
+def test_txn_offset_commits_of_a_foreign_member_or_generation_are_refused(txn_broker: BrokerProcess) -> None:
+    """TxnOffsetCommit v3 (KIP-447) names the consumer's member and generation: one not of the
+    group is refused as Kafka refuses it, and nothing is held for the transaction."""
+    Part = TxnOffsetCommitRequest.TxnOffsetCommitRequestPartition
+
+    def commit(sock: socket.socket, correlation: int, **member: object) -> list[int]:
+        answer = call(sock, TxnOffsetCommitRequest(
+            transactional_id="t", group_id="nobody-here", producer_id=1, producer_epoch=0, **member,
+            topics=[TxnOffsetCommitRequest.TxnOffsetCommitRequestTopic(
+                name=TOPIC, partitions=[Part(partition_index=0, committed_offset=7)])]), 3, correlation)
+        return [p.error_code for t in answer.topics for p in t.partitions]
+
+    Producer({"bootstrap.servers": txn_broker.bootstrap}).list_topics(TOPIC, TIMEOUT_S)  # creates the topic
+    with connect(txn_broker.bootstrap, timeout_s=TIMEOUT_S) as sock:
+        wait_until(lambda: call(sock, FindCoordinatorRequest(key_type=0, key="nobody-here"), 3).error_code
+                   == ErrorCode.NONE, timeout_s=TIMEOUT_S, what="the group coordinator")
+        assert commit(sock, 2, member_id="ghost", generation_id=1) == [ErrorCode.UNKNOWN_MEMBER_ID]
+        assert commit(sock, 3, generation_id=5) == [ErrorCode.ILLEGAL_GENERATION]
+    consumer = Consumer({"bootstrap.servers": txn_broker.bootstrap, "group.id": "nobody-here",
+                         "isolation.level": "read_committed"})
+    try:
+        # Nothing undecided is held for the group (a held commit would be UNSTABLE_OFFSET_COMMIT).
+        assert consumer.committed([TopicPartition(TOPIC, 0)], TIMEOUT_S)[0].offset < 0
+    finally:
+        consumer.close()
