@@ -550,6 +550,10 @@ class BrokerConfig(ConfigModel):
         default=900000, alias="transaction.max.timeout.ms")
     transaction_abort_timed_out_transaction_cleanup_interval_ms: Annotated[int, _int(1, INT_MAX)] = Field(
         default=10000, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    transactional_id_expiration_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=604800000, alias="transactional.id.expiration.ms")
+    transaction_remove_expired_transaction_cleanup_interval_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=3600000, alias="transaction.remove.expired.transaction.cleanup.interval.ms")
     group_initial_rebalance_delay_ms: Annotated[int, _int(0, INT_MAX)] = Field(
         default=3000, alias="group.initial.rebalance.delay.ms")
     group_min_session_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(

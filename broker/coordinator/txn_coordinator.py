@@ -246,9 +246,38 @@ class TransactionCoordinator:
                 nursery.start_soon(self._load, partition, led)
             self._queued.clear()
             task_status.started()
+            nursery.start_soon(self._expire_forever)
             while True:
                 await trio.sleep(self._config.transaction_abort_timed_out_transaction_cleanup_interval_ms / 1000)
                 self._abort_timed_out(now_ms())
+
+    async def _expire_forever(self) -> None:
+        while True:
+            await trio.sleep(self._config.transaction_remove_expired_transaction_cleanup_interval_ms / 1000)
+            await self.expire(now_ms())
+
+    async def expire(self, now: int) -> None:
+        """Forget the ids with no transaction open, unused for transactional.id.expiration.ms
+        (Kafka's Dead): a tombstone replaces each one's record. One whose tombstone cannot be
+        written now stays, for the next round."""
+        for txn in list(self.txns.values()):
+            if txn.pending is not None or not txn.state.is_complete \
+                    or txn.last_update_ms + self._config.transactional_id_expiration_ms > now:
+                continue
+            partition = self.partition_of(txn.transactional_id)
+            if partition not in self._led or partition in self._loading:
+                continue
+            txn.pending = TxnState.DEAD
+            try:
+                await self._store.append(partition, [(TxnLogKey(txn.transactional_id).encode(), None)])
+            except (KafkaError, OSError) as exc:
+                log.info("expiring transactional id %r: %s; trying again later", txn.transactional_id, exc)
+                continue
+            finally:
+                txn.pending = None
+            txn.transition(TxnState.DEAD, now)
+            if self.txns.get(txn.transactional_id) is txn:
+                del self.txns[txn.transactional_id]
 
     # -- persistence ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import trio.testing
 from broker.config import BrokerConfig
 from broker.coordinator.loader import Records
 from broker.coordinator.txn_coordinator import Markers, TransactionCoordinator
-from broker.coordinator.txn_records import TXN_STATE_TOPIC, decode_key, decode_value
+from broker.coordinator.txn_records import TXN_STATE_TOPIC, TxnLogKey, decode_key, decode_value
 from broker.coordinator.txn_state import TxnState
 from broker.protocol.errors import ErrorCode, KafkaError
 from tests.support.polling import wait_for
@@ -234,3 +234,22 @@ async def test_a_newer_epoch_of_the_same_leader_goes_on_with_it(tmp_path: Path, 
         nursery.cancel_scope.cancel()
     assert coordinator.txns["t"].state == TxnState.COMPLETE_COMMIT
     assert [m.coordinator_epoch for m in leaders.sent][0] == 8 and leaders.sent[-1].coordinator_epoch == 9
+
+
+async def test_an_unused_id_expires_and_its_next_producer_starts_afresh(tmp_path: Path, autojump_clock: object,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("broker.coordinator.txn_coordinator.now_ms", lambda: int(trio.current_time() * 1000))
+    log, leaders = Log(), Leaders()
+    coordinator = make(tmp_path, log, leaders, **{"transactional.id.expiration.ms": "60000",
+                                                  "transaction.remove.expired.transaction.cleanup.interval.ms": "1000"})
+    async with trio.open_nursery() as nursery:
+        await start(nursery, coordinator)
+        old = await coordinator.init_producer_id("idle", 60000)
+        pid, epoch = await coordinator.init_producer_id("busy", 60000)
+        await coordinator.add_partitions("busy", pid, epoch, {("a", 0)})  # open: never expires
+        await trio.sleep(70)
+        assert "idle" not in coordinator.txns and "busy" in coordinator.txns
+        assert log.records[coordinator.partition_of("idle")][-1] == (TxnLogKey("idle").encode(), None)
+        fresh = await coordinator.init_producer_id("idle", 60000)
+        nursery.cancel_scope.cancel()
+    assert fresh[0] != old[0] and fresh[1] == 0
