@@ -191,8 +191,6 @@ IGNORED_KAFKA_KEYS = frozenset(
         "background.threads",
         "socket.send.buffer.bytes",
         "socket.receive.buffer.bytes",
-        "transaction.state.log.replication.factor",
-        "transaction.state.log.min.isr",
         "log.cleaner.threads",
         "log.preallocate",
         "process.roles",
@@ -538,6 +536,24 @@ class BrokerConfig(ConfigModel):
     offsets_commit_timeout_ms: Annotated[int, _int(1, INT_MAX)] = Field(
         default=5000, alias="offsets.commit.timeout.ms")
     offset_metadata_max_bytes: Annotated[int, _int(0, INT_MAX)] = Field(default=4096, alias="offset.metadata.max.bytes")
+    # The transaction coordinator and its log, `__transaction_state` (Kafka's names and defaults;
+    # the replication factor is capped by the brokers registered when the topic is created).
+    transaction_state_log_num_partitions: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=50, alias="transaction.state.log.num.partitions")
+    transaction_state_log_replication_factor: Annotated[int, _int(1, 32767)] = Field(
+        default=3, alias="transaction.state.log.replication.factor")
+    transaction_state_log_min_isr: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=2, alias="transaction.state.log.min.isr")
+    transaction_state_log_segment_bytes: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=104857600, alias="transaction.state.log.segment.bytes")
+    transaction_max_timeout_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=900000, alias="transaction.max.timeout.ms")
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=10000, alias="transaction.abort.timed.out.transaction.cleanup.interval.ms")
+    transactional_id_expiration_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=604800000, alias="transactional.id.expiration.ms")
+    transaction_remove_expired_transaction_cleanup_interval_ms: Annotated[int, _int(1, INT_MAX)] = Field(
+        default=3600000, alias="transaction.remove.expired.transaction.cleanup.interval.ms")
     group_initial_rebalance_delay_ms: Annotated[int, _int(0, INT_MAX)] = Field(
         default=3000, alias="group.initial.rebalance.delay.ms")
     group_min_session_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(

@@ -171,6 +171,9 @@ class GroupCoordinator:
         self._led: dict[int, _Led] | None = None if replay is None else {}
         self._nursery: trio.Nursery | None = None
         self.groups: dict[str, Group] = {}  # the groups of loaded partitions only
+        # Transactional offset commits not yet decided: producer id -> group -> offsets. They
+        # become committed offsets when the COMMIT marker reaches the group's partition.
+        self._txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]] = {}
         self._wakeup = trio.Event()
 
     def reconfigure(self, config: BrokerConfig) -> None:
@@ -260,6 +263,9 @@ class GroupCoordinator:
         led.loaded.set()  # nobody waits for a load that will never be taken
         led.tried.set()
         unloaded = 0
+        for by_group in self._txn_offsets.values():  # the new coordinator hears of their markers
+            for group_id in [g for g in by_group if self.partition_of(g) == partition]:
+                del by_group[group_id]
         for group_id, group in list(self.groups.items()):
             if self.partition_of(group_id) != partition:
                 continue
@@ -893,6 +899,52 @@ class GroupCoordinator:
             except KafkaError as exc:
                 raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
         group.offsets.update(offsets)
+
+    async def txn_commit(self, group_id: str, producer_id: int, generation: int, member_id: str,
+                         instance_id: str | None, offsets: dict[tuple[str, int], OffsetCommitValue]) -> None:
+        """TxnOffsetCommit: offsets held for the producer's transaction, visible to OffsetFetch
+        only once its COMMIT marker reaches the group's partition (:meth:`complete_txn`).
+
+        A member's generation is checked as OffsetCommit checks it (KIP-447); a commit from
+        outside any generation (-1) is taken as Kafka takes it. Held in memory: a coordinator
+        that moves before the marker loses them (Kafka keeps them in the log as transactional
+        records), and the producer's transaction then commits without its offsets."""
+        if not group_id:
+            raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group id is empty")
+        self._check_coordinator(group_id)
+        # As Kafka's doTxnCommitOffsets: a group that does not exist is an empty one; a member
+        # named must be in it, a generation given must be its own.
+        group = self.groups.get(group_id) or Group(group_id)
+        if group.state == GroupState.DEAD:
+            raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, f"group {group_id} is being deleted")
+        if member_id or instance_id is not None:
+            self._check_member(group, member_id, instance_id)
+        if generation >= 0 and generation != group.generation:
+            raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not {group.generation}")
+        self._txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
+
+    async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
+        """A marker for `producer_id` was written to `partition` of `__consumer_offsets`: its
+        held offsets for that partition's groups are committed (COMMIT) or dropped (ABORT).
+        Raises KafkaError when the commit cannot be written (the marker is retried)."""
+        held = self._txn_offsets.get(producer_id, {})
+        for group_id in [g for g in held if self.partition_of(g) == partition]:
+            offsets = held[group_id]
+            if commit and offsets:
+                await self._store(group_id, [(OffsetCommitKey(group_id, t, p).encode(), v.encode())
+                                             for (t, p), v in offsets.items()])
+                group = self.groups.get(group_id)
+                if group is None:
+                    group = self.groups[group_id] = Group(group_id)
+                group.offsets.update(offsets)
+            held.pop(group_id, None)
+        if not held:
+            self._txn_offsets.pop(producer_id, None)
+
+    def pending_txn_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions with a transactional offset commit not yet decided (OffsetFetch
+        with require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
+        return {tp for by_group in self._txn_offsets.values() for tp in by_group.get(group_id, {})}
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetCommitValue | None]:

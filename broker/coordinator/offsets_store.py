@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
 
 import trio
 
@@ -20,6 +21,7 @@ from broker.config import BrokerConfig
 from broker.controller.base import Controller
 from broker.coordinator.coordinator import OFFSETS_TOPIC
 from broker.coordinator.loader import Records
+from broker.coordinator.txn_records import TXN_STATE_TOPIC
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import Record, build_batch, decode_batch, split_batches
 from broker.replication.append import AppendEntry, AppendOrigin, LeaderAppend, append_to_leader, wait_for_acks
@@ -27,7 +29,7 @@ from broker.replication.replica_manager import ReplicaManager
 from broker.storage import Log
 from broker.storage.file_slice import FileSlice
 
-__all__ = ["OffsetsStore"]
+__all__ = ["InternalTopic", "OffsetsStore"]
 
 log = logging.getLogger(__name__)
 
@@ -35,34 +37,65 @@ log = logging.getLogger(__name__)
 READ_CHUNK = 4 << 20
 
 
+@dataclass(frozen=True, slots=True)
+class InternalTopic:
+    """A coordinator's compacted internal topic: how it is created and how long a write waits
+    for its ISR. `__consumer_offsets` (:meth:`offsets`) and `__transaction_state` share the store."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    replication_key: str  # the broker key that sets replication_factor, named in the log
+    configs: dict[str, str]
+    commit_timeout_ms: int
+    commit_timeout_key: str
+
+    @classmethod
+    def offsets(cls, config: BrokerConfig) -> InternalTopic:
+        return cls(OFFSETS_TOPIC, config.offsets_topic_num_partitions, config.offsets_topic_replication_factor,
+                   "offsets.topic.replication.factor",
+                   {"cleanup.policy": "compact", "compression.type": "producer",
+                    "segment.bytes": str(config.offsets_topic_segment_bytes)},
+                   config.offsets_commit_timeout_ms, "offsets.commit.timeout.ms")
+
+    @classmethod
+    def transactions(cls, config: BrokerConfig) -> InternalTopic:
+        """`__transaction_state`, as Kafka's TransactionStateManager creates it; its writes wait
+        for the ISR up to request.timeout.ms (Kafka: transaction.state.log's own timeout)."""
+        return cls(TXN_STATE_TOPIC, config.transaction_state_log_num_partitions,
+                   config.transaction_state_log_replication_factor, "transaction.state.log.replication.factor",
+                   {"cleanup.policy": "compact", "compression.type": "uncompressed",
+                    "min.insync.replicas": str(config.transaction_state_log_min_isr),
+                    "segment.bytes": str(config.transaction_state_log_segment_bytes),
+                    "unclean.leader.election.enable": "false"},
+                   config.request_timeout_ms, "request.timeout.ms")
+
+
 class OffsetsStore:
-    def __init__(self, config: BrokerConfig, controller: Controller, replicas: ReplicaManager) -> None:
+    def __init__(self, config: BrokerConfig, controller: Controller, replicas: ReplicaManager,
+                 topic: InternalTopic | None = None) -> None:
         self._config = config
         self._controller = controller
         self._replicas = replicas
+        self._topic = topic if topic is not None else InternalTopic.offsets(config)
         self._load_limiter = trio.CapacityLimiter(1)
 
     async def ensure_topic(self) -> None:
         """Create `__consumer_offsets` (compacted, as Kafka makes it) if it does not exist, with
         offsets.topic.replication.factor replicas, capped by the brokers registered now."""
-        if OFFSETS_TOPIC in self._controller.topics():
+        topic = self._topic
+        if topic.name in self._controller.topics():
             return
         present = len(self._controller.brokers())
-        replication = max(1, min(self._config.offsets_topic_replication_factor, present))
-        if replication < self._config.offsets_topic_replication_factor:
-            log.info("creating %s with %d replicas (offsets.topic.replication.factor=%d, %d brokers present)",
-                     OFFSETS_TOPIC, replication, self._config.offsets_topic_replication_factor, present)
+        replication = max(1, min(topic.replication_factor, present))
+        if replication < topic.replication_factor:
+            log.info("creating %s with %d replicas (%s=%d, %d brokers present)",
+                     topic.name, replication, topic.replication_key, topic.replication_factor, present)
+        configs = dict(topic.configs)
+        if "min.insync.replicas" in configs:  # never above the replicas the topic gets
+            configs["min.insync.replicas"] = str(min(int(configs["min.insync.replicas"]), replication))
         try:
-            await self._controller.create_topic(
-                OFFSETS_TOPIC,
-                self._config.offsets_topic_num_partitions,
-                replication,
-                {
-                    "cleanup.policy": "compact",
-                    "compression.type": "producer",
-                    "segment.bytes": str(self._config.offsets_topic_segment_bytes),
-                },
-            )
+            await self._controller.create_topic(topic.name, topic.partitions, replication, configs)
         except KafkaError as exc:
             if exc.code != ErrorCode.TOPIC_ALREADY_EXISTS:
                 raise
@@ -84,7 +117,7 @@ class OffsetsStore:
         The coordinator maps them to what Kafka answers for a commit or a group write."""
         timestamp = now_ms()
         batch = build_batch([Record(key, value) for key, value in records], base_timestamp=timestamp)
-        appended = append_to_leader(self._replicas, AppendEntry(OFFSETS_TOPIC, partition, batch),
+        appended = append_to_leader(self._replicas, AppendEntry(self._topic.name, partition, batch),
                                     origin=AppendOrigin.COORDINATOR, required_acks=-1, now_ms=timestamp)
         if appended.refused is not None:
             raise appended.refused
@@ -92,15 +125,16 @@ class OffsetsStore:
 
     async def _committed(self, appended: LeaderAppend) -> None:
         # At flush.messages, a commit is answered after its fsync (in a worker thread).
-        await wait_for_acks([appended], required_acks=-1, timeout_ms=self._config.offsets_commit_timeout_ms)
+        topic = self._topic
+        await wait_for_acks([appended], required_acks=-1, timeout_ms=topic.commit_timeout_ms)
         if appended.refused is not None:
             raise appended.refused
         if appended.acks == ErrorCode.REQUEST_TIMED_OUT:
             raise KafkaError(ErrorCode.REQUEST_TIMED_OUT,
-                             f"the ISR of {OFFSETS_TOPIC}-{appended.index} did not confirm the write within "
-                             f"offsets.commit.timeout.ms={self._config.offsets_commit_timeout_ms}")
+                             f"the ISR of {topic.name}-{appended.index} did not confirm the write within "
+                             f"{topic.commit_timeout_key}={topic.commit_timeout_ms}")
         if appended.acks != ErrorCode.NONE:
-            raise KafkaError(appended.acks, f"writing to {OFFSETS_TOPIC}-{appended.index}")
+            raise KafkaError(appended.acks, f"writing to {self._topic.name}-{appended.index}")
 
     async def replay_partition(self, partition: int, sink: Callable[[Records], None],
                                still_wanted: Callable[[], bool]) -> None:
@@ -111,7 +145,7 @@ class OffsetsStore:
         the file away; the chunk is read, decoded and given to `sink` in a worker thread, one
         chunk of one partition at a time across the broker (Kafka loads on one thread too).
         Stops early when `still_wanted()` turns false. Raises KafkaError or OSError."""
-        partition_log = self._replicas.get(OFFSETS_TOPIC, partition).log
+        partition_log = self._replicas.get(self._topic.name, partition).log
         end = partition_log.log_end_offset
         offset = partition_log.log_start_offset
         while offset < end and still_wanted():
@@ -127,14 +161,14 @@ class OffsetsStore:
             finally:
                 chunk.close()
             if next_offset is None:
-                log.warning("%s-%d: unreadable data at offset %d; its load stops there", OFFSETS_TOPIC,
+                log.warning("%s-%d: unreadable data at offset %d; its load stops there", self._topic.name,
                             partition, offset)
                 return
             offset = next_offset
 
     def partition_count(self) -> int | None:
         """How many partitions `__consumer_offsets` has; None before it exists."""
-        topic = self._controller.topics().get(OFFSETS_TOPIC)
+        topic = self._controller.topics().get(self._topic.name)
         return len(topic.partitions) if topic is not None else None
 
     def led_partitions(self) -> list[tuple[int, int]]:
@@ -142,7 +176,7 @@ class OffsetsStore:
         leads now: standalone, all of them. The group coordinator is told of these once at start;
         later changes come from the replica manager (a LeadershipListener)."""
         return sorted((p.index, p.leader_epoch) for p in self._replicas.partitions()
-                      if p.topic == OFFSETS_TOPIC and p.is_leader)
+                      if p.topic == self._topic.name and p.is_leader)
 
     def replay(self) -> Iterator[tuple[bytes | None, bytes | None]]:
         """Every record of every partition, oldest first within each partition."""

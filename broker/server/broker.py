@@ -28,7 +28,9 @@ from broker.controller.model import BrokerInfo
 from broker.controller.standalone import StandaloneController
 from broker.coordinator import lag_metrics
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator
-from broker.coordinator.offsets_store import OffsetsStore
+from broker.coordinator.offsets_store import InternalTopic, OffsetsStore
+from broker.coordinator.txn_coordinator import TransactionCoordinator
+from broker.coordinator.txn_records import TXN_STATE_TOPIC
 from broker.faults import crash_point
 from broker.metrics import MetricsServer, serve_metrics, track_fetch_sessions, track_open_segment_files
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -42,6 +44,7 @@ from broker.server.fetch_sessions import TOTAL_PER_BROKER_PARTITION, FetchSessio
 from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.server.scram_credentials import scram_credentials
+from broker.server.txn_markers import MarkerSender
 from broker.server.user_configs import FileUserConfigs, UserConfigs
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
@@ -216,6 +219,15 @@ async def run_broker(
         # this broker leads every partition from here on; groups.run loads them before readiness.
         groups = GroupCoordinator.over(config, offsets_store)
         replicas.add_leadership_listener(groups)
+        # The transaction coordinator follows the `__transaction_state` leaders the same way;
+        # its markers reach partition leaders through MarkerSender (set once services exist).
+        txn_store = OffsetsStore(config, controller, replicas, InternalTopic.transactions(config))
+        markers: list[MarkerSender] = []  # made once the services it uses exist, below
+        transactions = TransactionCoordinator(config, txn_store, controller.allocate_producer_id,
+                                              lambda batch: markers[0](batch))
+        replicas.add_leadership_listener(transactions)
+        for partition, leader_epoch in txn_store.led_partitions():
+            transactions.on_became_leader(TXN_STATE_TOPIC, partition, leader_epoch)
         lag_metrics.track_groups(lambda: groups.groups)
         for partition, leader_epoch in offsets_store.led_partitions():
             groups.on_became_leader(OFFSETS_TOPIC, partition, leader_epoch)
@@ -230,11 +242,13 @@ async def run_broker(
             users = FileUserConfigs(config.log_dirs[0])
             await trio.to_thread.run_sync(users.load)
         services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions, acls=acls,
-                                  users=users)
+                                  users=users, transactions=transactions)
+        markers.append(MarkerSender(services, inter_broker))
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))
             zk_metadata.on_broker_config(groups.reconfigure)  # message.max.bytes bounds a member's metadata
+            zk_metadata.on_broker_config(transactions.reconfigure)
         dispatcher = Dispatcher(services)
         pool = RequestMemoryPool(config.queued_max_request_bytes, config.socket_request_max_bytes)
         responses = ResponseMemoryPool(config.fetch_max_bytes)
@@ -276,6 +290,8 @@ async def run_broker(
         async with trio.open_nursery() as nursery:
             await nursery.start(replicas.run)
             await nursery.start(groups.run)
+            await nursery.start(markers[0].run)
+            await nursery.start(transactions.run)
             if follow_acls is not None:
                 # Before anything listens: the changes announced since the load are in force.
                 await nursery.start(follow_acls)

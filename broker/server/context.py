@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from broker.config import BrokerConfig
     from broker.controller.base import Controller
     from broker.coordinator.coordinator import GroupCoordinator
+    from broker.coordinator.txn_coordinator import TransactionCoordinator
     from broker.replication.replica_manager import ReplicaManager
     from broker.server.acl_store import AclStore
     from broker.server.fetch_sessions import FetchSessionCache
@@ -62,6 +63,7 @@ class BrokerServices:
     fetch_sessions: FetchSessionCache | None = None  # None: every fetch is a full one
     acls: AclStore | None = None  # None: no authorizer.class.name, every request is allowed
     users: UserConfigs | None = None  # users' configs (SCRAM credentials): ZooKeeper's, or the data dir's
+    transactions: TransactionCoordinator | None = None  # None: transactional ids are refused
 
 
 @dataclass(frozen=True, slots=True)

@@ -391,20 +391,38 @@ def test_kafka_producer_perf_test_idempotent(causeway: BrokerProcess) -> None:
     assert sum(high - low for low, high in ends) == count, ends
 
 
-def test_transactional_producer_fails_at_once_naming_the_reason(causeway: BrokerProcess) -> None:
-    """Causeway has no transaction coordinator: FindCoordinator(TRANSACTION) answers the final
-    UNSUPPORTED_VERSION with a message, so the Java producer stops at once and says why, instead of
-    retrying COORDINATOR_NOT_AVAILABLE until max.block.ms (60 s by default)."""
+def test_kafkas_transactional_producer_commits_through_the_coordinator(causeway: BrokerProcess) -> None:
+    """Kafka's Java transactional producer (kafka-producer-perf-test --transactional-id: init,
+    begin, send, commit every --transaction-duration-ms) against the transaction coordinator; a
+    read_committed reader then sees every record, once."""
     create_topic(causeway, "tools-tx", 1)
-    # max.block.ms (60 s by default) would be the wait if the answer were retriable; the test's own
-    # bound is the tool's timeout, not a duration asserted here.
     run = run_tool("kafka-producer-perf-test", "--topic", "tools-tx", "--num-records", "10", "--record-size", "10",
-                   "--throughput", "-1", "--transactional-id", "tools-tx",
+                   "--throughput", "-1", "--transactional-id", "tools-tx", "--transaction-duration-ms", "100",
                    "--command-property", f"bootstrap.servers={causeway.bootstrap}")
-    assert run.returncode == 1, run.stdout + run.stderr
-    assert ("Could not find a coordinator with type TRANSACTION with key tools-tx due to unexpected error: "
-            "Causeway does not support transactions yet") in run.stderr, run.stderr
-    assert "TimeoutException" not in run.stderr, run.stderr
+    assert run.returncode == 0, run.stdout + run.stderr
+    consumer = Consumer({"bootstrap.servers": causeway.bootstrap, "group.id": "tools-tx-check",
+                         "isolation.level": "read_committed", "enable.auto.commit": False})
+    consumer.assign([TopicPartition("tools-tx", 0, 0)])
+    values = []
+    try:
+        for _ in range(60):
+            values += [m for m in consumer.consume(100, 0.5) if m.error() is None]
+            if len(values) >= 10:
+                break
+        values += [m for m in consumer.consume(100, 1.0) if m.error() is None]
+    finally:
+        consumer.close()
+    assert len(values) == 10
+
+    # kafka-transactions lists and describes the id (ListTransactions, FindCoordinator, DescribeTransactions).
+    listed = run_tool("kafka-transactions", "--bootstrap-server", causeway.bootstrap, "list")
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert any(line.split()[:1] == ["tools-tx"] and "CompleteCommit" in line
+               for line in listed.stdout.splitlines()), listed.stdout
+    described = run_tool("kafka-transactions", "--bootstrap-server", causeway.bootstrap, "describe",
+                         "--transactional-id", "tools-tx")
+    assert described.returncode == 0, described.stdout + described.stderr
+    assert "tools-tx" in described.stdout and "CompleteCommit" in described.stdout, described.stdout
 
 
 # --- the Kafka peer itself ----------------------------------------------------------------------------------

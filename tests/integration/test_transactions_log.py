@@ -1,10 +1,11 @@
 """Transactions in the log (issue 23, the log's slice) against a real broker process.
 
-There is no transaction coordinator yet, so the test plays it with raw requests of the repo's
-codec: Produce with transactional batches (built by the repo's record-batch encoder) and
-WriteTxnMarkers. Real read_committed consumers (librdkafka, kafka-python, aiokafka, Kafka's Java consumer) see
-the committed records only, in order, and the aborted ones never; read_uncommitted ones see all. The last
-stable offset and the aborted transaction index survive a restart; bad input gets Kafka's errors.
+The test plays the transaction coordinator itself (tests/compat/test_transactions.py drives the
+real one), with raw requests of the repo's codec: Produce with transactional batches (built by
+the repo's record-batch encoder) and WriteTxnMarkers. Real read_committed consumers (librdkafka,
+kafka-python, aiokafka, Kafka's Java consumer) see the committed records only, in order, and the
+aborted ones never; read_uncommitted ones see all. The last stable offset and the aborted
+transaction index survive a restart; bad input gets Kafka's errors.
 """
 
 from __future__ import annotations

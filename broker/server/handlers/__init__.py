@@ -30,6 +30,7 @@ from broker.server.handlers import (
     sasl,
     scram_credentials,
     topics,
+    transactions,
     write_txn_markers,
 )
 from broker.server.handlers.base import ApiHandler
@@ -59,6 +60,7 @@ _SERVED: tuple[ApiHandler, ...] = (
     *scram_credentials.HANDLERS,
     client_quotas.HANDLER,
     write_txn_markers.HANDLER,
+    *transactions.HANDLERS,
     link_append.HANDLER,  # Causeway's own (key 10000): a Causeway target tells itself apart from Kafka by it
     link_truncate.HANDLER,  # Causeway's own (key 10001): failback at the old primary
 )

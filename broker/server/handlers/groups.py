@@ -1,5 +1,6 @@
 """Consumer groups: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup, ListGroups,
-DescribeGroups, DeleteGroups. The state machine lives in broker.coordinator.
+DescribeGroups, DeleteGroups. The state machine lives in broker.coordinator; FindCoordinator also finds
+the transaction coordinator of a transactional id (key type 1).
 
 With an authorizer, each is checked as Kafka's KafkaApis checks it, before the coordinator sees
 it: FindCoordinator needs Describe on the group (GROUP_AUTHORIZATION_FAILED) or transactional id
@@ -15,6 +16,7 @@ from broker.address import parse_host_port
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator, MemberIdRequired
 from broker.coordinator.group import GroupState
 from broker.coordinator.offsets_records import partition_for
+from broker.coordinator.txn_records import TXN_STATE_TOPIC
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import CoordinatorType
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -43,11 +45,6 @@ from security.authorizer import OPERATIONS_NOT_REQUESTED
 
 __all__ = ["HANDLERS"]
 
-# Why a transactional producer is refused, in the words a client shows its user.
-TRANSACTIONS_UNSUPPORTED = ("Causeway does not support transactions yet (no transaction coordinator): "
-                            "produce without transactional.id; idempotence works")
-
-
 def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     coordinator = ctx.services.groups
     if coordinator is None:
@@ -55,30 +52,47 @@ def _coordinator(ctx: RequestContext) -> GroupCoordinator:
     return coordinator
 
 
-def _group_coordinator(ctx: RequestContext, key: str) -> FindCoordinatorResponse.Coordinator:
-    """The broker leading the group's `__consumer_offsets` partition (Kafka: Utils.abs of the
-    group id's Java hashCode, modulo the partition count), at the listener the request came
-    on; COORDINATOR_NOT_AVAILABLE while the topic or that partition has no leader, or the
-    leader has no such listener."""
-    coordinator = ctx.services.groups
+def _leader_of(ctx: RequestContext, key: str, topic_name: str, running: bool,
+               what: str) -> FindCoordinatorResponse.Coordinator:
+    """The broker leading the key's partition of `topic_name` (Kafka: Utils.abs of the key's
+    Java hashCode, modulo the partition count), at the listener the request came on;
+    COORDINATOR_NOT_AVAILABLE while the coordinator is not running, the topic or that partition
+    has no leader, or the leader has no such listener."""
     controller = ctx.services.controller
-    topic = controller.topics().get(OFFSETS_TOPIC)
+    topic = controller.topics().get(topic_name)
     leader = partition = -1
-    if coordinator is not None and topic is not None and topic.partitions:
+    if running and topic is not None and topic.partitions:
         partition = partition_for(key, len(topic.partitions))
         info = next((p for p in topic.partitions if p.partition == partition), None)
         leader = info.leader if info is not None else -1
     broker = next((b for b in controller.brokers() if b.broker_id == leader), None) if leader >= 0 else None
     endpoint = broker.endpoint(ctx.connection.listener_name) if broker is not None else None
     if broker is None or endpoint is None:
-        why = ("the group coordinator is not running" if coordinator is None
-               else f"{OFFSETS_TOPIC} does not exist yet" if topic is None
-               else f"partition {partition} of {OFFSETS_TOPIC} has no leader" if leader < 0
-               else f"broker {leader} (leader of the group's partition) is not reachable on this listener")
+        why = (f"the {what} coordinator is not running" if not running
+               else f"{topic_name} does not exist yet" if topic is None
+               else f"partition {partition} of {topic_name} has no leader" if leader < 0
+               else f"broker {leader} (leader of the {what}'s partition) is not reachable on this listener")
         return FindCoordinatorResponse.Coordinator(key=key, node_id=-1, host="", port=-1,
                                                    error_code=ErrorCode.COORDINATOR_NOT_AVAILABLE, error_message=why)
     return FindCoordinatorResponse.Coordinator(key=key, node_id=broker.broker_id, host=endpoint.host,
                                                port=endpoint.port)
+
+
+def _group_coordinator(ctx: RequestContext, key: str) -> FindCoordinatorResponse.Coordinator:
+    return _leader_of(ctx, key, OFFSETS_TOPIC, ctx.services.groups is not None, "group")
+
+
+async def _transaction_coordinator(ctx: RequestContext, key: str) -> FindCoordinatorResponse.Coordinator:
+    """The leader of the id's `__transaction_state` partition. As Kafka, the first request
+    creates that topic; the client hears COORDINATOR_NOT_AVAILABLE until its leaders serve."""
+    coordinator = ctx.services.transactions
+    if coordinator is not None and TXN_STATE_TOPIC not in ctx.services.controller.topics():
+        try:
+            await coordinator.ensure_topic()
+        except KafkaError as exc:
+            return _coordinator_refused(key, ErrorCode.COORDINATOR_NOT_AVAILABLE,
+                                        f"creating {TXN_STATE_TOPIC}: {exc}")
+    return _leader_of(ctx, key, TXN_STATE_TOPIC, coordinator is not None, "transaction")
 
 
 def _coordinator_refused(key: str, code: ErrorCode, message: str) -> FindCoordinatorResponse.Coordinator:
@@ -101,13 +115,8 @@ async def find_coordinator(ctx: RequestContext, request: FindCoordinatorRequest)
                 Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             results.append(_coordinator_refused(key, ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                                 "Transactional Id authorization failed."))
-        elif request.key_type != CoordinatorType.GROUP:
-            # No transaction coordinator exists. COORDINATOR_NOT_AVAILABLE would be retried by
-            # every client until its deadline (60 s in the Java producer); UNSUPPORTED_VERSION is
-            # final, and the Java producer fails at once showing this message (Redpanda answers
-            # the same with transactions disabled). librdkafka retries every error here but an
-            # authorization failure, so its init_transactions() ends at its own timeout.
-            results.append(_coordinator_refused(key, ErrorCode.UNSUPPORTED_VERSION, TRANSACTIONS_UNSUPPORTED))
+        elif request.key_type == CoordinatorType.TRANSACTION:
+            results.append(await _transaction_coordinator(ctx, key))
         else:
             results.append(_group_coordinator(ctx, key))
     if ctx.version >= 4:

@@ -106,10 +106,12 @@ Fetched = dict[str, list[tuple[int, OffsetCommitValue | None, ErrorCode]]]
 
 
 def _fetch_one(ctx: RequestContext, coordinator: GroupCoordinator | None, group_id: str,
-               wanted: list[tuple[str, list[int]]] | None) -> Fetched:
+               wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False) -> Fetched:
     """One group's committed offsets by topic, as (partition, value, error): every one the
-    principal may see when ``wanted`` is None. Raises KafkaError for the group: no Describe on
-    it (GROUP_AUTHORIZATION_FAILED), no coordinator here."""
+    principal may see when ``wanted`` is None. With ``require_stable`` (KIP-447), a partition
+    with a transactional commit not yet decided is UNSTABLE_OFFSET_COMMIT (the client asks again).
+    Raises KafkaError for the group: no Describe on it (GROUP_AUTHORIZATION_FAILED), no
+    coordinator here."""
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
         raise KafkaError(ErrorCode.GROUP_AUTHORIZATION_FAILED, "Group authorization failed.")
     if coordinator is None:
@@ -125,9 +127,13 @@ def _fetch_one(ctx: RequestContext, coordinator: GroupCoordinator | None, group_
                 by_topic.setdefault(topic, []).extend((p, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                                                       for p in partitions)
         found = coordinator.fetch_offsets(group_id, [(t, p) for t, ps in wanted if t in visible for p in ps])
+    unstable = coordinator.pending_txn_offsets(group_id) if require_stable else set()
     for (topic, partition), value in found.items():
         if topic in visible:
-            by_topic.setdefault(topic, []).append((partition, value, ErrorCode.NONE))
+            if (topic, partition) in unstable:
+                by_topic.setdefault(topic, []).append((partition, None, ErrorCode.UNSTABLE_OFFSET_COMMIT))
+            else:
+                by_topic.setdefault(topic, []).append((partition, value, ErrorCode.NONE))
     return by_topic
 
 
@@ -142,7 +148,7 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
         for g in request.groups:
             wanted = None if g.topics is None else [(t.name, list(t.partition_indexes)) for t in g.topics]
             try:
-                by_topic = _fetch_one(ctx, coordinator, g.group_id, wanted)
+                by_topic = _fetch_one(ctx, coordinator, g.group_id, wanted, request.require_stable)
             except KafkaError as exc:
                 groups.append(OffsetFetchResponse.OffsetFetchResponseGroup(group_id=g.group_id,
                                                                           error_code=exc.code))
@@ -154,7 +160,8 @@ async def offset_fetch(ctx: RequestContext, request: OffsetFetchRequest) -> Offs
     # A null topic list (v2+) asks for every committed offset of the group.
     wanted = None if request.topics is None else [(t.name, list(t.partition_indexes)) for t in request.topics]
     try:
-        by_topic = _fetch_one(ctx, coordinator, request.group_id, wanted)
+        by_topic = _fetch_one(ctx, coordinator, request.group_id, wanted,
+                              ctx.version >= 7 and request.require_stable)
     except KafkaError as exc:
         if ctx.version >= 2:
             return OffsetFetchResponse(error_code=exc.code)

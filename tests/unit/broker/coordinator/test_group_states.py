@@ -72,7 +72,7 @@ def test_nothing_but_transition_changes_a_groups_state() -> None:
     assignment = re.compile(r"\.state\s*=(?!=)")
     found = [(path.name, line.strip()) for path in sorted(coordinator.glob("*.py"))
              for line in path.read_text().splitlines() if assignment.search(line)]
-    assert found == [("group.py", "self.state = state")]
+    assert found == [("group.py", "self.state = state"), ("txn_state.py", "self.state = target")]
 
 
 class RefusingStore:
