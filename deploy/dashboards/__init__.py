@@ -9,6 +9,7 @@ from collections.abc import Callable
 from grafanalib.core import Dashboard
 
 from deploy.dashboards import broker, mirror, topology
+from deploy.dashboards.panels import render
 
 __all__ = ["BUILDERS", "generate"]
 
@@ -22,6 +23,4 @@ BUILDERS: dict[str, Callable[[], Dashboard]] = {
 
 def generate() -> dict[str, str]:
     """Every dashboard's JSON, by file name."""
-    from deploy.dashboards.panels import render
-
     return {name: render(build()) for name, build in BUILDERS.items()}

@@ -5,6 +5,9 @@ reader the integration test relies on finds metric names and nothing else."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +69,25 @@ def test_each_dashboard_is_one_grafana_imports(name: str) -> None:
         assert len(set(refs)) == len(refs)
         assert all(t["datasource"] == DATASOURCE and metric_names(t["expr"]) for t in panel["targets"])
     assert all(metric_names(e) for e in expressions(board))
+
+
+def _as_prometheus_reads_it(expr: str) -> str:
+    """The expression with Grafana's variables replaced as Grafana replaces them before sending it."""
+    expr = expr.replace("$__rate_interval", "1m").replace("$__range", "1h")
+    return re.sub(r"\$\w+", ".*", expr)
+
+
+def test_every_expression_is_promql_that_prometheus_parses(tmp_path: Path) -> None:
+    """Each panel's query, variables replaced, as a recording rule that Prometheus's own
+    `promtool check rules` (Debian's prometheus package, as `make system-deps` installs) parses."""
+    rules = [{"record": f"causeway:dashboard:{i}", "expr": _as_prometheus_reads_it(target["expr"])}
+             for i, target in enumerate(t for board in load_dashboards().values()
+                                        for p in _panels(board) for t in p["targets"])]
+    path = tmp_path / "rules.yml"
+    path.write_text(json.dumps({"groups": [{"name": "dashboards", "rules": rules}]}))  # JSON is YAML
+    checked = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f"SUCCESS: {len(rules)} rules found" in checked.stdout
 
 
 @pytest.mark.parametrize(("expr", "names"), [
