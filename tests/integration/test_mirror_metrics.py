@@ -17,7 +17,7 @@ from confluent_kafka import Consumer, Producer, TopicPartition
 from deploy.broker_process import BrokerProcess
 from deploy.child_process import ChildProcess
 from tests.integration.mirror_process import start_mirror
-from tests.support.metrics import scrape
+from tests.support.metrics import logged_metrics_url, scrape
 from tests.support.polling import wait_until
 
 RECORDS = 600
@@ -45,17 +45,6 @@ def mirror(request: pytest.FixtureRequest, tmp_path: Path, east: BrokerProcess,
         proc.stop(10)
 
 
-def _url(log: Path) -> str:
-    found: list[str] = []
-
-    def served() -> bool:
-        found.extend(re.findall(r"metrics served on (http://\S+)", log.read_text(errors="replace")))
-        return bool(found)
-
-    wait_until(served, what="the mirror's metrics endpoint in its log", timeout_s=30)
-    return found[0]
-
-
 def _per_partition(values: dict[str, float], name: str) -> dict[str, float]:
     """`name`'s samples of the orders topic at the target, by partition label."""
     out = {}
@@ -68,7 +57,7 @@ def _per_partition(values: dict[str, float], name: str) -> dict[str, float]:
 
 def test_mirrored_records_move_the_mirror_counters_and_lag_returns_to_zero(mirror: tuple[str, str, Path]) -> None:
     mode, source, log = mirror
-    url = _url(log)
+    url = logged_metrics_url(log)
     producer = Producer({"bootstrap.servers": source, "linger.ms": 5})
     for i in range(RECORDS):
         producer.produce("orders", value=b"v%d" % i, partition=i % 3)

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import re
 import urllib.request
+from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from deploy.broker_process import BrokerProcess
+from tests.support.polling import wait_until
 
-__all__ = ["metrics_url", "scrape", "scrape_text"]
+__all__ = ["logged_metrics_url", "metrics_url", "sample_names", "scrape", "scrape_text"]
 
 
 def metrics_url(broker: BrokerProcess) -> str:
@@ -24,6 +26,18 @@ def metrics_url(broker: BrokerProcess) -> str:
     urls = re.findall(r"metrics served on (http://\S+)", broker.log_path.read_text(errors="replace"))
     assert urls, f"no metrics endpoint in {broker.log_path}"
     return urls[-1]
+
+
+def logged_metrics_url(log: Path, timeout_s: float = 30) -> str:
+    """The first metrics URL a daemon's log names (a mirror's: `metrics served on URL`), once it does."""
+    found: list[str] = []
+
+    def served() -> bool:
+        found.extend(re.findall(r"metrics served on (http://\S+)", log.read_text(errors="replace")))
+        return bool(found)
+
+    wait_until(served, what=f"a metrics endpoint in {log}", timeout_s=timeout_s)
+    return found[0]
 
 
 def scrape_text(url: str) -> str:
@@ -40,3 +54,9 @@ def scrape(url: str) -> dict[str, float]:
             labels = ",".join(f'{k}="{v}"' for k, v in sorted(sample.labels.items()))
             out[f"{sample.name}{{{labels}}}" if labels else sample.name] = sample.value
     return out
+
+
+def sample_names(url: str) -> set[str]:
+    """The name of every sample served (a histogram's `_bucket`, `_sum` and `_count` apart, a
+    counter's with `_total`): a family declared without samples names nothing."""
+    return {key.split("{", 1)[0] for key in scrape(url)}
