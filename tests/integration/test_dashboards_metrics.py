@@ -1,14 +1,16 @@
 """Every metric the Grafana dashboards (monitoring/grafana/) name is one that real daemons serve:
 a 2-broker ZooKeeper-mode source cluster (so followers fetch and replication bytes are counted)
 with real traffic and a committed consumer group, mirrored by a real mm2-mode mirror (which also
-checkpoints the group) and a real link-mode mirror, each scraped through prometheus_client's text
-parser. A metric counts as served once a scrape held a sample of it, so a misspelt or renamed
+checkpoints the group) and a real link-mode mirror, and a real WAN emulator (`causeway wan`) with
+one shared link and a proxy on it that real bytes cross, each scraped through prometheus_client's
+text parser. A metric counts as served once a scrape held a sample of it, so a misspelt or renamed
 metric leaves a panel that would stay empty in Grafana and fails here."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -16,18 +18,38 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from deploy.broker_process import BrokerProcess
 from deploy.child_process import ChildProcess
+from deploy.wan.client import WanClient
+from deploy.wan.process import WanProcess
 from tests.integration.mirror_process import start_mirror
 from tests.support.cluster import ZkCluster
 from tests.support.dashboards import expressions, load_dashboards, metric_names
-from tests.support.metrics import logged_metrics_url, metrics_url, sample_names
+from tests.support.metrics import logged_metrics_url, metrics_url, sample_names, scrape, scrape_text
 from tests.support.polling import wait_until
 from tests.support.zookeeper import ZooKeeperServer
 
 RECORDS = 300
+WAN_PREFIXES = ("causeway_wan_", "toxiproxy_")
 
 
 def _named(dashboard: str) -> set[str]:
     return {name for expr in expressions(load_dashboards()[dashboard]) for name in metric_names(expr)}
+
+
+def _served_by_wan(tmp_path: Path, upstream_url: str) -> set[str]:
+    """What a real WAN emulator serves with a link (1 MB/s each way) and a proxy on it, once an
+    HTTP GET of `upstream_url` (a broker's metrics page) has crossed the proxy both ways."""
+    with WanProcess(log_path=tmp_path / "wan.log") as wan:
+        client = WanClient(wan.api, timeout_s=10)
+        client.create_link({"name": "east~west", "between": ["east", "west"], "bandwidth": 1_000_000})
+        upstream = urlsplit(upstream_url)
+        client.create_proxy("west-to-east", "127.0.0.1:0", upstream.netloc, link={"name": "east~west",
+                                                                                "upstream": "east"})
+        listen = client.proxies()["west-to-east"]["listen"]
+        assert "# TYPE" in scrape_text(f"http://{listen}{upstream.path}")  # the broker's page, through the link
+        samples = scrape(f"http://{wan.api}/metrics")
+    sent = {key: value for key, value in samples.items() if key.startswith("causeway_wan_link_sent_bytes_total{")}
+    assert len(sent) == 2 and all(value > 0 for value in sent.values()), sent  # bytes crossed the link each way
+    return {key.split("{", 1)[0] for key in samples}
 
 
 def _wait(condition: Callable[[], bool], dashboard: str, named: set[str], served: set[str]) -> None:
@@ -68,8 +90,8 @@ def _mirror(tmp_path: Path, mode: str, source: str) -> tuple[BrokerProcess, Chil
     return target, proc, logged_metrics_url(log)
 
 
-def test_every_metric_the_dashboards_name_is_served_by_a_real_broker_or_mirror(east: ZkCluster,
-                                                                                tmp_path: Path) -> None:
+def test_every_metric_the_dashboards_name_is_served_by_a_real_broker_mirror_or_wan_emulator(
+        east: ZkCluster, tmp_path: Path) -> None:
     source = east.bootstrap()
     admin = AdminClient({"bootstrap.servers": source})
     admin.create_topics([NewTopic("orders", 3, 2)], operation_timeout=30)["orders"].result(timeout=60)
@@ -111,6 +133,11 @@ def test_every_metric_the_dashboards_name_is_served_by_a_real_broker_or_mirror(e
             proc.stop(10)
             target.stop()
 
+    served_by_wan = _served_by_wan(tmp_path, broker_urls[0])
+    every_name = {name for board in load_dashboards() for name in _named(board)}
+    wan_names = {name for name in every_name if name.startswith(WAN_PREFIXES)}
+    assert wan_names, "no dashboard reads the WAN emulator's link metrics"
+    assert wan_names <= served_by_wan, sorted(wan_names - served_by_wan)
     topology_names = _named("causeway-topology.json")
-    assert topology_names <= served_by_brokers | served_by_mirrors, \
-        sorted(topology_names - served_by_brokers - served_by_mirrors)
+    served = served_by_brokers | served_by_mirrors | served_by_wan
+    assert topology_names <= served, sorted(topology_names - served)
