@@ -12,8 +12,9 @@ A standalone cluster is one broker (id 0). A ZooKeeper cluster (`coordination: z
 its own ZooKeeper first, then brokers 1..N, started side by side with `zookeeper.connect` and
 `broker.id` set; it is up once every broker is ready and the cluster has a controller with every
 broker registered. Then the launcher creates the plan's topics through the admin client (with
-their replication factors and configs). On the way out the brokers stop before their ZooKeeper,
-so their controlled shutdowns can still move leaderships.
+their replication factors and configs). The clusters start side by side, then the mirrors, side
+by side too. On the way out the brokers stop before their ZooKeeper, so their controlled shutdowns
+can still move leaderships.
 
 Every process started here dies with the launcher (see deploy/supervisor.py) and carries
 `CAUSEWAY_STATE_DIR` in its environment; the state file records each one's pid, start time and
@@ -495,20 +496,29 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
         assert match is not None
         state.wan_api = match.group(1)
     await _make_shared_links(state)
+    # The clusters side by side: none waits for another (the mirrors, which read two, start
+    # after all of them). Their entries first, in the plan's order, which `status` keeps.
     for cluster in plan.clusters:
-        await _start_cluster(state, cluster, nursery, last)
+        state.clusters[cluster.name] = ClusterState(cluster, {})
+    await gather([partial(_start_cluster, state, c, nursery, last) for c in state.clusters.values()],
+                 collect=(StartFailed, StateDirError))
     for mirror in plan.mirrors:
         state.mirrors[mirror.name] = await _mirror_state(state, mirror)
-        await nursery.start(supervise, state.mirrors[mirror.name].process)
-        log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
+    # Side by side too: each mirror reads and writes clusters that are up, never another mirror.
+    await gather([partial(_start_mirror, m, nursery) for m in state.mirrors.values()], collect=(StartFailed,))
     await state.save()  # before `up` says ready: `status` and `down` find what runs
     task_status.started(state)
 
 
-async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio.Nursery, last: StartLast) -> None:
+async def _start_mirror(mirror: MirrorState, nursery: trio.Nursery) -> None:
+    await nursery.start(supervise, mirror.process)
+    log.info("mirror %s up: %s -> %s", mirror.plan.name, mirror.plan.source, mirror.plan.target)
+
+
+async def _start_cluster(state: LaunchState, running: ClusterState, nursery: trio.Nursery, last: StartLast) -> None:
     """A cluster's ZooKeeper (coordination: zookeeper), its brokers side by side, their WAN
     links, then its topics once it has a controller."""
-    running = state.clusters[cluster.name] = ClusterState(cluster, {})
+    cluster = running.plan
     if cluster.security is not None:
         await _prepare_security(state, running)
     if cluster.coordination == "zookeeper":
