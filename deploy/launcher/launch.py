@@ -427,16 +427,25 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
     # ZooKeeper and the brokers of ZooKeeper clusters run in `last`, shielded: on the way out,
     # once the mirrors have stopped, the brokers stop in order (see _stop_in_order), then their
     # ZooKeeper, which a stopping broker still talks to for its controlled shutdown.
-    shields: list[trio.CancelScope] = []
+    shields: list[_Shield] = []
     async with trio.open_nursery() as last:
         try:
             async with trio.open_nursery() as nursery:
                 await _start_all(state, toxiproxy, nursery, partial(_supervise_shielded, last, shields), task_status)
         finally:
+            zookeepers = [c.zookeeper for c in state.clusters.values() if c.zookeeper is not None]
             with trio.CancelScope(shield=True), trio.move_on_after(ORDERED_STOP_S):
                 await gather([partial(_stop_in_order, c) for c in state.clusters.values() if c.zookeeper], collect=())
-            for scope in shields:
-                scope.cancel()
+                # Whatever broker is left (a cluster still starting, or a broker restarting that
+                # waits for ZooKeeper to drop its old registration) stops before ZooKeeper too:
+                # stopped together, a broker's controlled shutdown waits out its ZooKeeper session.
+                brokers = [s for s in shields if not any(s.process is z for z in zookeepers)]
+                for shield in brokers:
+                    shield.scope.cancel()
+                for shield in brokers:
+                    await shield.done.wait()
+            for shield in shields:
+                shield.scope.cancel()
 
 
 #: The most the ordered stop of ZooKeeper clusters may take; whatever still runs then is stopped
@@ -464,15 +473,27 @@ async def _stop_in_order(cluster: ClusterState) -> None:
         await hold(brokers[controller])
 
 
-async def _supervise_shielded(nursery: trio.Nursery, shields: list[trio.CancelScope], supervised: Supervised) -> str:
+@dataclass
+class _Shield:
+    """A process supervised in `last`: the scope that shields it, set once its supervisor ended."""
+
+    process: Supervised
+    scope: trio.CancelScope
+    done: trio.Event
+
+
+async def _supervise_shielded(nursery: trio.Nursery, shields: list[_Shield], supervised: Supervised) -> str:
     """`supervise(supervised)` in `nursery`, shielded from cancellation until its scope (added to
     `shields`) is cancelled; returns the first ready line."""
-    scope = trio.CancelScope(shield=True)
-    shields.append(scope)
+    shield = _Shield(supervised, trio.CancelScope(shield=True), trio.Event())
+    shields.append(shield)
 
     async def shielded(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        with scope:
-            await supervise(supervised, task_status=task_status)
+        try:
+            with shield.scope:
+                await supervise(supervised, task_status=task_status)
+        finally:
+            shield.done.set()
 
     ready: str = await nursery.start(shielded)
     return ready
