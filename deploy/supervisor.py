@@ -123,12 +123,19 @@ async def _start(state: Supervised) -> tuple[_Running, bytes]:
     state.pid = process.child.pid
     state.identity = identity_of(process.child.pid)
     buffered = b""
-    with trio.move_on_after(spec.start_timeout_s) as timer:
-        while b"\n" not in buffered:
-            chunk = await process.stdout.receive_some(4096)
-            if not chunk:
-                break
-            buffered += chunk
+    try:
+        with trio.move_on_after(spec.start_timeout_s) as timer:
+            while b"\n" not in buffered:
+                chunk = await process.stdout.receive_some(4096)
+                if not chunk:
+                    break
+                buffered += chunk
+    except BaseException:
+        # Cancelled before its ready line (`down` while a restarted broker still waits for
+        # ZooKeeper to let go of its old registration): stopped now, like a running child,
+        # rather than left running until the launcher's own exit takes it along.
+        await _stop(process)
+        raise
     line, _, rest = buffered.partition(b"\n")
     text = line.decode(errors="replace").strip()
     if timer.cancelled_caught or not spec.ready.search(text):

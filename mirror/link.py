@@ -83,7 +83,7 @@ from mirror.errors import MirrorRefused
 from mirror.link_groups import carry_group_offsets
 from mirror.naming import HEARTBEATS_TOPIC
 from mirror.partition import REFUSED_AS_INVALID, Chunk, PartitionMirror
-from mirror.runtime import RETRY, Mirror, stop_topic, stop_vanished, sync_topic
+from mirror.runtime import CLUSTER_WAIT_ATTEMPT_S, RETRY, Mirror, stop_topic, stop_vanished, sync_topic
 from mirror.status import TopicState
 from mirror.topics import COMPACTED, ensure_topic
 from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
@@ -414,9 +414,10 @@ async def _prepare(mirror: LinkMirror) -> None:
             await ensure_topic(mirror.target, HEARTBEATS_TOPIC, replication_factor=config.replication_factor,
                                configs=COMPACTED)
 
-    await mirror.retrying(f"target {mirror.target_alias}", target_ready)
+    await mirror.retrying(f"target {mirror.target_alias}", target_ready, attempt_s=CLUSTER_WAIT_ATTEMPT_S)
     mirror.state = "waiting for the source"
-    await mirror.retrying(f"source {mirror.source_alias}", lambda: admin.list_topics(mirror.source))
+    await mirror.retrying(f"source {mirror.source_alias}", lambda: admin.list_topics(mirror.source),
+                          attempt_s=CLUSTER_WAIT_ATTEMPT_S)
     mirror.state = "running"
 
 

@@ -34,7 +34,7 @@ from mirror.naming import HEARTBEATS_TOPIC
 from mirror.offset_sync import SyncStore
 from mirror.partition import PartitionMirror, ProducerIdentity
 from mirror.recopy import check_target_ends, remote_topic_missing, target_went_back
-from mirror.runtime import RETRY, Mirror, stop_vanished, sync_topic
+from mirror.runtime import CLUSTER_WAIT_ATTEMPT_S, RETRY, Mirror, stop_vanished, sync_topic
 from mirror.topics import COMPACTED, append, ensure_topic, read_whole_topic
 
 __all__ = ["Mm2Mirror"]
@@ -127,7 +127,7 @@ async def _prepare(mirror: Mm2Mirror) -> None:
                       mirror.policy.positions_topic(mirror.source_alias)):
             await ensure_topic(mirror.target, topic, replication_factor=rf, configs=COMPACTED)
 
-    await mirror.retrying(f"target {mirror.target_alias}", target_topics)
+    await mirror.retrying(f"target {mirror.target_alias}", target_topics, attempt_s=CLUSTER_WAIT_ATTEMPT_S)
 
     async def load_positions() -> None:
         for record in await read_whole_topic(mirror.target, mirror.policy.positions_topic(mirror.source_alias)):

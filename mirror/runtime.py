@@ -35,7 +35,7 @@ from typing import Any
 import trio
 
 from broker.atomic_file import write_atomically
-from broker.client import Backoff, Client, ClientError, KafkaError, TopicPartition, admin
+from broker.client import Backoff, Client, ClientError, KafkaError, RequestTimeout, TopicPartition, admin
 from broker.client.admin import NewTopic
 from broker.clock import now_ms
 from broker.retry import retry, worth_reporting
@@ -49,7 +49,7 @@ from mirror.partition import PartitionMirror
 from mirror.status import ClusterRef, MirrorEvent, MirrorStatus, PartitionStatus, TopicState
 from mirror.topics import append
 
-__all__ = ["RETRY", "Mirror", "heartbeat", "stop_topic", "stop_vanished", "sync_topic"]
+__all__ = ["CLUSTER_WAIT_ATTEMPT_S", "RETRY", "Mirror", "heartbeat", "stop_topic", "stop_vanished", "sync_topic"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,10 @@ SUMMARY_INTERVAL_S = 30.0
 # stays in the status this long after it was reported, then only in `events` and the log.
 HANDLED_PROBLEM_S = 60.0
 EVENTS_KEPT = 50
+# One attempt of the wait for a cluster at start (the client's connect timeout): a cluster that is
+# down shows in the status as a problem within seconds, instead of once the client has retried
+# its refused connections for a whole request timeout (30 s); the wait goes on regardless.
+CLUSTER_WAIT_ATTEMPT_S = 10.0
 
 
 @dataclass
@@ -177,9 +181,10 @@ class Mirror:
         self.handled[what] = (message, time.monotonic() + HANDLED_PROBLEM_S)
 
     async def retrying(self, what: str, step: Callable[[], Awaitable[object]], *,
-                       max_pause_s: float = math.inf) -> None:
-        """Run `step` until it succeeds, with backoff (at most `max_pause_s`) between attempts;
-        a failure shows in the status under `what` until then."""
+                       max_pause_s: float = math.inf, attempt_s: float = math.inf) -> None:
+        """Run `step` until it succeeds, with backoff (at most `max_pause_s`) between attempts,
+        each attempt given at most `attempt_s` (then a RequestTimeout, retried like any client
+        error); a failure shows in the status under `what` until then."""
         failures = 0
 
         def failed(exc: Exception, count: int) -> None:
@@ -189,7 +194,14 @@ class Mirror:
             if worth_reporting(count):
                 log.warning("%s failed (%s); attempt %d, retrying with backoff", what, exc, count)
 
-        await retry(step, retriable=(ClientError, KafkaError), backoff=RETRY, on_failure=failed,
+        async def attempt() -> object:
+            try:
+                with trio.fail_after(attempt_s):  # a client call cut short raises its RequestTimeout
+                    return await step()
+            except trio.TooSlowError:  # the bound passed between the step's calls
+                raise RequestTimeout(f"{what}: not done within {attempt_s:.3g}s") from None
+
+        await retry(attempt, retriable=(ClientError, KafkaError), backoff=RETRY, on_failure=failed,
                     deadline=math.inf, max_pause_s=max_pause_s)
         if self.problems.pop(what, None) is not None:
             log.info("%s works again after %d failed attempts", what, failures)

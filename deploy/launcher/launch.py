@@ -12,8 +12,9 @@ A standalone cluster is one broker (id 0). A ZooKeeper cluster (`coordination: z
 its own ZooKeeper first, then brokers 1..N, started side by side with `zookeeper.connect` and
 `broker.id` set; it is up once every broker is ready and the cluster has a controller with every
 broker registered. Then the launcher creates the plan's topics through the admin client (with
-their replication factors and configs). On the way out the brokers stop before their ZooKeeper,
-so their controlled shutdowns can still move leaderships.
+their replication factors and configs). The clusters start side by side, then the mirrors, side
+by side too. On the way out the brokers stop before their ZooKeeper, so their controlled shutdowns
+can still move leaderships.
 
 Every process started here dies with the launcher (see deploy/supervisor.py) and carries
 `CAUSEWAY_STATE_DIR` in its environment; the state file records each one's pid, start time and
@@ -440,16 +441,25 @@ async def _run(state: LaunchState, toxiproxy: str | None, task_status: trio.Task
     # ZooKeeper and the brokers of ZooKeeper clusters run in `last`, shielded: on the way out,
     # once the mirrors have stopped, the brokers stop in order (see _stop_in_order), then their
     # ZooKeeper, which a stopping broker still talks to for its controlled shutdown.
-    shields: list[trio.CancelScope] = []
+    shields: list[_Shield] = []
     async with trio.open_nursery() as last:
         try:
             async with trio.open_nursery() as nursery:
                 await _start_all(state, toxiproxy, nursery, partial(_supervise_shielded, last, shields), task_status)
         finally:
+            zookeepers = [c.zookeeper for c in state.clusters.values() if c.zookeeper is not None]
             with trio.CancelScope(shield=True), trio.move_on_after(ORDERED_STOP_S):
                 await gather([partial(_stop_in_order, c) for c in state.clusters.values() if c.zookeeper], collect=())
-            for scope in shields:
-                scope.cancel()
+                # Whatever broker is left (a cluster still starting, or a broker restarting that
+                # waits for ZooKeeper to drop its old registration) stops before ZooKeeper too:
+                # stopped together, a broker's controlled shutdown waits out its ZooKeeper session.
+                brokers = [s for s in shields if not any(s.process is z for z in zookeepers)]
+                for shield in brokers:
+                    shield.scope.cancel()
+                for shield in brokers:
+                    await shield.done.wait()
+            for shield in shields:
+                shield.scope.cancel()
 
 
 #: The most the ordered stop of ZooKeeper clusters may take; whatever still runs then is stopped
@@ -477,15 +487,27 @@ async def _stop_in_order(cluster: ClusterState) -> None:
         await hold(brokers[controller])
 
 
-async def _supervise_shielded(nursery: trio.Nursery, shields: list[trio.CancelScope], supervised: Supervised) -> str:
+@dataclass
+class _Shield:
+    """A process supervised in `last`: the scope that shields it, set once its supervisor ended."""
+
+    process: Supervised
+    scope: trio.CancelScope
+    done: trio.Event
+
+
+async def _supervise_shielded(nursery: trio.Nursery, shields: list[_Shield], supervised: Supervised) -> str:
     """`supervise(supervised)` in `nursery`, shielded from cancellation until its scope (added to
     `shields`) is cancelled; returns the first ready line."""
-    scope = trio.CancelScope(shield=True)
-    shields.append(scope)
+    shield = _Shield(supervised, trio.CancelScope(shield=True), trio.Event())
+    shields.append(shield)
 
     async def shielded(*, task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED) -> None:
-        with scope:
-            await supervise(supervised, task_status=task_status)
+        try:
+            with shield.scope:
+                await supervise(supervised, task_status=task_status)
+        finally:
+            shield.done.set()
 
     ready: str = await nursery.start(shielded)
     return ready
@@ -509,12 +531,16 @@ async def _start_all(state: LaunchState, toxiproxy: str | None, nursery: trio.Nu
         assert match is not None
         state.wan_api = match.group(1)
     await _make_shared_links(state)
+    # The clusters side by side: none waits for another (the mirrors, which read two, start
+    # after all of them). Their entries first, in the plan's order, which `status` keeps.
     for cluster in plan.clusters:
-        await _start_cluster(state, cluster, nursery, last)
+        state.clusters[cluster.name] = ClusterState(cluster, {})
+    await gather([partial(_start_cluster, state, c, nursery, last) for c in state.clusters.values()],
+                 collect=(StartFailed, StateDirError))
     for mirror in plan.mirrors:
         state.mirrors[mirror.name] = await _mirror_state(state, mirror)
-        await nursery.start(supervise, state.mirrors[mirror.name].process)
-        log.info("mirror %s up: %s -> %s", mirror.name, mirror.source, mirror.target)
+    # Side by side too: each mirror reads and writes clusters that are up, never another mirror.
+    await gather([partial(_start_mirror, m, nursery) for m in state.mirrors.values()], collect=(StartFailed,))
     if plan.monitoring == "prometheus":
         await _start_prometheus(state, nursery)
     await state.save()  # before `up` says ready: `status` and `down` find what runs
@@ -536,10 +562,15 @@ async def _start_prometheus(state: LaunchState, nursery: trio.Nursery) -> None:
     log.info("prometheus up at %s", state.prometheus.url)
 
 
-async def _start_cluster(state: LaunchState, cluster: ClusterPlan, nursery: trio.Nursery, last: StartLast) -> None:
+async def _start_mirror(mirror: MirrorState, nursery: trio.Nursery) -> None:
+    await nursery.start(supervise, mirror.process)
+    log.info("mirror %s up: %s -> %s", mirror.plan.name, mirror.plan.source, mirror.plan.target)
+
+
+async def _start_cluster(state: LaunchState, running: ClusterState, nursery: trio.Nursery, last: StartLast) -> None:
     """A cluster's ZooKeeper (coordination: zookeeper), its brokers side by side, their WAN
     links, then its topics once it has a controller."""
-    running = state.clusters[cluster.name] = ClusterState(cluster, {})
+    cluster = running.plan
     if cluster.security is not None:
         await _prepare_security(state, running)
     if cluster.coordination == "zookeeper":

@@ -23,7 +23,10 @@ REPO = Path(__file__).resolve().parents[2]
 DEADLINE_S = 120.0
 
 # The smallest topology with everything the view shows: a two-broker ZooKeeper cluster (so one
-# can die), a one-broker one, a shared WAN link and a mirror across it.
+# can die), a one-broker one, a shared WAN link and a mirror across it. At `down` the survivor's
+# controlled shutdown asks the killed broker, the controller as far as ZooKeeper knows until its
+# session expires, and is refused 3 times (controlled.shutdown.max.retries): 1 s apart here
+# rather than Kafka's 5 s, which this test is not about.
 TOPOLOGY = """\
 name: watch
 datacenters:
@@ -36,6 +39,7 @@ clusters:
     coordination: zookeeper
     configs:
       default.replication.factor: 2
+      controlled.shutdown.retry.backoff.ms: 1000
     topics:
       orders: 2
   west:
