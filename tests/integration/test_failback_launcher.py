@@ -15,15 +15,11 @@ from tests.integration.test_link_mode_launcher import (
     EXAMPLE,
     MIRROR,
     TOPICS,
-    caught_up,
     causeway,
+    copied_topology,
     ends,
     produce,
-    status,
 )
-from tests.support.polling import wait_until
-
-DEADLINE_S = 90.0
 
 
 def owners(bootstrap: str) -> dict[str, str]:
@@ -38,16 +34,7 @@ def owners(bootstrap: str) -> dict[str, str]:
 
 
 def test_reverse_and_start_with_the_topology(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    up = causeway("up", EXAMPLE, "-d", "--state-dir", str(state))
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        doc = status(state)
-        east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
-        for topic, partitions in TOPICS.items():
-            produce(east, topic, partitions, 20)
-        wait_until(lambda: caught_up(east, west), what="the mirror topics at west to reach east's log ends",
-                   timeout_s=DEADLINE_S, interval_s=0.5)
+    with copied_topology(tmp_path, 20) as (state, east, west):
         promoted = causeway("mirror", "promote", EXAMPLE, "--mirror", MIRROR, "--state-dir", str(state))
         assert promoted.returncode == 0, promoted.stdout + promoted.stderr
         produce(west, "orders", 3, 3, start=1000)
@@ -62,6 +49,3 @@ def test_reverse_and_start_with_the_topology(tmp_path: Path) -> None:
         with pytest.raises(KafkaException) as refused:
             produce(east, "orders", 3, 1)
         assert refused.value.args[0].code() == KafkaError.INVALID_REQUEST
-    finally:
-        down = causeway("down", "--state-dir", str(state))
-    assert down.returncode == 0, down.stdout + down.stderr

@@ -15,6 +15,8 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,26 @@ def rows(bootstrap: str, topic: str, partitions: int) -> dict[int, list[tuple[ob
 
 def caught_up(east: str, west: str) -> bool:
     return all(ends(west, t, n) == ends(east, t, n) for t, n in TOPICS.items())
+
+
+@contextmanager
+def copied_topology(tmp_path: Path, records: int) -> Iterator[tuple[Path, str, str]]:
+    """The example up (-d) with `records` records per partition-spread topic produced at east and
+    copied to west: (state dir, east's bootstrap, west's). `down` on the way out, checked."""
+    state = tmp_path / "state"
+    up = causeway("up", EXAMPLE, "-d", "--state-dir", str(state))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        doc = status(state)
+        east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
+        for topic, partitions in TOPICS.items():
+            produce(east, topic, partitions, records)
+        wait_until(lambda: caught_up(east, west), what="the mirror topics at west to reach east's log ends",
+                   timeout_s=DEADLINE_S, interval_s=0.5)
+        yield state, east, west
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stdout + down.stderr
 
 
 def assert_identical_copies(east: str, west: str) -> int:

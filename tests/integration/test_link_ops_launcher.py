@@ -13,10 +13,10 @@ from tests.integration.test_link_mode_launcher import (
     DEADLINE_S,
     EXAMPLE,
     MIRROR,
-    TOPICS,
     assert_identical_copies,
     caught_up,
     causeway,
+    copied_topology,
     ends,
     produce,
     status,
@@ -36,15 +36,7 @@ def mirror_topic_state(state: Path, topic: str) -> dict[str, Any] | None:
 
 
 def test_list_describe_pause_resume_on_a_topology(tmp_path: Path) -> None:
-    state = tmp_path / "state"
-    up = causeway("up", EXAMPLE, "-d", "--state-dir", str(state))
-    try:
-        assert up.returncode == 0, up.stdout + up.stderr
-        doc = status(state)
-        east, west = doc["clusters"]["east"]["bootstrap"], doc["clusters"]["west"]["bootstrap"]
-        for topic, partitions in TOPICS.items():
-            produce(east, topic, partitions, 30)
-        wait_until(lambda: caught_up(east, west), what="the copy to catch up", timeout_s=DEADLINE_S, interval_s=0.5)
+    with copied_topology(tmp_path, 30) as (state, east, west):
         wait_until(lambda: (mirror_topic_state(state, "payments") or {}).get("state") == "ACTIVE",
                    what="payments ACTIVE in status", timeout_s=DEADLINE_S, interval_s=0.5)
 
@@ -88,6 +80,3 @@ def test_list_describe_pause_resume_on_a_topology(tmp_path: Path) -> None:
         wait_until(lambda: caught_up(east, west), what="orders copied after the resume", timeout_s=DEADLINE_S,
                    interval_s=0.5)
         assert assert_identical_copies(east, west) == 110
-    finally:
-        down = causeway("down", "--state-dir", str(state))
-    assert down.returncode == 0, down.stdout + down.stderr
