@@ -139,6 +139,7 @@ def _group_filter(config: MirrorConfig | None) -> Callable[[str], bool]:
 async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None, mirror: str | None = None,
                   topics_regex: str | None = None, failover: bool = False, timeout_s: float = 60.0,
                   say: Say = quiet, progress_every_s: float = PROGRESS_EVERY_S,
+                  on_behind: Callable[[int], None] | None = None,
                   target_security: ClientSecurity | None = None,
                   source_security: ClientSecurity | None = None,
                   config: MirrorConfig | None = None) -> PromotionReport:
@@ -151,7 +152,9 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
     min(`timeout_s`, FAILOVER_SOURCE_S). `config` is the mirror's (a topology gives it): its
     group patterns choose the groups, its topic patterns say which normal topics a second run
     reports as promoted already, and an mm2-mode mirror is promoted by mirror/promote_mm2.py.
-    `say` gets the progress lines; `target_security` and `source_security` log in to each
+    `say` gets the progress lines; `on_behind`, when given, gets the records still behind across
+    the selected partitions at every poll of the wait (a progress bar's), and the periodic
+    "records behind" line is left to it; `target_security` and `source_security` log in to each
     cluster (None: plaintext). Returns the report: `ok` when every selected topic was promoted
     (or all were already). Raises PromotionError when nothing can be selected or waited for,
     ClientError / KafkaError when the target cannot be read.
@@ -199,7 +202,7 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         await _set_state(target, selected, MIRROR_PROMOTING)
         try:
             caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s,
-                                              source_security)
+                                              source_security, on_behind)
         except BaseException:
             await _set_state(target, selected, None, shielded=True)
             raise
@@ -352,9 +355,11 @@ async def _refuse_without_source(source: Client, source_bootstrap: str, topics: 
 
 
 async def _wait_caught_up(target: Client, source_bootstrap: str, report: PromotionReport, deadline: float,
-                          say: Say, progress_every_s: float, source_security: ClientSecurity | None) -> bool:
+                          say: Say, progress_every_s: float, source_security: ClientSecurity | None,
+                          on_behind: Callable[[int], None] | None = None) -> bool:
     """Poll both clusters' log ends until every selected partition is caught up (True) or the
-    deadline passes (False, with `report.failed` naming what is behind and why)."""
+    deadline passes (False, with `report.failed` naming what is behind and why); `on_behind`
+    gets the records behind at each poll the source answered."""
     topics = sorted(report.selected)
     last: list[PartitionEnds] = []
     next_line = -math.inf
@@ -376,6 +381,8 @@ async def _wait_caught_up(target: Client, source_bootstrap: str, report: Promoti
                 if missing:
                     break  # waiting cannot help: the source lost the topic
                 done = sum(p.caught_up for p in last)
+                if source_ends is not None and on_behind is not None:
+                    on_behind(sum(p.behind or 0 for p in last))
                 if source_ends is not None and done == len(last):
                     report.partitions = last
                     say(f"caught up: {done}/{len(last)} partitions at the source's log end")
@@ -386,7 +393,7 @@ async def _wait_caught_up(target: Client, source_bootstrap: str, report: Promoti
                     left = max(0.0, deadline - now)
                     if source_ends is None:
                         say(f"  the source does not answer ({report.source_error}); {left:.0f} s left")
-                    else:
+                    elif on_behind is None:
                         records = sum(p.behind or 0 for p in last)
                         say(f"  {done}/{len(last)} partitions caught up, {records} record(s) behind; "
                             f"{left:.0f} s left")

@@ -56,6 +56,9 @@ log = logging.getLogger(__name__)
 RETRY = Backoff(initial_s=0.2, max_s=10.0)
 STATUS_INTERVAL_S = 1.0
 SUMMARY_INTERVAL_S = 30.0
+#: Until the copy first catches up with the source, a catch-up line this often (records left,
+#: rate, ETA): a new mirror's backlog can take long, and a log should show it moving.
+CATCH_UP_INTERVAL_S = 5.0
 # A problem the mirror has dealt with (a source topic or partition gone, so no longer mirrored)
 # stays in the status this long after it was reported, then only in `events` and the log.
 HANDLED_PROBLEM_S = 60.0
@@ -295,13 +298,22 @@ class Mirror:
 
     async def status_loop(self) -> None:
         """Rewrite the status file every STATUS_INTERVAL_S and log a summary every
-        SUMMARY_INTERVAL_S, until cancelled."""
-        last_summary = trio.current_time()
-        last_records = 0
+        SUMMARY_INTERVAL_S, until cancelled; until the copy first caught up, a catch-up line
+        every CATCH_UP_INTERVAL_S."""
+        last_summary = started = last_catch_up = trio.current_time()
+        last_records = catch_up_records = 0
+        caught_up = False
         while True:
             await trio.sleep(STATUS_INTERVAL_S)
             await self.write_status()
             now = trio.current_time()
+            if not caught_up and now - last_catch_up >= CATCH_UP_INTERVAL_S:
+                status = self.report()
+                line, caught_up = catch_up_line(status, (status.records - catch_up_records) / (now - last_catch_up),
+                                                now - started)
+                if line is not None:
+                    log.info("%s", line)
+                last_catch_up, catch_up_records = now, status.records
             if now - last_summary >= SUMMARY_INTERVAL_S:
                 status = self.report()
                 rate = (status.records - last_records) / (now - last_summary)
@@ -311,6 +323,21 @@ class Mirror:
                          "; problems: " + "; ".join(f"{k}: {v}" for k, v in status.problems.items())
                          if status.problems else "")
                 last_summary, last_records = now, status.records
+
+
+def catch_up_line(status: MirrorStatus, rate: float, elapsed_s: float) -> tuple[str | None, bool]:
+    """The initial catch-up's log line and whether the copy has caught up: None while nothing
+    is known yet (no partition, the source not reached, a partition not fetched), `caught up` once the lag is 0, else
+    the records left, the copy rate and the ETA at that rate ('?' while the rate is 0)."""
+    if (not status.partitions or status.source_reached_ms is None
+            or any(p.source_end < 0 for p in status.partitions)):  # a partition not fetched yet
+        return None, False
+    if status.lag == 0:
+        return (f"mirror {status.name}: caught up with the source, {len(status.partitions)} partitions, "
+                f"{status.records} records copied in {elapsed_s:.0f} s"), True
+    eta = f"{status.lag / rate:.0f} s" if rate > 0 else "?"
+    return (f"mirror {status.name}: catching up: {status.lag} records left on {len(status.partitions)} partitions, "
+            f"{rate:.0f} records/s, ETA {eta}"), False
 
 
 # -- topics ------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ TOPOLOGY is the topology file `causeway up` started, or its name; the mirror's c
 found as `causeway status` finds them (deploy/cli/pipeline_common.py), and a secured cluster is
 logged in to as the launcher does (its admin's client file, which the state file names). Without --failover the
 command refuses a source that does not answer (use --failover), waits (progress every few
-seconds, at most --timeout, 60 s by default) until the target holds the source's log end on
+seconds, records left, rate and ETA, or a bar when stderr is a terminal; at most --timeout, 60 s
+by default) until the target holds the source's log end on
 every partition, copies the groups' offsets one last time, then promotes topic by topic; with
 --failover it promotes at once and gives the source at most 2 s (its ends, the groups' offsets):
 each partition's records not copied and the groups not copied at the end are printed, "unknown"
@@ -30,6 +31,7 @@ from pathlib import Path
 
 from deploy.cli.client_config import command_security, file_security
 from deploy.cli.command import UsageError, run, say
+from deploy.progress import Progress
 
 __all__ = ["check_timeout_and_topics", "register_promote"]
 
@@ -70,9 +72,12 @@ def _promote(args: argparse.Namespace) -> int:
         config = None
     else:
         raise UsageError("give a TOPOLOGY and --mirror NAME, or the target's --bootstrap HOST:PORT")
-    report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
-                              topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say,
-                              target_security=target_security, source_security=source_security, config=config))
+    # The wait for the copy: a bar on a terminal (stderr), else a line every few seconds.
+    with Progress("copy catching up", say) as catching_up:
+        report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
+                                  topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say,
+                                  on_behind=catching_up.left, target_security=target_security,
+                                  source_security=source_security, config=config))
     if report.promoted:
         say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
     elif report.already and not report.failed:

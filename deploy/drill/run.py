@@ -32,6 +32,7 @@ from deploy.drill.report import DrillReport, Sample, Timeline
 from deploy.drill.verify import EndsProbe, log_ends, outcome, read_logs, wait_copied
 from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
 from deploy.launcher.control import read_state
+from deploy.progress import Progress
 from deploy.wan.client import WanApiError
 from mirror.config import MirrorConfig
 from mirror.promote import PromotionError
@@ -114,8 +115,10 @@ def _wait(check: Callable[[], bool], what: str, stop: threading.Event, timeout_s
         _pause(0.05, stop)
 
 
-def _caught_up(reader: GroupReader, ends: dict[TopicPartition, int]) -> bool:
+def _caught_up(reader: GroupReader, ends: dict[TopicPartition, int], progress: Progress | None = None) -> bool:
     positions = reader.positions()
+    if progress is not None:
+        progress.left(sum(max(0, end - positions.get(tp, 0)) for tp, end in ends.items() if end > 0))
     return all(positions.get(tp, 0) >= end for tp, end in ends.items() if end > 0)
 
 
@@ -124,9 +127,11 @@ def _promote(plan: DrillPlan, say: Say) -> str:
 
     from mirror.promote import promote
 
-    report = trio.run(partial(promote, plan.target_bootstrap, source_bootstrap=plan.source_bootstrap,
-                              mirror=plan.mirror, failover=not plan.planned, timeout_s=60.0,
-                              say=lambda line: say(f"  promote: {line}"), config=plan.config))
+    with Progress("  promote: copy catching up", say) as catching_up:
+        report = trio.run(partial(promote, plan.target_bootstrap, source_bootstrap=plan.source_bootstrap,
+                                  mirror=plan.mirror, failover=not plan.planned, timeout_s=60.0,
+                                  say=lambda line: say(f"  promote: {line}"), on_behind=catching_up.left,
+                                  config=plan.config))
     if not report.ok:
         why = "; ".join(f"{t}: {w}" for t, w in sorted(report.failed.items())) or "the copy did not catch up"
         raise DrillError(f"the promotion failed: {why}")
@@ -158,12 +163,12 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         live.update(load=load, reader=reader)
         sampler.start()
         _wait(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary", stop)
-        last = time.monotonic()
-        while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
-            _pause(0.1, stop)
-            if time.monotonic() - last >= PROGRESS_EVERY_S:
-                last = time.monotonic()
-                say(f"  {load.ledger.count()} acknowledged at the primary, group {group} read {len(reader.names)}")
+        # The workload's progress: records acknowledged of those its rate and duration ask for.
+        with Progress("  acknowledged at the primary", say, total=round(plan.rate * plan.duration_s),
+                      every_s=PROGRESS_EVERY_S) as workload:
+            while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
+                _pause(0.1, stop)
+                workload.update(load.ledger.count())
         timeline.end(step, f"group {group}; {load.ledger.count()} acknowledged")
         say(f"workload at the primary for {plan.duration_s:g} s: {load.ledger.count()} acknowledged")
 
@@ -174,7 +179,9 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
             clients.remove(load)
             timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed")
             step = timeline.begin("group caught up at the primary")
-            _wait(lambda: _caught_up(reader, load.ledger.ends()), f"group {group} to read every record", stop)
+            with Progress(f"  group {group} catching up", say, every_s=PROGRESS_EVERY_S) as catching_up:
+                _wait(lambda: _caught_up(reader, load.ledger.ends(), catching_up),
+                      f"group {group} to read every record", stop)
             reader.stop(commit=True)
             clients.remove(reader)
             timeline.end(step, f"read {len(reader.names)}, committed")
@@ -241,7 +248,9 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         expected = dict(promoted_ends)
         for tp, end in dr_load.ledger.ends().items():
             expected[tp] = max(expected.get(tp, 0), end)
-        _wait(lambda: _caught_up(dr_reader, expected), f"group {group} to read every record at the DR site", stop)
+        with Progress(f"  group {group} catching up at the DR site", say, every_s=PROGRESS_EVERY_S) as catching_up:
+            _wait(lambda: _caught_up(dr_reader, expected, catching_up),
+                  f"group {group} to read every record at the DR site", stop)
         dr_reader.stop(commit=True)
         clients.remove(dr_reader)
         timeline.end(step, f"{dr_load.ledger.count()} produced there, the group read {len(dr_reader.names)}")

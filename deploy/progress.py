@@ -1,0 +1,175 @@
+"""Progress of a long command step: done/total records, bytes when known, rate and ETA.
+
+One object per step. On a terminal (stderr a tty) it draws a `rich` bar on stderr, which leaves
+stdout to the command's result; anywhere else (a pipe, a log, CI) it says a plain line through
+the command's own `say` at most every `every_s` seconds, plus one at the end, so a log stays
+readable whatever the update rate. `quiet` says nothing at all. The arithmetic (`rate_per_s`,
+`eta_s`, `progress_line`) is pure, so it is tested without a clock or a terminal.
+
+The rate is the average since the step began (records per second of wall time): a step's rate
+moves slowly enough that a sliding window only adds noise to the ETA, and at rate 0 (nothing
+done yet, or a total that grew) the ETA is unknown, never a division by zero.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Callable
+from typing import IO, Any
+
+__all__ = ["EVERY_S", "Progress", "eta_s", "progress_line", "rate_per_s"]
+
+#: The least time between two plain progress lines (a terminal's bar redraws more often).
+EVERY_S = 3.0
+
+
+def rate_per_s(done: float, elapsed_s: float) -> float:
+    """Units per second over `elapsed_s` seconds; 0 when no time has passed or nothing is done."""
+    if elapsed_s <= 0 or done <= 0:
+        return 0.0
+    return done / elapsed_s
+
+
+def eta_s(left: float, rate: float) -> float | None:
+    """Seconds until `left` units are done at `rate` per second: 0 when nothing is left, None
+    (unknown) while the rate is 0 or not a number."""
+    if left <= 0:
+        return 0.0
+    if not rate > 0 or math.isinf(rate):
+        return None
+    return left / rate
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m{seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _bytes(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def progress_line(label: str, done: int, total: int | None, elapsed_s: float, *, unit: str = "records",
+                  bytes_done: int | None = None) -> str:
+    """`label: done/total unit (pct), [bytes,] rate unit/s, ETA t` (without a total: no
+    percentage and no ETA)."""
+    rate = rate_per_s(done, elapsed_s)
+    parts = []
+    if total is not None and total > 0:
+        parts.append(f"{done}/{total} {unit} ({100 * min(done, total) / total:.0f}%)")
+    else:
+        parts.append(f"{done} {unit}")
+    if bytes_done is not None:
+        parts.append(_bytes(bytes_done))
+    parts.append(f"{rate:.0f} {unit}/s")
+    if total is not None:
+        parts.append(f"ETA {_duration(eta_s(total - done, rate))}")
+    return f"{label}: " + ", ".join(parts)
+
+
+class Progress:
+    """A step's progress; `update` as often as wanted, `close` (or leave the `with`) at the end.
+
+    `say` gets the plain lines (the command's progress channel); `tty` None asks whether
+    `stream` (stderr by default) is a terminal; `clock` is for tests.
+    """
+
+    def __init__(self, label: str, say: Callable[[str], None], *, total: int | None = None, unit: str = "records",
+                 quiet: bool = False, tty: bool | None = None, every_s: float = EVERY_S,
+                 stream: IO[str] | None = None, clock: Callable[[], float] = time.monotonic) -> None:
+        self.label, self.unit, self.total = label, unit, total
+        self.done = 0
+        self.bytes_done: int | None = None
+        self._most_left = 0
+        self._say, self._quiet, self._every_s, self._clock = say, quiet, every_s, clock
+        self._started = clock()
+        self._next_line = self._started  # the first update says where the step starts
+        self._said: str | None = None
+        stream = stream if stream is not None else sys.stderr
+        if tty is None:
+            tty = stream.isatty()
+        self._tty, self._stream = tty and not quiet, stream
+        self._bar: Any = None  # drawn at the first update: a step that never updates draws nothing
+        self._task: Any = None
+
+    def _draw(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, TaskProgressColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as Bar
+
+        columns: list[Any] = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                              TextColumn(self.unit), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
+                              TimeRemainingColumn()]
+        self._bar = Bar(*columns, console=Console(file=self._stream))
+        self._task = self._bar.add_task(self.label, total=self.total, rate="")
+        self._bar.start()
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def elapsed_s(self) -> float:
+        return self._clock() - self._started
+
+    def line(self) -> str:
+        return progress_line(self.label, self.done, self.total, self.elapsed_s(), unit=self.unit,
+                             bytes_done=self.bytes_done)
+
+    def update(self, done: int, *, total: int | None = None, bytes_done: int | None = None) -> None:
+        """`done` units so far (and the total, when it changed; the bytes, when known)."""
+        self.done = done
+        if total is not None:
+            self.total = total
+        if bytes_done is not None:
+            self.bytes_done = bytes_done
+        if self._quiet:
+            return
+        if self._tty:
+            if self._bar is None:
+                self._draw()
+            rate = f"{rate_per_s(done, self.elapsed_s()):.0f} {self.unit}/s"
+            if self.bytes_done is not None:
+                rate += f", {_bytes(self.bytes_done)}"
+            self._bar.update(self._task, completed=done, total=self.total, rate=rate)
+            return
+        now = self._clock()
+        if now >= self._next_line:
+            self._next_line = now + self._every_s
+            self._emit()
+
+    def left(self, left: int) -> None:
+        """`left` units still to do (a backlog being worked off): the total is the most ever
+        left, so a backlog that grows meanwhile raises the total rather than undoing progress."""
+        self._most_left = max(self._most_left, left, 0)
+        self.update(self._most_left - max(left, 0), total=self._most_left)
+
+    def _emit(self) -> None:
+        line = self.line()
+        if line != self._said:
+            self._said = line
+            self._say(line)
+
+    def close(self) -> None:
+        """Stop the bar (left drawn), or say the last line if one was said and it moved since."""
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+            self._tty = False
+        elif not self._tty and not self._quiet and self._said is not None:
+            self._emit()
