@@ -1,7 +1,8 @@
 """examples/dr.yaml as its comments run it: `causeway up -d`, then `causeway drill failover
 --disaster planned` (a planned switch-over) on 3-broker ZooKeeper clusters over the emulated
-40 ms link: RPO 0, nothing duplicated, re-read or skipped, and a chart of the drill whose lag
-and throughput series come from the samples the JSON report holds."""
+40 ms link: RPO 0, nothing duplicated, re-read or skipped, a chart of the drill whose lag
+and throughput series come from the samples the JSON report holds, and its steps' progress lines
+on stderr beside the JSON on stdout."""
 
 from __future__ import annotations
 
@@ -28,7 +29,10 @@ def test_a_planned_failover_drill_on_the_dr_example_loses_nothing(tmp_path: Path
                         "--chart", str(chart), timeout_s=300)
         output = done.stdout + done.stderr
         assert done.returncode == 0, output
-        report = json.loads(done.stdout)
+        report = json.loads(done.stdout)  # stdout is the JSON alone: progress goes to stderr
+        # Off a terminal, each long step's progress as plain lines: done/total, rate, ETA.
+        assert "  acknowledged at the primary: " in done.stderr and "/900 records (" in done.stderr, done.stderr
+        assert "  promote: copy catching up: " in done.stderr and "records/s, ETA " in done.stderr, done.stderr
         assert (report["kind"], report["disaster"], report["mode"]) == ("failover", "planned", "link"), output
         rpo = report["rpo"]
         assert rpo["records"] == 0 and rpo["partitions"] == [], output

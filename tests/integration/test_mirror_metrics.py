@@ -1,8 +1,8 @@
 """A mirror process serves MirrorMaker 2's metrics (as the JMX exporter names them) on its
 `metrics.listener`: records mirrored raise its record and byte counts by exactly what was
 produced, the lag in records and in seconds comes back to 0, and (mm2 mode) a consumer group's
-committed offsets get a checkpoint whose latency is reported. Every scrape is parsed by
-prometheus_client's text parser.
+committed offsets get a checkpoint whose latency is reported; its log says when it first caught
+up. Every scrape is parsed by prometheus_client's text parser.
 """
 
 from __future__ import annotations
@@ -77,6 +77,10 @@ def test_mirrored_records_move_the_mirror_counters_and_lag_returns_to_zero(mirro
         return len(lag) == 3 and not any(lag.values()) and not any(seconds.values())
 
     wait_until(caught_up, what="the mirror's lag back to 0 records and 0 seconds", timeout_s=30, interval_s=0.5)
+    # Its log says when the copy first caught up (before that, the records left, rate and ETA).
+    said = re.compile(r"mirror \S+: caught up with the source, 3 partitions, \d+ records copied in \d+ s")
+    wait_until(lambda: said.search(log.read_text()) is not None, what="the mirror's log saying it caught up",
+               timeout_s=30, interval_s=0.5)
     assert sum(_per_partition(values, "kafka_connect_mirror_source_connector_byte_count").values()) > RECORDS * 2
     assert len(_per_partition(values, "kafka_connect_mirror_source_connector_replication_latency_ms_max")) == 3
     assert len(_per_partition(values, "kafka_connect_mirror_source_connector_replication_latency_ms_avg")) == 3
