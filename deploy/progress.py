@@ -3,8 +3,8 @@
 One object per step. On a terminal (stderr a tty) it draws a `rich` bar on stderr, which leaves
 stdout to the command's result; anywhere else (a pipe, a log, CI) it says a plain line through
 the command's own `say` at most every `every_s` seconds, plus one at the end, so a log stays
-readable whatever the update rate. `quiet` says nothing at all. The arithmetic (`rate_per_s`,
-`eta_s`, `progress_line`) is pure, so it is tested without a clock or a terminal.
+readable whatever the update rate. `quiet` says nothing at all. The arithmetic (broker/progress.py,
+and `progress_line` here) is pure, so it is tested without a clock or a terminal.
 
 The rate is the average since the step began (records per second of wall time): a step's rate
 moves slowly enough that a sliding window only adds noise to the ETA, and at rate 0 (nothing
@@ -13,46 +13,17 @@ done yet, or a total that grew) the ETA is unknown, never a division by zero.
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from collections.abc import Callable
 from typing import IO, Any
 
+from broker.progress import duration_text, eta_s, rate_per_s
+
 __all__ = ["EVERY_S", "Progress", "eta_s", "progress_line", "rate_per_s"]
 
 #: The least time between two plain progress lines (a terminal's bar redraws more often).
 EVERY_S = 3.0
-
-
-def rate_per_s(done: float, elapsed_s: float) -> float:
-    """Units per second over `elapsed_s` seconds; 0 when no time has passed or nothing is done."""
-    if elapsed_s <= 0 or done <= 0:
-        return 0.0
-    return done / elapsed_s
-
-
-def eta_s(left: float, rate: float) -> float | None:
-    """Seconds until `left` units are done at `rate` per second: 0 when nothing is left, None
-    (unknown) while the rate is 0 or not a number."""
-    if left <= 0:
-        return 0.0
-    if not rate > 0 or math.isinf(rate):
-        return None
-    return left / rate
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
 
 
 def _bytes(n: float) -> str:
@@ -77,7 +48,7 @@ def progress_line(label: str, done: int, total: int | None, elapsed_s: float, *,
         parts.append(_bytes(bytes_done))
     parts.append(f"{rate:.0f} {unit}/s")
     if total is not None:
-        parts.append(f"ETA {_duration(eta_s(total - done, rate))}")
+        parts.append(f"ETA {duration_text(eta_s(total - done, rate))}")
     return f"{label}: " + ", ".join(parts)
 
 

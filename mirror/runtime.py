@@ -38,6 +38,7 @@ from broker.atomic_file import write_atomically
 from broker.client import Backoff, Client, ClientError, KafkaError, RequestTimeout, TopicPartition, admin
 from broker.client.admin import NewTopic
 from broker.clock import now_ms
+from broker.progress import duration_text, eta_s
 from broker.retry import retry, worth_reporting
 from mirror.acl_sync import TopicAclSync
 from mirror.config import EXCLUDED_CONFIGS, MirrorConfig
@@ -335,9 +336,8 @@ def catch_up_line(status: MirrorStatus, rate: float, elapsed_s: float) -> tuple[
     if status.lag == 0:
         return (f"mirror {status.name}: caught up with the source, {len(status.partitions)} partitions, "
                 f"{status.records} records copied in {elapsed_s:.0f} s"), True
-    eta = f"{status.lag / rate:.0f} s" if rate > 0 else "?"
     return (f"mirror {status.name}: catching up: {status.lag} records left on {len(status.partitions)} partitions, "
-            f"{rate:.0f} records/s, ETA {eta}"), False
+            f"{rate:.0f} records/s, ETA {duration_text(eta_s(status.lag, rate))}"), False
 
 
 # -- topics ------------------------------------------------------------------------------

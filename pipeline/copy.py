@@ -21,6 +21,7 @@ record a second time fails naming how many, per partition, unless `allow_duplica
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -37,6 +38,7 @@ from broker.client import KafkaError, TopicPartition, admin, init_idempotent_pro
 from broker.client.admin import NewTopic
 from broker.client.batching import size_batches
 from broker.faults import crash_point
+from broker.progress import rate_and_eta
 from broker.protocol.constants import EARLIEST, LATEST
 from broker.protocol.errors import ErrorCode
 from broker.protocol.records import Record
@@ -362,6 +364,7 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
     say(f"{label}: {planned} offsets to copy in {len(ranges)} partitions "
         f"(from {json.dumps(position, sort_keys=True)} to {json.dumps(ends, sort_keys=True)})")
     copied = steps = done = 0
+    started = time.monotonic()  # the steps' rate and ETA
     while any(position[p] < ends[p] for p in position):
         step = [OffsetRange(topic, p, position[p], min(ends[p], position[p] + step_records))
                 for p in sorted(position) if position[p] < ends[p]]
@@ -383,6 +386,7 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
         done += sum(r.size for r in step)
         for r in step:
             position[r.partition] = r.end
-        say(f"{label} step {steps}: {done} of {planned} offsets done ({copied} records written)")
+        say(f"{label} step {steps}: {done} of {planned} offsets done ({copied} records written); "
+            f"{rate_and_eta(done, planned, time.monotonic() - started, 'offsets')}")
     return CopyResult(target_topic, planned, copied, steps, prepared.created, tuple(ranges),
                       {p: o.held for p, o in overlap.items()})

@@ -47,6 +47,7 @@ from pyspark.sql import functions as F
 
 from broker.atomic_file import fsync_path, write_atomically
 from broker.faults import crash_point
+from broker.progress import rate_and_eta
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.paths import check_writable
 from pipeline.planning import OffsetRange, check_cluster, plan_read
@@ -294,6 +295,7 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
     done_offsets = 0
     exported = 0
     steps = 0
+    started = time.monotonic()  # the steps' rate and ETA
     while any(position[p] < ends[p] for p in position):
         step = {p: OffsetRange(topic, p, position[p], min(ends[p], position[p] + step_records)) for p in position}
         run = f"{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -318,5 +320,6 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
         done_offsets += sum(r.size for r in step.values())
         for p, r in step.items():
             position[p] = r.end
-        say(f"{label}: {done_offsets} of {planned} offsets done ({exported} records written)")
+        say(f"{label}: {done_offsets} of {planned} offsets done ({exported} records written); "
+            f"{rate_and_eta(done_offsets, planned, time.monotonic() - started, 'offsets')}")
     return ExportResult(planned, exported, steps, dict(position))

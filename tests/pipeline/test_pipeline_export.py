@@ -41,8 +41,11 @@ def test_export_then_rerun_continues_without_duplicates(spark: SparkSession, boo
     lines: list[str] = []
     first = export_topic(spark, bootstrap, topic, out, step_records=60, say=lines.append)
     assert (first.planned, first.exported, first.steps) == (240, 240, 2)
-    assert "export export-a step 1: 120 of 240 offsets done (120 records written)" in lines
-    assert "export export-a step 2: 240 of 240 offsets done (240 records written)" in lines
+    # Each step's line: done of planned, then the rate since the start and the ETA at it.
+    assert any(line.startswith("export export-a step 1: 120 of 240 offsets done (120 records written); ")
+               and " offsets/s, ETA " in line for line in lines), lines
+    assert any(line.startswith("export export-a step 2: 240 of 240 offsets done (240 records written); ")
+               and line.endswith(" offsets/s, ETA 0 s") for line in lines), lines
     assert json.loads((out / OFFSETS_FILE).read_text()) == {"topic": topic, "offsets": {"0": 120, "1": 120}}
     hours = sorted(str(p.relative_to(out)) for p in out.glob("date=*/hour=*"))
     assert hours == ["date=2026-01-01/hour=23", "date=2026-01-02/hour=00", "date=2026-01-02/hour=01"]
@@ -107,7 +110,8 @@ def test_the_command_exports_and_reports_progress(spark: SparkSession, bootstrap
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("export export-cli: 40 offsets to export in 2 partitions")
-    assert "export export-cli step 2: 40 of 40 offsets done (40 records written)" in lines
+    assert any(line.startswith("export export-cli step 2: 40 of 40 offsets done (40 records written); ")
+               and line.endswith(" offsets/s, ETA 0 s") for line in lines), lines
     assert lines[-1] == "export export-cli: done: 40 records in 2 step(s); offsets now 0:20, 1:20"
     assert exported(out) == [(r.partition, r.offset, r.value) for r in consume_all(bootstrap, topic, [0, 1])]
     assert not spark.sparkContext._jsc.sc().isStopped()

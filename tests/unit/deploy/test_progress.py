@@ -1,12 +1,10 @@
-"""deploy/progress.py: the ETA arithmetic, the plain lines off a terminal, the bar on one."""
+"""deploy/progress.py: the lines, the plain lines off a terminal (bounded), the bar on one."""
 
 from __future__ import annotations
 
 import io
 
-import pytest
-
-from deploy.progress import Progress, eta_s, progress_line, rate_per_s
+from deploy.progress import Progress, progress_line
 
 
 class Clock:
@@ -15,25 +13,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-@pytest.mark.parametrize(("left", "rate", "expected"), [
-    (100, 10.0, 10.0),
-    (0, 0.0, 0.0),  # nothing left: done, whatever the rate
-    (-5, 3.0, 0.0),  # a total passed (it grew less than counted)
-    (100, 0.0, None),  # rate 0: unknown, not a division by zero
-    (100, -1.0, None),
-    (100, float("nan"), None),
-    (100, float("inf"), None),
-])
-def test_eta(left: float, rate: float, expected: float | None) -> None:
-    assert eta_s(left, rate) == expected
-
-
-def test_rate() -> None:
-    assert rate_per_s(500, 10.0) == 50.0
-    assert rate_per_s(500, 0.0) == 0.0  # no time yet
-    assert rate_per_s(0, 10.0) == 0.0
 
 
 def test_line() -> None:
