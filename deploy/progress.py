@@ -85,7 +85,11 @@ class Progress:
         columns: list[Any] = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                               TextColumn(self.unit), TaskProgressColumn(), TextColumn("{task.fields[rate]}"),
                               TimeRemainingColumn()]
-        self._bar = Bar(*columns, console=Console(file=self._stream))
+        # The command's lines on stdout go above the bar while it is drawn, but only when stdout
+        # is the same terminal: stdout piped to a file keeps every line of it.
+        same_terminal = self._stream is sys.stderr and sys.stdout.isatty()
+        self._bar = Bar(*columns, console=Console(file=self._stream), redirect_stdout=same_terminal,
+                        redirect_stderr=False)
         self._task = self._bar.add_task(self.label, total=self.total, rate="")
         self._bar.start()
 
