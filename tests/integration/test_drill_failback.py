@@ -1,6 +1,7 @@
 """`causeway drill failback` on examples/dr-link.yaml brought up with `causeway up -d` (the
-topology of test_drill_launcher.py, whose helpers these tests share): a failover with the WAN
-link cut, truncate-and-restore, the reverse mirror copying back, a planned switch back. What the
+topology of test_drill_launcher.py, whose helpers these tests share): a failover (the WAN link
+cut, or the primary killed and restarted by the launcher) then truncate-and-restore, or a planned
+switch-over then reverse-and-start; the reverse mirror copying back, a planned switch back. What the
 report says is checked against what the clusters hold, read here on their own: the quarantine
 directories the brokers wrote, the topics' owners, both sites' batches."""
 
@@ -59,3 +60,34 @@ def test_failback_after_a_failover_with_the_link_cut(tmp_path: Path) -> None:
         names = [s["name"] for s in report["timeline"]]
         assert names.index("truncate-and-restore") < names.index("promote at the old primary"), names
         assert f"{MIRROR}-reverse" in output
+
+
+def test_failback_after_a_planned_switch_over_cuts_nothing(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        code, report, output = drill(state, "failback", "--disaster", "planned", "--max-rpo", "0")
+        assert code == 0, output
+        back = report["failback"]
+        assert back["command"] == "reverse-and-start", output
+        assert report["rpo"]["records"] == 0 and report["rpo"]["acknowledged"] > 0, output
+        assert back["quarantine"] == {"records": 0, "acknowledged": 0, "matches_rpo": None, "partitions": []}, output
+        assert quarantined(state) == {}, output
+        # Planned both ways: the group moved twice re-reads and skips nothing.
+        assert report["group"] == {"reread": 0, "skipped": 0}, output
+        assert back["group"] == {"reread": 0, "skipped": 0}, output
+        assert back["logs"]["identical"] and back["logs"]["batches"] > 0, output
+        clusters = status(state)["clusters"]
+        assert owners(clusters["east"]["bootstrap"]) == {t: "" for t in TOPICS}, output
+
+
+def test_failback_after_the_primary_was_killed_waits_for_the_launcher_to_restart_it(tmp_path: Path) -> None:
+    with started(tmp_path) as state:
+        killed = status(state)["clusters"]["east"]["brokers"][0]["pid"]
+        code, report, output = drill(state, "failback", "--disaster", "kill")
+        assert code == 0, output
+        back = report["failback"]
+        assert back["quarantine"]["matches_rpo"] is True, output
+        # Written at east and never acknowledged (the kill came first) is quarantined beside the RPO.
+        assert back["quarantine"]["records"] >= back["quarantine"]["acknowledged"] == report["rpo"]["records"], output
+        assert sum(map(len, quarantined(state).values())) == back["quarantine"]["records"], output
+        assert back["group"] == {"reread": 0, "skipped": 0} and back["logs"]["identical"], output
+        assert status(state)["clusters"]["east"]["brokers"][0]["pid"] != killed
