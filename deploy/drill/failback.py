@@ -118,8 +118,6 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None)
         step = timeline.begin("promote at the old primary")
         timeline.end(step, _promote_back(plan, reverse, config, say))
         say(f"{step.name}: {step.detail}")
-        mirror.stop()
-        mirror = None
 
         step = timeline.begin("producers and group moved home")
         home_reader = GroupReader(plan.source_bootstrap, group, plan.topics, report.run).start()
@@ -142,6 +140,13 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None)
                            f"after the producers stopped at the DR site; re-read {back.reread}, skipped {back.skipped}")
         say(f"{step.name}: {step.detail}")
 
+        # Stopped once the applications are home (the RTO is theirs): the topics are promoted, it
+        # copies nothing more.
+        step = timeline.begin("reverse mirror stopped")
+        mirror.stop()
+        mirror = None
+        timeline.end(step, reverse)
+
         step = timeline.begin("logs compared batch for batch")
         back.partitions_compared = len(plan.partitions)
         back.batches_compared, back.differing = _compare(plan)
@@ -152,13 +157,34 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None)
         failed = next((s.name for s in reversed(timeline.steps) if s.duration_s is None), "the drill")
         raise DrillError(f"{failed}: {exc}", report) from exc
     except KeyboardInterrupt:
-        raise DrillInterrupted(report, []) from None
+        for client in clients:
+            stop_fast(client)
+        clients.clear()
+        undone = []
+        if mirror is not None:
+            mirror.stop()
+            mirror = None
+            undone.append(f"the reverse mirror {reverse} was stopped")
+        undone += _where_back(report, reverse)
+        raise DrillInterrupted(report, undone) from None
     finally:
         for client in clients:
             stop_fast(client)
         if mirror is not None:
             mirror.stop()
     return report
+
+
+def _where_back(report: DrillReport, reverse: str) -> list[str]:
+    """What state an interrupted way back left the old primary's topics in, and how to go on."""
+    begun = {step.name for step in report.timeline.steps}
+    if "promote at the old primary" in begun:
+        return [f"the switch back began: `causeway mirror promote --bootstrap OLD --source-bootstrap NEW --mirror "
+                f"{reverse}` completes it"]
+    if begun & {"truncate-and-restore", "reverse-and-start"}:
+        return [f"the old primary's topics are (or are becoming) mirror topics of {reverse}: rerun the failback "
+                "command to complete it, then run that mirror and promote at the old primary"]
+    return []
 
 
 def _restore(plan: DrillPlan, reverse: str, *, truncate: bool, say: Say) -> list[Cut]:

@@ -103,7 +103,7 @@ class FailbackOutcome:
     def lines(self, rpo: int | None) -> list[str]:
         lines = [f"FAILBACK   {self.command}, reverse mirror {self.reverse_mirror}"]
         if self.command == "truncate-and-restore":
-            check = {True: "= the RPO, record for record", False: f"!= the RPO ({rpo})", None: "not checked"}
+            check = {True: "= the RPO, offset for offset", False: f"!= the RPO ({rpo})", None: "not checked"}
             lines.append(f"quarantine {self.quarantined} record(s) cut at the old primary, "
                          f"{self.quarantined_acknowledged} of them acknowledged {check[self.rpo_matches_quarantine]}")
             for cut in self.cuts:
