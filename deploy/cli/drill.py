@@ -140,7 +140,11 @@ def _say_interrupted(stop: DrillInterrupted, args: argparse.Namespace, state_dir
     lines.append("  The drill's producers and consumers are stopped; its records stay in the topics.")
     if any(n.startswith("disaster: kill") for n in names):
         lines.append("  The primary's brokers were killed; the launcher restarts them.")
-    if any(n.startswith("promote") for n in names):
+    forward = next((step for step in steps if step.name.startswith("promote") and "old primary" not in step.name),
+                   None)
+    if forward is not None and forward.duration_s is not None:
+        lines.append("  The mirror's topics were promoted at the DR site.")
+    elif forward is not None:
         failover = " --failover" if args.kind != "switchover" and args.disaster != "planned" else ""
         lines.append(f"  The promotion began: `causeway mirror promote {args.topology} --mirror {args.mirror}"
                      f"{failover}` completes it (a second run reports the topics promoted already).")
