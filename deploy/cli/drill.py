@@ -1,13 +1,14 @@
 """`causeway drill`: a disaster-recovery drill on a topology `causeway up` started.
 
-    causeway drill switchover|failover TOPOLOGY --mirror NAME [--state-dir DIR] [--rate N]
+    causeway drill switchover|failover|failback TOPOLOGY --mirror NAME [--state-dir DIR] [--rate N]
                    [--duration S] [--disaster kill|partition|planned] [--json] [--chart FILE.svg]
                    [--max-rpo N] [--max-rto S]
 
-The steps are deploy/drill/run.py's; this module finds the mirror as `causeway mirror promote`
-does, checks the command line, prints the report and maps it to the exit code: 0, 1 when a limit
-is exceeded or the drill fails, 2 for a bad command line, 130 when interrupted (after saying what
-was done and what state the topology is in).
+The steps are deploy/drill/run.py's (and deploy/drill/failback.py's for the way back); this
+module finds the mirror as `causeway mirror promote` does, checks the command line, prints the
+report and maps it to the exit code: 0, 1 when a limit is exceeded or the drill fails, 2 for a
+bad command line, 130 when interrupted (after saying what was done and what state the topology
+is in).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ def _check(args: argparse.Namespace) -> None:
 def _drill(args: argparse.Namespace) -> int:
     _check(args)
     from deploy.cli.pipeline_common import mirror_config_from_topology, mirror_logins, started_mirror
+    from deploy.drill.failback import run_failback
     from deploy.drill.run import DrillError, DrillInterrupted, DrillPlan, run_drill
     from deploy.drill.topics import dr_names, mirrored_topics, partitions_of
 
@@ -56,6 +58,8 @@ def _drill(args: argparse.Namespace) -> int:
     config = mirror_config_from_topology(args)
     if config is None:
         raise Refused(f"mirror {args.mirror}: its config could not be read from the topology")
+    if args.kind == "failback" and config.mode != "link":
+        raise UsageError(f"mirror {args.mirror} is an {config.mode} mirror: a failback drill needs a link-mode mirror")
     progress = say_on_stderr if args.json else say
     source, target = clusters["source"].bootstrap, clusters["target"].bootstrap
     try:
@@ -63,7 +67,7 @@ def _drill(args: argparse.Namespace) -> int:
     except (LookupError, TimeoutError) as exc:
         raise Refused(str(exc)) from None
     disaster: Literal["kill", "partition", "planned"] | None = None
-    if args.kind == "failover":
+    if args.kind in ("failover", "failback"):
         disaster = args.disaster or "kill"
     plan = DrillPlan(kind=args.kind, disaster=disaster, state_dir=state_dir, mirror=args.mirror,
                      source=record.source, target=record.target, source_bootstrap=source, target_bootstrap=target,
@@ -83,7 +87,7 @@ def _drill(args: argparse.Namespace) -> int:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
-        report = run_drill(plan, progress, stop)
+        report = (run_failback if args.kind == "failback" else run_drill)(plan, progress, stop)
     except DrillInterrupted as stop:
         print(stop.report.table(), file=sys.stderr)
         _say_interrupted(stop, args, state_dir)
@@ -110,7 +114,8 @@ def _drill(args: argparse.Namespace) -> int:
 
 def limits_exceeded(report: DrillReport, max_rpo: int | None, max_rto: float | None) -> list[str]:
     """What the drill's report exceeds of --max-rpo (records lost) and --max-rto (seconds to the
-    first produce or the first consume at the DR site, the later of the two)."""
+    first produce or the first consume at the DR site, the later of the two; for a failback, also
+    back home)."""
     exceeded = []
     outcome = report.outcome
     if max_rpo is not None and outcome is not None and outcome.rpo > max_rpo:
@@ -118,6 +123,11 @@ def limits_exceeded(report: DrillReport, max_rpo: int | None, max_rto: float | N
     rto = max(report.rto_produce_s or 0.0, report.rto_consume_s or 0.0)
     if max_rto is not None and rto > max_rto:
         exceeded.append(f"RTO {rto:.2f} s > --max-rto {max_rto:g} s")
+    back = report.failback
+    if back is not None:
+        rto_back = max(back.rto_produce_s or 0.0, back.rto_consume_s or 0.0)
+        if max_rto is not None and rto_back > max_rto:
+            exceeded.append(f"RTO back home {rto_back:.2f} s > --max-rto {max_rto:g} s")
     return exceeded
 
 
@@ -130,8 +140,12 @@ def _say_interrupted(stop: DrillInterrupted, args: argparse.Namespace, state_dir
     lines.append("  The drill's producers and consumers are stopped; its records stay in the topics.")
     if any(n.startswith("disaster: kill") for n in names):
         lines.append("  The primary's brokers were killed; the launcher restarts them.")
-    if any(n.startswith("promote") for n in names):
-        failover = " --failover" if args.kind == "failover" and args.disaster != "planned" else ""
+    forward = next((step for step in steps if step.name.startswith("promote") and "old primary" not in step.name),
+                   None)
+    if forward is not None and forward.duration_s is not None:
+        lines.append("  The mirror's topics were promoted at the DR site.")
+    elif forward is not None:
+        failover = " --failover" if args.kind != "switchover" and args.disaster != "planned" else ""
         lines.append(f"  The promotion began: `causeway mirror promote {args.topology} --mirror {args.mirror}"
                      f"{failover}` completes it (a second run reports the topics promoted already).")
     else:
@@ -152,9 +166,16 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                     "the offsets the mirror translated for it, and the new local topics). Reports RPO "
                     "(acknowledged records the DR site never got, per partition), RTO (to the first record "
                     "produced and consumed at the DR site), what the group re-read and skipped, and a timeline. "
-                    "The topology is promoted afterwards: bring it up again (or fail back, "
+                    "failback (link mode) goes on: once the old primary answers again (killed brokers restarted "
+                    "by the launcher, the cut link put back), truncate-and-restore (reverse-and-start after a "
+                    "planned switch-over), the reverse mirror <mirror>-reverse run by the drill while producers "
+                    "and group work at the DR site, then a planned switch back (promote at the old primary) and "
+                    "producers and group moved home; it also reports the quarantine against the RPO, RTO back home, "
+                    "the group's re-reads and skips on the way back, and both sites' logs compared batch for "
+                    "batch. The topology is promoted afterwards: bring it up again (or fail back, "
                     "docs/operations/failback.md) before the next drill. See docs/operations/disaster-recovery.md.")
-    p.add_argument("kind", choices=("switchover", "failover"), help="a planned switch-over, or a failover")
+    p.add_argument("kind", choices=("switchover", "failover", "failback"),
+                   help="a planned switch-over, a failover, or a failover and the way back (link mode)")
     p.add_argument("topology", help="the topology file `causeway up` started, or its name")
     p.add_argument("--mirror", required=True, help="the mirror (link or mm2 mode) from the primary to the DR site")
     p.add_argument("--state-dir", default=None, help="the launcher's state dir (default .causeway/<topology name>)")
@@ -163,7 +184,7 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--duration", type=float, default=10.0, metavar="S",
                    help="seconds of workload at the primary before the switch (default 10)")
     p.add_argument("--disaster", choices=("kill", "partition", "planned"), default=None,
-                   help="failover only: SIGKILL the primary's brokers (default), cut the WAN link between the "
+                   help="failover and failback: SIGKILL the primary's brokers (default), cut the WAN link between the "
                         "sites through the emulator's API (put back when the drill ends), or none: a planned "
                         "switch-over (the producers stopped first, the same steps as `drill switchover`)")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout (progress on stderr)")
@@ -173,5 +194,6 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--max-rpo", type=int, default=None, metavar="N",
                    help="exit 1 when more than N acknowledged records were lost")
     p.add_argument("--max-rto", type=float, default=None, metavar="S",
-                   help="exit 1 when the first produce or the first consume at the DR site took more than S seconds")
+                   help="exit 1 when the first produce or the first consume at the DR site (or, for failback, back "
+                        "home) took more than S seconds")
     p.set_defaults(func=lambda args: run("causeway drill", lambda: _drill(args)))

@@ -8,8 +8,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from deploy.drill.verify import Outcome
+from deploy.drill.workload import TopicPartition
 
-__all__ = ["DrillReport", "Sample", "Step", "Timeline"]
+__all__ = ["Cut", "DrillReport", "FailbackOutcome", "Sample", "Step", "Timeline"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,74 @@ class Timeline:
 
 
 @dataclass
+class Cut:
+    """One partition's tail that truncate-and-restore cut at the old primary, and where it is kept."""
+
+    topic: str
+    partition: int
+    records: int
+    first_offset: int
+    last_offset: int
+    quarantine: str
+    acknowledged: int  # of those, records the drill's producers had acknowledged at the primary
+
+
+@dataclass
+class FailbackOutcome:
+    """`drill failback`'s way back: the restore, the switch back, and the state it left."""
+
+    command: str  # truncate-and-restore or reverse-and-start
+    reverse_mirror: str
+    cuts: list[Cut] = field(default_factory=list)
+    # The failover's RPO, record by record, is what the quarantine holds of the acknowledged ones.
+    rpo_matches_quarantine: bool | None = None
+    rto_produce_s: float | None = None  # from the producers stopping at the DR site to the first produce back home
+    rto_consume_s: float | None = None  # ... to the group's first read back home
+    reread: int = 0  # records the group read back home that it had read before (at either site)
+    skipped: int = 0  # records produced at the DR site or back home that the group never read
+    partitions_compared: int = 0
+    batches_compared: int = 0
+    differing: list[str] = field(default_factory=list)  # partitions whose logs differ, with where
+
+    @property
+    def quarantined(self) -> int:
+        return sum(cut.records for cut in self.cuts)
+
+    @property
+    def quarantined_acknowledged(self) -> int:
+        return sum(cut.acknowledged for cut in self.cuts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "command": self.command, "reverse_mirror": self.reverse_mirror,
+            "quarantine": {"records": self.quarantined, "acknowledged": self.quarantined_acknowledged,
+                           "matches_rpo": self.rpo_matches_quarantine,
+                           "partitions": [asdict(cut) for cut in self.cuts]},
+            "rto": {"first_produce_s": _round(self.rto_produce_s), "first_consume_s": _round(self.rto_consume_s)},
+            "group": {"reread": self.reread, "skipped": self.skipped},
+            "logs": {"partitions": self.partitions_compared, "batches": self.batches_compared,
+                     "identical": not self.differing, "differing": self.differing},
+        }
+
+    def lines(self, rpo: int | None) -> list[str]:
+        lines = [f"FAILBACK   {self.command}, reverse mirror {self.reverse_mirror}"]
+        if self.command == "truncate-and-restore":
+            check = {True: "= the RPO, offset for offset", False: f"!= the RPO ({rpo})", None: "not checked"}
+            lines.append(f"quarantine {self.quarantined} record(s) cut at the old primary, "
+                         f"{self.quarantined_acknowledged} of them acknowledged {check[self.rpo_matches_quarantine]}")
+            for cut in self.cuts:
+                lines.append(f"           {cut.topic}-{cut.partition}: {cut.records} at offsets "
+                             f"{cut.first_offset}-{cut.last_offset} in {cut.quarantine}")
+        lines.append(f"RTO back   first produce at the old primary {_seconds(self.rto_produce_s)}, first consume "
+                     f"{_seconds(self.rto_consume_s)} (from the producers stopping at the DR site)")
+        lines.append(f"group back re-read {self.reread}, skipped {self.skipped}")
+        same = "identical" if not self.differing else "DIFFERENT: " + "; ".join(self.differing)
+        lines.append(f"logs       {self.partitions_compared} partition(s), {self.batches_compared} batch(es) at both "
+                     f"sites: {same}")
+        return lines
+
+
+@dataclass
 class DrillReport:
     kind: str  # switchover or failover
     disaster: str | None  # kill, partition, planned, or None (a switchover: planned too)
@@ -64,6 +133,10 @@ class DrillReport:
     limits_exceeded: list[str] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)  # every SAMPLE_EVERY_S, for the chart
     mode: str = "link"  # the mirror's: link (offsets kept) or mm2 (offsets translated)
+    failback: FailbackOutcome | None = None  # `drill failback`: the way back
+    # Not reported: what `drill failback` goes on from (deploy/drill/failback.py).
+    acked_primary: dict[TopicPartition, dict[int, str]] = field(default_factory=dict, repr=False)
+    read_names: list[str] = field(default_factory=list, repr=False)
 
     def to_json(self) -> dict[str, Any]:
         outcome = self.outcome
@@ -82,6 +155,7 @@ class DrillReport:
                          for step in self.timeline.steps],
             "limits_exceeded": self.limits_exceeded,
             "samples": [{**asdict(s), "at_s": _round(s.at_s)} for s in self.samples],
+            "failback": None if self.failback is None else self.failback.to_json(),
         }
 
     def table(self) -> str:
@@ -103,6 +177,8 @@ class DrillReport:
         if outcome is not None:
             lines.append(f"group      re-read {outcome.reread}, skipped {outcome.skipped}"
                          + (" (mm2: from the offsets the mirror translated for it)" if self.mode == "mm2" else ""))
+        if self.failback is not None:
+            lines += self.failback.lines(None if outcome is None else outcome.rpo)
         for limit in self.limits_exceeded:
             lines.append(f"EXCEEDED   {limit}")
         return "\n".join(lines)

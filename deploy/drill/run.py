@@ -37,7 +37,7 @@ from deploy.wan.client import WanApiError
 from mirror.config import MirrorConfig
 from mirror.promote import PromotionError
 
-__all__ = ["DrillError", "DrillInterrupted", "DrillPlan", "run_drill"]
+__all__ = ["DrillError", "DrillInterrupted", "DrillPlan", "caught_up", "pause", "run_drill", "stop_fast", "wait_until"]
 
 Say = Callable[[str], None]
 START_TIMEOUT_S = 60.0  # for a first acknowledgement or a first read, and for the group to catch up
@@ -66,7 +66,7 @@ class DrillInterrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class DrillPlan:
-    kind: Literal["switchover", "failover"]
+    kind: Literal["switchover", "failover", "failback"]
     disaster: Literal["kill", "partition", "planned"] | None  # None: a switchover (planned too)
     state_dir: Path
     mirror: str
@@ -98,7 +98,7 @@ class DrillPlan:
         return self.disaster in (None, "planned")
 
 
-def _pause(seconds: float, stop: threading.Event) -> None:
+def pause(seconds: float, stop: threading.Event) -> None:
     """Sleep, or raise KeyboardInterrupt once `stop` is set (Ctrl-C or SIGTERM asked the drill to
     stop). The interruption is raised here, between steps of the drill's own code, never inside
     whatever the main thread happened to run when the signal came (a lock the clients' threads
@@ -107,15 +107,15 @@ def _pause(seconds: float, stop: threading.Event) -> None:
         raise KeyboardInterrupt
 
 
-def _wait(check: Callable[[], bool], what: str, stop: threading.Event, timeout_s: float = START_TIMEOUT_S) -> None:
+def wait_until(check: Callable[[], bool], what: str, stop: threading.Event, timeout_s: float = START_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
         if time.monotonic() > deadline:
             raise DrillError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        _pause(0.05, stop)
+        pause(0.05, stop)
 
 
-def _caught_up(reader: GroupReader, ends: dict[TopicPartition, int], progress: Progress | None = None) -> bool:
+def caught_up(reader: GroupReader, ends: dict[TopicPartition, int], progress: Progress | None = None) -> bool:
     positions = reader.positions()
     if progress is not None:
         progress.left(sum(max(0, end - positions.get(tp, 0)) for tp, end in ends.items() if end > 0))
@@ -162,12 +162,12 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         clients += [reader, load]
         live.update(load=load, reader=reader)
         sampler.start()
-        _wait(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary", stop)
+        wait_until(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the primary", stop)
         # The workload's progress: records acknowledged of those its rate and duration ask for.
         with Progress("  acknowledged at the primary", say, total=round(plan.rate * plan.duration_s),
                       every_s=PROGRESS_EVERY_S) as workload:
             while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
-                _pause(0.1, stop)
+                pause(0.1, stop)
                 workload.update(load.ledger.count())
         timeline.end(step, f"group {group}; {load.ledger.count()} acknowledged")
         say(f"workload at the primary for {plan.duration_s:g} s: {load.ledger.count()} acknowledged")
@@ -180,7 +180,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
             timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed")
             step = timeline.begin("group caught up at the primary")
             with Progress(f"  group {group} catching up", say, every_s=PROGRESS_EVERY_S) as catching_up:
-                _wait(lambda: _caught_up(reader, load.ledger.ends(), catching_up),
+                wait_until(lambda: caught_up(reader, load.ledger.ends(), catching_up),
                       f"group {group} to read every record", stop)
             reader.stop(commit=True)
             clients.remove(reader)
@@ -231,11 +231,11 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         dr_load = ProducerLoad(plan.target_bootstrap, plan.topics, plan.rate, run, "dr").start()
         clients += [dr_reader, dr_load]
         live.update(dr_load=dr_load, dr_reader=dr_reader)
-        _wait(lambda: dr_load.ledger.first_ack is not None, "the first record acknowledged at the DR site", stop)
+        wait_until(lambda: dr_load.ledger.first_ack is not None, "the first record acknowledged at the DR site", stop)
         report.rto_produce_s = (dr_load.ledger.first_ack or 0) - disaster_at
         say(f"first record acknowledged at the DR site, {report.rto_produce_s:.2f} s after the "
             f"{'producers stopped' if plan.planned else 'disaster'}")
-        _wait(lambda: dr_reader.first_read is not None, f"group {group}'s first record at the DR site", stop)
+        wait_until(lambda: dr_reader.first_read is not None, f"group {group}'s first record at the DR site", stop)
         report.rto_consume_s = (dr_reader.first_read or 0) - disaster_at
         say(f"group {group} read its first record at the DR site, {report.rto_consume_s:.2f} s after")
         since = "the producers stopped" if plan.planned else "the disaster"
@@ -249,7 +249,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         for tp, end in dr_load.ledger.ends().items():
             expected[tp] = max(expected.get(tp, 0), end)
         with Progress(f"  group {group} catching up at the DR site", say, every_s=PROGRESS_EVERY_S) as catching_up:
-            _wait(lambda: _caught_up(dr_reader, expected, catching_up),
+            wait_until(lambda: caught_up(dr_reader, expected, catching_up),
                   f"group {group} to read every record at the DR site", stop)
         dr_reader.stop(commit=True)
         clients.remove(dr_reader)
@@ -262,6 +262,10 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         step = timeline.begin("records counted at the DR site")
         copy = read_logs(plan.target_bootstrap, promoted_ends)
         report.outcome = outcome(load.ledger.acked, copy, dr_load.ledger.names(), reader.names, dr_reader.names, run)
+        # What a failback drill goes on from: the primary's acknowledgements (its RPO is checked
+        # against the quarantine) and every record the group read so far.
+        report.acked_primary = {tp: dict(records) for tp, records in load.ledger.acked.items()}
+        report.read_names = [*reader.names, *dr_reader.names]
         timeline.end(step, f"{sum(len(r) for r in copy.values())} record(s) below the ends at the promotion")
         sampler.stop()
         report.samples = list(sampler.samples)
@@ -270,7 +274,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         raise DrillError(f"{failed}: {exc}", report) from exc
     except KeyboardInterrupt:
         for client in clients:
-            _stop_fast(client)
+            stop_fast(client)
         clients.clear()
         undone = _restore(api, cut, report)
         raise DrillInterrupted(report, undone) from None
@@ -279,7 +283,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         report.samples = report.samples or list(sampler.samples)
         ends_probe.close()
         for client in clients:
-            _stop_fast(client)
+            stop_fast(client)
         if cut:
             _restore(api, cut, report)
     return report
@@ -309,7 +313,7 @@ def _stop_primary(load: ProducerLoad, reader: GroupReader) -> None:
     reader.stop(commit=True, timeout_s=5.0)
 
 
-def _stop_fast(client: ProducerLoad | GroupReader) -> None:
+def stop_fast(client: ProducerLoad | GroupReader) -> None:
     if isinstance(client, ProducerLoad):
         client.stop(grace_s=0)
     else:
