@@ -26,7 +26,6 @@ for BENCHMARKS.md.
 from __future__ import annotations
 
 import os
-import platform
 import ssl
 import sys
 import tempfile
@@ -44,6 +43,7 @@ from bench.side_by_side import (
     KAFKA,
     PRODUCER_PROPERTIES,
     announce_run,
+    how_run,
     profile_from_command_line,
 )
 from deploy.broker_process import BrokerProcess
@@ -230,15 +230,13 @@ def _rate(rate: Rate | None) -> str:
 def markdown(results: Results, command: str) -> str:
     """The BENCHMARKS.md section: how it was run, the machine's state, the table."""
     p = results.profile
-    load = results.load or [0.0]
     lines = [
         f"## Security: what TLS and SASL_SSL cost ({results.started[:10]})",
         "",
-        f"`{command}` at {results.started[11:]} ({results.seconds / 60:.0f} min). Machine:"
-        f" {ceiling.machine_summary()}, Python {platform.python_version()}; both brokers and every client on"
-        f" the same cores, over loopback. Load average (1 min) during the run: {min(load):.1f} to"
-        f" {max(load):.1f} on {os.cpu_count()} cores (the machine is shared with other work). Ceilings in the"
-        f" same run, one per round: loopback TCP {', '.join(f'{x:,.0f}' for x in results.tcp_mb_s)} MB/s,"
+        how_run(command, results.started, results.seconds, results.load,
+                "both brokers and every client on the same cores")
+        + " Ceilings in the same run, one per round: loopback TCP"
+        f" {', '.join(f'{x:,.0f}' for x in results.tcp_mb_s)} MB/s,"
         f" loopback TLS (one Python thread to another through OpenSSL, the same certificate)"
         f" {', '.join(f'{x:,.0f}' for x in results.tls_mb_s)} MB/s.",
         "",

@@ -42,7 +42,7 @@ from deploy.child_process import rss_bytes
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
 
-__all__ = ["CAUSEWAY", "FULL", "KAFKA", "QUICK", "Figure", "Profile", "Results", "announce_run", "main",
+__all__ = ["CAUSEWAY", "FULL", "KAFKA", "QUICK", "Figure", "Profile", "Results", "announce_run", "how_run", "main",
            "profile_from_command_line", "run"]
 
 KAFKA, CAUSEWAY = "kafka", "causeway"
@@ -225,6 +225,15 @@ def announce_run(say: Callable[[str], None]) -> str:
     say(f"machine: {ceiling.machine_summary()}, Python {platform.python_version()}; load average "
         f"{', '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def how_run(command: str, started: str, seconds: float, load: list[float], where: str) -> str:
+    """The sentences that open a section: the command, when and how long, the machine, where
+    the processes ran (`where`), and the load average sampled through the run."""
+    load = load or [0.0]
+    return (f"`{command}` at {started[11:]} ({seconds / 60:.0f} min). Machine: {ceiling.machine_summary()},"
+            f" Python {platform.python_version()}; {where}, over loopback. Load average (1 min) during the run:"
+            f" {min(load):.1f} to {max(load):.1f} on {os.cpu_count()} cores (the machine is shared with other work).")
 
 
 def run(profile: Profile, *, say: Callable[[str], None] = print) -> Results:

@@ -52,6 +52,12 @@ log = logging.getLogger(__name__)
 _MAX_EPOCH = 32766
 _MARKER_RETRY_S = 0.1
 _MARKER_RETRY_MAX_S = 5.0
+# How long AddPartitionsToTxn waits for the previous transaction's markers and completion before
+# answering CONCURRENT_TRANSACTIONS. A producer sends it as soon as its commit is answered, while
+# the markers are still under way; told CONCURRENT_TRANSACTIONS it retries ~20 ms later
+# (librdkafka, Kafka's producer), where on a replicated __transaction_state the markers and the
+# Complete record take a few ms: waiting here saves the rest of the client's backoff.
+_COMPLETION_WAIT_S = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +132,7 @@ class TransactionCoordinator:
         self._loading: set[int] = set()
         self._nursery: trio.Nursery | None = None
         self._queued: list[tuple[int, _Led]] = []  # elections before run() started
+        self._completing: dict[str, trio.Event] = {}  # ids whose markers are under way: set when done
 
     def reconfigure(self, config: BrokerConfig) -> None:
         self._config = config
@@ -233,8 +240,7 @@ class TransactionCoordinator:
                 resumed += 1
                 txn.pending = TxnState.COMPLETE_COMMIT if txn.state == TxnState.PREPARE_COMMIT \
                     else TxnState.COMPLETE_ABORT
-                assert self._nursery is not None
-                self._nursery.start_soon(self._complete, txn)
+                self._start_completion(txn)
         log.info("%s-%d: leader in epoch %d; loaded %d transactional ids, completing %d decided transactions",
                  TXN_STATE_TOPIC, partition, led.epoch, len(loaded), resumed)
 
@@ -399,7 +405,11 @@ class TransactionCoordinator:
     async def add_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
                              partitions: set[tuple[str, int]]) -> None:
         """AddPartitionsToTxn (and AddOffsetsToTxn, with the group's `__consumer_offsets`
-        partition): the transaction is Ongoing with these partitions in it, in the log."""
+        partition): the transaction is Ongoing with these partitions in it, in the log. Asked
+        while the previous transaction's markers are under way, it waits for them a little
+        before answering CONCURRENT_TRANSACTIONS."""
+        self._check_coordinator(transactional_id)
+        await self._wait_completion(transactional_id)
         txn = self._producer(transactional_id, producer_id, producer_epoch)
         if txn.state == TxnState.ONGOING and partitions <= txn.partitions:
             return
@@ -444,8 +454,33 @@ class TransactionCoordinator:
         txn.producer_epoch = epoch
         txn.transition(state, now)
         txn.pending = TxnState.COMPLETE_COMMIT if state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
+        self._start_completion(txn)
+
+    def _start_completion(self, txn: TxnMetadata) -> None:
+        """Send the decided transaction's markers and complete it, in the coordinator's tasks."""
+        done = self._completing.pop(txn.transactional_id, None)
+        if done is not None:
+            done.set()
+        self._completing[txn.transactional_id] = done = trio.Event()
+
+        async def complete() -> None:
+            try:
+                await self._complete(txn)
+            finally:
+                done.set()
+                if self._completing.get(txn.transactional_id) is done:
+                    del self._completing[txn.transactional_id]
+
         assert self._nursery is not None
-        self._nursery.start_soon(self._complete, txn)
+        self._nursery.start_soon(complete)
+
+    async def _wait_completion(self, transactional_id: str) -> None:
+        """Wait a little (_COMPLETION_WAIT_S at most) for the id's previous transaction to be
+        completed, if its markers are under way; the caller checks the state afterwards."""
+        done = self._completing.get(transactional_id)
+        if done is not None:
+            with trio.move_on_after(_COMPLETION_WAIT_S):
+                await done.wait()
 
     def _fence_and_abort(self, txn: TxnMetadata, why: str) -> None:
         """Abort the open transaction with the epoch bumped (Kafka's PrepareEpochFence), in the

@@ -253,3 +253,38 @@ async def test_an_unused_id_expires_and_its_next_producer_starts_afresh(tmp_path
         fresh = await coordinator.init_producer_id("idle", 60000)
         nursery.cancel_scope.cancel()
     assert fresh[0] != old[0] and fresh[1] == 0
+
+
+class SlowLeaders(Leaders):
+    """Leaders that take each marker after `delay_s` (a replicated write's round trips)."""
+
+    def __init__(self, delay_s: float) -> None:
+        super().__init__()
+        self.delay_s = delay_s
+
+    async def __call__(self, markers: Markers) -> set[tuple[str, int]]:
+        await trio.sleep(self.delay_s)
+        return await super().__call__(markers)
+
+
+async def test_the_next_transaction_waits_briefly_for_the_markers_of_the_last(tmp_path: Path,
+                                                                             autojump_clock: object) -> None:
+    log, leaders = Log(), SlowLeaders(0.03)
+    coordinator = make(tmp_path, log, leaders)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, coordinator)
+        await coordinator.init_producer_id("t", 60000)
+        await coordinator.add_partitions("t", 1000, 0, {("a", 0)})
+        await coordinator.end_txn("t", 1000, 0, commit=True)
+        # Asked while the markers are under way: answered once they are written, not refused.
+        await coordinator.add_partitions("t", 1000, 0, {("a", 1)})
+        assert coordinator.txns["t"].state == TxnState.ONGOING
+        assert coordinator.txns["t"].partitions == {("a", 1)}
+        # Markers that take longer than the wait: CONCURRENT_TRANSACTIONS, as Kafka answers.
+        leaders.delay_s = 5.0
+        await coordinator.end_txn("t", 1000, 0, commit=False)
+        with pytest.raises(KafkaError) as busy:
+            await coordinator.add_partitions("t", 1000, 0, {("a", 2)})
+        assert busy.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
+        nursery.cancel_scope.cancel()
+    assert log.states("t") == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing", "PrepareAbort"]
