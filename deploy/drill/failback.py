@@ -32,7 +32,7 @@ from deploy.drill.run import (
     caught_up,
     pause,
     run_drill,
-    stop_fast,
+    stop_all_fast,
     wait_until,
 )
 from deploy.drill.verify import log_ends
@@ -154,12 +154,9 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None)
             f", {len(back.differing)} partition(s) differ" if back.differing else ""))
         say(f"{step.name}: {step.detail}")
     except (*STEP_FAILURES, FailbackError, RuntimeError, LookupError) as exc:
-        failed = next((s.name for s in reversed(timeline.steps) if s.duration_s is None), "the drill")
-        raise DrillError(f"{failed}: {exc}", report) from exc
+        raise DrillError(f"{timeline.under_way()}: {exc}", report) from exc
     except KeyboardInterrupt:
-        for client in clients:
-            stop_fast(client)
-        clients.clear()
+        stop_all_fast(clients)
         undone = []
         if mirror is not None:
             mirror.stop()
@@ -168,8 +165,7 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None)
         undone += _where_back(report, reverse)
         raise DrillInterrupted(report, undone) from None
     finally:
-        for client in clients:
-            stop_fast(client)
+        stop_all_fast(clients)
         if mirror is not None:
             mirror.stop()
     return report

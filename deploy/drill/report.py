@@ -49,6 +49,10 @@ class Timeline:
     def since_start(self, moment: float) -> float:
         return moment - self.started
 
+    def under_way(self) -> str:
+        """The step begun and not ended (where a failed drill stopped), else "the drill"."""
+        return next((s.name for s in reversed(self.steps) if s.duration_s is None), "the drill")
+
 
 @dataclass
 class Cut:

@@ -37,7 +37,8 @@ from deploy.wan.client import WanApiError
 from mirror.config import MirrorConfig
 from mirror.promote import PromotionError
 
-__all__ = ["DrillError", "DrillInterrupted", "DrillPlan", "caught_up", "pause", "run_drill", "stop_fast", "wait_until"]
+__all__ = ["DrillError", "DrillInterrupted", "DrillPlan", "caught_up", "pause", "run_drill", "stop_all_fast",
+           "wait_until"]
 
 Say = Callable[[str], None]
 START_TIMEOUT_S = 60.0  # for a first acknowledgement or a first read, and for the group to catch up
@@ -270,20 +271,16 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         sampler.stop()
         report.samples = list(sampler.samples)
     except STEP_FAILURES as exc:
-        failed = next((s.name for s in reversed(timeline.steps) if s.duration_s is None), "the drill")
-        raise DrillError(f"{failed}: {exc}", report) from exc
+        raise DrillError(f"{timeline.under_way()}: {exc}", report) from exc
     except KeyboardInterrupt:
-        for client in clients:
-            stop_fast(client)
-        clients.clear()
+        stop_all_fast(clients)
         undone = _restore(api, cut, report)
         raise DrillInterrupted(report, undone) from None
     finally:
         sampler.stop()
         report.samples = report.samples or list(sampler.samples)
         ends_probe.close()
-        for client in clients:
-            stop_fast(client)
+        stop_all_fast(clients)
         if cut:
             _restore(api, cut, report)
     return report
@@ -318,6 +315,13 @@ def stop_fast(client: ProducerLoad | GroupReader) -> None:
         client.stop(grace_s=0)
     else:
         client.stop(commit=False, timeout_s=2.0)
+
+
+def stop_all_fast(clients: list[ProducerLoad | GroupReader]) -> None:
+    """Stop every client still running, without waiting for their in-flight work, and forget them."""
+    for client in clients:
+        stop_fast(client)
+    clients.clear()
 
 
 def _restore(api: str, cut: list[str], report: DrillReport) -> list[str]:
