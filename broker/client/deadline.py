@@ -78,9 +78,11 @@ def timeout_error(make_error: Callable[[float], Exception], *, default_s: float 
 
 
 def _is_deadline(exc: BaseException) -> bool:
-    """Whether `exc` is a deadline's cancellation and nothing else: a Cancelled from a deadline,
-    or a group (nested or not) of Cancelled, one at least from a deadline. A group that holds
-    any other exception carries a real failure, which must not be hidden behind a timeout."""
-    found = leaves(exc)
-    return (all(isinstance(leaf, trio.Cancelled) for leaf in found)
-            and any(isinstance(leaf, trio.Cancelled) and leaf.source == "deadline" for leaf in found))
+    """Whether `exc` is only cancellation (a Cancelled, or a group, nested or not, of Cancelled),
+    which the caller, having seen the deadline pass, owes to the deadline. A leaf's own source
+    does not decide it: when a scope in the body was cancelled for its own reasons at the moment
+    the deadline passed (trio's open_tcp_stream cancels its losing connect attempts once one
+    succeeds), its Cancelled says "explicit", yet it leaves the body only because the deadline
+    cancelled an enclosing scope too. A group that holds any other exception carries a real
+    failure, which must not be hidden behind a timeout."""
+    return all(isinstance(leaf, trio.Cancelled) for leaf in leaves(exc))

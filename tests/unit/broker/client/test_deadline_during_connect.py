@@ -107,3 +107,17 @@ async def test_a_deadline_passing_while_connecting_to_a_leader_is_a_request_time
                 with pytest.raises(RequestTimeout, match=str(stalled_port)), trio.fail_after(0.3):
                     await client.request(2, MetadataRequest(topics=[]), fail_fast=fail_fast)
         nursery.cancel_scope.cancel()
+
+
+async def test_a_body_scope_cancelled_as_the_deadline_passes_is_the_deadline(
+        mock_clock: trio.testing.MockClock) -> None:
+    # A scope in the body is cancelled for its own reason (as open_tcp_stream cancels its losing
+    # attempts when one connects) while the deadline passes: its Cancelled says "explicit", and
+    # it leaves the body only because the deadline cancelled the enclosing scope. The CI race of
+    # test_a_connection_lost_in_flight_is_not_resent_to_the_same_node.
+    with pytest.raises(Passed), trio.fail_after(5):
+        with timeout_error(lambda seconds: Passed(seconds)):
+            with trio.CancelScope() as inner:
+                inner.cancel("successfully found a socket")
+                mock_clock.jump(6)
+                await trio.lowlevel.checkpoint()
