@@ -13,10 +13,12 @@ from typing import Any
 
 import trio
 
+from broker.address import parse_host_port
 from deploy.child_process import ChildProcess
 from deploy.cli.command import run, stdout_reader_gone, until_signalled
 from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
 from deploy.launcher.launch import STATE_FILE, LaunchState, StateDirError, prepare_state_dir, run_plan
+from deploy.launcher.metrics import DEFAULT_LISTENER, MetricsListenerError
 from deploy.launcher.plan import LaunchPlan
 from deploy.process_identity import STATE_DIR_ENV
 from deploy.supervisor import StartFailed
@@ -73,12 +75,15 @@ def _print_endpoints(state: LaunchState) -> None:
     if state.prometheus is not None:
         print(f"  Prometheus at {state.prometheus.url} (scraping {len(state.clusters)} cluster(s) and "
               f"{len(state.mirrors)} mirror(s), Causeway's alerts loaded: {state.prometheus.url}/alerts)")
+    print(f"  launcher metrics (every process up, restarts): http://{state.metrics}/metrics")
     print(f"State and logs: {state.state_dir}", flush=True)
 
 
-async def _foreground(plan: LaunchPlan, state_dir: Path, detached: bool, toxiproxy: str | None) -> None:
+async def _foreground(plan: LaunchPlan, state_dir: Path, detached: bool, toxiproxy: str | None,
+                      metrics_listener: str) -> None:
     async with until_signalled() as stop:
-        state: LaunchState = await stop.nursery.start(partial(run_plan, plan, state_dir, toxiproxy=toxiproxy))
+        state: LaunchState = await stop.nursery.start(partial(run_plan, plan, state_dir, toxiproxy=toxiproxy,
+                                                                    metrics_listener=metrics_listener))
         _print_endpoints(state)
         print(f"{READY_MARK} {state_dir}", flush=True)
         if detached:
@@ -111,11 +116,13 @@ def _up(args: argparse.Namespace) -> int:
         return 1
     if args.detach:
         return _detach(args, state_dir)
-    return run("causeway up", lambda: trio.run(_foreground, plan, state_dir, args.child, args.toxiproxy),
+    return run("causeway up", lambda: trio.run(_foreground, plan, state_dir, args.child, args.toxiproxy,
+                                                   args.metrics_listener),
                errors=[(StartFailed, 1, lambda exc: f"causeway: could not start {exc}\n"
                                                     "causeway: everything started before it was stopped"),
                        (StateDirError, 1, lambda exc: f"causeway: {exc}\n"
-                                                      "causeway: everything started before it was stopped")])
+                                                      "causeway: everything started before it was stopped"),
+                       (MetricsListenerError, 1, lambda exc: f"causeway: {exc}; nothing was started")])
 
 
 def _refusal_to_start(name: str, state_dir: Path) -> str | None:
@@ -146,6 +153,8 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
         argv += ["--toxiproxy", args.toxiproxy]
     if args.prometheus:
         argv += ["--prometheus"]
+    if args.metrics_listener != DEFAULT_LISTENER:
+        argv += ["--metrics-listener", args.metrics_listener]
     # A session of its own, so it outlives this process; until it is ready its output is echoed
     # here, and after that it writes to its own log. Marked as its children are: how `status` and
     # `down` know it is this state dir's launcher.
@@ -217,7 +226,8 @@ def _print_status(report: dict[str, Any], state_dir: Path) -> None:
             print(f"  the state file names {stranger}, but that pid now belongs to another process "
                   "(its start time or command line differ, or it lacks this state dir's mark): not ours, left alone")
         return
-    print(f"topology {report['name']} (launcher pid {report['pid']}), WAN API http://{report['wan']['api']}"
+    metrics = f", metrics http://{report['metrics']}/metrics" if report.get("metrics") else ""
+    print(f"topology {report['name']} (launcher pid {report['pid']}{metrics}), WAN API http://{report['wan']['api']}"
           + ("" if report["wan"]["healthy"] else " NOT HEALTHY"))
     rows: list[tuple[Any, ...]] = [("CLUSTER", "DATACENTER", "HEALTHY", "BROKERS", "CONTROLLER", "PARTITIONS",
                                     "UNDER-REPLICATED", "OFFLINE", "BOOTSTRAP")]
@@ -330,6 +340,15 @@ def _down(args: argparse.Namespace) -> int:
     return 0
 
 
+def _listener(text: str) -> str:
+    """--metrics-listener's value, checked before anything starts (a bad one exits 2)."""
+    try:
+        parse_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     up = subparsers.add_parser("up", help="start every cluster, WAN link and mirror of a topology file")
     up.add_argument("file", type=Path, help="topology YAML file")
@@ -340,6 +359,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--prometheus", action="store_true",
                     help="also start Prometheus (Debian's package) scraping every broker and mirror, with Causeway's "
                          "alerting rules, as `monitoring: prometheus` in the topology does; its URL is printed")
+    up.add_argument("--metrics-listener", metavar="HOST:PORT", default=DEFAULT_LISTENER, type=_listener,
+                    help="where the launcher serves its own Prometheus metrics (every process it supervises: up, "
+                         "restarts); default a free port on 127.0.0.1, shown by `status`")
     up.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=_up)
 

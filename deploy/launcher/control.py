@@ -266,6 +266,7 @@ def status(state_dir: Path, *, links: bool = False) -> dict[str, Any]:
         "healthy": (all(c["healthy"] for c in clusters.values()) and wan["healthy"]
                     and all(m["healthy"] for m in mirrors.values()) and (prometheus is None or prometheus["healthy"])),
         "pid": found.launcher.pid,
+        "metrics": state.metrics,  # the launcher's own: every process up, restarts
         "clusters": clusters,
         "mirrors": mirrors,
         "wan": wan,

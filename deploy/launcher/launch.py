@@ -45,6 +45,7 @@ from broker.tasks import gather
 from deploy.broker_process import READY as BROKER_READY
 from deploy.broker_process import broker_command
 from deploy.launcher.cluster_view import TOPICS_TIMEOUT_S, create_topics, read_view, wait_for_controller
+from deploy.launcher.metrics import DEFAULT_LISTENER, ChildRow, LauncherCollector, serve_launcher_metrics
 from deploy.launcher.plan import AclPlan, ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan, listener_name
 from deploy.launcher.prometheus import BrokerTarget, MirrorTarget, PrometheusState, start_prometheus
 from deploy.launcher.security import (
@@ -202,6 +203,8 @@ class LaunchState:
     shared_links: bool = True
     prometheus: PrometheusState | None = None  # monitoring: prometheus
     identity: Identity | None = field(default_factory=lambda: identity_of(os.getpid()))
+    metrics: str = ""  # host:port of the launcher's own metrics (deploy/launcher/metrics.py)
+    collector: LauncherCollector = field(default_factory=LauncherCollector)
 
     @property
     def proxies(self) -> list[str]:
@@ -220,6 +223,7 @@ class LaunchState:
             format=STATE_FORMAT,
             name=self.plan.name,
             **_identity(self.identity).model_dump(exclude={"restarts"}),
+            metrics=self.metrics or None,
             wan=wan,
             clusters={
                 name: ClusterRecord(
@@ -248,8 +252,22 @@ class LaunchState:
                 log=str(self.prometheus.process.spec.log_path), **_process(self.prometheus.process).model_dump()),
         )
 
+    def children(self) -> list[tuple[str, Supervised]]:
+        """Every supervised child known so far, with its kind, in the order they start."""
+        found: list[tuple[str, Supervised]] = [("wan", self.wan)] if self.wan is not None else []
+        for cluster in self.clusters.values():
+            if cluster.zookeeper is not None:
+                found.append(("zookeeper", cluster.zookeeper))
+            found += [("broker", b.process) for b in cluster.brokers.values()]
+        found += [("mirror", m.process) for m in self.mirrors.values()]
+        if self.prometheus is not None:
+            found.append(("prometheus", self.prometheus.process))
+        return found
+
     def changed(self, _child: Supervised | None = None) -> None:
-        """A child started or exited (the supervisor's `on_change`): save soon, off the loop."""
+        """A child started or exited (the supervisor's `on_change`): the metrics' rows now, the
+        state file soon, off the loop."""
+        self.collector.update(ChildRow(p.spec.name, kind, p.healthy, p.restarts) for kind, p in self.children())
         self._changed.set()
 
     async def save(self) -> None:
@@ -407,20 +425,26 @@ def _mirror_login(mirror: MirrorPlan, cluster: ClusterState, *, wan: bool) -> di
 
 
 async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None = None,
+                   metrics_listener: str = DEFAULT_LISTENER,
                    task_status: trio.TaskStatus[LaunchState] = trio.TASK_STATUS_IGNORED) -> None:
     """Start the WAN emulator and every cluster, report the LaunchState, supervise until cancelled.
 
     `toxiproxy` (HOST:PORT of a running Toxiproxy, the real one or ours) is used for the links
     instead of starting an emulator; the proxies made there are removed again on the way out.
+    The launcher's own metrics are served at `metrics_listener` (HOST:PORT; port 0 picks one).
     Raises deploy.supervisor.StartFailed naming the process that could not start (after stopping
-    everything started before it).
+    everything started before it), MetricsListenerError (before anything starts) when the
+    metrics listener cannot be bound.
     """
     # Once, before anything starts; in a worker thread, as the probe is fsynced.
     await trio.to_thread.run_sync(prepare_state_dir, state_dir)
     state = LaunchState(plan, state_dir)
+    server = serve_launcher_metrics(metrics_listener, state.collector)  # binds only: fast
+    state.metrics = f"{server.host}:{server.port}"
     try:
         await _run(state, toxiproxy, task_status)
     finally:
+        await trio.to_thread.run_sync(server.close)
         if toxiproxy is not None:
             with trio.CancelScope(shield=True):
                 for name in state.proxies:
@@ -558,7 +582,8 @@ async def _start_prometheus(state: LaunchState, nursery: trio.Nursery) -> None:
     state.prometheus = await start_prometheus(
         state.state_dir, state.plan.name, brokers, mirrors, state.wan_api if state.wan is not None else None,
         f"127.0.0.1:{free_port()}", nursery,
-        {STATE_DIR_ENV: str(state.state_dir.resolve())}, on_change=state.changed)
+        {STATE_DIR_ENV: str(state.state_dir.resolve())}, on_change=state.changed, launcher=state.metrics)
+    state.changed()  # its first start was heard before it was known here
     log.info("prometheus up at %s", state.prometheus.url)
 
 

@@ -25,8 +25,8 @@ from broker.atomic_file import write_atomically
 from deploy.prometheus_process import READY_PREFIX
 from deploy.supervisor import ProcessSpec, Supervised, supervise
 
-__all__ = ["ALERT_RULES", "BROKER_JOB", "MIRROR_JOB", "MONITORING", "READY", "SCRAPE_INTERVAL_S", "WAN_JOB",
-           "BrokerTarget", "MirrorTarget", "PrometheusState", "scrape_config", "start_prometheus"]
+__all__ = ["ALERT_RULES", "BROKER_JOB", "LAUNCHER_JOB", "MIRROR_JOB", "MONITORING", "READY", "SCRAPE_INTERVAL_S",
+           "WAN_JOB", "BrokerTarget", "MirrorTarget", "PrometheusState", "scrape_config", "start_prometheus"]
 
 #: The values of a topology's `monitoring:` key.
 MONITORING = ("none", "prometheus")
@@ -40,6 +40,7 @@ SCRAPE_INTERVAL_S = 5
 BROKER_JOB = "causeway-broker"
 MIRROR_JOB = "causeway-mirror"
 WAN_JOB = "causeway-wan"
+LAUNCHER_JOB = "causeway-launcher"
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,12 @@ class MirrorTarget:
 
 
 def scrape_config(topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget], wan: str | None = None,
-                  rules: Path = ALERT_RULES) -> dict[str, Any]:
+                  rules: Path = ALERT_RULES, launcher: str | None = None) -> dict[str, Any]:
     """Prometheus's config for a topology: one job per kind of daemon, one static target per
     process, labelled with what the topology calls it; the WAN emulator's API (HOST:PORT, which
-    serves /metrics as Toxiproxy does) when `wan` is given; the alert rules loaded from `rules`.
+    serves /metrics as Toxiproxy does) when `wan` is given; the launcher's own metrics (HOST:PORT:
+    its children up and restarted, deploy/launcher/metrics.py) when `launcher` is given; the
+    alert rules loaded from `rules`.
 
     Label names avoid those the daemons' own series carry (a mirror's `source` and `target` are
     cluster aliases on every series already): `cluster`, `datacenter`, `broker`, `mirror`.
@@ -83,6 +86,7 @@ def scrape_config(topology: str, brokers: list[BrokerTarget], mirrors: list[Mirr
                                                                     "target_cluster": m.target}}
                                 for m in mirrors]},
             *([{"job_name": WAN_JOB, "static_configs": [{"targets": [wan]}]}] if wan else []),
+            *([{"job_name": LAUNCHER_JOB, "static_configs": [{"targets": [launcher]}]}] if launcher else []),
         ],
     }
 
@@ -97,7 +101,7 @@ class PrometheusState:
 
 async def start_prometheus(state_dir: Path, topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget],
                            wan: str | None, listen: str, nursery: trio.Nursery, env: dict[str, str],
-                           on_change: Any = None) -> PrometheusState:
+                           on_change: Any = None, launcher: str | None = None) -> PrometheusState:
     """Write the scrape config under `<state_dir>/prometheus/` and start `causeway prometheus` on
     `listen` in `nursery`, supervised (restarted with backoff should it die); returns once it
     answers. `env` marks it as the state dir's (deploy/process_identity.py). Raises
@@ -105,7 +109,8 @@ async def start_prometheus(state_dir: Path, topology: str, brokers: list[BrokerT
     directory = state_dir / "prometheus"
     config_file = directory / "prometheus.yml"
     data_dir = directory / "data"
-    text = json.dumps(scrape_config(topology, brokers, mirrors, wan), indent=2) + "\n"  # JSON is YAML
+    config = scrape_config(topology, brokers, mirrors, wan, launcher=launcher)
+    text = json.dumps(config, indent=2) + "\n"  # JSON is YAML
     await trio.to_thread.run_sync(_write, config_file, text)
     argv = [sys.executable, "-m", "deploy.cli", "prometheus", "--config-file", str(config_file.resolve()),
             "--data-dir", str(data_dir.resolve()), "--listen", listen,

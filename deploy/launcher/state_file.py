@@ -106,6 +106,7 @@ class LaunchStateFile(ProcessRecord):
 
     format: int = STATE_FORMAT
     name: str
+    metrics: str | None = None  # host:port of the launcher's own Prometheus metrics
     wan: WanRecord
     clusters: dict[str, ClusterRecord] = Field(default_factory=dict)
     mirrors: dict[str, MirrorRecord] = Field(default_factory=dict)

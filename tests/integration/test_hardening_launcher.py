@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -176,3 +177,27 @@ def test_a_damaged_state_file_is_named_with_what_to_do(tmp_path: Path, capsys: p
         assert "causeway down" in out or command == "down", out
         assert "Traceback" not in out
     assert (state / "state.json.damaged").read_bytes() == content  # set aside, not deleted
+
+
+def test_a_metrics_listener_that_cannot_be_used_starts_nothing(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """`up --metrics-listener`: a value that is no HOST:PORT is a usage error (exit 2); a port
+    another program holds is named, and nothing is started or left behind (exit 1)."""
+    topology = tmp_path / "solo.yaml"
+    topology.write_text(SOLO)
+    state = tmp_path / "state"
+    with pytest.raises(SystemExit) as usage:
+        main(["up", str(topology), "--state-dir", str(state), "--metrics-listener", "nowhere"])
+    assert usage.value.code == 2
+    assert "argument --metrics-listener: address 'nowhere' must be HOST:PORT" in capsys.readouterr().err
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        refused = cli(capsys, "up", str(topology), "--state-dir", str(state), "--metrics-listener", address)
+    assert refused.returncode == 1
+    assert f"--metrics-listener: cannot listen on {address}" in refused.stderr
+    assert "nothing was started" in refused.stderr
+    assert not (state / "state.json").exists()
+    assert "nothing is running" in cli(capsys, "status", "--state-dir", str(state)).stdout

@@ -31,6 +31,7 @@ from confluent_kafka.admin import AdminClient, ConfigResource
 from deploy.launcher.control import alive, status, stop
 from deploy.launcher.from_topology import plan_from_file
 from deploy.launcher.launch import LaunchState, run_plan
+from tests.support.metrics import scrape
 from tests.support.polling import wait_for, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
@@ -213,6 +214,16 @@ async def test_three_broker_clusters_come_up_heal_a_killed_leader_and_mirror_eve
         report = await trio.to_thread.run_sync(status, state_dir)
         restarted = next(b for b in report["clusters"]["east"]["brokers"] if b["id"] == leader)
         assert (restarted["restarts"], restarted["state"], restarted["pid"]) == (1, "serving", victim.pid)
+
+        # The launcher's own metrics saw the death: one restart of that broker, none of the others,
+        # every process up again (the address is in `status`, as operators find it).
+        values = await trio.to_thread.run_sync(scrape, f"http://{report['metrics']}/metrics")
+        restarts = {k: v for k, v in values.items() if k.startswith("causeway_launcher_process_restarts_total")}
+        dead = f'causeway_launcher_process_restarts_total{{kind="broker",process="{victim.spec.name}"}}'
+        assert restarts[dead] == 1
+        assert sum(restarts.values()) == 1 and len(restarts) == 1 + 6 + 2 + 1  # WAN, brokers, ZooKeepers, mirror
+        ups = {k: v for k, v in values.items() if k.startswith("causeway_launcher_process_up")}
+        assert set(ups.values()) == {1.0} and len(ups) == len(restarts)
 
         # Every acknowledged record once, in order, at the source; the mirror has them all too.
         log = await trio.to_thread.run_sync(_read_partition, east.bootstrap, "orders", 0, RECORDS)

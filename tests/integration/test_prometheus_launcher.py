@@ -62,13 +62,27 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
                    for job in config["scrape_configs"]}
         assert len(targets["causeway-broker"]) == 2 and len(targets["causeway-mirror"]) == 1
         assert targets["causeway-wan"] == [doc["wan"]["api"]]
+        assert targets["causeway-launcher"] == [doc["metrics"]]
+        assert f"launcher metrics (every process up, restarts): http://{doc['metrics']}/metrics" in up.stdout
 
-        # Every target is up: Prometheus scrapes every broker, the mirror and the WAN emulator.
+        # Every target is up: Prometheus scrapes every broker, the mirror, the WAN emulator and
+        # the launcher.
         def all_up() -> bool:
             up_series = series(url, "up")
-            return len(up_series) == 4 and all(v == 1.0 for v in up_series.values())
+            return len(up_series) == 5 and all(v == 1.0 for v in up_series.values())
 
-        wait_until(all_up, what="Prometheus to scrape both brokers, the mirror and the WAN emulator", timeout_s=60)
+        wait_until(all_up, what="Prometheus to scrape both brokers, the mirror, the WAN emulator and the launcher",
+                   timeout_s=60)
+
+        # The launcher's view of its children, through Prometheus: each process up, by kind
+        # (Prometheus itself among them), none restarted.
+        def children_up() -> bool:
+            found = series(url, "sum by (kind) (causeway_launcher_process_up)")
+            return {dict(labels)["kind"]: v for labels, v in found.items()} == \
+                {"wan": 1.0, "broker": 2.0, "mirror": 1.0, "prometheus": 1.0}
+
+        wait_until(children_up, what="the launcher's process_up series in Prometheus", timeout_s=60)
+        assert list(series(url, "sum(causeway_launcher_process_restarts_total)").values()) == [0.0]
 
         sent = produce_spread(doc["clusters"]["east"]["bootstrap"], "orders", 60)
         assert read_topic(doc["clusters"]["west"]["bootstrap"], "east.orders", 60) == sent
@@ -103,7 +117,8 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
         def rules_evaluated() -> bool:
             groups = api(url, "/api/v1/rules")["groups"]
             rules = [r for g in groups for r in g["rules"]]
-            return {g["name"] for g in groups} == {"causeway-mirror", "causeway-cluster", "causeway-wan"} and \
+            return {g["name"] for g in groups} == {"causeway-mirror", "causeway-cluster", "causeway-wan",
+                                                          "causeway-launcher"} and \
                 all(r["health"] == "ok" for r in rules)
 
         wait_until(rules_evaluated, what="Causeway's alerting rules loaded and evaluated", timeout_s=60)

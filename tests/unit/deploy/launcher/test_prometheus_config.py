@@ -13,6 +13,7 @@ from deploy.launcher.from_topology import plan_from_file
 from deploy.launcher.prometheus import (
     ALERT_RULES,
     BROKER_JOB,
+    LAUNCHER_JOB,
     MIRROR_JOB,
     WAN_JOB,
     BrokerTarget,
@@ -31,7 +32,50 @@ def promtool(*args: str) -> subprocess.CompletedProcess[str]:
 def test_the_shipped_alerting_rules_pass_promtool() -> None:
     checked = promtool("check", "rules", str(ALERT_RULES))
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 14 rules found" in checked.stdout
+    assert "SUCCESS: 17 rules found" in checked.stdout
+
+
+LAUNCHER_RULE_TESTS = """\
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'causeway_launcher_process_restarts_total{{process="broker 1 of east", kind="broker"}}'
+        values: '0 1 2 3 4 4 4'
+      - series: 'causeway_launcher_process_restarts_total{{process="mirror east-to-west", kind="mirror"}}'
+        values: '0 0 0 1 1 1 1'
+      - series: 'causeway_launcher_process_up{{process="broker 1 of east", kind="broker"}}'
+        values: '1 0 0 0 1 1 1'
+    alert_rule_test:
+      - eval_time: 5m
+        alertname: CausewayProcessCrashLooping
+        exp_alerts:
+          - exp_labels: {{severity: warning, process: "broker 1 of east", kind: broker}}
+            exp_annotations:
+              summary: "broker 1 of east was restarted 4 times in 15 minutes"
+      - eval_time: 3m
+        alertname: CausewayProcessNotRunning
+        exp_alerts:
+          - exp_labels: {{severity: critical, process: "broker 1 of east", kind: broker}}
+            exp_annotations:
+              summary: "broker 1 of east has not been running for a minute; the launcher keeps restarting it"
+      - eval_time: 1m
+        alertname: CausewayProcessNotRunning
+        exp_alerts: []
+      - eval_time: 6m
+        alertname: CausewayProcessNotRunning
+        exp_alerts: []
+"""
+
+
+def test_the_launcher_rules_fire_on_a_crash_loop_and_a_process_that_stays_down(tmp_path: Path) -> None:
+    """Prometheus's own rule tester: a broker restarted four times (the mirror once: quiet) and
+    down for three minutes raises both alerts; a minute down is not yet an alert, back up none."""
+    tests = tmp_path / "launcher-rules-test.yml"
+    tests.write_text(LAUNCHER_RULE_TESTS.format(rules=json.dumps(str(ALERT_RULES.resolve()))))
+    checked = promtool("test", "rules", str(tests))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_a_broken_rule_fails_promtool(tmp_path: Path) -> None:
@@ -55,6 +99,10 @@ def test_the_scrape_config_lists_every_daemon_with_its_names_and_loads_the_rules
                                  "labels": {"mirror": "east-to-west", "datacenter": "dc2", "source_cluster": "east",
                                             "target_cluster": "west"}}]
     assert WAN_JOB not in jobs  # no emulator of ours (a real Toxiproxy): not scraped
+    assert LAUNCHER_JOB not in jobs
+    with_launcher = scrape_config("two-dc", [], [], launcher="127.0.0.1:9301")
+    assert {"job_name": LAUNCHER_JOB, "static_configs": [{"targets": ["127.0.0.1:9301"]}]} in \
+        with_launcher["scrape_configs"]
     with_wan = scrape_config("two-dc", [], [], wan="127.0.0.1:8474")
     assert {"job_name": WAN_JOB, "static_configs": [{"targets": ["127.0.0.1:8474"]}]} in with_wan["scrape_configs"]
     assert config["rule_files"] == [str(ALERT_RULES.resolve())]
