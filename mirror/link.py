@@ -356,8 +356,13 @@ class LinkMirror(Mirror):
     def topic_states(self, source_problem: str | None) -> dict[str, TopicState]:
         states: dict[str, TopicState] = {}
         now = now_ms()
+        # Grouped in one pass: the status is written every second, and a scan of every partition
+        # per topic would cost topics x partitions each time.
+        by_topic: dict[str, list[PartitionMirror]] = {}
+        for tp, pm in self.partitions.items():
+            by_topic.setdefault(tp.topic, []).append(pm)
         for topic in self.topics:
-            mine = [pm for tp, pm in self.partitions.items() if tp.topic == topic]
+            mine = by_topic.get(topic, [])
             failed = next((pm.failed for pm in mine if pm.failed is not None), None)
             waiting = [pm.oldest_waiting_ms() for pm in mine if pm.lag > 0]
             known = [ts for ts in waiting if ts is not None and ts >= 0]
