@@ -13,7 +13,8 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.storage.topic_configs import CAUSEWAY_TOPIC_CONFIGS, TOPIC_CONFIG_NAMES
 
 __all__ = ["REMOVED_IN_KAFKA_4", "Synonym", "broker_source", "broker_synonyms", "check_mirror_name_change",
-           "describe_topic_configs", "mirror_name", "mirror_paused", "refuse_if_mirror", "topic_config_synonyms"]
+           "describe_topic_configs", "mirror_name", "mirror_paused", "refuse_if_mirror", "refuse_pause_outside_mirror",
+           "topic_config_synonyms"]
 
 
 def mirror_name(configs: Mapping[str, str]) -> str | None:
@@ -37,6 +38,15 @@ def refuse_if_mirror(topic: str, configs: Mapping[str, str]) -> None:
                          f"write to it (causeway mirror promote)")
 
 
+def refuse_pause_outside_mirror(topic: str, configs: Mapping[str, str | None], what_it_is: str = "is not one") -> None:
+    """Refuse (INVALID_CONFIG) `causeway.mirror.state=PAUSED` in `configs` without a mirror
+    name beside it: only a mirror topic is paused (at creation, or by AlterConfigs)."""
+    if configs.get(MIRROR_STATE_CONFIG) == MIRROR_PAUSED and not configs.get(MIRROR_NAME_CONFIG):
+        raise KafkaError(ErrorCode.INVALID_CONFIG,
+                         f"{MIRROR_STATE_CONFIG}={MIRROR_PAUSED} is only for a mirror topic, and topic {topic} "
+                         f"{what_it_is} ({MIRROR_NAME_CONFIG} unset)")
+
+
 def check_mirror_name_change(topic: str, current: Mapping[str, str], new: Mapping[str, str | None]) -> None:
     """Refuse (INVALID_CONFIG) making an existing topic a mirror topic, or another mirror's.
 
@@ -44,10 +54,7 @@ def check_mirror_name_change(topic: str, current: Mapping[str, str], new: Mappin
     at the source's offsets); removing the key is allowed: that is promotion."""
     before = mirror_name(current)
     after = new.get(MIRROR_NAME_CONFIG) or None  # empty is unset, as at creation
-    if new.get(MIRROR_STATE_CONFIG) == MIRROR_PAUSED and after is None:
-        raise KafkaError(ErrorCode.INVALID_CONFIG,
-                         f"{MIRROR_STATE_CONFIG}={MIRROR_PAUSED} is only for a mirror topic, and topic {topic} "
-                         f"{'will not be one' if before is not None else 'is not one'} ({MIRROR_NAME_CONFIG} unset)")
+    refuse_pause_outside_mirror(topic, new, "will not be one" if before is not None else "is not one")
     if after is None or after == before:
         return
     if before is None:

@@ -194,6 +194,12 @@ async def test_bad_input_changes_nothing(east: BrokerProcess, west: BrokerProces
         with pytest.raises(KafkaError) as value:
             await admin.alter_configs(client, "orders", {MIRROR_STATE_CONFIG: "SLEEPING"})
         assert value.value.code == ErrorCode.INVALID_CONFIG
+        # Nor at creation: a new topic born paused without a mirror is refused, and not made.
+        with pytest.raises(KafkaError) as born_paused:
+            await admin.create_topics(client, {"born-paused": NewTopic(1, configs={MIRROR_STATE_CONFIG: "PAUSED"})})
+        assert born_paused.value.code == ErrorCode.INVALID_CONFIG
+        assert "only for a mirror topic" in str(born_paused.value)
+        assert "born-paused" not in await admin.list_topics(client)
     assert {"orders": await configs(west.bootstrap, "orders"),
             "plain": await configs(west.bootstrap, "plain")} == unchanged
 

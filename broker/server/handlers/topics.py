@@ -33,7 +33,7 @@ from broker.protocol.messages import (
 from broker.protocol.primitives import ZERO_UUID
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror
+from broker.server.topic_configs import describe_topic_configs, refuse_if_mirror, refuse_pause_outside_mirror
 from broker.storage.topic_configs import validate_topic_configs
 from security.acl import Operation, ResourceType
 
@@ -86,6 +86,7 @@ def _new_topic(topic: CreateTopicsRequest.CreatableTopic, config: BrokerConfig) 
         partitions = config.num_partitions if topic.num_partitions == _DEFAULT else topic.num_partitions
         factor = config.default_replication_factor if topic.replication_factor == _DEFAULT else topic.replication_factor
     overrides = validate_topic_configs({c.name: c.value for c in topic.configs}, config)
+    refuse_pause_outside_mirror(topic.name, overrides)
     return NewTopic(topic.name, partitions, factor, overrides, assignments)
 
 
