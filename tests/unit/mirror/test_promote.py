@@ -28,7 +28,9 @@ from broker.client.groups import commit_offsets, fetch_offsets
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from deploy.broker_process import BrokerProcess
 from mirror.config import MirrorConfig
+from mirror.formats import OffsetSync
 from mirror.promote import PromotionError, promote
+from mirror.topics import append
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -387,3 +389,52 @@ async def test_an_mm2_failover_creates_local_topics_shaped_as_the_source(brokers
     with trio.fail_after(BOUND_S):
         again = await promote(target.bootstrap, source_bootstrap=source.bootstrap, failover=True, config=config)
     assert again.ok and again.promoted == [] and again.already == ["mm-orders", "mm-pay"], again
+
+
+async def test_an_mm2_promotion_translates_and_commits_the_groups_offsets_once_more(brokers) -> None:  # type: ignore[no-untyped-def]
+    """The source answers: each group's committed offsets are translated through the mirror's
+    offset syncs (at the source, `mm2-offset-syncs.dst.internal`) and committed on the remote
+    topic at the target, never backwards, as the mirror's own group sync does."""
+    source, target = brokers
+    config = _mm2_config(source, target)
+    async with open_client(source.bootstrap) as client:
+        await create_topics(client, {"mm-grp": NewTopic(1), "mm2-offset-syncs.dst.internal": NewTopic(1)})
+        syncs = [OffsetSync("mm-grp", 0, 0, 0), OffsetSync("mm-grp", 0, 50, 40)]
+        await append(client, "mm2-offset-syncs.dst.internal", [(sync.key(), sync.value()) for sync in syncs])
+        await commit_offsets(client, "exact", {TopicPartition("mm-grp", 0): 50})
+        await commit_offsets(client, "later", {TopicPartition("mm-grp", 0): 60})
+        await commit_offsets(client, "ahead", {TopicPartition("mm-grp", 0): 60})
+    async with open_client(target.bootstrap) as client:  # as the mirror created it, and synced groups
+        await create_topics(client, {"src.mm-grp": NewTopic(1)})
+        await commit_offsets(client, "exact", {TopicPartition("src.mm-grp", 0): 12})
+        await commit_offsets(client, "ahead", {TopicPartition("src.mm-grp", 0): 45})  # read further there
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="mm-grp",
+                               timeout_s=60.0, say=lines.append, config=config)
+    assert report.ok and report.promoted == ["mm-grp"], report
+    remote = TopicPartition("src.mm-grp", 0)
+    assert report.groups_synced == {"exact": {remote: 40}, "later": {remote: 41}, "ahead": {remote: 45}}, report
+    assert "group exact: offsets translated and committed one last time: src.mm-grp-0 40" in lines, lines
+    async with open_client(target.bootstrap) as client:
+        got = {g: (await fetch_offsets(client, g))[remote].offset for g in ("exact", "later", "ahead")}
+    assert got == {"exact": 40, "later": 41, "ahead": 45}
+
+
+async def test_an_mm2_failover_from_a_killed_source_does_not_wait_for_it(tmp_path: Path, brokers) -> None:  # type: ignore[no-untyped-def]
+    """Every connection refused: the remote topic gives the shape at once, and the groups are
+    said to resume from the mirror's last sync."""
+    _, target = brokers
+    dead = BrokerProcess(tmp_path / "dead").start()
+    dead.stop()  # its port refuses connections now
+    bootstrap, config = dead.bootstrap, _mm2_config(dead, target)
+    async with open_client(target.bootstrap) as client:
+        await create_topics(client, {"src.mm-dead": NewTopic(2)})
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=bootstrap, topics_regex="mm-dead",
+                               failover=True, timeout_s=60.0, say=lines.append, config=config)
+    assert report.ok and report.promoted == ["mm-dead"], report
+    assert (report.source_error or "").startswith("source unreachable, connection refused by every bootstrap"), report
+    assert "created mm-dead: 2 partition(s), as at the source; producers write to it now" in lines, lines
+    assert any(line.startswith("groups NOT synced at the end") for line in lines), lines
