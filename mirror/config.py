@@ -63,7 +63,7 @@ EXCLUDED_CONFIGS = frozenset({
 #: Link mode's default `sync.group.offsets.interval.seconds` (mm2 mode keeps 5 s): a failover from
 #: a dead source cannot copy the groups' offsets a last time, so a moved group re-reads what it
 #: committed there since the mirror's last pass (mirror/link_groups.py makes a pass cheap).
-LINK_SYNC_GROUP_OFFSETS_S = 0.25
+LINK_SYNC_GROUP_OFFSETS_S = 0.1
 SYNC_GROUP_OFFSETS_KEY = "sync.group.offsets.interval.seconds"
 
 
@@ -113,7 +113,7 @@ class MirrorConfig(_Strict):
     heartbeats_s: float = Field(1.0, alias="emit.heartbeats.interval.seconds", ge=0)
     checkpoints_s: float = Field(5.0, alias="emit.checkpoints.interval.seconds", ge=0)
     sync_group_offsets: bool = Field(True, alias="sync.group.offsets.enabled")
-    sync_group_offsets_s: float = Field(5.0, alias="sync.group.offsets.interval.seconds", gt=0)  # link: 0.25
+    sync_group_offsets_s: float = Field(5.0, alias="sync.group.offsets.interval.seconds", gt=0)  # link: 0.1
     offset_lag_max: int = Field(100, alias="offset.lag.max", ge=0)
     offset_syncs_location: Literal["source", "target"] = Field("source", alias="offset-syncs.topic.location")
     # Connect's offset.flush.interval.ms: how often mirrored positions are checkpointed on the

@@ -30,13 +30,15 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
-from broker.client import Client, KafkaError, TopicPartition, admin
+from broker.client import Client, ClientError, KafkaError, TopicPartition, admin
 from broker.client.admin import LATEST
 from broker.client.groups import CommittedOffset, commit_offsets, describe_groups, fetch_offsets, list_groups
 from broker.protocol.errors import ErrorCode
+from broker.tasks import gather
 from mirror.config import INTERNAL_GROUPS
 from mirror.groups import INACTIVE_STATES
 from mirror.runtime import Mirror
@@ -45,6 +47,9 @@ __all__ = ["CarriedGroups", "CarriedOffsets", "carry_group_offsets", "carry_offs
            "commit_carried", "matching_groups", "source_offsets"]
 
 log = logging.getLogger(__name__)
+
+#: How many groups' offsets a pass asks the source for at once.
+FETCH_AT_ONCE = 32
 
 
 @dataclass
@@ -103,13 +108,19 @@ async def matching_groups(source: Client, matches: Callable[[str], bool]) -> lis
 
 async def source_offsets(source: Client, groups: Iterable[str],
                          copied: Set[TopicPartition]) -> dict[str, Carried]:
-    """Each group's committed offsets at the source on `copied` (groups with none left out)."""
+    """Each group's committed offsets at the source on `copied` (groups with none left out),
+    FETCH_AT_ONCE groups at a time: over a long link a pass takes a round trip per slice, not
+    per group."""
+    names = list(groups)
     wanted: dict[str, Carried] = {}
-    for group in groups:
-        offsets = await fetch_offsets(source, group)
-        picked = {tp: c for tp, c in offsets.items() if tp in copied and c.offset >= 0}
-        if picked:
-            wanted[group] = picked
+    for start in range(0, len(names), FETCH_AT_ONCE):
+        chunk = names[start:start + FETCH_AT_ONCE]
+        fetched = await gather([partial(fetch_offsets, source, group) for group in chunk],
+                               collect=(KafkaError, ClientError))
+        for group, offsets in zip(chunk, fetched, strict=True):
+            picked = {tp: c for tp, c in offsets.items() if tp in copied and c.offset >= 0}
+            if picked:
+                wanted[group] = picked
     return wanted
 
 

@@ -29,7 +29,7 @@ def test_defaults(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("lines", "interval_s"), [
     ("", 5.0),  # mm2 mode: MM2's knob with our shorter default
-    ("mode: link\n", 0.25),  # link mode copies the groups' offsets often: a failover may not copy them last
+    ("mode: link\n", 0.1),  # link mode copies the groups' offsets often: a failover may not copy them last
     ("mode: link\nsync.group.offsets.interval.seconds: 3\n", 3.0),  # as given
 ])
 def test_group_offsets_are_synced_often_by_default_in_link_mode(tmp_path: Path, lines: str,
