@@ -14,10 +14,11 @@ nothing.
 A failover cannot ask a dead source for that last copy: a moved group resumes from the mirror's
 last one, and re-reads what it committed at the source since. So link mode copies often
 (`sync.group.offsets.interval.seconds`, mirror/config.py's LINK_SYNC_GROUP_OFFSETS_S by default, where MM2 checks
-every 60 s and Cluster Linking's consumer.offset.sync.ms every 30 s), and a pass is cheap: the
-source's groups are listed every `refresh.groups.interval.seconds` (`CarriedGroups`), and in
-between a pass asks the source only for the known groups' offsets (one OffsetFetch each) and
-touches the target only for a group whose offsets changed since it last carried them.
+every 60 s and Cluster Linking's consumer.offset.sync.ms every 30 s), and a pass is cheap: it
+lists the source's groups (one ListGroups per broker, at once) and asks for their offsets
+(FETCH_AT_ONCE groups at a time), and touches the target only for a group whose offsets changed
+since it last carried them (`CarriedGroups`; every `refresh.groups.interval.seconds` each group
+is checked against the target afresh).
 
 The source's leader epoch is not carried: the target's epochs are its own, and a consumer
 checking an epoch from another cluster (OffsetForLeaderEpoch) would see a truncation that
@@ -69,12 +70,11 @@ Carried = dict[TopicPartition, CommittedOffset]
 
 @dataclass
 class CarriedGroups:
-    """The mirror's memory between passes: the source's matching groups as last listed, and
-    what each had carried. Forgotten at every listing, so a full pass (every group checked
-    against the target) runs every `refresh.groups.interval.seconds`."""
+    """The mirror's memory between passes: what each group had carried. Forgotten every
+    `refresh.groups.interval.seconds`, so a full pass (every group checked against the target,
+    whatever was done there meanwhile) runs that often."""
 
-    groups: list[str] = field(default_factory=list)
-    listed_at: float = -math.inf
+    checked_at: float = -math.inf
     carried: dict[str, Carried] = field(default_factory=dict)
 
 
@@ -85,10 +85,10 @@ async def carry_group_offsets(mirror: Mirror, memory: CarriedGroups) -> int:
     if not copied:
         return 0
     now = trio.current_time()
-    if now - memory.listed_at >= mirror.config.refresh_groups_s:
-        memory.groups = await matching_groups(mirror.source, lambda g: mirror.config.groups.matches(g, INTERNAL_GROUPS))
-        memory.listed_at, memory.carried = now, {}
-    wanted = await source_offsets(mirror.source, memory.groups, copied)
+    if now - memory.checked_at >= mirror.config.refresh_groups_s:
+        memory.checked_at, memory.carried = now, {}
+    groups = await matching_groups(mirror.source, lambda g: mirror.config.groups.matches(g, INTERNAL_GROUPS))
+    wanted = await source_offsets(mirror.source, groups, copied)
     changed = {group: offsets for group, offsets in wanted.items() if memory.carried.get(group) != offsets}
     carried = await commit_carried(mirror.target, changed)
     for group in carried.offsets:
