@@ -74,6 +74,9 @@ PROGRESS_EVERY_S = 3.0
 #: mode cluster each broker applies a topic config change when its notification reaches it, and
 #: until then refuses producers as before.
 APPLIED_TIMEOUT_S = 10.0
+#: How often it asks them meanwhile: a notification usually takes milliseconds, and a failover's
+#: producers wait for it.
+APPLIED_POLL_S = 0.05
 
 
 @dataclass
@@ -428,7 +431,8 @@ async def _wait_caught_up(target: Client, source_bootstrap: str, report: Promoti
 
 
 async def _promote_each(target: Client, report: PromotionReport, say: Say) -> None:
-    """Delete `causeway.mirror.name` topic by topic; a refusal is recorded and the rest go on."""
+    """Delete `causeway.mirror.name` topic by topic (a refusal is recorded and the rest go on),
+    then wait for every broker to apply them, all topics at once."""
     for topic in sorted(report.selected):
         try:
             # Its link state goes with it: a promoted topic is no link's to pause (STOPPED).
@@ -438,9 +442,17 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
             say(f"NOT promoted {topic}: {report.failed[topic]}")
             continue
         report.promoted.append(topic)
-        behind = await applied_everywhere(target, topic)
-        if behind:
-            say(f"promoted {topic}, but broker(s) {', '.join(map(str, behind))} did not show it within "
+    behind: dict[str, list[int]] = {}
+
+    async def wait_applied(topic: str) -> None:
+        behind[topic] = await applied_everywhere(target, topic)
+
+    async with trio.open_nursery() as nursery:
+        for topic in report.promoted:
+            nursery.start_soon(wait_applied, topic)
+    for topic in report.promoted:
+        if behind[topic]:
+            say(f"promoted {topic}, but broker(s) {', '.join(map(str, behind[topic]))} did not show it within "
                 f"{APPLIED_TIMEOUT_S:g} s: they refuse producers until they do")
         else:
             say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
@@ -467,7 +479,7 @@ async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPL
                 if (entry.value if entry is not None and entry.value else None) == value:
                     pending.discard(node)
             if pending:
-                await trio.sleep(POLL_S)
+                await trio.sleep(APPLIED_POLL_S)
     return sorted(pending)
 
 
@@ -483,11 +495,18 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
     # offsets copied from the source (which may hold more than the copy).
     ceilings = await _target_ends(target, topics)
     source_ends: dict[TopicPartition, int] | None = None
-    answered = trio.Event()  # the source's first answer: it is alive, worth its short bound
+    answered = False  # the source's first answer: it is alive, worth its short bound
+    settled = trio.Event()  # that answer, or the ask over (refused, failed, done)
     asking = trio.CancelScope()
 
     async def ask_source() -> None:
-        nonlocal source_ends
+        try:
+            await ask()
+        finally:
+            settled.set()
+
+    async def ask() -> None:
+        nonlocal source_ends, answered
         if report.source is None:
             report.source_error = report.groups_error = "no source given"
             return
@@ -501,7 +520,8 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
                                        request_timeout_s=source_timeout_s,
                                        connect_timeout_s=min(2.0, source_timeout_s)) as source:
                     source_ends, _missing = await _source_ends(source, topics)
-                    answered.set()
+                    answered = True
+                    settled.set()
                     await _sync_groups(target, source, report, ceilings, groups)
             except (ClientError, KafkaError) as exc:
                 report.source_error = report.groups_error = _why(exc)
@@ -522,8 +542,8 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
         # A live source over a long link may answer just after the promotion: it gets until
         # FIRST_ANSWER_S from the ask. One that said nothing by then is not waited for.
         with trio.move_on_at(asked_at + min(FIRST_ANSWER_S, source_timeout_s)):
-            await answered.wait()
-        if not answered.is_set():
+            await settled.wait()
+        if not answered:
             asking.cancel()
     await _report_not_copied(target, report, source_ends, say)
     await _unsynced_groups(target, report, groups)
