@@ -34,7 +34,8 @@ from topology.loader import Positions, load_yaml
 from topology.model import schema_problems
 from topology.schema import MirrorMode, Naming, Patterns
 
-__all__ = ["EXCLUDED_CONFIGS", "ClusterEndpoint", "MirrorConfig", "Patterns", "load_mirror_config"]
+__all__ = ["EXCLUDED_CONFIGS", "LINK_SYNC_GROUP_OFFSETS_S", "ClusterEndpoint", "MirrorConfig", "Patterns",
+           "load_mirror_config"]
 
 # MM2's DefaultTopicFilter and DefaultGroupFilter exclusions: internal topics and groups are never
 # mirrored, whatever the include patterns say.
@@ -57,6 +58,13 @@ EXCLUDED_CONFIGS = frozenset({
     MIRROR_NAME_CONFIG,
     MIRROR_STATE_CONFIG,  # the link state of the source's own mirror topic (a chain), not the copy's
 })
+
+
+#: Link mode's default `sync.group.offsets.interval.seconds` (mm2 mode keeps 5 s): a failover from
+#: a dead source cannot copy the groups' offsets a last time, so a moved group re-reads what it
+#: committed there since the mirror's last pass (mirror/link_groups.py makes a pass cheap).
+LINK_SYNC_GROUP_OFFSETS_S = 0.1
+SYNC_GROUP_OFFSETS_KEY = "sync.group.offsets.interval.seconds"
 
 
 class _Strict(BaseModel):
@@ -105,7 +113,7 @@ class MirrorConfig(_Strict):
     heartbeats_s: float = Field(1.0, alias="emit.heartbeats.interval.seconds", ge=0)
     checkpoints_s: float = Field(5.0, alias="emit.checkpoints.interval.seconds", ge=0)
     sync_group_offsets: bool = Field(True, alias="sync.group.offsets.enabled")
-    sync_group_offsets_s: float = Field(5.0, alias="sync.group.offsets.interval.seconds", gt=0)
+    sync_group_offsets_s: float = Field(5.0, alias="sync.group.offsets.interval.seconds", gt=0)  # link: 0.1
     offset_lag_max: int = Field(100, alias="offset.lag.max", ge=0)
     offset_syncs_location: Literal["source", "target"] = Field("source", alias="offset-syncs.topic.location")
     # Connect's offset.flush.interval.ms: how often mirrored positions are checkpointed on the
@@ -129,10 +137,14 @@ class MirrorConfig(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _link_keeps_names(cls, data: object) -> object:
+    def _link_defaults(cls, data: object) -> object:
         # A link-mode mirror topic has its source topic's name: naming defaults to identity.
         if isinstance(data, dict) and data.get("mode") == "link" and "naming" not in data:
-            return {**data, "naming": "identity"}
+            data = {**data, "naming": "identity"}
+        # Link mode copies group offsets often by default: see LINK_SYNC_GROUP_OFFSETS_S.
+        if (isinstance(data, dict) and data.get("mode") == "link" and SYNC_GROUP_OFFSETS_KEY not in data
+                and "sync_group_offsets_s" not in data):
+            data = {**data, SYNC_GROUP_OFFSETS_KEY: LINK_SYNC_GROUP_OFFSETS_S}
         return data
 
     @field_validator("naming")

@@ -80,7 +80,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.records import BatchHeader, TimestampType, batch_crc_ok
 from mirror.config import INTERNAL_TOPICS
 from mirror.errors import MirrorRefused
-from mirror.link_groups import carry_group_offsets
+from mirror.link_groups import CarriedGroups, carry_group_offsets
 from mirror.naming import HEARTBEATS_TOPIC
 from mirror.partition import REFUSED_AS_INVALID, Chunk, PartitionMirror
 from mirror.runtime import CLUSTER_WAIT_ATTEMPT_S, RETRY, Mirror, stop_topic, stop_vanished, sync_topic
@@ -398,7 +398,7 @@ class LinkMirror(Mirror):
             self.start_fetching(nursery)
             if config.sync_group_offsets:
                 nursery.start_soon(self.every, "group offsets", config.sync_group_offsets_s,
-                                   partial(carry_group_offsets, self))
+                                   partial(carry_group_offsets, self, CarriedGroups()))
             log.info("mirror %s running in link mode: %s (%s) -> mirror topics at %s (%s)", self.link_name,
                      self.source_alias, config.source.bootstrap, self.target_alias, config.target.bootstrap)
             await self.every("topic discovery", config.refresh_topics_s, partial(_discover, self, nursery))

@@ -1,15 +1,24 @@
 """Consumer-group offsets in link mode: carried over unchanged.
 
 A mirror topic has the source's offsets, so a group's committed offset at the source means the
-same record at the target: no offset syncs, no translation, no checkpoints topic. Every
-`sync.group.offsets.interval.seconds` each source group that matches the group patterns has its
-committed offsets on the mirror topics being copied committed to the same group at the target,
-with their metadata, each clamped to the target partition's high watermark (a consumer that
-fails over never skips records not copied yet), and only while that group has no active members
-at the target (committing under a live consumer would move it). A promoted topic is no longer
-copied, so its offsets at the target are its consumers' own from then on; `carry_offsets` is
-also what `causeway mirror promote` runs one last time before it promotes (mirror/promote.py),
-so a group moved after a switch-over re-reads nothing.
+same record at the target: no offset syncs, no translation, no checkpoints topic. Each source
+group that matches the group patterns has its committed offsets on the mirror topics being
+copied committed to the same group at the target, with their metadata, each clamped to the
+target partition's high watermark (a consumer that fails over never skips records not copied
+yet), and only while that group has no active members at the target (committing under a live
+consumer would move it). A promoted topic is no longer copied, so its offsets at the target are
+its consumers' own from then on; `carry_offsets` is also what `causeway mirror promote` runs one
+last time before it promotes (mirror/promote.py), so a group moved after a switch-over re-reads
+nothing.
+
+A failover cannot ask a dead source for that last copy: a moved group resumes from the mirror's
+last one, and re-reads what it committed at the source since. So link mode copies often
+(`sync.group.offsets.interval.seconds`, mirror/config.py's LINK_SYNC_GROUP_OFFSETS_S by default, where MM2 checks
+every 60 s and Cluster Linking's consumer.offset.sync.ms every 30 s), and a pass is cheap: it
+lists the source's groups (one ListGroups per broker, at once) and asks for their offsets
+(FETCH_AT_ONCE groups at a time), and touches the target only for a group whose offsets changed
+since it last carried them (`CarriedGroups`; every `refresh.groups.interval.seconds` each group
+is checked against the target afresh).
 
 The source's leader epoch is not carried: the target's epochs are its own, and a consumer
 checking an epoch from another cluster (OffsetForLeaderEpoch) would see a truncation that
@@ -19,20 +28,29 @@ never happened.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Set
+import math
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
+from functools import partial
 
-from broker.client import Client, KafkaError, TopicPartition, admin
+import trio
+
+from broker.client import Client, ClientError, KafkaError, TopicPartition, admin
 from broker.client.admin import LATEST
 from broker.client.groups import CommittedOffset, commit_offsets, describe_groups, fetch_offsets, list_groups
 from broker.protocol.errors import ErrorCode
+from broker.tasks import gather
 from mirror.config import INTERNAL_GROUPS
 from mirror.groups import INACTIVE_STATES
 from mirror.runtime import Mirror
 
-__all__ = ["CarriedOffsets", "carry_group_offsets", "carry_offsets"]
+__all__ = ["CarriedGroups", "CarriedOffsets", "carry_group_offsets", "carry_offsets",
+           "commit_carried", "matching_groups", "source_offsets"]
 
 log = logging.getLogger(__name__)
+
+#: How many groups' offsets a pass asks the source for at once.
+FETCH_AT_ONCE = 32
 
 
 @dataclass
@@ -43,18 +61,67 @@ class CarriedOffsets:
     offsets: dict[str, dict[TopicPartition, int]] = field(default_factory=dict)
     active: list[str] = field(default_factory=list)
     committed: int = 0  # partitions whose offset this pass changed
+    clamped: set[str] = field(default_factory=set)  # groups held below the source's offsets (the copy's end)
 
 
-async def carry_group_offsets(mirror: Mirror) -> int:
+#: What a source group last had carried (or found equal) at the target, per partition.
+Carried = dict[TopicPartition, CommittedOffset]
+
+
+@dataclass
+class CarriedGroups:
+    """The mirror's memory between passes: what each group had carried. Forgotten every
+    `refresh.groups.interval.seconds`, so a full pass (every group checked against the target,
+    whatever was done there meanwhile) runs that often."""
+
+    checked_at: float = -math.inf
+    carried: dict[str, Carried] = field(default_factory=dict)
+
+
+async def carry_group_offsets(mirror: Mirror, memory: CarriedGroups) -> int:
     """One pass over the source's groups; returns how many partitions' offsets were committed
     at the target. Raises KafkaError / ClientError (the caller retries)."""
     copied = {tp for tp in mirror.partitions if tp.topic in mirror.topics}
     if not copied:
         return 0
-    carried = await carry_offsets(mirror.source, mirror.target, copied,
-                                  lambda group: mirror.config.groups.matches(group, INTERNAL_GROUPS))
+    now = trio.current_time()
+    if now - memory.checked_at >= mirror.config.refresh_groups_s:
+        memory.checked_at, memory.carried = now, {}
+    groups = await matching_groups(mirror.source, lambda g: mirror.config.groups.matches(g, INTERNAL_GROUPS))
+    wanted = await source_offsets(mirror.source, groups, copied)
+    changed = {group: offsets for group, offsets in wanted.items() if memory.carried.get(group) != offsets}
+    carried = await commit_carried(mirror.target, changed)
+    for group in carried.offsets:
+        if group not in carried.clamped:  # a clamped one is carried again as the copy advances
+            memory.carried[group] = changed[group]
+    for group in carried.active:
+        memory.carried.pop(group, None)  # its consumers may leave: checked again next pass
     mirror.group_checkpoints += carried.committed
     return carried.committed
+
+
+async def matching_groups(source: Client, matches: Callable[[str], bool]) -> list[str]:
+    """The source's consumer groups that `matches` selects, sorted."""
+    return sorted(g.group_id for g in await list_groups(source)
+                  if g.protocol_type in ("consumer", "") and matches(g.group_id))
+
+
+async def source_offsets(source: Client, groups: Iterable[str],
+                         copied: Set[TopicPartition]) -> dict[str, Carried]:
+    """Each group's committed offsets at the source on `copied` (groups with none left out),
+    FETCH_AT_ONCE groups at a time: over a long link a pass takes a round trip per slice, not
+    per group."""
+    names = list(groups)
+    wanted: dict[str, Carried] = {}
+    for start in range(0, len(names), FETCH_AT_ONCE):
+        chunk = names[start:start + FETCH_AT_ONCE]
+        fetched = await gather([partial(fetch_offsets, source, group) for group in chunk],
+                               collect=(KafkaError, ClientError))
+        for group, offsets in zip(chunk, fetched, strict=True):
+            picked = {tp: c for tp, c in offsets.items() if tp in copied and c.offset >= 0}
+            if picked:
+                wanted[group] = picked
+    return wanted
 
 
 async def carry_offsets(source: Client, target: Client, copied: Set[TopicPartition],
@@ -64,17 +131,17 @@ async def carry_offsets(source: Client, target: Client, copied: Set[TopicPartiti
     to the target's high watermark (or to `ceilings`, the copy's ends when the caller read them
     before the target's own writes began), for groups with no live members at the target.
     Raises KafkaError / ClientError when either cluster fails to answer."""
-    carried = CarriedOffsets()
     if not copied:
-        return carried
-    groups = [g.group_id for g in await list_groups(source)
-              if g.protocol_type in ("consumer", "") and matches(g.group_id)]
-    wanted: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-    for group in sorted(groups):
-        offsets = await fetch_offsets(source, group)
-        picked = {tp: c for tp, c in offsets.items() if tp in copied and c.offset >= 0}
-        if picked:
-            wanted[group] = picked
+        return CarriedOffsets()
+    wanted = await source_offsets(source, await matching_groups(source, matches), copied)
+    return await commit_carried(target, wanted, ceilings=ceilings)
+
+
+async def commit_carried(target: Client, wanted: Mapping[str, Carried], *,
+                         ceilings: Mapping[TopicPartition, int] | None = None) -> CarriedOffsets:
+    """Commit `wanted` (per group, the source's offsets) at `target`, each clamped as
+    `carry_offsets` says, for the groups with no live members there."""
+    carried = CarriedOffsets()
     if not wanted:
         return carried
     partitions = {tp for offsets in wanted.values() for tp in offsets}
@@ -92,6 +159,8 @@ async def carry_offsets(source: Client, target: Client, copied: Set[TopicPartiti
         existing = await fetch_offsets(target, group, list(offsets))
         values = {tp: CommittedOffset(min(c.offset, ends[tp]), metadata=c.metadata)
                   for tp, c in offsets.items()}
+        if any(value.offset < offsets[tp].offset for tp, value in values.items()):
+            carried.clamped.add(group)
         updates: dict[TopicPartition, int | CommittedOffset] = {
             tp: value for tp, value in values.items()
             if (have := existing.get(tp)) is None or (have.offset, have.metadata) != (value.offset, value.metadata)}

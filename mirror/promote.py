@@ -13,11 +13,15 @@ cluster linking has them (`kafka-mirrors --promote` and `--failover`):
   promote topic by topic. Nothing is promoted when the deadline passes first. While it waits,
   each topic's `causeway.mirror.state` is PROMOTING (its link state, mirror/link_ops.py; ACTIVE
   again when nothing is promoted); a paused topic is refused (it would never catch up).
-- **failover** (the source is down, or must not be waited for): promote at once; meanwhile, under
-  one short deadline (FAILOVER_SOURCE_S), ask the source for its log ends and copy the groups'
-  offsets one last time. Whatever the source did not answer is reported unknown: records not
-  copied per partition, and the groups whose last copy is what they resume from (named, with
-  those offsets). Nothing in a failover waits longer than that deadline on the source.
+- **failover** (the source is down, or must not be waited for): promote at once; meanwhile ask
+  the source for its log ends and copy the groups' offsets one last time. The failover never
+  waits on the source: one whose every bootstrap address refuses a connection (killed brokers)
+  is unreachable at once, one that has not answered within FIRST_ANSWER_S (frozen, cut off) is
+  left then, the promotion having gone on meanwhile, and only one that answered gets the rest
+  of a short deadline (FAILOVER_SOURCE_S). Whatever the source did not answer is reported unknown and deferred:
+  records not copied per partition (truncate-and-restore counts them, into its quarantine, when
+  the source returns), and the groups whose last copy is what they resume from (named, with
+  those offsets; the mirror copies them often, mirror/link_groups.py, so that is little).
 
 Run twice, either is idempotent: the second run finds the mirror's topics normal already and
 says so (`already`). mirror/promote_mm2.py is the same command for an mm2-mode mirror.
@@ -43,7 +47,10 @@ from mirror.link_groups import carry_offsets
 from mirror.naming import ReplicationPolicy
 from mirror.promote_mm2 import promote_mm2
 from mirror.promotion import (
+    CONNECT_PROBE_S,
+    DEFERRED,
     FAILOVER_SOURCE_S,
+    FIRST_ANSWER_S,
     SOURCE_PROBE_S,
     SOURCE_TIMEOUT_S,
     PartitionEnds,
@@ -51,6 +58,7 @@ from mirror.promotion import (
     PromotionReport,
     Say,
     quiet,
+    refused,
 )
 from security.client import ClientSecurity
 
@@ -66,6 +74,9 @@ PROGRESS_EVERY_S = 3.0
 #: mode cluster each broker applies a topic config change when its notification reaches it, and
 #: until then refuses producers as before.
 APPLIED_TIMEOUT_S = 10.0
+#: How often it asks them meanwhile: a notification usually takes milliseconds, and a failover's
+#: producers wait for it.
+APPLIED_POLL_S = 0.05
 
 
 @dataclass
@@ -420,7 +431,8 @@ async def _wait_caught_up(target: Client, source_bootstrap: str, report: Promoti
 
 
 async def _promote_each(target: Client, report: PromotionReport, say: Say) -> None:
-    """Delete `causeway.mirror.name` topic by topic; a refusal is recorded and the rest go on."""
+    """Delete `causeway.mirror.name` topic by topic (a refusal is recorded and the rest go on),
+    then wait for every broker to apply them, all topics at once."""
     for topic in sorted(report.selected):
         try:
             # Its link state goes with it: a promoted topic is no link's to pause (STOPPED).
@@ -430,9 +442,17 @@ async def _promote_each(target: Client, report: PromotionReport, say: Say) -> No
             say(f"NOT promoted {topic}: {report.failed[topic]}")
             continue
         report.promoted.append(topic)
-        behind = await applied_everywhere(target, topic)
-        if behind:
-            say(f"promoted {topic}, but broker(s) {', '.join(map(str, behind))} did not show it within "
+    behind: dict[str, list[int]] = {}
+
+    async def wait_applied(topic: str) -> None:
+        behind[topic] = await applied_everywhere(target, topic)
+
+    async with trio.open_nursery() as nursery:
+        for topic in report.promoted:
+            nursery.start_soon(wait_applied, topic)
+    for topic in report.promoted:
+        if behind[topic]:
+            say(f"promoted {topic}, but broker(s) {', '.join(map(str, behind[topic]))} did not show it within "
                 f"{APPLIED_TIMEOUT_S:g} s: they refuse producers until they do")
         else:
             say(f"promoted {topic}: a normal writable topic now (mirror {report.selected[topic]} no longer writes it)")
@@ -459,43 +479,72 @@ async def applied_everywhere(target: Client, topic: str, timeout_s: float = APPL
                 if (entry.value if entry is not None and entry.value else None) == value:
                     pending.discard(node)
             if pending:
-                await trio.sleep(POLL_S)
+                await trio.sleep(APPLIED_POLL_S)
     return sorted(pending)
 
 
 async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: float, say: Say,
                      source_security: ClientSecurity | None, groups: Callable[[str], bool]) -> None:
-    """Promote at once; meanwhile, under one deadline of `source_timeout_s`, the source's log
-    ends and the groups' offsets once more. What it did not answer is reported unknown."""
+    """Promote at once; meanwhile ask the source for its log ends and the groups' offsets once
+    more. The source is never waited for: a source that refuses connections is left at once,
+    one that has not answered within FIRST_ANSWER_S (the promotion going on meanwhile) is left
+    then, and one that answered is given at most `source_timeout_s` in all. What it did not answer is reported
+    unknown (deferred: truncate-and-restore counts the records when it returns)."""
     topics = sorted(report.selected)
     # The copy's ends before anything can be written at the target: the ceiling of the groups'
     # offsets copied from the source (which may hold more than the copy).
     ceilings = await _target_ends(target, topics)
     source_ends: dict[TopicPartition, int] | None = None
+    answered = False  # the source's first answer: it is alive, worth its short bound
+    settled = trio.Event()  # that answer, or the ask over (refused, failed, done)
+    asking = trio.CancelScope()
 
     async def ask_source() -> None:
-        nonlocal source_ends
+        try:
+            await ask()
+        finally:
+            settled.set()
+
+    async def ask() -> None:
+        nonlocal source_ends, answered
         if report.source is None:
             report.source_error = report.groups_error = "no source given"
             return
-        with trio.move_on_after(source_timeout_s) as bound:
+        with asking, trio.move_on_after(source_timeout_s) as bound:
+            why = await refused(report.source, min(CONNECT_PROBE_S, source_timeout_s))
+            if why is not None:
+                report.source_error = report.groups_error = f"source unreachable, {why}"
+                return
             try:
                 async with open_client(report.source, client_id="causeway-promote", security=source_security,
                                        request_timeout_s=source_timeout_s,
                                        connect_timeout_s=min(2.0, source_timeout_s)) as source:
                     source_ends, _missing = await _source_ends(source, topics)
+                    answered = True
+                    settled.set()
                     await _sync_groups(target, source, report, ceilings, groups)
             except (ClientError, KafkaError) as exc:
                 report.source_error = report.groups_error = _why(exc)
                 return
-        if bound.cancelled_caught:
+        if asking.cancelled_caught:
+            why = f"source unreachable, no answer within {min(FIRST_ANSWER_S, source_timeout_s):g} s"
+        elif bound.cancelled_caught:
             why = f"no answer within {source_timeout_s:g} s"
-            report.source_error = report.source_error if source_ends is not None else why
-            report.groups_error = report.groups_error or why
+        else:
+            return
+        report.source_error = report.source_error if source_ends is not None else why
+        report.groups_error = report.groups_error or why
 
     async with trio.open_nursery() as nursery:
+        asked_at = trio.current_time()
         nursery.start_soon(ask_source)
         await _promote_each(target, report, say)
+        # A live source over a long link may answer just after the promotion: it gets until
+        # FIRST_ANSWER_S from the ask. One that said nothing by then is not waited for.
+        with trio.move_on_at(asked_at + min(FIRST_ANSWER_S, source_timeout_s)):
+            await settled.wait()
+        if not answered:
+            asking.cancel()
     await _report_not_copied(target, report, source_ends, say)
     await _unsynced_groups(target, report, groups)
     _say_groups(report, say)
@@ -510,7 +559,7 @@ async def _report_not_copied(target: Client, report: PromotionReport,
     target_ends = await _target_ends(target, topics)
     report.partitions = _ends(topics, target_ends, source_ends)
     if source_ends is None:
-        say(f"records not copied: unknown ({report.source_error})")
+        say(f"records not copied: unknown ({report.source_error}); {DEFERRED}")
     else:
         say(f"records not copied: {sum(p.behind or 0 for p in report.partitions)} in all")
     for p in report.partitions:

@@ -10,13 +10,18 @@ producer arrives:
 
 - planned (the source answers): the counts and configs are read from the source; a source that
   does not answer is refused (fail over instead);
-- failover: the source is asked for at most FAILOVER_SOURCE_S; without an answer, the remote
-  topics the mirror created and kept in line with the source (their partition counts and
-  configs: the last topic sync) stand in for it.
+- failover: the source is never waited for: one that refuses every connection, or has not
+  answered within FIRST_ANSWER_S, is left (FAILOVER_SOURCE_S in all), and the remote topics the
+  mirror created and kept in line with the source (their partition counts and configs: the
+  last topic sync) stand in for it.
 
 A topic that already exists under its source name is left as it is (`already`: a second run, or
-identity naming, where the remote topic is that topic). Consumer groups keep their translated
-offsets on the remote topics (mirror/groups.py): this module does not move them.
+identity naming, where the remote topic is that topic). Consumer groups resume on the remote
+topics at their translated offsets (mirror/groups.py commits them periodically); when the source
+answers, the promotion translates and commits them once more, as the mirror does (through the
+offset syncs, only for groups not active at the target, never backwards), so a group moved after
+a planned switch-over starts at the last offset it committed at the source, not at the mirror's
+last periodic sync.
 """
 
 from __future__ import annotations
@@ -26,13 +31,28 @@ from collections.abc import Callable
 
 import trio
 
-from broker.client import ClientError, KafkaError
+from broker.client import ClientError, KafkaError, TopicPartition
 from broker.client.admin import NewTopic, create_topics, describe_configs, list_topics
 from broker.client.cluster import Client, open_client
+from broker.client.groups import commit_offsets, describe_groups, fetch_offsets, list_groups
 from broker.protocol.constants import ConfigSource
-from mirror.config import EXCLUDED_CONFIGS, INTERNAL_TOPICS, MirrorConfig
+from broker.protocol.errors import ErrorCode
+from mirror.config import EXCLUDED_CONFIGS, INTERNAL_GROUPS, INTERNAL_TOPICS, MirrorConfig
+from mirror.formats import OffsetSync
+from mirror.groups import INACTIVE_STATES
 from mirror.naming import ReplicationPolicy
-from mirror.promotion import FAILOVER_SOURCE_S, SOURCE_PROBE_S, PromotionError, PromotionReport, Say
+from mirror.offset_sync import SyncStore
+from mirror.promotion import (
+    FAILOVER_SOURCE_S,
+    FIRST_ANSWER_S,
+    SOURCE_PROBE_S,
+    SOURCE_TIMEOUT_S,
+    PromotionError,
+    PromotionReport,
+    Say,
+    refused,
+)
+from mirror.topics import read_whole_topic
 from security.client import ClientSecurity
 
 __all__ = ["TopicShape", "promote_mm2"]
@@ -66,7 +86,8 @@ async def promote_mm2(target_bootstrap: str, config: MirrorConfig, *, source_boo
                   if policy.identity or policy.topic_source(t) == alias}
         remote = {name: t for name, t in remote.items() if wanted(name)}
         source_bound = min(timeout_s, FAILOVER_SOURCE_S if failover else SOURCE_PROBE_S)
-        shapes, why = await _source_shapes(source_bootstrap, source_security, wanted, source_bound)
+        shapes, why = await _source_shapes(source_bootstrap, source_security, wanted, source_bound,
+                                           first_answer_s=min(FIRST_ANSWER_S, source_bound) if failover else None)
         report = PromotionReport(target_bootstrap, source_bootstrap, failover, {})
         if shapes is None:
             if not failover:
@@ -86,19 +107,103 @@ async def promote_mm2(target_bootstrap: str, config: MirrorConfig, *, source_boo
         say(f"{'failover' if failover else 'promotion'} of mirror {config.name or alias} (mm2): local topics "
             f"at {target_bootstrap} for {', '.join(sorted(shapes))}")
         await _create_local(target, report, shapes, target_topics, config.replication_factor, say)
+        if report.source_error is None and source_bootstrap is not None and config.sync_group_offsets:
+            # The source answered: its groups' offsets once more, translated (bounded: a failover's
+            # source that stops answering now is left, its groups resume from the last sync).
+            bound_s = min(timeout_s, FAILOVER_SOURCE_S if failover else SOURCE_TIMEOUT_S)
+            with trio.move_on_after(bound_s) as bound:
+                try:
+                    async with open_client(source_bootstrap, client_id="causeway-promote", security=source_security,
+                                           request_timeout_s=bound_s, connect_timeout_s=min(2.0, bound_s)) as source:
+                        await _sync_groups(source, target, config, policy, set(shapes), report)
+                except (ClientError, KafkaError) as exc:
+                    report.groups_error = str(exc) or type(exc).__name__
+            if bound.cancelled_caught:
+                report.groups_error = f"no answer within {bound_s:g} s"
+            for group, offsets in sorted(report.groups_synced.items()):
+                shown = ", ".join(f"{tp.topic}-{tp.partition} {o}" for tp, o in sorted(offsets.items())) or "none"
+                say(f"group {group}: offsets translated and committed one last time: {shown}")
+            for group in report.groups_active:
+                say(f"group {group}: consumers are live at the target: its offsets there are its own, left alone")
+            if report.groups_error is not None:
+                say(f"groups NOT synced at the end ({report.groups_error}): they resume from the mirror's last "
+                    "sync of their translated offsets")
+        elif config.sync_group_offsets:
+            say("groups NOT synced at the end (the source did not answer): they resume from the mirror's last sync "
+                "of their translated offsets")
     return report
 
 
+async def _sync_groups(source: Client, target: Client, config: MirrorConfig, policy: ReplicationPolicy,
+                       topics: set[str], report: PromotionReport) -> None:
+    """Translate each matching source group's committed offsets on `topics` through the offset
+    syncs and commit them on the remote topics at the target, as the mirror's group sync does
+    (mirror/groups.py): groups with no live members there, never backwards."""
+    location = source if config.offset_syncs_location == "source" else target
+    other = config.target.alias if config.offset_syncs_location == "source" else config.source.alias
+    syncs = SyncStore(capacity=1_000_000)  # all of them: the newest at or below each offset is exact
+    for record in await read_whole_topic(location, policy.offset_syncs_topic(other)):
+        if record.key is None or record.value is None:
+            continue
+        try:
+            sync = OffsetSync.decode(record.key, record.value)
+        except (ValueError, KafkaError):
+            continue  # the mirror logs these; a promotion skips them
+        syncs.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
+    wanted: dict[str, dict[TopicPartition, int]] = {}
+    for listing in await list_groups(source):
+        group = listing.group_id
+        if listing.protocol_type not in ("consumer", "") or not config.groups.matches(group, INTERNAL_GROUPS):
+            continue
+        for tp, committed in (await fetch_offsets(source, group)).items():
+            if tp.topic not in topics or committed.offset < 0:
+                continue
+            downstream = syncs.translate(tp.topic, tp.partition, committed.offset)
+            if downstream is not None:
+                remote = policy.remote_topic(config.source.alias, tp.topic)
+                wanted.setdefault(group, {})[TopicPartition(remote, tp.partition)] = downstream
+    if not wanted:
+        return
+    described = await describe_groups(target, list(wanted))
+    for group, offsets in sorted(wanted.items()):
+        description = described.get(group)
+        if (description.state if description is not None else "") not in INACTIVE_STATES:
+            report.groups_active.append(group)
+            continue
+        existing = await fetch_offsets(target, group, list(offsets))
+        updates: dict[TopicPartition, int] = {tp: o for tp, o in offsets.items()
+                                              if (have := existing.get(tp)) is None or have.offset < o}
+        if updates:
+            try:
+                await commit_offsets(target, group, dict(updates))
+            except KafkaError as exc:
+                if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS,
+                                ErrorCode.ILLEGAL_GENERATION):
+                    report.groups_active.append(group)
+                    continue
+                raise
+        report.groups_synced[group] = {tp: max(o, existing[tp].offset if tp in existing else o)
+                                       for tp, o in offsets.items()}
+
+
 async def _source_shapes(source_bootstrap: str | None, security: ClientSecurity | None, wanted: Callable[[str], bool],
-                         bound_s: float) -> tuple[dict[str, TopicShape] | None, str]:
-    """The source's mirrored topics with their shapes, or None and why, within `bound_s`."""
+                         bound_s: float, *, first_answer_s: float | None = None
+                         ) -> tuple[dict[str, TopicShape] | None, str]:
+    """The source's mirrored topics with their shapes, or None and why, within `bound_s`; with
+    `first_answer_s` (a failover), a source refusing every connection is left at once, and one
+    whose first answer takes longer than that is left then."""
     if source_bootstrap is None:
         return None, "no source given"
+    if first_answer_s is not None and (why := await refused(source_bootstrap, min(1.0, first_answer_s))):
+        return None, f"source unreachable, {why}"
     with trio.move_on_after(bound_s):
         try:
             async with open_client(source_bootstrap, client_id="causeway-promote", security=security,
                                    request_timeout_s=bound_s, connect_timeout_s=min(2.0, bound_s)) as source:
-                counts = await list_topics(source)
+                with trio.move_on_after(first_answer_s if first_answer_s is not None else bound_s) as first:
+                    counts = await list_topics(source)
+                if first.cancelled_caught and first_answer_s is not None:
+                    return None, f"source unreachable, no answer within {first_answer_s:g} s"
                 shapes: dict[str, TopicShape] = {}
                 for name, count in sorted(counts.items()):
                     if wanted(name):

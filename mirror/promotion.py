@@ -6,10 +6,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from broker.client import TopicPartition
+import trio
 
-__all__ = ["FAILOVER_SOURCE_S", "PartitionEnds", "PromotionError", "PromotionReport", "SOURCE_PROBE_S",
-           "SOURCE_TIMEOUT_S", "Say", "quiet"]
+from broker.client import TopicPartition
+from broker.client.cluster import parse_bootstrap
+
+__all__ = ["CONNECT_PROBE_S", "DEFERRED", "FAILOVER_SOURCE_S", "FIRST_ANSWER_S", "PartitionEnds", "PromotionError",
+           "PromotionReport", "SOURCE_PROBE_S", "SOURCE_TIMEOUT_S", "Say", "quiet", "refused"]
 
 #: The most a planned promotion waits for one answer of the source after the copy caught up
 #: (its log ends again, the groups' offsets).
@@ -18,8 +21,52 @@ SOURCE_TIMEOUT_S = 10.0
 #: offsets), less when --timeout is shorter: the source is usually why one fails over, and a
 #: dead or frozen one must not hold the failover up. The promotion does not wait for it at all.
 FAILOVER_SOURCE_S = 2.0
+#: The most a failover waits for a TCP connection to one of the source's bootstrap addresses:
+#: every one refused (brokers killed, host gone) and the source is unreachable at once, instead
+#: of the client's retries until its deadline.
+CONNECT_PROBE_S = 1.0
+#: How long a failover gives the source for its first answer (its log ends), the promotion going
+#: on meanwhile: a few round trips of a long link. A source silent that long (frozen, cut off)
+#: is left; one that answered gets the rest of FAILOVER_SOURCE_S for the groups' offsets.
+FIRST_ANSWER_S = 1.0
+#: What a failover says of what the source did not answer in time: it is not waited for.
+DEFERRED = ("report deferred: the records not copied are counted when the source returns (`causeway mirror "
+            "truncate-and-restore` cuts them into its quarantine)")
 #: How long a planned promotion gives the source to answer at first before refusing (fail over).
 SOURCE_PROBE_S = 5.0
+
+
+async def refused(bootstrap: str, bound_s: float = CONNECT_PROBE_S) -> str | None:
+    """Why the source cannot be reached when every bootstrap address refuses a TCP connection
+    (or none connects within `bound_s`); None when one accepts (it may still not answer: a
+    frozen process's kernel accepts for it)."""
+    try:
+        peers = parse_bootstrap(bootstrap)
+    except ValueError as exc:
+        return str(exc)
+    errors: list[str] = []
+    accepted = False
+
+    async def attempt(host: str, port: int, done: trio.CancelScope) -> None:
+        nonlocal accepted
+        try:
+            stream = await trio.open_tcp_stream(host, port)
+        except OSError as exc:
+            errors.append(f"{host}:{port}: {exc.strerror or exc}")
+            return
+        await stream.aclose()
+        accepted = True
+        done.cancel()
+
+    with trio.move_on_after(bound_s) as bound:
+        async with trio.open_nursery() as nursery:
+            for host, port in peers:
+                nursery.start_soon(attempt, host, port, nursery.cancel_scope)
+    if accepted:
+        return None
+    if bound.cancelled_caught and len(errors) < len(peers):
+        return f"no connection within {bound_s:g} s"
+    return "connection refused by every bootstrap address (" + "; ".join(errors) + ")"
 
 
 class PromotionError(Exception):

@@ -12,9 +12,10 @@ command refuses a source that does not answer (use --failover), waits (progress 
 seconds, records left, rate and ETA, or a bar when stderr is a terminal; at most --timeout, 60 s
 by default) until the target holds the source's log end on
 every partition, copies the groups' offsets one last time, then promotes topic by topic; with
---failover it promotes at once and gives the source at most 2 s (its ends, the groups' offsets):
-each partition's records not copied and the groups not copied at the end are printed, "unknown"
-where the source did not answer. An mm2-mode mirror (a topology names its mode) is promoted by
+--failover it promotes at once and never waits on the source (its ends, the groups' offsets):
+left at once when it refuses connections, after 1 s without an answer, after 2 s in all; each
+partition's records not copied and the groups not copied at the end are printed, "unknown"
+(report deferred) where the source did not answer. An mm2-mode mirror (a topology names its mode) is promoted by
 creating its topics at the target under their source names, with the source's partition counts
 and configs (mirror/promote_mm2.py). Exit 0 when every selected topic was promoted, or all were
 already (a second run); 1 on a timeout, a refusal, or nothing to promote (each topic not
@@ -100,8 +101,10 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
             "failover", help="promote a mirror's topics at once, without waiting for the source (promote --failover)",
             description="Fail over: promote mirror topics (those with causeway.mirror.name set) to normal topics at "
                         "once, as `causeway mirror promote --failover` does, without waiting for the source (it may "
-                        "be down or frozen); the source is asked for at most 2 s for its log ends and the groups' "
-                        "offsets, and the records not copied per partition are reported. Running it again reports "
+                        "be down or frozen); the source is asked for its log ends and the groups' offsets beside the "
+                        "promotion and never waited for (left at once when it refuses connections, after 1 s "
+                        "without an answer, after 2 s in all), and the records not copied per partition are "
+                        "reported (unknown and deferred when it did not answer). Running it again reports "
                         "the topics promoted already. See docs/operations/mirror-link.md.")
     else:
         p = commands.add_parser(
@@ -131,7 +134,7 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
                             "`causeway mirror failover`)")
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the copy to catch up (default 60); with --failover, the source "
-                        "is asked for at most 2 s or this, whichever is shorter")
+                        "is given at most 2 s or this, whichever is shorter")
 
     def main(args: argparse.Namespace) -> int:
         from mirror.promote import PromotionError

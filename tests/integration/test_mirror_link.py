@@ -253,6 +253,32 @@ async def test_group_offsets_carry_over_unchanged_and_clamped_while_the_copy_lag
     await assert_same_copy(east, west, "orders", 3)
 
 
+async def test_between_full_checks_each_pass_carries_the_groups_changes(
+        east: BrokerProcess, west: BrokerProcess) -> None:
+    """Each group is checked against the target afresh only once here (refresh.groups.interval.
+    seconds: an hour); the passes in between write only what changed at the source, and carry
+    every change, the group's whole offsets, over one an operator set at the target meanwhile."""
+    await trio.to_thread.run_sync(lambda: produce(east.bootstrap, "orders", 90))
+    async with open_client(east.bootstrap) as client:
+        await commit_offsets(client, "steady", {TopicPartition("orders", p): 10 for p in range(3)})
+    async with running(link_config(east, west, **{"refresh.groups.interval.seconds": 3600})):
+        await wait_copied(east, west, "orders", 3)
+        await wait_for(lambda: _equal(group_offsets(west.bootstrap, "steady"), {p: (10, "") for p in range(3)}),
+                       what="steady at west")
+        for offset in (20, 25):
+            async with open_client(east.bootstrap) as client:
+                await commit_offsets(client, "steady", {TopicPartition("orders", 1): offset})
+            want = {0: (10, ""), 1: (offset, ""), 2: (10, "")}
+            await wait_for(lambda: _equal(group_offsets(west.bootstrap, "steady"), want),  # noqa: B023
+                           what=f"steady's new offset {offset} at west")
+        async with open_client(west.bootstrap) as client:  # an operator's reset at the target
+            await commit_offsets(client, "steady", {TopicPartition("orders", 0): 3})
+        async with open_client(east.bootstrap) as client:
+            await commit_offsets(client, "steady", {TopicPartition("orders", 2): 29})
+        await wait_for(lambda: _equal(group_offsets(west.bootstrap, "steady"), {0: (10, ""), 1: (25, ""), 2: (29, "")}),
+                       what="the group's changed offsets carried whole, the reset overwritten")
+
+
 async def _equal(got: Any, want: object) -> bool:
     return bool(await got == want)
 

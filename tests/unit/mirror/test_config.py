@@ -27,6 +27,18 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.topics.matches("orders") and not config.topics.matches("__consumer_offsets", (r"__.*",))
 
 
+@pytest.mark.parametrize(("lines", "interval_s"), [
+    ("", 5.0),  # mm2 mode: MM2's knob with our shorter default
+    ("mode: link\n", 0.1),  # link mode copies the groups' offsets often: a failover may not copy them last
+    ("mode: link\nsync.group.offsets.interval.seconds: 3\n", 3.0),  # as given
+])
+def test_group_offsets_are_synced_often_by_default_in_link_mode(tmp_path: Path, lines: str,
+                                                                 interval_s: float) -> None:
+    config = load_mirror_config(write(tmp_path, "source: {alias: east, bootstrap: 'a:1'}\n"
+                                                "target: {alias: west, bootstrap: 'b:2'}\n" + lines))
+    assert config.sync_group_offsets_s == interval_s
+
+
 def test_mm2_names(tmp_path: Path) -> None:
     config = load_mirror_config(write(tmp_path, """\
 source: {alias: east, bootstrap: 'a:1'}

@@ -28,7 +28,9 @@ from broker.client.groups import commit_offsets, fetch_offsets
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from deploy.broker_process import BrokerProcess
 from mirror.config import MirrorConfig
+from mirror.formats import OffsetSync
 from mirror.promote import PromotionError, promote
+from mirror.topics import append
 from tests.support.polling import wait_for
 
 REPO = Path(__file__).resolve().parents[3]
@@ -129,39 +131,51 @@ async def test_failover_copies_the_groups_offsets_at_most_to_the_copys_end(broke
         assert (await fetch_offsets(client, "clamp-readers"))[TopicPartition("clamp", 0)].offset == 0
 
 
-async def test_a_failover_from_frozen_source_brokers_completes(tmp_path: Path, brokers) -> None:  # type: ignore[no-untyped-def]
-    """The source's broker is SIGSTOPped: it accepts connections and never answers. The failover
-    promotes, says the source's ends are unknown, and names the group that could not be copied
-    at the end with the offsets it resumes from (its last copy)."""
+@pytest.mark.parametrize("disaster", ["frozen", "killed"])
+async def test_a_failover_from_dead_source_brokers_does_not_wait_for_them(tmp_path: Path, brokers,  # type: ignore[no-untyped-def]
+                                                                          disaster: str) -> None:
+    """The source's broker is SIGSTOPped (it accepts connections and never answers) or
+    SIGKILLed (every connection refused). The failover promotes without waiting for it (a
+    killed one is known unreachable from its refused connections, a frozen one is left after
+    FIRST_ANSWER_S without an answer, not at the end of the 2 s deadline), says the source's ends are unknown
+    and deferred, and names the group that could not be copied at the end with the offsets it
+    resumes from (its last copy)."""
     _, target = brokers
-    frozen = BrokerProcess(tmp_path / "frozen").start()
+    dead = BrokerProcess(tmp_path / disaster).start()
+    topic = f"{disaster}-orders"
     try:
-        await make_topics(frozen, target, "frozen-orders", 2)
-        await trio.to_thread.run_sync(produce, frozen.bootstrap, "frozen-orders", {0: 3, 1: 2})
+        await make_topics(dead, target, topic, 2)
+        await trio.to_thread.run_sync(produce, dead.bootstrap, topic, {0: 3, 1: 2})
         async with open_client(target.bootstrap) as client:  # the mirror's last periodic copy
-            await commit_offsets(client, "frozen-readers", {TopicPartition("frozen-orders", 0): 0,
-                                                            TopicPartition("frozen-orders", 1): 0})
-        assert frozen.proc is not None
-        os.kill(frozen.proc.pid, signal.SIGSTOP)
+            await commit_offsets(client, f"{disaster}-readers", {TopicPartition(topic, 0): 0,
+                                                                 TopicPartition(topic, 1): 0})
+        assert dead.proc is not None
+        if disaster == "killed":
+            dead.proc.kill()  # SIGKILL, and waited for: its port refuses connections
+        else:
+            os.kill(dead.proc.pid, signal.SIGSTOP)
         try:
             lines: list[str] = []
-            with trio.fail_after(BOUND_S):
-                report = await promote(target.bootstrap, source_bootstrap=frozen.bootstrap,
-                                       topics_regex="frozen-orders", failover=True, timeout_s=60.0,
-                                       say=lines.append)
+            with trio.fail_after(BOUND_S):  # --timeout 60: the failover's own bound on the source, 2 s
+                report = await promote(target.bootstrap, source_bootstrap=dead.bootstrap,
+                                       topics_regex=topic, failover=True, timeout_s=60.0, say=lines.append)
         finally:
-            os.kill(frozen.proc.pid, signal.SIGCONT)
+            if disaster == "frozen":
+                os.kill(dead.proc.pid, signal.SIGCONT)
     finally:
-        frozen.stop()
-    assert report.ok and report.promoted == ["frozen-orders"], report
-    # The client names what got no answer within the failover's bound on the source (2 s).
-    assert "no answer within" in (report.source_error or "") and [p.behind for p in report.partitions] == [None, None]
-    assert report.groups_unsynced == {"frozen-readers": {TopicPartition("frozen-orders", 0): 0,
-                                                         TopicPartition("frozen-orders", 1): 0}}
+        dead.stop()
+    assert report.ok and report.promoted == [topic], report
+    why = {"killed": "source unreachable, connection refused by every bootstrap address",
+           "frozen": "source unreachable, no answer within 1 s"}[disaster]
+    assert (report.source_error or "").startswith(why), report.source_error
+    assert [p.behind for p in report.partitions] == [None, None]
+    assert report.groups_unsynced == {f"{disaster}-readers": {TopicPartition(topic, 0): 0,
+                                                              TopicPartition(topic, 1): 0}}
     text = "\n".join(lines)
+    assert f"records not copied: unknown ({report.source_error}); report deferred" in text, text
     assert f"groups NOT copied at the end ({report.source_error})" in text, text
-    assert "  group frozen-readers: last copied frozen-orders-0 0, frozen-orders-1 0" in text, text
-    assert await mirror_name_of(target.bootstrap, "frozen-orders") is None
+    assert f"  group {disaster}-readers: last copied {topic}-0 0, {topic}-1 0" in text, text
+    assert await mirror_name_of(target.bootstrap, topic) is None
 
 
 async def test_a_planned_promotion_refuses_a_source_that_does_not_answer(brokers) -> None:  # type: ignore[no-untyped-def]
@@ -205,12 +219,15 @@ async def test_failover_with_the_source_gone_says_unknown(brokers, source_kind: 
         lines: list[str] = []
         with trio.fail_after(BOUND_S):  # the source's own deadline: min(timeout, FAILOVER_SOURCE_S)
             report = await promote(target.bootstrap, source_bootstrap=address, topics_regex=topic,
-                                   failover=True, timeout_s=2.0, say=lines.append)
+                                   failover=True, timeout_s=60.0, say=lines.append)
     finally:
         hung.close()
     assert report.ok and report.promoted == [topic]
-    assert [p.behind for p in report.partitions] == [None] and report.source_error
-    assert "records not copied: unknown" in "\n".join(lines)
+    why = {"refusing": "source unreachable, connection refused by every bootstrap address",
+           "hung": "source unreachable, no answer within 1 s",
+           "none": "no source given"}[source_kind]
+    assert [p.behind for p in report.partitions] == [None] and (report.source_error or "").startswith(why)
+    assert f"records not copied: unknown ({report.source_error}); report deferred" in "\n".join(lines)
     assert f"{topic}-0: target end 0, source end unknown, not copied unknown" in "\n".join(lines)
 
 
@@ -372,3 +389,52 @@ async def test_an_mm2_failover_creates_local_topics_shaped_as_the_source(brokers
     with trio.fail_after(BOUND_S):
         again = await promote(target.bootstrap, source_bootstrap=source.bootstrap, failover=True, config=config)
     assert again.ok and again.promoted == [] and again.already == ["mm-orders", "mm-pay"], again
+
+
+async def test_an_mm2_promotion_translates_and_commits_the_groups_offsets_once_more(brokers) -> None:  # type: ignore[no-untyped-def]
+    """The source answers: each group's committed offsets are translated through the mirror's
+    offset syncs (at the source, `mm2-offset-syncs.dst.internal`) and committed on the remote
+    topic at the target, never backwards, as the mirror's own group sync does."""
+    source, target = brokers
+    config = _mm2_config(source, target)
+    async with open_client(source.bootstrap) as client:
+        await create_topics(client, {"mm-grp": NewTopic(1), "mm2-offset-syncs.dst.internal": NewTopic(1)})
+        syncs = [OffsetSync("mm-grp", 0, 0, 0), OffsetSync("mm-grp", 0, 50, 40)]
+        await append(client, "mm2-offset-syncs.dst.internal", [(sync.key(), sync.value()) for sync in syncs])
+        await commit_offsets(client, "exact", {TopicPartition("mm-grp", 0): 50})
+        await commit_offsets(client, "later", {TopicPartition("mm-grp", 0): 60})
+        await commit_offsets(client, "ahead", {TopicPartition("mm-grp", 0): 60})
+    async with open_client(target.bootstrap) as client:  # as the mirror created it, and synced groups
+        await create_topics(client, {"src.mm-grp": NewTopic(1)})
+        await commit_offsets(client, "exact", {TopicPartition("src.mm-grp", 0): 12})
+        await commit_offsets(client, "ahead", {TopicPartition("src.mm-grp", 0): 45})  # read further there
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="mm-grp",
+                               timeout_s=60.0, say=lines.append, config=config)
+    assert report.ok and report.promoted == ["mm-grp"], report
+    remote = TopicPartition("src.mm-grp", 0)
+    assert report.groups_synced == {"exact": {remote: 40}, "later": {remote: 41}, "ahead": {remote: 45}}, report
+    assert "group exact: offsets translated and committed one last time: src.mm-grp-0 40" in lines, lines
+    async with open_client(target.bootstrap) as client:
+        got = {g: (await fetch_offsets(client, g))[remote].offset for g in ("exact", "later", "ahead")}
+    assert got == {"exact": 40, "later": 41, "ahead": 45}
+
+
+async def test_an_mm2_failover_from_a_killed_source_does_not_wait_for_it(tmp_path: Path, brokers) -> None:  # type: ignore[no-untyped-def]
+    """Every connection refused: the remote topic gives the shape at once, and the groups are
+    said to resume from the mirror's last sync."""
+    _, target = brokers
+    dead = BrokerProcess(tmp_path / "dead").start()
+    dead.stop()  # its port refuses connections now
+    bootstrap, config = dead.bootstrap, _mm2_config(dead, target)
+    async with open_client(target.bootstrap) as client:
+        await create_topics(client, {"src.mm-dead": NewTopic(2)})
+    lines: list[str] = []
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=bootstrap, topics_regex="mm-dead",
+                               failover=True, timeout_s=60.0, say=lines.append, config=config)
+    assert report.ok and report.promoted == ["mm-dead"], report
+    assert (report.source_error or "").startswith("source unreachable, connection refused by every bootstrap"), report
+    assert "created mm-dead: 2 partition(s), as at the source; producers write to it now" in lines, lines
+    assert any(line.startswith("groups NOT synced at the end") for line in lines), lines
