@@ -99,6 +99,9 @@ class _Led:
     started: bool = False
     loaded: trio.Event = field(default_factory=trio.Event)
     tried: trio.Event = field(default_factory=trio.Event)  # the first attempt ended, loaded or not
+    # Markers written while loading, (producer id, commit): past the end the load reads, so
+    # they decide its pending transactional offsets once it is read.
+    markers: list[tuple[int, bool]] = field(default_factory=list)
 
 
 # What a failed write of the group's metadata becomes in a JoinGroup/SyncGroup response, and what
@@ -278,9 +281,7 @@ class GroupCoordinator:
         led.loaded.set()  # nobody waits for a load that will never be taken
         led.tried.set()
         unloaded = 0
-        for by_group in self._txn_offsets.values():  # the new leader replays them from the log
-            for group_id in [g for g in by_group if self.partition_of(g) == partition]:
-                del by_group[group_id]
+        self._forget_txn_offsets(partition)  # the new leader replays them from the log
         for group_id, group in list(self.groups.items()):
             if self.partition_of(group_id) != partition:
                 continue
@@ -296,6 +297,13 @@ class GroupCoordinator:
         self._poke()
         log.info("%s-%d: no longer leader%s; unloaded %d groups", OFFSETS_TOPIC, partition,
                  "" if leader_epoch is None else f" (epoch {leader_epoch})", unloaded)
+
+    def _forget_txn_offsets(self, partition: int) -> None:
+        for producer_id, by_group in list(self._txn_offsets.items()):
+            for group_id in [g for g in by_group if self.partition_of(g) == partition]:
+                del by_group[group_id]
+            if not by_group:
+                del self._txn_offsets[producer_id]
 
     async def _load(self, partition: int, led: _Led) -> None:
         """Replay the partition into a fresh GroupLoader and take its groups, unless this broker
@@ -324,8 +332,11 @@ class GroupCoordinator:
         if self._led.get(partition) is not led:
             log.info("%s-%d: load abandoned (no longer leader)", OFFSETS_TOPIC, partition)
             return
+        for producer_id, commit in led.markers:
+            loader.end_txn(producer_id, commit)
         groups = loader.finish()
         self._install(groups, partition)
+        self._forget_txn_offsets(partition)  # the log says what is pending, nothing older
         for producer_id, by_group in loader.pending.items():  # no marker yet: still pending
             self._txn_offsets.setdefault(producer_id, {}).update(by_group)
         led.loading = False
@@ -948,6 +959,8 @@ class GroupCoordinator:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             except KafkaError as exc:
                 raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
+            # Resigned meanwhile: the new leader holds them (from the log), not this broker.
+            self._check_coordinator(group_id)
         self._txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
@@ -955,6 +968,10 @@ class GroupCoordinator:
         held offsets for that partition's groups are committed (COMMIT) or dropped (ABORT). The
         marker in the log is the commit; a coordinator without a transactional store writes them
         now (raises KafkaError when it cannot: the marker is retried)."""
+        led = self._led.get(partition) if self._led is not None else None
+        if led is not None and led.loading:
+            led.markers.append((producer_id, commit))
+            return
         held = self._txn_offsets.get(producer_id, {})
         for group_id in [g for g in held if self.partition_of(g) == partition]:
             offsets = held[group_id]

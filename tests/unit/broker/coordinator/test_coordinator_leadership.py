@@ -446,11 +446,21 @@ async def test_a_damaged_batch_is_skipped_and_the_rest_loads(tmp_path: Path) -> 
 
 async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path: Path) -> None:
     # TxnOffsetCommit writes to the log at once; the marker decides. Producer 7 commits before
-    # the move, 9 aborts before it, 8's marker comes after the move, to the new coordinator.
+    # the move, 9 aborts before it, 8's marker comes after the move, to the new coordinator, and
+    # 10's while the new coordinator is loading.
     partition_log = open_log(tmp_path, 0)
     on_a, on_b = Replicas(), Replicas()
     on_a.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1)
-    a, b = coordinator(config(tmp_path, 1), on_a), coordinator(config(tmp_path, 2), on_b)
+    a = coordinator(config(tmp_path, 1), on_a)
+    cfg_b = config(tmp_path, 2)
+    store_b = OffsetsStore(cfg_b, Controller({}, []), on_b)  # type: ignore[arg-type]
+
+    async def replay_then_marker(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
+                                 txn: TxnSink | None = None) -> None:
+        await store_b.replay_partition(partition, sink, still_wanted, txn)
+        await marker(on_b, b, 10, ControlType.COMMIT)  # past the end the load read
+
+    b = GroupCoordinator(cfg_b, store_b.append, replay_then_marker, append_txn=store_b.append_txn)
     g0 = group_in(0)
 
     async def marker(on: Replicas, c: GroupCoordinator, producer_id: int, control: ControlType) -> None:
@@ -463,7 +473,7 @@ async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path:
         await nursery.start(a.run)
         await nursery.start(b.run)
         await a.wait_loaded()
-        for producer_id, offset in ((7, 10), (8, 20), (9, 30)):
+        for producer_id, offset in ((7, 10), (8, 20), (9, 30), (10, 40)):
             await a.txn_commit(g0, producer_id, 0, -1, "", None, {("orders", producer_id): commit_value(offset)})
         assert a.fetch_offsets(g0, None) == {}  # nothing visible before a marker
         await marker(on_a, a, 7, ControlType.COMMIT)
@@ -475,9 +485,10 @@ async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path:
         on_b.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=1, is_leader=True, broker_id=2)
         b.on_became_leader(OFFSETS_TOPIC, 0, 1)
         await b.wait_loaded()
-        assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10)}
+        assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 10): commit_value(40)}
         assert b.pending_txn_offsets(g0) == {("orders", 8)}  # require_stable: UNSTABLE_OFFSET_COMMIT
         await marker(on_b, b, 8, ControlType.COMMIT)
-        assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 8): commit_value(20)}
+        assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 8): commit_value(20),
+                                             ("orders", 10): commit_value(40)}
         assert b.pending_txn_offsets(g0) == set()
         nursery.cancel_scope.cancel()
