@@ -32,7 +32,7 @@ import trio
 from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.coordinator.group import Group, GroupState, Member, Reply
-from broker.coordinator.loader import GroupLoader, Records
+from broker.coordinator.loader import GroupLoader, PendingTxnOffsets, Records, TxnSink
 from broker.coordinator.offsets_records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -55,10 +55,18 @@ AppendRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[None
 # The same in two steps: appends at the call (writes land in the order they were made; a refusal
 # raises KafkaError there) and returns what to await for the ISR (raises KafkaError).
 WriteRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[None]]
-# Feeds every record of one partition, up to its log end when called, to the sink (in worker
-# threads, chunk by chunk, oldest first) while `still_wanted()` is true; raises KafkaError or
-# OSError when the partition cannot be read. broker.coordinator.offsets_store implements it.
-ReplayPartition = Callable[[int, Callable[[Records], None], Callable[[], bool]], Awaitable[None]]
+# Appends records as a transactional batch of (producer id, epoch); returns once the ISR has them.
+AppendTxnRecords = Callable[[int, list[tuple[bytes, bytes | None]], int, int], Awaitable[None]]
+
+
+class ReplayPartition(Protocol):
+    """Feeds every record of one partition, up to its log end when called, to the sink (in
+    worker threads, chunk by chunk, oldest first; transactional batches and markers to `txn`)
+    while `still_wanted()` is true; raises KafkaError or OSError when the partition cannot be
+    read. broker.coordinator.offsets_store implements it."""
+
+    def __call__(self, partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
+                 txn: TxnSink | None = None) -> Awaitable[None]: ...
 
 # A load that failed (the disk, a partition deleted meanwhile) is retried while still leader.
 _LOAD_RETRY_BACKOFF_S = 1.0
@@ -72,8 +80,11 @@ class OffsetsLog(Protocol):
 
     def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]: ...
 
+    async def append_txn(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int,
+                         producer_epoch: int) -> None: ...
+
     async def replay_partition(self, partition: int, sink: Callable[[Records], None],
-                               still_wanted: Callable[[], bool]) -> None: ...
+                               still_wanted: Callable[[], bool], txn: TxnSink | None = None) -> None: ...
 
     def partition_count(self) -> int | None: ...
 
@@ -88,6 +99,9 @@ class _Led:
     started: bool = False
     loaded: trio.Event = field(default_factory=trio.Event)
     tried: trio.Event = field(default_factory=trio.Event)  # the first attempt ended, loaded or not
+    # Markers written while loading, (producer id, commit): past the end the load reads, so
+    # they decide its pending transactional offsets once it is read.
+    markers: list[tuple[int, bool]] = field(default_factory=list)
 
 
 # What a failed write of the group's metadata becomes in a JoinGroup/SyncGroup response, and what
@@ -157,23 +171,27 @@ class GroupCoordinator:
     def over(cls, config: BrokerConfig, store: OffsetsLog) -> GroupCoordinator:
         """A coordinator of the partitions this broker leads, kept in `store` (the broker's
         :class:`~broker.coordinator.offsets_store.OffsetsStore`)."""
-        return cls(config, store.append, store.replay_partition, store.partition_count, write=store.write)
+        return cls(config, store.append, store.replay_partition, store.partition_count, write=store.write,
+                   append_txn=store.append_txn)
 
     def __init__(self, config: BrokerConfig, append: AppendRecords, replay: ReplayPartition | None = None,
                  topic_partitions: Callable[[], int | None] | None = None, *,
-                 write: WriteRecords | None = None) -> None:
+                 write: WriteRecords | None = None, append_txn: AppendTxnRecords | None = None) -> None:
         self._config = config
         self._append = append
         self._write = write  # None: writes nobody waits for are awaited in place too
+        # None (tests' in-memory stores): transactional offsets are written plainly at COMMIT.
+        self._append_txn = append_txn
         self._replay = replay
         self._topic_partitions = topic_partitions  # the partition count of __consumer_offsets, if it exists
         # Partition -> leadership state; None: this coordinator leads every partition.
         self._led: dict[int, _Led] | None = None if replay is None else {}
         self._nursery: trio.Nursery | None = None
         self.groups: dict[str, Group] = {}  # the groups of loaded partitions only
-        # Transactional offset commits not yet decided: producer id -> group -> offsets. They
-        # become committed offsets when the COMMIT marker reaches the group's partition.
-        self._txn_offsets: dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]] = {}
+        # Transactional offset commits not yet decided: producer id -> group -> offsets. Written
+        # to the group's partition at once (transactional batches of the producer), they become
+        # committed offsets when the producer's COMMIT marker reaches that partition.
+        self._txn_offsets: PendingTxnOffsets = {}
         self._wakeup = trio.Event()
 
     def reconfigure(self, config: BrokerConfig) -> None:
@@ -263,9 +281,7 @@ class GroupCoordinator:
         led.loaded.set()  # nobody waits for a load that will never be taken
         led.tried.set()
         unloaded = 0
-        for by_group in self._txn_offsets.values():  # the new coordinator hears of their markers
-            for group_id in [g for g in by_group if self.partition_of(g) == partition]:
-                del by_group[group_id]
+        self._forget_txn_offsets(partition)  # the new leader replays them from the log
         for group_id, group in list(self.groups.items()):
             if self.partition_of(group_id) != partition:
                 continue
@@ -282,6 +298,13 @@ class GroupCoordinator:
         log.info("%s-%d: no longer leader%s; unloaded %d groups", OFFSETS_TOPIC, partition,
                  "" if leader_epoch is None else f" (epoch {leader_epoch})", unloaded)
 
+    def _forget_txn_offsets(self, partition: int) -> None:
+        for producer_id, by_group in list(self._txn_offsets.items()):
+            for group_id in [g for g in by_group if self.partition_of(g) == partition]:
+                del by_group[group_id]
+            if not by_group:
+                del self._txn_offsets[producer_id]
+
     async def _load(self, partition: int, led: _Led) -> None:
         """Replay the partition into a fresh GroupLoader and take its groups, unless this broker
         stopped leading the partition meanwhile. A failed read is retried (backing off) while
@@ -295,7 +318,7 @@ class GroupCoordinator:
             started = trio.current_time()
             try:
                 await self._replay(partition, loader.apply, lambda: self._led is not None
-                                   and self._led.get(partition) is led)
+                                   and self._led.get(partition) is led, loader)
             except (KafkaError, OSError) as exc:
                 led.tried.set()
                 if self._led.get(partition) is not led:
@@ -309,8 +332,13 @@ class GroupCoordinator:
         if self._led.get(partition) is not led:
             log.info("%s-%d: load abandoned (no longer leader)", OFFSETS_TOPIC, partition)
             return
+        for producer_id, commit in led.markers:
+            loader.end_txn(producer_id, commit)
         groups = loader.finish()
         self._install(groups, partition)
+        self._forget_txn_offsets(partition)  # the log says what is pending, nothing older
+        for producer_id, by_group in loader.pending.items():  # no marker yet: still pending
+            self._txn_offsets.setdefault(producer_id, {}).update(by_group)
         led.loading = False
         led.loaded.set()
         led.tried.set()
@@ -900,15 +928,16 @@ class GroupCoordinator:
                 raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
         group.offsets.update(offsets)
 
-    async def txn_commit(self, group_id: str, producer_id: int, generation: int, member_id: str,
-                         instance_id: str | None, offsets: dict[tuple[str, int], OffsetCommitValue]) -> None:
-        """TxnOffsetCommit: offsets held for the producer's transaction, visible to OffsetFetch
-        only once its COMMIT marker reaches the group's partition (:meth:`complete_txn`).
+    async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
+                         member_id: str, instance_id: str | None,
+                         offsets: dict[tuple[str, int], OffsetCommitValue]) -> None:
+        """TxnOffsetCommit: offsets written to the group's partition at once as a transactional
+        batch of the producer, visible to OffsetFetch only once its COMMIT marker reaches that
+        partition (:meth:`complete_txn`), as Kafka's: a coordinator that moves (a leader change,
+        a SIGKILL) before the marker finds them in the log and waits for the marker too.
 
         A member's generation is checked as OffsetCommit checks it (KIP-447); a commit from
-        outside any generation (-1) is taken as Kafka takes it. Held in memory: a coordinator
-        that moves before the marker loses them (Kafka keeps them in the log as transactional
-        records), and the producer's transaction then commits without its offsets."""
+        outside any generation (-1) is taken as Kafka takes it."""
         if not group_id:
             raise KafkaError(ErrorCode.INVALID_GROUP_ID, "group id is empty")
         self._check_coordinator(group_id)
@@ -921,18 +950,35 @@ class GroupCoordinator:
             self._check_member(group, member_id, instance_id)
         if generation >= 0 and generation != group.generation:
             raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not {group.generation}")
+        if offsets and self._append_txn is not None:
+            records: list[tuple[bytes, bytes | None]] = [
+                (OffsetCommitKey(group_id, t, p).encode(), v.encode()) for (t, p), v in offsets.items()]
+            try:
+                await self._append_txn(self.partition_of(group_id), records, producer_id, producer_epoch)
+            except OSError as exc:
+                raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
+            except KafkaError as exc:
+                raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
+            # Resigned meanwhile: the new leader holds them (from the log), not this broker.
+            self._check_coordinator(group_id)
         self._txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
         """A marker for `producer_id` was written to `partition` of `__consumer_offsets`: its
-        held offsets for that partition's groups are committed (COMMIT) or dropped (ABORT).
-        Raises KafkaError when the commit cannot be written (the marker is retried)."""
+        held offsets for that partition's groups are committed (COMMIT) or dropped (ABORT). The
+        marker in the log is the commit; a coordinator without a transactional store writes them
+        now (raises KafkaError when it cannot: the marker is retried)."""
+        led = self._led.get(partition) if self._led is not None else None
+        if led is not None and led.loading:
+            led.markers.append((producer_id, commit))
+            return
         held = self._txn_offsets.get(producer_id, {})
         for group_id in [g for g in held if self.partition_of(g) == partition]:
             offsets = held[group_id]
             if commit and offsets:
-                await self._store(group_id, [(OffsetCommitKey(group_id, t, p).encode(), v.encode())
-                                             for (t, p), v in offsets.items()])
+                if self._append_txn is None:
+                    await self._store(group_id, [(OffsetCommitKey(group_id, t, p).encode(), v.encode())
+                                                 for (t, p), v in offsets.items()])
                 group = self.groups.get(group_id)
                 if group is None:
                     group = self.groups[group_id] = Group(group_id)

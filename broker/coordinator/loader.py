@@ -9,23 +9,36 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from typing import Protocol
 
 from broker.coordinator.group import Group, GroupState, Member
 from broker.coordinator.offsets_records import (
     GroupMetadataKey,
     GroupMetadataValue,
     OffsetCommitKey,
+    OffsetCommitValue,
     decode_group_metadata,
     decode_key,
     decode_offset_commit,
 )
 from broker.protocol.errors import ProtocolError
 
-__all__ = ["GroupLoader", "Records"]
+__all__ = ["GroupLoader", "PendingTxnOffsets", "Records", "TxnSink"]
 
 log = logging.getLogger(__name__)
 
 Records = Iterable[tuple[bytes | None, bytes | None]]
+# Transactional offset commits not yet decided: producer id -> group -> offsets.
+PendingTxnOffsets = dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]]
+
+
+class TxnSink(Protocol):
+    """What a replay gives the transactional part of `__consumer_offsets`, in log order with the
+    plain records: TxnOffsetCommit batches (by producer id) and the markers that decide them."""
+
+    def apply_txn(self, producer_id: int, records: Records) -> None: ...
+
+    def end_txn(self, producer_id: int, commit: bool) -> None: ...
 
 
 class GroupLoader:
@@ -33,13 +46,37 @@ class GroupLoader:
 
     Groups come back as they were last written: with members (Stable; each member's session
     timer starts when the coordinator takes the group) or without (Empty). Unreadable records
-    are skipped with a warning, never fatal.
+    are skipped with a warning, never fatal. Transactional offset commits wait in `pending` for
+    their producer's marker (Kafka's GroupMetadataManager.loadGroupsAndOffsets): COMMIT makes
+    them committed offsets, ABORT drops them, and those with no marker yet stay pending.
     """
 
     def __init__(self) -> None:
         self.groups: dict[str, Group] = {}
+        self.pending: PendingTxnOffsets = {}
         self.offsets_loaded = 0
         self.skipped = 0
+
+    def apply_txn(self, producer_id: int, records: Records) -> None:
+        """Records of a transactional batch of `producer_id`: its offset commits, held."""
+        held = self.pending.setdefault(producer_id, {})
+        for key_bytes, value in records:
+            try:
+                key = decode_key(key_bytes) if key_bytes is not None else None
+                if isinstance(key, OffsetCommitKey) and value is not None:
+                    held.setdefault(key.group, {})[(key.topic, key.partition)] = decode_offset_commit(value)
+            except ProtocolError as exc:
+                self.skipped += 1
+                log.warning("skipping an unreadable transactional __consumer_offsets record: %s", exc)
+
+    def end_txn(self, producer_id: int, commit: bool) -> None:
+        """`producer_id`'s marker: its held offsets become committed ones (COMMIT) or go."""
+        held = self.pending.pop(producer_id, {})
+        if not commit:
+            return
+        for group_id, offsets in held.items():
+            self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
+            self.offsets_loaded += len(offsets)
 
     def apply(self, records: Records) -> None:
         for key_bytes, value in records:

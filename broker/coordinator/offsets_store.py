@@ -20,10 +20,11 @@ from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.controller.base import Controller
 from broker.coordinator.coordinator import OFFSETS_TOPIC
-from broker.coordinator.loader import Records
+from broker.coordinator.loader import Records, TxnSink
 from broker.coordinator.txn_records import TXN_STATE_TOPIC
+from broker.protocol.control_records import ControlType, marker_of
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.records import Record, build_batch, decode_batch, split_batches
+from broker.protocol.records import BatchHeader, Record, build_batch, decode_batch, split_batches
 from broker.replication.append import AppendEntry, AppendOrigin, LeaderAppend, append_to_leader, wait_for_acks
 from broker.replication.replica_manager import ReplicaManager
 from broker.storage import Log
@@ -105,7 +106,15 @@ class OffsetsStore:
         errors of :meth:`write`)."""
         await self.write(partition, records)
 
-    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]:
+    async def append_txn(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int,
+                         producer_epoch: int) -> None:
+        """Write records to one partition as a transactional batch of the producer (Kafka's
+        TxnOffsetCommit records: no sequence, decided by the producer's marker there); returns
+        once the ISR has them (the errors of :meth:`write`)."""
+        await self.write(partition, records, producer_id=producer_id, producer_epoch=producer_epoch)
+
+    def write(self, partition: int, records: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
+              producer_epoch: int = -1) -> Awaitable[None]:
         """Write records to one partition as its leader, now; the awaitable returned completes
         once the ISR has them.
 
@@ -116,9 +125,12 @@ class OffsetsStore:
         offsets.commit.timeout.ms), KAFKA_STORAGE_ERROR (the fsync at flush.messages failed).
         The coordinator maps them to what Kafka answers for a commit or a group write."""
         timestamp = now_ms()
-        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=timestamp)
+        transactional = producer_id >= 0
+        batch = build_batch([Record(key, value) for key, value in records], base_timestamp=timestamp,
+                            producer_id=producer_id, producer_epoch=producer_epoch, is_transactional=transactional)
         appended = append_to_leader(self._replicas, AppendEntry(self._topic.name, partition, batch),
-                                    origin=AppendOrigin.COORDINATOR, required_acks=-1, now_ms=timestamp)
+                                    origin=AppendOrigin.COORDINATOR, required_acks=-1, now_ms=timestamp,
+                                    transactional=transactional)
         if appended.refused is not None:
             raise appended.refused
         return self._committed(appended)
@@ -137,8 +149,9 @@ class OffsetsStore:
             raise KafkaError(appended.acks, f"writing to {self._topic.name}-{appended.index}")
 
     async def replay_partition(self, partition: int, sink: Callable[[Records], None],
-                               still_wanted: Callable[[], bool]) -> None:
-        """Feed the partition's records up to its log end (now) to `sink`, oldest first.
+                               still_wanted: Callable[[], bool], txn: TxnSink | None = None) -> None:
+        """Feed the partition's records up to its log end (now) to `sink`, oldest first; with
+        `txn`, transactional batches and their markers go to it instead, in the same order.
 
         Each chunk is located here (the log's segment list is the trio thread's) on its own
         pinned descriptor, so a compaction or retention swapping segments meanwhile cannot pull
@@ -156,7 +169,7 @@ class OffsetsStore:
             if chunk is None:
                 return
             try:
-                next_offset = await trio.to_thread.run_sync(_replay_chunk, chunk, offset, sink,
+                next_offset = await trio.to_thread.run_sync(_replay_chunk, chunk, offset, sink, txn,
                                                             limiter=self._load_limiter)
             finally:
                 chunk.close()
@@ -187,16 +200,22 @@ class OffsetsStore:
             yield from _records(self._replicas.get(OFFSETS_TOPIC, info.partition).log)
 
 
-def _replay_chunk(chunk: FileSlice, offset: int, sink: Callable[[Records], None]) -> int | None:
+def _replay_chunk(chunk: FileSlice, offset: int, sink: Callable[[Records], None],
+                  txn: TxnSink | None) -> int | None:
     """Decode the batches of one chunk (runs in a worker thread) and give the records at or
-    after `offset` to `sink`; the offset after the last whole batch, None when there is none."""
+    after `offset` to `sink` (transactional ones and markers to `txn`, when given); the offset
+    after the last whole batch, None when there is none."""
     data = chunk.read(0, chunk.length)
     batches = split_batches(data, allow_partial_tail=True)
     if not batches:
         return None
     records: list[tuple[bytes | None, bytes | None]] = []
     for pos, header in batches:
-        if not header.is_control:
+        if txn is not None and header.is_transactional and header.has_producer_id and header.last_offset >= offset:
+            sink(records)  # what came before, first: the log's order is the outcome
+            records = []
+            _replay_txn_batch(data, pos, header, txn)
+        elif not header.is_control:
             try:
                 _, decoded = decode_batch(data, pos)
             except KafkaError as exc:
@@ -209,6 +228,22 @@ def _replay_chunk(chunk: FileSlice, offset: int, sink: Callable[[Records], None]
         offset = header.last_offset + 1
     sink(records)
     return offset
+
+
+def _replay_txn_batch(data: bytes, pos: int, header: BatchHeader, txn: TxnSink) -> None:
+    """A transactional batch of `__consumer_offsets`: TxnOffsetCommit records, or a marker."""
+    try:
+        if header.is_control:
+            marker = marker_of(data, pos, header)
+            if marker is not None:
+                txn.end_txn(header.producer_id, marker[0] == ControlType.COMMIT)
+            return
+        _, decoded = decode_batch(data, pos)
+    except KafkaError as exc:
+        log.warning("%s: skipping the transactional batch at offsets %d-%d: %s", OFFSETS_TOPIC, header.base_offset,
+                    header.last_offset, exc)
+        return
+    txn.apply_txn(header.producer_id, [(r.key, r.value) for r in decoded])
 
 
 def _records(partition_log: Log) -> Iterator[tuple[bytes | None, bytes | None]]:

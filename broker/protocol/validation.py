@@ -93,7 +93,8 @@ _LZ4_MAGIC = b"\x04\x22\x4d\x18"
 _ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 
 
-def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader) -> None:
+def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHeader, *,
+                coordinator: bool = False) -> None:
     """Raise KafkaError(code, message) if Kafka would refuse the batch at `pos` from a producer
     regardless of topic config; return None if it is sound.
 
@@ -101,7 +102,7 @@ def check_batch(buf: bytes | bytearray | memoryview, pos: int, header: BatchHead
     length below a header). The CRC is the caller's check (it is CORRUPT_MESSAGE, retriable:
     damage in transit); everything here is the producer's fault and not retriable.
     """
-    _check_header(buf, pos, header)
+    _check_header(buf, pos, header, coordinator=coordinator)
     _check_records(buf, pos, header, deltas=False)
 
 
@@ -131,7 +132,7 @@ def check_copied(buf: Buffer, pos: int, header: BatchHeader) -> None:
     _check_records(buf, pos, header, deltas=False)
 
 
-def _check_header(buf: Buffer, pos: int, header: BatchHeader) -> None:
+def _check_header(buf: Buffer, pos: int, header: BatchHeader, *, coordinator: bool = False) -> None:
     end = pos + header.size
     if end > len(buf):
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE,
@@ -151,14 +152,16 @@ def _check_header(buf: Buffer, pos: int, header: BatchHeader) -> None:
                          f"and count of records {count}")
     if header.is_control:
         raise KafkaError(ErrorCode.INVALID_RECORD, "Clients are not allowed to write control records")
-    if header.producer_id >= 0 and header.base_sequence < 0:
+    # The group coordinator's TxnOffsetCommit batches carry no sequence (Kafka checks clients only).
+    if header.producer_id >= 0 and header.base_sequence < 0 and not coordinator:
         raise KafkaError(ErrorCode.INVALID_RECORD,
                          f"Invalid sequence number {header.base_sequence} in record batch with "
                          f"producerId {header.producer_id}")
 
 
 def check_produced(buf: Buffer, pos: int, header: BatchHeader, *, transactional: bool, now_ms: int,
-                   before_max_ms: int, after_max_ms: int, log_append_time: bool = False) -> int | None:
+                   before_max_ms: int, after_max_ms: int, log_append_time: bool = False,
+                   coordinator: bool = False) -> int | None:
     """Everything a broker checks in a produced batch: `check_batch`, `check_transactional`
     and `check_timestamps` (bounds as LogConfig resolves them; LONG_MAX for none), with one walk
     over the records for all of them. With `log_append_time` (the topic's timestamp type) the
@@ -175,16 +178,16 @@ def check_produced(buf: Buffer, pos: int, header: BatchHeader, *, transactional:
                          f"The baseOffset of the record batch should be 0, but it is {header.base_offset}")
     check_transactional(header, transactional=transactional)
     if log_append_time:
-        check_batch(buf, pos, header)
+        check_batch(buf, pos, header, coordinator=coordinator)
         return None
     if header.timestamp_type == TimestampType.CREATE_TIME and not max_timestamp_trusted(header):
-        _check_header(buf, pos, header)
+        _check_header(buf, pos, header, coordinator=coordinator)
         largest = _check_untrusted(buf, pos, header, *_window(now_ms, before_max_ms, after_max_ms))
         return largest if largest != header.max_timestamp else None
     if not _timestamps_bounded(header, before_max_ms, after_max_ms):
-        check_batch(buf, pos, header)
+        check_batch(buf, pos, header, coordinator=coordinator)
         return None
-    _check_header(buf, pos, header)
+    _check_header(buf, pos, header, coordinator=coordinator)
     found = _check_records(buf, pos, header, deltas=True)
     _check_deltas(buf, pos, header, found, now_ms, before_max_ms, after_max_ms)
     return None

@@ -176,7 +176,8 @@ def _append(replicas: HostedPartitions, entry: AppendEntry, appended: LeaderAppe
         return
     if records is None:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")
-    result = appended.result = partition.append(records, now_ms=now_ms, transactional=transactional)
+    result = appended.result = partition.append(records, now_ms=now_ms, transactional=transactional,
+                                                coordinator=origin is AppendOrigin.COORDINATOR)
     appended.required_offset = result.last_offset + 1
 
 

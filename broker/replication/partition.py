@@ -222,7 +222,7 @@ class Partition:
     # -- the leader's append and the high watermark -----------------------------------------
 
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
-               transactional: bool = False) -> AppendResult:
+               transactional: bool = False, coordinator: bool = False) -> AppendResult:
         """Append a produce request's batches as leader; wakes waiting fetches.
 
         Raises KafkaError from the log (corrupt batch, too large, sequence errors),
@@ -235,7 +235,7 @@ class Partition:
         end = self.log.log_end_offset
         try:
             result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms,
-                                               transactional=transactional)
+                                               transactional=transactional, coordinator=coordinator)
         except OSError as exc:
             raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
         self._health.succeeded(root)

@@ -574,8 +574,9 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, *, leader_epoch: int,
-                         now_ms: int, transactional: bool = False) -> AppendResult:
-        """Validate the batches in `records`, assign offsets and append them.
+                         now_ms: int, transactional: bool = False, coordinator: bool = False) -> AppendResult:
+        """Validate the batches in `records`, assign offsets and append them (`coordinator`:
+        written by the group coordinator, whose transactional batches carry no sequence).
 
         A retried idempotent batch is answered with its original offsets and not written again
         (`duplicate=True`). Raises KafkaError: CORRUPT_MESSAGE (malformed, bad CRC),
@@ -606,7 +607,7 @@ class Log:
             largest = check_produced(buf, pos, header, transactional=transactional, now_ms=now_ms,
                                      before_max_ms=self.config.timestamp_before_max_ms,
                                      after_max_ms=self.config.timestamp_after_max_ms,
-                                     log_append_time=self.config.log_append_time)
+                                     log_append_time=self.config.log_append_time, coordinator=coordinator)
             if largest is not None:
                 recomputed[pos] = largest
             if self.config.compacts and not header.is_control:

@@ -425,6 +425,32 @@ def test_kafkas_transactional_producer_commits_through_the_coordinator(causeway:
     assert "tools-tx" in described.stdout and "CompleteCommit" in described.stdout, described.stdout
 
 
+def test_kafka_transactions_describe_producers_shows_an_open_transaction(causeway: BrokerProcess) -> None:
+    """`kafka-transactions describe-producers` (DescribeProducers) lists the producer of an open
+    transaction with the offset its transaction started at; once aborted, it has none."""
+    create_topic(causeway, "tools-open-tx", 1)
+    producer = Producer({"bootstrap.servers": causeway.bootstrap, "transactional.id": "tools-open-tx"})
+    producer.init_transactions(TIMEOUT_S)
+    producer.begin_transaction()
+    offsets: list[int] = []
+    producer.produce("tools-open-tx", b"open", on_delivery=lambda err, msg: offsets.append(msg.offset()))
+    assert producer.flush(TIMEOUT_S) == 0 and len(offsets) == 1
+
+    def producers() -> list[list[str]]:
+        run = run_tool("kafka-transactions", "--bootstrap-server", causeway.bootstrap, "describe-producers",
+                       "--topic", "tools-open-tx", "--partition", "0")
+        assert run.returncode == 0, run.stdout + run.stderr
+        lines = [line.split() for line in run.stdout.splitlines() if line.strip()]
+        assert lines and lines[0][0] == "ProducerId" and lines[0][-1] == "CurrentTransactionStartOffset", run.stdout
+        return lines[1:]
+
+    try:
+        assert [row[-1] for row in producers()] == [str(offsets[0])]
+    finally:
+        producer.abort_transaction(TIMEOUT_S)
+    assert [row[-1] for row in producers()] == ["None"]
+
+
 # --- the Kafka peer itself ----------------------------------------------------------------------------------
 
 

@@ -163,7 +163,7 @@ async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest
             raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
         member = (request.generation_id, request.member_id, request.group_instance_id) if ctx.version >= 3 \
             else (-1, "", None)
-        await groups.txn_commit(request.group_id, request.producer_id, *member, offsets)
+        await groups.txn_commit(request.group_id, request.producer_id, request.producer_epoch, *member, offsets)
     except KafkaError as exc:
         return every(exc.code)
     return answer(codes)

@@ -20,10 +20,11 @@ from broker.coordinator import offsets_store
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator, JoinResult
 from broker.coordinator.group import GroupState
 from broker.coordinator.leadership import LeadershipListener
-from broker.coordinator.loader import Records
+from broker.coordinator.loader import Records, TxnSink
 from broker.coordinator.offsets_records import OffsetCommitKey, OffsetCommitValue, partition_for
 from broker.coordinator.offsets_store import OffsetsStore
 from broker.protocol.api import ApiKey
+from broker.protocol.control_records import ControlType
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.headers import RequestHeader
 from broker.protocol.messages import FindCoordinatorRequest
@@ -230,14 +231,15 @@ async def test_resigning_while_loading_abandons_the_load(tmp_path: Path, monkeyp
     chunks: list[int] = []
     began, ended = trio.Event(), trio.Event()
 
-    async def replay(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool]) -> None:
+    async def replay(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
+                     txn: TxnSink | None = None) -> None:
         def counting(records: Records) -> None:
             chunks.append(len(list(records)))
             sink(records)
 
         began.set()
         try:
-            await store.replay_partition(partition, counting, still_wanted)
+            await store.replay_partition(partition, counting, still_wanted, txn)
         finally:
             ended.set()
 
@@ -383,7 +385,8 @@ async def test_a_load_that_fails_is_retried_while_the_broker_serves(tmp_path: Pa
     attempts: list[float] = []
     g0 = group_in(0)
 
-    async def replay(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool]) -> None:
+    async def replay(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
+                     txn: TxnSink | None = None) -> None:
         attempts.append(trio.current_time())
         if len(attempts) < 3:
             raise OSError(5, "Input/output error")
@@ -439,3 +442,53 @@ async def test_a_damaged_batch_is_skipped_and_the_rest_loads(tmp_path: Path) -> 
     c.on_became_leader(OFFSETS_TOPIC, 0, 0)
     async with running(c):
         assert c.fetch_offsets(g0, None) == {("orders", 0): commit_value(1), ("orders", 2): commit_value(3)}
+
+
+async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path: Path) -> None:
+    # TxnOffsetCommit writes to the log at once; the marker decides. Producer 7 commits before
+    # the move, 9 aborts before it, 8's marker comes after the move, to the new coordinator, and
+    # 10's while the new coordinator is loading.
+    partition_log = open_log(tmp_path, 0)
+    on_a, on_b = Replicas(), Replicas()
+    on_a.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1)
+    a = coordinator(config(tmp_path, 1), on_a)
+    cfg_b = config(tmp_path, 2)
+    store_b = OffsetsStore(cfg_b, Controller({}, []), on_b)  # type: ignore[arg-type]
+
+    async def replay_then_marker(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
+                                 txn: TxnSink | None = None) -> None:
+        await store_b.replay_partition(partition, sink, still_wanted, txn)
+        await marker(on_b, b, 10, ControlType.COMMIT)  # past the end the load read
+
+    b = GroupCoordinator(cfg_b, store_b.append, replay_then_marker, append_txn=store_b.append_txn)
+    g0 = group_in(0)
+
+    async def marker(on: Replicas, c: GroupCoordinator, producer_id: int, control: ControlType) -> None:
+        on.partitions[0].append_marker(control, producer_id=producer_id, producer_epoch=0, coordinator_epoch=0,
+                                       now_ms=now_ms())
+        await c.complete_txn(producer_id, 0, control == ControlType.COMMIT)
+
+    async with trio.open_nursery() as nursery:
+        a.on_became_leader(OFFSETS_TOPIC, 0, 0)
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        await a.wait_loaded()
+        for producer_id, offset in ((7, 10), (8, 20), (9, 30), (10, 40)):
+            await a.txn_commit(g0, producer_id, 0, -1, "", None, {("orders", producer_id): commit_value(offset)})
+        assert a.fetch_offsets(g0, None) == {}  # nothing visible before a marker
+        await marker(on_a, a, 7, ControlType.COMMIT)
+        await marker(on_a, a, 9, ControlType.ABORT)
+        assert a.fetch_offsets(g0, None) == {("orders", 7): commit_value(10)}
+
+        on_a.partitions[0].make_follower(PartitionInfo(0, 2, 1, (1, 2), (2,)))
+        a.on_resigned(OFFSETS_TOPIC, 0, 1)
+        on_b.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=1, is_leader=True, broker_id=2)
+        b.on_became_leader(OFFSETS_TOPIC, 0, 1)
+        await b.wait_loaded()
+        assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 10): commit_value(40)}
+        assert b.pending_txn_offsets(g0) == {("orders", 8)}  # require_stable: UNSTABLE_OFFSET_COMMIT
+        await marker(on_b, b, 8, ControlType.COMMIT)
+        assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 8): commit_value(20),
+                                             ("orders", 10): commit_value(40)}
+        assert b.pending_txn_offsets(g0) == set()
+        nursery.cancel_scope.cancel()
