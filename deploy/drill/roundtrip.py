@@ -19,7 +19,9 @@ from deploy.drill.workload import TopicPartition
 from deploy.launcher.control import read_state
 from mirror.config import load_mirror_config
 
-__all__ = ["drill_plan", "primary_records", "quarantined_records", "record_seq"]
+__all__ = ["Batch", "drill_plan", "primary_records", "quarantined_records", "record_seq", "replica_batches"]
+
+Batch = tuple[int, int, int]  # base offset, last offset, CRC (as batches.py compares them)
 
 
 def drill_plan(state_dir: Path, mirror: str, *, disaster: Literal["kill", "partition", "planned"], rate: float,
@@ -64,3 +66,22 @@ def quarantined_records(report: DrillReport) -> list[tuple[str, int, int]]:
                 for record in decode_batch(data, position)[1]:
                     found.append((cut.topic, cut.partition, record_seq((record.value or b"").decode())))
     return found
+
+
+def replica_batches(state_dir: Path, cluster: str, tp: TopicPartition) -> dict[str, list[Batch]]:
+    """Each broker of `cluster`'s replica of `tp`, read from its segment files on disk (not
+    through a leader): its whole batches in offset order, promotion markers left out as
+    batches.py leaves them out. By the broker's data directory name."""
+    found = {}
+    for broker in sorted((state_dir / "data").glob(f"{cluster}-broker-*")):
+        replica = broker / f"{tp[0]}-{tp[1]}"
+        if not replica.is_dir():
+            continue
+        batches: list[Batch] = []
+        for segment in sorted(replica.glob("*.log")):
+            for _, header in split_batches(segment.read_bytes(), allow_partial_tail=True):
+                if not (header.is_control and not header.has_producer_id):
+                    batches.append((header.base_offset, header.last_offset, header.crc))
+        found[broker.name] = batches
+    return found
+

@@ -4,7 +4,7 @@ cut, truncate-and-restore, the reverse mirror, a planned switch back (deploy/dri
 The first failover's losses are counted by the chaos checker on the old primary's logs before
 any cut, and the quarantine read from disk holds exactly those records; the group moved there
 and home skips nothing and, home, re-reads nothing; both sites' logs end identical batch for
-batch."""
+batch, on every replica read from its files on disk."""
 
 from __future__ import annotations
 
@@ -18,9 +18,10 @@ from deploy.chaos.checker import Report, check
 from deploy.chaos.payload import make_record
 from deploy.drill.failback import run_failback
 from deploy.drill.report import DrillReport
-from deploy.drill.roundtrip import drill_plan, primary_records, quarantined_records, record_seq
+from deploy.drill.roundtrip import drill_plan, primary_records, quarantined_records, record_seq, replica_batches
 from deploy.drill.run import DrillPlan
 from tests.integration.test_link_mode_launcher import REPO, causeway
+from tests.support.polling import wait_until
 
 MIRROR = "primary-to-dr"
 
@@ -100,6 +101,19 @@ def test_a_round_trip_quarantines_exactly_what_the_checker_counts_lost(tmp_path:
         # Both sites' logs alike batch for batch, on every partition.
         assert back.differing == [] and back.batches_compared > 0, output
         assert back.partitions_compared == len(plan.partitions) == 5, output
+        # Every replica, read from its files on disk: the three at each site alike, and the old
+        # primary's alike the DR site's below the DR site's end (past it: what was written home).
+        for tp in plan.partitions:
+            def replicas_alike(tp: tuple[str, int] = tp) -> bool:
+                home, dr = replica_batches(state, plan.source, tp), replica_batches(state, plan.target, tp)
+                if len(home) != 3 or len(dr) != 3 or len({tuple(b) for b in dr.values()}) != 1:
+                    return False
+                if len({tuple(b) for b in home.values()}) != 1:
+                    return False
+                at_dr, at_home = next(iter(dr.values())), next(iter(home.values()))
+                end = at_dr[-1][1] + 1 if at_dr else 0
+                return bool(at_dr) and [b for b in at_home if b[0] < end] == at_dr
+            wait_until(replicas_alike, what=f"{tp}: every replica alike at both sites", timeout_s=30)
     finally:
         down = causeway("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr
