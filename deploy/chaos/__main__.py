@@ -1,8 +1,9 @@
-"""`python -m deploy.chaos [--seed N] [--matrix mirror|replication|hostile|all] [--scenarios NAME ...] [--profile]`:
+"""`python -m deploy.chaos [--seed N] [--matrix mirror|replication|hostile|dr|all] [--scenarios NAME ...] [--profile]`:
 run chaos scenarios with real processes and print one line per scenario; exit 1 when any fails.
 `--matrix replication` is Kafka's replication matrix on a ZooKeeper-mode cluster
 (deploy.chaos.replication); `--matrix hostile` forges LinkAppend, controller requests and znodes
-beside a link mirror and a 3-broker cluster under load (deploy.chaos.hostile)."""
+beside a link mirror and a 3-broker cluster under load (deploy.chaos.hostile); `--matrix dr` runs
+`causeway drill` round trips on examples/dr.yaml (deploy.chaos.dr)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import trio
 
-from deploy.chaos import hostile, replication
+from deploy.chaos import dr, hostile, replication
 from deploy.chaos.matrix import run_matrix
 from deploy.chaos.runner import MATRIX, PROFILE, ScenarioResult, format_table, run_scenario
 
@@ -26,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     known = {s.name: s for s in (*MATRIX, *PROFILE)}
     replicated = {s.name: s for s in (*replication.MATRIX, *replication.PROFILE)}
     forged = {s.name: s for s in (*hostile.MATRIX, *hostile.PROFILE)}
+    drilled = {s.name: s for s in (*dr.MATRIX, *dr.PROFILE)}
     parser = argparse.ArgumentParser(
         prog="python -m deploy.chaos",
         description="Fault injection over an emulated WAN link: a source broker, a target broker, the WAN "
@@ -33,10 +35,12 @@ def main(argv: list[str] | None = None) -> int:
                     "run; source and target compared per partition.")
     parser.add_argument("--seed", type=int, default=1, help="seed of the first scenario's schedule; "
                                                              "scenario i uses seed + i (default 1)")
-    parser.add_argument("--matrix", choices=["mirror", "replication", "hostile", "all"], default="mirror",
+    parser.add_argument("--matrix", choices=["mirror", "replication", "hostile", "dr", "all"], default="mirror",
                         help="the mirror's matrix over the WAN link (default), Kafka's replication matrix on a "
-                             "3-broker ZooKeeper cluster, the hostile-bytes matrix, or all three")
-    parser.add_argument("--scenarios", nargs="+", metavar="NAME", choices=sorted({*known, *replicated, *forged}),
+                             "3-broker ZooKeeper cluster, the hostile-bytes matrix, the DR round-trip matrix "
+                             "(deploy.chaos.dr), or all four")
+    parser.add_argument("--scenarios", nargs="+", metavar="NAME",
+                        choices=sorted({*known, *replicated, *forged, *drilled}),
                         help="run only these (default: the whole matrix, or the profile with --profile)")
     parser.add_argument("--profile", action="store_true", help="the short profile that `make test` runs")
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
@@ -56,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
         for h in (*hostile.MATRIX, *hostile.PROFILE):
             print(f"{h.name:20} {h.attacks} forged requests or znodes from each of {', '.join(h.attackers)}; "
                   f"{h.records} records at {h.rate:.0f}/s (hostile{', profile' if h in hostile.PROFILE else ''})")
+        for d in dr.MATRIX:
+            print(f"{d.name:28} causeway drill {'failback' if d.mode == 'link' else 'failover'} --disaster "
+                  f"{d.disaster} on examples/dr.yaml ({d.mode}), {d.rate:.0f} records/s (dr"
+                  f"{', profile' if d in dr.PROFILE else ''})")
+        print(f"not yet available: the {', '.join(s for s, ok in dr.SOURCES.items() if not ok)} source column of dr")
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -63,12 +72,14 @@ def main(argv: list[str] | None = None) -> int:
         scenarios = [known[name] for name in args.scenarios if name in known]
         replicating = [replicated[name] for name in args.scenarios if name in replicated]
         attacking = [forged[name] for name in args.scenarios if name in forged]
+        drilling = [drilled[name] for name in args.scenarios if name in drilled]
     else:
         scenarios = list(PROFILE if args.profile else MATRIX) if args.matrix in ("mirror", "all") else []
         replicating = (list(replication.PROFILE if args.profile else replication.MATRIX)
                        if args.matrix in ("replication", "all") else [])
         attacking = (list(hostile.PROFILE if args.profile else hostile.MATRIX)
                      if args.matrix in ("hostile", "all") else [])
+        drilling = list(dr.PROFILE if args.profile else dr.MATRIX) if args.matrix in ("dr", "all") else []
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix="causeway-chaos-"))
 
     def report(result: ScenarioResult) -> None:
@@ -85,6 +96,9 @@ def main(argv: list[str] | None = None) -> int:
     hostile_results = trio.run(lambda: run_matrix(
         attacking, hostile.run_scenario, seed=args.seed, work_dir=work_dir, prefix="hostile-", keep=args.keep,
         on_result=lambda r: print(r.describe(), flush=True))) if attacking else []
+    dr_results = trio.run(lambda: run_matrix(
+        drilling, dr.run_scenario, seed=args.seed, work_dir=work_dir, prefix="dr-", keep=args.keep,
+        on_result=lambda r: print(r.describe(), flush=True))) if drilling else []
     if results:
         print()
         print(format_table(results))
@@ -97,7 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         print(hostile.format_table(hostile_results))
     failed += [r.scenario.name for r in replicated_results if not r.passed]
     failed += [r.scenario.name for r in hostile_results if not r.passed]
-    ran = len(results) + len(replicated_results) + len(hostile_results)
+    if dr_results:
+        print()
+        print(dr.format_table(dr_results))
+    failed += [r.scenario.name for r in dr_results if not r.passed]
+    ran = len(results) + len(replicated_results) + len(hostile_results) + len(dr_results)
     if failed:
         print(f"\n{len(failed)} of {ran} scenarios failed: {', '.join(failed)}; logs under {work_dir}")
         return 1

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
 
 from confluent_kafka import KafkaException
@@ -58,7 +59,11 @@ def _expand(ranges: list[tuple[int, int]]) -> set[int]:
     return {o for first, last in ranges for o in range(first, last + 1)}
 
 
-def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None) -> DrillReport:
+def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None,
+                 before_restore: Callable[[DrillReport], None] | None = None) -> DrillReport:
+    """`before_restore`, when given, is called once the old primary answers again and before
+    anything at it is cut or restored: what it held after the failover can be read there (the
+    round-trip check, roundtrip.py, reads it to count the failover's losses on its own)."""
     stop = stop if stop is not None else threading.Event()
     report = run_drill(plan, say, stop)
     timeline, outcome = report.timeline, report.outcome
@@ -75,6 +80,8 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None)
               BACK_TIMEOUT_S)
         timeline.end(step, f"{plan.source} ({plan.source_bootstrap})")
         say(f"{step.name}: {step.detail}")
+        if before_restore is not None:
+            before_restore(report)
 
         step = timeline.begin(back.command)
         back.cuts = _restore(plan, reverse, truncate=not plan.planned, say=say)

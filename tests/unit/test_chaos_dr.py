@@ -1,0 +1,47 @@
+"""The DR matrix's verdict on a drill's JSON report (deploy/chaos/dr.py): what it fails."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deploy.chaos.dr import MATRIX, SOURCES, DrScenario, problems_of
+
+
+def failback(**changes: Any) -> dict[str, Any]:
+    report: dict[str, Any] = {
+        "rpo": {"records": 3, "acknowledged": 900, "duplicates": 0},
+        "group": {"reread": 5, "skipped": 0},
+        "failback": {"command": "truncate-and-restore",
+                     "quarantine": {"records": 4, "acknowledged": 3, "matches_rpo": True},
+                     "group": {"reread": 0, "skipped": 0}, "logs": {"identical": True, "batches": 40}},
+    }
+    report.update(changes)
+    return report
+
+
+def test_a_failback_whose_records_are_all_accounted_for_passes() -> None:
+    assert problems_of(DrScenario("partition", "link"), failback()) == []
+
+
+def test_duplicates_skips_a_quarantine_off_the_rpo_and_differing_logs_fail() -> None:
+    scenario = DrScenario("partition", "link")
+    assert problems_of(scenario, failback(rpo={"records": 3, "acknowledged": 900, "duplicates": 2}))
+    assert problems_of(scenario, failback(group={"reread": 0, "skipped": 1}))
+    off = failback()
+    off["failback"]["quarantine"] = {"records": 4, "acknowledged": 2, "matches_rpo": False}
+    assert len(problems_of(scenario, off)) == 2
+    differ = failback()
+    differ["failback"]["logs"] = {"identical": False, "differing": ["orders-0"]}
+    assert problems_of(scenario, differ) == ["logs differ: ['orders-0']"]
+
+
+def test_a_planned_switch_over_may_lose_nothing_and_mm2_needs_no_failback() -> None:
+    planned = {"rpo": {"records": 1, "acknowledged": 900, "duplicates": 0}, "group": {"reread": 0, "skipped": 0}}
+    assert problems_of(DrScenario("planned", "mm2"), planned) == ["a planned switch-over lost 1 record(s)"]
+    assert problems_of(DrScenario("kill", "mm2"), planned) == []
+
+
+def test_the_matrix_runs_every_disaster_and_mode_of_each_available_source() -> None:
+    assert {(s.disaster, s.mode, s.source) for s in MATRIX} == {
+        (d, m, "causeway") for d in ("planned", "kill", "partition") for m in ("link", "mm2")}
+    assert SOURCES["kafka"] is False  # not faked: not run until link mode reads from Apache Kafka
