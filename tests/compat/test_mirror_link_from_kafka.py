@@ -27,6 +27,7 @@ from tests.compat.partitions import TIMEOUT_S, create_topic, log_end
 from tests.compat.test_mirror_kafka_peers import commit
 from tests.integration.partition_reads import read_whole_batches
 from tests.integration.test_mirror_link import without_epochs
+from tests.support.kafka_source import kafka_source, mirror_from_kafka
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
@@ -37,7 +38,7 @@ TOPIC, PARTITIONS, GROUP, MIRROR = "orders", 3, "billing", "kafka-to-causeway"
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory, kafka_jars: None) -> Iterator[tuple[KafkaBroker, BrokerProcess]]:
     base = tmp_path_factory.mktemp("kafka-source")
-    with KafkaBroker(base / "kafka") as kafka:
+    with kafka_source(base / "kafka") as kafka:
         causeway = BrokerProcess(base / "causeway", overrides=("group.initial.rebalance.delay.ms=0",)).start()
         try:
             yield kafka, causeway
@@ -115,11 +116,8 @@ def test_link_mode_from_an_apache_kafka_source(clusters: tuple[KafkaBroker, Brok
     assert all(end > 110 for end in ends.values())  # records, the transaction's and its markers
 
     config = tmp_path / "mirror.yaml"
-    config.write_text(json.dumps({
-        "name": MIRROR, "mode": "link",
-        "source": {"alias": "kafka", "bootstrap": kafka.bootstrap},
-        "target": {"alias": "causeway", "bootstrap": causeway.bootstrap},
-        "refresh.topics.interval.seconds": 0.5, "sync.group.offsets.interval.seconds": 0.5}))
+    config.write_text(json.dumps(mirror_from_kafka(kafka, "causeway", causeway.bootstrap, name=MIRROR, **{
+        "refresh.topics.interval.seconds": 0.5, "sync.group.offsets.interval.seconds": 0.5})))
     log = tmp_path / "mirror.log"
     mirror = ChildProcess.start("causeway mirror", [sys.executable, "-m", "deploy.cli", "mirror", "--config",
                                                     str(config)], log_path=log, stdout="discard", cwd=REPO)
