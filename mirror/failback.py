@@ -34,7 +34,7 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from broker.client import KafkaError, TopicPartition
+from broker.client import KafkaError, TopicPartition, supports_link_append
 from broker.client.admin import EARLIEST, LATEST, describe_configs, list_offsets, list_topics
 from broker.client.cluster import Client, open_client
 from broker.client.fetch import fetch
@@ -205,6 +205,8 @@ async def failback(old_bootstrap: str, new_bootstrap: str, *, reverse_mirror: st
     timeout_ms = int(max(1.0, timeout_s) * 1000)
     async with open_client(old_bootstrap, client_id=f"causeway-{command}", security=old_security) as old, \
             open_client(new_bootstrap, client_id=f"causeway-{command}", security=new_security) as new:
+        if not await supports_link_append(old):
+            raise FailbackError(not_causeway(old_bootstrap, command))
         counts = await _select(old, new, report, topics)
         for name, why in sorted(report.skipped.items()):
             say(f"skipped {name}: {why}")
@@ -232,6 +234,18 @@ async def failback(old_bootstrap: str, new_bootstrap: str, *, reverse_mirror: st
             p.result = done[TopicPartition(p.topic, p.partition)]
             _say_partition(say, p)
     return report
+
+
+def not_causeway(old_bootstrap: str, command: str) -> str:
+    """Why `command` cannot run against an old primary that is not Causeway (Apache Kafka, say),
+    and what can be done instead (docs/operations/mirror.md, "Mirroring from Apache Kafka")."""
+    return (f"{command} needs a Causeway old primary, and {old_bootstrap} is not one: it does not serve "
+            f"LinkAppend/LinkTruncate (Causeway's API keys 10000 and 10001; Apache Kafka has neither), so its "
+            f"topics cannot be cut at the divergence point nor become mirror topics with their offsets kept. "
+            f"Nothing was changed. What is possible: keep the new primary as it is and mirror back with "
+            f"mode: mm2 (offsets translated, groups through checkpoints); or, to reuse the old primary's "
+            f"topics, save their tail past the new primary's copy (the failover's RPO) with a consumer, delete "
+            f"and create them again there and mirror back with mode: mm2")
 
 
 def _which(topics: Sequence[str] | None) -> str:

@@ -57,11 +57,13 @@ def produce(bootstrap: str, topic: str, count: int, partitions: int, tag: str) -
     assert producer.flush(TIMEOUT_S) == 0
 
 
-def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]) -> bool:
-    """Commit, or False while Kafka is still creating __consumer_offsets (its first use)."""
+def commit(bootstrap: str, group: str, offsets: dict[tuple[str, int], int], *, leader_epoch: int | None = None) -> bool:
+    """Commit (with `leader_epoch`, as a Java consumer does, when given), or False while Kafka is
+    still creating __consumer_offsets (its first use)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+        epoch = {} if leader_epoch is None else {"leader_epoch": leader_epoch}  # None is refused
+        consumer.commit(offsets=[TopicPartition(t, p, o, **epoch) for (t, p), o in offsets.items()], asynchronous=False)
     except KafkaException as exc:
         if exc.args[0].code() not in (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_NOT_AVAILABLE,
                                       KafkaError.COORDINATOR_LOAD_IN_PROGRESS):
