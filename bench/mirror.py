@@ -3,6 +3,7 @@
     python -m bench.mirror                     # full run, both modes (a few minutes)
     python -m bench.mirror --quick             # smaller counts, for a smoke check
     python -m bench.mirror --mode link --rounds 3 --link-request-mib 1,4 --wan-across both
+    python -m bench.mirror --mode mm2 --exactly-once   # mm2 at-least-once beside exactly-once
 
 1. Unthrottled: N records preloaded in a source broker are copied to a target broker, by
    (a) a confluent-kafka consume-then-produce loop (librdkafka both ways, batching on; with
@@ -122,8 +123,10 @@ def target_topic(mode: str, topic: str) -> str:
 class Watermarks:
     """High watermarks of a topic's partitions, through one consumer kept for the whole poll."""
 
-    def __init__(self, bootstrap: str, expected: dict[int, int] | None = None) -> None:
-        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets"})
+    def __init__(self, bootstrap: str, expected: dict[int, int] | None = None, *, read_committed: bool = False) -> None:
+        # read_committed: the ends are last stable offsets (what a read_committed reader can reach).
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-offsets",
+                                  "isolation.level": "read_committed" if read_committed else "read_uncommitted"})
         self.expected = expected or {}  # partition -> the end it will reach (a preloaded source's)
         self.known: list[int] = []
         self.highs: dict[int, int] = {}
@@ -273,9 +276,12 @@ class Variant:
 
     mode: str
     request_bytes: int | None = None  # None: mirror/link.py's own
+    exactly_once: bool = False  # mm2 mode's exactly.once.support: required
 
     @property
     def label(self) -> str:
+        if self.exactly_once:
+            return f"{self.mode} (exactly-once)"
         if self.request_bytes is None:
             return self.mode
         return f"{self.mode} ({self.request_bytes / 2**20:g} MiB requests)"
@@ -312,11 +318,11 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
     Its stderr goes to a log beside its config, whose tail a failure shows.
     `pids`: the source and target brokers' pids, whose CPU over the copy is measured;
     `expected_ends`: each source partition's end, so the poll stops asking a copied partition."""
-    config = tmp / f"mirror-{topic}-{variant.mode}.yaml"
+    config = tmp / f"mirror-{topic}-{variant.mode}{'-eos' if variant.exactly_once else ''}.yaml"
     config.write_text(json.dumps({
         "source": {"alias": "src", "bootstrap": source}, "target": {"alias": "dst", "bootstrap": target},
         "topics": {"include": [re.escape(topic)]}, "refresh.topics.interval.seconds": 0.5, "mode": variant.mode,
-        **(settings or {})}))
+        **({"exactly.once.support": "required"} if variant.exactly_once else {}), **(settings or {})}))
     env: dict[str, str] = {}
     if variant.request_bytes is not None:
         env["BENCH_LINK_REQUEST_BYTES"] = str(variant.request_bytes)
@@ -335,7 +341,10 @@ def run_mirror(source: str, target: str, topic: str, count: int, size: int, tmp:
         if pids:
             brokers_before = [usage(pid).cpu_s for pid in pids]
         deadline = start + 600
-        with Watermarks(target, expected_ends) as marks:
+        # Exactly-once: done when the records are committed (the last stable offsets). Each commit
+        # puts a marker in each partition written, so the sum reaches `count` a few records
+        # (one per partition per offset.flush.interval.ms) before the last one is copied.
+        with Watermarks(target, expected_ends, read_committed=variant.exactly_once) as marks:
             while marks.total(target_topic(variant.mode, topic)) < count:
                 now = time.perf_counter()
                 if now > deadline or proc.poll() is not None:
@@ -427,7 +436,7 @@ def over_wan(count: int, size: int, tmp: Path, variants: Sequence[Variant], roun
             clients.produce(source.bootstrap, "wan", count, size)
             expected = contents(source.bootstrap, "wan")
             for r, variant in schedule(variants, rounds):
-                name = f"target-{r}-{variant.mode}-{variant.request_bytes}"
+                name = f"target-{r}-{variant.mode}-{variant.request_bytes}-{variant.exactly_once}"
                 with wan_broker(tmp / f"wan-{across}" / name, api, name, toxics) as (target, target_wan):
                     # One fetch lane, so one TCP connection: Toxiproxy's bandwidth toxic limits each
                     # connection, and several lanes would each get the whole rate.
@@ -450,7 +459,7 @@ def _checked(run: MirrorRun, check: str, round_no: int) -> MirrorRun:
 
 # -- the run ------------------------------------------------------------------------------------
 
-def variants_for(mode: str, request_mib: Sequence[float]) -> list[Variant]:
+def variants_for(mode: str, request_mib: Sequence[float], *, exactly_once: bool = False) -> list[Variant]:
     modes = MODES if mode == "both" else (mode,)
     out: list[Variant] = []
     for m in modes:
@@ -458,6 +467,8 @@ def variants_for(mode: str, request_mib: Sequence[float]) -> list[Variant]:
             out.extend(Variant("link", int(mib * 2**20)) for mib in request_mib)
         else:
             out.append(Variant(m))
+        if m == "mm2" and exactly_once:
+            out.append(Variant("mm2", exactly_once=True))
     return out
 
 
@@ -477,7 +488,8 @@ def loopback(size: int, count: int, tmp: Path, variants: Sequence[Variant], roun
             print(f"confluent-kafka consume->produce loop, {size} B: {base.rates} ({base.records:,} records in "
                   f"{base.seconds:.2f} s)", flush=True)
         for r, variant in schedule(variants, rounds):
-            with broker(tmp / f"plain-{size}" / f"target-{r}-{variant.mode}-{variant.request_bytes}") as target:
+            name = f"target-{r}-{variant.mode}-{variant.request_bytes}-{variant.exactly_once}"
+            with broker(tmp / f"plain-{size}" / name) as target:
                 profile = None
                 if profile_dir is not None and r == 0:
                     profile = profile_dir / f"mirror-{variant.mode}-{size}.prof"
@@ -518,13 +530,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--wan-across", choices=["source", "target", "both", "none"], default="source",
                         help="where the emulated link sits: between the mirror and the source (as deployed), "
                              "the target, both in turn, or no WAN run")
+    parser.add_argument("--exactly-once", action="store_true",
+                        help="also measure mm2 mode with exactly.once.support: required, beside at-least-once")
     parser.add_argument("--no-loopback", action="store_true", help="only the WAN run")
     parser.add_argument("--no-baseline", action="store_true", help="skip the confluent-kafka loop")
     parser.add_argument("--profile-dir", type=Path,
                         help="cProfile the mirror's first loopback copy per mode and size into this directory")
     args = parser.parse_args(argv)
     scale = 10 if args.quick else 1
-    variants = variants_for(args.mode, args.link_request_mib)
+    variants = variants_for(args.mode, args.link_request_mib, exactly_once=args.exactly_once)
     print(f"machine: {ceiling.machine_summary()}", flush=True)
     print(f"load before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}", flush=True)
     tcp = ceiling.loopback_tcp_mb_s((2 << 30) // scale)

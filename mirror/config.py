@@ -9,6 +9,7 @@
     mode: mm2                             # or link: read-only copies with the source's offsets
     refresh.topics.interval.seconds: 5    # MirrorMaker 2's names (and units) for the knobs
     metrics.listener: 127.0.0.1:9465      # Prometheus metrics (mirror/metrics.py); unset: none
+    exactly.once.support: required        # mm2 mode: records and positions in one transaction
 
 The knobs keep MirrorMaker 2's property names so an MM2 operator finds them; where MM2's default
 hurts (it re-scans topics every 10 minutes) ours is shorter. A bad file is refused with its line
@@ -119,6 +120,12 @@ class MirrorConfig(_Strict):
     # Connect's offset.flush.interval.ms: how often mirrored positions are checkpointed on the
     # target. After a crash at most this much is mirrored again (duplicates, never gaps).
     flush_interval_ms: int = Field(1000, alias="offset.flush.interval.ms", gt=0)
+    # KIP-618's `exactly.once.support` for mm2 mode (mirror/exactly_once.py): `required` writes the
+    # records and the positions in one transaction at the target every offset.flush.interval.ms,
+    # so a crash repeats nothing for read_committed readers. `disabled`: at-least-once, as MM2
+    # without it. Connect's `requested` (fall back when the target cannot) is not offered: a
+    # mirror that silently falls back would break the promise the setting names.
+    exactly_once_support: Literal["disabled", "required"] = Field("disabled", alias="exactly.once.support")
     # Remote and internal topics' replication factor; -1 takes the target broker's default.
     replication_factor: int = Field(-1, alias="replication.factor", ge=-1, le=32767)
     # Concurrent fetch streams from the source (partitions are spread over them): more keep a
@@ -155,6 +162,14 @@ class MirrorConfig(_Strict):
             raise ValueError("mode: link keeps topic names (a mirror topic has its source topic's name and "
                              "offsets): leave naming out or set it to identity")
         return naming
+
+    @field_validator("exactly_once_support")
+    @classmethod
+    def _exactly_once_for_mode(cls, value: str, info: ValidationInfo) -> str:
+        if value != "disabled" and info.data.get("mode") == "link":
+            raise ValueError("exactly.once.support is for mode: mm2 (link mode copies transactions with their "
+                             "markers and the source's offsets already)")
+        return value
 
     @field_validator("metrics_listener")
     @classmethod

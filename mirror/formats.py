@@ -9,11 +9,13 @@ offset records, as MM2's source task stores them in `mm2-offsets.<source>.intern
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Self
 
 from broker.protocol.errors import ProtocolError
 from broker.protocol.primitives import Reader, Writer
+from broker.protocol.records import DecodedRecord
 
 __all__ = [
     "CONNECTOR_NAME",
@@ -114,6 +116,22 @@ def encode_position(source_alias: str, topic: str, partition: int, offset: int) 
     key = [CONNECTOR_NAME, {"cluster": source_alias, "partition": partition, "topic": topic}]
     return (json.dumps(key, separators=(",", ":")).encode(),
             json.dumps({"offset": offset}, separators=(",", ":")).encode())
+
+
+def fold_positions(records: Iterable[DecodedRecord], cluster: str) -> dict[tuple[str, int], int]:
+    """Each (topic, partition)'s newest position of `cluster` in the records of a positions
+    topic, in offset order (a tombstone forgets it; other records are skipped)."""
+    positions: dict[tuple[str, int], int] = {}
+    for record in records:
+        decoded = decode_position(record.key or b"", record.value)
+        if decoded is None or decoded[0] != cluster:
+            continue
+        _, topic, partition, offset = decoded
+        if offset is None:
+            positions.pop((topic, partition), None)
+        else:
+            positions[(topic, partition)] = offset
+    return positions
 
 
 def decode_position(key: bytes, value: bytes | None) -> tuple[str, str, int, int | None] | None:

@@ -24,11 +24,15 @@ from functools import partial
 
 import trio
 
-from broker.client import Client, ClientError, KafkaError, TopicPartition, admin
+from broker.client import Client, ClientError, KafkaError, TopicPartition, admin, produce_batches
 from broker.client.admin import EARLIEST
 from broker.client.produce import init_idempotent_producer
+from broker.client.transactions import init_transactional_producer
+from broker.clock import now_ms
+from broker.protocol.records import Record, build_batch
 from mirror.config import INTERNAL_TOPICS
-from mirror.formats import OffsetSync, decode_position, encode_position
+from mirror.exactly_once import TransactionGate, transactional_id
+from mirror.formats import OffsetSync, encode_position, fold_positions
 from mirror.groups import GroupMirroring, run_group_checkpoints
 from mirror.naming import HEARTBEATS_TOPIC
 from mirror.offset_sync import SyncStore
@@ -50,7 +54,12 @@ class Mm2Mirror(Mirror):
     syncs: SyncStore = field(default_factory=SyncStore)
     pending_syncs: list[OffsetSync] = field(default_factory=list)
     stored_positions: dict[tuple[str, int], int] = field(default_factory=dict)
-    flushed: dict[TopicPartition, int] = field(default_factory=dict)
+    flushed: dict[TopicPartition, int] = field(default_factory=dict)  # exactly-once: committed
+    transactions_committed: int = 0
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.config.exactly_once_support == "required"
 
     async def run(self) -> None:
         await _prepare(self)
@@ -129,16 +138,14 @@ async def _prepare(mirror: Mm2Mirror) -> None:
 
     await mirror.retrying(f"target {mirror.target_alias}", target_topics, attempt_s=CLUSTER_WAIT_ATTEMPT_S)
 
+    if mirror.exactly_once:
+        # First the new epoch, which aborts what a crashed predecessor left open: the positions
+        # read next are then the committed ones.
+        mirror.producer.gate = TransactionGate()
+        await mirror.retrying("transactional producer at the target", lambda: _renew_producer(mirror))
+
     async def load_positions() -> None:
-        for record in await read_whole_topic(mirror.target, mirror.policy.positions_topic(mirror.source_alias)):
-            decoded = decode_position(record.key or b"", record.value)
-            if decoded is None or decoded[0] != mirror.source_alias:
-                continue
-            _, topic, partition, offset = decoded
-            if offset is None:
-                mirror.stored_positions.pop((topic, partition), None)
-            else:
-                mirror.stored_positions[(topic, partition)] = offset
+        mirror.stored_positions = await _read_positions(mirror)
 
     await mirror.retrying("reading mirrored positions", load_positions)
     mirror.state = "waiting for the source"
@@ -157,16 +164,41 @@ async def _prepare(mirror: Mm2Mirror) -> None:
             mirror.syncs.add(sync.topic, sync.partition, sync.upstream_offset, sync.downstream_offset)
 
     await mirror.retrying(f"offset syncs on {config.offset_syncs_location}", load_offset_syncs)
-    await mirror.retrying("producer id at the target", lambda: _renew_producer(mirror))
+    if not mirror.exactly_once:
+        await mirror.retrying("producer id at the target", lambda: _renew_producer(mirror))
     mirror.state = "running"
     log.info("mirror %s running: %s (%s) -> %s (%s); %d stored positions", config.display_name,
              mirror.source_alias, config.source.bootstrap, mirror.target_alias, config.target.bootstrap,
              len(mirror.stored_positions))
 
 
+async def _read_positions(mirror: Mm2Mirror) -> dict[tuple[str, int], int]:
+    records = await read_whole_topic(mirror.target, mirror.policy.positions_topic(mirror.source_alias),
+                                     committed_only=mirror.exactly_once)
+    return fold_positions(records, mirror.source_alias)
+
+
 async def _renew_producer(mirror: Mm2Mirror) -> None:
-    producer = await init_idempotent_producer(mirror.target)
-    mirror.producer.set(producer.producer_id, producer.producer_epoch)
+    gate = mirror.producer.gate
+    if gate is None:
+        producer = await init_idempotent_producer(mirror.target)
+        mirror.producer.set(producer.producer_id, producer.producer_epoch)
+        return
+    async with gate.lock:
+        txn_id = transactional_id(mirror.config.display_name, mirror.source_alias, mirror.target_alias)
+        transactional = await init_transactional_producer(mirror.target, txn_id)
+        if mirror.partitions:
+            # The open transaction is gone (aborted, or completed if its commit was decided):
+            # every partition goes back to the positions the target holds, read_committed.
+            committed = await _read_positions(mirror)
+            for tp, pm in mirror.partitions.items():
+                position = committed.get((tp.topic, tp.partition), mirror.flushed.get(tp, pm.written_through))
+                pm.rewind(position + 1)
+                pm.written_through = position
+                pm.expected_next_downstream = -1
+                mirror.flushed[tp] = position
+        gate.renewed(transactional)
+        mirror.producer.set(transactional.producer_id, transactional.producer_epoch)
 
 
 async def _run(mirror: Mm2Mirror) -> None:
@@ -258,14 +290,15 @@ async def _flush_once(mirror: Mm2Mirror) -> None:
     sync topic's cluster). Positions only ever name offsets the target acknowledged."""
     # A position that went back to "nothing written" (a re-copy from offset 0) is a tombstone,
     # so a restart does not resume from the old one.
-    moved = {tp: pm.written_through for tp, pm in mirror.partitions.items()
-             if pm.written_through != mirror.flushed.get(tp, -1)}
+    if mirror.producer.gate is not None:
+        await _commit(mirror, mirror.producer.gate)
+        moved = {}
+    else:
+        moved = {tp: pm.written_through for tp, pm in mirror.partitions.items()
+                 if pm.written_through != mirror.flushed.get(tp, -1)}
     if moved:
-        records: list[tuple[bytes, bytes | None]] = []
-        for tp, offset in moved.items():
-            key, value = encode_position(mirror.source_alias, tp.topic, tp.partition, max(offset, 0))
-            records.append((key, value if offset >= 0 else None))
-        await append(mirror.target, mirror.policy.positions_topic(mirror.source_alias), records)
+        await append(mirror.target, mirror.policy.positions_topic(mirror.source_alias),
+                     _position_records(mirror, moved))
         mirror.flushed.update(moved)
     if mirror.pending_syncs:
         syncs = list(mirror.pending_syncs)
@@ -273,6 +306,47 @@ async def _flush_once(mirror: Mm2Mirror) -> None:
         del mirror.pending_syncs[: len(syncs)]
         for s in syncs:
             mirror.syncs.add(s.topic, s.partition, s.upstream_offset, s.downstream_offset)
+
+
+def _position_records(mirror: Mm2Mirror, moved: dict[TopicPartition, int]) -> list[tuple[bytes, bytes | None]]:
+    records: list[tuple[bytes, bytes | None]] = []
+    for tp, offset in moved.items():
+        key, value = encode_position(mirror.source_alias, tp.topic, tp.partition, max(offset, 0))
+        records.append((key, value if offset >= 0 else None))
+    return records
+
+
+async def _commit(mirror: Mm2Mirror, gate: TransactionGate) -> None:
+    """Exactly-once mode: the positions the writes reached, into the same transaction, and commit.
+    On any failure the transaction's outcome is the target's to say: a new epoch, and every
+    partition back to the positions it committed."""
+    async with gate.closed(), gate.lock:
+        producer = gate.producer
+        moved = {tp: pm.written_through for tp, pm in mirror.partitions.items()
+                 if pm.written_through != mirror.flushed.get(tp, -1)}
+        if producer is None or not (moved or gate.added):
+            return
+        try:
+            if moved:
+                tp = TopicPartition(mirror.policy.positions_topic(mirror.source_alias), 0)
+                if tp not in gate.added:
+                    await producer.add_partitions([tp])
+                    gate.added.add(tp)
+                records = _position_records(mirror, moved)
+                batch = build_batch([Record(k, v) for k, v in records], base_timestamp=now_ms(),
+                                    producer_id=producer.producer_id, producer_epoch=producer.producer_epoch,
+                                    base_sequence=gate.positions_sequence, is_transactional=True)
+                result = (await produce_batches(mirror.target, {tp: batch}, acks=-1,
+                                                transactional_id=producer.transactional_id))[tp]
+                result.raise_for_error()
+                gate.positions_sequence += len(records)
+            await producer.end(commit=True)
+        except (ClientError, KafkaError):
+            mirror.producer.renew_requested.set()
+            raise
+        gate.added.clear()
+        mirror.flushed.update(moved)
+        mirror.transactions_committed += 1
 
 
 async def _final_flush(mirror: Mm2Mirror) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import trio
 
-from broker.client import Backoff, Client, TopicPartition, produce_batches
+from broker.client import Backoff, Client, ClientError, TopicPartition, produce_batches
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import (
@@ -46,6 +46,7 @@ from broker.protocol.records import (
     stamp_producer,
 )
 from broker.protocol.validation import check_batch
+from mirror.exactly_once import TransactionGate
 from mirror.metrics import LatencyWindow
 from mirror.offset_sync import SyncEmitter
 from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
@@ -86,6 +87,19 @@ class ProducerIdentity:
     generation: int = 0
     renew_requested: trio.Event = field(default_factory=trio.Event)
     renewed: trio.Event = field(default_factory=trio.Event)
+    # Exactly-once mode: every write goes into the mirror's open transaction at the target.
+    gate: TransactionGate | None = None
+
+    @property
+    def transactional_id(self) -> str | None:
+        return None if self.gate is None or self.gate.producer is None else self.gate.producer.transactional_id
+
+    async def wait_renewed(self, stopped: Callable[[], bool]) -> None:
+        """Ask for a new producer id (epoch) and wait until it is there (or `stopped()`)."""
+        generation = self.generation
+        self.renew_requested.set()
+        while self.generation == generation and not stopped():
+            await self.renewed.wait()
 
     def set(self, producer_id: int, producer_epoch: int) -> None:
         self.producer_id, self.producer_epoch = producer_id, producer_epoch
@@ -310,9 +324,27 @@ class PartitionMirror:
                 # Stopped with batches still queued: they are not written (and looping on them
                 # would spin without ever yielding to trio).
                 return
-            rewound = await self._write_chunk(client, producer, on_sync, chunk, backoff)
+            if producer.gate is None:
+                rewound = await self._write_chunk(client, producer, on_sync, chunk, backoff)
+            else:
+                rewound = await self._write_chunk_in_transaction(client, producer, on_sync, chunk, backoff)
             if not rewound:
                 self._done_with(chunk)
+
+    async def _write_chunk_in_transaction(self, client: Client, producer: ProducerIdentity,
+                                          on_sync: Callable[[PartitionMirror, int, int], None], chunk: Chunk,
+                                          backoff: Backoff) -> bool:
+        assert producer.gate is not None
+        try:
+            async with producer.gate.slot(self.target):
+                return await self._write_chunk(client, producer, on_sync, chunk, backoff)
+        except (KafkaError, ClientError) as exc:
+            # Not added to the transaction: a new epoch, and the mirror rewinds every partition
+            # to what the target committed.
+            self.error = f"adding {_name(self.target)} to the mirror's transaction: {exc}"
+            log.warning("%s: %s; taking a new producer epoch", _name(self.source), self.error)
+            await producer.wait_renewed(lambda: self.stopped)
+            return True
 
     async def _write_chunk(self, client: Client, producer: ProducerIdentity,
                            on_sync: Callable[[PartitionMirror, int, int], None], chunk: Chunk,
@@ -414,9 +446,11 @@ class PartitionMirror:
         async def send() -> int | Failed | Handled:
             if self.generation != producer.generation:
                 self.generation, self.sequence = producer.generation, 0
+            in_transaction = producer.gate is not None
             stamp_producer(batch, 0, producer.producer_id, producer.producer_epoch, self.sequence,
-                           clear_transactional=True)
-            result = (await produce_batches(client, {self.target: batch}, acks=-1))[self.target]
+                           clear_transactional=not in_transaction, set_transactional=in_transaction)
+            result = (await produce_batches(client, {self.target: batch}, acks=-1,
+                                            transactional_id=producer.transactional_id))[self.target]
             code = ErrorCode(result.error)
             if code == ErrorCode.NONE or code == ErrorCode.DUPLICATE_SEQUENCE_NUMBER:
                 self.sequence = (self.sequence + last_delta + 1) % SEQUENCE_MODULUS
@@ -429,10 +463,7 @@ class PartitionMirror:
                 return Handled.GIVE_UP
             if code in _NEW_PRODUCER:
                 log.warning("%s: %s; taking a new producer id", _name(self.source), self.error)
-                generation = producer.generation
-                producer.renew_requested.set()
-                while producer.generation == generation and not self.stopped:
-                    await producer.renewed.wait()
+                await producer.wait_renewed(lambda: self.stopped)
                 return Handled.SEND_AGAIN
             return Failed(code)
 

@@ -3,17 +3,19 @@ whole (they are small and compacted), append records to one."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Sequence
 
 from broker.client import Client, TopicMetadata, TopicPartition, admin, decode_records, fetch, produce
 from broker.client.admin import EARLIEST, LATEST, NewTopic
 from broker.clock import now_ms
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.records import DecodedRecord, Record, build_batch
+from broker.protocol.records import Buffer, DecodedRecord, Record, build_batch, decode_batch, split_batches
 
 __all__ = ["append", "describe_topic", "ensure_topic", "read_whole_topic"]
 
 COMPACTED = {"cleanup.policy": "compact"}
+_COMMIT = 1  # a control record's type (its key's second int16): 0 abort, 1 commit
 
 
 async def describe_topic(client: Client, topic: str) -> TopicMetadata | None:
@@ -35,9 +37,14 @@ async def ensure_topic(client: Client, topic: str, *, partitions: int = 1, repli
                               exist_ok=True)
 
 
-async def read_whole_topic(client: Client, topic: str, *, max_rounds: int = 100_000) -> list[DecodedRecord]:
+async def read_whole_topic(client: Client, topic: str, *, max_rounds: int = 100_000,
+                           committed_only: bool = False) -> list[DecodedRecord]:
     """Every record of every partition of `topic`, from log start to the end offset when asked;
-    an absent topic reads as empty. Each partition's records come in offset order."""
+    an absent topic reads as empty. Each partition's records come in offset order.
+
+    `committed_only`: a read_committed reader's view: records of aborted transactions, and of
+    transactions still open at the end, are left out (a committed transaction's records come
+    where its commit marker is). Non-transactional records are always in."""
     described = await describe_topic(client, topic)
     if described is None:
         return []
@@ -46,6 +53,7 @@ async def read_whole_topic(client: Client, topic: str, *, max_rounds: int = 100_
     ends = await admin.list_offsets(client, {tp: LATEST for tp in tps})
     positions = {tp: starts[tp].offset for tp in tps if starts[tp].offset < ends[tp].offset}
     out: list[DecodedRecord] = []
+    committed = _Committed()
     for _ in range(max_rounds):
         if not positions:
             return out
@@ -54,14 +62,43 @@ async def read_whole_topic(client: Client, topic: str, *, max_rounds: int = 100_
             if part.error != ErrorCode.NONE:
                 detail = part.error_message or ""
                 raise KafkaError(ErrorCode(part.error), f"reading {tp.topic}-{tp.partition}: {detail}")
-            records = decode_records(part.records, from_offset=positions[tp])
-            out.extend(r for r in records if r.offset < ends[tp].offset)
+            if committed_only:
+                out.extend(r for r in committed.take(part.records, positions[tp]) if r.offset < ends[tp].offset)
+            else:
+                records = decode_records(part.records, from_offset=positions[tp])
+                out.extend(r for r in records if r.offset < ends[tp].offset)
             following = part.next_offset
             if following is None or following >= ends[tp].offset:
                 del positions[tp]
             else:
                 positions[tp] = following
     raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"{topic} did not end after {max_rounds} fetches")
+
+
+class _Committed:
+    """Holds each producer's transactional records back until its marker: kept on a commit,
+    dropped on an abort (what Kafka's consumers do with the aborted-transactions list)."""
+
+    def __init__(self) -> None:
+        self._open: dict[int, list[DecodedRecord]] = {}
+
+    def take(self, records: Buffer, from_offset: int) -> list[DecodedRecord]:
+        out: list[DecodedRecord] = []
+        for pos, header in split_batches(records, allow_partial_tail=True):
+            if header.last_offset < from_offset:
+                continue  # read in an earlier round
+            _, decoded = decode_batch(records, pos)
+            decoded = [r for r in decoded if r.offset >= from_offset]
+            if header.is_control:
+                kept = self._open.pop(header.producer_id, [])
+                key = decoded[0].key if decoded else None
+                if key is not None and len(key) >= 4 and struct.unpack_from(">h", key, 2)[0] == _COMMIT:
+                    out.extend(kept)
+            elif header.is_transactional:
+                self._open.setdefault(header.producer_id, []).extend(decoded)
+            else:
+                out.extend(decoded)
+        return out
 
 
 async def append(client: Client, topic: str, records: Sequence[tuple[bytes, bytes | None]], *,

@@ -230,7 +230,7 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float,
 
     from broker.client import TopicPartition, admin
     from broker.protocol.constants import EARLIEST, LATEST
-    from mirror.formats import OffsetSync, decode_position
+    from mirror.formats import OffsetSync, fold_positions
     from mirror.naming import ReplicationPolicy
     from mirror.topics import read_whole_topic
     from pipeline.clients import open_job_client
@@ -272,15 +272,9 @@ async def _survey(spec: MirrorSpec, topics_regex: str | None, timeout_s: float,
             positions: dict[tuple[str, int], int] = {}
             syncs: dict[tuple[str, int], tuple[int, int]] = {}
             if spec.mode == "mm2":
-                for record in await asking(target_at, read_whole_topic(tgt, policy.positions_topic(spec.source_alias))):
-                    decoded = decode_position(record.key or b"", record.value)
-                    if decoded is None or decoded[0] != spec.source_alias:
-                        continue
-                    _, topic, partition, offset = decoded
-                    if offset is None:
-                        positions.pop((topic, partition), None)
-                    else:
-                        positions[(topic, partition)] = offset
+                # committed_only: an exactly-once mirror's aborted positions are not positions.
+                positions = fold_positions(await asking(target_at, read_whole_topic(
+                    tgt, policy.positions_topic(spec.source_alias), committed_only=True)), spec.source_alias)
                 other = spec.target_alias if spec.offset_syncs_location == "source" else spec.source_alias
                 if other is None:
                     notes.append("offset syncs not read: the target's alias is not known (--target-alias)")

@@ -207,7 +207,7 @@ def set_max_timestamp(buf: bytearray | memoryview, pos: int, timestamp_ms: int, 
 
 def stamp_producer(
     buf: bytearray | memoryview, pos: int, producer_id: int, producer_epoch: int, base_sequence: int,
-    *, clear_transactional: bool = False,
+    *, clear_transactional: bool = False, set_transactional: bool = False,
 ) -> None:
     """Give the batch at `pos` a producer id, epoch and base sequence (how an idempotent
     producer re-sends a batch it did not build, e.g. a mirror's); fixes the CRC. The base offset
@@ -215,13 +215,17 @@ def stamp_producer(
     it had there, and Kafka refuses a produced batch whose base offset is not 0.
 
     `clear_transactional` drops the transactional bit: a batch copied out of a transaction is
-    written as an ordinary one, since the transaction's markers stay behind.
+    written as an ordinary one, since the transaction's markers stay behind. `set_transactional`
+    sets it: the batch is written in the re-sender's own transaction (the mirror's exactly-once
+    mode).
     """
     header = read_batch_header(buf, pos)
     struct.pack_into(">q", buf, pos, 0)  # outside the CRC
     struct.pack_into(">qhi", buf, pos + _PRODUCER_ID_POS, producer_id, producer_epoch, base_sequence)
     if clear_transactional and header.attributes & _TRANSACTIONAL_BIT:
         struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes & ~_TRANSACTIONAL_BIT)
+    elif set_transactional and not header.attributes & _TRANSACTIONAL_BIT:
+        struct.pack_into(">h", buf, pos + _ATTRIBUTES_POS, header.attributes | _TRANSACTIONAL_BIT)
     view = memoryview(buf)[pos + _CRC_START : pos + header.size]
     struct.pack_into(">I", buf, pos + _CRC_POS, crc32c.crc32c(view))
 

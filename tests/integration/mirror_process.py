@@ -4,6 +4,7 @@ config, fed by a producer that writes steadily meanwhile, and watched through it
 from __future__ import annotations
 
 import json
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -12,8 +13,9 @@ from typing import Any
 from confluent_kafka import Producer
 
 from deploy.child_process import ChildProcess
+from tests.support.polling import wait_for
 
-__all__ = ["produce_steadily", "read_status", "start_mirror", "status_positions"]
+__all__ = ["finish_steady_run", "produce_steadily", "read_status", "start_mirror", "status_positions"]
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 60.0  # from its start to its ready line
@@ -57,3 +59,17 @@ def read_status(status: Path) -> dict[str, Any] | None:
 def status_positions(report: dict[str, Any]) -> dict[tuple[str, int], int]:
     """Each partition's position in a status report, by (topic, partition)."""
     return {(q["topic"], q["partition"]): q["position"] for q in report["partitions"]}
+
+
+async def finish_steady_run(mirror: ChildProcess, status: Path, done: threading.Event, records: int) -> None:
+    """Once `produce_steadily` is done and the mirror's status shows every record of "orders"
+    copied, stop the mirror cleanly (exit 0)."""
+    await wait_for(done.is_set, what="the producer to finish", timeout_s=120)
+
+    def caught_up() -> bool:
+        report = read_status(status)
+        return report is not None and status_positions(report) == {("orders", q): records // 3 for q in range(3)}
+
+    await wait_for(caught_up, what="the mirror to catch up", timeout_s=120)
+    mirror.send_signal(signal.SIGTERM)
+    assert mirror.wait(60) == 0

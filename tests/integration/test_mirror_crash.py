@@ -15,7 +15,7 @@ from broker.client import open_client
 from deploy.broker_process import BrokerProcess
 from mirror.formats import decode_position
 from mirror.topics import read_whole_topic
-from tests.integration.mirror_process import produce_steadily, read_status, start_mirror, status_positions
+from tests.integration.mirror_process import finish_steady_run, produce_steadily, start_mirror
 from tests.integration.test_mirror import content, read_partition, wait_for_end_offsets
 from tests.support.polling import wait_for
 
@@ -58,15 +58,7 @@ async def test_sigkill_repeats_only_what_followed_the_last_checkpoint(east: Brok
         mirror.wait()
         stored = await stored_positions(west.bootstrap)
         mirror = start_mirror(config, tmp_path / "mirror.log", status)
-        await wait_for(done.is_set, what="the producer to finish", timeout_s=120)
-
-        def caught_up() -> bool:
-            report = read_status(status)
-            return report is not None and status_positions(report) == {("orders", q): RECORDS // 3 for q in range(3)}
-
-        await wait_for(caught_up, what="the restarted mirror to catch up", timeout_s=120)
-        mirror.send_signal(signal.SIGTERM)
-        assert mirror.wait(60) == 0
+        await finish_steady_run(mirror, status, done, RECORDS)
     finally:
         producer.join(120)
     for p in range(3):

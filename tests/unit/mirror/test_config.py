@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mirror.config import load_mirror_config
+from mirror.config import load_mirror_config, mirror_config_from_data
 from topology import TopologyError
 
 
@@ -70,3 +70,12 @@ offset.lag.maxx: 3
     assert f"{path}:2:1: target: source and target have the same alias 'east'" in text
     assert f"{path}:3:10: topics.include: '(' is not a regular expression" in text
     assert f"{path}:4:1: offset.lag.maxx: unknown key 'offset.lag.maxx'" in text
+
+
+def test_exactly_once_support_is_for_mm2_mode() -> None:
+    base = {"source": {"alias": "a", "bootstrap": "127.0.0.1:1"}, "target": {"alias": "b", "bootstrap": "127.0.0.1:2"}}
+    assert mirror_config_from_data(base).exactly_once_support == "disabled"
+    assert mirror_config_from_data({**base, "exactly.once.support": "required"}).exactly_once_support == "required"
+    for bad in ({"exactly.once.support": "requested"}, {"mode": "link", "exactly.once.support": "required"}):
+        with pytest.raises(TopologyError, match="exactly.once.support"):
+            mirror_config_from_data({**base, **bad})
