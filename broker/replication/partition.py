@@ -395,6 +395,9 @@ class Partition:
             finally:
                 if plan.done:
                     self.log.finish_truncation(plan)
+                    # The epoch's records past the cut are gone: the high watermark can reach the
+                    # new end, and a client's "latest" must not wait for offsets that left the log.
+                    self.leader_epoch_start_offset = min(self.leader_epoch_start_offset, self.log.log_end_offset)
             self._signal()
             self._wake()
             return plan.cut
