@@ -116,6 +116,9 @@ class GroupReader:
         self.names: list[str] = []  # in the order read (a record read twice is here twice)
         self.first_read: float | None = None
         self.lock = threading.Lock()
+        # The consumer's own position per assigned partition, as of its last poll: where it
+        # stands even in a partition it has nothing to read in (a group that resumes at the end).
+        self._positions: dict[TopicPartition, int] = {}
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest", **QUIET, **(extra or {})})
         self._consumer.subscribe(topics)
@@ -144,12 +147,23 @@ class GroupReader:
                     self.read[(message.topic() or "", message.partition() or 0)][message.offset() or 0] = name
                     self.names.append(name)
                 read_since_commit = True
+            self._note_positions()
             if read_since_commit and time.monotonic() - last_commit >= COMMIT_EVERY_S:
                 self._commit()
                 last_commit, read_since_commit = time.monotonic(), False
         if self._commit_at_stop and read_since_commit:
             self._commit()
         self._consumer.close()
+
+    def _note_positions(self) -> None:
+        try:
+            found = self._consumer.position(self._consumer.assignment())
+        except Exception:  # noqa: BLE001 - a rebalance under way: the next poll's will do
+            return
+        with self.lock:
+            for tp in found:
+                if tp.offset >= 0:
+                    self._positions[(tp.topic, tp.partition)] = tp.offset
 
     def _commit(self) -> None:
         try:
@@ -162,9 +176,11 @@ class GroupReader:
             return len(self.names)
 
     def positions(self) -> dict[TopicPartition, int]:
-        """Per partition: one past the last offset read."""
+        """Per partition: one past the last offset read, or the consumer's position when that is
+        further (a group that resumed at a partition's end has read nothing there)."""
         with self.lock:
-            return {tp: max(offsets) + 1 for tp, offsets in self.read.items() if offsets}
+            read = {tp: max(offsets) + 1 for tp, offsets in self.read.items() if offsets}
+            return {tp: max(read.get(tp, 0), self._positions.get(tp, 0)) for tp in {*read, *self._positions}}
 
     def stop(self, *, commit: bool, timeout_s: float = 10.0) -> None:
         """Stop reading (after a last commit when `commit`). A consumer whose cluster is gone may
