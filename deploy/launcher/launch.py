@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import re
-import socket
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -70,6 +69,7 @@ from deploy.launcher.state_file import (
     WanRecord,
     ZooKeeperRecord,
 )
+from deploy.ports import free_port
 from deploy.process_identity import STATE_DIR_ENV, Identity, identity_of
 from deploy.supervisor import ProcessSpec, StartFailed, Supervised, hold, supervise
 from deploy.wan.client import WanApiError, WanClient
@@ -118,11 +118,6 @@ def prepare_state_dir(state_dir: Path) -> None:
         raise StateDirError(f"cannot write the state dir {state_dir}{where}: {exc.strerror or exc}") from None
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (the kernel's pick for port 0)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
 
 
 def _cli(*args: str) -> list[str]:

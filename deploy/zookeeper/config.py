@@ -11,10 +11,11 @@ QuorumPeerMain; either reads a generated zoo.cfg in the node's own directory.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from deploy.ports import free_port
 
 __all__ = ["CLASSPATH", "JAVA", "QUORUM_MAIN", "STANDALONE_MAIN", "ZOOKEEPER_JAR", "NodePorts", "Tuning",
            "ZkTls", "java_argv", "pick_free_port", "render_zoo_cfg", "write_node_files"]
@@ -84,10 +85,9 @@ class Tuning:
 def pick_free_port() -> int:
     """A loopback port nothing listens on right now. ZooKeeper cannot bind port 0 and report the
     port it got, so the port is picked here; another process may take it before the node binds
-    it, which the caller detects (the node exits with a BindException) and retries."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((HOST, 0))
-        return int(sock.getsockname()[1])
+    it, which the caller detects (the node exits with a BindException) and retries. Never one
+    this process handed out before (deploy/ports.py)."""
+    return free_port(HOST)
 
 
 def render_zoo_cfg(*, data_dir: Path, ports: NodePorts, peers: Sequence[tuple[int, NodePorts]],
