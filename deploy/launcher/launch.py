@@ -439,7 +439,6 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
     try:
         await _run(state, toxiproxy, task_status)
     finally:
-        await trio.to_thread.run_sync(server.close)
         if toxiproxy is not None:
             with trio.CancelScope(shield=True):
                 for name in state.proxies:
@@ -452,6 +451,8 @@ async def run_plan(plan: LaunchPlan, state_dir: Path, *, toxiproxy: str | None =
                         await trio.to_thread.run_sync(WanClient(toxiproxy).request, "DELETE", f"/links/{body['name']}")
                     except (WanApiError, OSError) as exc:
                         log.warning("could not remove link %s from %s: %s", body["name"], toxiproxy, exc)
+        with trio.CancelScope(shield=True):  # on the way out, cancelled: the close must still run
+            await trio.to_thread.run_sync(server.close)
         # Everything this launcher started has stopped (the nursery waited for it): say so.
         (state_dir / STATE_FILE).unlink(missing_ok=True)
 

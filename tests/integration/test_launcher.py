@@ -8,6 +8,7 @@ import time
 from functools import partial
 from pathlib import Path
 
+import pytest
 import trio
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
@@ -116,7 +117,12 @@ async def test_an_external_toxiproxy_serves_the_links(tmp_path: Path) -> None:
                 "jitter": 2, "loss": 0.0, "reorder": 0.0}
             report = await trio.to_thread.run_sync(status, tmp_path / "s")
             assert report["wan"]["healthy"] and report["wan"]["pid"] is None
+            metrics_host, metrics_port = state.metrics.rsplit(":", 1)
+            await (await trio.open_tcp_stream(metrics_host, int(metrics_port))).aclose()  # served
             nursery.cancel_scope.cancel()
+        # Cancelled, the launcher still cleans up: its proxies and links, and its metrics endpoint.
+        with pytest.raises(OSError):
+            await trio.open_tcp_stream(metrics_host, int(metrics_port))
         assert await trio.to_thread.run_sync(proxies, api) == {}
         assert await trio.to_thread.run_sync(WanClient(api, timeout_s=10).links) == {}
         outer.cancel_scope.cancel()
