@@ -219,6 +219,11 @@ def _check_link_mirrors(spec: TopologySpec, problem: Callable[[tuple[str | int, 
             problem(("mirrors", name, "naming"),
                     "a link-mode mirror keeps topic names (its mirror topics have the source's offsets under "
                     "the source's names): remove `naming: default`, or use mode: mm2 for <source>.<topic> names")
+        if mirror.exactly_once_support == "required":
+            problem(("mirrors", name, "exactly_once_support"),
+                    "exactly_once_support is for mode: mm2 (a link-mode mirror copies transactional batches with "
+                    "their markers, so read_committed readers at the target already see what they see at the "
+                    "source): remove it, or use mode: mm2")
         source, target = spec.clusters.get(mirror.source), spec.clusters.get(mirror.target)
         if source is None or target is None or mirror.source == mirror.target:
             continue  # reported above

@@ -201,6 +201,9 @@ class Mirror(_Strict):
     # MirrorMaker 2's topic ACL sync (the mirror's sync.topic.acls.enabled, on by default): off,
     # the mirror creates no ACLs at the target, and `up` does not grant it Alter on that cluster.
     sync_topic_acls: bool = True
+    # MirrorMaker 2's exactly.once.support (KIP-618) for mode mm2: `required` writes the copied
+    # records and the mirror's source positions in one transaction at the target.
+    exactly_once_support: Literal["disabled", "required"] = "disabled"
 
     @property
     def keeps_names(self) -> bool:

@@ -49,13 +49,16 @@ def plan_from_file(path: Path) -> LaunchPlan:
 def mirror_settings(mirror: Mirror) -> dict[str, object]:
     """The mirror's config beyond its name and clusters, as `causeway mirror --config` reads it.
     A link-mode mirror gets no `naming` key: it keeps names, and the mirror refuses an explicit
-    `naming: default` with it. `sync_topic_acls: false` becomes MM2's `sync.topic.acls.enabled`."""
+    `naming: default` with it. `sync_topic_acls: false` becomes MM2's `sync.topic.acls.enabled`,
+    `exactly_once_support: required` its `exactly.once.support`."""
     settings: dict[str, object] = {"mode": mirror.mode, "topics": mirror.topics.model_dump(),
                                    "groups": mirror.groups.model_dump()}
     if mirror.mode == "mm2":
         settings["naming"] = mirror.naming
     if not mirror.sync_topic_acls:
         settings[SYNC_TOPIC_ACLS] = False
+    if mirror.exactly_once_support == "required":
+        settings["exactly.once.support"] = "required"
     return settings
 
 
