@@ -119,6 +119,7 @@ class GroupReader:
         # The consumer's own position per assigned partition, as of its last poll: where it
         # stands even in a partition it has nothing to read in (a group that resumes at the end).
         self._positions: dict[TopicPartition, int] = {}
+        self._committed_asked = 0.0  # when the coordinator was last asked for committed offsets
         self._consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
                                    "auto.offset.reset": "earliest", **QUIET, **(extra or {})})
         self._consumer.subscribe(topics)
@@ -157,13 +158,22 @@ class GroupReader:
 
     def _note_positions(self) -> None:
         try:
-            found = self._consumer.position(self._consumer.assignment())
+            assigned = self._consumer.assignment()
+            found = self._consumer.position(assigned)
+            # librdkafka knows a position only once it has returned a record of the partition:
+            # where the group resumed at the end there is none, and its committed offset is where
+            # it stands. Asked of the coordinator, so at most every COMMIT_EVERY_S.
+            unknown = [tp for tp in found if tp.offset < 0]
+            if unknown and time.monotonic() - self._committed_asked >= COMMIT_EVERY_S:
+                self._committed_asked = time.monotonic()
+                found = [tp for tp in found if tp.offset >= 0] + self._consumer.committed(unknown, timeout=2)
         except Exception:  # noqa: BLE001 - a rebalance under way: the next poll's will do
             return
         with self.lock:
             for tp in found:
                 if tp.offset >= 0:
-                    self._positions[(tp.topic, tp.partition)] = tp.offset
+                    key = (tp.topic, tp.partition)
+                    self._positions[key] = max(self._positions.get(key, 0), tp.offset)
 
     def _commit(self) -> None:
         try:
