@@ -21,7 +21,15 @@ shared by every connection across it (deploy/wan/link.py). So each mirror runs w
 number of tasks (fetch streams): MM2's tasks.max 1, `causeway mirror`'s 4; more connections get
 no more of the link. The link's own rate is measured on one connection across the same link
 before the mirrors run. The share of the link is the warm wave's record payload per second over
-that rate (the records' framing, ~10 B each here, rides on top). One line of figures per mirror
+that rate (the records' framing, ~10 B each here, rides on top).
+
+The warm wave's clock starts at the first produce, so it includes the producer's own ramp (its
+client starting, its first batch filling): about half a second here, before the source holds a
+single new record, and the same for either mirror. So the warm wave is also timed from the
+first append at the source (its end offsets, polled every 5 ms) to the last record at the
+target, and over the link the bytes that crossed it toward the mirror in that time are read from
+the emulator's own counter (`causeway_wan_link_sent_bytes_total`): the link's use is those bytes
+per second over the link's declared bandwidth, framing included. One line of figures per mirror
 and setting, then ratios.
 """
 
@@ -31,12 +39,15 @@ import argparse
 import json
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.mirror import link_ceiling_mb_s
 from bench.peers.events import ToolProcess, start_tool
@@ -52,6 +63,8 @@ MM2_JVM_FLAGS = ("-Xms128m", "-Xmx1g", "-XX:+UseG1GC", "-Xshare:auto", "-Xlog:di
                  "-Xlog:all=warning,cds*=off:stderr", "-Djava.awt.headless=true")
 COPY_TIMEOUT_S = 600.0
 POLL_S = 0.05  # with a client per poll (~10 ms), the timings' resolution is under 0.1 s
+WARM_POLL_S = 0.01  # the warm wave's end: one client kept, so the resolution is ~15 ms
+APPEND_POLL_S = 0.005  # the warm wave's first append at the source
 
 
 def fill(bootstrap: str, topic: str, records: int, size: int, partitions: int, *, create: bool = True) -> None:
@@ -110,10 +123,11 @@ def race(name: str, start: Callable[[], int], target: BrokerProcess, remote: str
 
 
 def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: BrokerProcess, args: argparse.Namespace,
-             tasks: int | None, setting: str) -> list[dict[str, object]]:
+             tasks: int | None, setting: str, link_counter: Callable[[], int] | None = None) -> list[dict[str, object]]:
     """Fill the source, then MM2 and `causeway mirror` one after the other, each reaching the
     source at `source_bootstrap` (`fill_bootstrap`: the producer's way in, never through a link),
-    with `tasks` tasks each (None: each mirror's default)."""
+    with `tasks` tasks each (None: each mirror's default); `link_counter`: the bytes the link has
+    carried toward the mirrors so far."""
     task_settings = {} if tasks is None else {"tasks.max": tasks}
     # A topic per mirror, alike (partitions, records, sizes): each mirror's second wave goes to its own.
     topics = ("race-mm2", "race-causeway")
@@ -151,12 +165,12 @@ def run_pair(base: Path, source_bootstrap: str, fill_bootstrap: str, target: Bro
 
         results = [race("MirrorMaker 2 (4.3.1)", start_mm2, target, f"east.{topics[0]}", args.records,
                         args.partitions)]
-        warm_wave(fill_bootstrap, topics[0], target, f"east.{topics[0]}", args, results[0])
+        warm_wave(fill_bootstrap, topics[0], target, f"east.{topics[0]}", args, results[0], link_counter)
         assert mm2 is not None
         mm2.stop()
         results.append(race("causeway mirror", start_mirror, target, f"south.{topics[1]}", args.records,
                             args.partitions))
-        warm_wave(fill_bootstrap, topics[1], target, f"south.{topics[1]}", args, results[1])
+        warm_wave(fill_bootstrap, topics[1], target, f"south.{topics[1]}", args, results[1], link_counter)
     finally:
         if mm2 is not None:
             mm2.stop()
@@ -200,32 +214,95 @@ def over_wan(base: Path, args: argparse.Namespace) -> tuple[list[dict[str, objec
             client.delete_proxy("ceiling")
             client.create_proxy("link", f"127.0.0.1:{proxy}", f"127.0.0.1:{wan}", link=on_link)
             setting = f"{args.rate_mbit} Mbit/s, {args.latency_ms} ms link"
-            results = run_pair(base, f"127.0.0.1:{proxy}", source.listeners["LOCAL"], target, args, None, setting)
+            results = run_pair(base, f"127.0.0.1:{proxy}", source.listeners["LOCAL"], target, args, None, setting,
+                               lambda: link_bytes_toward_mirror(emulator.api, "source-dc"))
         finally:
             source.stop()
             target.stop()
     for result in results:
         result["link_share"] = round(float(str(result["payload_mb_per_s"])) / link, 2)
+        # Against what the link is declared to carry, as an operator reads a link's use.
+        result["link_use_of_declared"] = round(float(str(result["link_mb_per_s"])) / (args.rate_mbit / 8), 2)
     return results, link
 
 
+class FirstAppend:
+    """The moment the source first holds more records of `topic` than when entered: a thread
+    polling its end offsets every APPEND_POLL_S, so the warm wave can be timed without the
+    producer's own start."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-race-source"})
+        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+        self.at: float | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="first-append", daemon=True)
+
+    def _end(self) -> int:
+        return sum(self.consumer.get_watermark_offsets(tp, timeout=5)[1] for tp in self.partitions)
+
+    def _watch(self) -> None:
+        before = self._end_before
+        while not self._stop.is_set():
+            if self._end() > before:
+                self.at = time.monotonic()
+                return
+            time.sleep(APPEND_POLL_S)  # polling another process's log; a benchmark, not a test
+
+    def __enter__(self) -> FirstAppend:
+        self._end_before = self._end()  # before the first produce: the thread compares with it
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.consumer.close()
+
+
+def link_bytes_toward_mirror(api: str, source_dc: str) -> int:
+    """Bytes the emulator's shared links have carried out of `source_dc` so far (its
+    `causeway_wan_link_sent_bytes_total` counter: every byte through the bottleneck)."""
+    with urllib.request.urlopen(f"http://{api}/metrics", timeout=10) as reply:  # noqa: S310 - http only
+        text = reply.read().decode()
+    return int(sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+                   if sample.name == "causeway_wan_link_sent_bytes_total"
+                   and sample.labels.get("direction", "").startswith(f"{source_dc}->")))
+
+
 def warm_wave(fill_bootstrap: str, topic: str, target: BrokerProcess, remote: str, args: argparse.Namespace,
-              result: dict[str, object]) -> None:
+              result: dict[str, object], link_counter: Callable[[], int] | None = None) -> None:
     """With the mirror running and caught up, the same records again: timed from the first produce
     to the last record at the target. A cold start's figures mix start-up into the copy (a mirror
-    may fetch for seconds before its first write lands); this is the copy alone, the link's share."""
-    began = time.monotonic()
-    fill(fill_bootstrap, topic, args.records, args.size, args.partitions, create=False)
-    produced = time.monotonic() - began
-    deadline = began + COPY_TIMEOUT_S
-    while copied(target, remote, args.partitions) < 2 * args.records:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{result['mirror']}: the second wave not copied in {COPY_TIMEOUT_S} s")
-        time.sleep(POLL_S)  # polling another process's progress; a benchmark, not a test
-    took = time.monotonic() - began
+    may fetch for seconds before its first write lands); this is the copy alone, the link's share.
+    Also timed from the first append at the source; `link_counter` reads the bytes the link has
+    carried toward the mirror, read before and after: its use over the wave."""
+    sent_before = link_counter() if link_counter is not None else 0
+    watch = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "mirror-race"})
+    remote_partitions = [TopicPartition(remote, p) for p in range(args.partitions)]
+    try:
+        with FirstAppend(fill_bootstrap, topic, args.partitions) as first_append:
+            began = time.monotonic()
+            fill(fill_bootstrap, topic, args.records, args.size, args.partitions, create=False)
+            produced = time.monotonic() - began
+            deadline = began + COPY_TIMEOUT_S
+            while sum(watch.get_watermark_offsets(tp, timeout=5)[1] for tp in remote_partitions) < 2 * args.records:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{result['mirror']}: the second wave not copied in {COPY_TIMEOUT_S} s")
+                time.sleep(WARM_POLL_S)  # polling another process's progress; a benchmark, not a test
+            done = time.monotonic()
+    finally:
+        watch.close()
+    assert first_append.at is not None  # the records were acknowledged, so the source holds them
+    took, copying = done - began, done - first_append.at
     result["warm_produce_s"] = round(produced, 2)
     result["warm_copy_s"] = round(took, 2)
+    result["warm_from_first_append_s"] = round(copying, 2)
     result["payload_mb_per_s"] = round(args.records * args.size / 1e6 / took, 1)
+    result["payload_mb_per_s_from_first_append"] = round(args.records * args.size / 1e6 / copying, 1)
+    if link_counter is not None:
+        result["link_bytes"] = link_counter() - sent_before
+        result["link_mb_per_s"] = round(int(str(result["link_bytes"])) / 1e6 / copying, 2)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(json.dumps(result), flush=True)
             pairs.append(wan_results)
     for mm2_result, causeway_result in pairs:
-        for key in ("first_record_s", "all_records_s", "copy_s", "warm_copy_s"):
+        for key in ("first_record_s", "all_records_s", "copy_s", "warm_copy_s", "warm_from_first_append_s"):
             ratio = float(str(mm2_result[key])) / max(float(str(causeway_result[key])), 1e-9)
             print(f"{mm2_result['setting']}: {key}: MM2 / causeway mirror = {ratio:.2f}")
     return 0
