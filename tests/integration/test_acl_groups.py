@@ -9,7 +9,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
-import trio
 from confluent_kafka import Consumer, ConsumerGroupTopicPartitions, KafkaError, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AclOperation, NewTopic, ResourceType
@@ -37,6 +36,7 @@ from security.acl import SUPPORTED_OPERATIONS, Operation
 from security.acl import ResourceType as AclResourceType
 from security.client import client_security
 from tests.support.consume import group_values
+from tests.support.polling import wait_for
 from tests.support.secured import TIMEOUT_S, acl_broker, admin, allow, grant, login
 
 LINK = "dc1-to-dc2"
@@ -278,13 +278,15 @@ async def test_find_coordinator_needs_describe_on_each_key(broker: BrokerProcess
     # creates __transaction_state, as Kafka's; its leaders may take a moment).
     grant(broker, [allow("User:alice", ResourceType.TRANSACTIONAL_ID, "tx", AclOperation.DESCRIBE)])
     async with _client(broker, "alice") as alice:
-        for _ in range(200):
-            transactional = await alice.request_any(FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"]))
-            if transactional.coordinators[0].error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE:
-                break
-            await trio.sleep(0.05)
-        assert transactional.coordinators[0].error_code == ErrorCode.NONE
-        assert transactional.coordinators[0].node_id >= 0
+        answers = []
+
+        async def answered() -> bool:
+            answers.append(await alice.request_any(FindCoordinatorRequest(key_type=1, coordinator_keys=["tx"])))
+            return answers[-1].coordinators[0].error_code != ErrorCode.COORDINATOR_NOT_AVAILABLE
+
+        await wait_for(answered, what="the transaction coordinator to be available", timeout_s=TIMEOUT_S)
+        assert answers[-1].coordinators[0].error_code == ErrorCode.NONE
+        assert answers[-1].coordinators[0].node_id >= 0
 
 
 def _batch(base: int, count: int) -> bytes:

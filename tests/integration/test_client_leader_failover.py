@@ -103,18 +103,20 @@ async def run_loops(cluster: ZkCluster) -> dict[str, object]:
         await admin.create_topics(setup, {"orders": NewTopic(PARTITIONS, 3),
                                           "copy": NewTopic(PARTITIONS, 3, {MIRROR_NAME_CONFIG: LINK})})
 
-        async def full_isr() -> dict[TopicPartition, int]:
-            for _ in range(200):
-                setup.invalidate_metadata()
-                meta = await setup.refresh_metadata(["orders", "copy"])
-                parts = [(TopicPartition(t, p), part) for t in ("orders", "copy")
-                         for p, part in meta.topics[t].partitions.items()]
-                if len(parts) == 2 * PARTITIONS and all(len(part.isr) == 3 and part.leader >= 0 for _, part in parts):
-                    return {tp: part.leader for tp, part in parts}
-                await trio.sleep(0.1)
-            raise AssertionError("the topics never had a full ISR")
+        leaders: dict[TopicPartition, int] = {}
 
-        leaders = await full_isr()
+        async def full_isr() -> bool:
+            setup.invalidate_metadata()
+            meta = await setup.refresh_metadata(["orders", "copy"])
+            parts = [(TopicPartition(t, p), part) for t in ("orders", "copy")
+                     for p, part in meta.topics[t].partitions.items()]
+            if len(parts) == 2 * PARTITIONS and all(len(part.isr) == 3 and part.leader >= 0 for _, part in parts):
+                leaders.update({tp: part.leader for tp, part in parts})
+                return True
+            return False
+
+        await wait_for(full_isr, what="every partition of both topics to have a leader and a full ISR",
+                       interval_s=0.1)
     victim = leaders[TopicPartition("orders", 0)]
     copy_tp = next(tp for tp, leader in leaders.items() if tp.topic == "copy" and leader == victim)
     orders_tp = TopicPartition("orders", 0)

@@ -80,21 +80,23 @@ async def send_all(cluster: ZkCluster, batches: list[bytes], acked: list[int], *
     ended (its log start, 100, before the first), retrying (bounded) through leader changes;
     record the base offsets acknowledged."""
     async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
+
+        async def appended(data: bytes, previous_end: int) -> bool:
+            result = (await link_append(client, LINK, {TP: data}, timeout_ms=10000,
+                                        previous_ends={TP: previous_end}, log_start_offsets={TP: 100}))[TP]
+            # Anything else than a leader election under way (asked again shortly) is a failure.
+            assert result.error in (ErrorCode.NONE, ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NETWORK_EXCEPTION,
+                                    ErrorCode.REQUEST_TIMED_OUT, ErrorCode.LEADER_NOT_AVAILABLE,
+                                    ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), result
+            return result.error == ErrorCode.NONE
+
         for i in range(start, len(batches)):
             data = batches[i]
             previous_end = split_batches(batches[i - 1])[-1][1].last_offset + 1 if i else 100
-            for _ in range(100):
-                result = (await link_append(client, LINK, {TP: data}, timeout_ms=10000,
-                                            previous_ends={TP: previous_end}, log_start_offsets={TP: 100}))[TP]
-                if result.error == ErrorCode.NONE:
-                    acked.append(split_batches(data)[0][1].base_offset)
-                    break
-                assert result.error in (ErrorCode.NOT_LEADER_OR_FOLLOWER, ErrorCode.NETWORK_EXCEPTION,
-                                        ErrorCode.REQUEST_TIMED_OUT, ErrorCode.LEADER_NOT_AVAILABLE,
-                                        ErrorCode.NOT_ENOUGH_REPLICAS, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION), result
-                await trio.sleep(0.2)  # a leader election is under way: ask again shortly
-            else:
-                raise AssertionError(f"batch at {split_batches(data)[0][1].base_offset} never acknowledged")
+            base = split_batches(data)[0][1].base_offset
+            await wait_for(partial(appended, data, previous_end), what=f"the batch at {base} to be acknowledged",
+                           interval_s=0.2)
+            acked.append(base)
 
 
 async def move_log_start(cluster: ZkCluster, offset: int) -> None:

@@ -1,12 +1,17 @@
 """The WAN-link emulator driven by the unmodified toxiproxy-python client against a local echo
-server. Times are measured with trio.current_time() and only lower bounds are asserted."""
+server. A toxic's delays are measured on trio's MockClock (see `jumping`): the emulator runs in
+the test's trio run and keeps time with it, so a test sees the emulator's schedule in virtual
+seconds, never the machine's speed. Only lower bounds of delays are asserted, and bandwidth is
+judged by the bytes that have arrived by each instant."""
 
 from __future__ import annotations
 
 import functools
 import json
+import math
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,8 +21,10 @@ import trio
 from toxiproxy import Toxiproxy  # type: ignore[import-untyped]
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists  # type: ignore[import-untyped]
 from toxiproxy.proxy import Proxy  # type: ignore[import-untyped]
+from trio.testing import MockClock
 
 from deploy.wan import serve_wan
+from deploy.wan.toxics import BANDWIDTH_BURST_SECONDS
 
 T = TypeVar("T")
 
@@ -61,6 +68,19 @@ async def wan(nursery: trio.Nursery) -> Wan:
     client = Toxiproxy()
     client.update_api_consumer(host, port)
     return Wan(client, f"http://{host}:{port}", listeners[0].socket.getsockname()[1])
+
+
+@contextmanager
+def jumping(clock: MockClock) -> Iterator[None]:
+    """Inside the block, trio's clock (pytest-trio's `mock_clock`, standing still until then)
+    jumps to the next deadline whenever every task waits: a toxic's delays cost no real time.
+    Outside it the clock stands still again, for toxiproxy-python's calls: they run in threads,
+    and a clock that jumped while one ran would time its request out."""
+    clock.autojump_threshold = 0
+    try:
+        yield
+    finally:
+        clock.autojump_threshold = math.inf
 
 
 def port_of(proxy: Proxy) -> int:
@@ -300,47 +320,69 @@ async def test_reset_enables_all_and_removes_toxics(wan: Wan) -> None:
 # --- toxics ----------------------------------------------------------------------------------
 
 
-async def test_latency_each_way(wan: Wan) -> None:
+async def test_latency_each_way(wan: Wan, mock_clock: MockClock) -> None:
     proxy = await wan.create()
     await in_thread(proxy.add_toxic, type="latency", attributes={"latency": 150, "jitter": 10})
-    async with await connect(proxy) as stream:
-        assert await round_trip(stream) >= 0.14
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream:
+            assert await round_trip(stream) >= 0.14
     await in_thread(proxy.add_toxic, type="latency", stream="upstream", attributes={"latency": 100})
-    async with await connect(proxy) as stream:
-        assert await round_trip(stream) >= 0.24
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream:
+            assert await round_trip(stream) >= 0.24
 
 
-async def test_latency_keeps_data_intact_and_in_order(wan: Wan) -> None:
+async def test_latency_keeps_data_intact_and_in_order(wan: Wan, mock_clock: MockClock) -> None:
     proxy = await wan.create()
     await in_thread(proxy.add_toxic, type="latency", attributes={"latency": 50, "jitter": 40})
     payload = bytes(range(256)) * 4096  # 1 MiB
-    async with await connect(proxy) as stream:
-        start = trio.current_time()
-        async with trio.open_nursery() as nursery:
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream:
+            start = trio.current_time()
+            async with trio.open_nursery() as nursery:
 
-            async def send() -> None:
-                await stream.send_all(payload)
-                await stream.send_eof()
+                async def send() -> None:
+                    await stream.send_all(payload)
+                    await stream.send_eof()
 
-            nursery.start_soon(send)
-            received, _ = await receive_all(stream)
-        assert received == payload
-        assert trio.current_time() - start >= 0.01
+                nursery.start_soon(send)
+                received, _ = await receive_all(stream)
+            assert received == payload
+            assert trio.current_time() - start >= 0.01
 
 
-async def test_bandwidth(wan: Wan) -> None:
+async def test_bandwidth(wan: Wan, mock_clock: MockClock) -> None:
+    # The toxic shapes with trio time, so the bytes that have arrived by each virtual instant
+    # are bounded by the rate, however slow the machine: the test counts bytes.
     proxy = await wan.create()
-    rate_kb = 400
-    await in_thread(proxy.add_toxic, type="bandwidth", attributes={"rate": rate_kb})
-    size = 400_000
-    async with await connect(proxy) as stream:
-        start = trio.current_time()
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stream.send_all, b"b" * size)
-            assert await receive_exactly(stream, size) == b"b" * size
-        elapsed = trio.current_time() - start
-    # N / R, less the bucket's burst and a little timer slack.
-    assert elapsed >= size / (rate_kb * 1000) - 0.05
+    rate = 400 * 1000  # bytes/s; Toxiproxy's unit is KB/s
+    await in_thread(proxy.add_toxic, type="bandwidth", attributes={"rate": rate // 1000})
+    payload = bytes(range(256)) * 4700  # 1,203,200 bytes: 3 s at the rate
+    received = bytearray()
+    seen: list[tuple[float, int]] = []  # (virtual seconds since the first byte could enter, bytes arrived)
+    start = trio.current_time()
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream, trio.open_nursery() as nursery:
+
+            async def receive() -> None:
+                while len(received) < len(payload):
+                    chunk = await stream.receive_some(65536)
+                    assert chunk, f"closed after {len(received)} of {len(payload)} bytes"
+                    received.extend(chunk)
+                seen.append((trio.current_time() - start, len(received)))
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(stream.send_all, payload)
+            nursery.start_soon(receive)
+            while True:  # a look every quarter of a virtual second, until the last byte is in
+                seen.append((trio.current_time() - start, len(received)))
+                await trio.sleep(0.25)
+    assert received == payload  # whole and in order
+    # The bucket releases a part no earlier than its bytes' share of the rate after the last
+    # (less the burst it holds after idling): by any instant, at most rate × (time + burst). A
+    # link kept busy meets the bound exactly; the one byte more allows for float rounding.
+    for elapsed, count in seen:
+        assert count <= rate * (elapsed + BANDWIDTH_BURST_SECONDS) + 1, seen
 
 
 async def test_limit_data_closes_after_n_bytes(wan: Wan) -> None:
@@ -361,34 +403,36 @@ async def test_limit_data_upstream(wan: Wan) -> None:
         assert b"0123456789".startswith(await receive_until_cut(stream))
 
 
-async def test_reset_peer(wan: Wan) -> None:
+async def test_reset_peer(wan: Wan, mock_clock: MockClock) -> None:
     proxy = await wan.create()
     await in_thread(proxy.add_toxic, type="reset_peer", stream="upstream", attributes={"timeout": 200})
-    async with await connect(proxy) as stream:
-        start = trio.current_time()
-        await stream.send_all(b"hello")
-        with pytest.raises(trio.BrokenResourceError) as caught:
-            await stream.receive_some(10)
-        assert isinstance(caught.value.__cause__, ConnectionResetError)
-        assert trio.current_time() - start >= 0.19
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream:
+            start = trio.current_time()
+            await stream.send_all(b"hello")
+            with pytest.raises(trio.BrokenResourceError) as caught:
+                await stream.receive_some(10)
+            assert isinstance(caught.value.__cause__, ConnectionResetError)
+            assert trio.current_time() - start >= 0.19
 
 
-async def test_timeout_holds_data_then_closes(wan: Wan) -> None:
+async def test_timeout_holds_data_then_closes(wan: Wan, mock_clock: MockClock) -> None:
     proxy = await wan.create()
     await in_thread(proxy.add_toxic, type="timeout", attributes={"timeout": 300})
-    async with await connect(proxy) as stream:
-        start = trio.current_time()
-        await stream.send_all(b"lost")
-        assert await stream.receive_some(10) == b""
-        assert trio.current_time() - start >= 0.29
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream:
+            start = trio.current_time()
+            await stream.send_all(b"lost")
+            assert await stream.receive_some(10) == b""
+            assert trio.current_time() - start >= 0.29
 
 
-async def test_timeout_zero_holds_until_removed(wan: Wan) -> None:
+async def test_timeout_zero_holds_until_removed(wan: Wan, mock_clock: MockClock) -> None:
     proxy = await wan.create()
     await in_thread(proxy.add_toxic, type="timeout", attributes={"timeout": 0})
     async with await connect(proxy) as stream:
         await stream.send_all(b"held")
-        with trio.move_on_after(0.3) as waited:
+        with jumping(mock_clock), trio.move_on_after(60) as waited:  # a virtual minute
             await stream.receive_some(10)
         assert waited.cancelled_caught
         await in_thread(proxy.destroy_toxic, "timeout_downstream")
@@ -410,7 +454,7 @@ async def test_slicer_delivers_everything_in_more_pieces(wan: Wan) -> None:
     assert reads >= 8
 
 
-async def test_slow_close(wan: Wan, nursery: trio.Nursery) -> None:
+async def test_slow_close(wan: Wan, nursery: trio.Nursery, mock_clock: MockClock) -> None:
     async def greet_and_close(stream: trio.SocketStream) -> None:
         async with stream:
             await stream.send_all(b"hello")
@@ -419,23 +463,26 @@ async def test_slow_close(wan: Wan, nursery: trio.Nursery) -> None:
     upstream = f"127.0.0.1:{listeners[0].socket.getsockname()[1]}"
     proxy = await in_thread(wan.client.create, upstream=upstream, name="closer", listen="127.0.0.1:0")
     await in_thread(proxy.add_toxic, type="slow_close", attributes={"delay": 300})
-    async with await connect(proxy) as stream:
-        start = trio.current_time()
-        received, _ = await receive_all(stream)
-        assert received == b"hello"
-        assert trio.current_time() - start >= 0.29
+    with jumping(mock_clock):
+        async with await connect(proxy) as stream:
+            start = trio.current_time()
+            received, _ = await receive_all(stream)
+            assert received == b"hello"
+            assert trio.current_time() - start >= 0.29
 
 
-async def test_toxics_act_on_open_connections(wan: Wan) -> None:
+async def test_toxics_act_on_open_connections(wan: Wan, mock_clock: MockClock) -> None:
     proxy = await wan.create()
     async with await connect(proxy) as stream:
         await round_trip(stream)
         await in_thread(proxy.add_toxic, type="latency", attributes={"latency": 200})
-        assert await round_trip(stream) >= 0.19
+        with jumping(mock_clock):
+            assert await round_trip(stream) >= 0.19
         await in_thread(proxy.destroy_toxic, "latency_downstream")
         # An idle connection starts a timeout's clock as soon as the toxic is added.
         await in_thread(proxy.add_toxic, type="timeout", attributes={"timeout": 100})
-        assert await stream.receive_some(10) == b""
+        with jumping(mock_clock):
+            assert await stream.receive_some(10) == b""
 
 
 async def test_toxicity_zero_spares_connections(wan: Wan) -> None:

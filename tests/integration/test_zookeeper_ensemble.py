@@ -18,13 +18,15 @@ from pathlib import Path
 import pytest
 import trio
 from kazoo.client import KazooClient
+from kazoo.exceptions import NodeExistsError
 
-from deploy.child_process import ChildProcess, fd_count
+from deploy.child_process import ChildProcess
 from deploy.cli.zookeeper import READY_PREFIX
 from deploy.process_identity import is_running
 from deploy.zookeeper.config import pick_free_port
 from deploy.zookeeper.ensemble import Ensemble, open_ensemble
 from deploy.zookeeper.node import NodeFailed
+from tests.support.descriptors import no_descriptor_left_open
 from tests.support.polling import wait_for, wait_until
 from tests.support.zookeeper import TEST_TUNING, ZooKeeperServer, zookeeper_server
 
@@ -33,7 +35,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 @contextmanager
 def kazoo(hosts: str) -> Iterator[KazooClient]:
-    client = KazooClient(hosts=hosts, timeout=10)
+    # A request in flight when the connection drops (a JVM that paused on a loaded machine, a
+    # server that closed it) fails with ConnectionLoss though the session lives: `client.retry`
+    # sends it again on the new connection, for up to 30 s, as a careful ZooKeeper client does.
+    client = KazooClient(hosts=hosts, timeout=10, command_retry={"max_tries": -1, "deadline": 30, "max_delay": 1})
     client.start(timeout=20)
     try:
         yield client
@@ -44,13 +49,21 @@ def kazoo(hosts: str) -> Iterator[KazooClient]:
 
 def write(hosts: str, path: str, data: bytes) -> None:
     with kazoo(hosts) as client:
-        client.create(path, data, makepath=True)
+
+        def create() -> None:
+            try:
+                client.create(path, data, makepath=True)
+            except NodeExistsError:  # an earlier try was applied before its answer was lost
+                if client.get(path)[0] != data:
+                    raise
+
+        client.retry(create)
 
 
 def read(hosts: str, path: str) -> bytes:
     with kazoo(hosts) as client:
-        client.sync(path)  # a follower answers reads from its copy: catch up with the leader first
-        value: bytes = client.get(path)[0]
+        client.retry(client.sync, path)  # a follower answers reads from its copy: catch up with the leader first
+        value: bytes = client.retry(client.get, path)[0]
         return value
 
 
@@ -65,15 +78,13 @@ def test_a_single_node_serves_kazoo_and_keeps_its_data_across_a_crash(zookeeper:
 
 
 def test_stopping_the_fixture_leaves_no_jvm_and_no_descriptor(tmp_path: Path) -> None:
-    before = fd_count(os.getpid())
-    with zookeeper_server(tmp_path / "zk") as server:
+    with no_descriptor_left_open(), zookeeper_server(tmp_path / "zk") as server:
         pid = server.pid
         assert pid is not None and is_running(pid)
         assert server.stop() == 143  # the JVM's exit code for SIGTERM: it ran its shutdown hooks
         server.start()
         pid = server.pid
     assert pid is not None and not is_running(pid)
-    assert fd_count(os.getpid()) == before
 
 
 async def leader_of(ensemble: Ensemble) -> int:
@@ -85,30 +96,29 @@ async def leader_of(ensemble: Ensemble) -> int:
 
 
 async def test_three_nodes_elect_one_leader_and_replace_it_when_it_dies(tmp_path: Path) -> None:
-    descriptors = fd_count(os.getpid())
-    async with open_ensemble(tmp_path / "zk", nodes=3, tuning=TEST_TUNING) as ensemble:
-        assert ensemble.connect == ",".join(node.address for node in ensemble.nodes)
-        leader = await leader_of(ensemble)
-        follower_a, follower_b = (node for node in ensemble.nodes if node.node_id != leader)
-        # Written through one node, read through another: one replicated tree.
-        await trio.to_thread.run_sync(write, follower_a.address, "/brokers/ids/0", b"broker 0")
-        assert await trio.to_thread.run_sync(read, follower_b.address, "/brokers/ids/0") == b"broker 0"
+    with no_descriptor_left_open():  # no pidfd, log file or client socket of the ensemble's left open
+        async with open_ensemble(tmp_path / "zk", nodes=3, tuning=TEST_TUNING) as ensemble:
+            assert ensemble.connect == ",".join(node.address for node in ensemble.nodes)
+            leader = await leader_of(ensemble)
+            follower_a, follower_b = (node for node in ensemble.nodes if node.node_id != leader)
+            # Written through one node, read through another: one replicated tree.
+            await trio.to_thread.run_sync(write, follower_a.address, "/brokers/ids/0", b"broker 0")
+            assert await trio.to_thread.run_sync(read, follower_b.address, "/brokers/ids/0") == b"broker 0"
 
-        await ensemble.kill(leader)
-        new_leader = await leader_of(ensemble)  # the two survivors are a quorum
-        assert new_leader != leader
-        for node in (follower_a, follower_b):
-            assert await trio.to_thread.run_sync(read, node.address, "/brokers/ids/0") == b"broker 0"
-        await trio.to_thread.run_sync(write, ensemble.connect, "/written/without/the/old/leader", b"x")
+            await ensemble.kill(leader)
+            new_leader = await leader_of(ensemble)  # the two survivors are a quorum
+            assert new_leader != leader
+            for node in (follower_a, follower_b):
+                assert await trio.to_thread.run_sync(read, node.address, "/brokers/ids/0") == b"broker 0"
+            await trio.to_thread.run_sync(write, ensemble.connect, "/written/without/the/old/leader", b"x")
 
-        state = await ensemble.start_node(leader)  # rejoins as a follower, and catches up
-        assert state.mode == "follower"
-        assert await trio.to_thread.run_sync(read, ensemble.node(leader).address,
-                                             "/written/without/the/old/leader") == b"x"
-        pids = [node.pid for node in ensemble.nodes]
-    assert all(pid is not None and not is_running(pid) for pid in pids)
-    assert all(node.proc is None for node in ensemble.nodes)
-    assert fd_count(os.getpid()) == descriptors  # no pidfd, log file or client socket left open
+            state = await ensemble.start_node(leader)  # rejoins as a follower, and catches up
+            assert state.mode == "follower"
+            assert await trio.to_thread.run_sync(read, ensemble.node(leader).address,
+                                                 "/written/without/the/old/leader") == b"x"
+            pids = [node.pid for node in ensemble.nodes]
+        assert all(pid is not None and not is_running(pid) for pid in pids)
+        assert all(node.proc is None for node in ensemble.nodes)
 
 
 async def test_a_supervised_node_that_crashes_is_started_again(tmp_path: Path) -> None:
