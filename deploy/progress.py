@@ -6,6 +6,12 @@ the command's own `say` at most every `every_s` seconds, plus one at the end, so
 readable whatever the update rate. `quiet` says nothing at all. The arithmetic (broker/progress.py,
 and `progress_line` here) is pure, so it is tested without a clock or a terminal.
 
+A command's `--quiet` (deploy/cli/command.py `add_quiet`) reaches every step through its
+progress channel, a `ProgressOutput`: the `say` it hands down (to the drill's steps, to
+`mirror.promote`, to the pipeline jobs) says nothing, and a Progress given it as its `say` draws
+no bar and says no line, however deep it was made. The command's result and its errors are not
+progress and are printed without it.
+
 The rate is the average since the step began (records per second of wall time): a step's rate
 moves slowly enough that a sliding window only adds noise to the ETA, and at rate 0 (nothing
 done yet, or a total that grew) the ETA is unknown, never a division by zero.
@@ -18,45 +24,48 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from broker.progress import duration_text, eta_s, rate_per_s
+from broker.progress import bytes_text, duration_text, eta_s, rate_per_s, rate_text
 
-__all__ = ["EVERY_S", "Progress", "eta_s", "progress_line", "rate_per_s"]
+__all__ = ["EVERY_S", "Progress", "ProgressOutput", "bytes_text", "eta_s", "progress_line", "rate_per_s"]
 
 #: The least time between two plain progress lines (a terminal's bar redraws more often).
 EVERY_S = 3.0
 
 
-def _bytes(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    raise AssertionError("unreachable")
+class ProgressOutput:
+    """A command's progress channel: called with a line, it says it through `write` (stdout or
+    stderr, flushed), unless `quiet`. Handed down as the `say` of the command's steps; a Progress
+    given it follows its `quiet`."""
+
+    def __init__(self, write: Callable[[str], None], *, quiet: bool = False) -> None:
+        self._write, self.quiet = write, quiet
+
+    def __call__(self, line: str) -> None:
+        if not self.quiet:
+            self._write(line)
 
 
 def progress_line(label: str, done: int, total: int | None, elapsed_s: float, *, unit: str = "records",
                   bytes_done: int | None = None) -> str:
-    """`label: done/total unit (pct), [bytes,] rate unit/s, ETA t` (without a total: no
-    percentage and no ETA)."""
-    rate = rate_per_s(done, elapsed_s)
+    """`label: done/total unit (pct), [bytes,] rate unit/s [(bytes/s)], ETA t` (without a total:
+    no percentage and no ETA)."""
     parts = []
     if total is not None and total > 0:
         parts.append(f"{done}/{total} {unit} ({100 * min(done, total) / total:.0f}%)")
     else:
         parts.append(f"{done} {unit}")
-    if bytes_done is not None:
-        parts.append(_bytes(bytes_done))
-    parts.append(f"{rate:.0f} {unit}/s")
+    parts.append(rate_text(done, elapsed_s, unit, bytes_done))
     if total is not None:
-        parts.append(f"ETA {duration_text(eta_s(total - done, rate))}")
+        parts.append(f"ETA {duration_text(eta_s(total - done, rate_per_s(done, elapsed_s)))}")
     return f"{label}: " + ", ".join(parts)
 
 
 class Progress:
     """A step's progress; `update` as often as wanted, `close` (or leave the `with`) at the end.
 
-    `say` gets the plain lines (the command's progress channel); `tty` None asks whether
-    `stream` (stderr by default) is a terminal; `clock` is for tests.
+    `say` gets the plain lines (the command's progress channel: a quiet ProgressOutput makes
+    the step quiet too); `tty` None asks whether `stream` (stderr by default) is a terminal;
+    `clock` is for tests.
     """
 
     def __init__(self, label: str, say: Callable[[str], None], *, total: int | None = None, unit: str = "records",
@@ -66,6 +75,7 @@ class Progress:
         self.done = 0
         self.bytes_done: int | None = None
         self._most_left = 0
+        quiet = quiet or (isinstance(say, ProgressOutput) and say.quiet)
         self._say, self._quiet, self._every_s, self._clock = say, quiet, every_s, clock
         self._started = clock()
         self._next_line = self._started  # the first update says where the step starts
@@ -118,9 +128,7 @@ class Progress:
         if self._tty:
             if self._bar is None:
                 self._draw()
-            rate = f"{rate_per_s(done, self.elapsed_s()):.0f} {self.unit}/s"
-            if self.bytes_done is not None:
-                rate += f", {_bytes(self.bytes_done)}"
+            rate = rate_text(done, self.elapsed_s(), self.unit, self.bytes_done)
             self._bar.update(self._task, completed=done, total=self.total, rate=rate)
             return
         now = self._clock()

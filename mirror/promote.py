@@ -149,7 +149,7 @@ def _group_filter(config: MirrorConfig | None) -> Callable[[str], bool]:
 
 async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None, mirror: str | None = None,
                   topics_regex: str | None = None, failover: bool = False, timeout_s: float = 60.0,
-                  say: Say = quiet, progress_every_s: float = PROGRESS_EVERY_S,
+                  say: Say = quiet, progress: Say | None = None, progress_every_s: float = PROGRESS_EVERY_S,
                   on_behind: Callable[[int], None] | None = None,
                   target_security: ClientSecurity | None = None,
                   source_security: ClientSecurity | None = None,
@@ -163,20 +163,23 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
     min(`timeout_s`, FAILOVER_SOURCE_S). `config` is the mirror's (a topology gives it): its
     group patterns choose the groups, its topic patterns say which normal topics a second run
     reports as promoted already, and an mm2-mode mirror is promoted by mirror/promote_mm2.py.
-    `say` gets the progress lines; `on_behind`, when given, gets the records still behind across
-    the selected partitions at every poll of the wait (a progress bar's), and the periodic
-    "records behind" line is left to it; `target_security` and `source_security` log in to each
-    cluster (None: plaintext). Returns the report: `ok` when every selected topic was promoted
-    (or all were already). Raises PromotionError when nothing can be selected or waited for,
-    ClientError / KafkaError when the target cannot be read.
+    `say` gets the report's lines (what was promoted, the groups' offsets, the records not
+    copied), `progress` (`say` when None) the lines of the work meanwhile (what it starts, the
+    wait for the copy), which a command's --quiet silences; `on_behind`, when given, gets the
+    records still behind across the selected partitions at every poll of the wait (a progress
+    bar's), and the periodic "records behind" line is left to it; `target_security` and
+    `source_security` log in to each cluster (None: plaintext). Returns the report: `ok` when
+    every selected topic was promoted (or all were already). Raises PromotionError when nothing
+    can be selected or waited for, ClientError / KafkaError when the target cannot be read.
     """
     if config is not None and config.mode == "mm2":
         return await promote_mm2(target_bootstrap, config, source_bootstrap=source_bootstrap,
                                  topics_regex=topics_regex, failover=failover, timeout_s=timeout_s, say=say,
-                                 target_security=target_security, source_security=source_security)
+                                 progress=progress, target_security=target_security, source_security=source_security)
     if not failover and source_bootstrap is None:
         raise PromotionError("promotion without --failover waits for the source's log end: name the source "
                              "(--source-bootstrap, or a topology and its mirror), or use --failover")
+    progress = say if progress is None else progress
     deadline = trio.current_time() + timeout_s
     groups = _group_filter(config)
     async with open_client(target_bootstrap, client_id="causeway-promote", security=target_security,
@@ -200,8 +203,8 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
             seen = f"; found {', '.join(found.skipped)}" if found.skipped else ""
             raise PromotionError(f"{target_bootstrap} has none of {whose}{matching}: nothing to promote{seen}")
         listed = ", ".join(sorted(selected))
-        say(f"{'failover' if failover else 'promotion'} of {len(selected)} mirror topic(s) at {target_bootstrap}: "
-            f"{listed}")
+        progress(f"{'failover' if failover else 'promotion'} of {len(selected)} mirror topic(s) at "
+                 f"{target_bootstrap}: {listed}")
         if failover:
             await _fail_over(target, report, min(timeout_s, FAILOVER_SOURCE_S), say, source_security, groups)
             return report
@@ -212,7 +215,7 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         # nothing is promoted.
         await _set_state(target, selected, MIRROR_PROMOTING)
         try:
-            caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, say, progress_every_s,
+            caught_up = await _wait_caught_up(target, source_bootstrap, report, deadline, progress, progress_every_s,
                                               source_security, on_behind)
         except BaseException:
             await _set_state(target, selected, None, shielded=True)

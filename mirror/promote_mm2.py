@@ -64,12 +64,13 @@ TopicShape = tuple[int, dict[str, str]]
 async def promote_mm2(target_bootstrap: str, config: MirrorConfig, *, source_bootstrap: str | None,
                       topics_regex: str | None, failover: bool, timeout_s: float, say: Say,
                       target_security: ClientSecurity | None,
-                      source_security: ClientSecurity | None) -> PromotionReport:
+                      source_security: ClientSecurity | None, progress: Say | None = None) -> PromotionReport:
     """Create at the target, under their source names, the topics mirror `config` copies
     (matching `topics_regex`), shaped as at the source; see the module. Returns the report
     (`promoted`: created; `already`: there before). Raises PromotionError when there is nothing
     to promote, or a planned promotion's source does not answer; ClientError / KafkaError when
-    the target cannot be read."""
+    the target cannot be read. `say` gets the report's lines, `progress` (`say` when None) the
+    line saying what it starts."""
     policy = ReplicationPolicy(identity=config.naming == "identity", separator=config.separator)
     narrow = re.compile(topics_regex) if topics_regex is not None else None
     alias = config.source.alias
@@ -104,7 +105,8 @@ async def promote_mm2(target_bootstrap: str, config: MirrorConfig, *, source_boo
                                  f"{f' matching {topics_regex!r}' if topics_regex else ''}, and the source "
                                  f"{'did not answer' if report.source_error else 'has no such topic'}: "
                                  "nothing to promote")
-        say(f"{'failover' if failover else 'promotion'} of mirror {config.name or alias} (mm2): local topics "
+        (say if progress is None else progress)(
+            f"{'failover' if failover else 'promotion'} of mirror {config.name or alias} (mm2): local topics "
             f"at {target_bootstrap} for {', '.join(sorted(shapes))}")
         await _create_local(target, report, shapes, target_topics, config.replication_factor, say)
         if report.source_error is None and source_bootstrap is not None and config.sync_group_offsets:

@@ -38,7 +38,7 @@ from broker.atomic_file import write_atomically
 from broker.client import Backoff, Client, ClientError, KafkaError, RequestTimeout, TopicPartition, admin
 from broker.client.admin import NewTopic
 from broker.clock import now_ms
-from broker.progress import duration_text, eta_s
+from broker.progress import bytes_text, duration_text, eta_s
 from broker.retry import retry, worth_reporting
 from mirror.acl_sync import TopicAclSync
 from mirror.config import EXCLUDED_CONFIGS, MirrorConfig
@@ -329,15 +329,16 @@ class Mirror:
 def catch_up_line(status: MirrorStatus, rate: float, elapsed_s: float) -> tuple[str | None, bool]:
     """The initial catch-up's log line and whether the copy has caught up: None while nothing
     is known yet (no partition, the source not reached, a partition not fetched), `caught up` once the lag is 0, else
-    the records left, the copy rate and the ETA at that rate ('?' while the rate is 0)."""
+    the records left, the bytes copied so far, the copy rate and the ETA at that rate ('?' while the rate is 0)."""
+    copied = bytes_text(sum(p.bytes for p in status.partitions))
     if (not status.partitions or status.source_reached_ms is None
             or any(p.source_end < 0 for p in status.partitions)):  # a partition not fetched yet
         return None, False
     if status.lag == 0:
         return (f"mirror {status.name}: caught up with the source, {len(status.partitions)} partitions, "
-                f"{status.records} records copied in {elapsed_s:.0f} s"), True
+                f"{status.records} records ({copied}) copied in {elapsed_s:.0f} s"), True
     return (f"mirror {status.name}: catching up: {status.lag} records left on {len(status.partitions)} partitions, "
-            f"{rate:.0f} records/s, ETA {duration_text(eta_s(status.lag, rate))}"), False
+            f"{copied} copied, {rate:.0f} records/s, ETA {duration_text(eta_s(status.lag, rate))}"), False
 
 
 # -- topics ------------------------------------------------------------------------------

@@ -47,7 +47,7 @@ from pyspark.sql import functions as F
 
 from broker.atomic_file import fsync_path, write_atomically
 from broker.faults import crash_point
-from broker.progress import rate_and_eta
+from broker.progress import bytes_text, rate_and_eta
 from pipeline.options import PipelineError, parse_read_options
 from pipeline.paths import check_writable
 from pipeline.planning import OffsetRange, check_cluster, plan_read
@@ -226,6 +226,13 @@ def seal_step(out_dir: Path, run_dir: Path, run: str, offsets: dict[str, int]) -
     return step, rows
 
 
+def _step_bytes(run_dir: Path, step: dict[str, object]) -> int:
+    """The size of the Parquet files a sealed step wrote (its journal names them)."""
+    files = step["files"]
+    assert isinstance(files, list)
+    return sum((run_dir / "data" / rel).stat().st_size for rel in files)
+
+
 def apply_step(out_dir: Path, run_dir: Path, step: dict[str, object], topic: str) -> None:
     files = step["files"]
     assert isinstance(files, list)
@@ -293,7 +300,7 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
                ends: dict[int, int], planned: int, step_records: int, min_partitions: int | None,
                say: Callable[[str], None]) -> ExportResult:
     done_offsets = 0
-    exported = 0
+    exported = written_bytes = 0
     steps = 0
     started = time.monotonic()  # the steps' rate and ETA
     while any(position[p] < ends[p] for p in position):
@@ -313,6 +320,7 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
             df.write.partitionBy("date", "hour").parquet(str(run_dir / "data"))
         crash_point("pipeline-export-step-written")  # Spark's files in staging, no journal yet
         journal, rows = seal_step(out, run_dir, run, {str(p): r.end for p, r in step.items()})
+        written_bytes += _step_bytes(run_dir, journal)  # before apply_step moves the files out
         apply_step(out, run_dir, journal, topic)
         _remove_dir(run_dir)  # before the next step's offsets: a power cut never replays this one
         steps += 1
@@ -320,6 +328,7 @@ def _run_steps(spark: SparkSession, out: Path, topic: str, base: dict[str, str],
         done_offsets += sum(r.size for r in step.values())
         for p, r in step.items():
             position[p] = r.end
-        say(f"{label}: {done_offsets} of {planned} offsets done ({exported} records written); "
+        say(f"{label}: {done_offsets} of {planned} offsets done ({exported} records, "
+            f"{bytes_text(written_bytes)} of Parquet written); "
             f"{rate_and_eta(done_offsets, planned, time.monotonic() - started, 'offsets')}")
     return ExportResult(planned, exported, steps, dict(position))

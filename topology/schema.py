@@ -9,8 +9,9 @@ from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Fie
 
 from topology.units import parse_bandwidth, parse_duration_ms, parse_percent
 
-__all__ = ["ACL_OPERATIONS", "ADMIN_USER", "NAME_PATTERN", "Acl", "Cluster", "ClusterSecurity", "Datacenter", "Link",
-           "Mirror", "MirrorMode", "Name", "Naming", "Patterns", "TopicSpec", "TopologySpec", "check_name"]
+__all__ = ["ACL_OPERATIONS", "ADMIN_USER", "DEFAULT_LAG_ALERT_SECONDS", "MAX_LAG_ALERT_SECONDS", "NAME_PATTERN", "Acl",
+           "Cluster", "ClusterSecurity", "Datacenter", "Link", "Mirror", "MirrorMode", "Name", "Naming", "Patterns",
+           "TopicSpec", "TopologySpec", "check_name"]
 
 #: What a topology, datacenter, cluster or mirror may be called. These names become directory
 #: and file names in the launcher's state dir (data dirs, logs, mirror configs) and parts of
@@ -180,6 +181,18 @@ class Patterns(_Strict):
         return any(re.fullmatch(p, name) for p in self.include)
 
 
+#: A mirror's lag alert threshold when the topology gives none, and the most it may be (a week:
+#: more is a unit mistake, milliseconds for seconds, rather than an RPO).
+DEFAULT_LAG_ALERT_SECONDS = 60.0
+MAX_LAG_ALERT_SECONDS = 7 * 24 * 3600.0
+
+def _seconds(value: object) -> object:
+    # `30s` or `'60'` is a likely slip beside the file's `latency: 40ms`: say what is wanted.
+    if isinstance(value, str):
+        raise ValueError(f"give seconds as a number (60, 2.5), not {value[:40]!r}")
+    return value
+
+
 #: A mirror's two modes (MirrorMaker 2's copy, or link mode's read-only mirror topics), in a
 #: topology and in the mirror's own config file alike.
 MirrorMode = Literal["mm2", "link"]
@@ -204,6 +217,12 @@ class Mirror(_Strict):
     # MirrorMaker 2's exactly.once.support (KIP-618) for mode mm2: `required` writes the copied
     # records and the mirror's source positions in one transaction at the target.
     exactly_once_support: Literal["disabled", "required"] = "disabled"
+    # The Prometheus alert CausewayMirrorLagHigh fires when a partition of this mirror is further
+    # behind its source than this, in seconds (Prometheus's base unit, as the series it is compared
+    # with: causeway_mirror_partition_lag_seconds): the mirror's RPO. Written into the alerting
+    # rules the launcher generates for `monitoring: prometheus` (deploy/launcher/alert_rules.py).
+    lag_alert_seconds: Annotated[float, BeforeValidator(_seconds)] = Field(
+        DEFAULT_LAG_ALERT_SECONDS, gt=0, le=MAX_LAG_ALERT_SECONDS, allow_inf_nan=False)
 
     @property
     def keeps_names(self) -> bool:

@@ -103,5 +103,7 @@ def _command_in(argv: Sequence[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(_command_in(sys.argv[1:] if argv is None else argv))
     args = parser.parse_args(argv)
-    _setup_logging(getattr(args, "log_level", "info"))
+    # A command's INFO log lines are progress too (a cluster up, a group's offsets carried over):
+    # its --quiet leaves warnings and errors (deploy/cli/command.py add_quiet).
+    _setup_logging("warning" if getattr(args, "quiet", False) else getattr(args, "log_level", "info"))
     return int(args.func(args))

@@ -1,4 +1,5 @@
-"""What every `causeway` command shares: exceptions mapped to exit codes, and SIGINT/SIGTERM.
+"""What every `causeway` command shares: exceptions mapped to exit codes, SIGINT/SIGTERM, and the
+`--quiet` of the long-running commands (their progress channel, deploy/progress.py).
 
 Exit codes, as the manual's command pages give them (docs/reference/cli/): 0 done; 1 the cluster refused
 (`Error: NAME: message`, Kafka's error name) or could not be reached, or the input or state
@@ -8,6 +9,7 @@ stops the command (`Refused`); 2 a command line that cannot be run as given (`Us
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -20,12 +22,16 @@ from typing import TypeAlias
 import trio
 
 from broker.tasks import leaves
+from deploy.progress import ProgressOutput
 
 __all__ = [
+    "QUIET_HELP",
     "ErrorRule",
     "Refused",
     "SignalStop",
     "UsageError",
+    "add_quiet",
+    "progress_output",
     "run",
     "say",
     "say_on_stderr",
@@ -94,6 +100,23 @@ def say(line: str) -> None:
 def say_on_stderr(line: str) -> None:
     """A line of progress on stderr, flushed at once: for commands whose stdout is the result."""
     print(line, file=sys.stderr, flush=True)
+
+
+#: `--quiet`'s help, the same on every command that takes it.
+QUIET_HELP = "print no progress (no progress lines, no bar); errors and the result are printed as without it"
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    """`-q`/`--quiet` on a long-running command that prints progress (see `progress_output`);
+    `causeway`'s main also logs only warnings and errors then (INFO lines are progress)."""
+    parser.add_argument("-q", "--quiet", action="store_true", help=QUIET_HELP)
+
+
+def progress_output(args: argparse.Namespace, *, on_stderr: bool = False) -> ProgressOutput:
+    """The command's progress channel: its lines on stdout (stderr with `on_stderr`, for a
+    command whose stdout is its result), flushed at once; nothing at all with `--quiet`. Hand it
+    down as the steps' `say`, and give it to every Progress (deploy/progress.py) as its `say`."""
+    return ProgressOutput(say_on_stderr if on_stderr else say, quiet=bool(getattr(args, "quiet", False)))
 
 
 def stdout_reader_gone() -> None:

@@ -2,7 +2,7 @@
 
     causeway drill switchover|failover|failback TOPOLOGY --mirror NAME [--state-dir DIR] [--rate N]
                    [--duration S] [--disaster kill|partition|planned] [--json] [--chart FILE.svg]
-                   [--max-rpo N] [--max-rto S]
+                   [--max-rpo N] [--max-rto S] [--quiet]
 
 The steps are deploy/drill/run.py's (and deploy/drill/failback.py's for the way back); this
 module finds the mirror as `causeway mirror promote` does, checks the command line, prints the
@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from deploy.cli.command import Refused, UsageError, run, say, say_on_stderr
+from deploy.cli.command import Refused, UsageError, add_quiet, progress_output, run, say, say_on_stderr
 
 if TYPE_CHECKING:
     from deploy.drill.report import DrillReport
@@ -60,7 +60,7 @@ def _drill(args: argparse.Namespace) -> int:
         raise Refused(f"mirror {args.mirror}: its config could not be read from the topology")
     if args.kind == "failback" and config.mode != "link":
         raise UsageError(f"mirror {args.mirror} is an {config.mode} mirror: a failback drill needs a link-mode mirror")
-    progress = say_on_stderr if args.json else say
+    progress = progress_output(args, on_stderr=args.json)  # --json: stdout is the report's
     source, target = clusters["source"].bootstrap, clusters["target"].bootstrap
     try:
         topics = mirrored_topics(source, target, config, args.mirror)
@@ -104,7 +104,7 @@ def _drill(args: argparse.Namespace) -> int:
             args.chart.write_text(render_svg(report, report.samples))
         except OSError as exc:
             raise Refused(f"--chart: cannot write {args.chart}: {exc.strerror or exc}") from None
-        progress(f"chart of throughput and lag over the drill: {args.chart}")
+        (say_on_stderr if args.json else say)(f"chart of throughput and lag over the drill: {args.chart}")
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
@@ -196,4 +196,5 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
     p.add_argument("--max-rto", type=float, default=None, metavar="S",
                    help="exit 1 when the first produce or the first consume at the DR site (or, for failback, back "
                         "home) took more than S seconds")
+    add_quiet(p)
     p.set_defaults(func=lambda args: run("causeway drill", lambda: _drill(args)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from dataclasses import replace
@@ -15,7 +16,7 @@ import trio
 
 from broker.address import parse_host_port
 from deploy.child_process import ChildProcess
-from deploy.cli.command import run, stdout_reader_gone, until_signalled
+from deploy.cli.command import add_quiet, run, stdout_reader_gone, until_signalled
 from deploy.launcher.control import StateFileError, find_running, read_state, status, stop_report
 from deploy.launcher.launch import STATE_FILE, LaunchState, StateDirError, prepare_state_dir, run_plan
 from deploy.launcher.metrics import DEFAULT_LISTENER, MetricsListenerError
@@ -91,6 +92,9 @@ async def _foreground(plan: LaunchPlan, state_dir: Path, detached: bool, toxipro
             log = os.open(state_dir / "logs" / "launcher.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND)
             os.dup2(log, 1)
             os.dup2(log, 2)
+            # The launcher's log keeps every line, --quiet or not: --quiet (deploy/cli/__init__.py
+            # main) left only warnings on the way to `up -d`'s terminal.
+            logging.getLogger().setLevel(logging.INFO)
         else:
             print("Ctrl-C stops everything.", flush=True)
 
@@ -153,6 +157,8 @@ def _detach(args: argparse.Namespace, state_dir: Path) -> int:
         argv += ["--toxiproxy", args.toxiproxy]
     if args.prometheus:
         argv += ["--prometheus"]
+    if args.quiet:
+        argv += ["--quiet"]  # its lines until ready are echoed here
     if args.metrics_listener != DEFAULT_LISTENER:
         argv += ["--metrics-listener", args.metrics_listener]
     # A session of its own, so it outlives this process; until it is ready its output is echoed
@@ -362,6 +368,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     up.add_argument("--metrics-listener", metavar="HOST:PORT", default=DEFAULT_LISTENER, type=_listener,
                     help="where the launcher serves its own Prometheus metrics (every process it supervises: up, "
                          "restarts); default a free port on 127.0.0.1, shown by `status`")
+    add_quiet(up)
     up.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     up.set_defaults(func=_up)
 

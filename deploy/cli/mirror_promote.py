@@ -1,7 +1,7 @@
 """`causeway mirror promote`: a mirror's topics become normal writable topics at its target.
 
     causeway mirror promote TOPOLOGY --mirror NAME [--state-dir DIR] [--topics REGEX] [--failover]
-                            [--timeout SECONDS]
+                            [--timeout SECONDS] [--quiet]
     causeway mirror promote --bootstrap HOST:PORT [--source-bootstrap HOST:PORT] [--mirror NAME]
                             [--command-config FILE] ...
 
@@ -31,7 +31,7 @@ from functools import partial
 from pathlib import Path
 
 from deploy.cli.client_config import command_security, file_security
-from deploy.cli.command import UsageError, run, say
+from deploy.cli.command import UsageError, add_quiet, progress_output, run, say
 from deploy.progress import Progress
 
 __all__ = ["check_timeout_and_topics", "register_promote"]
@@ -73,11 +73,13 @@ def _promote(args: argparse.Namespace) -> int:
         config = None
     else:
         raise UsageError("give a TOPOLOGY and --mirror NAME, or the target's --bootstrap HOST:PORT")
-    # The wait for the copy: a bar on a terminal (stderr), else a line every few seconds.
-    with Progress("copy catching up", say) as catching_up:
+    # The wait for the copy: a bar on a terminal (stderr), else a line every few seconds; with
+    # --quiet neither, nor the lines of the work meanwhile: the report's lines and errors only.
+    progress = progress_output(args)
+    with Progress("copy catching up", progress) as catching_up:
         report = trio.run(partial(promote, target, source_bootstrap=source, mirror=args.mirror,
                                   topics_regex=args.topics, failover=args.failover, timeout_s=args.timeout, say=say,
-                                  on_behind=catching_up.left, target_security=target_security,
+                                  progress=progress, on_behind=catching_up.left, target_security=target_security,
                                   source_security=source_security, config=config))
     if report.promoted:
         say(f"promoted {len(report.promoted)} topic(s) at {report.target}: {', '.join(report.promoted)}")
@@ -135,6 +137,7 @@ def register_promote(commands: argparse._SubParsersAction[argparse.ArgumentParse
     p.add_argument("--timeout", type=float, default=60.0, metavar="SECONDS",
                    help="how long to wait for the copy to catch up (default 60); with --failover, the source "
                         "is given at most 2 s or this, whichever is shorter")
+    add_quiet(p)
 
     def main(args: argparse.Namespace) -> int:
         from mirror.promote import PromotionError

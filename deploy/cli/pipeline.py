@@ -1,7 +1,7 @@
 """`causeway pipeline`: jobs on Spark over Kafka-compatible clusters (see pipeline/).
 
     causeway pipeline export --bootstrap HOST:PORT --topic T --to DIR [--master local[2]] [--verbose]
-                             [--step-records N] [--min-partitions N] [--option KEY=VALUE]...
+                             [--step-records N] [--min-partitions N] [--option KEY=VALUE]... [--quiet]
     causeway pipeline audit TOPOLOGY --mirror NAME ...   (deploy/cli/pipeline_audit.py)
     causeway pipeline copy --from H:P --to H:P --topic T ...   (deploy/cli/pipeline_jobs.py)
     causeway pipeline lag TOPOLOGY --mirror NAME ...          (deploy/cli/pipeline_jobs.py)
@@ -9,7 +9,8 @@
 Local mode by default; any Spark master with --master. Exit 1 with one line for a missing
 topic, an unreachable cluster, an output directory it cannot write or data no longer in the log;
 2 for a bad command line. Options, paths and clusters are checked before Spark starts (a cluster
-gets a few seconds to answer); Spark's own output stays off the terminal unless --verbose.
+gets a few seconds to answer); Spark's own output stays off the terminal unless --verbose. Each
+job says its progress (its steps, Spark's stages) unless --quiet; its result and errors always.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import UsageError, run, say
+from deploy.cli.command import UsageError, progress_output, run, say
 from deploy.cli.pipeline_common import add_spark_options, on_spark, option_flags
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def _export(args: argparse.Namespace) -> int:
         from pipeline.export import export_topic
 
         result = export_topic(spark, args.bootstrap, args.topic, args.to, step_records=args.step_records,
-                              min_partitions=args.min_partitions, say=say, options=options)
+                              min_partitions=args.min_partitions, say=progress_output(args), options=options)
         say(f"export {args.topic}: done: {result.exported} records in {result.steps} step(s); offsets now "
              + ", ".join(f"{p}:{o}" for p, o in sorted(result.offsets.items())))
         return 0

@@ -17,7 +17,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import UsageError, run, say_on_stderr
+from deploy.cli.command import UsageError, progress_output, run
 from deploy.cli.pipeline_common import add_spark_options, mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
@@ -60,7 +60,8 @@ def _audit(args: argparse.Namespace) -> int:
         check_mirror(spec, args.topics, options)
 
     report = on_spark(args.master, lambda spark: audit(spark, spec, topics_regex=args.topics, options=options,
-                                                       max_ranges=args.max_ranges, say=say_on_stderr),
+                                                       max_ranges=args.max_ranges,
+                                                       say=progress_output(args, on_stderr=True)),
                       verbose=args.verbose, checks=checks)
     print(f"audit of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
     if report.partitions:

@@ -1,5 +1,5 @@
 """What the `causeway pipeline` commands share: `--option KEY=VALUE` flags, `--master` and
-`--verbose`, the mirror named in a topology `causeway up` started, and a Spark session run for
+`--verbose` and `--quiet`, the mirror named in a topology `causeway up` started, and a Spark session run for
 one job, after the job's checks: bad options, paths and clusters out of reach are refused in
 seconds, before Spark starts.
 
@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from deploy.cli.command import Refused, UsageError
+from deploy.cli.command import Refused, UsageError, add_quiet
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,11 +45,12 @@ def option_flags(items: list[str]) -> dict[str, str]:
 
 
 def add_spark_options(parser: argparse.ArgumentParser) -> None:
-    """--master and --verbose, which every job takes."""
+    """--master, --verbose and --quiet, which every job takes."""
     parser.add_argument("--master", default="local[2]", help="Spark master (default local[2])")
     parser.add_argument("--verbose", action="store_true",
                         help="show Spark's own output (its INFO log, the JVM's warnings and stack traces); "
                              "by default it goes to a file, named when the job fails unexpectedly")
+    add_quiet(parser)
 
 
 # The master URLs Spark takes (SparkContext.createTaskScheduler, and cluster managers by scheme).

@@ -17,7 +17,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
-from deploy.cli.command import UsageError, run, say, say_on_stderr
+from deploy.cli.command import UsageError, progress_output, run, say
 from deploy.cli.pipeline_common import add_spark_options, mirror_from_topology, on_spark, option_flags
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def _copy(args: argparse.Namespace) -> int:
         result = copy(spark, args.source, args.target, args.topic,
                       target_topic=args.target_topic, starting_offsets=args.starting_offsets,
                       ending_offsets=args.ending_offsets, allow_duplicates=args.allow_duplicates,
-                      step_records=args.step_records, say=say, options=options)
+                      step_records=args.step_records, say=progress_output(args), options=options)
         say(f"copy {args.topic} -> {result.target_topic}: done: {result.copied} records in {result.steps} step(s)")
         return 0
 
@@ -77,7 +77,7 @@ def _lag(args: argparse.Namespace) -> int:
 
     def job(spark: SparkSession) -> int:
         report = lag(spark, spec, topics_regex=args.topics, window_s=args.window,
-                     say=say_on_stderr, options=options)
+                     say=progress_output(args, on_stderr=True), options=options)
         print(f"replication latency of mirror {report.mirror} ({report.mode}): {report.source} -> {report.target}")
         if report.partitions:
             print(report.table())

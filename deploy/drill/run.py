@@ -169,7 +169,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
                       every_s=PROGRESS_EVERY_S) as workload:
             while time.monotonic() - timeline.started - step.start_s < plan.duration_s:
                 pause(0.1, stop)
-                workload.update(load.ledger.count())
+                workload.update(load.ledger.count(), bytes_done=load.ledger.acked_bytes())
         timeline.end(step, f"group {group}; {load.ledger.count()} acknowledged")
         say(f"workload at the primary for {plan.duration_s:g} s: {load.ledger.count()} acknowledged")
 

@@ -37,12 +37,17 @@ class Ledger:
     acked: dict[TopicPartition, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))
     sent: int = 0
     failed: int = 0
+    payload_bytes: int = 0  # of the acknowledged records: their keys and values (the workload's progress)
     first_ack: float | None = None  # time.monotonic() of the first acknowledgement
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def count(self) -> int:
         with self.lock:
             return sum(len(offsets) for offsets in self.acked.values())
+
+    def acked_bytes(self) -> int:
+        with self.lock:
+            return self.payload_bytes
 
     def names(self) -> set[str]:
         with self.lock:
@@ -76,7 +81,9 @@ class ProducerLoad:
             if error is not None:
                 ledger.failed += 1
                 return
-            name = (message.value() or b"").decode()
+            value = message.value() or b""
+            name = value.decode()
+            ledger.payload_bytes += len(value) + len(message.key() or b"")
             ledger.acked[(message.topic() or "", message.partition() or 0)][message.offset() or 0] = name
             if ledger.first_ack is None:
                 ledger.first_ack = time.monotonic()

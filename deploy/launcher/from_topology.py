@@ -41,7 +41,7 @@ def plan_from_file(path: Path) -> LaunchPlan:
     links = tuple(LinkPlan(link.between[0], link.between[1], link.latency, link.jitter, link.bandwidth,
                            link.loss, link.reorder)
                   for link in topology.links)
-    mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m), m.principal)
+    mirrors = tuple(MirrorPlan(name, m.source, m.target, mirror_settings(m), m.principal, m.lag_alert_seconds)
                     for name, m in topology.mirrors.items())
     return LaunchPlan(topology.name, clusters, links, mirrors, monitoring=topology.spec.monitoring)
 

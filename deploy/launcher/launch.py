@@ -574,7 +574,7 @@ async def _start_prometheus(state: LaunchState, nursery: trio.Nursery) -> None:
     brokers = [BrokerTarget(c.plan.name, c.plan.datacenter, b.broker_id, b.metrics)
                for c in state.clusters.values() for b in c.brokers.values()]
     mirrors = [MirrorTarget(m.plan.name, m.plan.source, m.plan.target, state.clusters[m.plan.target].plan.datacenter,
-                            m.metrics) for m in state.mirrors.values()]
+                            m.metrics, m.plan.lag_alert_seconds) for m in state.mirrors.values()]
     state.prometheus = await start_prometheus(
         state.state_dir, state.plan.name, brokers, mirrors, state.wan_api if state.wan is not None else None,
         f"127.0.0.1:{free_port()}", nursery,

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from topology.schema import check_name
+from topology.schema import DEFAULT_LAG_ALERT_SECONDS, MAX_LAG_ALERT_SECONDS, check_name
 
 __all__ = ["SYNC_TOPIC_ACLS", "AclPlan", "ClusterPlan", "LaunchPlan", "LinkPlan", "MirrorPlan", "SecurityPlan",
            "TopicPlan", "listener_name"]
@@ -154,9 +154,14 @@ class MirrorPlan:
     target: str
     settings: dict[str, object] = field(default_factory=dict)
     principal: str | None = None  # the user it logs in as on secured clusters
+    # CausewayMirrorLagHigh's threshold for it, in seconds (deploy/launcher/alert_rules.py).
+    lag_alert_seconds: float = DEFAULT_LAG_ALERT_SECONDS
 
     def __post_init__(self) -> None:
         _check_names(f"mirror {self.name!r}", name=self.name, source=self.source, target=self.target)
+        if not 0 < self.lag_alert_seconds <= MAX_LAG_ALERT_SECONDS:
+            raise ValueError(f"mirror {self.name}: lag_alert_seconds must be above 0 and at most "
+                             f"{MAX_LAG_ALERT_SECONDS:.0f}, not {self.lag_alert_seconds!r}")
         if self.principal is not None:
             _check_names(f"mirror {self.name!r}", principal=self.principal)
 

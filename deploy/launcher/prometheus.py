@@ -6,8 +6,10 @@ them and its WAN emulator (whose API serves /metrics, deploy/wan/metrics.py), wi
 saying which cluster, broker, datacenter or mirror each is, and starts
 `causeway prometheus` (deploy/prometheus_process.py) under the supervisor like its other
 children, on a free port, with its data under `<state dir>/prometheus/`. The alerting rules a DR
-owner needs ship beside this module (`prometheus-alerts.yml`) and the config loads them from
-there; the manual (docs/operations/monitoring.md) says what to do about each alert.
+owner needs ship beside this module (`prometheus-alerts.yml`); the config loads them as written
+into `<state dir>/prometheus/alerts.yml` with each mirror's lag threshold from the topology
+(deploy/launcher/alert_rules.py). The manual (docs/operations/monitoring.md) says what to do
+about each alert.
 """
 
 from __future__ import annotations
@@ -22,16 +24,16 @@ from typing import Any
 import trio
 
 from broker.atomic_file import write_atomically
+from deploy.launcher.alert_rules import ALERT_RULES, rules_text
 from deploy.prometheus_process import READY_PREFIX
 from deploy.supervisor import ProcessSpec, Supervised, supervise
+from topology.schema import DEFAULT_LAG_ALERT_SECONDS
 
 __all__ = ["ALERT_RULES", "BROKER_JOB", "LAUNCHER_JOB", "MIRROR_JOB", "MONITORING", "READY", "SCRAPE_INTERVAL_S",
            "WAN_JOB", "BrokerTarget", "MirrorTarget", "PrometheusState", "scrape_config", "start_prometheus"]
 
 #: The values of a topology's `monitoring:` key.
 MONITORING = ("none", "prometheus")
-#: The alerting rules, shipped with Causeway beside this module; the generated config loads them.
-ALERT_RULES = Path(__file__).with_name("prometheus-alerts.yml")
 READY = re.compile(rf"^{re.escape(READY_PREFIX)}(\S+)$")
 #: How often Prometheus scrapes and evaluates the rules: a local topology is small (its scrape
 #: cost is in docs/reference/metrics.md), and a drill wants lag seen within seconds.
@@ -58,6 +60,7 @@ class MirrorTarget:
     target: str
     datacenter: str  # where it runs: the target's
     address: str  # HOST:PORT of its metrics.listener
+    lag_alert_seconds: float = DEFAULT_LAG_ALERT_SECONDS  # CausewayMirrorLagHigh's threshold for it
 
 
 def scrape_config(topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget], wan: str | None = None,
@@ -102,14 +105,18 @@ class PrometheusState:
 async def start_prometheus(state_dir: Path, topology: str, brokers: list[BrokerTarget], mirrors: list[MirrorTarget],
                            wan: str | None, listen: str, nursery: trio.Nursery, env: dict[str, str],
                            on_change: Any = None, launcher: str | None = None) -> PrometheusState:
-    """Write the scrape config under `<state_dir>/prometheus/` and start `causeway prometheus` on
+    """Write the scrape config and the alerting rules (each mirror's lag threshold in them) under
+    `<state_dir>/prometheus/` and start `causeway prometheus` on
     `listen` in `nursery`, supervised (restarted with backoff should it die); returns once it
     answers. `env` marks it as the state dir's (deploy/process_identity.py). Raises
     deploy.supervisor.StartFailed with its log's tail (a port taken, the package missing)."""
     directory = state_dir / "prometheus"
     config_file = directory / "prometheus.yml"
+    rules_file = directory / "alerts.yml"
     data_dir = directory / "data"
-    config = scrape_config(topology, brokers, mirrors, wan, launcher=launcher)
+    rules = rules_text({m.mirror: m.lag_alert_seconds for m in mirrors})
+    await trio.to_thread.run_sync(_write, rules_file, rules)
+    config = scrape_config(topology, brokers, mirrors, wan, rules=rules_file, launcher=launcher)
     text = json.dumps(config, indent=2) + "\n"  # JSON is YAML
     await trio.to_thread.run_sync(_write, config_file, text)
     argv = [sys.executable, "-m", "deploy.cli", "prometheus", "--config-file", str(config_file.resolve()),

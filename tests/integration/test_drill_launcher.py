@@ -99,6 +99,9 @@ def test_failover_with_the_link_cut_reports_the_rpo_the_dr_site_bears_out(tmp_pa
     with started(tmp_path) as state:
         code, report, output = drill(state, "failover", "--disaster", "partition")
         assert code == 0, output
+        # The workload's progress (on stderr with --json): records acknowledged and their bytes.
+        assert re.search(r"acknowledged at the primary: \d+/900 records \(\d+%\), [\d.]+ K?i?B, \d+ records/s "
+                         r"\([\d.]+ K?i?B/s\)", output), output
         rpo = report["rpo"]
         assert report["disaster"] == "partition"
         assert rpo["acknowledged"] > 0 and rpo["duplicates"] == 0, output
@@ -180,8 +183,13 @@ def test_an_interrupted_drill_says_what_it_did_and_leaves_the_mirror_copying(unp
 
 def test_switchover_loses_nothing_and_the_group_rereads_nothing(unpromoted: Path) -> None:
     state = unpromoted
-    code, report, output = drill(state, "switchover", "--max-rpo", "0")
+    # --quiet: no progress on stderr (where --json puts it), the report on stdout as ever.
+    done = causeway("drill", "switchover", str(state.parent / "dr-link.yaml"), "--mirror", MIRROR, "--state-dir",
+                    str(state), "--json", "--rate", "300", "--duration", "3", "--max-rpo", "0", "--quiet",
+                    timeout_s=300)
+    code, report, output = done.returncode, json.loads(done.stdout or "{}"), done.stdout + done.stderr
     assert code == 0, output
+    assert done.stderr == "", done.stderr
     rpo = report["rpo"]
     assert rpo["records"] == 0 and rpo["partitions"] == [], output
     assert rpo["acknowledged"] > 0 and rpo["reached_dr"] == rpo["acknowledged"], output

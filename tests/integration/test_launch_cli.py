@@ -10,6 +10,7 @@ from pathlib import Path
 from deploy.launcher.control import alive
 from tests.support.consume import read_topic
 from tests.support.produce import produce_spread
+from tests.unit.topology.files import GOOD  # two standalone clusters, a WAN link, a mirror
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -26,6 +27,7 @@ def test_up_detached_status_and_down(tmp_path: Path) -> None:
         assert up.returncode == 0, up.stdout + up.stderr
         assert "cluster east (datacenter east): bootstrap 127.0.0.1:" in up.stdout
         assert "from datacenter west, through the WAN link: 127.0.0.1:" in up.stdout
+        assert "cluster east up at 127.0.0.1:" in up.stdout  # its progress, echoed until ready
 
         again = causeway("up", "examples/two-dc.yaml", "-d", "--state-dir", str(state))
         assert again.returncode == 1 and "already running" in again.stderr  # no twins
@@ -53,6 +55,25 @@ def test_up_detached_status_and_down(tmp_path: Path) -> None:
     assert "stopped launcher" in down.stdout
     assert not any(alive(pid) for pid in pids)
     assert causeway("status", "--state-dir", str(state)).returncode == 1  # nothing running
+
+
+def test_up_quiet_prints_the_endpoints_and_no_progress(tmp_path: Path) -> None:
+    """`up -d --quiet`: the launcher's progress lines (a cluster up, a mirror up) are not echoed;
+    the endpoints and the line saying it runs in the background are."""
+    topology = tmp_path / "quiet.yaml"
+    topology.write_text(GOOD)
+    state = tmp_path / "state"
+    up = causeway("up", str(topology), "-d", "--quiet", "--state-dir", str(state))
+    try:
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "cluster east (datacenter east): bootstrap 127.0.0.1:" in up.stdout
+        assert "mirror e2w (mm2): east -> west" in up.stdout
+        assert "Running in the background (launcher pid " in up.stdout
+        assert " up at " not in up.stdout and " INFO " not in up.stdout, up.stdout
+        assert up.stderr == ""
+    finally:
+        down = causeway("down", "--state-dir", str(state))
+    assert down.returncode == 0, down.stderr
 
 
 def test_a_broken_topology_is_refused_before_anything_starts(tmp_path: Path) -> None:

@@ -78,7 +78,8 @@ def test_mirrored_records_move_the_mirror_counters_and_lag_returns_to_zero(mirro
 
     wait_until(caught_up, what="the mirror's lag back to 0 records and 0 seconds", timeout_s=30, interval_s=0.5)
     # Its log says when the copy first caught up (before that, the records left, rate and ETA).
-    said = re.compile(r"mirror \S+: caught up with the source, 3 partitions, \d+ records copied in \d+ s")
+    said = re.compile(r"mirror \S+: caught up with the source, 3 partitions, "
+                      r"\d+ records \([\d.]+ K?i?B\) copied in \d+ s")
     wait_until(lambda: said.search(log.read_text()) is not None, what="the mirror's log saying it caught up",
                timeout_s=30, interval_s=0.5)
     assert sum(_per_partition(values, "kafka_connect_mirror_source_connector_byte_count").values()) > RECORDS * 2

@@ -47,7 +47,9 @@ def series(url: str, query: str) -> dict[tuple[tuple[str, str], ...], float]:
 
 def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_path: Path) -> None:
     topology = tmp_path / "watched.yaml"
-    topology.write_text(GOOD)
+    # e2w's RPO as the topology gives it: the alert Prometheus loads compares with 45 s, not 60.
+    topology.write_text(GOOD.replace("e2w: {source: east, target: west}",
+                                     "e2w: {source: east, target: west, lag_alert_seconds: 45}"))
     state = tmp_path / "state"
     up = causeway("up", str(topology), "-d", "--prometheus", "--state-dir", str(state))
     try:
@@ -125,6 +127,10 @@ def test_up_with_prometheus_scrapes_brokers_and_mirror_then_down_stops_it(tmp_pa
         names = {r["name"] for g in api(url, "/api/v1/rules")["groups"] for r in g["rules"]}
         assert {"CausewayMirrorLagHigh", "CausewayUnderReplicatedPartitions", "CausewayOfflinePartitions",
                 "CausewayBrokerDown", "CausewayMirrorDown"} <= names
+        [lag_rule] = [r for g in api(url, "/api/v1/rules")["groups"] for r in g["rules"]
+                      if r["name"] == "CausewayMirrorLagHigh"]
+        assert lag_rule["query"].endswith('(causeway_mirror_partition_lag_seconds{mirror="e2w"}) > 45'), lag_rule
+        assert config["rule_files"] == [str((state / "prometheus" / "alerts.yml").resolve())]
         assert api(url, "/api/v1/alerts")["alerts"] == []
 
         # The link cut (as `causeway drill` cuts it): its alert is raised (pending for its 30 s).

@@ -11,6 +11,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import pipeline.export as export
+from broker.progress import bytes_text
 from deploy.cli import main
 from pipeline.export import OFFSETS_FILE, export_topic
 from tests.pipeline.brokers import delete_before
@@ -42,10 +43,12 @@ def test_export_then_rerun_continues_without_duplicates(spark: SparkSession, boo
     first = export_topic(spark, bootstrap, topic, out, step_records=60, say=lines.append)
     assert (first.planned, first.exported, first.steps) == (240, 240, 2)
     # Each step's line: done of planned, then the rate since the start and the ETA at it.
-    assert any(line.startswith("export export-a step 1: 120 of 240 offsets done (120 records written); ")
-               and " offsets/s, ETA " in line for line in lines), lines
-    assert any(line.startswith("export export-a step 2: 240 of 240 offsets done (240 records written); ")
-               and line.endswith(" offsets/s, ETA 0 s") for line in lines), lines
+    assert any(line.startswith("export export-a step 1: 120 of 240 offsets done (120 records, ")
+               and " of Parquet written); " in line and " offsets/s, ETA " in line for line in lines), lines
+    # The bytes beside the records: the Parquet files the steps wrote, as they lie in the output.
+    parquet = bytes_text(sum(p.stat().st_size for p in out.rglob("*.parquet")))
+    assert any(line.startswith(f"export export-a step 2: 240 of 240 offsets done (240 records, {parquet} of "
+                               "Parquet written); ") and line.endswith(" offsets/s, ETA 0 s") for line in lines), lines
     assert json.loads((out / OFFSETS_FILE).read_text()) == {"topic": topic, "offsets": {"0": 120, "1": 120}}
     hours = sorted(str(p.relative_to(out)) for p in out.glob("date=*/hour=*"))
     assert hours == ["date=2026-01-01/hour=23", "date=2026-01-02/hour=00", "date=2026-01-02/hour=01"]
@@ -110,9 +113,15 @@ def test_the_command_exports_and_reports_progress(spark: SparkSession, bootstrap
     assert main(argv) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("export export-cli: 40 offsets to export in 2 partitions")
-    assert any(line.startswith("export export-cli step 2: 40 of 40 offsets done (40 records written); ")
+    assert any(line.startswith("export export-cli step 2: 40 of 40 offsets done (40 records, ")
                and line.endswith(" offsets/s, ETA 0 s") for line in lines), lines
     assert lines[-1] == "export export-cli: done: 40 records in 2 step(s); offsets now 0:20, 1:20"
+    # --quiet: the result line only, the same export done.
+    produce(bootstrap, topic, records(40, 20))
+    assert main([*argv, "--quiet"]) == 0
+    quiet = capsys.readouterr()
+    assert quiet.out.splitlines() == ["export export-cli: done: 20 records in 1 step(s); offsets now 0:30, 1:30"]
+    assert quiet.err == ""
     assert exported(out) == [(r.partition, r.offset, r.value) for r in consume_all(bootstrap, topic, [0, 1])]
     assert not spark.sparkContext._jsc.sc().isStopped()
     # Another topic into the same directory would mix two exports' offsets: refused.

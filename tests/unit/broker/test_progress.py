@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from broker.progress import duration_text, eta_s, rate_and_eta, rate_per_s
+from broker.progress import bytes_text, duration_text, eta_s, rate_and_eta, rate_per_s, rate_text
 
 
 @pytest.mark.parametrize(("left", "rate", "expected"), [
@@ -35,3 +35,16 @@ def test_rate_and_eta() -> None:
     assert rate_and_eta(120, 240, 4.0, "offsets") == "30 offsets/s, ETA 4 s"
     assert rate_and_eta(0, 240, 0.0, "offsets") == "0 offsets/s, ETA ?"
     assert rate_and_eta(240, 240, 8.0, "offsets") == "30 offsets/s, ETA 0 s"
+
+
+def test_bytes_in_binary_units() -> None:
+    assert [bytes_text(n) for n in (0, 1023, 1024, 1536, 5 * 2**20, 3 * 2**30, 2**40, 2**50, 2**60)] == [
+        "0 B", "1023 B", "1.0 KiB", "1.5 KiB", "5.0 MiB", "3.0 GiB", "1.0 TiB", "1.0 PiB", "1024.0 PiB"]
+    assert bytes_text(float("nan")) == "?" and bytes_text(float("inf")) == "?"
+
+
+def test_bytes_beside_records() -> None:
+    assert rate_text(100, 10.0, "records") == "10 records/s"
+    assert rate_text(100, 10.0, "records", 10 * 1024) == "10.0 KiB, 10 records/s (1.0 KiB/s)"
+    assert rate_text(0, 0.0, "records", 0) == "0 B, 0 records/s (0 B/s)"  # no time yet: no division by zero
+    assert rate_and_eta(120, 240, 4.0, "offsets", 4096) == "4.0 KiB, 30 offsets/s (1.0 KiB/s), ETA 4 s"

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import io
 
-from deploy.progress import Progress, progress_line
+import pytest
+
+from deploy.cli.command import add_quiet, progress_output
+from deploy.progress import Progress, ProgressOutput, progress_line
 
 
 class Clock:
@@ -21,7 +24,8 @@ def test_line() -> None:
     assert progress_line("copy", 10, None, 2.0) == "copy: 10 records, 5 records/s"
     assert progress_line("copy", 1, 7201, 1.0) == "copy: 1/7201 records (0%), 1 records/s, ETA 2h00m"
     assert (progress_line("export", 600, 1200, 60.0, bytes_done=3 * 1024 * 1024)
-            == "export: 600/1200 records (50%), 3.0 MiB, 10 records/s, ETA 1m00s")
+            == "export: 600/1200 records (50%), 3.0 MiB, 10 records/s (51.2 KiB/s), ETA 1m00s")
+    assert progress_line("copy", 10, None, 2.0, bytes_done=0) == "copy: 10 records, 0 B, 5 records/s (0 B/s)"
 
 
 def test_plain_lines_are_bounded() -> None:
@@ -52,7 +56,7 @@ def test_total_may_grow() -> None:
     with Progress("x", said.append, total=10, tty=False, every_s=1.0, clock=clock) as progress:
         clock.now += 1
         progress.update(5, total=20, bytes_done=2048)
-    assert said == ["x: 5/20 records (25%), 2.0 KiB, 5 records/s, ETA 3 s"]
+    assert said == ["x: 5/20 records (25%), 2.0 KiB, 5 records/s (2.0 KiB/s), ETA 3 s"]
 
 
 def test_terminal_bar_on_stderr_not_say() -> None:
@@ -94,3 +98,42 @@ def test_a_step_that_never_moves_draws_nothing() -> None:
     with Progress("x", said.append, tty=False):
         pass
     assert said == [] and stream.getvalue() == ""
+
+
+def test_a_terminal_bar_says_bytes_beside_records() -> None:
+    stream, said = io.StringIO(), []
+    with Progress("workload", said.append, total=40, tty=True, stream=stream) as progress:
+        progress.update(40, bytes_done=5 * 1024 * 1024)
+    assert said == [] and "5.0 MiB" in stream.getvalue()
+
+
+def test_a_quiet_channel_quiets_every_step_made_with_it() -> None:
+    """--quiet reaches a Progress made deep inside a command through the `say` it was handed:
+    no line, and no bar even on a terminal."""
+    said: list[str] = []
+    quiet = ProgressOutput(said.append, quiet=True)
+    stream = io.StringIO()
+    with Progress("x", quiet, total=10, tty=True, stream=stream) as progress:
+        progress.update(5)
+    with Progress("y", lambda line: quiet(f"  {line}"), total=10, tty=False) as wrapped:  # a prefixing say
+        wrapped.update(5)
+    quiet("a step done")
+    assert said == [] and stream.getvalue() == ""
+    loud = ProgressOutput(said.append)
+    with Progress("x", loud, total=10, tty=False, clock=Clock()) as progress:
+        progress.update(5)
+    loud("a step done")
+    assert said == ["x: 5/10 records (50%), 0 records/s, ETA ?", "a step done"]
+
+
+@pytest.mark.parametrize(("argv", "quiet"), [([], False), (["--quiet"], True), (["-q"], True)])
+def test_the_flag_makes_the_channel(argv: list[str], quiet: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    add_quiet(parser)
+    args = parser.parse_args(argv)
+    progress_output(args)("on stdout")
+    progress_output(args, on_stderr=True)("on stderr")
+    out, err = capsys.readouterr()
+    assert (out, err) == (("", "") if quiet else ("on stdout\n", "on stderr\n"))

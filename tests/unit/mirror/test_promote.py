@@ -337,10 +337,19 @@ async def test_the_command_exits_1_on_a_timeout_and_0_once_promoted(brokers) -> 
     assert "Error: cmd: not promoted: after 1 s still behind: partition 0 2 record(s)" in waited.stderr
     assert "nothing was promoted" in waited.stderr
     assert "copy catching up: 0/2 records (0%)" in waited.stdout  # the wait's progress, off a terminal
-    failed_over = await run("--bootstrap", target.bootstrap, "--topics", "cmd", "--failover")
+    assert "promotion of 1 mirror topic(s)" in waited.stdout and "waiting up to 1 s" in waited.stdout
+    # --quiet: no progress (what it starts, the wait, the bar's lines); the errors as before.
+    quiet = await run("--bootstrap", target.bootstrap, "--source-bootstrap", source.bootstrap,
+                      "--topics", "cmd", "--timeout", "1", "--quiet")
+    assert quiet.returncode == 1, quiet
+    assert quiet.stdout == "", quiet.stdout
+    assert quiet.stderr == waited.stderr
+    # ... and the result as before: the failover's report lines, without the line saying it starts.
+    failed_over = await run("--bootstrap", target.bootstrap, "--topics", "cmd", "--failover", "-q")
     assert failed_over.returncode == 0, failed_over
     assert "records not copied: unknown (no source given)" in failed_over.stdout
     assert f"promoted 1 topic(s) at {target.bootstrap}: cmd" in failed_over.stdout
+    assert "failover of 1 mirror topic(s)" not in failed_over.stdout, failed_over.stdout
     again = await run("--bootstrap", target.bootstrap, "--topics", "cmd", "--failover")
     assert again.returncode == 0 and "cmd promoted already" in again.stdout, again
     nothing = await run("--bootstrap", target.bootstrap, "--mirror", "nobody", "--failover")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from deploy.launcher.alert_rules import LAG_ALERT, alert_rules, lag_expr, rules_text
 from deploy.launcher.from_topology import plan_from_file
 from deploy.launcher.prometheus import (
     ALERT_RULES,
@@ -21,7 +22,7 @@ from deploy.launcher.prometheus import (
     scrape_config,
 )
 from deploy.prometheus_process import PROMTOOL, is_ready
-from tests.unit.topology.files import GOOD, write
+from tests.unit.topology.files import GOOD, assert_refused_at, write
 from topology import TopologyError, load_topology
 
 
@@ -134,3 +135,84 @@ def test_a_bad_monitoring_value_is_named_by_line_and_key(tmp_path: Path, value: 
 def test_status_asks_only_an_http_host_and_port_for_readiness(url: str) -> None:
     """The state file names Prometheus's URL, and anyone may have written that."""
     assert not is_ready(url)
+
+
+def _with_lag_alert(value: str) -> str:
+    return GOOD.replace("e2w: {source: east, target: west}",
+                        f"e2w: {{source: east, target: west, lag_alert_seconds: {value}}}")
+
+
+def test_a_mirror_s_lag_alert_threshold_reaches_the_plan(tmp_path: Path) -> None:
+    (default,) = plan_from_file(write(tmp_path, GOOD)).mirrors
+    assert default.lag_alert_seconds == 60.0
+    (given,) = plan_from_file(write(tmp_path, _with_lag_alert("2.5"))).mirrors
+    assert given.lag_alert_seconds == 2.5
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0", "Input should be greater than 0"), ("-30", "Input should be greater than 0"),
+    ("604801", "Input should be less than or equal to 604800"), (".inf", "Input should be a finite number"),
+    (".nan", "Input should be a finite number"), ("true", "Input should be a valid number"),
+    ("[60]", "Input should be a valid number"),
+    ("30s", "give seconds as a number (60, 2.5), not '30s'"), ("'60'", "give seconds as a number"),
+])
+def test_a_bad_lag_alert_threshold_is_refused_by_line_and_key(tmp_path: Path, value: str, message: str) -> None:
+    assert_refused_at(tmp_path, _with_lag_alert(value), "12:", f"mirrors.e2w.lag_alert_seconds: {message}")
+
+
+def test_each_mirror_gets_its_own_lag_rule_and_the_rest_stay_as_shipped(tmp_path: Path) -> None:
+    shipped = alert_rules({}, ALERT_RULES)
+    rules = alert_rules({"fast": 30, "slow": 0.5})
+    lag = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") == LAG_ALERT]
+    assert [r["expr"] for r in lag] == [
+        'max by (mirror, target, topic, partition) (causeway_mirror_partition_lag_seconds{mirror="fast"}) > 30',
+        'max by (mirror, target, topic, partition) (causeway_mirror_partition_lag_seconds{mirror="slow"}) > 0.5']
+    others = [r for g in rules["groups"] for r in g["rules"] if r.get("alert") != LAG_ALERT]
+    assert others == [r for g in shipped["groups"] for r in g["rules"]]  # no mirror: no lag rule either
+    path = tmp_path / "alerts.yml"
+    path.write_text(rules_text({"fast": 30, "slow": 0.5}))
+    checked = promtool("check", "rules", str(path))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "SUCCESS: 18 rules found" in checked.stdout
+
+
+def test_a_lag_rule_of_another_shape_is_refused_rather_than_rewritten_wrong() -> None:
+    with pytest.raises(ValueError, match="CausewayMirrorLagHigh's expression"):
+        lag_expr("max(causeway_mirror_partition_lag_records) > 60", "e2w", 30)
+
+
+LAG_RULE_TESTS = """\
+rule_files: [{rules}]
+evaluation_interval: 1m
+tests:
+  - interval: 1m
+    input_series:
+      - series: 'causeway_mirror_partition_lag_seconds{{mirror="e2w",target="west",topic="east.orders",partition="0"}}'
+        values: '0 45 45 45 45'
+      - series: 'causeway_mirror_partition_lag_seconds{{mirror="w2e",target="east",topic="west.orders",partition="0"}}'
+        values: '0 45 45 45 45'
+    alert_rule_test:
+      - eval_time: 3m
+        alertname: CausewayMirrorLagHigh
+        exp_alerts:
+          - exp_labels: {{severity: critical, mirror: e2w, target: west, topic: east.orders, partition: "0"}}
+            exp_annotations:
+              summary: "mirror e2w: east.orders-0 is 45s behind its source (its alert threshold: 30 s)"
+"""
+
+
+def test_the_lag_threshold_from_the_topology_is_the_one_prometheus_alerts_on(tmp_path: Path) -> None:
+    """Prometheus's own rule tester on the rules the launcher writes for a topology whose e2w
+    has `lag_alert_seconds: 30` and whose w2e keeps the default 60: both 45 s behind, only e2w's
+    alert fires (the shipped rule's 60 s would have raised none)."""
+    text = _with_lag_alert("30") + "  w2e: {source: west, target: east}\n"
+    plan = plan_from_file(write(tmp_path, text))
+    rules = tmp_path / "alerts.yml"
+    rules.write_text(rules_text({m.name: m.lag_alert_seconds for m in plan.mirrors}))
+    tests = tmp_path / "lag-rules-test.yml"
+    tests.write_text(LAG_RULE_TESTS.format(rules=json.dumps(str(rules))))
+    checked = promtool("test", "rules", str(tests))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The same test against the shipped file fails: the threshold did come from the topology.
+    tests.write_text(LAG_RULE_TESTS.format(rules=json.dumps(str(ALERT_RULES.resolve()))))
+    assert promtool("test", "rules", str(tests)).returncode != 0
