@@ -124,7 +124,7 @@ async def test_offsets_commit_fetch_persist_and_reload(tmp_path: Path, autojump_
         await c.leave("g", [(member.member_id, None)])
 
     reloaded = coordinator(tmp_path, Store())
-    reloaded.load((k, v) for _, k, v in store.records)
+    reloaded.load(store.replay())
     assert reloaded.fetch_offsets("g", None) == {("orders", 3): value}
     assert reloaded.groups["g"].generation == c.groups["g"].generation
     assert all(p == c.partition_of("g") for p, _, _ in store.records)
@@ -137,7 +137,7 @@ async def test_deleted_groups_leave_tombstones(tmp_path: Path, autojump_clock: o
     await c.delete_group("gone")
     assert "gone" not in c.groups
     reloaded = coordinator(tmp_path, Store())
-    reloaded.load((k, v) for _, k, v in store.records)
+    reloaded.load(store.replay())
     assert "gone" not in reloaded.groups
     await expect(ErrorCode.GROUP_ID_NOT_FOUND, c.delete_group("gone"))
 
