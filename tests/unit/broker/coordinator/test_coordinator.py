@@ -153,6 +153,20 @@ async def test_offsets_of_empty_groups_expire_after_retention(tmp_path: Path) ->
     assert store.records[-1][2] is None  # the expiry is written as a tombstone
 
 
+async def test_an_offset_a_transaction_holds_does_not_expire(tmp_path: Path) -> None:
+    # As Kafka: expiry leaves a partition alone while a transaction holds an offset for it, and
+    # keeps the group; the transaction's COMMIT then makes its offset the committed one.
+    store = Store()
+    c = coordinator(tmp_path, store, **{"offsets.retention.minutes": "1"})
+    old = OffsetCommitValue(5, "", commit_timestamp=0)
+    await c.commit("g", -1, "", None, {("t", 0): old, ("t", 1): old})
+    await c.txn_commit("g", 7, 0, -1, "", None, {("t", 0): OffsetCommitValue(9, "", commit_timestamp=0)})
+    await c._expire_offsets()
+    assert c.fetch_offsets("g", None) == {("t", 0): old}  # t-1 expired, t-0 held
+    await c.complete_txn(7, c.partition_of("g"), True)
+    assert c.fetch_offsets("g", None) == {("t", 0): OffsetCommitValue(9, "", commit_timestamp=0)}
+
+
 def test_a_member_forgets_only_its_own_parked_reply() -> None:
     join, sync, other = Reply(), Reply(), Reply()
     member = Member("m", None, "c", "h", 10_000, 10_000, "consumer", [], join=join, sync=sync)
