@@ -32,7 +32,7 @@ import trio
 from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.coordinator.group import Group, GroupState, Member, Reply
-from broker.coordinator.loader import GroupLoader, PendingTxnOffsets, Records, TxnSink
+from broker.coordinator.loader import GroupLoader, LoggedRecords, OffsetsLogSink, PendingTxnOffsets, supersedes
 from broker.coordinator.offsets_records import (
     GroupMetadataKey,
     GroupMetadataValue,
@@ -49,24 +49,23 @@ log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
 
-# Appends (key, value-or-None) records to a partition of __consumer_offsets and returns once the
-# ISR has them; raises KafkaError.
-AppendRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[None]]
+# Appends (key, value-or-None) records to a partition of __consumer_offsets and returns the log
+# offset of the first (the others follow it) once the ISR has them; raises KafkaError.
+AppendRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[int]]
 # The same in two steps: appends at the call (writes land in the order they were made; a refusal
 # raises KafkaError there) and returns what to await for the ISR (raises KafkaError).
-WriteRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[None]]
-# Appends records as a transactional batch of (producer id, epoch); returns once the ISR has them.
-AppendTxnRecords = Callable[[int, list[tuple[bytes, bytes | None]], int, int], Awaitable[None]]
+WriteRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[int]]
+# Appends records as a transactional batch of (producer id, epoch); the same answer.
+AppendTxnRecords = Callable[[int, list[tuple[bytes, bytes | None]], int, int], Awaitable[int]]
 
 
 class ReplayPartition(Protocol):
-    """Feeds every record of one partition, up to its log end when called, to the sink (in
-    worker threads, chunk by chunk, oldest first; transactional batches and markers to `txn`)
-    while `still_wanted()` is true; raises KafkaError or OSError when the partition cannot be
-    read. broker.coordinator.offsets_store implements it."""
+    """Feeds every record of one partition, up to its log end when called, to the sink with
+    its offset (in worker threads, chunk by chunk, oldest first; transactional batches and
+    markers apart) while `still_wanted()` is true; raises KafkaError or OSError when the
+    partition cannot be read. broker.coordinator.offsets_store implements it (replay_log)."""
 
-    def __call__(self, partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
-                 txn: TxnSink | None = None) -> Awaitable[None]: ...
+    def __call__(self, partition: int, sink: OffsetsLogSink, still_wanted: Callable[[], bool]) -> Awaitable[None]: ...
 
 # A load that failed (the disk, a partition deleted meanwhile) is retried while still leader.
 _LOAD_RETRY_BACKOFF_S = 1.0
@@ -76,15 +75,12 @@ _LOAD_RETRY_BACKOFF_MAX_S = 30.0
 class OffsetsLog(Protocol):
     """`__consumer_offsets` as the coordinator uses it (broker.coordinator.offsets_store)."""
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None: ...
-
-    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[None]: ...
+    def write(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> Awaitable[int]: ...
 
     async def append_txn(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int,
-                         producer_epoch: int) -> None: ...
+                         producer_epoch: int) -> int: ...
 
-    async def replay_partition(self, partition: int, sink: Callable[[Records], None],
-                               still_wanted: Callable[[], bool], txn: TxnSink | None = None) -> None: ...
+    async def replay_log(self, partition: int, sink: OffsetsLogSink, still_wanted: Callable[[], bool]) -> None: ...
 
     def partition_count(self) -> int | None: ...
 
@@ -171,7 +167,7 @@ class GroupCoordinator:
     def over(cls, config: BrokerConfig, store: OffsetsLog) -> GroupCoordinator:
         """A coordinator of the partitions this broker leads, kept in `store` (the broker's
         :class:`~broker.coordinator.offsets_store.OffsetsStore`)."""
-        return cls(config, store.append, store.replay_partition, store.partition_count, write=store.write,
+        return cls(config, store.write, store.replay_log, store.partition_count, write=store.write,
                    append_txn=store.append_txn)
 
     def __init__(self, config: BrokerConfig, append: AppendRecords, replay: ReplayPartition | None = None,
@@ -190,7 +186,8 @@ class GroupCoordinator:
         self.groups: dict[str, Group] = {}  # the groups of loaded partitions only
         # Transactional offset commits not yet decided: producer id -> group -> offsets. Written
         # to the group's partition at once (transactional batches of the producer), they become
-        # committed offsets when the producer's COMMIT marker reaches that partition.
+        # committed offsets when the producer's COMMIT marker reaches that partition, unless a
+        # plain commit of the same partition was written after them (loader.supersedes).
         self._txn_offsets: PendingTxnOffsets = {}
         self._wakeup = trio.Event()
 
@@ -210,14 +207,15 @@ class GroupCoordinator:
         count = self._topic_partitions() if self._topic_partitions is not None else None
         return count if count else self._config.offsets_topic_num_partitions
 
-    async def _store(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> None:
-        """Append to the group's partition; disk errors become KAFKA_STORAGE_ERROR."""
+    async def _store(self, group_id: str, records: list[tuple[bytes, bytes | None]]) -> int:
+        """Append to the group's partition; the log offset of the first record. Disk errors
+        become KAFKA_STORAGE_ERROR."""
         try:
-            await self._append(self.partition_of(group_id), records)
+            return await self._append(self.partition_of(group_id), records)
         except OSError as exc:
             raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
 
-    def load(self, records: Records) -> None:
+    def load(self, records: LoggedRecords) -> None:
         """Replay `__consumer_offsets` records in log order (later records win), for a
         coordinator that leads every partition (made without `replay`): tests, and a broker
         that reads the whole topic before it serves."""
@@ -317,8 +315,8 @@ class GroupCoordinator:
             loader = GroupLoader()
             started = trio.current_time()
             try:
-                await self._replay(partition, loader.apply, lambda: self._led is not None
-                                   and self._led.get(partition) is led, loader)
+                await self._replay(partition, loader, lambda: self._led is not None
+                                   and self._led.get(partition) is led)
             except (KafkaError, OSError) as exc:
                 led.tried.set()
                 if self._led.get(partition) is not led:
@@ -921,12 +919,18 @@ class GroupCoordinator:
         records: list[tuple[bytes, bytes | None]] = [
             (OffsetCommitKey(group_id, t, p).encode(), v.encode()) for (t, p), v in offsets.items()
         ]
-        if records:
-            try:
-                await self._store(group_id, records)
-            except KafkaError as exc:
-                raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
-        group.offsets.update(offsets)
+        if not records:
+            return
+        try:
+            first = await self._store(group_id, records)
+        except KafkaError as exc:
+            raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
+        for at, (tp, value) in enumerate(offsets.items(), first):
+            # A transaction decided while this write waited for the ISR may have committed an
+            # offset written after it: the later record stays (Kafka's onOffsetCommitAppend).
+            value = value.written_at(at)
+            if supersedes(value, group.offsets.get(tp)):
+                group.offsets[tp] = value
 
     async def txn_commit(self, group_id: str, producer_id: int, producer_epoch: int, generation: int,
                          member_id: str, instance_id: str | None,
@@ -954,13 +958,14 @@ class GroupCoordinator:
             records: list[tuple[bytes, bytes | None]] = [
                 (OffsetCommitKey(group_id, t, p).encode(), v.encode()) for (t, p), v in offsets.items()]
             try:
-                await self._append_txn(self.partition_of(group_id), records, producer_id, producer_epoch)
+                first = await self._append_txn(self.partition_of(group_id), records, producer_id, producer_epoch)
             except OSError as exc:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             except KafkaError as exc:
                 raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
             # Resigned meanwhile: the new leader holds them (from the log), not this broker.
             self._check_coordinator(group_id)
+            offsets = {tp: value.written_at(at) for at, (tp, value) in enumerate(offsets.items(), first)}
         self._txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
@@ -977,15 +982,31 @@ class GroupCoordinator:
             offsets = held[group_id]
             if commit and offsets:
                 if self._append_txn is None:
-                    await self._store(group_id, [(OffsetCommitKey(group_id, t, p).encode(), v.encode())
-                                                 for (t, p), v in offsets.items()])
+                    first = await self._store(group_id, [(OffsetCommitKey(group_id, t, p).encode(), v.encode())
+                                                         for (t, p), v in offsets.items()])
+                    offsets = {tp: value.written_at(at) for at, (tp, value) in enumerate(offsets.items(), first)}
                 group = self.groups.get(group_id)
                 if group is None:
                     group = self.groups[group_id] = Group(group_id)
-                group.offsets.update(offsets)
+                for tp, value in offsets.items():
+                    # A plain OffsetCommit written after the TxnOffsetCommit keeps its offset.
+                    if supersedes(value, group.offsets.get(tp)):
+                        group.offsets[tp] = value
+                    else:
+                        log.info("group %s: the transactional commit of %s-%d by producer %d is older than "
+                                 "the committed offset (record %d < %d); the committed one stays", group_id,
+                                 tp[0], tp[1], producer_id, value.record_offset, group.offsets[tp].record_offset)
             held.pop(group_id, None)
         if not held:
             self._txn_offsets.pop(producer_id, None)
+
+    def _drop_pending_txn_offsets(self, group_id: str, partitions: list[tuple[str, int]]) -> None:
+        """Tombstones for `partitions` were written: what transactions hold for them goes too,
+        as the load drops it (Kafka's replay of an offset tombstone)."""
+        for by_group in self._txn_offsets.values():
+            held = by_group.get(group_id, {})
+            for tp in partitions:
+                held.pop(tp, None)
 
     def pending_txn_offsets(self, group_id: str) -> set[tuple[str, int]]:
         """The group's partitions with a transactional offset commit not yet decided (OffsetFetch
@@ -1021,21 +1042,23 @@ class GroupCoordinator:
             subscribed = group.subscribed_topics()
         out: dict[tuple[str, int], ErrorCode] = {}
         tombstones: list[tuple[bytes, bytes | None]] = []
+        pending = self.pending_txn_offsets(group_id)
         for tp in partitions:
             if subscribed is None or tp[0] in subscribed:
                 out[tp] = ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC
                 continue
             out[tp] = ErrorCode.NONE
-            if tp in group.offsets:
+            if tp in group.offsets or tp in pending:  # a load drops a transaction's offset at it too
                 tombstones.append((OffsetCommitKey(group_id, *tp).encode(), None))
         if tombstones:
             try:
                 await self._store(group_id, tombstones)
             except KafkaError as exc:
                 raise _mapped(exc, _GROUP_WRITE_ERRORS) from exc
-            for tp, code in out.items():
-                if code == ErrorCode.NONE:
-                    group.offsets.pop(tp, None)
+            deleted = [tp for tp, code in out.items() if code == ErrorCode.NONE]
+            for tp in deleted:
+                group.offsets.pop(tp, None)
+            self._drop_pending_txn_offsets(group_id, deleted)
         return out
 
     async def delete_group(self, group_id: str) -> None:
@@ -1057,6 +1080,7 @@ class GroupCoordinator:
             if self.groups.get(group_id) is group:  # an unloaded group stays Dead
                 group.transition(GroupState.EMPTY, now_ms())
             raise _mapped(exc, _GROUP_WRITE_ERRORS) from exc
+        self._drop_pending_txn_offsets(group_id, list(group.offsets))
         if self.groups.get(group_id) is group:  # not unloaded (and maybe reloaded) meanwhile
             del self.groups[group_id]
 
@@ -1079,9 +1103,10 @@ class GroupCoordinator:
         else:
             return []
         out = []
+        pending = self.pending_txn_offsets(group.group_id)
         for tp, value in group.offsets.items():
-            if topics is not None and tp[0] in topics:
-                continue
+            if (topics is not None and tp[0] in topics) or tp in pending:
+                continue  # a transaction may still commit an offset for it (Kafka keeps it too)
             if value.expire_timestamp >= 0:  # an explicit expiry (OffsetCommit v2-v4) wins
                 if value.expire_timestamp <= now:
                     out.append(tp)
@@ -1097,7 +1122,9 @@ class GroupCoordinator:
             if group.state == GroupState.DEAD:
                 continue
             expired = self._expired(group, now)
-            drop_group = group.state == GroupState.EMPTY and len(expired) == len(group.offsets)
+            # Not while a transaction holds offsets for it (Kafka keeps such a group).
+            drop_group = group.state == GroupState.EMPTY and len(expired) == len(group.offsets) \
+                and not self.pending_txn_offsets(group.group_id)
             records: list[tuple[bytes, bytes | None]] = [
                 (OffsetCommitKey(group.group_id, t, p).encode(), None) for t, p in expired
             ]

@@ -23,20 +23,32 @@ from broker.coordinator.offsets_records import (
 )
 from broker.protocol.errors import ProtocolError
 
-__all__ = ["GroupLoader", "PendingTxnOffsets", "Records", "TxnSink"]
+__all__ = ["GroupLoader", "LoggedRecords", "OffsetsLogSink", "PendingTxnOffsets", "Records", "supersedes"]
 
 log = logging.getLogger(__name__)
 
 Records = Iterable[tuple[bytes | None, bytes | None]]
+# Records with where each sits in its partition: (log offset, key, value).
+LoggedRecords = Iterable[tuple[int, bytes | None, bytes | None]]
 # Transactional offset commits not yet decided: producer id -> group -> offsets.
 PendingTxnOffsets = dict[int, dict[str, dict[tuple[str, int], OffsetCommitValue]]]
 
 
-class TxnSink(Protocol):
-    """What a replay gives the transactional part of `__consumer_offsets`, in log order with the
-    plain records: TxnOffsetCommit batches (by producer id) and the markers that decide them."""
+def supersedes(candidate: OffsetCommitValue, current: OffsetCommitValue | None) -> bool:
+    """Whether `candidate` becomes the committed offset over `current`: the later record in the
+    log wins, whatever order plain and transactional commits are decided in (Kafka's
+    replayEndTransactionMarker and onOffsetCommitAppend). A plain OffsetCommit written after a
+    TxnOffsetCommit keeps its offset when that transaction's COMMIT marker lands later."""
+    return current is None or candidate.record_offset > current.record_offset
 
-    def apply_txn(self, producer_id: int, records: Records) -> None: ...
+
+class OffsetsLogSink(Protocol):
+    """What a replay of a `__consumer_offsets` partition gives, in log order: plain records,
+    TxnOffsetCommit batches (by producer id) and the markers that decide them."""
+
+    def apply(self, records: LoggedRecords) -> None: ...
+
+    def apply_txn(self, producer_id: int, records: LoggedRecords) -> None: ...
 
     def end_txn(self, producer_id: int, commit: bool) -> None: ...
 
@@ -48,7 +60,9 @@ class GroupLoader:
     timer starts when the coordinator takes the group) or without (Empty). Unreadable records
     are skipped with a warning, never fatal. Transactional offset commits wait in `pending` for
     their producer's marker (Kafka's GroupMetadataManager.loadGroupsAndOffsets): COMMIT makes
-    them committed offsets, ABORT drops them, and those with no marker yet stay pending.
+    them committed offsets unless a plain commit was written after them (:func:`supersedes`),
+    ABORT drops them, and those with no marker yet stay pending. A tombstone drops what is
+    pending for its partition too, as Kafka's replay does.
     """
 
     def __init__(self) -> None:
@@ -57,14 +71,15 @@ class GroupLoader:
         self.offsets_loaded = 0
         self.skipped = 0
 
-    def apply_txn(self, producer_id: int, records: Records) -> None:
+    def apply_txn(self, producer_id: int, records: LoggedRecords) -> None:
         """Records of a transactional batch of `producer_id`: its offset commits, held."""
         held = self.pending.setdefault(producer_id, {})
-        for key_bytes, value in records:
+        for offset, key_bytes, value in records:
             try:
                 key = decode_key(key_bytes) if key_bytes is not None else None
                 if isinstance(key, OffsetCommitKey) and value is not None:
-                    held.setdefault(key.group, {})[(key.topic, key.partition)] = decode_offset_commit(value)
+                    committed = decode_offset_commit(value).written_at(offset)
+                    held.setdefault(key.group, {})[(key.topic, key.partition)] = committed
             except ProtocolError as exc:
                 self.skipped += 1
                 log.warning("skipping an unreadable transactional __consumer_offsets record: %s", exc)
@@ -75,11 +90,15 @@ class GroupLoader:
         if not commit:
             return
         for group_id, offsets in held.items():
-            self.groups.setdefault(group_id, Group(group_id)).offsets.update(offsets)
-            self.offsets_loaded += len(offsets)
+            group = self.groups.setdefault(group_id, Group(group_id))
+            for tp, value in offsets.items():
+                if supersedes(value, group.offsets.get(tp)):
+                    group.offsets[tp] = value
+                    self.offsets_loaded += 1
 
-    def apply(self, records: Records) -> None:
-        for key_bytes, value in records:
+    def apply(self, records: LoggedRecords) -> None:
+        """Plain (non-transactional) records, in log order."""
+        for offset, key_bytes, value in records:
             if key_bytes is None:
                 continue
             try:
@@ -89,8 +108,10 @@ class GroupLoader:
                     tp = (key.topic, key.partition)
                     if value is None:
                         group.offsets.pop(tp, None)
+                        for by_group in self.pending.values():
+                            by_group.get(key.group, {}).pop(tp, None)
                     else:
-                        group.offsets[tp] = decode_offset_commit(value)
+                        group.offsets[tp] = decode_offset_commit(value).written_at(offset)
                     self.offsets_loaded += 1
                 elif isinstance(key, GroupMetadataKey):
                     if value is None:

@@ -8,7 +8,7 @@ STRING is an int16 length and UTF-8, BYTES an int32 length.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from broker.protocol.errors import ProtocolError
 from broker.protocol.primitives import Reader, Writer
@@ -81,6 +81,14 @@ class OffsetCommitValue:
     commit_timestamp: int
     leader_epoch: int = -1
     expire_timestamp: int = -1
+    # Where this commit's record sits in `__consumer_offsets` (-1: not written yet). Not part of
+    # the record: the coordinator keeps it to order a plain commit against a transactional one
+    # decided later (Kafka's OffsetAndMetadata.recordOffset), and two values are equal without it.
+    record_offset: int = field(default=-1, compare=False)
+
+    def written_at(self, record_offset: int) -> OffsetCommitValue:
+        """This value, known to sit at `record_offset` of its `__consumer_offsets` partition."""
+        return replace(self, record_offset=record_offset)
 
     def encode(self) -> bytes:
         w = Writer()

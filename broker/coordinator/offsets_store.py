@@ -20,7 +20,7 @@ from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.controller.base import Controller
 from broker.coordinator.coordinator import OFFSETS_TOPIC
-from broker.coordinator.loader import Records, TxnSink
+from broker.coordinator.loader import LoggedRecords, OffsetsLogSink, Records
 from broker.coordinator.txn_records import TXN_STATE_TOPIC
 from broker.protocol.control_records import ControlType, marker_of
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -107,16 +107,16 @@ class OffsetsStore:
         await self.write(partition, records)
 
     async def append_txn(self, partition: int, records: list[tuple[bytes, bytes | None]], producer_id: int,
-                         producer_epoch: int) -> None:
+                         producer_epoch: int) -> int:
         """Write records to one partition as a transactional batch of the producer (Kafka's
         TxnOffsetCommit records: no sequence, decided by the producer's marker there); returns
-        once the ISR has them (the errors of :meth:`write`)."""
-        await self.write(partition, records, producer_id=producer_id, producer_epoch=producer_epoch)
+        the offset of the first once the ISR has them (the errors of :meth:`write`)."""
+        return await self.write(partition, records, producer_id=producer_id, producer_epoch=producer_epoch)
 
     def write(self, partition: int, records: list[tuple[bytes, bytes | None]], *, producer_id: int = -1,
-              producer_epoch: int = -1) -> Awaitable[None]:
-        """Write records to one partition as its leader, now; the awaitable returned completes
-        once the ISR has them.
+              producer_epoch: int = -1) -> Awaitable[int]:
+        """Write records to one partition as its leader, now; the awaitable returned gives the
+        log offset of the first record (the others follow it) once the ISR has them.
 
         Raises KafkaError at once: NOT_LEADER_OR_FOLLOWER (not leader), NOT_ENOUGH_REPLICAS (an
         ISR below min.insync.replicas: nothing written), and the log's own refusals. The
@@ -135,7 +135,7 @@ class OffsetsStore:
             raise appended.refused
         return self._committed(appended)
 
-    async def _committed(self, appended: LeaderAppend) -> None:
+    async def _committed(self, appended: LeaderAppend) -> int:
         # At flush.messages, a commit is answered after its fsync (in a worker thread).
         topic = self._topic
         await wait_for_acks([appended], required_acks=-1, timeout_ms=topic.commit_timeout_ms)
@@ -147,11 +147,20 @@ class OffsetsStore:
                              f"{topic.commit_timeout_key}={topic.commit_timeout_ms}")
         if appended.acks != ErrorCode.NONE:
             raise KafkaError(appended.acks, f"writing to {self._topic.name}-{appended.index}")
+        assert appended.result is not None  # appended, not refused: a coordinator's batch is never a duplicate
+        return appended.result.first_offset
 
     async def replay_partition(self, partition: int, sink: Callable[[Records], None],
-                               still_wanted: Callable[[], bool], txn: TxnSink | None = None) -> None:
-        """Feed the partition's records up to its log end (now) to `sink`, oldest first; with
-        `txn`, transactional batches and their markers go to it instead, in the same order.
+                               still_wanted: Callable[[], bool]) -> None:
+        """Feed the partition's records up to its log end (now) to `sink` as (key, value),
+        oldest first, markers left out: :meth:`replay_log` for a reader that needs neither
+        offsets nor transactions (the transaction coordinator's `__transaction_state`)."""
+        await self.replay_log(partition, _PlainRecords(sink), still_wanted)
+
+    async def replay_log(self, partition: int, sink: OffsetsLogSink, still_wanted: Callable[[], bool]) -> None:
+        """Feed the partition's records up to its log end (now) to `sink` with their offsets,
+        oldest first: plain records to `sink.apply`, transactional batches to `sink.apply_txn`
+        and their markers to `sink.end_txn`, in the log's order.
 
         Each chunk is located here (the log's segment list is the trio thread's) on its own
         pinned descriptor, so a compaction or retention swapping segments meanwhile cannot pull
@@ -169,7 +178,7 @@ class OffsetsStore:
             if chunk is None:
                 return
             try:
-                next_offset = await trio.to_thread.run_sync(_replay_chunk, chunk, offset, sink, txn,
+                next_offset = await trio.to_thread.run_sync(_replay_chunk, chunk, offset, sink,
                                                             limiter=self._load_limiter)
             finally:
                 chunk.close()
@@ -200,21 +209,36 @@ class OffsetsStore:
             yield from _records(self._replicas.get(OFFSETS_TOPIC, info.partition).log)
 
 
-def _replay_chunk(chunk: FileSlice, offset: int, sink: Callable[[Records], None],
-                  txn: TxnSink | None) -> int | None:
+class _PlainRecords:
+    """A replay's records as (key, value), transactional or not; markers dropped."""
+
+    def __init__(self, sink: Callable[[Records], None]) -> None:
+        self._sink = sink
+
+    def apply(self, records: LoggedRecords) -> None:
+        self._sink([(key, value) for _, key, value in records])
+
+    def apply_txn(self, producer_id: int, records: LoggedRecords) -> None:
+        self.apply(records)
+
+    def end_txn(self, producer_id: int, commit: bool) -> None:
+        pass
+
+
+def _replay_chunk(chunk: FileSlice, offset: int, sink: OffsetsLogSink) -> int | None:
     """Decode the batches of one chunk (runs in a worker thread) and give the records at or
-    after `offset` to `sink` (transactional ones and markers to `txn`, when given); the offset
-    after the last whole batch, None when there is none."""
+    after `offset` to `sink` (transactional ones and markers apart); the offset after the last
+    whole batch, None when there is none."""
     data = chunk.read(0, chunk.length)
     batches = split_batches(data, allow_partial_tail=True)
     if not batches:
         return None
-    records: list[tuple[bytes | None, bytes | None]] = []
+    records: list[tuple[int, bytes | None, bytes | None]] = []
     for pos, header in batches:
-        if txn is not None and header.is_transactional and header.has_producer_id and header.last_offset >= offset:
-            sink(records)  # what came before, first: the log's order is the outcome
+        if header.is_transactional and header.has_producer_id and header.last_offset >= offset:
+            sink.apply(records)  # what came before, first: the log's order is the outcome
             records = []
-            _replay_txn_batch(data, pos, header, txn)
+            _replay_txn_batch(data, pos, header, offset, sink)
         elif not header.is_control:
             try:
                 _, decoded = decode_batch(data, pos)
@@ -224,26 +248,26 @@ def _replay_chunk(chunk: FileSlice, offset: int, sink: Callable[[Records], None]
                 log.warning("%s: skipping the batch at offsets %d-%d: %s", OFFSETS_TOPIC, header.base_offset,
                             header.last_offset, exc)
                 decoded = []
-            records.extend((r.key, r.value) for r in decoded if r.offset >= offset)
+            records.extend((r.offset, r.key, r.value) for r in decoded if r.offset >= offset)
         offset = header.last_offset + 1
-    sink(records)
+    sink.apply(records)
     return offset
 
 
-def _replay_txn_batch(data: bytes, pos: int, header: BatchHeader, txn: TxnSink) -> None:
+def _replay_txn_batch(data: bytes, pos: int, header: BatchHeader, offset: int, sink: OffsetsLogSink) -> None:
     """A transactional batch of `__consumer_offsets`: TxnOffsetCommit records, or a marker."""
     try:
         if header.is_control:
             marker = marker_of(data, pos, header)
             if marker is not None:
-                txn.end_txn(header.producer_id, marker[0] == ControlType.COMMIT)
+                sink.end_txn(header.producer_id, marker[0] == ControlType.COMMIT)
             return
         _, decoded = decode_batch(data, pos)
     except KafkaError as exc:
         log.warning("%s: skipping the transactional batch at offsets %d-%d: %s", OFFSETS_TOPIC, header.base_offset,
                     header.last_offset, exc)
         return
-    txn.apply_txn(header.producer_id, [(r.key, r.value) for r in decoded])
+    sink.apply_txn(header.producer_id, [(r.offset, r.key, r.value) for r in decoded if r.offset >= offset])
 
 
 def _records(partition_log: Log) -> Iterator[tuple[bytes | None, bytes | None]]:

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
-from kazoo.exceptions import NoNodeError
 
 from broker.clock import now_ms
 from deploy.chaos.checker import check
@@ -133,16 +132,10 @@ def test_a_transactional_loop_is_exactly_once_across_a_group_coordinator_sigkill
     thread.start()
     try:
         assert loop.paused.wait(120), f"the loop did not reach transaction {PAUSED_TXN}: {loop.failure!r}"
-        coordinator = int(cluster.state("__consumer_offsets")["leader"])  # type: ignore[call-overload]
+        coordinator = cluster.leader("__consumer_offsets")
         cluster.brokers[coordinator].kill()
-
-        def moved() -> bool:
-            try:
-                return int(cluster.state("__consumer_offsets")["leader"]) not in (-1, coordinator)  # type: ignore[call-overload]
-            except NoNodeError:
-                return False
-
-        wait_until(moved, what="a new leader of __consumer_offsets-0", timeout_s=60)
+        wait_until(lambda: cluster.leader("__consumer_offsets") not in (-1, coordinator),
+                   what="a new leader of __consumer_offsets-0", timeout_s=60)
     finally:
         loop.resume.set()
     thread.join(180)

@@ -6,6 +6,7 @@ a kazoo client to read the znodes the controller writes.
         cluster.bootstrap()              # "127.0.0.1:P1,127.0.0.1:P2,..." of the running brokers
         cluster.controller()             # (controller id, epoch), (-1, -1) during an election
         cluster.state("orders", 0)       # the partition's state znode, with its "zk_version"
+        cluster.leader("orders", 0)      # its leader, -1 without one
         cluster.brokers[2].kill()
     finally:
         cluster.close()
@@ -78,6 +79,14 @@ class ZkCluster:
         NoNodeError before the controller wrote it."""
         data, stat = self.zk.get(f"/brokers/topics/{topic}/partitions/{partition}/state")
         return {**json.loads(data), "zk_version": stat.version}
+
+    def leader(self, topic: str, partition: int = 0) -> int:
+        """The partition's leader as its state znode names it; -1 without one (none elected,
+        or the znode not written yet)."""
+        try:
+            return int(self.state(topic, partition)["leader"])  # type: ignore[call-overload]
+        except NoNodeError:
+            return -1
 
     def close(self) -> None:
         for process in self.brokers.values():

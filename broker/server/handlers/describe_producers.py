@@ -1,9 +1,11 @@
-"""DescribeProducers (API 61, KIP-664): the producers a partition's leader tracks, as Kafka's
+"""DescribeProducers (API 61, KIP-664): the producers a replica of a partition tracks, as Kafka's
 KafkaApis.handleDescribeProducersRequest, for `kafka-transactions describe-producers` and
 `find-hanging`.
 
 Read on the topic, else TOPIC_AUTHORIZATION_FAILED; a partition not hosted here is
-UNKNOWN_TOPIC_OR_PARTITION, one hosted but not led NOT_LEADER_OR_FOLLOWER. Each producer: its
+UNKNOWN_TOPIC_OR_PARTITION. Leader and followers alike answer from their own log, as Kafka's
+Partition.activeProducerState: `--broker-id` asks one replica, and `find-hanging --broker-id`
+asks a broker for every partition it holds a replica of, led or not. Each producer: its
 epoch, last sequence and the timestamp of its last batch (-1 for a producer known only from a
 marker), the coordinator epoch of its last marker, and the first offset of its open transaction
 (-1 when none is open): a transaction open for long is a hanging one.
@@ -46,8 +48,6 @@ async def handle(ctx: RequestContext, request: DescribeProducersRequest) -> Desc
                 if not allowed:
                     raise KafkaError(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                 partition = ctx.services.replicas.get(topic.name, index)
-                if not partition.is_leader:
-                    raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
                 results.append(PartitionResponse(partition_index=index,
                                                   active_producers=_producers(partition.log.producers)))
             except KafkaError as exc:

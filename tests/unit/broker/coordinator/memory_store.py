@@ -24,13 +24,16 @@ class Store:
         self.records: list[tuple[int, bytes, bytes | None]] = []
         self.fail: ErrorCode | None = None
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        """The records' place in the list stands for their log offset (one log for every partition)."""
         if self.fail is not None:
             raise KafkaError(self.fail, "injected")
+        first = len(self.records)
         self.records += [(partition, k, v) for k, v in records]
+        return first
 
-    def replay(self) -> list[tuple[bytes | None, bytes | None]]:
-        return [(k, v) for _, k, v in self.records]
+    def replay(self) -> list[tuple[int, bytes | None, bytes | None]]:
+        return [(offset, k, v) for offset, (_, k, v) in enumerate(self.records)]
 
 
 def coordinator(tmp_path: Path, store: Store, **extra: str) -> GroupCoordinator:

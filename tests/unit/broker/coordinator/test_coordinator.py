@@ -124,7 +124,7 @@ async def test_offsets_commit_fetch_persist_and_reload(tmp_path: Path, autojump_
         await c.leave("g", [(member.member_id, None)])
 
     reloaded = coordinator(tmp_path, Store())
-    reloaded.load((k, v) for _, k, v in store.records)
+    reloaded.load(store.replay())
     assert reloaded.fetch_offsets("g", None) == {("orders", 3): value}
     assert reloaded.groups["g"].generation == c.groups["g"].generation
     assert all(p == c.partition_of("g") for p, _, _ in store.records)
@@ -137,7 +137,7 @@ async def test_deleted_groups_leave_tombstones(tmp_path: Path, autojump_clock: o
     await c.delete_group("gone")
     assert "gone" not in c.groups
     reloaded = coordinator(tmp_path, Store())
-    reloaded.load((k, v) for _, k, v in store.records)
+    reloaded.load(store.replay())
     assert "gone" not in reloaded.groups
     await expect(ErrorCode.GROUP_ID_NOT_FOUND, c.delete_group("gone"))
 
@@ -151,6 +151,20 @@ async def test_offsets_of_empty_groups_expire_after_retention(tmp_path: Path) ->
     assert c.fetch_offsets("old", None) == {}
     assert c.fetch_offsets("fresh", None) != {}
     assert store.records[-1][2] is None  # the expiry is written as a tombstone
+
+
+async def test_an_offset_a_transaction_holds_does_not_expire(tmp_path: Path) -> None:
+    # As Kafka: expiry leaves a partition alone while a transaction holds an offset for it, and
+    # keeps the group; the transaction's COMMIT then makes its offset the committed one.
+    store = Store()
+    c = coordinator(tmp_path, store, **{"offsets.retention.minutes": "1"})
+    old = OffsetCommitValue(5, "", commit_timestamp=0)
+    await c.commit("g", -1, "", None, {("t", 0): old, ("t", 1): old})
+    await c.txn_commit("g", 7, 0, -1, "", None, {("t", 0): OffsetCommitValue(9, "", commit_timestamp=0)})
+    await c._expire_offsets()
+    assert c.fetch_offsets("g", None) == {("t", 0): old}  # t-1 expired, t-0 held
+    await c.complete_txn(7, c.partition_of("g"), True)
+    assert c.fetch_offsets("g", None) == {("t", 0): OffsetCommitValue(9, "", commit_timestamp=0)}
 
 
 def test_a_member_forgets_only_its_own_parked_reply() -> None:

@@ -20,7 +20,7 @@ from broker.coordinator import offsets_store
 from broker.coordinator.coordinator import OFFSETS_TOPIC, GroupCoordinator, JoinResult
 from broker.coordinator.group import GroupState
 from broker.coordinator.leadership import LeadershipListener
-from broker.coordinator.loader import Records, TxnSink
+from broker.coordinator.loader import LoggedRecords, OffsetsLogSink
 from broker.coordinator.offsets_records import OffsetCommitKey, OffsetCommitValue, partition_for
 from broker.coordinator.offsets_store import OffsetsStore
 from broker.protocol.api import ApiKey
@@ -231,19 +231,28 @@ async def test_resigning_while_loading_abandons_the_load(tmp_path: Path, monkeyp
     chunks: list[int] = []
     began, ended = trio.Event(), trio.Event()
 
-    async def replay(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
-                     txn: TxnSink | None = None) -> None:
-        def counting(records: Records) -> None:
-            chunks.append(len(list(records)))
-            sink(records)
+    class Counting:
+        def __init__(self, sink: OffsetsLogSink) -> None:
+            self.sink = sink
 
+        def apply(self, records: LoggedRecords) -> None:
+            chunks.append(len(list(records)))
+            self.sink.apply(records)
+
+        def apply_txn(self, producer_id: int, records: LoggedRecords) -> None:
+            self.sink.apply_txn(producer_id, records)
+
+        def end_txn(self, producer_id: int, commit: bool) -> None:
+            self.sink.end_txn(producer_id, commit)
+
+    async def replay(partition: int, sink: OffsetsLogSink, still_wanted: Callable[[], bool]) -> None:
         began.set()
         try:
-            await store.replay_partition(partition, counting, still_wanted, txn)
+            await store.replay_log(partition, Counting(sink), still_wanted)
         finally:
             ended.set()
 
-    c = GroupCoordinator(cfg, store.append, replay)
+    c = GroupCoordinator(cfg, store.write, replay)
     async with running(c):
         c.on_became_leader(OFFSETS_TOPIC, 0, 0)
         await began.wait()  # the first chunk is on its way
@@ -385,12 +394,11 @@ async def test_a_load_that_fails_is_retried_while_the_broker_serves(tmp_path: Pa
     attempts: list[float] = []
     g0 = group_in(0)
 
-    async def replay(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
-                     txn: TxnSink | None = None) -> None:
+    async def replay(partition: int, sink: OffsetsLogSink, still_wanted: Callable[[], bool]) -> None:
         attempts.append(trio.current_time())
         if len(attempts) < 3:
             raise OSError(5, "Input/output error")
-        sink([(OffsetCommitKey(g0, "orders", 0).encode(), commit_value(5).encode())])
+        sink.apply([(0, OffsetCommitKey(g0, "orders", 0).encode(), commit_value(5).encode())])
 
     c = GroupCoordinator(config(tmp_path), Replicas().get, replay)  # type: ignore[arg-type]
     c.on_became_leader(OFFSETS_TOPIC, 0, 0)
@@ -444,6 +452,19 @@ async def test_a_damaged_batch_is_skipped_and_the_rest_loads(tmp_path: Path) -> 
         assert c.fetch_offsets(g0, None) == {("orders", 0): commit_value(1), ("orders", 2): commit_value(3)}
 
 
+async def hand_over(partition_log: Log, old: tuple[Replicas, GroupCoordinator], new: tuple[Replicas, GroupCoordinator],
+                    epoch: int, new_broker: int = 2) -> None:
+    """__consumer_offsets-0 moves from the old (broker, coordinator) to the new one, broker
+    `new_broker` of (1, 2), in `epoch`; returns once the new coordinator loaded it."""
+    (old_replicas, old_c), (new_replicas, new_c) = old, new
+    old_replicas.partitions[0].make_follower(PartitionInfo(0, new_broker, epoch, (1, 2), (new_broker,)))
+    old_c.on_resigned(OFFSETS_TOPIC, 0, epoch)
+    new_replicas.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=epoch, is_leader=True,
+                                           broker_id=new_broker)
+    new_c.on_became_leader(OFFSETS_TOPIC, 0, epoch)
+    await new_c.wait_loaded()
+
+
 async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path: Path) -> None:
     # TxnOffsetCommit writes to the log at once; the marker decides. Producer 7 commits before
     # the move, 9 aborts before it, 8's marker comes after the move, to the new coordinator, and
@@ -455,12 +476,11 @@ async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path:
     cfg_b = config(tmp_path, 2)
     store_b = OffsetsStore(cfg_b, Controller({}, []), on_b)  # type: ignore[arg-type]
 
-    async def replay_then_marker(partition: int, sink: Callable[[Records], None], still_wanted: Callable[[], bool],
-                                 txn: TxnSink | None = None) -> None:
-        await store_b.replay_partition(partition, sink, still_wanted, txn)
+    async def replay_then_marker(partition: int, sink: OffsetsLogSink, still_wanted: Callable[[], bool]) -> None:
+        await store_b.replay_log(partition, sink, still_wanted)
         await marker(on_b, b, 10, ControlType.COMMIT)  # past the end the load read
 
-    b = GroupCoordinator(cfg_b, store_b.append, replay_then_marker, append_txn=store_b.append_txn)
+    b = GroupCoordinator(cfg_b, store_b.write, replay_then_marker, append_txn=store_b.append_txn)
     g0 = group_in(0)
 
     async def marker(on: Replicas, c: GroupCoordinator, producer_id: int, control: ControlType) -> None:
@@ -480,15 +500,57 @@ async def test_transactional_offset_commits_survive_a_coordinator_move(tmp_path:
         await marker(on_a, a, 9, ControlType.ABORT)
         assert a.fetch_offsets(g0, None) == {("orders", 7): commit_value(10)}
 
-        on_a.partitions[0].make_follower(PartitionInfo(0, 2, 1, (1, 2), (2,)))
-        a.on_resigned(OFFSETS_TOPIC, 0, 1)
-        on_b.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=1, is_leader=True, broker_id=2)
-        b.on_became_leader(OFFSETS_TOPIC, 0, 1)
-        await b.wait_loaded()
+        await hand_over(partition_log, (on_a, a), (on_b, b), 1)
         assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 10): commit_value(40)}
         assert b.pending_txn_offsets(g0) == {("orders", 8)}  # require_stable: UNSTABLE_OFFSET_COMMIT
         await marker(on_b, b, 8, ControlType.COMMIT)
         assert b.fetch_offsets(g0, None) == {("orders", 7): commit_value(10), ("orders", 8): commit_value(20),
                                              ("orders", 10): commit_value(40)}
         assert b.pending_txn_offsets(g0) == set()
+        nursery.cancel_scope.cancel()
+
+
+async def test_the_later_record_wins_between_plain_and_transactional_commits(tmp_path: Path) -> None:
+    # As Kafka: a pending transactional offset becomes the committed one at its COMMIT marker
+    # only if it was written after the partition's last plain commit. orders-0: TxnOffsetCommit
+    # (producer 7), then a plain OffsetCommit, then 7's marker: the plain one stays. orders-1:
+    # plain, then TxnOffsetCommit (producer 8): 8's marker wins. orders-2: producer 9's offset
+    # is deleted (OffsetDelete) before its marker: nothing comes back. 7's marker lands before
+    # a coordinator move, 8's and 9's after it, on the coordinator that loaded the log.
+    partition_log = open_log(tmp_path, 0)
+    on_a, on_b = Replicas(), Replicas()
+    on_a.partitions[0] = Partition(OFFSETS_TOPIC, 0, partition_log, leader_epoch=0, is_leader=True, broker_id=1)
+    a, b = coordinator(config(tmp_path, 1), on_a), coordinator(config(tmp_path, 2), on_b)
+    g0 = group_in(0)
+
+    async def marker(on: Replicas, c: GroupCoordinator, producer_id: int) -> None:
+        on.partitions[0].append_marker(ControlType.COMMIT, producer_id=producer_id, producer_epoch=0,
+                                       coordinator_epoch=0, now_ms=now_ms())
+        await c.complete_txn(producer_id, 0, True)
+
+    final = {("orders", 0): commit_value(20), ("orders", 1): commit_value(40)}
+    async with trio.open_nursery() as nursery:
+        a.on_became_leader(OFFSETS_TOPIC, 0, 0)
+        await nursery.start(a.run)
+        await nursery.start(b.run)
+        await a.wait_loaded()
+        await a.txn_commit(g0, 7, 0, -1, "", None, {("orders", 0): commit_value(10)})
+        await a.commit(g0, -1, "", None, {("orders", 0): commit_value(20), ("orders", 1): commit_value(30)})
+        await a.txn_commit(g0, 8, 0, -1, "", None, {("orders", 1): commit_value(40)})
+        await a.txn_commit(g0, 9, 0, -1, "", None, {("orders", 2): commit_value(50)})
+        assert await a.delete_offsets(g0, [("orders", 2)]) == {("orders", 2): ErrorCode.NONE}
+        assert a.pending_txn_offsets(g0) == {("orders", 0), ("orders", 1)}  # 9's went with the tombstone
+        await marker(on_a, a, 7)
+        assert a.fetch_offsets(g0, None) == {("orders", 0): commit_value(20), ("orders", 1): commit_value(30)}
+
+        await hand_over(partition_log, (on_a, a), (on_b, b), 1)
+        assert b.fetch_offsets(g0, None) == {("orders", 0): commit_value(20), ("orders", 1): commit_value(30)}
+        assert b.pending_txn_offsets(g0) == {("orders", 1)}  # 9's was deleted: not loaded as pending
+        await marker(on_b, b, 8)
+        await marker(on_b, b, 9)
+        assert b.fetch_offsets(g0, None) == final
+
+        # A third coordinator reads every marker from the log: the same outcome.
+        await hand_over(partition_log, (on_b, b), (on_a, a), 2, new_broker=1)
+        assert a.fetch_offsets(g0, None) == final and a.pending_txn_offsets(g0) == set()
         nursery.cancel_scope.cancel()

@@ -83,10 +83,11 @@ class RefusingStore:
         self.refuse = False
         self.release = trio.Event()
 
-    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> None:
+    async def append(self, partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
         if self.refuse:
             await self.release.wait()
             raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS, "ISR below min.insync.replicas")
+        return 0
 
 
 async def test_a_deletion_whose_tombstones_are_refused_puts_the_group_back(tmp_path: Path) -> None:
