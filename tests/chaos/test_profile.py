@@ -36,6 +36,8 @@ async def test_profile_scenario(index: int, tmp_path: Path) -> None:
     if scenario.crashes_mirror:
         assert result.mirror_crashes == scenario.steps, detail
         assert report.total("unexplained_duplicates") == 0, detail
+    if scenario.exactly_once:  # read back read_committed: a crash may abort, never duplicate
+        assert report.total("duplicated") == 0, detail
     else:
         assert report.total("duplicated") == 0, detail
     assert result.passed, detail
