@@ -4,9 +4,12 @@ mirror's source positions are written in one transaction at the target.
 Partition writers write inside the open transaction (`slot`: the partition is added to it before
 its first write); every offset.flush.interval.ms the mirror closes the gate, waits for the
 writes in flight, writes the positions they reached into the positions topic in the same
-transaction and commits. A crash leaves at most an open transaction, which the restarted
-mirror's InitProducerId (same transactional id) aborts; the positions it then reads,
-read_committed, name exactly what was committed.
+transaction and commits. A writer that waits to try again with nothing of uncertain outcome
+written (a parked partition) waits outside its slot (`Slot.sleep`), so the commits go on.
+
+A crash leaves at most an open transaction, which the restarted mirror's InitProducerId (same
+transactional id) aborts; the positions it then reads, read_committed, name exactly what was
+committed.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import trio
 from broker.client import TopicPartition
 from broker.client.transactions import TransactionalProducer
 
-__all__ = ["TransactionGate", "transactional_id"]
+__all__ = ["Slot", "TransactionGate", "transactional_id"]
 
 
 def transactional_id(mirror_name: str, source_alias: str, target_alias: str) -> str:
@@ -51,23 +54,33 @@ class TransactionGate:
         self.positions_sequence = 0
 
     @asynccontextmanager
-    async def slot(self, tp: TopicPartition) -> AsyncIterator[None]:
+    async def slot(self, tp: TopicPartition) -> AsyncIterator[Slot]:
         """Write to `tp` inside the open transaction (waits while a commit is under way).
         Raises KafkaError or ConnectionFailed when the partition cannot be added."""
+        slot = Slot(self, tp)
+        try:
+            await self._enter(slot)
+            yield slot
+        finally:
+            self._leave(slot)
+
+    async def _enter(self, slot: Slot) -> None:
         while not self._open.is_set():
             await self._open.wait()  # a commit closed it; re-checked, as another may have begun
         # Counted with no checkpoint after the check, and before the partition is added: a
         # commit starting now waits for this write.
         self.in_flight += 1
         self._idle = trio.Event() if self.in_flight == 1 else self._idle
-        try:
-            if tp not in self.added:
-                async with self.lock:
-                    if tp not in self.added and self.producer is not None:
-                        await self.producer.add_partitions([tp])
-                        self.added.add(tp)
-            yield
-        finally:
+        slot.held = True
+        if slot.tp not in self.added:  # not yet in this transaction (or a commit ended the last one)
+            async with self.lock:
+                if slot.tp not in self.added and self.producer is not None:
+                    await self.producer.add_partitions([slot.tp])
+                    self.added.add(slot.tp)
+
+    def _leave(self, slot: Slot) -> None:
+        if slot.held:
+            slot.held = False
             self.in_flight -= 1
             if self.in_flight == 0:
                 self._idle.set()
@@ -81,3 +94,20 @@ class TransactionGate:
             yield
         finally:
             self._open.set()
+
+
+@dataclass
+class Slot:
+    """One writer's place in the open transaction (`TransactionGate.slot`)."""
+
+    gate: TransactionGate
+    tp: TopicPartition
+    held: bool = False
+
+    async def sleep(self, seconds: float) -> None:
+        """Wait `seconds` outside the transaction, then take a place in the open one again (a
+        commit may have ended the last). Only for a writer with nothing of uncertain outcome
+        written: a commit meanwhile names the positions as they stand. Raises as `slot` does."""
+        self.gate._leave(self)
+        await trio.sleep(seconds)
+        await self.gate._enter(self)

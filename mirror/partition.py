@@ -19,14 +19,20 @@ it would wedge the target's consumers too. So is a batch the target refuses as i
 The remote partition can also lose records under the mirror (deleted and re-created at the target,
 truncated): a write landing below the log end the mirror knows it made there tells the writer,
 which hands the partition to `on_target_went_back` (mirror/recopy.py re-copies it).
+
+In exactly-once mode a partition writes inside the mirror's open transaction (mirror/exactly_once.py)
+and waits to try again outside it, so a parked partition holds back no commit; unless an attempt
+may have been written (it timed out): that is settled first, in the transaction it went into, so
+the positions committed never leave a record written behind them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
@@ -46,7 +52,7 @@ from broker.protocol.records import (
     stamp_producer,
 )
 from broker.protocol.validation import check_batch
-from mirror.exactly_once import TransactionGate
+from mirror.exactly_once import Slot, TransactionGate
 from mirror.metrics import LatencyWindow
 from mirror.offset_sync import SyncEmitter
 from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
@@ -74,6 +80,13 @@ REFUSED_AS_INVALID = frozenset({
     ErrorCode.INVALID_RECORD,
     ErrorCode.INVALID_TIMESTAMP,
     ErrorCode.UNSUPPORTED_COMPRESSION_TYPE,
+})
+# Answers after which the batch may or may not be at the target (no answer in time, or appended
+# but not replicated): only sending it again (same sequence number) settles which.
+MAYBE_WRITTEN = frozenset({
+    ErrorCode.REQUEST_TIMED_OUT,
+    ErrorCode.NETWORK_EXCEPTION,
+    ErrorCode.NOT_ENOUGH_REPLICAS_AFTER_APPEND,
 })
 
 
@@ -199,6 +212,9 @@ class PartitionMirror:
     fetch_failures: int = 0  # consecutive failed fetches of this partition
     retry_at: float = 0.0  # trio clock: not fetched again before this
     park_failures: int = 0  # consecutive parks on poison (their backoff)
+    # A write whose outcome is unknown (MAYBE_WRITTEN) and not settled since by a write going
+    # through or a new producer epoch: in exactly-once mode it keeps the partition's slot.
+    maybe_written: bool = False
     partial_answers: int = 0  # consecutive fetch answers with bytes but no whole batch
     # Link mode: the target's high watermark as its last answer gave it (offsets are the
     # source's there); -1 when unknown, and always in mm2 mode.
@@ -336,8 +352,9 @@ class PartitionMirror:
                                           backoff: Backoff) -> bool:
         assert producer.gate is not None
         try:
-            async with producer.gate.slot(self.target):
-                return await self._write_chunk(client, producer, on_sync, chunk, backoff)
+            async with producer.gate.slot(self.target) as slot:
+                return await self._write_chunk(client, producer, on_sync, chunk, backoff,
+                                               pause=partial(self._pause_in_transaction, slot))
         except (KafkaError, ClientError) as exc:
             # Not added to the transaction: a new epoch, and the mirror rewinds every partition
             # to what the target committed.
@@ -346,9 +363,19 @@ class PartitionMirror:
             await producer.wait_renewed(lambda: self.stopped)
             return True
 
+    async def _pause_in_transaction(self, slot: Slot, seconds: float) -> None:
+        """Wait to try again: outside the transaction, so the mirror's commits go on (nothing
+        of this partition's is in flight), unless a write may be at the target unsettled."""
+        if self.maybe_written:
+            await trio.sleep(seconds)
+        else:
+            await slot.sleep(seconds)
+
     async def _write_chunk(self, client: Client, producer: ProducerIdentity,
                            on_sync: Callable[[PartitionMirror, int, int], None], chunk: Chunk,
-                           backoff: Backoff) -> bool:
+                           backoff: Backoff, *, pause: Callable[[float], Awaitable[None]] = trio.sleep) -> bool:
+        """Write the batches of `chunk` not yet written; True when it stopped short (rewound,
+        parked, stopped). `pause`: how it waits before trying again."""
         data = chunk.data
         epoch = self.epoch
         for pos, header in chunk.spans:
@@ -358,7 +385,7 @@ class PartitionMirror:
                 self.error = f"corrupt batch at source offset {header.base_offset} (CRC mismatch); fetching it again"
                 log.warning("%s: %s", _name(self.source), self.error)
                 self.rewind(header.base_offset)
-                await trio.sleep(backoff.delay(1))
+                await pause(backoff.delay(1))
                 return True
             if header.is_control:
                 # Transaction markers stay at the source; the gap they leave is synced below.
@@ -372,7 +399,7 @@ class PartitionMirror:
                     # bound (128 MB): off the event loop.
                     await trio.to_thread.run_sync(check_batch, data, pos, header)
             except KafkaError as exc:
-                await self._park_poison(header, f"{exc.code.name} at the source: {exc.message}", epoch)
+                await self._park_poison(header, f"{exc.code.name} at the source: {exc.message}", epoch, pause)
                 return True
             if self.epoch != epoch:
                 return True  # rewound (or held) while it was checked
@@ -383,7 +410,7 @@ class PartitionMirror:
                 batch, upstream_base, last_delta = _trimmed(data, pos, self.trim_below)
             else:
                 batch = bytearray(data[pos : pos + header.size])
-            base = await self._send(client, producer, batch, last_delta, backoff, header, epoch)
+            base = await self._send(client, producer, batch, last_delta, backoff, header, epoch, pause)
             if base is None or self.epoch != epoch:  # stopped, or rewound, while writing
                 return True
             if 0 <= base < self.min_target_end:
@@ -422,7 +449,8 @@ class PartitionMirror:
         log.warning("%s", message)
         self.note_gap(message)
 
-    async def _park_poison(self, header: BatchHeader, reason: str, epoch: int) -> None:
+    async def _park_poison(self, header: BatchHeader, reason: str, epoch: int,
+                           pause: Callable[[float], Awaitable[None]] = trio.sleep) -> None:
         """Park on a batch the target must not get: say which and why, fetch it again later (the
         source may be repaired, e.g. the batch removed by DeleteRecords)."""
         if self.epoch != epoch:
@@ -434,18 +462,21 @@ class PartitionMirror:
             log.error("%s: %s", _name(self.source), self.error)
         self.parked = True
         self.park_failures += 1
-        await trio.sleep(PARK_BACKOFF.delay(self.park_failures))
+        await pause(PARK_BACKOFF.delay(self.park_failures))
         if self.epoch == epoch:
             self.rewind(header.base_offset)
 
     async def _send(self, client: Client, producer: ProducerIdentity, batch: bytearray, last_delta: int,
-                    backoff: Backoff, header: BatchHeader, epoch: int) -> int | None:
+                    backoff: Backoff, header: BatchHeader, epoch: int,
+                    pause: Callable[[float], Awaitable[None]]) -> int | None:
         """Write one batch exactly once; returns its base offset at the target (-1 when the target
         only said it had it already), None when stopped or rewound (`epoch` passed) meanwhile."""
 
         async def send() -> int | Failed | Handled:
             if self.generation != producer.generation:
-                self.generation, self.sequence = producer.generation, 0
+                # A new epoch: what the last one left unsettled was aborted (exactly-once) or
+                # fenced, so it is not written.
+                self.generation, self.sequence, self.maybe_written = producer.generation, 0, False
             in_transaction = producer.gate is not None
             stamp_producer(batch, 0, producer.producer_id, producer.producer_epoch, self.sequence,
                            clear_transactional=not in_transaction, set_transactional=in_transaction)
@@ -458,8 +489,9 @@ class PartitionMirror:
                 return result.base_offset if code == ErrorCode.NONE else -1
             self.error = f"{code.name} writing to {_name(self.target)}" + (
                 f": {result.error_message}" if result.error_message else "")
+            self.maybe_written = self.maybe_written or code in MAYBE_WRITTEN
             if code in REFUSED_AS_INVALID:
-                await self._park_poison(header, f"the target refused it with {self.error}", epoch)
+                await self._park_poison(header, f"the target refused it with {self.error}", epoch, pause)
                 return Handled.GIVE_UP
             if code in _NEW_PRODUCER:
                 log.warning("%s: %s; taking a new producer id", _name(self.source), self.error)
@@ -467,13 +499,14 @@ class PartitionMirror:
                 return Handled.SEND_AGAIN
             return Failed(code)
 
-        return await write_with_retries(self, epoch, send, backoff=backoff, at_offset=header.base_offset)
+        return await write_with_retries(self, epoch, send, backoff=backoff, at_offset=header.base_offset,
+                                        sleep=pause)
 
     def writing_again(self) -> None:
         """A write went through: whatever parked the partition or made its writes fail is over."""
         if self.error is not None:
             log.info("%s: writing again after: %s", _name(self.source), self.error)
-        self.error, self.parked, self.park_failures = None, False, 0
+        self.error, self.parked, self.park_failures, self.maybe_written = None, False, 0, False
 
 
 def _trimmed(data: memoryview, pos: int, first: int) -> tuple[bytearray, int, int]:

@@ -67,10 +67,13 @@ class Handled(enum.Enum):
 
 
 async def write_with_retries(pm: WrittenPartition, epoch: int, send: Callable[[], Awaitable[T | Failed | Handled]],
-                             *, backoff: Backoff, at_offset: int) -> T | None:
+                             *, backoff: Backoff, at_offset: int,
+                             sleep: Callable[[float], Awaitable[None]] = trio.sleep) -> T | None:
     """Call `send` until it returns what was written (returned here), or until the partition is
     stopped or rewound past `epoch`, or `send` gives up (None then). `at_offset`: the first source
-    offset of what is sent, which a parked partition's status names. Cancellation passes through."""
+    offset of what is sent, which a parked partition's status names. `sleep`: how the writer
+    waits before trying again (mm2's exactly-once writer leaves its transaction meanwhile).
+    Cancellation passes through."""
     failures = 0
     while not pm.stopped and pm.epoch == epoch:
         outcome = await send()
@@ -84,7 +87,7 @@ async def write_with_retries(pm: WrittenPartition, epoch: int, send: Callable[[]
         if is_retriable(outcome.code):
             if worth_reporting(failures, first=3):
                 log.warning("%s: %s (attempt %d); retrying", _name(pm.source), pm.error, failures)
-            await trio.sleep(backoff.delay(failures))
+            await sleep(backoff.delay(failures))
             continue
         # Not retriable as it is (too large for the target, refused by an ACL, a refusal this
         # mirror does not know, ...): park the partition and try again slowly.
@@ -92,7 +95,7 @@ async def write_with_retries(pm: WrittenPartition, epoch: int, send: Callable[[]
         if not pm.parked:
             log.error("%s: %s", _name(pm.source), pm.error)
         pm.parked = True
-        await trio.sleep(PARK_BACKOFF.delay(failures))
+        await sleep(PARK_BACKOFF.delay(failures))
     return None
 
 

@@ -12,6 +12,10 @@ Duplicates are allowed only in a scenario that crashed the mirror, and only as r
 right after the position checkpoint the restarted mirror resumed from (read from
 `mm2-offsets.<source>.internal` while the mirror was down). Everything else the checker counts
 fails the scenario, as do a producer that gave up and a process that died on its own.
+
+An exactly-once scenario runs the mirror with `exactly.once.support: required` and reads the
+target as a read_committed consumer does (`read_topic_committed`): there a mirror crash may
+abort a transaction but never duplicate or lose a record, so any duplicate fails it.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from deploy.chaos.workload import (
     produce_sequenced,
     read_partition,
     read_topic,
+    read_topic_committed,
 )
 from deploy.launcher.launch import LaunchState, run_plan
 from deploy.launcher.plan import ClusterPlan, LaunchPlan, LinkPlan, MirrorPlan
@@ -61,7 +66,8 @@ POSITIONS_TOPIC = f"mm2-offsets.{SOURCE_ALIAS}.internal"
 class Scenario:
     """What one scenario does: `steps` faults drawn from `faults` while `records` records are
     produced over `partitions` partitions at `rate` records/s; the link has `link_latency_ms`
-    of latency each way throughout; the mirror checkpoints every `flush_interval_ms`."""
+    of latency each way throughout; the mirror checkpoints every `flush_interval_ms`, and with
+    `exactly_once` copies in transactions and is read back read_committed."""
 
     name: str
     faults: tuple[str, ...]
@@ -71,6 +77,7 @@ class Scenario:
     rate: float = 300.0
     link_latency_ms: int = 10
     flush_interval_ms: int = 500
+    exactly_once: bool = False
     catch_up_timeout_s: float = 120.0
     deadline_s: float = 600.0  # the whole scenario, start to stop
 
@@ -88,6 +95,7 @@ class Scenario:
 PROFILE: tuple[Scenario, ...] = (
     Scenario("profile-link", LINK_FAULTS, steps=len(LINK_FAULTS), records=3600),
     Scenario("profile-mirror-kill", ("mirror-kill",), steps=2, records=2400),
+    Scenario("profile-mirror-kill-exactly-once", ("mirror-kill",), steps=2, records=2400, exactly_once=True),
     Scenario("profile-restarts", ("source-restart", "target-restart"), steps=2, records=2400),
 )
 
@@ -95,6 +103,8 @@ PROFILE: tuple[Scenario, ...] = (
 MATRIX: tuple[Scenario, ...] = (
     *(Scenario(f, (f,), steps=3, records=9000, rate=600, link_latency_ms=20) for f in LINK_FAULTS),
     Scenario("mirror-kill", ("mirror-kill",), steps=3, records=9000, rate=600, link_latency_ms=20),
+    Scenario("mirror-kill-exactly-once", ("mirror-kill",), steps=3, records=9000, rate=600, link_latency_ms=20,
+             exactly_once=True),
     Scenario("source-restart", ("source-restart",), steps=2, records=9000, rate=600, link_latency_ms=20),
     Scenario("target-restart", ("target-restart",), steps=2, records=9000, rate=600, link_latency_ms=20),
     Scenario("source-kill", ("source-kill",), steps=2, records=9000, rate=600, link_latency_ms=20),
@@ -127,6 +137,7 @@ def chaos_plan(scenario: Scenario) -> LaunchPlan:
             "refresh.topics.interval.seconds": 0.5,
             "offset.flush.interval.ms": scenario.flush_interval_ms,
             "emit.heartbeats.interval.seconds": 1,
+            **({"exactly.once.support": "required"} if scenario.exactly_once else {}),
         }),),
     )
 
@@ -287,7 +298,9 @@ class ScenarioResult:
         for category in ("lost", "tail", "reordered", "corrupted", "unexpected", "source_anomalies"):
             if self.report.total(category):
                 out.append(f"{self.report.total(category)} {category}")
-        if self.report.total("duplicated") and not self.mirror_crashes:
+        if self.report.total("duplicated") and self.scenario.exactly_once:
+            out.append(f"{self.report.total('duplicated')} duplicated by an exactly-once mirror")
+        elif self.report.total("duplicated") and not self.mirror_crashes:
             out.append(f"{self.report.total('duplicated')} duplicated without a mirror crash")
         elif self.report.total("unexplained_duplicates"):
             out.append(f"{self.report.total('unexplained_duplicates')} duplicated outside a replay from a checkpoint")
@@ -312,7 +325,8 @@ class ScenarioResult:
                      f"mirror crashes {self.mirror_crashes}; catch-up "
                      + (f"{self.catch_up_s:.1f}s" if self.catch_up_s is not None else "timed out"))
         if self.report is not None:
-            explained = self.mirror_crashes and not self.report.total("unexplained_duplicates")
+            explained = (self.mirror_crashes and not self.scenario.exactly_once
+                         and not self.report.total("unexplained_duplicates"))
             summary = self.report.summary(skip=("duplicated",) if explained else ())
             lines += ["  " + line for line in summary.splitlines()]
         lines += [f"  FAILED: {f}" for f in self.failures()]
@@ -359,7 +373,7 @@ async def _exercise(rig: Rig, result: ScenarioResult) -> None:
         result.catch_up_s = None if caught_up is None else caught_up - healed
         source_records = await read_topic(source, TOPIC, scenario.partitions)
     async with open_client(rig.target_local, client_id="chaos-reader", request_timeout_s=10) as target:
-        target_records = await read_topic(target, REMOTE_TOPIC, scenario.partitions)
+        target_records = await _read_target(target, rig)
     # Where a replay may start: after a crash, the resume point of each partition.
     replay_starts: dict[int, set[int]] = {p: set() for p in range(scenario.partitions)}
     for points in rig.resume_points:
@@ -367,6 +381,13 @@ async def _exercise(rig: Rig, result: ScenarioResult) -> None:
             replay_starts[p].add(offset)
     result.report = check(source_records, target_records, acked=result.producer.acked, run=run,
                           replay_starts=replay_starts)
+
+
+async def _read_target(target: Client, rig: Rig) -> dict[int, list[DecodedRecord]]:
+    """The remote topic whole: raw, or as a read_committed consumer sees it (exactly-once)."""
+    if rig.scenario.exactly_once:
+        return await read_topic_committed(target, rig.target_local, REMOTE_TOPIC, rig.scenario.partitions)
+    return await read_topic(target, REMOTE_TOPIC, rig.scenario.partitions)
 
 
 async def _wait_caught_up(rig: Rig, source: Client, scenario: Scenario) -> float | None:
@@ -393,8 +414,7 @@ async def _wait_caught_up(rig: Rig, source: Client, scenario: Scenario) -> float
                     with trio.fail_after(5):
                         ends = await end_offsets(target, REMOTE_TOPIC, scenario.partitions)
                     if all(ends[p] >= source_ends[p] for p in source_ends):
-                        with trio.fail_after(5):
-                            last = await last_records(target, REMOTE_TOPIC, ends)
+                        last = await _last_target_records(target, rig, ends)
                         if all(identity(last[p]) == wanted[p] for p in wanted):
                             return trio.current_time()
                 except (KafkaError, ConnectionFailed) as exc:  # e.g. the remote topic not made yet
@@ -402,6 +422,16 @@ async def _wait_caught_up(rig: Rig, source: Client, scenario: Scenario) -> float
                         log.debug("catch-up poll: %s", exc)
                 await trio.sleep(0.2)
     return None
+
+
+async def _last_target_records(target: Client, rig: Rig, ends: dict[int, int]) -> dict[int, DecodedRecord | None]:
+    """Each partition's last record below `ends`; exactly-once, the last committed one (the log
+    ends with a transaction marker, so it is read back read_committed, whole)."""
+    if not rig.scenario.exactly_once:
+        with trio.fail_after(5):
+            return await last_records(target, REMOTE_TOPIC, ends)
+    committed = await _read_target(target, rig)
+    return {p: records[-1] if records else None for p, records in committed.items()}
 
 
 def format_table(results: Sequence[ScenarioResult]) -> str:

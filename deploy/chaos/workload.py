@@ -8,16 +8,23 @@ producer's sequence number is unchanged after a failure, so a first attempt that
 not written twice. A partition whose sends keep failing past a deadline stops and says why; it
 never skips ahead, since a later batch would then carry the sequence number of a lost one.
 
-The reader reads partitions from their log start to the end offset seen when it began.
+The reader reads partitions from their log start to the end offset seen when it began;
+`read_topic_committed` reads as a read_committed consumer does instead (librdkafka with
+isolation.level=read_committed up to the last stable offset: no control batches, no records of
+aborted transactions), which is what an exactly-once mirror promises its readers.
 """
 
 from __future__ import annotations
 
 import logging
+import time
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from broker.client import Backoff, Client, ConnectionFailed, TopicPartition, admin, fetch
 from broker.client.admin import EARLIEST, LATEST
@@ -36,6 +43,7 @@ __all__ = [
     "produce_sequenced",
     "read_partition",
     "read_topic",
+    "read_topic_committed",
 ]
 
 log = logging.getLogger(__name__)
@@ -244,3 +252,45 @@ async def read_topic(client: Client, topic: str, partitions: int) -> dict[int, l
         with trio.fail_after(READ_PARTITION_TIMEOUT_S):
             out[p] = await read_partition(client, topic, p)
     return out
+
+
+async def read_topic_committed(client: Client, bootstrap: str, topic: str,
+                               partitions: int) -> dict[int, list[DecodedRecord]]:
+    """Every committed record of partitions 0..partitions-1, from the log start to the last
+    stable offset listed (through `client`) when the read began, read by a librdkafka consumer
+    with isolation.level=read_committed at `bootstrap`. Raises TimeoutError after
+    READ_PARTITION_TIMEOUT_S."""
+    tps = {TopicPartition(topic, p): LATEST for p in range(partitions)}
+    listed = await admin.list_offsets(client, tps, isolation_level=1)
+    stable = {tp.partition: listed[tp].offset for tp in tps}
+    return await trio.to_thread.run_sync(_consume_committed, bootstrap, topic, stable)
+
+
+def _consume_committed(bootstrap: str, topic: str, stable: dict[int, int]) -> dict[int, list[DecodedRecord]]:
+    """Blocking (a worker thread): read each partition up to its `stable` offset. A partition is
+    done when the consumer's position reaches that offset (librdkafka moves its position past
+    control batches and aborted records it skips)."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"chaos-committed-{uuid.uuid4()}",
+                         "isolation.level": "read_committed", "enable.auto.commit": False,
+                         "enable.partition.eof": False, "auto.offset.reset": "earliest"})
+    try:
+        consumer.assign([KafkaTopicPartition(topic, p, 0) for p in stable])
+        got: dict[int, list[DecodedRecord]] = {p: [] for p in stable}
+        deadline = time.monotonic() + READ_PARTITION_TIMEOUT_S
+        while True:
+            positions = {tp.partition: tp.offset for tp in consumer.position(
+                [KafkaTopicPartition(topic, p) for p in stable])}
+            if all(positions[p] >= end for p, end in stable.items()):
+                return got
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read_committed {topic}: at {positions}, wanted {stable}")
+            for msg in consumer.consume(1000, timeout=0.5):
+                p, offset = msg.partition(), msg.offset()
+                if msg.error() is not None or p is None or offset is None or offset >= stable[p]:
+                    continue
+                raw = msg.headers() or []
+                headers = tuple((name, value if isinstance(value, bytes | None) else str(value).encode())
+                                for name, value in (raw.items() if isinstance(raw, dict) else raw))
+                got[p].append(DecodedRecord(offset, msg.timestamp()[1], msg.key(), msg.value(), headers))
+    finally:
+        consumer.close()
