@@ -109,6 +109,14 @@ def problems_of(scenario: DrScenario, report: dict[str, Any]) -> list[str]:
         found.append(f"the group skipped {group['skipped']} record(s) at the DR site")
     if scenario.mode == "link" and scenario.disaster == "planned" and group.get("reread"):
         found.append(f"the group re-read {group['reread']} record(s) after a planned link switch-over")
+    # Against the offsets the DR site held for the group at the promotion: it resumes there, so
+    # it re-reads exactly what it had read at the primary past them, and nothing below them.
+    if group.get("reread_below_committed"):
+        found.append(f"the group re-read {group['reread_below_committed']} record(s) below the offsets the DR site "
+                     "held for it at the promotion")
+    if "reread_expected" in group and group.get("reread") != group["reread_expected"]:
+        found.append(f"the group re-read {group.get('reread')} record(s) where its offsets at the DR site at the "
+                     f"promotion account for {group['reread_expected']}")
     back = report.get("failback")
     if scenario.mode == "link":
         if not back:

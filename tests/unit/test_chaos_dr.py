@@ -10,7 +10,7 @@ from deploy.chaos.dr import MATRIX, SOURCES, DrScenario, problems_of
 def failback(**changes: Any) -> dict[str, Any]:
     report: dict[str, Any] = {
         "rpo": {"records": 3, "acknowledged": 900, "duplicates": 0},
-        "group": {"reread": 5, "skipped": 0},
+        "group": {"reread": 5, "skipped": 0, "reread_expected": 5, "reread_below_committed": 0},
         "failback": {"command": "truncate-and-restore",
                      "quarantine": {"records": 4, "acknowledged": 3, "matches_rpo": True},
                      "group": {"reread": 0, "skipped": 0}, "logs": {"identical": True, "batches": 40}},
@@ -33,6 +33,16 @@ def test_duplicates_skips_a_quarantine_off_the_rpo_and_differing_logs_fail() -> 
     differ = failback()
     differ["failback"]["logs"] = {"identical": False, "differing": ["orders-0"]}
     assert problems_of(scenario, differ) == ["logs differ: ['orders-0']"]
+
+
+def test_rereads_the_offsets_at_the_promotion_do_not_account_for_fail() -> None:
+    scenario = DrScenario("kill", "link")
+    below = {"reread": 5, "skipped": 0, "reread_expected": 5, "reread_below_committed": 2}
+    assert problems_of(scenario, failback(group=below)) == [
+        "the group re-read 2 record(s) below the offsets the DR site held for it at the promotion"]
+    more = {"reread": 7, "skipped": 0, "reread_expected": 5, "reread_below_committed": 0}
+    assert problems_of(scenario, failback(group=more)) == [
+        "the group re-read 7 record(s) where its offsets at the DR site at the promotion account for 5"]
 
 
 def test_a_planned_switch_over_may_lose_nothing_and_mm2_needs_no_failback() -> None:
