@@ -82,6 +82,9 @@ class DrillPlan:
     duration_s: float
     # Each topic's name at the DR site (topics.dr_names): itself in link mode, mm2's remote topic.
     dr_topics: dict[str, str] = field(default_factory=dict)
+    # How `--disaster kill` SIGKILLs a primary the launcher did not start (an Apache Kafka source
+    # a test runs): the pids killed. None: the primary's brokers from the launcher's state file.
+    kill_source: Callable[[], list[int]] | None = None
 
     @property
     def mode(self) -> str:
@@ -200,7 +203,8 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
             step = timeline.begin(f"disaster: {plan.disaster}")
             disaster_at = time.monotonic()
             if plan.disaster == "kill":
-                pids = kill_brokers(plan.state_dir, plan.source)
+                pids = plan.kill_source() if plan.kill_source is not None else kill_brokers(plan.state_dir,
+                                                                                             plan.source)
                 timeline.end(step, f"SIGKILL to {plan.source}'s brokers (pids {', '.join(map(str, pids))})")
             else:
                 state = read_state(plan.state_dir)
