@@ -64,7 +64,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{d.name:28} causeway drill {'failback' if d.mode == 'link' else 'failover'} --disaster "
                   f"{d.disaster} on examples/dr.yaml ({d.mode}), {d.rate:.0f} records/s (dr"
                   f"{', profile' if d in dr.PROFILE else ''})")
-        print(f"not yet available: the {', '.join(s for s, ok in dr.SOURCES.items() if not ok)} source column of dr")
+        for source in (s for s, ok in dr.SOURCES.items() if not ok):
+            print(f"not run by dr: the {source} source column ({dr.ELSEWHERE.get(source, 'not available yet')})")
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -7,10 +7,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from deploy.drill.verify import Outcome
+from deploy.drill.verify import NO_OFFSET, Outcome
 from deploy.drill.workload import TopicPartition
 
-__all__ = ["Cut", "DrillReport", "FailbackOutcome", "Sample", "Step", "Timeline"]
+__all__ = ["Cut", "DrillReport", "FailbackOutcome", "Sample", "Step", "Timeline", "committed_text"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +141,7 @@ class DrillReport:
     # Not reported: what `drill failback` goes on from (deploy/drill/failback.py).
     acked_primary: dict[TopicPartition, dict[int, str]] = field(default_factory=dict, repr=False)
     read_names: list[str] = field(default_factory=list, repr=False)
+    read_at_dr: dict[TopicPartition, dict[int, str]] = field(default_factory=dict, repr=False)  # by offset
 
     def to_json(self) -> dict[str, Any]:
         outcome = self.outcome
@@ -154,7 +155,16 @@ class DrillReport:
                 "partitions": [{"topic": lost.topic, "partition": lost.partition, "records": lost.count,
                                 "offsets": [list(r) for r in lost.ranges]} for lost in outcome.lost]},
             "rto": {"first_produce_s": _round(self.rto_produce_s), "first_consume_s": _round(self.rto_consume_s)},
-            "group": None if outcome is None else {"reread": outcome.reread, "skipped": outcome.skipped},
+            "group": None if outcome is None else {
+                "reread": outcome.reread, "skipped": outcome.skipped,
+                # The re-reads' baseline, one OffsetFetch at the DR site right after the promotion,
+                # and what it accounts for.
+                "committed_at_promotion": [
+                    {"topic": t, "partition": p, "committed_offset": outcome.committed.get((t, p), NO_OFFSET),
+                     "log_end_offset": outcome.log_end.get((t, p))}
+                    for t, p in sorted({*outcome.committed, *outcome.log_end})],
+                "reread_expected": outcome.reread_expected,
+                "reread_below_committed": outcome.reread_below_committed},
             "timeline": [{**asdict(step), "start_s": _round(step.start_s), "duration_s": _round(step.duration_s)}
                          for step in self.timeline.steps],
             "limits_exceeded": self.limits_exceeded,
@@ -181,11 +191,32 @@ class DrillReport:
         if outcome is not None:
             lines.append(f"group      re-read {outcome.reread}, skipped {outcome.skipped}"
                          + (" (mm2: from the offsets the mirror translated for it)" if self.mode == "mm2" else ""))
+            lines += _baseline_lines(outcome)
         if self.failback is not None:
             lines += self.failback.lines(None if outcome is None else outcome.rpo)
         for limit in self.limits_exceeded:
             lines.append(f"EXCEEDED   {limit}")
         return "\n".join(lines)
+
+
+def committed_text(committed: dict[TopicPartition, int], log_end: dict[TopicPartition, int]) -> str:
+    """`orders-0 300/308, orders-1 none/5`: each partition's committed offset (none: the group has
+    none) of its log end offset."""
+    def one(tp: TopicPartition) -> str:
+        offset = committed.get(tp, NO_OFFSET)
+        return f"{tp[0]}-{tp[1]} {'none' if offset == NO_OFFSET else offset}/{log_end.get(tp, '?')}"
+    return ", ".join(one(tp) for tp in sorted({*committed, *log_end}))
+
+
+def _baseline_lines(outcome: Outcome) -> list[str]:
+    """The group's committed offsets the DR site held at the promotion, and the re-reads they
+    account for (the records the group read at the primary past them) beside those measured."""
+    if not outcome.committed and not outcome.log_end:
+        return []
+    return [f"           committed at the DR site at the promotion, of the log end: "
+            f"{committed_text(outcome.committed, outcome.log_end)}",
+            f"           re-reads they account for {outcome.reread_expected} (read at the primary past them); "
+            f"re-read below them {outcome.reread_below_committed}"]
 
 
 def _timeline_lines(steps: list[Step]) -> list[str]:

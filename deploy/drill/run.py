@@ -28,8 +28,8 @@ from confluent_kafka import KafkaException
 from broker.client.connection import ClientError
 from deploy.drill.chart import Sampler
 from deploy.drill.disaster import DisasterError, kill_brokers, link_proxies, set_link
-from deploy.drill.report import DrillReport, Sample, Timeline
-from deploy.drill.verify import EndsProbe, log_ends, outcome, read_logs, wait_copied
+from deploy.drill.report import DrillReport, Sample, Timeline, committed_text
+from deploy.drill.verify import EndsProbe, committed_offsets, log_ends, outcome, read_logs, wait_copied
 from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
 from deploy.launcher.control import read_state
 from deploy.progress import Progress
@@ -82,6 +82,9 @@ class DrillPlan:
     duration_s: float
     # Each topic's name at the DR site (topics.dr_names): itself in link mode, mm2's remote topic.
     dr_topics: dict[str, str] = field(default_factory=dict)
+    # How `--disaster kill` SIGKILLs a primary the launcher did not start (an Apache Kafka source
+    # a test runs): the pids killed. None: the primary's brokers from the launcher's state file.
+    kill_source: Callable[[], list[int]] | None = None
 
     @property
     def mode(self) -> str:
@@ -200,7 +203,8 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
             step = timeline.begin(f"disaster: {plan.disaster}")
             disaster_at = time.monotonic()
             if plan.disaster == "kill":
-                pids = kill_brokers(plan.state_dir, plan.source)
+                pids = plan.kill_source() if plan.kill_source is not None else kill_brokers(plan.state_dir,
+                                                                                             plan.source)
                 timeline.end(step, f"SIGKILL to {plan.source}'s brokers (pids {', '.join(map(str, pids))})")
             else:
                 state = read_state(plan.state_dir)
@@ -223,6 +227,12 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         say(f"{step.name}: {step.detail}")
         promoted_ends = log_ends(plan.target_bootstrap, plan.dr_partitions())
         promoted.set()
+        # The re-reads' baseline: what the DR site holds for the group before it moves there (the
+        # mirror's last copy of its offsets, or the promotion's), from one OffsetFetch.
+        step = timeline.begin("group offsets at the DR site")
+        committed = committed_offsets(plan.target_bootstrap, group, plan.dr_partitions())
+        timeline.end(step, "committed, of the log end: " + committed_text(committed, promoted_ends))
+        say(f"{step.name}: {step.detail}")
 
         step = timeline.begin("producers and group moved to the DR site")
         # In mm2 mode the group reads the copies (the remote topics, from its translated offsets)
@@ -262,11 +272,14 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
                                    f"{load.ledger.failed} failed or dropped")
         step = timeline.begin("records counted at the DR site")
         copy = read_logs(plan.target_bootstrap, promoted_ends)
-        report.outcome = outcome(load.ledger.acked, copy, dr_load.ledger.names(), reader.names, dr_reader.names, run)
+        report.outcome = outcome(load.ledger.acked, copy, dr_load.ledger.names(), reader.names, dr_reader.names, run,
+                                 committed=committed, log_end=promoted_ends, read_dr_at=dr_reader.read)
         # What a failback drill goes on from: the primary's acknowledgements (its RPO is checked
-        # against the quarantine) and every record the group read so far.
+        # against the quarantine) and every record the group read so far (at the DR site by
+        # offset too, for checks against the offsets it resumed from).
         report.acked_primary = {tp: dict(records) for tp, records in load.ledger.acked.items()}
         report.read_names = [*reader.names, *dr_reader.names]
+        report.read_at_dr = {tp: dict(records) for tp, records in dr_reader.read.items()}
         timeline.end(step, f"{sum(len(r) for r in copy.values())} record(s) below the ends at the promotion")
         sampler.stop()
         report.samples = list(sampler.samples)

@@ -13,7 +13,10 @@ from confluent_kafka import TopicPartition as KafkaTopicPartition
 
 from deploy.drill.workload import QUIET, TopicPartition
 
-__all__ = ["EndsProbe", "Lost", "Outcome", "log_ends", "offset_ranges", "outcome", "read_logs", "wait_copied"]
+__all__ = ["NO_OFFSET", "EndsProbe", "Lost", "Outcome", "committed_offsets", "log_ends", "offset_ranges", "outcome",
+           "read_logs", "wait_copied"]
+
+NO_OFFSET = -1  # OffsetFetch's committed_offset where the group has none
 
 
 def log_ends(bootstrap: str, partitions: list[TopicPartition], timeout_s: float = 10.0) -> dict[TopicPartition, int]:
@@ -24,6 +27,19 @@ def log_ends(bootstrap: str, partitions: list[TopicPartition], timeout_s: float 
                 for t, p in partitions}
     finally:
         consumer.close()
+
+
+def committed_offsets(bootstrap: str, group: str, partitions: list[TopicPartition],
+                      timeout_s: float = 10.0) -> dict[TopicPartition, int]:
+    """Group `group`'s committed offsets on `partitions` at `bootstrap`, from one OffsetFetch to
+    its coordinator (a consumer with the group's id that never subscribes, so never joins it):
+    NO_OFFSET where it has none. Raises KafkaException when the coordinator does not answer."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False, **QUIET})
+    try:
+        found = consumer.committed([KafkaTopicPartition(t, p) for t, p in partitions], timeout=timeout_s)
+    finally:
+        consumer.close()
+    return {(tp.topic, tp.partition): tp.offset if tp.offset >= 0 else NO_OFFSET for tp in found}
 
 
 class EndsProbe:
@@ -124,6 +140,16 @@ class Outcome:
     duplicates: int = 0  # acknowledged records the DR site holds more than once
     reread: int = 0  # records the moved group read at the DR site after reading them at the primary
     skipped: int = 0  # records at the DR site (mirrored or produced there) the group never read
+    # The baseline of the re-reads: the group's committed offsets at the DR site right after the
+    # promotion (NO_OFFSET: none; it then starts at the log start, auto.offset.reset=earliest)
+    # and the log end offsets the copies had then.
+    committed: dict[TopicPartition, int] = field(default_factory=dict)
+    log_end: dict[TopicPartition, int] = field(default_factory=dict)
+    # The re-reads that baseline accounts for: records the copies held at or past the committed
+    # offsets that the group had read at the primary (read there after the DR site's last copy of
+    # its offsets). A group that resumed at its committed offsets re-reads exactly these.
+    reread_expected: int = 0
+    reread_below_committed: int = 0  # records the group read at the DR site below its committed offsets there
 
     @property
     def rpo(self) -> int:
@@ -131,9 +157,14 @@ class Outcome:
 
 
 def outcome(acked_primary: dict[TopicPartition, dict[int, str]], dr_copy: dict[TopicPartition, dict[int, str]],
-            acked_dr: set[str], read_primary: list[str], read_dr: list[str], run: str) -> Outcome:
+            acked_dr: set[str], read_primary: list[str], read_dr: list[str], run: str,
+            committed: dict[TopicPartition, int] | None = None, log_end: dict[TopicPartition, int] | None = None,
+            read_dr_at: dict[TopicPartition, dict[int, str]] | None = None) -> Outcome:
     """The drill's counts from what was acknowledged at each site, what the DR site held at the
-    promotion (`dr_copy`) and the names the group read at each site, in the order read."""
+    promotion (`dr_copy`, by the copies' partitions and offsets), the names the group read at
+    each site in the order read, and, for the re-reads' baseline, the group's committed offsets
+    at the DR site at the promotion (`committed`, by the copies' partitions, with their
+    `log_end` offsets then) and the offsets of what it read there (`read_dr_at`)."""
     held = Counter(name for records in dr_copy.values() for name in records.values() if name.startswith(f"{run}:"))
     acknowledged = {name for records in acked_primary.values() for name in records.values()}
     lost = []
@@ -143,7 +174,16 @@ def outcome(acked_primary: dict[TopicPartition, dict[int, str]], dr_copy: dict[T
             lost.append(Lost(topic, partition, len(missing), offset_ranges(missing)))
     seen_primary = set(read_primary)
     should_read = set(held) | acked_dr
+    committed = committed or {}
+    # Where the group's reads at the DR site begin by its committed offsets (none: the log start,
+    # these copies' first offset), record by record, so a record the copy holds twice counts twice.
+    start = {tp: committed.get(tp, NO_OFFSET) for tp in dr_copy}
     return Outcome(acknowledged=len(acknowledged), reached=len(acknowledged & set(held)), lost=lost,
                    duplicates=sum(n - 1 for name, n in held.items() if n > 1 and name in acknowledged),
                    reread=sum(1 for name in read_dr if name in seen_primary),
-                   skipped=len(should_read - seen_primary - set(read_dr)))
+                   skipped=len(should_read - seen_primary - set(read_dr)),
+                   committed=dict(committed), log_end=dict(log_end or {}),
+                   reread_expected=sum(1 for tp, records in dr_copy.items() for offset, name in records.items()
+                                       if offset >= start[tp] and name in seen_primary),
+                   reread_below_committed=sum(1 for tp, records in (read_dr_at or {}).items()
+                                              for offset in records if offset < committed.get(tp, NO_OFFSET)))

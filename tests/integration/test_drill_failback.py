@@ -72,7 +72,7 @@ def test_failback_after_a_planned_switch_over_cuts_nothing(tmp_path: Path) -> No
         assert back["quarantine"] == {"records": 0, "acknowledged": 0, "matches_rpo": None, "partitions": []}, output
         assert quarantined(state) == {}, output
         # Planned both ways: the group moved twice re-reads and skips nothing.
-        assert report["group"] == {"reread": 0, "skipped": 0}, output
+        assert (report["group"]["reread"], report["group"]["skipped"]) == (0, 0), output
         assert back["group"] == {"reread": 0, "skipped": 0}, output
         assert back["logs"]["identical"] and back["logs"]["batches"] > 0, output
         clusters = status(state)["clusters"]

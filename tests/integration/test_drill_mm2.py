@@ -57,6 +57,10 @@ def test_an_mm2_switchover_drill_counts_what_translated_offsets_cost(tmp_path: P
         assert rpo["records"] == 0 and rpo["acknowledged"] > 0 and rpo["reached_dr"] == rpo["acknowledged"], output
         assert report["group"]["skipped"] == 0, output
         reread = report["group"]["reread"]
+        # Against the translated offsets the DR site held for the group at the promotion: it
+        # resumed there, so it re-read exactly what it had read at the primary past them.
+        assert reread == report["group"]["reread_expected"], output
+        assert report["group"]["reread_below_committed"] == 0, output
         assert 0 <= reread <= rpo["acknowledged"], output
         west = status(state)["clusters"]["west"]["bootstrap"]
         # The promotion made the local topics as at the source; the DR site's producers wrote there.

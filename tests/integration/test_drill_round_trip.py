@@ -3,8 +3,9 @@ link; groups formed at once, as in the other drill tests): a failover under load
 cut, truncate-and-restore, the reverse mirror, a planned switch back (deploy/drill/roundtrip.py).
 The first failover's losses are counted by the chaos checker on the old primary's logs before
 any cut, and the quarantine read from disk holds exactly those records; the group moved there
-and home skips nothing and, home, re-reads nothing; both sites' logs end identical batch for
-batch, on every replica read from its files on disk."""
+reads the copy exactly from the offsets the DR site held for it at the promotion (so it re-reads
+exactly what it read at the primary past them), and home skips and re-reads nothing; both sites'
+logs end identical batch for batch, on every replica read from its files on disk."""
 
 from __future__ import annotations
 
@@ -76,7 +77,13 @@ def test_a_round_trip_quarantines_exactly_what_the_checker_counts_lost(tmp_path:
         said: list[str] = []
         plan = drill_plan(state, MIRROR, disaster="partition", rate=300, duration_s=3)
         checked: dict[str, Report] = {}
-        report = run_failback(plan, said.append, before_restore=lambda r: checked.update(check_failover(plan, r)))
+        copies: dict[tuple[str, int], dict[int, str]] = {}
+
+        def before_restore(report: DrillReport) -> None:
+            checked.update(check_failover(plan, report))
+            copies.update(primary_records(plan.target_bootstrap, plan.partitions, report.run))
+
+        report = run_failback(plan, said.append, before_restore=before_restore)
         output = "\n".join(said)
         assert checked, output  # the old primary was read before the truncate-and-restore
         lost = [(topic, e.partition, e.seq) for topic, verdict in checked.items() for e in verdict.examples()
@@ -95,7 +102,21 @@ def test_a_round_trip_quarantines_exactly_what_the_checker_counts_lost(tmp_path:
         # The quarantine holds exactly the records the checker counts lost, each once.
         assert Counter(quarantined) == Counter(lost), (sorted(quarantined), sorted(lost))
         assert back.quarantined == len(lost) and back.rpo_matches_quarantine is True, output
-        # The group: skipped nothing at the DR site, nothing and re-read nothing on the way home.
+        # The group at the DR site, against the offsets the DR site held for it at the promotion
+        # (one OffsetFetch right after it): it read the copy of the primary's records exactly
+        # from those offsets on, offset for offset (no re-read below them, nothing skipped past
+        # them), so what it re-read is exactly what it had read at the primary past them.
+        done = report.outcome
+        assert {tp for tp in done.committed} == set(plan.partitions), output
+        for tp in plan.partitions:
+            start, end = max(done.committed[tp], 0), done.log_end[tp]
+            assert start <= end, (tp, start, end)
+            copied = {o: n for o, n in copies[tp].items() if start <= o < end}
+            read = {o: n for o, n in report.read_at_dr.get(tp, {}).items() if n.startswith(f"{report.run}:primary:")}
+            assert read == copied, (tp, start, sorted(set(read) ^ set(copied))[:10])
+        assert done.reread_below_committed == 0, output
+        assert done.reread == done.reread_expected, output
+        # Skipped nothing at the DR site, nothing and re-read nothing on the way home.
         assert report.outcome.skipped == 0, output
         assert (back.reread, back.skipped) == (0, 0), output
         # Both sites' logs alike batch for batch, on every partition.

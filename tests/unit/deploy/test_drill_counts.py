@@ -37,6 +37,36 @@ def test_losses_duplicates_rereads_and_skips() -> None:
     assert result.skipped == 1
 
 
+def test_rereads_against_the_offsets_the_dr_site_held_at_the_promotion() -> None:
+    acked = {("orders", 0): dict(enumerate(names("primary", range(10)))),
+             ("orders", 1): dict(enumerate(names("primary", range(10, 14))))}
+    copy = {("orders", 0): dict(enumerate(names("primary", range(8)))),
+            ("orders", 1): dict(enumerate(names("primary", range(10, 14))))}
+    # At the primary the group read orders-0 up to offset 5 and orders-1 up to its end; the DR
+    # site held 3 for orders-0 (offsets 3-5 read past it) and nothing for orders-1.
+    read_primary = names("primary", range(6)) + names("primary", range(10, 14))
+    committed = {("orders", 0): 3, ("orders", 1): -1}
+    # At the DR site it read orders-0 from 2 (one below its committed offset) and orders-1 from 0.
+    read_dr_at = {("orders", 0): {o: f"{RUN}:primary:{o}" for o in range(2, 8)},
+                  ("orders", 1): {o: f"{RUN}:primary:{10 + o}" for o in range(4)}}
+    read_dr = [name for records in read_dr_at.values() for name in records.values()]
+    result = outcome(acked, copy, set(), read_primary, read_dr, RUN, committed=committed,
+                     log_end={("orders", 0): 8, ("orders", 1): 4}, read_dr_at=read_dr_at)
+    assert result.reread == 4 + 4  # orders-0 2-5, orders-1 0-3
+    assert result.reread_expected == 3 + 4  # orders-0 3-5; orders-1 from its start, none committed
+    assert result.reread_below_committed == 1  # orders-0 offset 2
+    assert result.skipped == 0
+    report = DrillReport("failover", "kill", "east-to-west", ["orders"], 100.0, Timeline(started=0.0), run=RUN,
+                         outcome=result)
+    assert "committed at the DR site at the promotion, of the log end: orders-0 3/8, orders-1 none/4" in report.table()
+    assert "re-reads they account for 7 (read at the primary past them); re-read below them 1" in report.table()
+    group = json.loads(json.dumps(report.to_json()))["group"]
+    assert group["committed_at_promotion"] == [
+        {"topic": "orders", "partition": 0, "committed_offset": 3, "log_end_offset": 8},
+        {"topic": "orders", "partition": 1, "committed_offset": -1, "log_end_offset": 4}]
+    assert (group["reread"], group["reread_expected"], group["reread_below_committed"]) == (8, 7, 1)
+
+
 def test_nothing_lost_nothing_reread() -> None:
     acked = {("orders", 0): dict(enumerate(names("primary", range(4))))}
     result = outcome(acked, {("orders", 0): dict(acked[("orders", 0)])}, set(), names("primary", range(4)), [], RUN)
