@@ -322,6 +322,10 @@ def test_topic_lifecycle_through_zookeeper_and_a_controlled_shutdown(cluster: Cl
     _create_topic(cluster.bootstrap(), "doomed", 1, 3)
     absent = next(b for b in cluster.brokers if b != cluster.controller()[0])
     port = cluster.brokers[absent].port
+    # The topic is created once its znodes are written; each broker makes its replica's log when
+    # the controller's LeaderAndIsr reaches it, which a loaded machine may delay past the kill.
+    replica_log = cluster.brokers[absent].data_dir / "doomed-0"
+    wait_until(replica_log.exists, what=f"{replica_log} made", timeout_s=30)
     cluster.brokers[absent].kill()
     wait_until(lambda: zk.exists(f"/brokers/ids/{absent}") is None, what=f"broker {absent}'s session to expire",
                timeout_s=3 * SESSION_TIMEOUT_MS / 1000)
