@@ -64,6 +64,22 @@ def check_master(master: str) -> None:
                          "spark://HOST:PORT, yarn, k8s://URL")
 
 
+def _session_running() -> bool:
+    """Whether this process runs a SparkSession, made in any thread. getActiveSession() alone
+    answers for the calling thread (the JVM keeps the active session per thread, and py4j runs
+    each Python thread's calls on a JVM thread of its own): asked elsewhere it missed the session
+    a test suite shares, and the job stopped it. active() falls back to the process's default
+    session."""
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    try:
+        SparkSession.active()
+    except PySparkRuntimeError:
+        return False
+    return True
+
+
 def on_spark(master: str, job: Callable[[SparkSession], _T], *, verbose: bool = False,
              checks: Callable[[], None] | None = None) -> _T:
     """`checks()` (the job's options, paths and clusters: a PipelineError there is the command's
@@ -82,11 +98,9 @@ def on_spark(master: str, job: Callable[[SparkSession], _T], *, verbose: bool = 
             checks()
         except PipelineError as exc:
             raise Refused(str(exc)) from None
-    from pyspark.sql import SparkSession
-
     from pipeline.spark import session, task_failure
 
-    owned = SparkSession.getActiveSession() is None
+    owned = not _session_running()
     logging.getLogger("py4j").setLevel(logging.INFO if verbose else logging.WARNING)
     spark_log = None if verbose or not owned else tempfile.NamedTemporaryFile(  # noqa: SIM115 - kept on a bug
         prefix="causeway-spark-", suffix=".log", delete=False)

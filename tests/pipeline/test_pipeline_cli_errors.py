@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import shlex
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from deploy.broker_process import BrokerProcess
+from deploy.cli.pipeline_common import on_spark
 from deploy.launcher.state_file import ClusterRecord, LaunchStateFile, MirrorRecord, WanRecord
 from pipeline.export import LOCK_FILE, export_topic
 from pipeline.options import PipelineError
@@ -221,3 +223,14 @@ def test_a_failed_export_removes_the_directories_it_made_and_only_those(spark: S
         export_topic(spark, bootstrap, "cli-nope", kept)
     assert [p.name for p in tmp_path.iterdir()] == ["kept"]
     assert [p.name for p in kept.iterdir()] == [LOCK_FILE]  # the lock stays in a directory it did not make
+
+
+def test_a_job_run_from_another_thread_leaves_the_running_session_running(spark: SparkSession) -> None:
+    """A job finds the session this process runs even when asked from a thread that did not make
+    it (Spark's active session is per thread): it is used, and left running for its owner."""
+    counted: list[int] = []
+    worker = threading.Thread(target=lambda: counted.append(on_spark("local[2]", lambda s: s.range(5).count())))
+    worker.start()
+    worker.join()
+    assert counted == [5]
+    assert spark.range(3).count() == 3  # still running: the job did not stop the shared session
