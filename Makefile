@@ -4,6 +4,10 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip
 STAMP  := $(VENV)/.installed
+# `make test` runs the suite on two workers (pytest-xdist), each taking whole files, so a module's
+# shared cluster or Spark session stays in one process; most of the suite's time is spent waiting
+# on brokers, ZooKeeper and clients rather than computing. PYTEST_WORKERS= runs it in one process.
+PYTEST_WORKERS ?= -n 2 --dist loadfile
 # Debian packages the tests drive: kcat is one of the real clients that judge the broker; Maven
 # and Java fetch and run Apache Kafka's own tools (make peers; the JDK's javac builds the small
 # Java programs under bench/peers, such as MM2's offset translation); zookeeper is the coordination
@@ -41,7 +45,7 @@ up: install system-deps
 
 test: install system-deps peers bytecode
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
 
 # The project's own modules compiled to bytecode (__pycache__, git-ignored) once, before the
 # tests start thousands of Python processes (brokers, mirrors, the CLI) that import them: where
