@@ -423,6 +423,29 @@ class TransactionCoordinator:
         txn.transition(TxnState.ONGOING, now)
         txn.partitions = wanted
 
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn v4+ with VerifyOnly, which a partition leader sends before a
+        producer's first transactional write there (KIP-890, Kafka's
+        handleVerifyPartitionsInTransaction): NONE for each partition in the open transaction,
+        TRANSACTION_ABORTABLE for one that is not (the producer never added it, or the
+        transaction it was added to ended). Raises KafkaError for the whole transaction:
+        INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS
+        (being decided), and NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS. Nothing is
+        written: the markers' epochs and the leader's guard keep a stale answer harmless."""
+        self._check_coordinator(transactional_id)
+        txn = self.txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"producer {producer_id} is not the producer of {transactional_id!r}")
+        if txn.producer_epoch != producer_epoch:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"epoch {producer_epoch} is not the transactional id's ({txn.producer_epoch})")
+        if txn.state.is_preparing:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return {tp: ErrorCode.NONE if txn.state == TxnState.ONGOING and tp in txn.partitions
+                else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
+
     async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
         """EndTxn: write PrepareCommit or PrepareAbort and return; the markers and the
         completion follow in the coordinator's tasks. A retried EndTxn of a transaction already
