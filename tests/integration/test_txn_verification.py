@@ -4,7 +4,9 @@ INVALID_TXN_STATE, TRANSACTION_ABORTABLE from Produce v11) and nothing is append
 AddPartitionsToTxn v4/v5, the brokers' verify-only request, answers as Kafka's coordinator.
 On a 3-broker ZooKeeper cluster, leaders that are not the coordinator ask it over the
 inter-broker listener: Kafka's Java transactional producer commits to partitions led by every
-broker, and a raw write to an unadded partition led elsewhere is refused there too."""
+broker, and a raw write to an unadded partition led elsewhere is refused there too. EndTxn v5
+(KIP-890 part 2) bumps the epoch at every end: the ended transaction's late write is fenced,
+a retried EndTxn is answered the bumped epoch, and the next transaction runs at it."""
 
 from __future__ import annotations
 
@@ -25,6 +27,8 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse,
+    EndTxnRequest,
+    EndTxnResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
     ProduceRequest,
@@ -33,6 +37,8 @@ from broker.protocol.messages import (
 from broker.protocol.records import Record, build_batch
 from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
+from tests.support.consume import read_values
+from tests.support.polling import wait_for
 from tests.support.zookeeper import ZooKeeperServer
 
 TIMEOUT_S = 20.0
@@ -143,6 +149,56 @@ def test_add_partitions_to_txn_v4_and_v5_verify_and_add_as_kafkas_coordinator(br
             await producer.end(commit=False)
 
     trio.run(main)
+
+
+def test_end_txn_v5_bumps_the_epoch_at_every_end(broker: BrokerProcess) -> None:
+    topic = "txn-end-v5"
+
+    async def main() -> None:
+        async with open_client(broker.bootstrap, request_timeout_s=TIMEOUT_S) as client:
+            await admin.create_topics(client, {topic: 1})
+            producer = await init_transactional_producer(client, "end-v5")
+            pid, epoch = producer.producer_id, producer.producer_epoch
+
+            async def end(commit: bool, at: int) -> EndTxnResponse:
+                """EndTxn v5, asked again while the coordinator answers CONCURRENT_TRANSACTIONS."""
+                answers: list[EndTxnResponse] = []
+
+                async def answered() -> bool:
+                    answers.append(await client.request_any(EndTxnRequest(
+                        transactional_id="end-v5", producer_id=pid, producer_epoch=at, committed=commit),
+                        max_version=5, idempotent=False))
+                    return answers[-1].error_code != ErrorCode.CONCURRENT_TRANSACTIONS
+
+                await wait_for(answered, what="EndTxn answered")
+                return answers[-1]
+
+            await producer.add_partitions([TopicPartition(topic, 0)])
+            assert (await _produce(client, producer, topic, 0, b"committed", 0, version=11)).error_code == 0
+            committed = await end(True, epoch)
+            assert (committed.error_code, committed.producer_id, committed.producer_epoch) == (0, pid, epoch + 1)
+            # Its COMMIT marker carries the new epoch: once it is in, a late write of the ended
+            # transaction (the old epoch) is fenced, and nothing of it is appended.
+            async def marker_in() -> bool:
+                listed = await admin.list_offsets(client, {TopicPartition(topic, 0): -1}, isolation_level=1)
+                return listed[TopicPartition(topic, 0)].offset == 2  # the record and its marker are stable
+
+            await wait_for(marker_in, what="the COMMIT marker")
+            late = await _produce(client, producer, topic, 0, b"late", 1, version=11)
+            assert late.error_code == ErrorCode.INVALID_PRODUCER_EPOCH
+            assert await _log_ends(client, topic, 1) == [2]
+            # A retried EndTxn names the epoch before the bump and is answered the one after.
+            retried = await end(True, epoch)
+            assert (retried.error_code, retried.producer_epoch) == (0, epoch + 1)
+            # The next transaction runs at the new epoch, its sequences from 0; abort bumps again.
+            producer.producer_epoch = epoch + 1
+            await producer.add_partitions([TopicPartition(topic, 0)])
+            assert (await _produce(client, producer, topic, 0, b"aborted", 0, version=11)).error_code == 0
+            aborted = await end(False, epoch + 1)
+            assert (aborted.error_code, aborted.producer_epoch) == (0, epoch + 2)
+
+    trio.run(main)
+    assert read_values(broker.bootstrap, topic, 1, config={"isolation.level": "read_committed"}) == [b"committed"]
 
 
 @pytest.fixture

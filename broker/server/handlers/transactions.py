@@ -17,6 +17,10 @@ cluster (else the top-level CLUSTER_AUTHORIZATION_FAILED), batches several trans
 and each is either verified (VerifyOnly: is each partition in the open transaction?) or added,
 as Kafka's; the topics need no Write then. TRANSACTION_ABORTABLE (a partition not in the
 transaction) is told to v4 as INVALID_TXN_STATE, which v4 knows.
+
+EndTxn v5 (KIP-890 part 2, what Kafka 4.x producers send with transaction.version 2) bumps the
+producer's epoch at every commit and abort and answers the producer id and epoch to go on with
+(broker.coordinator.txn_coordinator.end_txn); v0-4 keep the epoch, as before.
 """
 
 from __future__ import annotations
@@ -167,11 +171,12 @@ async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse
     if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
-        await _transactions(ctx).end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                                         request.committed)
+        producer_id, producer_epoch = await _transactions(ctx).end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+            bump_epoch=ctx.version >= 5)
     except KafkaError as exc:
         return EndTxnResponse(error_code=fenced_code(exc.code, ctx.version, 2))
-    return EndTxnResponse()
+    return EndTxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
 
 
 async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
@@ -290,7 +295,7 @@ async def list_transactions(ctx: RequestContext, request: ListTransactionsReques
 HANDLERS = (
     ApiHandler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, add_partitions),
     ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, add_offsets),
-    ApiHandler(ApiKey.END_TXN, 0, 3, end_txn),
+    ApiHandler(ApiKey.END_TXN, 0, 5, end_txn),
     ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 3, txn_offset_commit),
     ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions),
     ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, list_transactions),
