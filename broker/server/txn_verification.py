@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol
 
+from broker import metrics
 from broker.client.connection import ClientError
 from broker.coordinator.offsets_records import partition_for
 from broker.coordinator.txn_records import TXN_STATE_TOPIC
@@ -70,9 +71,12 @@ class TxnVerifier:
         """Each partition's answer (see the module); never raises."""
         leader = self._coordinator(transactional_id)
         if leader is None:
+            metrics.TXN_VERIFICATION_FAILURES.inc(len(partitions))
             return dict.fromkeys(partitions, ErrorCode.COORDINATOR_NOT_AVAILABLE)
+        local = leader == self._services.config.broker_id
+        metrics.TXN_VERIFICATIONS.labels("local" if local else "remote").inc()
         try:
-            if leader == self._services.config.broker_id:
+            if local:
                 coordinator = self._services.transactions
                 if coordinator is None:
                     raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE)
@@ -84,6 +88,9 @@ class TxnVerifier:
         except (ClientError, OSError) as exc:
             log.info("verifying the transaction of %r with broker %d: %s", transactional_id, leader, exc)
             answers = dict.fromkeys(partitions, ErrorCode.NETWORK_EXCEPTION)
+        failed = sum(1 for code in answers.values() if code != ErrorCode.NONE)
+        if failed:
+            metrics.TXN_VERIFICATION_FAILURES.inc(failed)
         return {tp: ErrorCode.INVALID_PRODUCER_EPOCH if code == ErrorCode.PRODUCER_FENCED else ErrorCode(code)
                 for tp, code in answers.items()}
 

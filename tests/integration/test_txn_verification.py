@@ -38,6 +38,7 @@ from broker.protocol.records import Record, build_batch
 from deploy.broker_process import BrokerProcess
 from tests.support.cluster import ZkCluster
 from tests.support.consume import read_values
+from tests.support.metrics import metrics_url, scrape
 from tests.support.polling import wait_for
 from tests.support.zookeeper import ZooKeeperServer
 
@@ -204,7 +205,8 @@ def test_end_txn_v5_bumps_the_epoch_at_every_end(broker: BrokerProcess) -> None:
 @pytest.fixture
 def cluster(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
     running = ZkCluster(zookeeper, tmp_path, ("transaction.state.log.num.partitions=1",
-                                              "transaction.state.log.min.isr=1"))
+                                              "transaction.state.log.min.isr=1",
+                                              "causeway.metrics.listener=127.0.0.1:0"))
     try:
         yield running.start()
     finally:
@@ -240,6 +242,11 @@ def test_leaders_ask_a_coordinator_on_another_broker(cluster: ZkCluster, kafka_j
                    "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner")
     assert run.returncode == 0, run.stdout + run.stderr
     assert _count_committed(bootstrap, "spread", 3, 30) == 30
+    # The leaders that are not the coordinator asked it over the inter-broker listener, and it
+    # vouched for every write.
+    before = [scrape(metrics_url(cluster.broker(b))) for b in (1, 2, 3)]
+    assert sum(m.get('causeway_txn_verifications_total{coordinator="remote"}', 0) for m in before) > 0
+    assert sum(m.get("kafka_server_addpartitionstotxnmanager_verificationfailure_total", 0) for m in before) == 0
 
     async def main() -> None:
         async with open_client(bootstrap, request_timeout_s=TIMEOUT_S) as client:
@@ -262,3 +269,5 @@ def test_leaders_ask_a_coordinator_on_another_broker(cluster: ZkCluster, kafka_j
             await producer.end(commit=False)
 
     trio.run(main)
+    after = [scrape(metrics_url(cluster.broker(b))) for b in (1, 2, 3)]
+    assert sum(m.get("kafka_server_addpartitionstotxnmanager_verificationfailure_total", 0) for m in after) == 2
