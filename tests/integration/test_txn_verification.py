@@ -3,10 +3,11 @@ produce to a partition the producer did not add to its open transaction is refus
 INVALID_TXN_STATE, TRANSACTION_ABORTABLE from Produce v11) and nothing is appended; and
 AddPartitionsToTxn v4/v5, the brokers' verify-only request, answers as Kafka's coordinator.
 On a 3-broker ZooKeeper cluster, leaders that are not the coordinator ask it over the
-inter-broker listener: Kafka's Java transactional producer commits to partitions led by every
-broker, and a raw write to an unadded partition led elsewhere is refused there too. EndTxn v5
-(KIP-890 part 2) bumps the epoch at every end: the ended transaction's late write is fenced,
-a retried EndTxn is answered the bumped epoch, and the next transaction runs at it."""
+inter-broker listener: Kafka's Java and confluent-kafka's transactional producers commit (and
+abort) over partitions led by every broker, and a raw write to an unadded partition led
+elsewhere is refused there too. EndTxn v5 (KIP-890 part 2) bumps the epoch at every end: the
+ended transaction's late write is fenced, a retried EndTxn is answered the bumped epoch, and the
+next transaction runs at it."""
 
 from __future__ import annotations
 
@@ -241,7 +242,19 @@ def test_leaders_ask_a_coordinator_on_another_broker(cluster: ZkCluster, kafka_j
                    "--command-property", f"bootstrap.servers={bootstrap}", "linger.ms=0",
                    "partitioner.class=org.apache.kafka.clients.producer.RoundRobinPartitioner")
     assert run.returncode == 0, run.stdout + run.stderr
-    assert _count_committed(bootstrap, "spread", 3, 30) == 30
+    # confluent-kafka's transactional producer too: a committed and an aborted transaction over
+    # all three leaders.
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "transactional.id": "librdkafka-spread"})
+    producer.init_transactions(TIMEOUT_S)
+    for commit in (True, False):
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce("spread", b"c%d" % i, partition=i % 3)
+        if commit:
+            producer.commit_transaction(TIMEOUT_S)
+        else:
+            producer.abort_transaction(TIMEOUT_S)
+    assert _count_committed(bootstrap, "spread", 3, 60) == 60
     # The leaders that are not the coordinator asked it over the inter-broker listener, and it
     # vouched for every write.
     before = [scrape(metrics_url(cluster.broker(b))) for b in (1, 2, 3)]
