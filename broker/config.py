@@ -554,6 +554,10 @@ class BrokerConfig(ConfigModel):
         default=604800000, alias="transactional.id.expiration.ms")
     transaction_remove_expired_transaction_cleanup_interval_ms: Annotated[int, _int(1, INT_MAX)] = Field(
         default=3600000, alias="transaction.remove.expired.transaction.cleanup.interval.ms")
+    # KIP-890: a partition leader asks the coordinator before a producer's first transactional
+    # write to a partition (broker/server/txn_verification.py).
+    transaction_partition_verification_enable: Annotated[bool, _BOOL] = Field(
+        default=True, alias="transaction.partition.verification.enable")
     group_initial_rebalance_delay_ms: Annotated[int, _int(0, INT_MAX)] = Field(
         default=3000, alias="group.initial.rebalance.delay.ms")
     group_min_session_timeout_ms: Annotated[int, _int(0, INT_MAX)] = Field(

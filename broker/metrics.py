@@ -55,6 +55,8 @@ __all__ = [
     "REPLICA_FETCH_REQUESTS",
     "REPLICA_FETCH_PARTITIONS",
     "track_fetch_sessions",
+    "TXN_VERIFICATIONS",
+    "TXN_VERIFICATION_FAILURES",
 ]
 
 log = logging.getLogger(__name__)
@@ -149,6 +151,19 @@ REPLICA_FETCH_PARTITIONS = Counter(
     "Partitions named in the fetch requests this broker's followers sent: all they follow in a full one, the "
     "changed ones in an incremental one.",
     ["kind"],
+)
+
+# KIP-890: a partition leader's questions to transaction coordinators (broker/server/txn_verification.py).
+TXN_VERIFICATION_FAILURES = Counter(
+    "kafka_server_addpartitionstotxnmanager_verificationfailure",
+    "Partitions whose transactional write the coordinator did not verify, or could not be asked about "
+    "(Kafka's AddPartitionsToTxnManager VerificationFailureRate).",
+)
+TXN_VERIFICATIONS = Counter(
+    "causeway_txn_verifications",
+    "Verifications of a producer's transaction asked by this broker before a first transactional write, by "
+    "coordinator: local (this broker) or remote (AddPartitionsToTxn v4+ to another broker).",
+    ["coordinator"],
 )
 
 

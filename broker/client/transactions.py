@@ -37,6 +37,9 @@ T = TypeVar("T")
 
 # AddPartitionsToTxn v0-3 is the client's; v4+ is the broker's verification (KIP-890).
 _CLIENT_ADD_PARTITIONS_MAX_VERSION = 3
+# EndTxn v5 (KIP-890 part 2) bumps the epoch at every end; this producer keeps its epoch for its
+# life (its callers stamp their batches with it), as Kafka's producer does before transaction.version 2.
+_END_TXN_MAX_VERSION = 4
 
 # Answers after which the same request succeeds a moment later: the coordinator moved or is
 # loading, or the previous transaction's markers are still being written.
@@ -87,7 +90,8 @@ class TransactionalProducer:
                                 producer_epoch=self.producer_epoch, committed=commit)
 
         async def ask(coordinator: BrokerInfo) -> None:
-            response: EndTxnResponse = await self.client.request(coordinator.node_id, request)
+            response: EndTxnResponse = await self.client.request(coordinator.node_id, request,
+                                                                  max_version=_END_TXN_MAX_VERSION)
             check_error(response.error_code, f"{'commit' if commit else 'abort'} transaction "
                         f"{self.transactional_id!r}")
 

@@ -39,7 +39,7 @@ from broker.clock import now_ms
 from broker.config import BrokerConfig
 from broker.coordinator.loader import Records
 from broker.coordinator.offsets_records import partition_for
-from broker.coordinator.txn_records import TXN_STATE_TOPIC, TxnLogKey, TxnLogValue, decode_key, decode_value
+from broker.coordinator.txn_records import TV2, TXN_STATE_TOPIC, TxnLogKey, TxnLogValue, decode_key, decode_value
 from broker.coordinator.txn_state import TxnMetadata, TxnState
 from broker.protocol.errors import ErrorCode, KafkaError
 
@@ -215,7 +215,8 @@ class TransactionCoordinator:
                     loaded[decoded.transactional_id] = TxnMetadata(
                         decoded.transactional_id, v.producer_id, v.producer_epoch, v.timeout_ms,
                         TxnState.from_id(v.state_id), {(t, p) for t, ids in v.partitions for p in ids},
-                        v.txn_start_ms, v.last_update_ms)
+                        v.txn_start_ms, v.last_update_ms, client_transaction_version=v.client_transaction_version,
+                        next_producer_id=v.next_producer_id, previous_producer_id=v.previous_producer_id)
                 except KafkaError as exc:
                     log.warning("%s-%d: skipping a record: %s", TXN_STATE_TOPIC, partition, exc)
 
@@ -288,13 +289,19 @@ class TransactionCoordinator:
     # -- persistence ------------------------------------------------------------------------
 
     async def _write(self, txn: TxnMetadata, state: TxnState, epoch: int, partitions: set[tuple[str, int]],
-                     now: int) -> None:
-        """Write the id's next state (not yet applied in memory); raises KafkaError as mapped."""
+                     now: int, *, producer_id: int | None = None, next_producer_id: int | None = None,
+                     previous_producer_id: int | None = None, client_transaction_version: int | None = None) -> None:
+        """Write the id's next state (not yet applied in memory; the keywords are what else it
+        changes); raises KafkaError as mapped."""
         start = txn.txn_start_ms if txn.state == TxnState.ONGOING or state != TxnState.ONGOING else now
         if state in (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT):
             partitions, start = set(), -1
-        value = TxnLogValue(txn.producer_id, epoch, txn.timeout_ms, state.id, TxnLogValue.group(partitions),
-                            now, start)
+        value = TxnLogValue(
+            txn.producer_id if producer_id is None else producer_id, epoch, txn.timeout_ms, state.id,
+            TxnLogValue.group(partitions), now, start,
+            txn.previous_producer_id if previous_producer_id is None else previous_producer_id,
+            txn.next_producer_id if next_producer_id is None else next_producer_id,
+            txn.client_transaction_version if client_transaction_version is None else client_transaction_version)
         try:
             await self._store.append(self.partition_of(txn.transactional_id),
                                      [(TxnLogKey(txn.transactional_id).encode(), value.encode())])
@@ -389,6 +396,9 @@ class TransactionCoordinator:
         txn = self.txns.get(transactional_id)
         if txn is None:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING, f"no producer for {transactional_id!r}")
+        if producer_id == txn.next_producer_id >= 0:
+            # Told its new producer id by EndTxn v5 while the old one's markers are under way.
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
         if txn.producer_id != producer_id:
             raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
                              f"producer id {producer_id} is not the transactional id's ({txn.producer_id})")
@@ -423,35 +433,112 @@ class TransactionCoordinator:
         txn.transition(TxnState.ONGOING, now)
         txn.partitions = wanted
 
-    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool) -> None:
-        """EndTxn: write PrepareCommit or PrepareAbort and return; the markers and the
-        completion follow in the coordinator's tasks. A retried EndTxn of a transaction already
-        completed the same way answers NONE; the other way, INVALID_TXN_STATE."""
+    def verify_partitions(self, transactional_id: str, producer_id: int, producer_epoch: int,
+                          partitions: set[tuple[str, int]]) -> dict[tuple[str, int], ErrorCode]:
+        """AddPartitionsToTxn v4+ with VerifyOnly, which a partition leader sends before a
+        producer's first transactional write there (KIP-890, Kafka's
+        handleVerifyPartitionsInTransaction): NONE for each partition in the open transaction,
+        TRANSACTION_ABORTABLE for one that is not (the producer never added it, or the
+        transaction it was added to ended). Raises KafkaError for the whole transaction:
+        INVALID_PRODUCER_ID_MAPPING, PRODUCER_FENCED (another epoch), CONCURRENT_TRANSACTIONS
+        (being decided), and NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS. Nothing is
+        written: the markers' epochs and the leader's guard keep a stale answer harmless."""
         self._check_coordinator(transactional_id)
         txn = self.txns.get(transactional_id)
+        if txn is None or txn.producer_id != producer_id:
+            raise KafkaError(ErrorCode.INVALID_PRODUCER_ID_MAPPING,
+                             f"producer {producer_id} is not the producer of {transactional_id!r}")
+        if txn.producer_epoch != producer_epoch:
+            raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                             f"epoch {producer_epoch} is not the transactional id's ({txn.producer_epoch})")
+        if txn.state.is_preparing:
+            raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
+        return {tp: ErrorCode.NONE if txn.state == TxnState.ONGOING and tp in txn.partitions
+                else ErrorCode.TRANSACTION_ABORTABLE for tp in partitions}
+
+    async def end_txn(self, transactional_id: str, producer_id: int, producer_epoch: int, commit: bool, *,
+                      bump_epoch: bool = False) -> tuple[int, int]:
+        """EndTxn: write PrepareCommit or PrepareAbort and return the producer id and epoch the
+        producer goes on with; the markers and the completion follow in the coordinator's tasks.
+
+        `bump_epoch` (EndTxn v5, KIP-890 part 2, Kafka's transaction version 2): the decision
+        and its markers carry the next epoch, which is answered (and past the last epoch, a new
+        producer id with epoch 0, taken once the markers are written), so a write of the ended
+        transaction arriving late is fenced by its epoch. A retried EndTxn is then recognised by
+        the epoch before the bump: NONE for a transaction completed the same way, with the
+        epoch after; CONCURRENT_TRANSACTIONS while its markers are under way; INVALID_TXN_STATE
+        the other way. Without `bump_epoch`, as before KIP-890: the same epoch; a retry has it."""
+        self._check_coordinator(transactional_id)
+        txn = self.txns.get(transactional_id)
+        done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+        if txn is not None and self._retried_after_bump(txn, producer_id, producer_epoch):
+            if txn.state == preparing:
+                raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if txn.pending is None and txn.state == done:
+                return txn.producer_id, txn.producer_epoch
+            if txn.pending is not None:
+                raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
+            if txn.state in (TxnState.EMPTY, TxnState.ONGOING):
+                raise KafkaError(ErrorCode.PRODUCER_FENCED,
+                                 f"epoch {producer_epoch} is not the transactional id's ({txn.producer_epoch})")
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"{'commit' if commit else 'abort'} of a transaction in state {txn.state.title}")
         if txn is not None and txn.producer_id == producer_id and txn.producer_epoch == producer_epoch \
                 and txn.pending is None:
-            done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
-            preparing = TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT
+            if txn.client_transaction_version >= TV2 and txn.state in (TxnState.COMPLETE_COMMIT,
+                                                                        TxnState.COMPLETE_ABORT):
+                # As Kafka's: after a bump, the epoch of a completed transaction ends nothing.
+                raise KafkaError(ErrorCode.PRODUCER_FENCED, f"epoch {producer_epoch} already ended its transaction")
             if txn.state == done:
-                return
+                return txn.producer_id, txn.producer_epoch
             if txn.state == preparing:
                 raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
         txn = self._producer(transactional_id, producer_id, producer_epoch)
         if txn.state != TxnState.ONGOING:
             raise KafkaError(ErrorCode.INVALID_TXN_STATE,
                              f"{'commit' if commit else 'abort'} of a transaction in state {txn.state.title}")
-        await self._prepare(txn, TxnState.PREPARE_COMMIT if commit else TxnState.PREPARE_ABORT, txn.producer_epoch)
+        if not bump_epoch:
+            await self._prepare(txn, preparing, txn.producer_epoch, client_transaction_version=0)
+            return txn.producer_id, txn.producer_epoch
+        next_producer_id = -1
+        if txn.producer_epoch >= _MAX_EPOCH:
+            # The bump takes the last epoch: the producer goes on with a new producer id.
+            next_producer_id = await self._allocate()
+            txn = self._producer(transactional_id, producer_id, producer_epoch)
+            if txn.state != TxnState.ONGOING:
+                raise KafkaError(ErrorCode.CONCURRENT_TRANSACTIONS)
+        await self._prepare(txn, preparing, txn.producer_epoch + 1, client_transaction_version=TV2,
+                            next_producer_id=next_producer_id)
+        return (txn.producer_id, txn.producer_epoch) if next_producer_id < 0 else (next_producer_id, 0)
 
-    async def _prepare(self, txn: TxnMetadata, state: TxnState, epoch: int) -> None:
+    def _retried_after_bump(self, txn: TxnMetadata, producer_id: int, producer_epoch: int) -> bool:
+        """An EndTxn v5 asked again after its decision bumped the epoch (Kafka's endTxnEpochBumped
+        and retryOnOverflow): the id's epoch is the one after the producer's, or the bump moved
+        the id to a new producer id."""
+        if txn.client_transaction_version < TV2 or txn.state == TxnState.PREPARE_EPOCH_FENCE:
+            return False
+        if txn.producer_id == producer_id and txn.producer_epoch == producer_epoch + 1:
+            return True
+        return (txn.previous_producer_id == producer_id and producer_epoch == _MAX_EPOCH
+                and txn.producer_epoch == 0 and txn.state.is_complete)
+
+    async def _prepare(self, txn: TxnMetadata, state: TxnState, epoch: int, *,
+                       client_transaction_version: int | None = None, next_producer_id: int = -1) -> None:
         now = now_ms()
         txn.pending = state
         try:
-            await self._write(txn, state, epoch, txn.partitions, now)
+            await self._write(txn, state, epoch, txn.partitions, now, next_producer_id=next_producer_id,
+                              client_transaction_version=client_transaction_version)
         except BaseException:
             txn.pending = None
             raise
+        if epoch != txn.producer_epoch and client_transaction_version == TV2:
+            txn.last_producer_epoch = txn.producer_epoch  # as Kafka's: the producer may re-init from it
         txn.producer_epoch = epoch
+        txn.next_producer_id = next_producer_id
+        if client_transaction_version is not None:
+            txn.client_transaction_version = client_transaction_version
         txn.transition(state, now)
         txn.pending = TxnState.COMPLETE_COMMIT if state == TxnState.PREPARE_COMMIT else TxnState.COMPLETE_ABORT
         self._start_completion(txn)
@@ -541,16 +628,26 @@ class TransactionCoordinator:
                 await trio.sleep(delay)
                 delay = min(delay * 2, _MARKER_RETRY_MAX_S)
         done = TxnState.COMPLETE_COMMIT if commit else TxnState.COMPLETE_ABORT
+        # A bump past the last epoch (EndTxn v5) moves the id to its next producer id now that
+        # every marker of the old one is written.
+        moving = txn.next_producer_id >= 0
+        producer_id = txn.next_producer_id if moving else txn.producer_id
+        epoch = 0 if moving else txn.producer_epoch
         delay = _MARKER_RETRY_S
         while self._still_led(partition, led) and self.txns.get(txn.transactional_id) is txn:
             now = now_ms()
             try:
-                await self._write(txn, done, txn.producer_epoch, set(), now)
+                await self._write(txn, done, epoch, set(), now, producer_id=producer_id, next_producer_id=-1,
+                                  previous_producer_id=txn.producer_id if moving else None)
             except KafkaError as exc:
                 log.warning("completing the transaction of %r: %s; retrying", txn.transactional_id, exc)
                 await trio.sleep(delay)
                 delay = min(delay * 2, _MARKER_RETRY_MAX_S)
                 continue
+            if moving:
+                txn.previous_producer_id, txn.producer_id = txn.producer_id, producer_id
+                txn.last_producer_epoch, txn.producer_epoch = txn.producer_epoch, epoch
+                txn.next_producer_id = -1
             txn.transition(done, now)
             txn.pending = None
             return

@@ -5,8 +5,12 @@ Key: int16 version 0, then the transactional id (STRING). Value: int16 version, 
 id (int64), producer epoch (int16), transaction timeout (int32), status (int8, TxnState.id),
 the partitions of the transaction (nullable array of topic STRING and int32 partition ids),
 last update and start timestamps (int64). Version 1 (KIP-890) is the same fields in the flexible
-encoding (compact strings and arrays, tagged fields); this broker writes version 0 and reads
-both. A null value (tombstone) removes an expired transactional id.
+encoding (compact strings and arrays, tagged fields), with three tagged fields of its own:
+PreviousProducerId (tag 0), NextProducerId (tag 1) and ClientTransactionVersion (tag 2, int16).
+This broker writes version 1 for an id whose last EndTxn bumped the epoch (EndTxn v5, Kafka's
+transaction version 2, which those fields serve: a retried EndTxn is recognised after its bump,
+and after its producer id rolled over) and version 0 otherwise; it reads both. A null value
+(tombstone) removes an expired transactional id.
 """
 
 from __future__ import annotations
@@ -14,13 +18,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from broker.protocol.errors import ErrorCode, KafkaError, ProtocolError
-from broker.protocol.primitives import Reader, Writer
+from broker.protocol.primitives import Buffer, Reader, Writer
 
-__all__ = ["TXN_STATE_TOPIC", "TxnLogKey", "TxnLogValue", "decode_key", "decode_value"]
+__all__ = ["TV2", "TXN_STATE_TOPIC", "TxnLogKey", "TxnLogValue", "decode_key", "decode_value"]
 
 TXN_STATE_TOPIC = "__transaction_state"
 KEY_VERSION = 0
-VALUE_VERSION = 0
+# The client transaction version from which every EndTxn bumps the epoch (KIP-890 part 2).
+TV2 = 2
+_PREVIOUS_PRODUCER_ID_TAG, _NEXT_PRODUCER_ID_TAG, _CLIENT_TRANSACTION_VERSION_TAG = 0, 1, 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,22 +49,40 @@ class TxnLogValue:
     partitions: tuple[tuple[str, tuple[int, ...]], ...]  # (topic, partition ids), topics sorted
     last_update_ms: int
     txn_start_ms: int
+    previous_producer_id: int = -1
+    next_producer_id: int = -1
+    client_transaction_version: int = 0
 
     def encode(self) -> bytes:
+        flexible = self.client_transaction_version >= TV2
         w = Writer()
-        w.int16(VALUE_VERSION)
+        w.int16(1 if flexible else 0)
         w.int64(self.producer_id)
         w.int16(self.producer_epoch)
         w.int32(self.timeout_ms)
         w.int8(self.state_id)
-        w.int32(len(self.partitions))
+        w.array_length(len(self.partitions), compact=flexible)
         for topic, ids in self.partitions:
-            w.string(topic)
-            w.int32(len(ids))
+            if flexible:
+                w.compact_string(topic)
+            else:
+                w.string(topic)
+            w.array_length(len(ids), compact=flexible)
             for index in ids:
                 w.int32(index)
+            if flexible:
+                w.tagged_fields([])
         w.int64(self.last_update_ms)
         w.int64(self.txn_start_ms)
+        if flexible:
+            tags: list[tuple[int, Buffer]] = []
+            if self.previous_producer_id != -1:
+                tags.append((_PREVIOUS_PRODUCER_ID_TAG, self.previous_producer_id.to_bytes(8, "big", signed=True)))
+            if self.next_producer_id != -1:
+                tags.append((_NEXT_PRODUCER_ID_TAG, self.next_producer_id.to_bytes(8, "big", signed=True)))
+            tags.append((_CLIENT_TRANSACTION_VERSION_TAG,
+                         self.client_transaction_version.to_bytes(2, "big", signed=True)))
+            w.tagged_fields(tags)
         return bytes(w.buf)
 
     @staticmethod
@@ -106,9 +130,20 @@ def decode_value(data: bytes) -> TxnLogValue:
             partitions.append((topic, ids))
         last_update_ms = r.int64()
         txn_start_ms = r.int64()
-        if flexible:
-            r.skip_tagged_fields()
+        tags = dict(r.tagged_fields()) if flexible else {}
+        previous = _tagged_int(tags, _PREVIOUS_PRODUCER_ID_TAG, 8, -1)
+        following = _tagged_int(tags, _NEXT_PRODUCER_ID_TAG, 8, -1)
+        client_version = _tagged_int(tags, _CLIENT_TRANSACTION_VERSION_TAG, 2, 0)
     except ProtocolError as exc:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, f"{TXN_STATE_TOPIC} value: {exc}") from exc
     return TxnLogValue(producer_id, producer_epoch, timeout_ms, state_id, tuple(partitions), last_update_ms,
-                       txn_start_ms)
+                       txn_start_ms, previous, following, client_version)
+
+
+def _tagged_int(tags: dict[int, memoryview], tag: int, size: int, default: int) -> int:
+    data = tags.get(tag)
+    if data is None:
+        return default
+    if len(data) != size:
+        raise ProtocolError(f"tagged field {tag} of {len(data)} bytes, not {size}")
+    return int.from_bytes(data, "big", signed=True)

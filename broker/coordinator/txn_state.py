@@ -111,6 +111,12 @@ class TxnMetadata:
     # The epoch before the coordinator bumped it to abort a timed-out transaction: the producer
     # may still re-initialise from it (KIP-360; kept in memory only, as Kafka's).
     last_producer_epoch: int = -1
+    # KIP-890 part 2 (EndTxn v5): the client transaction version of the id's last EndTxn (2:
+    # every EndTxn bumps the epoch), the producer id a bump past the last epoch moves to once the
+    # markers are written, and the one it moved from (a retried EndTxn still names that one).
+    client_transaction_version: int = 0
+    next_producer_id: int = -1
+    previous_producer_id: int = -1
 
     def transition(self, target: TxnState, now_ms: int) -> None:
         """Enter `target` (checked against the table); a transaction that starts records its

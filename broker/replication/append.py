@@ -60,6 +60,7 @@ from broker.protocol.messages import Records
 from broker.replication.partition import Partition
 from broker.storage import AppendResult
 from broker.storage.link_offsets import check_copied_offsets, check_log_start
+from broker.storage.producer_state import VerificationGuard
 
 __all__ = ["AppendEntry", "AppendOrigin", "CopiedBatches", "HostedPartitions", "LeaderAppend", "TxnMarker",
            "append_records", "append_to_leader", "wait_for_acks"]
@@ -109,6 +110,9 @@ class AppendEntry:
     index: int
     records: Records | CopiedBatches | TxnMarker | None
     check: Callable[[], None] | None = None
+    # A transactional produce verified with the coordinator (KIP-890): the guard the partition's
+    # producer state handed out before asking (broker/storage/producer_state.py).
+    verification: VerificationGuard | None = None
 
 
 @dataclass(slots=True, eq=False)
@@ -177,7 +181,8 @@ def _append(replicas: HostedPartitions, entry: AppendEntry, appended: LeaderAppe
     if records is None:
         raise KafkaError(ErrorCode.CORRUPT_MESSAGE, "the request carries no record batch")
     result = appended.result = partition.append(records, now_ms=now_ms, transactional=transactional,
-                                                coordinator=origin is AppendOrigin.COORDINATOR)
+                                                coordinator=origin is AppendOrigin.COORDINATOR,
+                                                verification=entry.verification)
     appended.required_offset = result.last_offset + 1
 
 

@@ -43,6 +43,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.replication.dir_health import DirHealth
 from broker.replication.isr import IsrChannel
 from broker.storage import AppendResult, Log, ReadResult
+from broker.storage.producer_state import VerificationGuard
 from broker.storage.truncation import Truncation
 
 __all__ = ["FetchWatcher", "FollowerState", "Partition", "monotonic_ms"]
@@ -221,8 +222,18 @@ class Partition:
 
     # -- the leader's append and the high watermark -----------------------------------------
 
+    def start_txn_verification(self, producer_id: int) -> VerificationGuard | None:
+        """The guard of a verification of the producer's transaction with its coordinator
+        (KIP-890); None when its transaction is open here already (nothing to verify)."""
+        return self.log.producers.start_verification(producer_id)
+
+    def drop_txn_verification(self, producer_id: int, guard: VerificationGuard) -> None:
+        """The verification failed: its guard goes."""
+        self.log.producers.drop_verification(producer_id, guard)
+
     def append(self, records: bytes | bytearray | memoryview, *, now_ms: int,
-               transactional: bool = False, coordinator: bool = False) -> AppendResult:
+               transactional: bool = False, coordinator: bool = False,
+               verification: VerificationGuard | None = None) -> AppendResult:
         """Append a produce request's batches as leader; wakes waiting fetches.
 
         Raises KafkaError from the log (corrupt batch, too large, sequence errors),
@@ -235,7 +246,8 @@ class Partition:
         end = self.log.log_end_offset
         try:
             result = self.log.append_as_leader(records, leader_epoch=self.leader_epoch, now_ms=now_ms,
-                                               transactional=transactional, coordinator=coordinator)
+                                               transactional=transactional, coordinator=coordinator,
+                                               verification=verification)
         except OSError as exc:
             raise self._health.failed(root, exc, f"appending to {self.topic}-{self.index}") from exc
         self._health.succeeded(root)

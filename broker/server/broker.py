@@ -45,6 +45,7 @@ from broker.server.listeners import BoundListener, serve_listeners
 from broker.server.memory import RequestMemoryPool, ResponseMemoryPool
 from broker.server.scram_credentials import scram_credentials
 from broker.server.txn_markers import MarkerSender
+from broker.server.txn_verification import TxnVerifier
 from broker.server.user_configs import FileUserConfigs, UserConfigs
 from broker.storage import LogManager, cleaner
 from broker.storage.flusher import Flusher
@@ -244,6 +245,7 @@ async def run_broker(
         services = BrokerServices(config, controller, replicas, groups, fetch_sessions=fetch_sessions, acls=acls,
                                   users=users, transactions=transactions)
         markers.append(MarkerSender(services, inter_broker))
+        services.txn_verifier = TxnVerifier(services, markers[0])
         if zk_metadata is not None:
             # Dynamic broker configs: request handlers read the effective config from here.
             zk_metadata.on_broker_config(lambda changed: setattr(services, "config", changed))

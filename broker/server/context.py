@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from broker.replication.replica_manager import ReplicaManager
     from broker.server.acl_store import AclStore
     from broker.server.fetch_sessions import FetchSessionCache
+    from broker.server.txn_verification import TxnVerifier
     from broker.server.user_configs import UserConfigs
 
 __all__ = ["CLUSTER_DENIED", "BrokerServices", "ConnectionInfo", "RequestContext"]
@@ -64,6 +65,8 @@ class BrokerServices:
     acls: AclStore | None = None  # None: no authorizer.class.name, every request is allowed
     users: UserConfigs | None = None  # users' configs (SCRAM credentials): ZooKeeper's, or the data dir's
     transactions: TransactionCoordinator | None = None  # None: transactional ids are refused
+    # Asks the coordinators before a transactional write (KIP-890); None: no verification.
+    txn_verifier: TxnVerifier | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,7 +14,7 @@ can read that transaction any more.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import trio
 
@@ -110,11 +110,37 @@ class MarkerSender:
                 raise
             log.debug("marker connection to %s:%d ended: %s", host, port, exc)
 
+    async def request_broker(self, broker_id: int, request: Any, *, version: int | None = None) -> Any:
+        """Send `request` to another broker on its inter-broker listener over the connection kept
+        for it (also the partition leaders' verification questions to transaction coordinators,
+        broker/server/txn_verification.py), answered at `version` or the highest both know.
+        Raises KafkaError (BROKER_NOT_AVAILABLE: not registered; UNSUPPORTED_VERSION),
+        ClientError (the connection failed: it is closed, the next request opens another),
+        OSError."""
+        conn = await self._connection_to(broker_id)
+        try:
+            return await conn.request(request, version=version)
+        except ClientError:
+            conn.close()  # its outcome is unknown: the next attempt opens a new one
+            raise
+
+    async def broker_version(self, broker_id: int, api_key: int) -> int:
+        """The highest version of `api_key` both this broker and `broker_id` serve (opening the
+        connection to it if needed); raises as :meth:`request_broker`."""
+        return (await self._connection_to(broker_id)).version_for(api_key)
+
+    async def _connection_to(self, broker_id: int) -> BrokerConnection:
+        config = self._services.config
+        broker = next((b for b in self._services.controller.brokers() if b.broker_id == broker_id), None)
+        endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
+        if endpoint is None:
+            raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {broker_id} is not registered")
+        return await self._connection(broker_id, endpoint.host, endpoint.port)
+
     async def __call__(self, markers: Markers) -> set[Partition]:
         services = self._services
         config = services.config
         topics = services.controller.topics()
-        brokers = {b.broker_id: b for b in services.controller.brokers()}
         by_leader: dict[int, list[Partition]] = {}
         remaining: set[Partition] = set()
         for topic, index in markers.partitions:
@@ -133,16 +159,7 @@ class MarkerSender:
                 if leader == config.broker_id:
                     response = await write_markers(services, request)
                 else:
-                    broker = brokers.get(leader)
-                    endpoint = broker.inter_broker_endpoint(config) if broker is not None else None
-                    if endpoint is None:
-                        raise KafkaError(ErrorCode.BROKER_NOT_AVAILABLE, f"broker {leader} is not registered")
-                    conn = await self._connection(leader, endpoint.host, endpoint.port)
-                    try:
-                        response = await conn.request(request)
-                    except ClientError:
-                        conn.close()  # its outcome is unknown: the next attempt opens a new one
-                        raise
+                    response = await self.request_broker(leader, request)
             except (ClientError, KafkaError, OSError) as exc:
                 log.info("markers for producer %d to broker %d: %s; retrying", markers.producer_id, leader, exc)
                 remaining.update(partitions)

@@ -44,7 +44,7 @@ from broker.storage.producer_snapshot import (
     snapshot_path,
     write_snapshot,
 )
-from broker.storage.producer_state import ProducerStateManager
+from broker.storage.producer_state import ProducerStateManager, VerificationGuard
 from broker.storage.quarantine import Cut, count_missing, keep_cut
 from broker.storage.segment import MAX_RELATIVE_OFFSET, Gaps, LogSegment, RecoveryResult, UnflushedIndexes
 from broker.storage.truncation import Truncation, keep_truncated
@@ -574,7 +574,8 @@ class Log:
     # -- appending -----------------------------------------------------------------------
 
     def append_as_leader(self, records: bytes | bytearray | memoryview, *, leader_epoch: int,
-                         now_ms: int, transactional: bool = False, coordinator: bool = False) -> AppendResult:
+                         now_ms: int, transactional: bool = False, coordinator: bool = False,
+                         verification: VerificationGuard | None = None) -> AppendResult:
         """Validate the batches in `records`, assign offsets and append them (`coordinator`:
         written by the group coordinator, whose transactional batches carry no sequence).
 
@@ -584,7 +585,8 @@ class Log:
         segment.bytes), INVALID_RECORD (empty or inconsistent batch, records that do not add
         up), UNSUPPORTED_COMPRESSION_TYPE, INVALID_TIMESTAMP, TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         (a transactional batch when `transactional` is false), INVALID_PRODUCER_EPOCH,
-        OUT_OF_ORDER_SEQUENCE_NUMBER. Nothing is written unless every batch passes.
+        OUT_OF_ORDER_SEQUENCE_NUMBER, INVALID_TXN_STATE (a batch that would open a transaction
+        whose `verification` went stale). Nothing is written unless every batch passes.
         """
         buf = bytearray(records)
         batches = split_batches(buf)
@@ -622,6 +624,7 @@ class Log:
                         (i, f"Compacted topic cannot accept message without key in topic partition {where}")
                         for i in keyless])
             self.producers.check_transactional(header)
+            self.producers.check_verified(header, verification)
             original = self.producers.check(header, pending)
             if original is not None:
                 return AppendResult(original.first_offset, original.last_offset, -1, self.log_start_offset,

@@ -10,6 +10,15 @@ WriteTxnMarkers) completes it. A completed transaction stays *unstable* until th
 watermark passes its marker (every replica of the ISR has the outcome), so the last stable
 offset, the first offset of the earliest unstable transaction, never runs ahead of what a
 read_committed consumer may be told is decided.
+
+Verification (KIP-890, as Kafka's VerificationStateEntry): before a producer's first
+transactional batch of a transaction is appended here, the broker asks the transaction
+coordinator whether this partition was added to the transaction. :meth:`start_verification`
+hands out a guard for the producer before the question goes out; the append passes it back and
+:meth:`check_verified` refuses a batch that would open a transaction when the guard is no longer
+the producer's: a marker came meanwhile (the transaction the coordinator vouched for ended, so
+the answer is stale and the batch would open a transaction nobody will ever end). The guard is
+dropped when the transaction opens or a marker ends it.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.records import BatchHeader
 from broker.storage.producer_snapshot import SnapshotEntry
 
-__all__ = ["BatchMetadata", "CompletedTxn", "ProducerStateManager"]
+__all__ = ["BatchMetadata", "CompletedTxn", "ProducerStateManager", "VerificationGuard"]
 
 RECENT_BATCHES = 5
 SEQUENCE_MODULUS = 1 << 31
@@ -57,6 +66,12 @@ class ProducerEntry:
         return self.batches[-1].last_seq if self.batches else -1
 
 
+class VerificationGuard:
+    """One verification of a producer's transaction (compared by identity)."""
+
+    __slots__ = ()
+
+
 class ProducerStateManager:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
@@ -64,6 +79,7 @@ class ProducerStateManager:
         # and the completed ones whose marker the high watermark has not passed, in marker order.
         self.ongoing: dict[int, int] = {}
         self.unreplicated: deque[CompletedTxn] = deque()
+        self.verifying: dict[int, VerificationGuard] = {}  # producer id -> its guard (see the module)
 
     def check(self, header: BatchHeader, pending: dict[int, tuple[int, int]] | None = None,
               ) -> BatchMetadata | None:
@@ -150,6 +166,7 @@ class ProducerStateManager:
         """Forget every transaction (before they are rebuilt from the log)."""
         self.ongoing.clear()
         self.unreplicated.clear()
+        self.verifying.clear()
 
     # -- snapshots (broker/storage/producer_snapshot.py) -----------------------------------
 
@@ -198,6 +215,36 @@ class ProducerStateManager:
     def begin(self, producer_id: int, offset: int) -> None:
         """A transactional batch at ``offset``: opens the producer's transaction unless it is open."""
         self.ongoing.setdefault(producer_id, offset)
+        self.verifying.pop(producer_id, None)
+
+    def start_verification(self, producer_id: int) -> VerificationGuard | None:
+        """The guard of a verification of the producer's transaction (an existing one is shared
+        by requests verifying at once); None when its transaction is open here already, and so
+        needs no verification."""
+        if producer_id in self.ongoing:
+            return None
+        guard = self.verifying.get(producer_id)
+        if guard is None:
+            guard = self.verifying[producer_id] = VerificationGuard()
+        return guard
+
+    def drop_verification(self, producer_id: int, guard: VerificationGuard) -> None:
+        """The verification failed (or its produce went nowhere): its guard goes, unless a newer
+        one replaced it."""
+        if self.verifying.get(producer_id) is guard:
+            del self.verifying[producer_id]
+
+    def check_verified(self, header: BatchHeader, guard: VerificationGuard | None) -> None:
+        """A leader's check of a verified produce's batch: one that would open a transaction
+        needs the producer's current guard, else INVALID_TXN_STATE (Kafka's "Record was not part
+        of an ongoing transaction"). No guard: the produce was not verified (verification off)."""
+        if guard is None or header.is_control or not header.is_transactional \
+                or header.producer_id in self.ongoing:
+            return
+        if self.verifying.get(header.producer_id) is not guard:
+            raise KafkaError(ErrorCode.INVALID_TXN_STATE,
+                             f"Record was not part of an ongoing transaction: producer {header.producer_id}'s "
+                             "transaction ended while the partition was verified")
 
     def check_marker(self, producer_id: int, producer_epoch: int, coordinator_epoch: int) -> None:
         """A leader's check of a marker before it is written, as Kafka's appendEndTxnMarker:
@@ -221,6 +268,7 @@ class ProducerStateManager:
         coordinator epoch are recorded (not for a link-mode copy's, broker/storage/link_copy.py).
         Never raises: a follower and a log being opened take what the leader wrote."""
         first = self.ongoing.pop(producer_id, offset)
+        self.verifying.pop(producer_id, None)  # a verification under way vouched for the ended one
         if local:
             entry = self.producers.get(producer_id)
             if entry is None or producer_epoch > entry.epoch:

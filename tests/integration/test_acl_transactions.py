@@ -1,7 +1,8 @@
 """A transactional producer's requests under ACLs, as Kafka's KafkaApis authorizes them: Describe
 on the TransactionalId to find its coordinator, Write on it for InitProducerId,
 AddPartitionsToTxn, AddOffsetsToTxn, EndTxn and TxnOffsetCommit; Write on each topic a
-transaction adds, Read on the group and topics of its offsets. Refused requests change nothing.
+transaction adds, Read on the group and topics of its offsets; ClusterAction for the brokers'
+AddPartitionsToTxn v4+. Refused requests change nothing.
 """
 
 from __future__ import annotations
@@ -127,5 +128,15 @@ def test_transactions_need_their_acls(secured: BrokerProcess) -> None:
             3)
         assert [p.error_code for t in committed.topics for p in t.partitions] == [
             ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+        # AddPartitionsToTxn v4+ is the brokers' (KIP-890): alice, without ClusterAction, is
+        # refused at the top, whatever her rights on the id, and nothing is verified or added.
+        brokers_only = alice(AddPartitionsToTxnRequest(transactions=[
+            AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction(
+                transactional_id="tx-a", producer_id=pid, producer_epoch=epoch, verify_only=False,
+                topics=[Topic(name="paid", partitions=[0])])]), 5)
+        assert (brokers_only.error_code, brokers_only.results_by_transaction) == (
+            ErrorCode.CLUSTER_AUTHORIZATION_FAILED, [])
+        end = alice(EndTxnRequest(transactional_id="tx-a", producer_id=pid, producer_epoch=epoch, committed=True), 3)
+        assert end.error_code == ErrorCode.INVALID_TXN_STATE
     finally:
         alice.sock.close()

@@ -5,7 +5,9 @@ real one), with raw requests of the repo's codec: Produce with transactional bat
 the repo's record-batch encoder) and WriteTxnMarkers. Real read_committed consumers (librdkafka,
 kafka-python, aiokafka, Kafka's Java consumer) see the committed records only, in order, and the
 aborted ones never; read_uncommitted ones see all. The last stable offset and the aborted
-transaction index survive a restart; bad input gets Kafka's errors.
+transaction index survive a restart; bad input gets Kafka's errors. With no coordinator to ask,
+its brokers run without KIP-890's verification (`transaction.partition.verification.enable=false`,
+as Kafka's own log tests run), which tests/integration/test_txn_verification.py covers.
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ from tests.support.secured import TIMEOUT_S, acl_broker, admin, allow, grant
 
 TOPIC = "txn"
 MARKERS_VERSION = 1
+# This test is the coordinator: no broker-side verification to ask one (see the module).
+UNVERIFIED = "transaction.partition.verification.enable=false"
 # Producer ids no InitProducerId of this broker hands out during the test.
 A, B, C = 10_001, 10_002, 10_003
 
@@ -116,7 +120,7 @@ class Coordinator:
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "broker", topics=(f"{TOPIC}:1",)).start()
+    process = BrokerProcess(tmp_path / "broker", topics=(f"{TOPIC}:1",), overrides=(UNVERIFIED,)).start()
     try:
         yield process
     finally:
@@ -227,7 +231,7 @@ def test_bad_markers_get_kafkas_errors_and_the_broker_stays_up(broker: BrokerPro
 @pytest.fixture
 def secured(tmp_path: Path) -> Iterator[BrokerProcess]:
     """ACLs on; topics without ACLs open to everyone; ClusterAction granted to bob alone."""
-    process = acl_broker(tmp_path / "secured", "allow.everyone.if.no.acl.found=true").start()
+    process = acl_broker(tmp_path / "secured", "allow.everyone.if.no.acl.found=true", UNVERIFIED).start()
     try:
         client = admin(process)
         client.create_topics([NewTopic(TOPIC, 1, 1)])[TOPIC].result(timeout=TIMEOUT_S)

@@ -10,12 +10,25 @@ With an authorizer, as Kafka's KafkaApis: each needs Write on the transactional 
 TxnOffsetCommit Read on the group (GROUP_AUTHORIZATION_FAILED), TxnOffsetCommit Read on each
 topic. Before KIP-588's versions (AddPartitionsToTxn, AddOffsetsToTxn and EndTxn v2,
 TxnOffsetCommit v3) a fenced producer is told INVALID_PRODUCER_EPOCH, not PRODUCER_FENCED.
-AddPartitionsToTxn v4+ (brokers verifying for KIP-890) is not served.
+
+AddPartitionsToTxn v4+ comes from brokers (KIP-890: a partition leader verifying a producer's
+first transactional write, broker/server/txn_verification.py): it needs ClusterAction on the
+cluster (else the top-level CLUSTER_AUTHORIZATION_FAILED), batches several transactional ids,
+and each is either verified (VerifyOnly: is each partition in the open transaction?) or added,
+as Kafka's; the topics need no Write then. TRANSACTION_ABORTABLE (a partition not in the
+transaction) is told to v4 as INVALID_TXN_STATE, which v4 knows.
+
+EndTxn v5 (KIP-890 part 2, what Kafka 4.x producers send with transaction.version 2) bumps the
+producer's epoch at every commit and abort and answers the producer id and epoch to go on with
+(broker.coordinator.txn_coordinator.end_txn); v0-4 keep the epoch, as before.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from broker.clock import now_ms
+from broker.controller.model import TopicInfo
 from broker.coordinator.offsets_records import OffsetCommitValue
 from broker.coordinator.txn_coordinator import TransactionCoordinator
 from broker.coordinator.txn_state import TxnState
@@ -58,6 +71,8 @@ def _transactions(ctx: RequestContext) -> TransactionCoordinator:
 
 
 async def add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    if ctx.version >= 4:
+        return await _add_partitions_for_brokers(ctx, request)
     topics = request.v3_and_below_topics
     wanted = [(t.name, p) for t in topics for p in t.partitions]
 
@@ -92,6 +107,49 @@ async def add_partitions(ctx: RequestContext, request: AddPartitionsToTxnRequest
     return every(ErrorCode.NONE)
 
 
+async def _add_partitions_for_brokers(ctx: RequestContext,
+                                      request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnResponse:
+    """AddPartitionsToTxn v4+ (see the module): every transaction of the request answered."""
+    if not ctx.authorize_cluster(Operation.CLUSTER_ACTION):
+        return AddPartitionsToTxnResponse(error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
+    known = ctx.services.controller.topics()
+    results: list[AddPartitionsToTxnResponse.AddPartitionsToTxnResult] = []
+    for transaction in request.transactions:
+        wanted = {(t.name, p) for t in transaction.topics for p in t.partitions}
+        codes = await _one_for_broker(ctx, transaction, wanted, known)
+        if ctx.version < 5:
+            codes = {tp: ErrorCode.INVALID_TXN_STATE if code == ErrorCode.TRANSACTION_ABORTABLE else code
+                     for tp, code in codes.items()}
+        by_topic: dict[str, list[PartitionResult]] = {}
+        for (topic, index), code in sorted(codes.items()):
+            by_topic.setdefault(topic, []).append(PartitionResult(partition_index=index, partition_error_code=code))
+        results.append(AddPartitionsToTxnResponse.AddPartitionsToTxnResult(
+            transactional_id=transaction.transactional_id,
+            topic_results=[TopicResult(name=topic, results_by_partition=partitions)
+                           for topic, partitions in by_topic.items()]))
+    return AddPartitionsToTxnResponse(results_by_transaction=results)
+
+
+async def _one_for_broker(ctx: RequestContext, transaction: AddPartitionsToTxnRequest.AddPartitionsToTxnTransaction,
+                          wanted: set[tuple[str, int]],
+                          known: Mapping[str, TopicInfo]) -> dict[tuple[str, int], ErrorCode]:
+    unknown = {(topic, index) for topic, index in wanted
+               if topic not in known or not any(p.partition == index for p in known[topic].partitions)}
+    if unknown:
+        return {tp: ErrorCode.UNKNOWN_TOPIC_OR_PARTITION if tp in unknown else ErrorCode.OPERATION_NOT_ATTEMPTED
+                for tp in wanted}
+    try:
+        coordinator = _transactions(ctx)
+        if transaction.verify_only:
+            return coordinator.verify_partitions(transaction.transactional_id, transaction.producer_id,
+                                                 transaction.producer_epoch, wanted)
+        await coordinator.add_partitions(transaction.transactional_id, transaction.producer_id,
+                                         transaction.producer_epoch, wanted)
+    except KafkaError as exc:
+        return dict.fromkeys(wanted, exc.code)
+    return dict.fromkeys(wanted, ErrorCode.NONE)
+
+
 async def add_offsets(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse:
     if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return AddOffsetsToTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
@@ -113,11 +171,12 @@ async def end_txn(ctx: RequestContext, request: EndTxnRequest) -> EndTxnResponse
     if not ctx.authorize(Operation.WRITE, ResourceType.TRANSACTIONAL_ID, request.transactional_id):
         return EndTxnResponse(error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
     try:
-        await _transactions(ctx).end_txn(request.transactional_id, request.producer_id, request.producer_epoch,
-                                         request.committed)
+        producer_id, producer_epoch = await _transactions(ctx).end_txn(
+            request.transactional_id, request.producer_id, request.producer_epoch, request.committed,
+            bump_epoch=ctx.version >= 5)
     except KafkaError as exc:
         return EndTxnResponse(error_code=fenced_code(exc.code, ctx.version, 2))
-    return EndTxnResponse()
+    return EndTxnResponse(producer_id=producer_id, producer_epoch=producer_epoch)
 
 
 async def txn_offset_commit(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitResponse:
@@ -234,9 +293,9 @@ async def list_transactions(ctx: RequestContext, request: ListTransactionsReques
 
 
 HANDLERS = (
-    ApiHandler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 3, add_partitions),
+    ApiHandler(ApiKey.ADD_PARTITIONS_TO_TXN, 0, 5, add_partitions),
     ApiHandler(ApiKey.ADD_OFFSETS_TO_TXN, 0, 3, add_offsets),
-    ApiHandler(ApiKey.END_TXN, 0, 3, end_txn),
+    ApiHandler(ApiKey.END_TXN, 0, 5, end_txn),
     ApiHandler(ApiKey.TXN_OFFSET_COMMIT, 0, 3, txn_offset_commit),
     ApiHandler(ApiKey.DESCRIBE_TRANSACTIONS, 0, 0, describe_transactions),
     ApiHandler(ApiKey.LIST_TRANSACTIONS, 0, 1, list_transactions),

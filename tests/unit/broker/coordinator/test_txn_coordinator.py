@@ -288,3 +288,78 @@ async def test_the_next_transaction_waits_briefly_for_the_markers_of_the_last(tm
         assert busy.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
         nursery.cancel_scope.cancel()
     assert log.states("t") == ["Empty", "Ongoing", "PrepareCommit", "CompleteCommit", "Ongoing", "PrepareAbort"]
+
+
+async def test_end_txn_v5_bumps_the_epoch_at_every_end_and_recognises_its_retries(
+        tmp_path: Path, autojump_clock: object) -> None:
+    """KIP-890 part 2: the decision and its markers carry the next epoch, which is answered; a
+    retried EndTxn names the epoch before; a new leader reads the transaction version back."""
+    log, leaders = Log(), Leaders()
+    coordinator = make(tmp_path, log, leaders)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, coordinator)
+        assert await coordinator.init_producer_id("tv2", 60000) == (1000, 0)
+        await coordinator.add_partitions("tv2", 1000, 0, {("a", 0)})
+        assert await coordinator.end_txn("tv2", 1000, 0, commit=True, bump_epoch=True) == (1000, 1)
+        with pytest.raises(KafkaError) as busy:  # asked again while its markers are under way
+            await coordinator.end_txn("tv2", 1000, 0, commit=True, bump_epoch=True)
+        assert busy.value.code == ErrorCode.CONCURRENT_TRANSACTIONS
+        await settle(coordinator, "tv2")
+        assert [(m.producer_epoch, m.commit) for m in leaders.sent] == [(1, True)]
+        assert await coordinator.end_txn("tv2", 1000, 0, commit=True, bump_epoch=True) == (1000, 1)  # a retry
+        with pytest.raises(KafkaError) as other_way:
+            await coordinator.end_txn("tv2", 1000, 0, commit=False, bump_epoch=True)
+        assert other_way.value.code == ErrorCode.INVALID_TXN_STATE
+        with pytest.raises(KafkaError) as ended:  # the bumped epoch has no transaction to end
+            await coordinator.end_txn("tv2", 1000, 1, commit=True, bump_epoch=True)
+        assert ended.value.code == ErrorCode.PRODUCER_FENCED
+        with pytest.raises(KafkaError) as old:  # a write of the old epoch is fenced
+            await coordinator.add_partitions("tv2", 1000, 0, {("a", 0)})
+        assert old.value.code == ErrorCode.PRODUCER_FENCED
+        await coordinator.add_partitions("tv2", 1000, 1, {("a", 0)})
+        assert await coordinator.end_txn("tv2", 1000, 1, commit=False, bump_epoch=True) == (1000, 2)
+        await settle(coordinator, "tv2")
+        value = decode_value(log.records[coordinator.partition_of("tv2")][-1][1] or b"")
+        assert (value.producer_epoch, value.client_transaction_version) == (2, 2)
+        nursery.cancel_scope.cancel()
+    # A new leader reads it back (value version 1): the retry is still recognised.
+    again = make(tmp_path, log, Leaders())
+    async with trio.open_nursery() as nursery:
+        await start(nursery, again)
+        assert await again.end_txn("tv2", 1000, 1, commit=False, bump_epoch=True) == (1000, 2)
+        nursery.cancel_scope.cancel()
+
+
+async def test_end_txn_v5_past_the_last_epoch_moves_to_a_new_producer_id(
+        tmp_path: Path, autojump_clock: object) -> None:
+    log, leaders = Log(), Leaders()
+    coordinator = make(tmp_path, log, leaders)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, coordinator)
+        await coordinator.init_producer_id("last", 60000)
+        coordinator.txns["last"].producer_epoch = 32766  # as after 32766 transactions
+        await coordinator.add_partitions("last", 1000, 32766, {("a", 0)})
+        assert await coordinator.end_txn("last", 1000, 32766, commit=True, bump_epoch=True) == (1001, 0)
+        await settle(coordinator, "last")
+        # The markers went out under the old producer id, at the epoch after its last.
+        assert [(m.producer_id, m.producer_epoch) for m in leaders.sent] == [(1000, 32767)]
+        txn = coordinator.txns["last"]
+        assert (txn.producer_id, txn.producer_epoch, txn.previous_producer_id) == (1001, 0, 1000)
+        assert await coordinator.end_txn("last", 1000, 32766, commit=True, bump_epoch=True) == (1001, 0)  # a retry
+        await coordinator.add_partitions("last", 1001, 0, {("a", 0)})
+        nursery.cancel_scope.cancel()
+
+
+async def test_end_txn_before_v5_keeps_the_epoch(tmp_path: Path, autojump_clock: object) -> None:
+    log, leaders = Log(), Leaders()
+    coordinator = make(tmp_path, log, leaders)
+    async with trio.open_nursery() as nursery:
+        await start(nursery, coordinator)
+        await coordinator.init_producer_id("tv0", 60000)
+        await coordinator.add_partitions("tv0", 1000, 0, {("a", 0)})
+        assert await coordinator.end_txn("tv0", 1000, 0, commit=True) == (1000, 0)
+        await settle(coordinator, "tv0")
+        assert await coordinator.end_txn("tv0", 1000, 0, commit=True) == (1000, 0)  # a retry
+        value = decode_value(log.records[coordinator.partition_of("tv0")][-1][1] or b"")
+        assert value.client_transaction_version == 0
+        nursery.cancel_scope.cancel()

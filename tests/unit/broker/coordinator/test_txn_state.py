@@ -73,7 +73,8 @@ def test_records_round_trip_in_kafkas_layout() -> None:
     assert decode_value(data) == value
 
 
-def test_flexible_value_version_1_is_read() -> None:
+def _flexible_value(tags: list[tuple[int, bytes]]) -> bytes:
+    """A value version 1 as Kafka writes it: producer 9, epoch 4, PrepareCommit of t-0 and t-2."""
     w = Writer()
     w.int16(1)
     w.int64(9)
@@ -88,8 +89,21 @@ def test_flexible_value_version_1_is_read() -> None:
     w.unsigned_varint(0)
     w.int64(5)
     w.int64(4)
-    w.unsigned_varint(0)
-    assert decode_value(bytes(w.buf)) == TxnLogValue(9, 4, 1000, 2, (("t", (0, 2)),), 5, 4)
+    w.tagged_fields(list(tags))
+    return bytes(w.buf)
+
+
+def test_flexible_value_version_1_is_read() -> None:
+    assert decode_value(_flexible_value([])) == TxnLogValue(9, 4, 1000, 2, (("t", (0, 2)),), 5, 4)
+
+
+def test_a_bumping_ids_value_is_version_1_with_kafkas_tagged_fields() -> None:
+    """EndTxn v5's ids (transaction version 2) are written as Kafka 4.x writes them: value
+    version 1, PreviousProducerId (tag 0), NextProducerId (tag 1), ClientTransactionVersion (tag 2)."""
+    value = TxnLogValue(9, 4, 1000, S.PREPARE_COMMIT.id, (("t", (0, 2)),), 5, 4, previous_producer_id=-1,
+                        next_producer_id=12, client_transaction_version=2)
+    assert value.encode() == _flexible_value([(1, (12).to_bytes(8, "big")), (2, (2).to_bytes(2, "big"))])
+    assert decode_value(value.encode()) == value
 
 
 @pytest.mark.parametrize("data", [b"", b"\x00\x00\x00", b"\x00\x07" + bytes(40),

@@ -100,3 +100,35 @@ def test_truncation_forgets_batches_past_the_cut() -> None:
     appended(state, header(2, 2), 2)
     state.truncate_after(2)
     assert state.check(header(2, 2)) is None  # no longer a duplicate: it must be written again
+
+
+def _transactional(pid: int = PID) -> BatchHeader:
+    return read_batch_header(build_batch([Record(None, b"x")], producer_id=pid, producer_epoch=0, base_sequence=0,
+                                         is_transactional=True))
+
+
+def test_a_verification_goes_stale_when_a_marker_ends_the_transaction_meanwhile() -> None:
+    """KIP-890's guard: a batch that would open a transaction needs the producer's current
+    guard; a marker between the coordinator's answer and the append makes the answer stale."""
+    state = ProducerStateManager()
+    guard = state.start_verification(PID)
+    assert guard is not None and state.start_verification(PID) is guard  # shared by requests at once
+    state.check_verified(_transactional(), guard)  # still current: the append may open it
+    state.complete(PID, 0, 0, 5, aborted=True, high_watermark=0)  # a marker came meanwhile
+    with pytest.raises(KafkaError) as stale:
+        state.check_verified(_transactional(), guard)
+    assert stale.value.code == ErrorCode.INVALID_TXN_STATE
+    # A new verification, then the transaction opens: the guard goes, and its open transaction
+    # needs none.
+    fresh = state.start_verification(PID)
+    assert fresh is not None and fresh is not guard
+    state.begin(PID, 7)
+    assert state.start_verification(PID) is None
+    state.check_verified(_transactional(), guard)
+    # A failed verification drops its own guard only.
+    other = state.start_verification(PID + 1)
+    assert other is not None
+    state.drop_verification(PID + 1, guard)
+    assert state.verifying[PID + 1] is other
+    state.drop_verification(PID + 1, other)
+    assert PID + 1 not in state.verifying
