@@ -7,6 +7,9 @@ STAMP  := $(VENV)/.installed
 # `make test` runs the suite on two workers (pytest-xdist), each taking whole files, so a module's
 # shared cluster or Spark session stays in one process; most of the suite's time is spent waiting
 # on brokers, ZooKeeper and clients rather than computing. PYTEST_WORKERS= runs it in one process.
+# The Spark pipeline's tests run after them, in one process of their own: they share one Spark
+# session, and on a worker between other files it lost its registered Python data sources
+# (DATA_SOURCE_NOT_FOUND) in two runs of three; the cause is not found yet.
 PYTEST_WORKERS ?= -n 2 --dist loadfile
 # Debian packages the tests drive: kcat is one of the real clients that judge the broker; Maven
 # and Java fetch and run Apache Kafka's own tools (make peers; the JDK's javac builds the small
@@ -45,7 +48,8 @@ up: install system-deps
 
 test: install system-deps peers bytecode
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
-	$(BIN)/python -m pytest -q $(PYTEST_WORKERS)
+	$(BIN)/python -m pytest -q $(PYTEST_WORKERS) --ignore=tests/pipeline
+	$(BIN)/python -m pytest -q tests/pipeline
 
 # The project's own modules compiled to bytecode (__pycache__, git-ignored) once, before the
 # tests start thousands of Python processes (brokers, mirrors, the CLI) that import them: where
