@@ -66,6 +66,10 @@ class TopicInfo:
     configs: Mapping[str, str] = field(default_factory=dict)
     is_internal: bool = False
 
+    def leader_of(self, partition: int) -> int:
+        """The broker leading `partition`; -1 when it has none or the topic has no such partition."""
+        return next((p.leader for p in self.partitions if p.partition == partition), -1)
+
 
 @dataclass(frozen=True, slots=True)
 class Reassignment:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +57,19 @@ AppendRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[int]
 WriteRecords = Callable[[int, list[tuple[bytes, bytes | None]]], Awaitable[int]]
 # Appends records as a transactional batch of (producer id, epoch); the same answer.
 AppendTxnRecords = Callable[[int, list[tuple[bytes, bytes | None]], int, int], Awaitable[int]]
+
+
+def _commit_records(group_id: str, offsets: Mapping[tuple[str, int], OffsetCommitValue],
+                    ) -> list[tuple[bytes, bytes | None]]:
+    """The `__consumer_offsets` records of a commit of `offsets`, in their order."""
+    return [(OffsetCommitKey(group_id, t, p).encode(), v.encode()) for (t, p), v in offsets.items()]
+
+
+def _written_from(offsets: Mapping[tuple[str, int], OffsetCommitValue], first: int,
+                  ) -> dict[tuple[str, int], OffsetCommitValue]:
+    """`offsets` as written by `_commit_records` from log offset `first` on: each value knows
+    its record's offset (what decides between a plain and a transactional commit)."""
+    return {tp: value.written_at(at) for at, (tp, value) in enumerate(offsets.items(), first)}
 
 
 class ReplayPartition(Protocol):
@@ -916,19 +929,15 @@ class GroupCoordinator:
             member.heartbeat_deadline = trio.current_time() + member.session_timeout_ms / 1000
         else:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} has live members")
-        records: list[tuple[bytes, bytes | None]] = [
-            (OffsetCommitKey(group_id, t, p).encode(), v.encode()) for (t, p), v in offsets.items()
-        ]
-        if not records:
+        if not offsets:
             return
         try:
-            first = await self._store(group_id, records)
+            first = await self._store(group_id, _commit_records(group_id, offsets))
         except KafkaError as exc:
             raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
-        for at, (tp, value) in enumerate(offsets.items(), first):
+        for tp, value in _written_from(offsets, first).items():
             # A transaction decided while this write waited for the ISR may have committed an
             # offset written after it: the later record stays (Kafka's onOffsetCommitAppend).
-            value = value.written_at(at)
             if supersedes(value, group.offsets.get(tp)):
                 group.offsets[tp] = value
 
@@ -955,17 +964,16 @@ class GroupCoordinator:
         if generation >= 0 and generation != group.generation:
             raise KafkaError(ErrorCode.ILLEGAL_GENERATION, f"generation {generation} is not {group.generation}")
         if offsets and self._append_txn is not None:
-            records: list[tuple[bytes, bytes | None]] = [
-                (OffsetCommitKey(group_id, t, p).encode(), v.encode()) for (t, p), v in offsets.items()]
             try:
-                first = await self._append_txn(self.partition_of(group_id), records, producer_id, producer_epoch)
+                first = await self._append_txn(self.partition_of(group_id), _commit_records(group_id, offsets),
+                                               producer_id, producer_epoch)
             except OSError as exc:
                 raise KafkaError(ErrorCode.KAFKA_STORAGE_ERROR, str(exc)) from exc
             except KafkaError as exc:
                 raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
             # Resigned meanwhile: the new leader holds them (from the log), not this broker.
             self._check_coordinator(group_id)
-            offsets = {tp: value.written_at(at) for at, (tp, value) in enumerate(offsets.items(), first)}
+            offsets = _written_from(offsets, first)
         self._txn_offsets.setdefault(producer_id, {}).setdefault(group_id, {}).update(offsets)
 
     async def complete_txn(self, producer_id: int, partition: int, commit: bool) -> None:
@@ -982,9 +990,8 @@ class GroupCoordinator:
             offsets = held[group_id]
             if commit and offsets:
                 if self._append_txn is None:
-                    first = await self._store(group_id, [(OffsetCommitKey(group_id, t, p).encode(), v.encode())
-                                                         for (t, p), v in offsets.items()])
-                    offsets = {tp: value.written_at(at) for at, (tp, value) in enumerate(offsets.items(), first)}
+                    first = await self._store(group_id, _commit_records(group_id, offsets))
+                    offsets = _written_from(offsets, first)
                 group = self.groups.get(group_id)
                 if group is None:
                     group = self.groups[group_id] = Group(group_id)

@@ -147,7 +147,7 @@ class MarkerSender:
             info = topics.get(topic)
             if info is None:
                 continue  # deleted: nothing to mark
-            leader = next((p.leader for p in info.partitions if p.partition == index), -1)
+            leader = info.leader_of(index)
             if leader < 0:
                 remaining.add((topic, index))
             else:

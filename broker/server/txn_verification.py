@@ -62,8 +62,7 @@ class TxnVerifier:
         info = self._services.controller.topics().get(TXN_STATE_TOPIC)
         if info is None or not info.partitions:
             return None
-        index = partition_for(transactional_id, len(info.partitions))
-        leader = next((p.leader for p in info.partitions if p.partition == index), -1)
+        leader = info.leader_of(partition_for(transactional_id, len(info.partitions)))
         return leader if leader >= 0 else None
 
     async def verify(self, transactional_id: str, producer_id: int, producer_epoch: int,

@@ -63,8 +63,7 @@ def _leader_of(ctx: RequestContext, key: str, topic_name: str, running: bool,
     leader = partition = -1
     if running and topic is not None and topic.partitions:
         partition = partition_for(key, len(topic.partitions))
-        info = next((p for p in topic.partitions if p.partition == partition), None)
-        leader = info.leader if info is not None else -1
+        leader = topic.leader_of(partition)
     broker = next((b for b in controller.brokers() if b.broker_id == leader), None) if leader >= 0 else None
     endpoint = broker.endpoint(ctx.connection.listener_name) if broker is not None else None
     if broker is None or endpoint is None:
