@@ -86,12 +86,17 @@ def fill(bootstrap: str, topic: str, records: int, size: int, partitions: int, *
         raise RuntimeError("records not acknowledged by the source")
 
 
+def end_offsets(consumer: Consumer, topic: str, partitions: int) -> int:
+    """The sum of `topic`'s end offsets (high watermarks) over its partitions, as `consumer` reads them."""
+    return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(partitions))
+
+
 def copied(target: BrokerProcess, topic: str, partitions: int) -> int:
     """Records at the target so far, through a new client each time: one client kept across the
     remote topic's creation went on answering "unknown partition" for it in one run."""
     consumer = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "mirror-race"})
     try:
-        return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=5)[1] for p in range(partitions))
+        return end_offsets(consumer, topic, partitions)
     except KafkaException:  # not created yet
         return 0
     finally:
@@ -233,13 +238,13 @@ class FirstAppend:
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
         self.consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "mirror-race-source"})
-        self.partitions = [TopicPartition(topic, p) for p in range(partitions)]
+        self.topic, self.partitions = topic, partitions
         self.at: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="first-append", daemon=True)
 
     def _end(self) -> int:
-        return sum(self.consumer.get_watermark_offsets(tp, timeout=5)[1] for tp in self.partitions)
+        return end_offsets(self.consumer, self.topic, self.partitions)
 
     def _watch(self) -> None:
         before = self._end_before
@@ -279,14 +284,13 @@ def warm_wave(fill_bootstrap: str, topic: str, target: BrokerProcess, remote: st
     carried toward the mirror, read before and after: its use over the wave."""
     sent_before = link_counter() if link_counter is not None else 0
     watch = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "mirror-race"})
-    remote_partitions = [TopicPartition(remote, p) for p in range(args.partitions)]
     try:
         with FirstAppend(fill_bootstrap, topic, args.partitions) as first_append:
             began = time.monotonic()
             fill(fill_bootstrap, topic, args.records, args.size, args.partitions, create=False)
             produced = time.monotonic() - began
             deadline = began + COPY_TIMEOUT_S
-            while sum(watch.get_watermark_offsets(tp, timeout=5)[1] for tp in remote_partitions) < 2 * args.records:
+            while end_offsets(watch, remote, args.partitions) < 2 * args.records:
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{result['mirror']}: the second wave not copied in {COPY_TIMEOUT_S} s")
                 time.sleep(WARM_POLL_S)  # polling another process's progress; a benchmark, not a test
