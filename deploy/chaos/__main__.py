@@ -64,8 +64,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{d.name:28} causeway drill {'failback' if d.mode == 'link' else 'failover'} --disaster "
                   f"{d.disaster} on examples/dr.yaml ({d.mode}), {d.rate:.0f} records/s (dr"
                   f"{', profile' if d in dr.PROFILE else ''})")
-        for source in (s for s, ok in dr.SOURCES.items() if not ok):
-            print(f"not run by dr: the {source} source column ({dr.ELSEWHERE.get(source, 'not available yet')})")
+        for k in dr.KAFKA_COLUMN:
+            print(f"{k.name:28} drill failover --disaster {k.disaster} from an Apache Kafka 4.x primary ({k.mode}), "
+                  f"{k.rate:.0f} records/s (dr, run by {dr.KAFKA_TEST} in make chaos"
+                  f"{' and make test' if k == dr.KAFKA_PROFILE else ''})")
         return 0
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -1,5 +1,5 @@
 """The DR round-trip matrix (`--matrix dr`): each disaster (planned, kill, partition) x mirror
-mode (link, mm2) x source (Causeway; Apache Kafka's failover runs elsewhere, see SOURCES) on
+mode (link, mm2) x source (Causeway here; Apache Kafka elsewhere, see SOURCES) on
 examples/dr.yaml's 3-broker sites, as a user runs it: `causeway up -d`, then `causeway drill
 failback` (link: the failover, truncate-and-restore or reverse-and-start, a planned switch back)
 or `causeway drill failover` (mm2 has no failback) with `--json`, `causeway down`.
@@ -8,7 +8,8 @@ A scenario passes when its report accounts for every record: nothing duplicated 
 a planned switch-over loses nothing, the moved group skips nothing, and for a failback the
 quarantine's acknowledged records are exactly the RPO (by offset), both sites' logs identical
 batch for batch, the group home re-reads and skips nothing. Losses within the RPO are what a
-failover costs and are reported, not failed.
+failover costs and are reported, not failed. The Apache Kafka column is judged by the same
+`problems_of`, with no failback (NO_FAILBACK says why).
 """
 
 from __future__ import annotations
@@ -24,18 +25,28 @@ import yaml
 
 from deploy.chaos.matrix import table
 
-__all__ = ["ELSEWHERE", "MATRIX", "PROFILE", "SOURCES", "DrResult", "DrScenario", "format_table", "run_scenario"]
+__all__ = ["ELSEWHERE", "KAFKA_COLUMN", "KAFKA_PROFILE", "KAFKA_TEST", "MATRIX", "NO_FAILBACK", "PROFILE", "SOURCES",
+           "DrResult", "DrScenario", "format_table", "problems_of", "run_scenario"]
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "dr.yaml"
 MIRROR = "primary-to-dr"
-# The old primary's kind. "kafka" (an Apache Kafka primary, link mode reading it) is not run
-# here: this package may not start a Kafka node (bench.peers and tests/ are outside its
-# imports), and a Kafka primary is no `causeway up` cluster the drill command finds. Its failover
-# (the primary SIGKILLed) runs where the Kafka hook is, in `make test`; listed so that the
-# matrix says what it does not run, and where it does.
+DISASTERS = ("planned", "kill", "partition")
+MODES = ("link", "mm2")
+# The old primary's kind, and whether this module runs its column. An Apache Kafka primary
+# ("kafka": its scenarios are KAFKA_COLUMN) is run by tests/compat/test_drill_kafka_source.py,
+# which `make chaos` runs after this matrix: this package may not start a Kafka node (bench.peers
+# imports deploy, so deploy importing it would close a circle; tests/ is no package a product
+# module imports), and a Kafka primary is no `causeway up` cluster the drill command finds: the
+# test hands the drill its kill and WAN-cut hooks (DrillPlan.kill_source, DrillPlan.wan_link).
 SOURCES = {"causeway": True, "kafka": False}
-ELSEWHERE = {"kafka": "failover --disaster kill, link mode: tests/compat/test_drill_kafka_source.py (make test)"}
+KAFKA_TEST = "tests/compat/test_drill_kafka_source.py"
+ELSEWHERE = {"kafka": f"every disaster x mode as failover drills, by {KAFKA_TEST}: make chaos MATRIX=dr runs "
+                      "the six after this table, make test its kill x link (the others are marked chaos)"}
+# Why a link-mode drill from such a primary is a failover drill, not a failback one.
+NO_FAILBACK = {"kafka": "failback not possible: truncate-and-restore and reverse-and-start need LinkTruncate and "
+                        "LinkAppend at the old primary, which Apache Kafka lacks (docs/operations/mirror-link.md, "
+                        "Mirroring from Apache Kafka)"}
 
 
 @dataclass(frozen=True)
@@ -50,10 +61,20 @@ class DrScenario:
     def name(self) -> str:
         return f"dr-{self.disaster}-{self.mode}-{self.source}"
 
+    @property
+    def failback(self) -> bool:
+        """Whether the drill goes back too: link mode, to an old primary that can be restored."""
+        return self.mode == "link" and self.source not in NO_FAILBACK
 
-MATRIX = [DrScenario(d, m, s) for s, available in SOURCES.items() if available
-          for m in ("link", "mm2") for d in ("planned", "kill", "partition")]
+
+def _column(source: str) -> list[DrScenario]:
+    return [DrScenario(d, m, source) for m in MODES for d in DISASTERS]
+
+
+MATRIX = [s for source, available in SOURCES.items() if available for s in _column(source)]
 PROFILE = [DrScenario("partition", "link")]
+KAFKA_COLUMN = _column("kafka")
+KAFKA_PROFILE = DrScenario("kill", "link", "kafka")  # the one make test runs
 
 
 @dataclass
@@ -74,15 +95,19 @@ class DrResult:
         rpo = self.report.get("rpo") or {}
         group = self.report.get("group") or {}
         back = self.report.get("failback") or {}
+        rto = self.report.get("rto") or {}
         line = (f"{self.scenario.name}: {'ok' if self.passed else 'FAILED'} RPO {rpo.get('records')} of "
                 f"{rpo.get('acknowledged')} acknowledged, duplicates {rpo.get('duplicates')}, group re-read "
-                f"{group.get('reread')} skipped {group.get('skipped')}")
+                f"{group.get('reread')} skipped {group.get('skipped')}, RTO {rto.get('first_produce_s')} s to "
+                f"produce, {rto.get('first_consume_s')} s to consume")
         if back:
             quarantine, logs = back.get("quarantine") or {}, back.get("logs") or {}
             line += (f"; {back.get('command')}: quarantined {quarantine.get('records')} "
                      f"({quarantine.get('acknowledged')} acknowledged), home re-read "
                      f"{(back.get('group') or {}).get('reread')} skipped {(back.get('group') or {}).get('skipped')}, "
                      f"{logs.get('batches')} batches {'identical' if logs.get('identical') else 'DIFFER'}")
+        elif self.scenario.mode == "link" and not self.scenario.failback:
+            line += f"; {NO_FAILBACK[self.scenario.source]}"
         return line + "".join(f"; {p}" for p in self.problems)
 
 
@@ -122,7 +147,7 @@ def problems_of(scenario: DrScenario, report: dict[str, Any]) -> list[str]:
         found.append(f"the group re-read {group.get('reread')} record(s) where its offsets at the DR site at the "
                      f"promotion account for {group['reread_expected']}")
     back = report.get("failback")
-    if scenario.mode == "link":
+    if scenario.failback:
         if not back:
             return [*found, "no failback in the report"]
         quarantine = back.get("quarantine") or {}
@@ -177,10 +202,15 @@ async def run_scenario(scenario: DrScenario, /, *, seed: int, work_dir: Path) ->
 def format_table(results: list[DrResult]) -> str:
     rows = []
     for r in results:
-        rpo, back = r.report.get("rpo") or {}, r.report.get("failback") or {}
+        rpo, group, rto = r.report.get("rpo") or {}, r.report.get("group") or {}, r.report.get("rto") or {}
+        back = r.report.get("failback") or {}
         rows.append((r.scenario.name, "ok" if r.passed else "FAILED", str(rpo.get("records", "-")),
-                     str(rpo.get("duplicates", "-")), str((back.get("quarantine") or {}).get("records", "-")),
+                     str(rpo.get("duplicates", "-")), str(group.get("reread", "-")),
+                     f"{rto.get('first_produce_s', '-')}/{rto.get('first_consume_s', '-')}",
+                     str((back.get("quarantine") or {}).get("records", "-")),
                      str((back.get("logs") or {}).get("batches", "-"))))
     unavailable = [s for s, ok in SOURCES.items() if not ok]
-    note = "".join(f"\nnot run here: source {s}: {ELSEWHERE.get(s, 'not available yet')}" for s in unavailable)
-    return table(("scenario", "result", "RPO", "dup", "quarantined", "batches"), rows) + note
+    note = "".join(f"\nnot run here: source {s}: {ELSEWHERE.get(s, 'not available yet')}"
+                   + (f"; {NO_FAILBACK[s]}" if s in NO_FAILBACK else "") for s in unavailable)
+    return table(("scenario", "result", "RPO", "dup", "re-read", "RTO s produce/consume", "quarantined", "batches"),
+                 rows) + note

@@ -85,6 +85,10 @@ class DrillPlan:
     # How `--disaster kill` SIGKILLs a primary the launcher did not start (an Apache Kafka source
     # a test runs): the pids killed. None: the primary's brokers from the launcher's state file.
     kill_source: Callable[[], list[int]] | None = None
+    # What `--disaster partition` cuts for such a primary: the Toxiproxy API (HOST:PORT) and the
+    # proxies the mirror reaches the primary through. None: the link between the two clusters in
+    # the launcher's state file.
+    wan_link: tuple[str, tuple[str, ...]] | None = None
 
     @property
     def mode(self) -> str:
@@ -207,11 +211,7 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
                                                                                              plan.source)
                 timeline.end(step, f"SIGKILL to {plan.source}'s brokers (pids {', '.join(map(str, pids))})")
             else:
-                state = read_state(plan.state_dir)
-                if state is None:
-                    raise DrillError(f"{plan.state_dir}: the topology is not running")
-                api = state.wan.api
-                proxies = link_proxies(state, plan.source, plan.target)
+                api, proxies = _wan_link(plan)
                 set_link(api, proxies, enabled=False)
                 cut = proxies
                 timeline.end(step, f"WAN link cut (proxies {', '.join(proxies)})")
@@ -297,6 +297,17 @@ def run_drill(plan: DrillPlan, say: Say, stop: threading.Event | None = None) ->
         if cut:
             _restore(api, cut, report)
     return report
+
+
+def _wan_link(plan: DrillPlan) -> tuple[str, list[str]]:
+    """The emulator's API and the proxies a partition cuts: the plan's, or the launcher's link
+    between the primary and the DR site."""
+    if plan.wan_link is not None:
+        return plan.wan_link[0], list(plan.wan_link[1])
+    state = read_state(plan.state_dir)
+    if state is None:
+        raise DrillError(f"{plan.state_dir}: the topology is not running")
+    return state.wan.api, link_proxies(state, plan.source, plan.target)
 
 
 def _sample(plan: DrillPlan, live: dict[str, ProducerLoad | GroupReader], promoted: threading.Event,

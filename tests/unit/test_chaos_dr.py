@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from deploy.chaos.dr import ELSEWHERE, MATRIX, SOURCES, DrScenario, problems_of
+from deploy.chaos.dr import (
+    ELSEWHERE,
+    KAFKA_COLUMN,
+    KAFKA_PROFILE,
+    KAFKA_TEST,
+    MATRIX,
+    NO_FAILBACK,
+    SOURCES,
+    DrResult,
+    DrScenario,
+    format_table,
+    problems_of,
+)
 
 
 def failback(**changes: Any) -> dict[str, Any]:
@@ -54,5 +66,22 @@ def test_a_planned_switch_over_may_lose_nothing_and_mm2_needs_no_failback() -> N
 def test_the_matrix_runs_every_disaster_and_mode_of_each_available_source() -> None:
     assert {(s.disaster, s.mode, s.source) for s in MATRIX} == {
         (d, m, "causeway") for d in ("planned", "kill", "partition") for m in ("link", "mm2")}
-    assert SOURCES["kafka"] is False  # not faked: its failover runs in make test, with the Kafka hook
-    assert "tests/compat/test_drill_kafka_source.py" in ELSEWHERE["kafka"]
+    # Not faked here: the Kafka column runs where the Kafka hook is, every disaster and mode.
+    assert SOURCES["kafka"] is False and KAFKA_TEST in ELSEWHERE["kafka"]
+    assert {(s.disaster, s.mode, s.source) for s in KAFKA_COLUMN} == {
+        (d, m, "kafka") for d in ("planned", "kill", "partition") for m in ("link", "mm2")}
+    assert KAFKA_PROFILE in KAFKA_COLUMN
+
+
+def test_a_link_drill_from_a_kafka_primary_needs_no_failback_and_says_why() -> None:
+    scenario = DrScenario("kill", "link", "kafka")
+    report = failback(failback=None)
+    assert not scenario.failback and problems_of(scenario, report) == []
+    assert problems_of(DrScenario("kill", "link"), report) == ["no failback in the report"]
+    line = DrResult(scenario, None, report=report).describe()
+    assert line.startswith("dr-kill-link-kafka: ok RPO 3 of 900") and line.endswith(NO_FAILBACK["kafka"])
+    # The rest of its verdict is the Causeway column's.
+    lost = {"records": 2, "acknowledged": 900, "duplicates": 0}
+    assert problems_of(DrScenario("planned", "link", "kafka"), failback(failback=None, rpo=lost)) == [
+        "a planned switch-over lost 2 record(s)", "the group re-read 5 record(s) after a planned link switch-over"]
+    assert NO_FAILBACK["kafka"] in format_table([])
