@@ -31,7 +31,9 @@ link mode's own is here:
   deleted at the target is copied again whole;
 - refusals: INVALID_REQUEST means the topic is no longer this mirror's (promoted by deleting
   `causeway.mirror.name`, or someone else's): the topic's config is read again and, promoted,
-  the topic is stopped for good (logged once, `not_mirrored` in the status says so). A batch the
+  the topic is stopped (logged once, `not_mirrored` in the status says so) and never created
+  again; a failback that makes it this mirror's mirror topic again (reverse-and-start) has it
+  copied again from the target's log end, found at a discovery round. A batch the
   target refuses as invalid (its LogValidator's verdicts) parks the partition, as poison does in
   mm2; OFFSET_OUT_OF_RANGE (a batch that straddles the copy's end: the source diverged, or the
   copy is not where the source's batches follow) fails it, as above;
@@ -336,7 +338,9 @@ class LinkMirror(Mirror):
     """A mirror in link mode: the runtime's state plus the source topics it does not write, with
     why. Its name at the target (each mirror topic's `causeway.mirror.name`) is its config's."""
 
-    promoted: dict[str, str] = field(default_factory=dict)  # for good (this run): never created again
+    # Promoted at the target: never created again; looked at again every discovery round, as a
+    # failback to this mirror (reverse-and-start) makes it this mirror's mirror topic again.
+    promoted: dict[str, str] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)  # looked at again every discovery round
     # Paused at the target (causeway.mirror.state): not copied; each with its lag as last read
     # (None: not read yet), looked at again every discovery round.
@@ -445,9 +449,11 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
         del mirror.paused[topic]
     target_topics = await admin.list_topics(mirror.target, include_internal=True)  # one request per round
     for topic, count in sorted(wanted.items()):
-        if topic in mirror.promoted:
-            continue  # a normal topic now, for good
         target_count = target_topics.get(topic)
+        if topic in mirror.promoted:
+            if target_count is None or (await _owner(mirror.target, topic))[0] != mirror.link_name:
+                continue  # a normal topic still (or deleted: never created again)
+            _mirrored_again(mirror, topic)
         if target_count is None:
             if topic in mirror.topics:
                 stop_topic(mirror, topic)
@@ -525,9 +531,19 @@ async def _follow_paused(mirror: LinkMirror, counts: dict[str, int]) -> None:
         mirror.paused[topic] = sum(max(0, source[tp] - target.get(tp, 0)) for tp in mine)
 
 
+def _mirrored_again(mirror: LinkMirror, topic: str) -> None:
+    """`topic`, promoted at the target, is this mirror's mirror topic again (a failback made
+    it so: `causeway mirror reverse-and-start`): copied again from where the target's log ends."""
+    del mirror.promoted[topic]
+    message = (f"topic {topic} is this mirror's mirror topic again at the target {mirror.target_alias} (failback): "
+               f"copying again from where its log ends")
+    log.warning("%s", message)
+    mirror.event(message)
+
+
 def _not_ours(mirror: LinkMirror, topic: str, owner: str | None) -> None:
     """The target's `topic` is not this mirror's mirror topic: never write it. One this mirror
-    was writing and whose mark was deleted was promoted: stopped for good."""
+    was writing and whose mark was deleted was promoted: stopped (see `_mirrored_again`)."""
     was_mirrored = topic in mirror.topics
     if was_mirrored:
         stop_topic(mirror, topic)

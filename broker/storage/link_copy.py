@@ -19,9 +19,17 @@ How a replica tells copied batches from local ones, in the log itself:
   clients and librdkafka ignore a control type they do not know); the marker takes one offset,
   as a transaction marker does.
 - Each replica keeps where it stands in ``link-copy-checkpoint`` in the partition directory:
-  ``open`` or ``marker <offset>``. It is what tells, at open, a promoted partition whose marker is
-  not written yet (still open: its leader writes the marker before its first local append) from a
-  topic that was never a mirror topic (no file).
+  ``open``, ``open <offset>`` or ``marker <offset>``. It is what tells, at open, a promoted
+  partition whose marker is not written yet (still open: its leader writes the marker before its
+  first local append) from a topic that was never a mirror topic (no file).
+- A promoted log made a mirror topic again (failback: reverse-and-start or truncate-and-restore,
+  mirror/failback.py) opens a new copy at its log end, ``open <offset>``: what it holds is
+  history (its copy, its marker, its local writes), the batches copied from there on are copies,
+  and a promotion marker below that offset is the earlier promotion's and closes nothing (the
+  log is read again at open). The next promotion writes its own marker, and so on. Each replica
+  opens it at its own log end when it learns the topic is a mirror topic; LinkTruncate first
+  waits until every replica holds the earlier marker (broker/server/handlers/link_truncate.py),
+  so no replica meets it after opening the new copy.
 
 (Another way, Redpanda's, moves the target's producer-id allocator past every copied id; it needs
 the allocator to be fenced on every broker before the first copied batch lands or before promotion
@@ -76,6 +84,9 @@ class LinkCopy:
     path: Path
     open: bool = False
     marker: int = -1  # the offset of the promotion marker; -1: none written
+    # An open copy's first offset when the log was promoted before (see the module); -1: the
+    # copy is the whole log. Promotion markers below it close nothing.
+    since: int = -1
 
     @classmethod
     def load(cls, directory: Path) -> LinkCopy:
@@ -93,6 +104,8 @@ class LinkCopy:
             text, why = [], f"unreadable: {exc}"
         if text == ["open"]:
             return cls(path, open=True)
+        if len(text) == 2 and text[0] == "open" and text[1].isascii() and text[1].isdigit():
+            return cls(path, open=True, since=int(text[1]))
         if len(text) == 2 and text[0] == "marker" and text[1].isascii() and text[1].isdigit():
             return cls(path, marker=int(text[1]))
         # Rebuilt as the worst case for the producer state (everything copied): the log's own
@@ -111,23 +124,35 @@ class LinkCopy:
         """Whether a (non-marker) batch at `offset` is a local write that enters producer state."""
         return not self.open and offset > self.marker
 
-    def start(self) -> bool:
-        """The topic is a mirror topic: its log is a copy. False when it was already, or was
-        promoted (failback is not supported: a marked log stays marked)."""
-        if self.open or self.marker >= 0:
+    def start(self, log_end_offset: int) -> bool:
+        """The topic is a mirror topic: its log is a copy (a promoted one from `log_end_offset`
+        on: see the module). False when it was already."""
+        if self.open:
             return False
-        self.open = True
+        if self.marker >= 0:
+            self.since = log_end_offset
+        self.open, self.marker = True, -1
         self._save()
         return True
 
+    def closes(self, offset: int) -> bool:
+        """Whether a promotion marker at `offset` ends this copy (one below where it began is an
+        earlier promotion's)."""
+        return offset >= self.since
+
     def close_at(self, offset: int) -> None:
         """A promotion marker at `offset`: what follows is local."""
-        self.open, self.marker = False, offset
+        self.open, self.marker, self.since = False, offset, -1
         self._save()
 
     def reopen_if_cut(self, log_end_offset: int) -> bool:
         """The log was truncated (or torn) at or below its marker: the copy is open again until
-        the marker comes back (fetched from the leader, or written by this replica as leader)."""
+        the marker comes back (fetched from the leader, or written by this replica as leader).
+        An open copy cut below where it began begins at the cut (False: it was open already)."""
+        if self.open and self.since > log_end_offset:
+            self.since = log_end_offset
+            self._save()
+            return False
         if self.marker < 0 or log_end_offset > self.marker:
             return False
         self.open, self.marker = True, -1
@@ -140,5 +165,6 @@ class LinkCopy:
         # at the next open of a mirror topic; a lost `marker` leaves `open`, and the next open finds
         # the marker in the log (or writes another); a marker lost with a torn tail reopens the copy.
         tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("open\n" if self.open else f"marker {self.marker}\n")
+        state = ("open" if self.since < 0 else f"open {self.since}") if self.open else f"marker {self.marker}"
+        tmp.write_text(state + "\n")
         os.replace(tmp, self.path)

@@ -321,11 +321,15 @@ class Log:
         self.epochs.truncate_from_end(self.log_end_offset)
         self.copy = LinkCopy.load(directory)
         if config.mirror_name:
-            self.copy.start()
+            self.copy.start(self.log_end_offset)
         self.copy.reopen_if_cut(self.log_end_offset)  # a marker lost with a torn tail
         end = self.log_end_offset
         self.high_watermark = end if high_watermark is None else max(self.log_start_offset, min(high_watermark, end))
         self._rebuild_producer_state()
+        if config.mirror_name and self.copy.start(self.log_end_offset):
+            # A damaged checkpoint, closed by an earlier promotion's marker in the log: the topic
+            # is a mirror topic again, its copy begins here at the latest.
+            self.producers.clear()
         self.recovery_point = self.log_end_offset
         self._last_flush_ms = now_ms
         return self
@@ -455,7 +459,8 @@ class Log:
                                 segment.read(pos, header.size), 0, header):
                             if header.base_offset >= sequences_from:
                                 self.producers.clear()
-                            if self.copy.open or self.copy.marker != header.base_offset:
+                            if self.copy.closes(header.base_offset) and (
+                                    self.copy.open or self.copy.marker != header.base_offset):
                                 self.copy.close_at(header.base_offset)
                         continue
                     if header.is_transactional and header.has_producer_id and header.base_offset >= transactions_from:
@@ -565,8 +570,9 @@ class Log:
             # The first config since the log was opened: only compaction and a copy leave gaps.
             self._report_missing(f"{gaps.describe()} are missing from a log that is neither compacted nor a copy "
                                  f"(a segment file missing from the middle, or a damaged batch header)", gaps.offsets)
-        if config.mirror_name and self.copy.start():
-            # Learnt late that this is a mirror topic: whatever it holds is copied.
+        if config.mirror_name and self.copy.start(self.log_end_offset):
+            # Learnt late that this is a mirror topic (or a mirror topic again, after a
+            # promotion): whatever it holds is copied, or history.
             self.producers.clear()
         for segment in self.segments:
             segment._index_interval = config.index_interval_bytes
@@ -834,7 +840,7 @@ class Log:
             raise KafkaError(ErrorCode.INVALID_REQUEST,
                              f"{where} was promoted (its promotion marker is at offset {self.copy.marker}): "
                              f"it is no longer a mirror topic's copy")
-        self.copy.start()  # a copy's batches never enter producer state (a log used on its own)
+        self.copy.start(end)  # a copy's batches never enter producer state (a log used on its own)
         first = new[0][1]
         if self._is_empty() and first.base_offset != end:
             # An empty log starts at the first batch (the source's log starts above 0, or the

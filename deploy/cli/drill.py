@@ -1,8 +1,8 @@
 """`causeway drill`: a disaster-recovery drill on a topology `causeway up` started.
 
     causeway drill switchover|failover|failback TOPOLOGY --mirror NAME [--state-dir DIR] [--rate N]
-                   [--duration S] [--disaster kill|partition|planned] [--json] [--chart FILE.svg]
-                   [--max-rpo N] [--max-rto S] [--quiet]
+                   [--duration S] [--disaster kill|partition|planned] [--third-move] [--json]
+                   [--chart FILE.svg] [--max-rpo N] [--max-rto S] [--quiet]
 
 The steps are deploy/drill/run.py's (and deploy/drill/failback.py's for the way back); this
 module finds the mirror as `causeway mirror promote` does, checks the command line, prints the
@@ -43,12 +43,14 @@ def _check(args: argparse.Namespace) -> None:
         raise UsageError(f"--chart writes SVG: name the file *.svg, not {args.chart.name!r}")
     if args.kind == "switchover" and args.disaster is not None:
         raise UsageError("a switchover is planned: --disaster goes with failover")
+    if args.third_move and args.kind != "failback":
+        raise UsageError("--third-move goes with failback: it moves to the DR site again after the way back")
 
 
 def _drill(args: argparse.Namespace) -> int:
     _check(args)
     from deploy.cli.pipeline_common import mirror_config_from_topology, mirror_logins, started_mirror
-    from deploy.drill.failback import run_failback
+    from deploy.drill.failback import run_failback, run_third_move
     from deploy.drill.run import DrillError, DrillInterrupted, DrillPlan, run_drill
     from deploy.drill.topics import dr_names, mirrored_topics, partitions_of
 
@@ -88,6 +90,8 @@ def _drill(args: argparse.Namespace) -> int:
         signal.signal(signum, on_signal)
     try:
         report = (run_failback if args.kind == "failback" else run_drill)(plan, progress, stop)
+        if args.third_move:
+            run_third_move(plan, report, progress, stop)
     except DrillInterrupted as stop:
         print(stop.report.table(), file=sys.stderr)
         _say_interrupted(stop, args, state_dir)
@@ -115,7 +119,7 @@ def _drill(args: argparse.Namespace) -> int:
 def limits_exceeded(report: DrillReport, max_rpo: int | None, max_rto: float | None) -> list[str]:
     """What the drill's report exceeds of --max-rpo (records lost) and --max-rto (seconds to the
     first produce or the first consume at the DR site, the later of the two; for a failback, also
-    back home)."""
+    back home, and with --third-move at the DR site again)."""
     exceeded = []
     outcome = report.outcome
     if max_rpo is not None and outcome is not None and outcome.rpo > max_rpo:
@@ -128,6 +132,11 @@ def limits_exceeded(report: DrillReport, max_rpo: int | None, max_rto: float | N
         rto_back = max(back.rto_produce_s or 0.0, back.rto_consume_s or 0.0)
         if max_rto is not None and rto_back > max_rto:
             exceeded.append(f"RTO back home {rto_back:.2f} s > --max-rto {max_rto:g} s")
+    third = back.third if back is not None else None
+    if third is not None:
+        rto_again = max(third.rto_produce_s or 0.0, third.rto_consume_s or 0.0)
+        if max_rto is not None and rto_again > max_rto:
+            exceeded.append(f"RTO to the DR site again {rto_again:.2f} s > --max-rto {max_rto:g} s")
     return exceeded
 
 
@@ -173,7 +182,10 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                     "and group work at the DR site, then a planned switch back (promote at the old primary) and "
                     "producers and group moved home; it also reports the quarantine against the RPO, RTO back home, "
                     "the group's re-reads and skips on the way back, and both sites' logs compared batch for "
-                    "batch. The topology is promoted afterwards: bring it up again (or fail back, "
+                    "batch. --third-move then moves to the DR site once more: reverse-and-start there (its topics "
+                    "mirror topics of the forward mirror again, which copies home's new records), a planned "
+                    "switch-over, producers and group moved; reported as the AGAIN part. "
+                    "The topology is promoted afterwards: bring it up again (or fail back, "
                     "docs/operations/failback.md) before the next drill. See docs/operations/disaster-recovery.md.")
     p.add_argument("kind", choices=("switchover", "failover", "failback"),
                    help="a planned switch-over, a failover, or a failover and the way back (link mode)")
@@ -188,6 +200,9 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                    help="failover and failback: SIGKILL the primary's brokers (default), cut the WAN link between the "
                         "sites through the emulator's API (put back when the drill ends), or none: a planned "
                         "switch-over (the producers stopped first, the same steps as `drill switchover`)")
+    p.add_argument("--third-move", action="store_true",
+                   help="failback: after the way back, move to the DR site again (reverse-and-start at the DR site, "
+                        "the forward mirror copying, a planned switch-over): the group's third move")
     p.add_argument("--json", action="store_true", help="print the report as JSON on stdout (progress on stderr)")
     p.add_argument("--chart", type=Path, default=None, metavar="FILE.svg",
                    help="also draw throughput (records/s at each site, read by the group) and the DR site's lag "
@@ -196,6 +211,6 @@ def register(commands: argparse._SubParsersAction) -> None:  # type: ignore[type
                    help="exit 1 when more than N acknowledged records were lost")
     p.add_argument("--max-rto", type=float, default=None, metavar="S",
                    help="exit 1 when the first produce or the first consume at the DR site (or, for failback, back "
-                        "home) took more than S seconds")
+                        "home, and with --third-move at the DR site again) took more than S seconds")
     add_quiet(p)
     p.set_defaults(func=lambda args: run("causeway drill", lambda: _drill(args)))

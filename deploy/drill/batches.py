@@ -1,7 +1,8 @@
 """Both sites' logs compared batch for batch after a failback drill: each partition's batches
 (base offset, last offset, CRC; promotion markers left out, as a copy leaves them out) at the DR
 site, against the old primary's below the DR site's log end (past it, the old primary holds its
-own promotion marker and what its producers wrote once back home)."""
+own promotion marker and what its producers wrote once back home); after a third move, the other
+way round (the DR site's below home's end)."""
 
 from __future__ import annotations
 
@@ -38,8 +39,8 @@ async def _batches(client: Client, tp: TopicPartition, end: int) -> list[Batch]:
 
 
 async def compare_logs(old: str, new: str, partitions: list[tuple[str, int]]) -> tuple[int, list[str]]:
-    """How many batches the two sites hold alike, and each partition where they differ (with the
-    first difference)."""
+    """How many batches the two sites hold alike below `new`'s log ends (`old` may hold more),
+    and each partition where they differ (with the first difference)."""
     same, differing = 0, []
     async with open_client(old, client_id="causeway-drill") as old_client, \
             open_client(new, client_id="causeway-drill") as new_client:
@@ -53,6 +54,6 @@ async def compare_logs(old: str, new: str, partitions: list[tuple[str, int]]) ->
                 continue
             first = next((i for i, (a, b) in enumerate(zip(at_old, at_new, strict=False)) if a != b),
                          min(len(at_old), len(at_new)))
-            differing.append(f"{topic}-{partition}: {len(at_old)} batch(es) at the old primary, {len(at_new)} at the "
-                             f"DR site, the first difference at batch {first}")
+            differing.append(f"{topic}-{partition}: {len(at_old)} batch(es) at {old}, {len(at_new)} at {new}, the "
+                             f"first difference at batch {first}")
     return same, differing

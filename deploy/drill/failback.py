@@ -8,6 +8,10 @@ and carries the group's offsets), producers and group moved home. Checked on the
 quarantine holds exactly the acknowledged records the failover lost (by offset), the group moved
 twice re-reads and skips nothing, both sites' logs are identical batch for batch below the DR
 site's end (batches.py).
+
+`run_third_move` (`--third-move`) then goes to the DR site once more: reverse-and-start there
+with the forward mirror's name (which `causeway up` runs, and which takes its topics up again),
+a planned switch-over, the group's third move counted the same way.
 """
 
 from __future__ import annotations
@@ -16,12 +20,14 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from confluent_kafka import KafkaException
 
 from deploy.drill.batches import compare_logs
-from deploy.drill.report import Cut, DrillReport, FailbackOutcome
+from deploy.drill.report import Cut, DrillReport, FailbackOutcome, ThirdMove, committed_text
 from deploy.drill.reverse import ReverseMirror, reverse_config
 from deploy.drill.run import (
     START_TIMEOUT_S,
@@ -36,13 +42,13 @@ from deploy.drill.run import (
     stop_all_fast,
     wait_until,
 )
-from deploy.drill.verify import log_ends
+from deploy.drill.verify import committed_offsets, log_ends
 from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
 from deploy.launcher.control import read_state
-from mirror.config import mirror_config_from_data
+from mirror.config import MirrorConfig, mirror_config_from_data
 from mirror.failback import FailbackError
 
-__all__ = ["run_failback"]
+__all__ = ["run_failback", "run_third_move"]
 
 BACK_TIMEOUT_S = 120.0  # for the old primary to answer again (a killed broker restarts after a backoff)
 
@@ -71,7 +77,6 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None,
     reverse = f"{plan.mirror}-reverse"
     back = FailbackOutcome("reverse-and-start" if plan.planned else "truncate-and-restore", reverse)
     report.failback = back
-    group = f"causeway-{report.run}"
     clients: list[ProducerLoad | GroupReader] = []
     mirror: ReverseMirror | None = None
     try:
@@ -103,49 +108,12 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None,
         timeline.end(step, f"mirror {reverse} (pid {mirror.pid}), log {mirror.log}")
         say(f"{step.name}: {step.detail}")
 
-        step = timeline.begin("workload at the DR site, copied back")
-        reader = GroupReader(plan.target_bootstrap, group, plan.topics, report.run).start()
-        load = ProducerLoad(plan.target_bootstrap, plan.topics, plan.rate, report.run, "dr-back").start()
-        clients += [reader, load]
-        wait_until(lambda: load.ledger.first_ack is not None, "the first record acknowledged at the DR site", stop)
-        pause(plan.duration_s, stop)
-        timeline.end(step, f"{load.ledger.count()} acknowledged at the DR site")
-        say(f"{step.name}: {step.detail}")
-
-        step = timeline.begin("producers stopped at the DR site")
-        stopped_at = time.monotonic()
-        load.stop(grace_s=10.0)
-        clients.remove(load)
-        wait_until(lambda: caught_up(reader, load.ledger.ends()), f"group {group} to read every record", stop)
-        reader.stop(commit=True)
-        clients.remove(reader)
-        timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed; the group caught up "
-                           "and committed")
-
-        step = timeline.begin("promote at the old primary")
-        timeline.end(step, _promote_back(plan, reverse, config, say))
-        say(f"{step.name}: {step.detail}")
-
-        step = timeline.begin("producers and group moved home")
-        home_reader = GroupReader(plan.source_bootstrap, group, plan.topics, report.run).start()
-        home = ProducerLoad(plan.source_bootstrap, plan.topics, plan.rate, report.run, "home").start()
-        clients += [home_reader, home]
-        wait_until(lambda: home.ledger.first_ack is not None, "the first record acknowledged back home", stop)
-        back.rto_produce_s = (home.ledger.first_ack or 0) - stopped_at
-        wait_until(lambda: home_reader.first_read is not None, f"group {group}'s first record back home", stop)
-        back.rto_consume_s = (home_reader.first_read or 0) - stopped_at
-        home.stop(grace_s=10.0)
-        clients.remove(home)
-        wait_until(lambda: caught_up(home_reader, home.ledger.ends()), f"group {group} to read every record back home",
-              stop, START_TIMEOUT_S)
-        home_reader.stop(commit=True)
-        clients.remove(home_reader)
-        read_before = {*report.read_names, *reader.names}
-        back.reread = sum(1 for name in home_reader.names if name in read_before)
-        back.skipped = len((load.ledger.names() | home.ledger.names()) - read_before - set(home_reader.names))
-        timeline.end(step, f"first produce {back.rto_produce_s:.2f} s, first consume {back.rto_consume_s:.2f} s "
-                           f"after the producers stopped at the DR site; re-read {back.reread}, skipped {back.skipped}")
-        say(f"{step.name}: {step.detail}")
+        moved = _planned_switch(
+            plan, report, say, stop, clients, Site(plan.target_bootstrap, "the DR site", "dr-back"),
+            Site(plan.source_bootstrap, "home", "home"), workload_step="workload at the DR site, copied back",
+            promote_step="promote at the old primary", promote=lambda: _promote_back(plan, reverse, config, say),
+            moved_step="producers and group moved home")
+        back.rto_produce_s, back.rto_consume_s, back.reread, back.skipped = moved
 
         # Stopped once the applications are home (the RTO is theirs): the topics are promoted, it
         # copies nothing more.
@@ -154,12 +122,8 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None,
         mirror = None
         timeline.end(step, reverse)
 
-        step = timeline.begin("logs compared batch for batch")
         back.partitions_compared = len(plan.partitions)
-        back.batches_compared, back.differing = _compare(plan)
-        timeline.end(step, f"{back.batches_compared} batch(es) alike" + (
-            f", {len(back.differing)} partition(s) differ" if back.differing else ""))
-        say(f"{step.name}: {step.detail}")
+        back.batches_compared, back.differing = _compare(plan, report, say, "logs compared batch for batch")
     except (*STEP_FAILURES, FailbackError, RuntimeError, LookupError) as exc:
         raise DrillError(f"{timeline.under_way()}: {exc}", report) from exc
     except KeyboardInterrupt:
@@ -178,6 +142,136 @@ def run_failback(plan: DrillPlan, say: Say, stop: threading.Event | None = None,
     return report
 
 
+def run_third_move(plan: DrillPlan, report: DrillReport, say: Say, stop: threading.Event | None = None) -> ThirdMove:
+    """After `run_failback` (the applications home, the reverse mirror stopped): the DR site's
+    topics become mirror topics of the forward mirror again (reverse-and-start: after the planned
+    switch back the logs agree), which `causeway up` runs and which takes them up at its next
+    discovery round, copying home's new records while the applications work at home; then a
+    planned switch-over to the DR site (producers stopped at home, the group caught up and
+    committed, promote at the DR site), producers and group moved there. Counted: the group's
+    re-reads and skips at this move, and both sites' logs batch for batch below home's end."""
+    stop = stop if stop is not None else threading.Event()
+    back = report.failback
+    assert back is not None
+    timeline = report.timeline
+    third = back.third = ThirdMove(plan.mirror)
+    group = f"causeway-{report.run}"
+    clients: list[ProducerLoad | GroupReader] = []
+    try:
+        step = timeline.begin("reverse-and-start at the DR site")
+        _restore(plan, plan.mirror, truncate=False, say=say, again=True)
+        timeline.end(step, f"{plan.target}'s topics are mirror topics of {plan.mirror} again")
+        say(f"{step.name}: {step.detail}")
+
+        def switch_over() -> str:
+            third.committed_home = committed_offsets(plan.source_bootstrap, group, plan.partitions)
+            promoted = _planned_promote(plan.target_bootstrap, plan.source_bootstrap, plan.mirror, plan.config, say)
+            third.committed_dr = committed_offsets(plan.target_bootstrap, group, plan.partitions)
+            return f"{promoted}; the group's offsets there, of home's: " + committed_text(third.committed_dr,
+                                                                                         third.committed_home)
+
+        moved = _planned_switch(
+            plan, report, say, stop, clients, Site(plan.source_bootstrap, "home", "home-again"),
+            Site(plan.target_bootstrap, "the DR site", "dr-again"),
+            workload_step="workload at home, copied to the DR site", promote_step="switch-over to the DR site",
+            promote=switch_over, moved_step="producers and group moved to the DR site again")
+        third.rto_produce_s, third.rto_consume_s, third.reread, third.skipped = moved
+
+        third.batches_compared, third.differing = _compare(plan, report, say, "logs compared batch for batch again",
+                                                           again=True)
+    except (*STEP_FAILURES, FailbackError, RuntimeError, LookupError) as exc:
+        raise DrillError(f"{timeline.under_way()}: {exc}", report) from exc
+    except KeyboardInterrupt:
+        stop_all_fast(clients)
+        raise DrillInterrupted(report, _where_again(report, plan.mirror)) from None
+    finally:
+        stop_all_fast(clients)
+    return third
+
+
+@dataclass(frozen=True)
+class Site:
+    bootstrap: str
+    name: str  # as the report says it: "home", "the DR site"
+    label: str  # its producers' records are named "<run>:<label>:<sequence>"
+
+
+class Moved(NamedTuple):
+    rto_produce_s: float  # from the producers stopping at the site left to the first produce at the other
+    rto_consume_s: float  # ... to the group's first read there
+    reread: int  # records the group read there that it had read before (anywhere)
+    skipped: int  # records produced at either site in this move that the group never read
+
+
+def _planned_switch(plan: DrillPlan, report: DrillReport, say: Say, stop: threading.Event,
+                    clients: list[ProducerLoad | GroupReader], at: Site, to: Site, *, workload_step: str,
+                    promote_step: str, promote: Callable[[], str], moved_step: str) -> Moved:
+    """The applications at `at` for the drill's duration (its records copied to `to`), then a
+    planned switch-over: producers stopped, the group caught up and committed, `promote` (at
+    `to`: it waits for the copy and carries the group's offsets), producers and group moved to
+    `to`, run until the group read everything. `clients` holds the ones running, for the caller
+    to stop when a step fails."""
+    timeline, group = report.timeline, f"causeway-{report.run}"
+    step = timeline.begin(workload_step)
+    reader = GroupReader(at.bootstrap, group, plan.topics, report.run).start()
+    load = ProducerLoad(at.bootstrap, plan.topics, plan.rate, report.run, at.label).start()
+    clients += [reader, load]
+    wait_until(lambda: load.ledger.first_ack is not None, f"the first record acknowledged at {at.name}", stop)
+    pause(plan.duration_s, stop)
+    timeline.end(step, f"{load.ledger.count()} acknowledged at {at.name}")
+    say(f"{step.name}: {step.detail}")
+
+    step = timeline.begin(f"producers stopped at {at.name}")
+    stopped_at = time.monotonic()
+    load.stop(grace_s=10.0)
+    clients.remove(load)
+    wait_until(lambda: caught_up(reader, load.ledger.ends()), f"group {group} to read every record", stop)
+    reader.stop(commit=True)
+    clients.remove(reader)
+    timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed; the group caught up "
+                       "and committed")
+
+    step = timeline.begin(promote_step)
+    timeline.end(step, promote())
+    say(f"{step.name}: {step.detail}")
+
+    step = timeline.begin(moved_step)
+    to_reader = GroupReader(to.bootstrap, group, plan.topics, report.run).start()
+    to_load = ProducerLoad(to.bootstrap, plan.topics, plan.rate, report.run, to.label).start()
+    clients += [to_reader, to_load]
+    wait_until(lambda: to_load.ledger.first_ack is not None, f"the first record acknowledged at {to.name}", stop)
+    rto_produce = (to_load.ledger.first_ack or 0) - stopped_at
+    wait_until(lambda: to_reader.first_read is not None, f"group {group}'s first record at {to.name}", stop)
+    rto_consume = (to_reader.first_read or 0) - stopped_at
+    to_load.stop(grace_s=10.0)
+    clients.remove(to_load)
+    wait_until(lambda: caught_up(to_reader, to_load.ledger.ends()), f"group {group} to read every record at {to.name}",
+               stop, START_TIMEOUT_S)
+    to_reader.stop(commit=True)
+    clients.remove(to_reader)
+    read_before = {*report.read_names, *reader.names}
+    moved = Moved(rto_produce, rto_consume, sum(1 for name in to_reader.names if name in read_before),
+                  len((load.ledger.names() | to_load.ledger.names()) - read_before - set(to_reader.names)))
+    report.read_names += [*reader.names, *to_reader.names]  # what a later move goes on from
+    timeline.end(step, f"first produce {rto_produce:.2f} s, first consume {rto_consume:.2f} s after the producers "
+                       f"stopped at {at.name}; re-read {moved.reread}, skipped {moved.skipped}")
+    say(f"{step.name}: {step.detail}")
+    return moved
+
+
+def _where_again(report: DrillReport, mirror: str) -> list[str]:
+    """What state an interrupted third move left the DR site's topics in, and how to go on."""
+    begun = {step.name for step in report.timeline.steps}
+    if "switch-over to the DR site" in begun:
+        return [f"the switch-over to the DR site began: `causeway mirror promote TOPOLOGY --mirror {mirror}` "
+                "completes it"]
+    if "reverse-and-start at the DR site" in begun:
+        return [f"the DR site's topics are (or are becoming) mirror topics of {mirror} again: rerun "
+                f"`causeway mirror reverse-and-start --bootstrap DR --new-primary-bootstrap HOME --reverse-mirror "
+                f"{mirror}` to complete it"]
+    return []
+
+
 def _where_back(report: DrillReport, reverse: str) -> list[str]:
     """What state an interrupted way back left the old primary's topics in, and how to go on."""
     begun = {step.name for step in report.timeline.steps}
@@ -190,12 +284,16 @@ def _where_back(report: DrillReport, reverse: str) -> list[str]:
     return []
 
 
-def _restore(plan: DrillPlan, reverse: str, *, truncate: bool, say: Say) -> list[Cut]:
+def _restore(plan: DrillPlan, reverse: str, *, truncate: bool, say: Say, again: bool = False) -> list[Cut]:
+    """The old primary's topics made mirror topics of `reverse`; `again`: the DR site's, of the
+    forward mirror (the third move), with the applications home."""
     import trio
 
     from mirror.failback import failback
 
-    done = trio.run(partial(failback, plan.source_bootstrap, plan.target_bootstrap, reverse_mirror=reverse,
+    old, new = (plan.target_bootstrap, plan.source_bootstrap) if again else (plan.source_bootstrap,
+                                                                             plan.target_bootstrap)
+    done = trio.run(partial(failback, old, new, reverse_mirror=reverse,
                             truncate=truncate, topics=[re.escape(t) for t in plan.topics], timeout_s=60.0,
                             say=lambda line: say(f"  {line}")))
     if not done.ok:
@@ -222,20 +320,36 @@ def _same_offsets(report: DrillReport, cuts: list[Cut]) -> bool:
 
 
 def _promote_back(plan: DrillPlan, reverse: str, config: dict[str, object], say: Say) -> str:
+    return _planned_promote(plan.source_bootstrap, plan.target_bootstrap, reverse, mirror_config_from_data(config),
+                            say)
+
+
+def _planned_promote(at: str, source: str, mirror: str, config: MirrorConfig | None, say: Say) -> str:
+    """A planned promote of `mirror`'s topics at `at`: it waits for the copy of `source`'s log
+    ends and carries the groups' offsets a last time."""
     import trio
 
     from mirror.promote import promote
 
-    done = trio.run(partial(promote, plan.source_bootstrap, source_bootstrap=plan.target_bootstrap, mirror=reverse,
-                            timeout_s=60.0, say=lambda line: say(f"  promote: {line}"),
-                            config=mirror_config_from_data(config)))
+    done = trio.run(partial(promote, at, source_bootstrap=source, mirror=mirror,
+                            timeout_s=60.0, say=lambda line: say(f"  promote: {line}"), config=config))
     if not done.ok:
         why = "; ".join(f"{t}: {w}" for t, w in sorted(done.failed.items())) or "the copy did not catch up"
         raise DrillError(f"the promotion failed: {why}")
     return f"{len(done.promoted)} topic(s) promoted"
 
 
-def _compare(plan: DrillPlan) -> tuple[int, list[str]]:
+def _compare(plan: DrillPlan, report: DrillReport, say: Say, step_name: str, *,
+             again: bool = False) -> tuple[int, list[str]]:
+    """A step: both sites' logs batch for batch, below the end of the site the applications left
+    last (the DR site after the switch back, home after the third move: `again`)."""
     import trio
 
-    return trio.run(compare_logs, plan.source_bootstrap, plan.target_bootstrap, plan.partitions)
+    step = report.timeline.begin(step_name)
+    ahead, behind = (plan.target_bootstrap, plan.source_bootstrap) if again else (plan.source_bootstrap,
+                                                                                  plan.target_bootstrap)
+    same, differing = trio.run(compare_logs, ahead, behind, plan.partitions)
+    report.timeline.end(step, f"{same} batch(es) alike" + (
+        f", {len(differing)} partition(s) differ" if differing else ""))
+    say(f"{step.name}: {step.detail}")
+    return same, differing

@@ -10,7 +10,7 @@ from typing import Any
 from deploy.drill.verify import NO_OFFSET, Outcome
 from deploy.drill.workload import TopicPartition
 
-__all__ = ["Cut", "DrillReport", "FailbackOutcome", "Sample", "Step", "Timeline", "committed_text"]
+__all__ = ["Cut", "DrillReport", "FailbackOutcome", "Sample", "Step", "ThirdMove", "Timeline", "committed_text"]
 
 
 @dataclass(frozen=True)
@@ -68,6 +68,39 @@ class Cut:
 
 
 @dataclass
+class ThirdMove:
+    """After the way back, the DR site once more (deploy/drill/failback.py run_third_move):
+    reverse-and-start there, the forward mirror copying, a planned switch-over."""
+
+    mirror: str  # the forward mirror, whose mirror topics the DR site's are again
+    rto_produce_s: float | None = None  # from the producers stopping at home to the first produce at the DR site
+    rto_consume_s: float | None = None  # ... to the group's first read there
+    reread: int = 0  # records the group read at the DR site that it had read before (anywhere)
+    skipped: int = 0  # records produced at home or at the DR site in this move that the group never read
+    batches_compared: int = 0
+    differing: list[str] = field(default_factory=list)
+    # The group's committed offsets at home once it stopped there, and at the DR site right after
+    # the promotion (which carried them): equal when it moved without re-read or skip.
+    committed_home: dict[TopicPartition, int] = field(default_factory=dict)
+    committed_dr: dict[TopicPartition, int] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mirror": self.mirror,
+                "rto": {"first_produce_s": _round(self.rto_produce_s), "first_consume_s": _round(self.rto_consume_s)},
+                "group": {"reread": self.reread, "skipped": self.skipped},
+                "logs": {"batches": self.batches_compared, "identical": not self.differing,
+                         "differing": self.differing}}
+
+    def lines(self) -> list[str]:
+        same = "identical" if not self.differing else "DIFFERENT: " + "; ".join(self.differing)
+        return [f"AGAIN      reverse-and-start at the DR site, mirror {self.mirror}, planned switch-over",
+                f"RTO again  first produce at the DR site {_seconds(self.rto_produce_s)}, first consume "
+                f"{_seconds(self.rto_consume_s)} (from the producers stopping at home)",
+                f"group again re-read {self.reread}, skipped {self.skipped}",
+                f"logs again {self.batches_compared} batch(es) at both sites: {same}"]
+
+
+@dataclass
 class FailbackOutcome:
     """`drill failback`'s way back: the restore, the switch back, and the state it left."""
 
@@ -83,6 +116,7 @@ class FailbackOutcome:
     partitions_compared: int = 0
     batches_compared: int = 0
     differing: list[str] = field(default_factory=list)  # partitions whose logs differ, with where
+    third: ThirdMove | None = None  # the DR site once more, when asked for
 
     @property
     def quarantined(self) -> int:
@@ -102,6 +136,7 @@ class FailbackOutcome:
             "group": {"reread": self.reread, "skipped": self.skipped},
             "logs": {"partitions": self.partitions_compared, "batches": self.batches_compared,
                      "identical": not self.differing, "differing": self.differing},
+            "third_move": None if self.third is None else self.third.to_json(),
         }
 
     def lines(self, rpo: int | None) -> list[str]:
@@ -119,6 +154,8 @@ class FailbackOutcome:
         same = "identical" if not self.differing else "DIFFERENT: " + "; ".join(self.differing)
         lines.append(f"logs       {self.partitions_compared} partition(s), {self.batches_compared} batch(es) at both "
                      f"sites: {same}")
+        if self.third is not None:
+            lines += self.third.lines()
         return lines
 
 

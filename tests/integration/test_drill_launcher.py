@@ -122,7 +122,8 @@ def test_failover_with_the_link_cut_reports_the_rpo_the_dr_site_bears_out(tmp_pa
 
 def test_bad_command_lines_exit_2(tmp_path: Path) -> None:
     state = str(tmp_path / "nothing")
-    for args in (["switchover", "--disaster", "kill"], ["failover", "--rate", "0"], ["failover", "--duration", "-1"]):
+    for args in (["switchover", "--disaster", "kill"], ["failover", "--rate", "0"], ["failover", "--duration", "-1"],
+                 ["failover", "--third-move"]):
         done = causeway("drill", *args, EXAMPLE, "--mirror", MIRROR, "--state-dir", state)
         assert done.returncode == 2, done.stdout + done.stderr
         assert "causeway drill:" in done.stderr

@@ -5,19 +5,23 @@ The first failover's losses are counted by the chaos checker on the old primary'
 any cut, and the quarantine read from disk holds exactly those records; the group moved there
 reads the copy exactly from the offsets the DR site held for it at the promotion (so it re-reads
 exactly what it read at the primary past them), and home skips and re-reads nothing; both sites'
-logs end identical batch for batch, on every replica read from its files on disk."""
+logs end identical batch for batch, on every replica read from its files on disk. Then the third
+move (run_third_move): reverse-and-start at the DR site, the forward mirror `causeway up` runs
+copying home's new records, a planned switch-over to the DR site: the group re-reads and skips
+nothing there, and both sites' logs are identical again, on every replica."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import yaml
 
 from deploy.chaos.checker import Report, check
 from deploy.chaos.payload import make_record
-from deploy.drill.failback import run_failback
+from deploy.drill.failback import run_failback, run_third_move
 from deploy.drill.report import DrillReport
 from deploy.drill.roundtrip import drill_plan, primary_records, quarantined_records, record_seq, replica_batches
 from deploy.drill.run import DrillPlan
@@ -62,6 +66,20 @@ def check_failover(plan: DrillPlan, report: DrillReport) -> dict[str, Report]:
             acked={p: [record_seq(n) for n in report.acked_primary.get((topic, p), {}).values()] for p in ours},
             run=f"{report.run}.primary", max_examples=1 << 30)
     return verdicts
+
+
+def replicas_alike(state: Path, tp: tuple[str, int], ahead: str, behind: str) -> bool:
+    """Every replica of `tp`, read from its files on disk: the three at each site alike, and
+    `ahead`'s alike `behind`'s below `behind`'s end (past it: what was written at `ahead` since
+    the applications left `behind`)."""
+    at_ahead, at_behind = replica_batches(state, ahead, tp), replica_batches(state, behind, tp)
+    if len(at_ahead) != 3 or len(at_behind) != 3:
+        return False
+    if len({tuple(b) for b in at_ahead.values()}) != 1 or len({tuple(b) for b in at_behind.values()}) != 1:
+        return False
+    longer, shorter = next(iter(at_ahead.values())), next(iter(at_behind.values()))
+    end = shorter[-1][1] + 1 if shorter else 0
+    return bool(shorter) and [b for b in longer if b[0] < end] == shorter
 
 
 def test_a_round_trip_quarantines_exactly_what_the_checker_counts_lost(tmp_path: Path) -> None:
@@ -125,16 +143,21 @@ def test_a_round_trip_quarantines_exactly_what_the_checker_counts_lost(tmp_path:
         # Every replica, read from its files on disk: the three at each site alike, and the old
         # primary's alike the DR site's below the DR site's end (past it: what was written home).
         for tp in plan.partitions:
-            def replicas_alike(tp: tuple[str, int] = tp) -> bool:
-                home, dr = replica_batches(state, plan.source, tp), replica_batches(state, plan.target, tp)
-                if len(home) != 3 or len(dr) != 3 or len({tuple(b) for b in dr.values()}) != 1:
-                    return False
-                if len({tuple(b) for b in home.values()}) != 1:
-                    return False
-                at_dr, at_home = next(iter(dr.values())), next(iter(home.values()))
-                end = at_dr[-1][1] + 1 if at_dr else 0
-                return bool(at_dr) and [b for b in at_home if b[0] < end] == at_dr
-            wait_until(replicas_alike, what=f"{tp}: every replica alike at both sites", timeout_s=30)
+            wait_until(partial(replicas_alike, state, tp, plan.source, plan.target),
+                       what=f"{tp}: every replica alike at both sites", timeout_s=30)
+
+        # The third move: home -> the DR site again, with the forward mirror.
+        third = run_third_move(plan, report, said.append)
+        output = "\n".join(said)
+        assert back.third is third and third.mirror == MIRROR, output
+        assert any("reverse-and-start at the DR site" == step.name for step in report.timeline.steps), output
+        assert third.committed_home and third.committed_dr == third.committed_home, output
+        assert (third.reread, third.skipped) == (0, 0), output
+        assert third.differing == [] and third.batches_compared > back.batches_compared, output
+        assert report.to_json()["failback"]["third_move"]["group"] == {"reread": 0, "skipped": 0}
+        for tp in plan.partitions:
+            wait_until(partial(replicas_alike, state, tp, plan.target, plan.source),
+                       what=f"{tp}: every replica alike at both sites after the third move", timeout_s=30)
     finally:
         down = causeway("down", "--state-dir", str(state))
     assert down.returncode == 0, down.stdout + down.stderr

@@ -322,6 +322,29 @@ async def test_a_promoted_topic_stops_alone_and_the_status_says_so(
     await assert_same_copy(east, west, "payments", 1)
 
 
+async def test_a_promoted_topic_made_the_mirrors_again_by_reverse_and_start_is_copied_again(
+        east: BrokerProcess, west: BrokerProcess, tmp_path: Path) -> None:
+    from mirror.failback import failback
+
+    await trio.to_thread.run_sync(lambda: produce(east.bootstrap, "orders", 300))
+    async with running(link_config(east, west), tmp_path / "status.json") as mirror:
+        await wait_copied(east, west, "orders", 3)
+        async with open_client(west.bootstrap) as client:
+            await admin.alter_configs(client, "orders", {MIRROR_NAME_CONFIG: None})  # a planned promote
+        await wait_for(lambda: "orders" in mirror.status()["not_mirrored"], what="the promotion to be seen")
+        await trio.to_thread.run_sync(lambda: produce(east.bootstrap, "orders", 300, start=300))
+        # The promoted topic is left alone; reverse-and-start with the mirror's own name (west the
+        # old primary, nothing written there since) makes it the mirror's mirror topic again.
+        assert (await ends_of(west.bootstrap, "orders", 3)) == {p: 100 for p in range(3)}
+        done = await failback(west.bootstrap, east.bootstrap, reverse_mirror=NAME, truncate=False, topics=["orders"])
+        assert done.ok and done.cut_records == 0, done
+        await wait_copied(east, west, "orders", 3)
+        status = mirror.status()
+    assert status["not_mirrored"] == {} and status["topics"] == {"orders": "orders"}, status
+    assert any("orders is this mirror's mirror topic again" in e["message"] for e in status["events"])
+    await assert_same_copy(east, west, "orders", 3)
+
+
 async def test_a_target_topic_that_is_not_the_mirrors_is_reported_and_not_written(
         east: BrokerProcess, west: BrokerProcess) -> None:
     async with open_client(east.bootstrap) as client:

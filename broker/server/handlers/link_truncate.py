@@ -12,8 +12,10 @@ primary holds it). Per topic, on its partitions' leader:
    cluster was never the source of that copy, or its log was replaced); the divergence point
    lies within the log; ``AllowTruncation`` false (reverse-and-start, after a planned promote)
    refuses a log that holds anything past it; a promoted mirror topic whose promotion marker
-   would survive the cut is refused (its local writes follow the marker). ``ValidateOnly``
-   stops here: the command checks every leader before any cuts;
+   stays below the cut (its local writes follow the marker: a second round trip) waits,
+   NOT_ENOUGH_REPLICAS, until every replica holds that marker (the log then becomes a mirror
+   topic again at its end, broker/storage/link_copy.py). ``ValidateOnly`` stops here: the
+   command checks every leader before any cuts;
 2. the topic becomes the mirror topic of ``LinkName`` (``causeway.mirror.name`` set through the
    controller, as the mirror sets it at creation) and the handler waits until this broker applied
    it: from then on producers are refused, so nothing lands past the cut;
@@ -103,9 +105,15 @@ def _check(partition: Partition, asked: PartitionRequest) -> None:
                        f"truncate-and-restore, which keeps them in quarantine")
     marker = plog.copy.marker
     if marker >= 0 and at > marker:
-        raise _refused(f"{where} was a promoted mirror topic and its promotion marker at offset {marker} lies below "
-                       f"the divergence point {at}: restoring it as a mirror topic while its local writes stay is "
-                       f"not supported")
+        # A promoted mirror topic that kept its local writes: it becomes a mirror topic again
+        # at its end, each replica at its own (broker/storage/link_copy.py). A replica that has
+        # not fetched the marker yet would take it, fetched after that, for the end of the new copy.
+        behind = sorted(r for r, state in partition.followers.items() if state.log_end_offset <= marker)
+        if behind:
+            raise KafkaError(ErrorCode.NOT_ENOUGH_REPLICAS,
+                             f"{where} was a promoted mirror topic and replica(s) {', '.join(map(str, behind))} have "
+                             f"not fetched its promotion marker (offset {marker}) yet: nothing is changed until every "
+                             f"replica holds it; run the failback again once they have")
 
 
 async def _apply_owner(ctx: RequestContext, name: str, topic: TopicInfo, link_name: str,

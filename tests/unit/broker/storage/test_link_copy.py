@@ -1,6 +1,7 @@
 """Copied batches never feed the idempotent-producer state (broker/storage/link_copy.py): a
 mirror topic's log, its promotion marker, a follower's copy, a reopen, a truncation below the
-marker, a source's own marker, and a LinkAppend after promotion."""
+marker, a source's own marker, a LinkAppend after promotion, and a promoted log made a mirror
+topic again (failback) and promoted once more."""
 
 from __future__ import annotations
 
@@ -88,3 +89,62 @@ def test_a_source_s_own_promotion_marker_is_not_copied(tmp_path: Path) -> None:
     assert result is not None and result.last_offset == 7
     assert [h.base_offset for _, h in split_batches(log.read(0, 1 << 20).data)] == [0, 1, 2, 3, 4, 5, 7]
     assert log.copy.open and log.producers.producers == {}
+
+
+def promoted(directory: Path, *writes: tuple[int, int]) -> Log:
+    """A mirror topic's log of copied(), promoted (its marker at 6), then each local write
+    (producer id, sequence) from offset 7."""
+    log = Log.open(directory, MIRROR, high_watermark=None)
+    log.append_copied(copied(), leader_epoch=0, now_ms=NOW)
+    log.update_config(LogConfig())
+    for pid, seq in writes:
+        log.append_as_leader(local(pid, seq), leader_epoch=0, now_ms=NOW)
+    return log
+
+
+def test_a_promoted_log_made_a_mirror_topic_again_copies_from_its_end_and_marks_its_next_promotion(
+        tmp_path: Path) -> None:
+    log = promoted(tmp_path / "t-0", (0, 0), (5, 0))  # local writes at 7 and 8
+    assert set(log.producers.producers) == {0, 5}
+    # Failback: a mirror topic again. What it holds is history; the copy begins at its end.
+    log.update_config(MIRROR)
+    assert log.copy.open and log.copy.since == 9 and log.producers.producers == {}
+    assert (tmp_path / "t-0" / CHECKPOINT_FILE).read_text() == "open 9\n"
+    source = b"".join(build_batch([Record(b"k", b"back")], base_offset=9 + i, producer_id=0, producer_epoch=0,
+                                  base_sequence=i) for i in range(3))
+    result = log.append_copied(source, leader_epoch=1, now_ms=NOW)
+    assert result is not None and result.last_offset == 11 and log.producers.producers == {}
+    log.flush()
+    log.close()
+    # Read again at open: the marker at 6 is the earlier promotion's and closes nothing.
+    log = Log.open(tmp_path / "t-0", MIRROR, high_watermark=None)
+    assert log.copy.open and log.copy.since == 9 and log.producers.producers == {}
+    # Promoted once more: a marker of its own before the first local write; producer 0 of the
+    # copy constrains nobody.
+    log.update_config(LogConfig())
+    first = log.append_as_leader(local(0, 0), leader_epoch=2, now_ms=NOW)
+    assert (first.first_offset, first.duplicate) == (13, False)  # the marker at 12
+    assert (tmp_path / "t-0" / CHECKPOINT_FILE).read_text() == "marker 12\n"
+    log.flush()
+    log.close()
+    log = Log.open(tmp_path / "t-0", LogConfig(), high_watermark=None)
+    assert (log.copy.open, log.copy.marker) == (False, 12) and set(log.producers.producers) == {0}
+    assert log.append_as_leader(local(0, 0), leader_epoch=2, now_ms=NOW).duplicate
+
+
+def test_a_copy_begun_again_and_cut_below_its_start_begins_at_the_cut(tmp_path: Path) -> None:
+    log = promoted(tmp_path / "t-0", (0, 0), (0, 1))
+    log.update_config(MIRROR)
+    log.truncate_to(8)  # truncate-and-restore above the marker
+    assert log.copy.open and log.copy.since == 8 and log.producers.producers == {}
+    assert (tmp_path / "t-0" / CHECKPOINT_FILE).read_text() == "open 8\n"
+
+
+def test_a_damaged_checkpoint_of_a_mirror_topic_again_is_not_closed_by_the_earlier_marker(tmp_path: Path) -> None:
+    log = promoted(tmp_path / "t-0", (0, 0))
+    log.update_config(MIRROR)
+    log.flush()
+    log.close()
+    (tmp_path / "t-0" / CHECKPOINT_FILE).write_bytes(b"\xff" * 8)
+    log = Log.open(tmp_path / "t-0", MIRROR, high_watermark=None)
+    assert log.copy.open and log.copy.since == 8 and log.producers.producers == {}
