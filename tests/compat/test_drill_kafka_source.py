@@ -15,6 +15,7 @@ it had read at Kafka past them, none below, and skipped nothing.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -99,9 +100,15 @@ def test_a_failover_drill_from_an_apache_kafka_primary(tmp_path: Path, kafka_jar
             assert sum(x.count for x in done.lost) == done.rpo, output
 
             # The group: it committed at Kafka, the mirror carried its offsets, and they are where
-            # it resumed at the DR site.
+            # it resumed at the DR site: exactly what the promotion said (the mirror process's
+            # copies that land after it are refused there, LinkOffsetCommit on a promoted topic).
             assert set(done.committed) == set(plan.partitions), output
             assert all(0 <= done.committed[tp] <= done.log_end[tp] for tp in plan.partitions), output
+            said_offsets = re.search(r"promote: +group causeway-drill-\w+: (?:last copied|offsets copied one last "
+                                     r"time:) (.*)", output)
+            assert said_offsets is not None, output
+            resumed = {tp: int(o) for tp, o in (part.rsplit(" ", 1) for part in said_offsets[1].split(", "))}
+            assert resumed == {f"{t}-{p}": o for (t, p), o in done.committed.items()}, output
             assert done.reread_below_committed == 0 and done.reread == done.reread_expected, output
             assert done.skipped == 0, output
         finally:
