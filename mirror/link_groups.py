@@ -7,9 +7,13 @@ copied committed to the same group at the target, with their metadata, each clam
 target partition's high watermark (a consumer that fails over never skips records not copied
 yet), and only while that group has no active members at the target (committing under a live
 consumer would move it). A promoted topic is no longer copied, so its offsets at the target are
-its consumers' own from then on; `carry_offsets` is also what `causeway mirror promote` runs one
-last time before it promotes (mirror/promote.py), so a group moved after a switch-over re-reads
-nothing.
+its consumers' own from then on: the mirror commits with LinkOffsetCommit as its link
+(broker/server/handlers/link_offset_commit.py), which the target refuses on a topic that is no
+longer its mirror topic, so a pass that read the source before a promotion and commits after it
+(or a mirror process slow, cut off or stale) cannot move a moved group; the refused topic is
+handed back to the mirror, which reads its config and stops it. `commit_carried` with a plain
+OffsetCommit is what `causeway mirror promote` runs one last time once the promotion is applied
+(mirror/promote.py), so a group moved after a switch-over re-reads nothing.
 
 A failover cannot ask a dead source for that last copy: a moved group resumes from the mirror's
 last one, and re-reads what it committed at the source since. So link mode copies often
