@@ -402,7 +402,8 @@ class LinkMirror(Mirror):
             self.start_fetching(nursery)
             if config.sync_group_offsets:
                 nursery.start_soon(self.every, "group offsets", config.sync_group_offsets_s,
-                                   partial(carry_group_offsets, self, CarriedGroups()))
+                                   partial(carry_group_offsets, self, CarriedGroups(), self.link_name,
+                                           partial(_recheck_owner, self)))
             log.info("mirror %s running in link mode: %s (%s) -> mirror topics at %s (%s)", self.link_name,
                      self.source_alias, config.source.bootstrap, self.target_alias, config.target.bootstrap)
             await self.every("topic discovery", config.refresh_topics_s, partial(_discover, self, nursery))
@@ -571,7 +572,12 @@ def _not_ours(mirror: LinkMirror, topic: str, owner: str | None) -> None:
 
 async def _on_refused(mirror: LinkMirror, pm: LinkPartition) -> None:
     """The target answered INVALID_REQUEST for `pm`'s topic: read whose topic it is now."""
-    topic = pm.source.topic
+    await _recheck_owner(mirror, pm.source.topic)
+
+
+async def _recheck_owner(mirror: LinkMirror, topic: str) -> None:
+    """The target refused a write to `topic` (a copy, a group's offsets) as not this mirror's:
+    read whose topic it is now, and stop it when promoted, someone else's or paused."""
     try:
         owner, state = await _owner(mirror.target, topic)
     except (KafkaError, ClientError) as exc:

@@ -7,9 +7,13 @@ copied committed to the same group at the target, with their metadata, each clam
 target partition's high watermark (a consumer that fails over never skips records not copied
 yet), and only while that group has no active members at the target (committing under a live
 consumer would move it). A promoted topic is no longer copied, so its offsets at the target are
-its consumers' own from then on; `carry_offsets` is also what `causeway mirror promote` runs one
-last time before it promotes (mirror/promote.py), so a group moved after a switch-over re-reads
-nothing.
+its consumers' own from then on: the mirror commits with LinkOffsetCommit as its link
+(broker/server/handlers/link_offset_commit.py), which the target refuses on a topic that is no
+longer its mirror topic, so a pass that read the source before a promotion and commits after it
+(or a mirror process slow, cut off or stale) cannot move a moved group; the refused topic is
+handed back to the mirror, which reads its config and stops it. `commit_carried` with a plain
+OffsetCommit is what `causeway mirror promote` runs one last time once the promotion is applied
+(mirror/promote.py), so a group moved after a switch-over re-reads nothing.
 
 A failover cannot ask a dead source for that last copy: a moved group resumes from the mirror's
 last one, and re-reads what it committed at the source since. So link mode copies often
@@ -29,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -37,7 +41,14 @@ import trio
 
 from broker.client import Client, ClientError, KafkaError, TopicPartition, admin
 from broker.client.admin import LATEST
-from broker.client.groups import CommittedOffset, commit_offsets, describe_groups, fetch_offsets, list_groups
+from broker.client.groups import (
+    CommittedOffset,
+    commit_offsets,
+    describe_groups,
+    fetch_offsets,
+    link_commit_offsets,
+    list_groups,
+)
 from broker.protocol.errors import ErrorCode
 from broker.tasks import gather
 from mirror.config import INTERNAL_GROUPS
@@ -62,6 +73,8 @@ class CarriedOffsets:
     active: list[str] = field(default_factory=list)
     committed: int = 0  # partitions whose offset this pass changed
     clamped: set[str] = field(default_factory=set)  # groups held below the source's offsets (the copy's end)
+    #: Partitions the target refused as not (any more) the mirror's (promoted), with its reason.
+    refused: dict[TopicPartition, str] = field(default_factory=dict)
 
 
 #: What a source group last had carried (or found equal) at the target, per partition.
@@ -78,10 +91,14 @@ class CarriedGroups:
     carried: dict[str, Carried] = field(default_factory=dict)
 
 
-async def carry_group_offsets(mirror: Mirror, memory: CarriedGroups) -> int:
+async def carry_group_offsets(mirror: Mirror, memory: CarriedGroups, link_name: str,
+                              on_refused: Callable[[str], Awaitable[None]]) -> int:
     """One pass over the source's groups; returns how many partitions' offsets were committed
-    at the target. Raises KafkaError / ClientError (the caller retries)."""
-    copied = {tp for tp in mirror.partitions if tp.topic in mirror.topics}
+    at the target. Committed as mirror `link_name` (LinkOffsetCommit), so the target refuses
+    the partitions of a topic promoted meanwhile, whatever this pass read before; each such
+    topic is handed to `on_refused` (the mirror reads whose it is now and stops it). Raises
+    KafkaError / ClientError (the caller retries)."""
+    copied = _copied(mirror)
     if not copied:
         return 0
     now = trio.current_time()
@@ -89,15 +106,28 @@ async def carry_group_offsets(mirror: Mirror, memory: CarriedGroups) -> int:
         memory.checked_at, memory.carried = now, {}
     groups = await matching_groups(mirror.source, lambda g: mirror.config.groups.matches(g, INTERNAL_GROUPS))
     wanted = await source_offsets(mirror.source, groups, copied)
+    # The source was read across a WAN: a topic stopped meanwhile (promoted, paused) is left out.
+    # The target's refusal is the fence; this only spares it the requests.
+    copied = _copied(mirror)
+    wanted = {group: mine for group, offsets in wanted.items()
+              if (mine := {tp: c for tp, c in offsets.items() if tp in copied})}
     changed = {group: offsets for group, offsets in wanted.items() if memory.carried.get(group) != offsets}
-    carried = await commit_carried(mirror.target, changed)
+    carried = await commit_carried(mirror.target, changed, link_name=link_name)
+    for topic in sorted({tp.topic for tp in carried.refused}):
+        await on_refused(topic)
     for group in carried.offsets:
-        if group not in carried.clamped:  # a clamped one is carried again as the copy advances
+        # A clamped one is carried again as the copy advances; one refused somewhere, once the
+        # mirror knows whose that topic is.
+        if group not in carried.clamped and not carried.refused.keys() & changed[group].keys():
             memory.carried[group] = changed[group]
     for group in carried.active:
         memory.carried.pop(group, None)  # its consumers may leave: checked again next pass
     mirror.group_checkpoints += carried.committed
     return carried.committed
+
+
+def _copied(mirror: Mirror) -> set[TopicPartition]:
+    return {tp for tp in mirror.partitions if tp.topic in mirror.topics}
 
 
 async def matching_groups(source: Client, matches: Callable[[str], bool]) -> list[str]:
@@ -126,21 +156,27 @@ async def source_offsets(source: Client, groups: Iterable[str],
 
 async def carry_offsets(source: Client, target: Client, copied: Set[TopicPartition],
                         matches: Callable[[str], bool], *,
-                        ceilings: Mapping[TopicPartition, int] | None = None) -> CarriedOffsets:
+                        ceilings: Mapping[TopicPartition, int] | None = None, rewrite: bool = False) -> CarriedOffsets:
     """Commit at `target` each matching source group's committed offsets on `copied`, clamped
     to the target's high watermark (or to `ceilings`, the copy's ends when the caller read them
-    before the target's own writes began), for groups with no live members at the target.
-    Raises KafkaError / ClientError when either cluster fails to answer."""
+    before the target's own writes began), for groups with no live members at the target, by a
+    plain OffsetCommit (`commit_carried`'s `rewrite` as given). Raises KafkaError / ClientError
+    when either cluster fails to answer."""
     if not copied:
         return CarriedOffsets()
     wanted = await source_offsets(source, await matching_groups(source, matches), copied)
-    return await commit_carried(target, wanted, ceilings=ceilings)
+    return await commit_carried(target, wanted, ceilings=ceilings, rewrite=rewrite)
 
 
 async def commit_carried(target: Client, wanted: Mapping[str, Carried], *,
-                         ceilings: Mapping[TopicPartition, int] | None = None) -> CarriedOffsets:
+                         ceilings: Mapping[TopicPartition, int] | None = None, link_name: str | None = None,
+                         rewrite: bool = False) -> CarriedOffsets:
     """Commit `wanted` (per group, the source's offsets) at `target`, each clamped as
-    `carry_offsets` says, for the groups with no live members there."""
+    `carry_offsets` says, for the groups with no live members there: as mirror `link_name`
+    (LinkOffsetCommit: the target refuses a partition whose topic is not, or no longer, that
+    mirror's; `refused` names them) or, None, a plain OffsetCommit (the promotion's own last
+    copy). An offset the target holds already is not committed again, unless `rewrite`: then
+    the commit is the latest record of every partition, whatever was written before it."""
     carried = CarriedOffsets()
     if not wanted:
         return carried
@@ -163,17 +199,26 @@ async def commit_carried(target: Client, wanted: Mapping[str, Carried], *,
             carried.clamped.add(group)
         updates: dict[TopicPartition, int | CommittedOffset] = {
             tp: value for tp, value in values.items()
-            if (have := existing.get(tp)) is None or (have.offset, have.metadata) != (value.offset, value.metadata)}
+            if rewrite or (have := existing.get(tp)) is None
+            or (have.offset, have.metadata) != (value.offset, value.metadata)}
+        refused: dict[TopicPartition, str] = {}
         if updates:
             try:
-                await commit_offsets(target, group, updates)
+                if link_name is None:
+                    await commit_offsets(target, group, updates)
+                else:
+                    refused = await link_commit_offsets(target, link_name, group, updates)
             except KafkaError as exc:
                 if exc.code in (ErrorCode.UNKNOWN_MEMBER_ID, ErrorCode.REBALANCE_IN_PROGRESS,
                                 ErrorCode.ILLEGAL_GENERATION):
                     carried.active.append(group)  # a consumer joined meanwhile: leave the group to it
                     continue
                 raise
-            carried.committed += len(updates)
-            log.info("group %s: offsets carried over for %d partitions", group, len(updates))
-        carried.offsets[group] = {tp: value.offset for tp, value in values.items()}
+            carried.refused.update(refused)
+            carried.committed += len(updates) - len(refused)
+            if len(updates) > len(refused):
+                log.info("group %s: offsets carried over for %d partitions", group, len(updates) - len(refused))
+        for tp, why in refused.items():
+            log.warning("group %s: offset of %s-%d not carried: %s", group, tp.topic, tp.partition, why)
+        carried.offsets[group] = {tp: value.offset for tp, value in values.items() if tp not in refused}
     return carried

@@ -9,12 +9,13 @@ cluster linking has them (`kafka-mirrors --promote` and `--failover`):
 - **promote** (a planned switch-over): the source must answer (else refused: fail over); wait,
   under a deadline, until every selected topic has at the target the source's log end on every
   partition (the mirror copied everything the source holds; producers at the source should have
-  stopped), copy the groups' committed offsets one last time (mirror/link_groups.py), then
-  promote topic by topic. Nothing is promoted when the deadline passes first. While it waits,
+  stopped), promote topic by topic, then copy the groups' committed offsets one last time
+  (mirror/link_groups.py). Nothing is promoted when the deadline passes first. While it waits,
   each topic's `causeway.mirror.state` is PROMOTING (its link state, mirror/link_ops.py; ACTIVE
   again when nothing is promoted); a paused topic is refused (it would never catch up).
 - **failover** (the source is down, or must not be waited for): promote at once; meanwhile ask
-  the source for its log ends and copy the groups' offsets one last time. The failover never
+  the source for its log ends and the groups' offsets, which are copied one last time once
+  the promotion is done. The failover never
   waits on the source: one whose every bootstrap address refuses a connection (killed brokers)
   is unreachable at once, one that has not answered within FIRST_ANSWER_S (frozen, cut off) is
   left then, the promotion having gone on meanwhile, and only one that answered gets the rest
@@ -22,6 +23,13 @@ cluster linking has them (`kafka-mirrors --promote` and `--failover`):
   records not copied per partition (truncate-and-restore counts them, into its quarantine, when
   the source returns), and the groups whose last copy is what they resume from (named, with
   those offsets; the mirror copies them often, mirror/link_groups.py, so that is little).
+
+The groups' last copy is written once every broker applied the promotion, by a plain
+OffsetCommit. The mirror commits the groups' offsets with LinkOffsetCommit, which the target
+refuses on a topic that is not (any more) its mirror topic: from the promotion on, nothing the
+mirror sends lands there (a slow pass, a cut-off or stale mirror process), and what it sent
+before is an earlier record than the last copy, which rewrites every offset. So the DR site
+holds the offsets the report gives, until the moved consumers commit their own.
 
 Run twice, either is idempotent: the second run finds the mirror's topics normal already and
 says so (`already`). mirror/promote_mm2.py is the same command for an mm2-mode mirror.
@@ -43,7 +51,7 @@ from broker.client.cluster import Client, open_client
 from broker.client.groups import fetch_offsets, list_groups
 from broker.protocol.constants import MIRROR_NAME_CONFIG, MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from mirror.config import INTERNAL_GROUPS, INTERNAL_TOPICS, MirrorConfig
-from mirror.link_groups import carry_offsets
+from mirror.link_groups import Carried, commit_carried, matching_groups, source_offsets
 from mirror.naming import ReplicationPolicy
 from mirror.promote_mm2 import promote_mm2
 from mirror.promotion import (
@@ -223,19 +231,24 @@ async def promote(target_bootstrap: str, *, source_bootstrap: str | None = None,
         if not caught_up:
             await _set_state(target, selected, None, shielded=True)
             return report
-        # The source's producers stopped and the copy holds all it has: its groups' offsets, once
-        # more, so a group moved now resumes exactly where it stopped.
         ceilings = {TopicPartition(p.topic, p.partition): p.target_end or 0 for p in report.partitions}
+        await _promote_each(target, report, say)
+        await _set_state(target, [t for t in selected if t in report.failed], None, shielded=True)
+        # The source's producers stopped and the copy holds all it has: its groups' offsets, once
+        # more, so a group moved now resumes exactly where it stopped. After the promotion, which
+        # every broker applied: the mirror's own copies of them are refused from then on
+        # (LinkOffsetCommit), so this is the last word (_sync_groups).
+        wanted: dict[str, Carried] | None = None
         with trio.move_on_after(SOURCE_TIMEOUT_S) as bound:
             async with open_client(source_bootstrap, client_id="causeway-promote", security=source_security,
                                    request_timeout_s=SOURCE_TIMEOUT_S, connect_timeout_s=2.0) as source:
-                await _sync_groups(target, source, report, ceilings, groups)
+                wanted = await _source_groups(source, report, ceilings, groups)
         if bound.cancelled_caught:
             report.groups_error = f"the source did not answer within {SOURCE_TIMEOUT_S:g} s"
+        elif wanted is not None:
+            await _sync_groups(target, report, wanted, ceilings)
         await _unsynced_groups(target, report, groups)
         _say_groups(report, say)
-        await _promote_each(target, report, say)
-        await _set_state(target, [t for t in selected if t in report.failed], None, shielded=True)
         # What reached the source after the check and was not copied (its producers still ran).
         with trio.move_on_after(min(SOURCE_TIMEOUT_S, max(1.0, deadline - trio.current_time()))):
             try:
@@ -289,13 +302,32 @@ def _already_promoted(normal: list[str], config: MirrorConfig | None, mirror: st
     return list(normal) if topics_regex is not None and mirror is None else []
 
 
-async def _sync_groups(target: Client, source: Client, report: PromotionReport,
-                       ceilings: Mapping[TopicPartition, int], groups: Callable[[str], bool]) -> None:
-    """Copy the source's groups' offsets on `ceilings`' partitions one last time, each at most
-    the copy's end there (`ceilings`: what the copy held before the topic became writable, so
-    a group never skips a record written at the target after the promotion)."""
+async def _source_groups(source: Client, report: PromotionReport, ceilings: Mapping[TopicPartition, int],
+                         groups: Callable[[str], bool]) -> dict[str, Carried] | None:
+    """The source's groups' committed offsets on `ceilings`' partitions (None, with
+    `report.groups_error`, when the source does not answer)."""
     try:
-        carried = await carry_offsets(source, target, set(ceilings), groups, ceilings=ceilings)
+        return await source_offsets(source, await matching_groups(source, groups), set(ceilings))
+    except (ClientError, KafkaError) as exc:
+        report.groups_error = _why(exc)
+        return None
+
+
+async def _sync_groups(target: Client, report: PromotionReport, wanted: Mapping[str, Carried],
+                       ceilings: Mapping[TopicPartition, int]) -> None:
+    """Commit the source's groups' offsets (`wanted`) on the promoted topics one last time, each
+    at most the copy's end there (`ceilings`: what the copy held before the topic became
+    writable, so a group never skips a record written at the target after the promotion).
+
+    Called once every broker applied the promotion: the mirror's commits are refused from then
+    on, and one it made before is an earlier record of `__consumer_offsets` than this commit,
+    which writes every offset again (even one the target holds: a commit of the mirror not yet
+    replicated may not show yet), so the target holds what the report says."""
+    promoted = set(report.promoted)
+    mine = {group: kept for group, offsets in wanted.items()
+            if (kept := {tp: c for tp, c in offsets.items() if tp.topic in promoted})}
+    try:
+        carried = await commit_carried(target, mine, ceilings=ceilings, rewrite=True)
     except (ClientError, KafkaError) as exc:
         report.groups_error = _why(exc)
         return
@@ -313,7 +345,9 @@ async def _unsynced_groups(target: Client, report: PromotionReport, groups: Call
             for listing in await list_groups(target):
                 if listing.group_id in report.groups_synced or not groups(listing.group_id):
                     continue
-                offsets = await fetch_offsets(target, listing.group_id)
+                # Stable: a commit of the mirror appended before the promotion applied and not
+                # yet replicated is waited for, so what is said is what the target holds.
+                offsets = await fetch_offsets(target, listing.group_id, require_stable=True)
                 mine = {tp: c.offset for tp, c in offsets.items() if tp.topic in topics and c.offset >= 0}
                 if mine:
                     report.groups_unsynced[listing.group_id] = mine
@@ -498,6 +532,7 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
     # offsets copied from the source (which may hold more than the copy).
     ceilings = await _target_ends(target, topics)
     source_ends: dict[TopicPartition, int] | None = None
+    wanted: dict[str, Carried] | None = None  # the source's groups' offsets, when it answered
     answered = False  # the source's first answer: it is alive, worth its short bound
     settled = trio.Event()  # that answer, or the ask over (refused, failed, done)
     asking = trio.CancelScope()
@@ -509,7 +544,7 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
             settled.set()
 
     async def ask() -> None:
-        nonlocal source_ends, answered
+        nonlocal source_ends, answered, wanted
         if report.source is None:
             report.source_error = report.groups_error = "no source given"
             return
@@ -525,7 +560,7 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
                     source_ends, _missing = await _source_ends(source, topics)
                     answered = True
                     settled.set()
-                    await _sync_groups(target, source, report, ceilings, groups)
+                    wanted = await _source_groups(source, report, ceilings, groups)
             except (ClientError, KafkaError) as exc:
                 report.source_error = report.groups_error = _why(exc)
                 return
@@ -548,6 +583,9 @@ async def _fail_over(target: Client, report: PromotionReport, source_timeout_s: 
             await settled.wait()
         if not answered:
             asking.cancel()
+    if wanted is not None and report.groups_error is None:
+        # Once every broker applied the promotion: the mirror's commits are fenced by then.
+        await _sync_groups(target, report, wanted, ceilings)
     await _report_not_copied(target, report, source_ends, say)
     await _unsynced_groups(target, report, groups)
     _say_groups(report, say)

@@ -92,6 +92,7 @@ _RETRIED = frozenset(
         ErrorCode.COORDINATOR_NOT_AVAILABLE,
         ErrorCode.NOT_COORDINATOR,
         ErrorCode.THROTTLING_QUOTA_EXCEEDED,
+        ErrorCode.UNSTABLE_OFFSET_COMMIT,  # an OffsetFetch with require_stable: a commit is settling
     }
 )
 

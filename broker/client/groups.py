@@ -37,6 +37,8 @@ from broker.protocol.messages import (
     DescribeGroupsResponse,
     FindCoordinatorRequest,
     FindCoordinatorResponse,
+    LinkOffsetCommitRequest,
+    LinkOffsetCommitResponse,
     ListGroupsRequest,
     ListGroupsResponse,
     OffsetCommitRequest,
@@ -62,6 +64,7 @@ __all__ = [
     "fetch_offsets",
     "find_coordinator",
     "forget_coordinator",
+    "link_commit_offsets",
     "list_groups",
 ]
 
@@ -385,10 +388,15 @@ async def fetch_offsets(
     client: Client,
     group_id: str,
     partitions: Iterable[TopicPartition] | None = None,
+    *,
+    require_stable: bool = False,
 ) -> dict[TopicPartition, CommittedOffset]:
     """The group's committed offsets (OffsetFetch): of every partition it committed when
     `partitions` is None, else of those. Partitions with no committed offset are omitted, so
     the answer holds only real commits. Works for groups with or without active members.
+    `require_stable` (KIP-447): a partition whose offset a commit already made may still change
+    (a transaction not decided, a commit not yet replicated) is asked again until the deadline,
+    so the answer holds every commit made before the call.
 
     Raises KafkaError for a group-level or partition-level error (GROUP_AUTHORIZATION_FAILED,
     UNKNOWN_TOPIC_OR_PARTITION from older brokers, ...; coordinator errors are retried until
@@ -421,7 +429,7 @@ async def fetch_offsets(
                 ],
             )
         ],
-        require_stable=False,
+        require_stable=require_stable,
     )
 
     async def ask(coordinator: BrokerInfo) -> dict[TopicPartition, CommittedOffset]:
@@ -516,6 +524,58 @@ async def commit_offsets(
             raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"commit for group {group_id!r}: no answer for {missing}")
 
     await _ask_coordinator(client, group_id, "commit offsets", ask)
+
+
+async def link_commit_offsets(
+    client: Client,
+    link_name: str,
+    group_id: str,
+    offsets: Mapping[TopicPartition, int | CommittedOffset],
+) -> dict[TopicPartition, str]:
+    """Commit offsets for a group from outside it, as mirror `link_name` (Causeway's
+    LinkOffsetCommit, API key 10002): as `commit_offsets`, but the broker commits a partition
+    only while its topic is `link_name`'s mirror topic. Leader epochs are not sent (none kept).
+
+    Returns the partitions refused because their topic is not (any more) the mirror's (promoted,
+    a normal topic, another mirror's: INVALID_REQUEST), each with the broker's reason; the rest
+    were committed. Raises as `commit_offsets` for any other failure (UNKNOWN_MEMBER_ID when the
+    group has active members, ...), ValueError for a negative offset, UNSUPPORTED_VERSION from a
+    broker that does not serve the API (not Causeway, or older).
+    """
+    values = {tp: v if isinstance(v, CommittedOffset) else CommittedOffset(v) for tp, v in offsets.items()}
+    for tp, v in values.items():
+        if v.offset < 0:
+            raise ValueError(f"offset for {tp.topic}-{tp.partition} must be >= 0, not {v.offset}")
+    if not values:
+        return {}
+    topics: dict[str, list[LinkOffsetCommitRequest.LinkOffsetCommitPartition]] = {}
+    for tp, v in values.items():
+        topics.setdefault(tp.topic, []).append(LinkOffsetCommitRequest.LinkOffsetCommitPartition(
+            partition_index=tp.partition, committed_offset=v.offset, committed_metadata=v.metadata))
+    request = LinkOffsetCommitRequest(
+        link_name=link_name, group_id=group_id,
+        topics=[LinkOffsetCommitRequest.LinkOffsetCommitTopic(name=t, partitions=ps) for t, ps in topics.items()])
+
+    async def ask(coordinator: BrokerInfo) -> dict[TopicPartition, str]:
+        response: LinkOffsetCommitResponse = await client.request(coordinator.node_id, request)
+        refused: dict[TopicPartition, str] = {}
+        answered = set()
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.name, p.partition_index)
+                answered.add(tp)
+                code = ErrorCode(p.error_code)
+                if code == ErrorCode.INVALID_REQUEST:
+                    refused[tp] = p.error_message or f"topic {topic.name} is not mirror {link_name}'s mirror topic"
+                elif code != ErrorCode.NONE:
+                    raise KafkaError(code, p.error_message or f"commit offset of {topic.name}-{p.partition_index} "
+                                                               f"for group {group_id!r} as mirror {link_name}")
+        missing = [tp for tp in values if tp not in answered]
+        if missing:
+            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"commit for group {group_id!r}: no answer for {missing}")
+        return refused
+
+    return await _ask_coordinator(client, group_id, "commit offsets", ask)
 
 
 async def delete_offsets(

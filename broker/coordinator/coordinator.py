@@ -202,6 +202,10 @@ class GroupCoordinator:
         # committed offsets when the producer's COMMIT marker reaches that partition, unless a
         # plain commit of the same partition was written after them (loader.supersedes).
         self._txn_offsets: PendingTxnOffsets = {}
+        # Plain commits appended and waiting for the ISR, per group: partition -> how many (Kafka's
+        # pendingOffsetCommits). OffsetFetch with require_stable answers them UNSTABLE_OFFSET_COMMIT
+        # too, so a reader that must see every commit made before it asked waits for them.
+        self._replicating: dict[str, dict[tuple[str, int], int]] = {}
         self._wakeup = trio.Event()
 
     def reconfigure(self, config: BrokerConfig) -> None:
@@ -931,10 +935,21 @@ class GroupCoordinator:
             raise KafkaError(ErrorCode.UNKNOWN_MEMBER_ID, f"group {group_id} has live members")
         if not offsets:
             return
+        replicating = self._replicating.setdefault(group_id, {})
+        for tp in offsets:
+            replicating[tp] = replicating.get(tp, 0) + 1
         try:
             first = await self._store(group_id, _commit_records(group_id, offsets))
         except KafkaError as exc:
             raise _mapped(exc, _OFFSET_WRITE_ERRORS) from exc
+        finally:
+            for tp in offsets:
+                if (left := replicating.get(tp, 1) - 1) > 0:
+                    replicating[tp] = left
+                else:
+                    replicating.pop(tp, None)
+            if not replicating and self._replicating.get(group_id) is replicating:
+                del self._replicating[group_id]
         for tp, value in _written_from(offsets, first).items():
             # A transaction decided while this write waited for the ISR may have committed an
             # offset written after it: the later record stays (Kafka's onOffsetCommitAppend).
@@ -1019,6 +1034,13 @@ class GroupCoordinator:
         """The group's partitions with a transactional offset commit not yet decided (OffsetFetch
         with require_stable answers them UNSTABLE_OFFSET_COMMIT, KIP-447)."""
         return {tp for by_group in self._txn_offsets.values() for tp in by_group.get(group_id, {})}
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions whose committed offset may still change by a commit already
+        made: a transactional one not yet decided, or a plain one appended and not yet
+        replicated (Kafka's hasPendingOffsetCommitsForTopicPartition). OffsetFetch with
+        require_stable answers them UNSTABLE_OFFSET_COMMIT."""
+        return self.pending_txn_offsets(group_id) | set(self._replicating.get(group_id, {}))
 
     def fetch_offsets(self, group_id: str, partitions: list[tuple[str, int]] | None
                       ) -> dict[tuple[str, int], OffsetCommitValue | None]:

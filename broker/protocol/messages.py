@@ -11775,6 +11775,200 @@ class LinkAppendResponse:
 
 
 @dataclass(slots=True)
+class LinkOffsetCommitRequest:
+    API_KEY: ClassVar[int] = 10002
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkOffsetCommitTopic:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkOffsetCommitPartition', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkOffsetCommitRequest.LinkOffsetCommitPartition] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkOffsetCommitRequest.LinkOffsetCommitTopic:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkOffsetCommitRequest.LinkOffsetCommitPartition.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkOffsetCommitPartition:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('partition_index', 'int32', 0, 0, 1, 0),
+            FieldSpec('committed_offset', 'int64', 0, 0, 1, 0),
+            FieldSpec('committed_metadata', 'string', 0, 0, 0, 0),
+        )
+        partition_index: int = 0
+        committed_offset: int = 0
+        committed_metadata: str | None = ''
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.partition_index)
+            w.int64(self.committed_offset)
+            w.compact_nullable_string(self.committed_metadata)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkOffsetCommitRequest.LinkOffsetCommitPartition:
+            self = cls()
+            self.partition_index = r.int32()
+            self.committed_offset = r.int64()
+            self.committed_metadata = r.compact_nullable_string()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('link_name', 'string', 0, 0, 1, 0),
+        FieldSpec('group_id', 'string', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkOffsetCommitTopic', 0, 0, 1, 0),
+    )
+    link_name: str = ''
+    group_id: str = ''
+    topics: list[LinkOffsetCommitRequest.LinkOffsetCommitTopic] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.compact_string(self.link_name)
+        w.compact_string(self.group_id)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkOffsetCommitRequest:
+        self = cls()
+        self.link_name = r.compact_string()
+        self.group_id = r.compact_string()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkOffsetCommitRequest.LinkOffsetCommitTopic.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkOffsetCommitRequest:
+        return cls.decode_from(Reader(data), version)
+
+
+@dataclass(slots=True)
+class LinkOffsetCommitResponse:
+    API_KEY: ClassVar[int] = 10002
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkOffsetCommitTopicResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkOffsetCommitPartitionResponse', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkOffsetCommitResponse.LinkOffsetCommitPartitionResponse] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkOffsetCommitResponse.LinkOffsetCommitTopicResponse:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkOffsetCommitResponse.LinkOffsetCommitPartitionResponse.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkOffsetCommitPartitionResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('partition_index', 'int32', 0, 0, 1, 0),
+            FieldSpec('error_code', 'int16', 0, 0, 1, 0),
+            FieldSpec('error_message', 'string', 0, 0, 0, 0),
+        )
+        partition_index: int = 0
+        error_code: int = 0
+        error_message: str | None = None
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.partition_index)
+            w.int16(self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkOffsetCommitResponse.LinkOffsetCommitPartitionResponse:
+            self = cls()
+            self.partition_index = r.int32()
+            self.error_code = r.int16()
+            self.error_message = r.compact_nullable_string()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('throttle_time_ms', 'int32', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkOffsetCommitTopicResponse', 0, 0, 1, 0),
+    )
+    throttle_time_ms: int = 0
+    topics: list[LinkOffsetCommitResponse.LinkOffsetCommitTopicResponse] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.int32(self.throttle_time_ms)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkOffsetCommitResponse:
+        self = cls()
+        self.throttle_time_ms = r.int32()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkOffsetCommitResponse.LinkOffsetCommitTopicResponse.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkOffsetCommitResponse:
+        return cls.decode_from(Reader(data), version)
+
+
+@dataclass(slots=True)
 class LinkTruncateRequest:
     API_KEY: ClassVar[int] = 10001
     MIN_VERSION: ClassVar[int] = 0
@@ -12065,6 +12259,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_TOPIC_PARTITIONS = 75
     LINK_APPEND = 10000
     LINK_TRUNCATE = 10001
+    LINK_OFFSET_COMMIT = 10002
 
 
 REQUESTS: dict[int, type[Message]] = {
@@ -12124,6 +12319,7 @@ REQUESTS: dict[int, type[Message]] = {
     75: DescribeTopicPartitionsRequest,
     10000: LinkAppendRequest,
     10001: LinkTruncateRequest,
+    10002: LinkOffsetCommitRequest,
 }
 
 RESPONSES: dict[int, type[Message]] = {
@@ -12183,4 +12379,5 @@ RESPONSES: dict[int, type[Message]] = {
     75: DescribeTopicPartitionsResponse,
     10000: LinkAppendResponse,
     10001: LinkTruncateResponse,
+    10002: LinkOffsetCommitResponse,
 }

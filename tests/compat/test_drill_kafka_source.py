@@ -22,6 +22,7 @@ scenario says so.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from contextlib import ExitStack
 from pathlib import Path
@@ -148,6 +149,14 @@ def test_a_failover_drill_from_an_apache_kafka_primary(scenario: DrScenario, tmp
             assert all(done.committed[tp] <= done.log_end[tp] for tp in plan.dr_partitions()), output
             if scenario.mode == "link":
                 assert all(done.committed[tp] >= 0 for tp in plan.dr_partitions()), output
+                # Where it resumed at the DR site: exactly what the promotion said (the mirror
+                # process's copies that land after it are refused there, LinkOffsetCommit on a
+                # promoted topic).
+                said_offsets = re.search(r"promote: +group causeway-drill-\w+: (?:last copied|offsets copied one "
+                                         r"last time:) (.*)", output)
+                assert said_offsets is not None, output
+                resumed = {tp: int(o) for tp, o in (part.rsplit(" ", 1) for part in said_offsets[1].split(", "))}
+                assert resumed == {f"{t}-{p}": o for (t, p), o in done.committed.items()}, output
         finally:
             assert mirror.stop(TIMEOUT_S) == 0, log.read_text(errors="replace")[-3000:]
             assert dr.stop() == 0, dr.log_tail()

@@ -46,6 +46,7 @@ from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     FetchRequest,
     InitProducerIdRequest,
+    LinkOffsetCommitRequest,
     LinkTruncateRequest,
     ListOffsetsRequest,
     MetadataRequest,
@@ -496,3 +497,29 @@ def test_link_truncate_needs_alter_on_the_topic_or_cluster_action_and_a_refusal_
     [answer] = [p for t in refused.topics for p in t.partitions]
     assert answer.error_code == ErrorCode.INVALID_REQUEST and "shares no batch" in (answer.error_message or "")
     assert _end_offset(broker, topic) == (0, 3)
+
+
+def test_link_offset_commit_needs_read_on_the_group_and_alter_on_the_topic(broker: BrokerProcess) -> None:
+    """A mirror's copy of a group's offsets (LinkOffsetCommit) needs Read on the group, as
+    OffsetCommit, and on the topic what LinkAppend needs (Alter, or ClusterAction): Read on a
+    topic lets a consumer commit its own offsets, never forge the mirror's."""
+    topic = _name("linked-")
+    client = admin(broker)
+    futures = client.create_topics([NewTopic(topic, 1, 1, config={"causeway.mirror.name": "dr"})],
+                                   request_timeout=TIMEOUT_S)
+    for future in futures.values():
+        future.result(timeout=TIMEOUT_S)
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.READ)])
+
+    def commit(group: str) -> list[int]:
+        request = LinkOffsetCommitRequest(link_name="dr", group_id=group, topics=[
+            LinkOffsetCommitRequest.LinkOffsetCommitTopic(name=topic, partitions=[
+                LinkOffsetCommitRequest.LinkOffsetCommitPartition(partition_index=0, committed_offset=0)])])
+        with _logged_in(broker, "alice") as sock:
+            return [p.error_code for t in call(sock, request, 0, correlation_id=3).topics for p in t.partitions]
+
+    assert commit("not-alices") == [ErrorCode.GROUP_AUTHORIZATION_FAILED]
+    assert commit("alice-linked") == [ErrorCode.TOPIC_AUTHORIZATION_FAILED]
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.ALTER)])
+    # Taken now (the offsets topic may still be starting: its coordinator not available yet).
+    wait_until(lambda: commit("alice-linked") == [ErrorCode.NONE], what="the commit taken", timeout_s=TIMEOUT_S)

@@ -24,7 +24,9 @@ from broker.client import (
     open_client,
     produce,
 )
+from broker.client.groups import fetch_offsets, link_commit_offsets
 from broker.protocol.records import Record, build_batch, split_batches
+from mirror.promote import promote
 from tests.integration.mirror_topic import LINK, TP, create_mirror_topic
 from tests.integration.started_clusters import started
 from tests.support.cluster import ZkCluster
@@ -184,3 +186,22 @@ async def promote_then_produce(cluster: ZkCluster) -> None:
         await wait_for(refused, what="LinkAppend refused after the promotion", timeout_s=20)
         written = await produce(client, "copy", 0, build_batch([Record(b"k", b"after promotion")]))
         assert written.error == ErrorCode.NONE, written
+
+
+def test_a_promotion_applied_by_every_broker_fences_the_mirrors_group_commits(cluster: ZkCluster) -> None:
+    """On three brokers the promotion reaches each one by its ZooKeeper notification; `promote`
+    returns once every broker applied it, so the group coordinator, whichever broker it is,
+    refuses a commit of the mirror sent right after: the group's offsets stay where the
+    promotion said they were."""
+
+    async def run() -> None:
+        await create_mirror_topic(cluster, timeout_s=TIMEOUT_S)
+        async with open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
+            assert await link_commit_offsets(client, LINK, "movers", {TP: 5}) == {}
+            report = await promote(cluster.bootstrap(), mirror=LINK, failover=True, timeout_s=TIMEOUT_S)
+            assert report.promoted == ["copy"] and report.groups_unsynced == {"movers": {TP: 5}}, report
+            refused = await link_commit_offsets(client, LINK, "movers", {TP: 9})
+            assert list(refused) == [TP], refused
+            assert (await fetch_offsets(client, "movers"))[TP].offset == 5
+
+    trio.run(run)

@@ -345,6 +345,34 @@ async def test_a_promoted_topic_made_the_mirrors_again_by_reverse_and_start_is_c
     await assert_same_copy(east, west, "orders", 3)
 
 
+async def test_a_group_offset_copy_after_the_promotion_is_refused_and_stops_the_topic(
+        east: BrokerProcess, west: BrokerProcess) -> None:
+    """The race of issue 22 (the promotion said 162, the DR site held 175), deterministic: the
+    mirror does not know the topic was promoted (discovery once, at start; nothing more to copy,
+    so no LinkAppend is refused), and its group-offset pass carries the source group's new
+    offsets after the promotion. The target refuses them where they would land: the moved
+    group's offsets at the DR site stay its own, and the refusal is how the mirror learns of the
+    promotion (it stops the topic, and says so)."""
+    await trio.to_thread.run_sync(lambda: produce(east.bootstrap, "orders", 90))
+    async with open_client(east.bootstrap) as client:
+        await commit_offsets(client, "movers", {TopicPartition("orders", p): 10 for p in range(3)})
+    async with running(link_config(east, west, **{"refresh.topics.interval.seconds": 300})) as mirror:
+        await wait_copied(east, west, "orders", 3)
+        await wait_for(lambda: _equal(group_offsets(west.bootstrap, "movers"), {p: (10, "") for p in range(3)}),
+                       what="movers at west")
+        async with open_client(west.bootstrap) as client:
+            await admin.alter_configs(client, "orders", {MIRROR_NAME_CONFIG: None})  # promoted
+            await commit_offsets(client, "movers", {TopicPartition("orders", 0): 12})  # moved: its own commit
+        assert "orders" in mirror.status()["topics"]  # the mirror does not know
+        async with open_client(east.bootstrap) as client:  # read on at the old primary
+            await commit_offsets(client, "movers", {TopicPartition("orders", p): 25 for p in range(3)})
+        await wait_for(lambda: "orders" in mirror.status()["not_mirrored"], what="the refusal to stop the topic")
+        status = mirror.status()
+    assert "promoted" in status["not_mirrored"]["orders"] and "orders" not in status["topics"], status
+    assert any("orders was promoted" in e["message"] for e in status["events"]), status["events"]
+    assert await group_offsets(west.bootstrap, "movers") == {0: (12, ""), 1: (10, ""), 2: (10, "")}
+
+
 async def test_a_target_topic_that_is_not_the_mirrors_is_reported_and_not_written(
         east: BrokerProcess, west: BrokerProcess) -> None:
     async with open_client(east.bootstrap) as client:

@@ -30,7 +30,7 @@ from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
 from security.acl import Operation, ResourceType
 
-__all__ = ["HANDLERS"]
+__all__ = ["HANDLERS", "coordinator_of"]
 
 # OffsetCommit v2-v4 carry a retention time; -1 means "the broker's default".
 DEFAULT_RETENTION = -1
@@ -39,7 +39,7 @@ LONG_MAX = 2**63 - 1
 T = TypeVar("T")
 
 
-def _coordinator(ctx: RequestContext) -> GroupCoordinator:
+def coordinator_of(ctx: RequestContext) -> GroupCoordinator:
     coordinator = ctx.services.groups
     if coordinator is None:
         raise KafkaError(ErrorCode.COORDINATOR_NOT_AVAILABLE, "the group coordinator is not running")
@@ -87,7 +87,7 @@ async def offset_commit(ctx: RequestContext, request: OffsetCommitRequest) -> Of
                                                  p.committed_leader_epoch if ctx.version >= 6 else -1, expire)
                 errors[tp] = ErrorCode.NONE
     try:
-        await _coordinator(ctx).commit(request.group_id, request.generation_id_or_member_epoch, request.member_id,
+        await coordinator_of(ctx).commit(request.group_id, request.generation_id_or_member_epoch, request.member_id,
                                        request.group_instance_id if ctx.version >= 7 else None, accepted)
     except KafkaError as exc:
         for tp in accepted:
@@ -109,7 +109,8 @@ def _fetch_one(ctx: RequestContext, coordinator: GroupCoordinator | None, group_
                wanted: list[tuple[str, list[int]]] | None, require_stable: bool = False) -> Fetched:
     """One group's committed offsets by topic, as (partition, value, error): every one the
     principal may see when ``wanted`` is None. With ``require_stable`` (KIP-447), a partition
-    with a transactional commit not yet decided is UNSTABLE_OFFSET_COMMIT (the client asks again).
+    with a transactional commit not yet decided, or a plain one not yet replicated, is
+    UNSTABLE_OFFSET_COMMIT (the client asks again).
     Raises KafkaError for the group: no Describe on it (GROUP_AUTHORIZATION_FAILED), no
     coordinator here."""
     if not ctx.authorize(Operation.DESCRIBE, ResourceType.GROUP, group_id):
@@ -127,7 +128,7 @@ def _fetch_one(ctx: RequestContext, coordinator: GroupCoordinator | None, group_
                 by_topic.setdefault(topic, []).extend((p, None, ErrorCode.TOPIC_AUTHORIZATION_FAILED)
                                                       for p in partitions)
         found = coordinator.fetch_offsets(group_id, [(t, p) for t, ps in wanted if t in visible for p in ps])
-    unstable = coordinator.pending_txn_offsets(group_id) if require_stable else set()
+    unstable = coordinator.unstable_offsets(group_id) if require_stable else set()
     for (topic, partition), value in found.items():
         if topic in visible:
             if (topic, partition) in unstable:
@@ -202,7 +203,7 @@ async def offset_delete(ctx: RequestContext, request: OffsetDeleteRequest) -> Of
     readable = _may(ctx, Operation.READ, {t.name for t in request.topics})
     wanted = [(t.name, p.partition_index) for t in request.topics if t.name in readable for p in t.partitions]
     try:
-        codes = await _coordinator(ctx).delete_offsets(request.group_id, wanted)
+        codes = await coordinator_of(ctx).delete_offsets(request.group_id, wanted)
     except KafkaError as exc:
         return OffsetDeleteResponse(error_code=exc.code)
     return OffsetDeleteResponse(topics=[

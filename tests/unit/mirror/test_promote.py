@@ -13,22 +13,25 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
-from confluent_kafka import KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from broker.client import ErrorCode, TopicPartition, open_client
+from broker.client import KafkaError as KafkaError_
 from broker.client.admin import NewTopic, create_topics, describe_configs, list_topics
 from broker.client.fetch import fetch, whole_batches
-from broker.client.groups import commit_offsets, fetch_offsets
+from broker.client.groups import CommittedOffset, commit_offsets, fetch_offsets, link_commit_offsets
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from deploy.broker_process import BrokerProcess
 from mirror.config import MirrorConfig
 from mirror.formats import OffsetSync
+from mirror.link_groups import commit_carried
 from mirror.promote import PromotionError, promote
 from mirror.topics import append
 from tests.support.polling import wait_for
@@ -303,10 +306,91 @@ async def test_a_planned_promotion_copies_the_groups_offsets_once_more(brokers) 
         report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex="switch",
                                timeout_s=30.0, say=lines.append)
     assert report.ok and report.groups_synced == {"switchers": {tp: 5}}, report
-    assert lines.index("group switchers: offsets copied one last time: switch-0 5") < lines.index(
+    # Once promoted (the mirror's own copies fenced from then on): the last word on them.
+    assert lines.index("group switchers: offsets copied one last time: switch-0 5") > lines.index(
         "promoted switch: a normal writable topic now (mirror dr no longer writes it)"), lines
     async with open_client(target.bootstrap) as client:
         assert (await fetch_offsets(client, "switchers"))[tp].offset == 5
+
+
+@pytest.mark.parametrize("failover", [False, True])
+async def test_a_stale_mirrors_group_commit_after_the_promotion_is_refused(brokers, failover: bool) -> None:  # type: ignore[no-untyped-def]
+    """The race seen in CI (the promotion said 162, the DR site held 175 after it), made to
+    happen: a pass of the mirror's group-offset copy read the source before the promotion and
+    sends its commit after it (a slow pass, a mirror cut off or stale). The target refuses it
+    where it would land, so the DR site holds what the promotion said, and then what the moved
+    group commits there, whatever the mirror sends."""
+    from broker.client.link import link_append
+
+    source, target = brokers
+    topic = f"fenced-{'failover' if failover else 'switch'}"
+    await make_topics(source, target, topic, 1)
+    await trio.to_thread.run_sync(produce, source.bootstrap, topic, {0: 20})
+    tp = TopicPartition(topic, 0)
+    async with open_client(source.bootstrap) as src, open_client(target.bootstrap) as dst:
+        fetched = await fetch(src, {tp: 0})
+        await link_append(dst, "dr", {tp: whole_batches(fetched[tp].records)})
+        # The mirror's periodic copy, on its own mirror topic: taken.
+        assert await link_commit_offsets(dst, "dr", "movers", {tp: 4}) == {}
+        assert (await fetch_offsets(dst, "movers"))[tp].offset == 4
+        await commit_offsets(src, "movers", {tp: 12})  # read on at the source
+    with trio.fail_after(BOUND_S):
+        report = await promote(target.bootstrap, source_bootstrap=source.bootstrap, topics_regex=topic,
+                               failover=failover, timeout_s=30.0)
+    assert report.ok and report.groups_synced == {"movers": {tp: 12}}, report
+    async with open_client(target.bootstrap) as dst:
+        assert (await fetch_offsets(dst, "movers"))[tp].offset == 12  # what the promotion said
+        # The stale pass read 17 at the source before the promotion; its commit comes now.
+        refused = await link_commit_offsets(dst, "dr", "movers", {tp: CommittedOffset(17, "stale")})
+        assert list(refused) == [tp] and "not a mirror topic (never one, or promoted)" in refused[tp], refused
+        assert (await fetch_offsets(dst, "movers"))[tp] == CommittedOffset(12), "the stale commit landed"
+        # The moved group commits at the DR site (a plain OffsetCommit: the topic is its own now);
+        # the mirror's code, sending what it read before, is refused again and counts nothing.
+        await commit_offsets(dst, "movers", {tp: 15})
+        carried = await commit_carried(dst, {"movers": {tp: CommittedOffset(17)}}, link_name="dr")
+        assert (carried.committed, list(carried.refused), carried.offsets) == (0, [tp], {"movers": {}}), carried
+        assert (await fetch_offsets(dst, "movers"))[tp].offset == 15
+
+
+async def test_a_mirrors_group_commit_lands_only_on_its_own_mirror_topics(brokers) -> None:  # type: ignore[no-untyped-def]
+    """LinkOffsetCommit at the target: another mirror's topic and a normal topic are refused
+    (INVALID_REQUEST, saying why; nothing committed), a group with live members is its
+    consumers' (UNKNOWN_MEMBER_ID), a partition the topic lacks is unknown."""
+    source, target = brokers
+    await make_topics(source, target, "owned", 1, mirror="other")
+    tp = TopicPartition("owned", 0)
+    async with open_client(target.bootstrap) as dst:
+        await create_topics(dst, {"plain": NewTopic(1)})
+        refused = await link_commit_offsets(dst, "dr", "owners", {tp: 1, TopicPartition("plain", 0): 1})
+        assert refused[tp] == "topic owned is the mirror topic of mirror other, not of mirror dr", refused
+        assert "topic plain is not a mirror topic" in refused[TopicPartition("plain", 0)], refused
+        assert await fetch_offsets(dst, "owners") == {}
+        with pytest.raises(KafkaError_) as unknown:
+            await link_commit_offsets(dst, "other", "owners", {TopicPartition("owned", 5): 1})
+        assert unknown.value.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+        assert await link_commit_offsets(dst, "other", "owners", {tp: 1}) == {}
+        assert (await fetch_offsets(dst, "owners"))[tp].offset == 1
+
+    def live_member_commits() -> None:
+        consumer = Consumer({"bootstrap.servers": target.bootstrap, "group.id": "live-owners",
+                             "auto.offset.reset": "earliest", "enable.auto.commit": False})
+        try:
+            consumer.subscribe(["owned"])
+            deadline = time.monotonic() + BOUND_S
+            while not consumer.assignment() and time.monotonic() < deadline:
+                consumer.poll(0.2)
+            assert consumer.assignment(), "no assignment"
+            trio.from_thread.run(attempt)
+        finally:
+            consumer.close()
+
+    async def attempt() -> None:
+        async with open_client(target.bootstrap) as dst:
+            with pytest.raises(KafkaError_) as live:
+                await link_commit_offsets(dst, "other", "live-owners", {tp: 1})
+            assert live.value.code == ErrorCode.UNKNOWN_MEMBER_ID
+
+    await trio.to_thread.run_sync(live_member_commits)
 
 
 async def test_a_mirror_topic_refuses_producers_until_promoted(brokers) -> None:  # type: ignore[no-untyped-def]

@@ -8,6 +8,7 @@ import pytest
 import trio
 import trio.testing
 
+from broker.config import BrokerConfig
 from broker.coordinator.coordinator import GroupCoordinator, JoinResult, MemberIdRequired
 from broker.coordinator.group import GroupState, Member, Reply
 from broker.coordinator.offsets_records import OffsetCommitValue
@@ -128,6 +129,29 @@ async def test_offsets_commit_fetch_persist_and_reload(tmp_path: Path, autojump_
     assert reloaded.fetch_offsets("g", None) == {("orders", 3): value}
     assert reloaded.groups["g"].generation == c.groups["g"].generation
     assert all(p == c.partition_of("g") for p, _, _ in store.records)
+
+
+async def test_a_plain_commit_is_unstable_until_replicated(tmp_path: Path, autojump_clock: object) -> None:
+    """Appended and waiting for the ISR, a plain commit is not in the cache yet: OffsetFetch with
+    require_stable answers its partition UNSTABLE_OFFSET_COMMIT (Kafka's pending offset commits),
+    so a reader that must see every commit made before it asked waits for it."""
+    store, replicated = Store(), trio.Event()
+
+    async def append(partition: int, records: list[tuple[bytes, bytes | None]]) -> int:
+        first = await store.append(partition, records)  # in the log at once; acknowledged later
+        await replicated.wait()
+        return first
+
+    c = GroupCoordinator(BrokerConfig.from_properties({"log.dirs": str(tmp_path)}), append)
+    async with running(c) as nursery:
+        nursery.start_soon(c.commit, "g", -1, "", None, {("orders", 0): OffsetCommitValue(7, "", 0),
+                                                         ("orders", 1): OffsetCommitValue(8, "", 0)})
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(store.records) == 2 and c.fetch_offsets("g", [("orders", 0)]) == {("orders", 0): None}
+        assert c.unstable_offsets("g") == {("orders", 0), ("orders", 1)}
+        replicated.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert c.unstable_offsets("g") == set() and c.fetch_offsets("g", [("orders", 0)])[("orders", 0)].offset == 7
 
 
 async def test_deleted_groups_leave_tombstones(tmp_path: Path, autojump_clock: object) -> None:
