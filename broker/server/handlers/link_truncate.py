@@ -52,7 +52,7 @@ from broker.server.handlers.base import ApiHandler
 from broker.server.handlers.link_append import may_link
 from broker.server.topic_configs import mirror_name
 
-__all__ = ["HANDLER"]
+__all__ = ["HANDLER", "check_partition"]
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ def _check_shared(partition: Partition, asked: PartitionRequest) -> None:
                        f"cluster was never the source of that copy); nothing is cut")
 
 
-def _check(partition: Partition, asked: PartitionRequest) -> None:
+def check_partition(partition: Partition, asked: PartitionRequest) -> None:
     """Step 1 of the module, for one partition. Raises KafkaError."""
     if not partition.is_leader:
         raise KafkaError(ErrorCode.NOT_LEADER_OR_FOLLOWER)
@@ -158,7 +158,7 @@ async def _restore_topic(ctx: RequestContext, request: LinkTruncateRequest, name
     for p in asked:
         try:
             partition = ctx.services.replicas.get(name, p.index)
-            _check(partition, p)
+            check_partition(partition, p)
             partitions.append(partition)
         except KafkaError as exc:
             failed[p.index] = exc
@@ -194,7 +194,7 @@ async def _cut(partition: Partition, asked: PartitionRequest, link_name: str, de
                timeout_ms: int) -> PartitionResponse:
     """Step 3 for one partition."""
     try:
-        _check(partition, asked)  # again: the log may have changed while the config applied
+        check_partition(partition, asked)  # again: the log may have changed while the config applied
         cut = await partition.truncate_for_failback(
             asked.truncate_offset, f"failback: the new primary's copy (mirror {link_name}) diverges here")
     except KafkaError as exc:

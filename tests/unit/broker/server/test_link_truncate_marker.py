@@ -14,7 +14,7 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkTruncateRequest
 from broker.protocol.records import read_batch_header
 from broker.replication.partition import Partition
-from broker.server.handlers.link_truncate import _check
+from broker.server.handlers.link_truncate import check_partition
 from tests.unit.broker.storage.test_link_copy import promoted
 
 
@@ -29,7 +29,7 @@ def test_the_marker_must_be_on_every_replica_before_the_copy_begins_again(tmp_pa
     partition.followers[2].log_end_offset = 9
     partition.followers[3].log_end_offset = 6  # below its marker: not fetched yet
     with pytest.raises(KafkaError) as refused:
-        _check(partition, asked)
+        check_partition(partition, asked)
     assert refused.value.code == ErrorCode.NOT_ENOUGH_REPLICAS and "replica(s) 3" in refused.value.message
     partition.followers[3].log_end_offset = 7
-    _check(partition, asked)
+    check_partition(partition, asked)
