@@ -29,13 +29,20 @@ from broker.retry import worth_reporting
 from mirror.partition import Chunk, PartitionMirror
 from mirror.write_retry import PARK_BACKOFF
 
-__all__ = ["FetchLane", "FetchSettings"]
+__all__ = ["FETCH_RETRY", "FetchLane", "FetchSettings"]
 
 log = logging.getLogger(__name__)
 
 _UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
 # Consecutive answers with bytes but no whole batch before the partition is reported as stuck.
 PARTIAL_ANSWERS_REPORTED = 5
+#: How long a partition whose fetch failed waits before it is asked for again: Kafka's consumer
+#: defaults (retry.backoff.ms 100, retry.backoff.max.ms 1000). Most failures are a leader that
+#: moved or died: its partitions are served again as soon as the cluster elects another leader
+#: (a Kafka source fences a dead broker after broker.session.timeout.ms, 9 s by default), and a
+#: longer cap only adds to that; a source down for longer costs one fetch per lane per second at
+#: most, since the client backs off connects to a dead broker on its own.
+FETCH_RETRY = Backoff(initial_s=0.1, max_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class FetchLane:
     client: Client
     settings: FetchSettings
     on_idle: Callable[[PartitionMirror], None]
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=0.1, max_s=5.0))
+    backoff: Backoff = FETCH_RETRY
     partitions: dict[TopicPartition, PartitionMirror] = field(default_factory=dict)
     _wake: trio.Event = field(default_factory=trio.Event)
     failures: int = 0
