@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import trio
@@ -136,7 +136,9 @@ class FetchLane:
             self.failures += 1
             message = next(iter(results.values())).error_message or "no answer"
             if worth_reporting(self.failures):
-                log.warning("source unreachable (%s); attempt %d, retrying with backoff", message, self.failures)
+                # This lane's partitions only: the others may sit on brokers that answer.
+                log.warning("source unreachable for %s (%s); attempt %d, retrying with backoff", _names(results),
+                            message, self.failures)
             self.last_error = message
         elif unreachable == 0:
             if self.failures >= 1:
@@ -181,3 +183,10 @@ class FetchLane:
         log.error("%s", message)
         pm.gaps.append(message)
         del pm.gaps[:-10]
+
+
+def _names(tps: Collection[TopicPartition], shown: int = 5) -> str:
+    """`orders-0, orders-1` (the first `shown`, then how many more)."""
+    names = [f"{tp.topic}-{tp.partition}" for tp in list(tps)[:shown]]
+    more = len(tps) - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")
