@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 import trio
@@ -29,13 +29,20 @@ from broker.retry import worth_reporting
 from mirror.partition import Chunk, PartitionMirror
 from mirror.write_retry import PARK_BACKOFF
 
-__all__ = ["FetchLane", "FetchSettings"]
+__all__ = ["FETCH_RETRY", "FetchLane", "FetchSettings"]
 
 log = logging.getLogger(__name__)
 
 _UNREACHABLE = frozenset({ErrorCode.NETWORK_EXCEPTION, ErrorCode.REQUEST_TIMED_OUT})
 # Consecutive answers with bytes but no whole batch before the partition is reported as stuck.
 PARTIAL_ANSWERS_REPORTED = 5
+#: How long a partition whose fetch failed waits before it is asked for again: Kafka's consumer
+#: defaults (retry.backoff.ms 100, retry.backoff.max.ms 1000). Most failures are a leader that
+#: moved or died: its partitions are served again as soon as the cluster elects another leader
+#: (a Kafka source fences a dead broker after broker.session.timeout.ms, 9 s by default), and a
+#: longer cap only adds to that; a source down for longer costs one fetch per lane per second at
+#: most, since the client backs off connects to a dead broker on its own.
+FETCH_RETRY = Backoff(initial_s=0.1, max_s=1.0)
 
 
 @dataclass(frozen=True)
@@ -50,7 +57,7 @@ class FetchLane:
     client: Client
     settings: FetchSettings
     on_idle: Callable[[PartitionMirror], None]
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=0.1, max_s=5.0))
+    backoff: Backoff = FETCH_RETRY
     partitions: dict[TopicPartition, PartitionMirror] = field(default_factory=dict)
     _wake: trio.Event = field(default_factory=trio.Event)
     failures: int = 0
@@ -129,7 +136,9 @@ class FetchLane:
             self.failures += 1
             message = next(iter(results.values())).error_message or "no answer"
             if worth_reporting(self.failures):
-                log.warning("source unreachable (%s); attempt %d, retrying with backoff", message, self.failures)
+                # This lane's partitions only: the others may sit on brokers that answer.
+                log.warning("source unreachable for %s (%s); attempt %d, retrying with backoff", _names(results),
+                            message, self.failures)
             self.last_error = message
         elif unreachable == 0:
             if self.failures >= 1:
@@ -174,3 +183,10 @@ class FetchLane:
         log.error("%s", message)
         pm.gaps.append(message)
         del pm.gaps[:-10]
+
+
+def _names(tps: Collection[TopicPartition], shown: int = 5) -> str:
+    """`orders-0, orders-1` (the first `shown`, then how many more)."""
+    names = [f"{tp.topic}-{tp.partition}" for tp in list(tps)[:shown]]
+    more = len(tps) - len(names)
+    return ", ".join(names) + (f" and {more} more" if more > 0 else "")

@@ -254,8 +254,12 @@ class Mirror:
                 problems[f"re-copy {name}"] = pm.recopy
             if pm.lost is not None:
                 problems[f"lost {name}"] = pm.lost
-        unreachable = [lane.last_error for lane in self.lanes if lane.last_error]
-        if unreachable:
+        # The source is unreachable when no lane that fetches reaches it. One lane failing
+        # while others copy is a broker of a multi-broker source down (a leader that died, until
+        # another is elected): its partitions' own errors say so, the cluster answers.
+        fetching = [lane for lane in self.lanes if lane.partitions]
+        unreachable = [lane.last_error for lane in fetching if lane.last_error]
+        if unreachable and len(unreachable) == len(fetching):
             problems["source"] = unreachable[0]
         elif self.partitions:
             self.source_reached_ms = now_ms()  # every lane's last fetch answered
