@@ -21,10 +21,18 @@ from broker.client.per_leader import send_per_leader
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, LinkAppendRequest, LinkAppendResponse
+from broker.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    LinkAppendRequest,
+    LinkAppendResponse,
+    LinkLeaderEpochRequest,
+    LinkLeaderEpochResponse,
+)
 from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 
-__all__ = ["LINK_APPEND_VERSION", "MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "supports_link_append"]
+__all__ = ["LINK_APPEND_VERSION", "MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "link_leader_epochs",
+           "supports_link_append"]
 
 Buffer = bytes | bytearray | memoryview
 #: The LinkAppend version this client needs: 1 says where the source's previous batch ended.
@@ -133,3 +141,28 @@ async def supports_link_append(client: Client) -> bool:
             client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION))
     return any(k.api_key == ApiKey.LINK_APPEND and k.min_version <= LINK_APPEND_VERSION <= k.max_version
                for k in response.api_keys)
+
+
+async def link_leader_epochs(client: Client, link_name: str, source_epochs: Mapping[TopicPartition, int]
+                             ) -> dict[TopicPartition, tuple[ErrorCode, int]]:
+    """Ask the target's controller to raise each mirror topic partition's leader epoch to at
+    least its source partition's (LinkLeaderEpoch, Causeway's API key 10002; KIP-1279's
+    invariant), as mirror ``link_name``. One attempt; per partition (error, its leader epoch now,
+    -1 when unknown): NOT_CONTROLLER when the controller moved (metadata is refreshed at the next
+    call), INVALID_REQUEST when the topic is not this mirror's mirror topic (or paused) or the
+    epoch is out of bounds. Raises ConnectionFailed / RequestTimeout when the controller cannot
+    be reached in time."""
+    topics: dict[str, list[LinkLeaderEpochRequest.LinkLeaderEpochPartition]] = {}
+    for tp, epoch in source_epochs.items():
+        topics.setdefault(tp.topic, []).append(
+            LinkLeaderEpochRequest.LinkLeaderEpochPartition(index=tp.partition, source_leader_epoch=epoch))
+    request = LinkLeaderEpochRequest(link_name=link_name, topics=[
+        LinkLeaderEpochRequest.LinkLeaderEpochTopic(name=t, partitions=p) for t, p in topics.items()])
+    response: LinkLeaderEpochResponse = await client.request_controller(request)
+    results: dict[TopicPartition, tuple[ErrorCode, int]] = {}
+    for t in response.topics:
+        for p in t.partitions:
+            results[TopicPartition(t.name, p.index)] = (ErrorCode(p.error_code), p.leader_epoch)
+    if any(code == ErrorCode.NOT_CONTROLLER for code, _ in results.values()):
+        client.invalidate_metadata()
+    return results

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import KafkaBroker
+from deploy.broker_process import BrokerProcess
 
-__all__ = ["kafka_source", "mirror_from_kafka"]
+__all__ = ["kafka_and_causeway", "kafka_source", "mirror_from_kafka"]
 
 
 @contextmanager
@@ -24,6 +25,18 @@ def kafka_source(directory: Path, overrides: dict[str, str] | None = None) -> It
     the kafka_jars fixture must have found Kafka 4's jars (`make peers`)."""
     with KafkaBroker(directory, overrides=dict(overrides or {})) as kafka:
         yield kafka
+
+
+@contextmanager
+def kafka_and_causeway(directory: Path) -> Iterator[tuple[KafkaBroker, BrokerProcess]]:
+    """`kafka_source` in `directory`/kafka and a standalone Causeway target beside it (in
+    `directory`/causeway, groups formed at once), both stopped on exit."""
+    with kafka_source(directory / "kafka") as kafka:
+        causeway = BrokerProcess(directory / "causeway", overrides=("group.initial.rebalance.delay.ms=0",)).start()
+        try:
+            yield kafka, causeway
+        finally:
+            assert causeway.stop() == 0, causeway.log_tail()
 
 
 def mirror_from_kafka(kafka: KafkaBroker, target_alias: str, target_bootstrap: str, *, name: str,
