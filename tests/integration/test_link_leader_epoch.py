@@ -12,19 +12,23 @@ from functools import partial
 from pathlib import Path
 
 import pytest
+import trio
 
-from broker.client import Client, ErrorCode, TopicPartition, admin, link_append, open_client
-from broker.client.admin import NewTopic
+from broker.client import Client, ErrorCode, KafkaError, TopicPartition, admin, link_append, open_client
+from broker.client.admin import LATEST, NewTopic
 from broker.client.link import link_leader_epochs
 from broker.protocol.messages import OffsetForLeaderEpochRequest
 from broker.protocol.records import Record, build_batch, split_batches
 from broker.server.handlers.link_leader_epoch import MAX_SOURCE_LEADER_EPOCH
 from broker.storage.checkpoints import read_pairs
 from deploy.broker_process import BrokerProcess
+from mirror.config import mirror_config_from_data
 from tests.integration.mirror_topic import LINK, TP, create_mirror_topic
 from tests.integration.partition_reads import read_whole_batches
 from tests.integration.started_clusters import started
 from tests.integration.test_link_append import make_mirror_topic
+from tests.integration.test_mirror import running
+from tests.integration.test_mirror_link import produce
 from tests.support.cluster import ZkCluster
 from tests.support.polling import wait_for
 from tests.support.zookeeper import ZooKeeperServer
@@ -138,3 +142,67 @@ async def _appended(client: Client, data: bytes) -> bool:
 async def _shows(client: Client, epoch: int) -> bool:
     client.invalidate_metadata()
     return await metadata_epoch(client, TP) == epoch
+
+
+def leader_and_epoch(bootstrap: str, tp: TopicPartition) -> tuple[int, int]:
+    async def read() -> tuple[int, int]:
+        async with open_client(bootstrap) as client:
+            partition = (await admin.describe_topics(client, [tp.topic]))[tp.topic].partitions[tp.partition]
+        return partition.leader, partition.leader_epoch
+    return trio.run(read)
+
+
+@pytest.fixture
+def east(zookeeper: ZooKeeperServer, tmp_path: Path) -> Iterator[ZkCluster]:
+    """A source cluster whose brokers may stop one by one and still take writes."""
+    with started(ZkCluster(zookeeper, tmp_path, ("offsets.topic.num.partitions=1",
+                                                 "leader.imbalance.check.interval.seconds=3600"))) as running_east:
+        yield running_east
+
+
+async def test_a_mirror_from_a_zookeeper_cluster_follows_its_leader_epochs(east: ZkCluster, tmp_path: Path) -> None:
+    """Causeway to Causeway: the source's epochs move as its leaders stop (a controlled shutdown
+    elects another, one epoch later), before the mirror starts and while it runs idle; the
+    copy's epochs follow, begun at the same offsets."""
+    tp = TopicPartition("orders", 0)
+    async with open_client(east.bootstrap(), request_timeout_s=TIMEOUT_S) as client:
+        await admin.create_topics(client, {tp.topic: NewTopic(1, replication_factor=3)})
+    await trio.to_thread.run_sync(partial(produce, east.bootstrap(), tp.topic, 20, partitions=1))
+    first, _ = await trio.to_thread.run_sync(leader_and_epoch, east.bootstrap(), tp)
+    await trio.to_thread.run_sync(east.brokers[first].stop)
+    await trio.to_thread.run_sync(partial(produce, east.bootstrap(), tp.topic, 20, start=20, partitions=1))
+    second, epoch = await trio.to_thread.run_sync(leader_and_epoch, east.bootstrap(), tp)
+    assert epoch > 0
+
+    west = await trio.to_thread.run_sync(BrokerProcess(tmp_path / "west").start)
+    try:
+        config = mirror_config_from_data({"name": "east-to-west", "mode": "link", "topics": {"include": ["orders"]},
+                                          "source": {"alias": "east", "bootstrap": east.bootstrap()},
+                                          "target": {"alias": "west", "bootstrap": west.bootstrap},
+                                          "refresh.topics.interval.seconds": 0.2})
+        async with running(config), open_client(west.bootstrap) as target:
+            await wait_for(partial(_copied_in, target, tp, 40, epoch), what="the copy in the source's epoch",
+                           timeout_s=TIMEOUT_S)
+            # The source's leader stops again, nothing written since: the idle copy follows.
+            await trio.to_thread.run_sync(east.brokers[second].stop)
+            _, later = await trio.to_thread.run_sync(leader_and_epoch, east.bootstrap(), tp)
+            assert later > epoch
+            await wait_for(partial(_copied_in, target, tp, 40, later), what="the copy in the source's new epoch",
+                           timeout_s=TIMEOUT_S)
+        async with open_client(east.bootstrap()) as source, open_client(west.bootstrap) as target:
+            for asked in range(later + 1):
+                assert await epoch_end(target, tp, asked) == await epoch_end(source, tp, asked), asked
+    finally:
+        assert west.stop() == 0, west.log_tail()
+
+
+async def _copied_in(client: Client, tp: TopicPartition, end: int, epoch: int) -> bool:
+    """Whether the copy at `client`'s cluster ends at `end` in `epoch` (False while the mirror
+    has not created it)."""
+    client.invalidate_metadata()
+    try:
+        ends = await admin.list_offsets(client, {tp: LATEST})
+    except KafkaError as exc:
+        assert exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, exc
+        return False
+    return ends[tp].offset == end and await metadata_epoch(client, tp) == epoch
