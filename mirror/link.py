@@ -80,7 +80,7 @@ from broker.client import (
     supports_link_append,
 )
 from broker.client.admin import EARLIEST, LATEST
-from broker.client.link import LINK_APPEND_VERSION, link_leader_epochs
+from broker.client.link import LINK_APPEND_VERSION, link_leader_epochs, wait_leader_epoch
 from broker.clock import now_ms
 from broker.protocol.constants import MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode
@@ -110,6 +110,9 @@ _REFUSED_BATCHES = REFUSED_AS_INVALID | {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.
 #: How often an idle partition's writer looks whether the source's log start moved (its fetches
 #: keep reporting it) and, if so, sends it alone. An in-memory check; a request only on a change.
 LOG_START_CHECK_S = 1.0
+#: How long the writer waits for the target's leader to take an epoch it raised before copying
+#: the batches of that epoch (a ZooKeeper-mode controller's LeaderAndIsr; at once standalone).
+LEADER_EPOCH_WAIT_S = 5.0
 
 Span = tuple[int, BatchHeader]
 
@@ -698,7 +701,17 @@ async def _follow_source_epochs(mirror: LinkMirror) -> None:
 
 
 async def _raise_one_epoch(mirror: LinkMirror, pm: LinkPartition, epoch: int) -> None:
+    """Before the writer copies batches of source epoch ``epoch``: raise the target's to it and,
+    when it was raised, wait (bounded) until the leader leads in it, so those batches carry it
+    and its start in the leader's epoch cache is where the source's began. (A ZooKeeper-mode
+    controller tells the leader after it answers; past the bound, the batches carry the epoch
+    before it: the target's older epoch then ends a little later than the source's.)"""
+    before = pm.target_leader_epoch
     await _raise_epochs(mirror, [(pm, epoch)])
+    if pm.target_leader_epoch > before and not await wait_leader_epoch(mirror.target, pm.target,
+                                                                          pm.target_leader_epoch, LEADER_EPOCH_WAIT_S):
+        log.warning("%s: the leader did not lead in the raised epoch %d within %.0f s; copying on", _name(pm.target),
+                    pm.target_leader_epoch, LEADER_EPOCH_WAIT_S)
 
 
 async def _raise_epochs(mirror: LinkMirror, epochs: list[tuple[LinkPartition, int]]) -> None:

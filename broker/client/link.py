@@ -14,8 +14,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from broker.client.cluster import Client, TopicPartition
-from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed
+import trio
+
+from broker.client.cluster import Backoff, Client, TopicPartition, metadata_from_response
+from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ClientError, ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
 from broker.client.per_leader import send_per_leader
 from broker.protocol.api import ApiKey
@@ -28,11 +30,12 @@ from broker.protocol.messages import (
     LinkAppendResponse,
     LinkLeaderEpochRequest,
     LinkLeaderEpochResponse,
+    MetadataRequest,
 )
 from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 
 __all__ = ["LINK_APPEND_VERSION", "MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "link_leader_epochs",
-           "supports_link_append"]
+           "supports_link_append", "wait_leader_epoch"]
 
 Buffer = bytes | bytearray | memoryview
 #: The LinkAppend version this client needs: 1 says where the source's previous batch ended.
@@ -166,3 +169,30 @@ async def link_leader_epochs(client: Client, link_name: str, source_epochs: Mapp
     if any(code == ErrorCode.NOT_CONTROLLER for code, _ in results.values()):
         client.invalidate_metadata()
     return results
+
+
+_LEADER_EPOCH_POLL = Backoff(initial_s=0.02, max_s=0.5)
+
+
+async def wait_leader_epoch(client: Client, tp: TopicPartition, epoch: int, timeout_s: float) -> bool:
+    """Wait until ``tp``'s leader leads in ``epoch`` or later, as its own metadata says (a
+    ZooKeeper-mode controller sends a broker UpdateMetadata only after the LeaderAndIsr before
+    it was answered, so the leader's metadata never runs ahead of its partitions), at most
+    ``timeout_s``. True when it does; False at the deadline (a failed request is asked again)."""
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=tp.topic)],
+                              allow_auto_topic_creation=False)
+    attempt = 0
+    with trio.move_on_after(timeout_s):
+        while True:
+            try:
+                leader = await client.leader_for(tp)
+                metadata = metadata_from_response(await client.request(leader.node_id, request))
+                topic = metadata.topics.get(tp.topic)
+                partition = topic.partitions.get(tp.partition) if topic is not None else None
+                if partition is not None and partition.leader_epoch >= epoch:
+                    return True
+            except (KafkaError, ClientError):
+                client.invalidate_metadata([tp.topic])
+            attempt += 1
+            await trio.sleep(_LEADER_EPOCH_POLL.delay(attempt))
+    return False

@@ -206,3 +206,32 @@ async def _copied_in(client: Client, tp: TopicPartition, end: int, epoch: int) -
         assert exc.code == ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, exc
         return False
     return ends[tp].offset == end and await metadata_epoch(client, tp) == epoch
+
+
+async def test_a_zookeeper_mode_target_begins_each_raised_epoch_where_the_source_did(cluster: ZkCluster,
+                                                                                   tmp_path: Path) -> None:
+    """The source (standalone) holds batches of epochs 0, 3 and 5 (its topic is itself a mirror
+    topic whose epochs were raised); the copy on a three-broker ZooKeeper-mode target, whose
+    controller raises each epoch through its state znode and tells the leader by LeaderAndIsr
+    after it answers, begins each epoch at the source's offset (the mirror waits for the leader
+    to lead in a raised epoch before copying its batches)."""
+    tp = TopicPartition("orders", 0)
+    east = await trio.to_thread.run_sync(BrokerProcess(tmp_path / "east").start)
+    try:
+        async with open_client(east.bootstrap) as source:
+            await make_mirror_topic(source, tp.topic, "upstream")
+            for base, epoch in ((0, 0), (5, 3), (10, 5)):
+                assert (await link_leader_epochs(source, "upstream", {tp: epoch}))[tp] == (ErrorCode.NONE, epoch)
+                assert (await link_append(source, "upstream", {tp: batch(base, 5)}))[tp].error == ErrorCode.NONE
+        config = mirror_config_from_data({"name": "east-to-west", "mode": "link", "topics": {"include": ["orders"]},
+                                          "source": {"alias": "east", "bootstrap": east.bootstrap},
+                                          "target": {"alias": "west", "bootstrap": cluster.bootstrap()},
+                                          "refresh.topics.interval.seconds": 0.2, "replication.factor": 3})
+        async with running(config), open_client(cluster.bootstrap(), request_timeout_s=TIMEOUT_S) as target:
+            await wait_for(partial(_copied_in, target, tp, 15, 5), what="the copy in the source's epoch",
+                           timeout_s=TIMEOUT_S)
+        async with open_client(east.bootstrap) as source, open_client(cluster.bootstrap()) as target:
+            for asked in range(7):
+                assert await epoch_end(target, tp, asked) == await epoch_end(source, tp, asked), asked
+    finally:
+        assert east.stop() == 0, east.log_tail()
