@@ -51,6 +51,12 @@ link mode's own is here:
   partitions start again as at a restart: at the target's high watermark, its last batch checked,
   so nothing is lost or copied twice. The state lives in the topic's config, so a restarted
   mirror or broker sees a paused topic as paused;
+- leader epochs (KIP-1279's invariant): each mirror topic partition's leader epoch is kept at or
+  above the source partition's (LinkLeaderEpoch to the target's controller): raised to a source
+  epoch before its first batch is copied (batches go in runs of one epoch), and each discovery
+  round to the source metadata's epoch once the copy has caught up (an idle partition's leader
+  change), so the target's epochs begin where the source's did and a client holding the
+  source's epoch takes the target's metadata and validates its position there;
 - consumer groups: mirror/link_groups.py commits the source's offsets at the target unchanged.
 """
 
@@ -68,6 +74,7 @@ from broker.client import (
     Backoff,
     Client,
     ClientError,
+    ClusterMetadata,
     KafkaError,
     TopicPartition,
     admin,
@@ -75,7 +82,7 @@ from broker.client import (
     supports_link_append,
 )
 from broker.client.admin import EARLIEST, LATEST
-from broker.client.link import LINK_APPEND_VERSION
+from broker.client.link import LINK_APPEND_VERSION, link_leader_epochs, wait_leader_epoch
 from broker.clock import now_ms
 from broker.protocol.constants import MIRROR_PAUSED, MIRROR_PROMOTING, MIRROR_STATE_CONFIG
 from broker.protocol.errors import ErrorCode
@@ -105,6 +112,9 @@ _REFUSED_BATCHES = REFUSED_AS_INVALID | {ErrorCode.MESSAGE_TOO_LARGE, ErrorCode.
 #: How often an idle partition's writer looks whether the source's log start moved (its fetches
 #: keep reporting it) and, if so, sends it alone. An in-memory check; a request only on a change.
 LOG_START_CHECK_S = 1.0
+#: How long the writer waits for the target's leader to take an epoch it raised before copying
+#: the batches of that epoch (a ZooKeeper-mode controller's LeaderAndIsr; at once standalone).
+LEADER_EPOCH_WAIT_S = 5.0
 
 Span = tuple[int, BatchHeader]
 
@@ -140,11 +150,28 @@ class LinkPartition(PartitionMirror):
     # counted as copied) so that the target checks it holds that very batch. -1: done.
     verify_at: int = -1
     on_failed: Callable[[LinkPartition], None] = lambda pm: None  # the mirror's status and events
+    # KIP-1279's invariant: the mirror topic partition's leader epoch is kept at or above the
+    # source partition's, so a client that saw the source's epoch takes the target's metadata.
+    # Raised to each copied batch's epoch before it is copied (so the target's epochs begin where
+    # the source's did), and to the source metadata's once the copy has caught up.
+    source_leader_epoch: int = -1  # as the source's metadata last said
+    copied_epoch: int = -1  # the highest partitionLeaderEpoch of the batches copied
+    target_leader_epoch: int = -1  # as the target last said: its metadata, LinkLeaderEpoch's answer
+    epoch_asked: int = -1  # the epoch the writer last asked the target for (asked once each)
+    # Asks the target's controller to raise the partition's epoch to the given one (LinkLeaderEpoch).
+    on_epoch_behind: Callable[[LinkPartition, int], Awaitable[None]] = lambda pm, epoch: _no_refusal_handler(pm)
 
     def put(self, chunk: Chunk) -> None:
         # The fetcher sets high_watermark from the same answer just before: it covers the chunk.
         self.source_end_seen = max(self.source_end_seen, self.high_watermark)
         super().put(chunk)
+
+    def wanted_epoch(self) -> int:
+        """The epoch the target should be at least at: the copied batches', and the source's
+        own once nothing fetched waits (a caught-up copy; a lagging one would otherwise copy the
+        source's older epochs' batches under its newest)."""
+        caught_up = self.high_watermark >= 0 and self.lag == 0 and self.queued_bytes == 0
+        return max(self.copied_epoch, self.source_leader_epoch if caught_up else -1)
 
     def previous_end(self, first: BatchHeader) -> int:
         """Where the source's batch before `first` ended, as this mirror read the source: right
@@ -234,6 +261,13 @@ class LinkPartition(PartitionMirror):
         pieces = _pieces(spans if damaged is None else spans[:damaged], LINK_REQUEST_MAX_BYTES)
         while pieces:
             piece = pieces.pop(0)
+            source_epoch = piece[0][1].partition_leader_epoch  # one per piece (_pieces)
+            if source_epoch > max(self.target_leader_epoch, self.epoch_asked):
+                # A source epoch the target has not reached: raised before its batches are
+                # copied, so they carry it and the target's epoch begins where the source's did.
+                # Asked once per epoch; a failure is left to the discovery round.
+                self.epoch_asked = source_epoch
+                await self.on_epoch_behind(self, source_epoch)
             outcome = await self._append(client, data, piece, backoff, epoch)
             if outcome == _Outcome.SPLIT:
                 pieces[:0] = [[span] for span in piece]
@@ -272,6 +306,7 @@ class LinkPartition(PartitionMirror):
                 self.target_start = result.log_start_offset
             code = result.error
             if code == ErrorCode.NONE:
+                self.copied_epoch = max(self.copied_epoch, last.partition_leader_epoch)
                 if result.log_end_offset > self.source_end_seen:
                     self.fail(f"the mirror topic {_name(self.target)} ends at offset {result.log_end_offset} at the "
                               f"target, past the source's high watermark {self.source_end_seen}: it holds records "
@@ -317,11 +352,13 @@ class LinkPartition(PartitionMirror):
 
 
 def _pieces(spans: list[Span], max_bytes: int) -> list[list[Span]]:
-    """Consecutive batches in runs of at most `max_bytes` (a larger batch alone)."""
+    """Consecutive batches in runs of at most `max_bytes` (a larger batch alone), each of one
+    source leader epoch (the target's epoch is raised to it before the run is copied)."""
     pieces: list[list[Span]] = []
     size = 0
     for span in spans:
-        if pieces and size + span[1].size <= max_bytes:
+        if pieces and size + span[1].size <= max_bytes and \
+                span[1].partition_leader_epoch == pieces[-1][-1][1].partition_leader_epoch:
             pieces[-1].append(span)
             size += span[1].size
         else:
@@ -346,6 +383,8 @@ class LinkMirror(Mirror):
     # (None: not read yet), looked at again every discovery round.
     paused: dict[str, int | None] = field(default_factory=dict)
     promoting: set[str] = field(default_factory=set)  # a planned promotion waits for their copy
+    # Why a partition's leader epoch was last not raised to the source's, as logged (once each).
+    epoch_problems: dict[TopicPartition, str] = field(default_factory=dict)
 
     @property
     def link_name(self) -> str:
@@ -492,6 +531,7 @@ async def _discover(mirror: LinkMirror, nursery: trio.Nursery) -> None:
             await _start_partitions(mirror, nursery, topic, new, created=target_count is None)
     mirror.topics_listed.set()
     await _check_target_ends(mirror)
+    await _follow_source_epochs(mirror)
     await _follow_failed_sources(mirror)
     await _follow_paused(mirror, wanted)
 
@@ -609,7 +649,11 @@ async def _start_partitions(mirror: LinkMirror, nursery: trio.Nursery, topic: st
         position = starts[tp] if tp in starts else ends[tp]
         pm = LinkPartition(tp, tp, position, config.offset_lag_max, config.queue_max_bytes,
                            written_through=position - 1, link_name=mirror.link_name,
-                           on_refused=partial(_on_refused, mirror), on_failed=partial(_on_failed, mirror))
+                           on_refused=partial(_on_refused, mirror), on_failed=partial(_on_failed, mirror),
+                           on_epoch_behind=partial(_raise_one_epoch, mirror))
+        # A partition the mirror just created starts at epoch 0; else as the target's metadata says.
+        pm.target_leader_epoch = 0 if created else _leader_epoch(mirror.target.metadata, tp)
+        pm.source_leader_epoch = _leader_epoch(mirror.source.metadata, tp)
         if tp not in starts and position - 1 >= source_starts[tp]:
             pm.position = pm.verify_at = position - 1  # fetched from the copy's last offset: checked
         pm.target_end = ends[tp]
@@ -649,6 +693,71 @@ async def _check_target_ends(mirror: LinkMirror) -> None:
             pm.note_gap(message)
             mirror.event(message)
             log.error("%s", message)
+
+
+def _leader_epoch(metadata: ClusterMetadata, tp: TopicPartition) -> int:
+    """``tp``'s leader epoch in ``metadata``; -1 when it is not there."""
+    topic = metadata.topics.get(tp.topic)
+    partition = topic.partitions.get(tp.partition) if topic is not None else None
+    return partition.leader_epoch if partition is not None else -1
+
+
+async def _follow_source_epochs(mirror: LinkMirror) -> None:
+    """KIP-1279's invariant, each discovery round: every mirror topic partition whose target
+    epoch is below what it should be at least (its copied batches' epoch; the source's, as this
+    round's metadata says, once the copy caught up) is raised, in one LinkLeaderEpoch request to
+    the target's controller. So an epoch the source reached without writing anything (a leader
+    change on an idle partition) reaches the target too, within a round, and a raise the writer
+    could not make is made again."""
+    behind: list[tuple[LinkPartition, int]] = []
+    for tp, pm in mirror.partitions.items():
+        if not isinstance(pm, LinkPartition) or pm.stopped:
+            continue
+        pm.source_leader_epoch = max(pm.source_leader_epoch, _leader_epoch(mirror.source.metadata, tp))
+        pm.target_leader_epoch = max(pm.target_leader_epoch, _leader_epoch(mirror.target.metadata, tp))
+        wanted = pm.wanted_epoch()
+        if wanted > pm.target_leader_epoch:
+            behind.append((pm, wanted))
+    if behind:
+        await _raise_epochs(mirror, behind)
+
+
+async def _raise_one_epoch(mirror: LinkMirror, pm: LinkPartition, epoch: int) -> None:
+    """Before the writer copies batches of source epoch ``epoch``: raise the target's to it and,
+    when it was raised, wait (bounded) until the leader leads in it, so those batches carry it
+    and its start in the leader's epoch cache is where the source's began. (A ZooKeeper-mode
+    controller tells the leader after it answers; past the bound, the batches carry the epoch
+    before it: the target's older epoch then ends a little later than the source's.)"""
+    before = pm.target_leader_epoch
+    await _raise_epochs(mirror, [(pm, epoch)])
+    if pm.target_leader_epoch > before and not await wait_leader_epoch(mirror.target, pm.target,
+                                                                          pm.target_leader_epoch, LEADER_EPOCH_WAIT_S):
+        log.warning("%s: the leader did not lead in the raised epoch %d within %.0f s; copying on", _name(pm.target),
+                    pm.target_leader_epoch, LEADER_EPOCH_WAIT_S)
+
+
+async def _raise_epochs(mirror: LinkMirror, epochs: list[tuple[LinkPartition, int]]) -> None:
+    """Ask the target's controller to raise each partition's leader epoch to at least the one
+    given. A failure is logged (once per partition and reason) and left to the next round: the
+    copy goes on meanwhile."""
+    pms = [pm for pm, _ in epochs]
+    wanted = {pm.target: epoch for pm, epoch in epochs}
+    try:
+        answers = await link_leader_epochs(mirror.target, mirror.link_name, wanted)
+    except (KafkaError, ClientError) as exc:
+        log.warning("mirror %s: cannot raise the leader epochs of %d mirror topic partitions to the source's: %s",
+                    mirror.link_name, len(pms), exc)
+        return
+    for pm in pms:
+        code, epoch = answers.get(pm.target, (ErrorCode.UNKNOWN_SERVER_ERROR, -1))
+        pm.target_leader_epoch = max(pm.target_leader_epoch, epoch)
+        if code == ErrorCode.NONE:
+            continue
+        why = f"{code.name} (source leader epoch {wanted[pm.target]})"
+        if why != mirror.epoch_problems.get(pm.target):
+            mirror.epoch_problems[pm.target] = why
+            log.warning("%s: the target did not raise its leader epoch to the source's: %s; asked again each round",
+                        _name(pm.target), why)
 
 
 def _on_failed(mirror: LinkMirror, pm: LinkPartition) -> None:

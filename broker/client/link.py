@@ -14,17 +14,28 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from broker.client.cluster import Client, TopicPartition
-from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ConnectionFailed
+import trio
+
+from broker.client.cluster import Backoff, Client, TopicPartition, metadata_from_response
+from broker.client.connection import CLIENT_SOFTWARE_NAME, CLIENT_SOFTWARE_VERSION, ClientError, ConnectionFailed
 from broker.client.deadline import wire_timeout_ms
 from broker.client.per_leader import send_per_leader
 from broker.protocol.api import ApiKey
 from broker.protocol.constants import MIRROR_NAME_CONFIG
 from broker.protocol.errors import ErrorCode, KafkaError
-from broker.protocol.messages import ApiVersionsRequest, ApiVersionsResponse, LinkAppendRequest, LinkAppendResponse
+from broker.protocol.messages import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    LinkAppendRequest,
+    LinkAppendResponse,
+    LinkLeaderEpochRequest,
+    LinkLeaderEpochResponse,
+    MetadataRequest,
+)
 from broker.protocol.records import BATCH_HEADER_SIZE, read_batch_header
 
-__all__ = ["LINK_APPEND_VERSION", "MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "supports_link_append"]
+__all__ = ["LINK_APPEND_VERSION", "MIRROR_NAME_CONFIG", "LinkAppendResult", "link_append", "link_leader_epochs",
+           "supports_link_append", "wait_leader_epoch"]
 
 Buffer = bytes | bytearray | memoryview
 #: The LinkAppend version this client needs: 1 says where the source's previous batch ended.
@@ -133,3 +144,55 @@ async def supports_link_append(client: Client) -> bool:
             client_software_name=CLIENT_SOFTWARE_NAME, client_software_version=CLIENT_SOFTWARE_VERSION))
     return any(k.api_key == ApiKey.LINK_APPEND and k.min_version <= LINK_APPEND_VERSION <= k.max_version
                for k in response.api_keys)
+
+
+async def link_leader_epochs(client: Client, link_name: str, source_epochs: Mapping[TopicPartition, int]
+                             ) -> dict[TopicPartition, tuple[ErrorCode, int]]:
+    """Ask the target's controller to raise each mirror topic partition's leader epoch to at
+    least its source partition's (LinkLeaderEpoch, Causeway's API key 10003; KIP-1279's
+    invariant), as mirror ``link_name``. One attempt; per partition (error, its leader epoch now,
+    -1 when unknown): NOT_CONTROLLER when the controller moved (metadata is refreshed at the next
+    call), INVALID_REQUEST when the topic is not this mirror's mirror topic (or paused) or the
+    epoch is out of bounds. Raises ConnectionFailed / RequestTimeout when the controller cannot
+    be reached in time."""
+    topics: dict[str, list[LinkLeaderEpochRequest.LinkLeaderEpochPartition]] = {}
+    for tp, epoch in source_epochs.items():
+        topics.setdefault(tp.topic, []).append(
+            LinkLeaderEpochRequest.LinkLeaderEpochPartition(index=tp.partition, source_leader_epoch=epoch))
+    request = LinkLeaderEpochRequest(link_name=link_name, topics=[
+        LinkLeaderEpochRequest.LinkLeaderEpochTopic(name=t, partitions=p) for t, p in topics.items()])
+    response: LinkLeaderEpochResponse = await client.request_controller(request)
+    results: dict[TopicPartition, tuple[ErrorCode, int]] = {}
+    for t in response.topics:
+        for p in t.partitions:
+            results[TopicPartition(t.name, p.index)] = (ErrorCode(p.error_code), p.leader_epoch)
+    if any(code == ErrorCode.NOT_CONTROLLER for code, _ in results.values()):
+        client.invalidate_metadata()
+    return results
+
+
+_LEADER_EPOCH_POLL = Backoff(initial_s=0.02, max_s=0.5)
+
+
+async def wait_leader_epoch(client: Client, tp: TopicPartition, epoch: int, timeout_s: float) -> bool:
+    """Wait until ``tp``'s leader leads in ``epoch`` or later, as its own metadata says (a
+    ZooKeeper-mode controller sends a broker UpdateMetadata only after the LeaderAndIsr before
+    it was answered, so the leader's metadata never runs ahead of its partitions), at most
+    ``timeout_s``. True when it does; False at the deadline (a failed request is asked again)."""
+    request = MetadataRequest(topics=[MetadataRequest.MetadataRequestTopic(name=tp.topic)],
+                              allow_auto_topic_creation=False)
+    attempt = 0
+    with trio.move_on_after(timeout_s):
+        while True:
+            try:
+                leader = await client.leader_for(tp)
+                metadata = metadata_from_response(await client.request(leader.node_id, request))
+                topic = metadata.topics.get(tp.topic)
+                partition = topic.partitions.get(tp.partition) if topic is not None else None
+                if partition is not None and partition.leader_epoch >= epoch:
+                    return True
+            except (KafkaError, ClientError):
+                client.invalidate_metadata([tp.topic])
+            attempt += 1
+            await trio.sleep(_LEADER_EPOCH_POLL.delay(attempt))
+    return False

@@ -75,6 +75,11 @@ class ActiveController(Protocol):
         """ElectLeaders (KIP-460) of ``partitions`` (None: all): per partition (error, message, leader)."""
         ...
 
+    async def raise_leader_epochs(self, wanted: Mapping[tuple[str, int], int]
+                                  ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """LinkLeaderEpoch: per partition (error, message, leader epoch now); see Controller."""
+        ...
+
     async def alter_partition_reassignments(self, requests: Sequence[tuple[str, int, Sequence[int] | None]]
                                             ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:
         """AlterPartitionReassignments (KIP-455): start, replace or (None) cancel each."""
@@ -260,4 +265,14 @@ class Controller(Protocol):
 
     async def set_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
         """Replace the topic's config overrides with ``configs`` (already validated)."""
+        ...
+
+    async def raise_leader_epochs(self, wanted: Mapping[tuple[str, int], int]
+                                  ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """Raise each partition's leader epoch to at least ``wanted``'s (a link source's, KIP-1279),
+        as any leader epoch change: to ``max(current + 1, wanted)`` when below it, else left
+        alone (never lowered). ``wanted`` is already bounded by the caller. Returns, per
+        partition, (error, message, its leader epoch now): UNKNOWN_TOPIC_OR_PARTITION,
+        LEADER_NOT_AVAILABLE, NOT_CONTROLLER (ZooKeeper mode, on a broker that is not the
+        controller), KAFKA_STORAGE_ERROR (standalone: the metadata could not be written)."""
         ...

@@ -42,7 +42,8 @@ from broker.controller.model import PartitionInfo, TopicInfo, validate_topic_nam
 from broker.protocol.errors import KafkaError
 
 __all__ = [
-    "FORMAT_VERSION", "LOG_FILE", "SNAPSHOT_FILE", "ConfigRecord", "Loaded", "MetadataImage", "PartitionRecord",
+    "FORMAT_VERSION", "LOG_FILE", "SNAPSHOT_FILE", "ConfigRecord", "Loaded", "MetadataImage", "PartitionChangeRecord",
+    "PartitionRecord",
     "ProducerIdsRecord", "Record", "RemoveTopicRecord", "TopicRecord", "decode", "encode", "encode_batch", "load",
     "read",
 ]
@@ -93,6 +94,17 @@ class ConfigRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class PartitionChangeRecord:
+    """A partition's leader epoch was raised (KRaft's PartitionChangeRecord; the standalone
+    broker's one replica keeps leading, so only the epoch changes: a link source's, KIP-1279)."""
+
+    name: str
+    topic_id: uuid.UUID
+    partition: int
+    leader_epoch: int
+
+
+@dataclass(frozen=True, slots=True)
 class RemoveTopicRecord:
     name: str
     topic_id: uuid.UUID
@@ -105,7 +117,7 @@ class ProducerIdsRecord:
     producer_id_block_end: int
 
 
-Record = TopicRecord | PartitionRecord | ConfigRecord | RemoveTopicRecord | ProducerIdsRecord
+Record = TopicRecord | PartitionRecord | PartitionChangeRecord | ConfigRecord | RemoveTopicRecord | ProducerIdsRecord
 
 
 class _Bad(Exception):
@@ -167,6 +179,8 @@ class MetadataImage:
         if isinstance(record, ConfigRecord):
             return TopicInfo(current.name, current.topic_id, current.partitions, dict(record.configs),
                              current.is_internal)
+        if isinstance(record, PartitionChangeRecord):
+            return _with_leader_epoch(current, record.partition, record.leader_epoch)
         expected = len(current.partitions)
         if [p.partition for p in record.partitions] != list(range(expected, expected + len(record.partitions))):
             raise ValueError(f"topic '{record.name}' has {expected} partitions; added partitions must follow them")
@@ -188,6 +202,19 @@ class MetadataImage:
             self._by_id[topic.topic_id] = topic
             self.partition_count += len(topic.partitions)
             self._folded.setdefault(folded, set()).add(name)
+
+
+def _with_leader_epoch(topic: TopicInfo, index: int, leader_epoch: int) -> TopicInfo:
+    """``topic`` with partition ``index`` at ``leader_epoch``; ValueError when it has no such
+    partition or the epoch would not go up (epochs never go back)."""
+    if not 0 <= index < len(topic.partitions):
+        raise ValueError(f"topic '{topic.name}' has no partition {index}")
+    old = topic.partitions[index]
+    if leader_epoch <= old.leader_epoch:
+        raise ValueError(f"{topic.name}-{index}: leader epoch {leader_epoch} is not above {old.leader_epoch}")
+    new = PartitionInfo(old.partition, old.leader, leader_epoch, old.replicas, old.isr, old.partition_epoch)
+    partitions = topic.partitions[:index] + (new,) + topic.partitions[index + 1:]
+    return TopicInfo(topic.name, topic.topic_id, partitions, topic.configs, topic.is_internal)
 
 
 # -- the snapshot ------------------------------------------------------------------------------
@@ -377,6 +404,8 @@ def _record_doc(record: Record) -> dict[str, Any]:
         doc["partitions"] = [_partition_doc(p) for p in record.partitions]
     elif isinstance(record, ConfigRecord):
         doc["configs"] = dict(record.configs)
+    elif isinstance(record, PartitionChangeRecord):
+        doc["partition"], doc["leader_epoch"] = record.partition, record.leader_epoch
     return doc
 
 
@@ -400,6 +429,9 @@ def _decode_record(doc: dict[str, Any], where: str) -> Record:
         return RemoveTopicRecord(name, topic_id)
     if kind == "ConfigRecord":
         return ConfigRecord(name, topic_id, _configs(doc.get("configs"), f"{where}.configs"))
+    if kind == "PartitionChangeRecord":
+        return PartitionChangeRecord(name, topic_id, _int(doc.get("partition"), f"{where}.partition", 0, _INT32_MAX),
+                                     _int(doc.get("leader_epoch"), f"{where}.leader_epoch", 0, _INT32_MAX))
     if kind == "PartitionRecord":
         parts = doc.get("partitions")
         first = parts[0].get("partition") if isinstance(parts, list) and parts and isinstance(parts[0], dict) else 0

@@ -27,6 +27,7 @@ from broker.controller.meta_properties import META_PROPERTIES, read_meta_propert
 from broker.controller.metadata_file import (
     SNAPSHOT_FILE,
     ConfigRecord,
+    PartitionChangeRecord,
     PartitionRecord,
     ProducerIdsRecord,
     RemoveTopicRecord,
@@ -262,6 +263,41 @@ class StandaloneController(Controller):
         topic = self._require(name)
         await self._log.commit(ConfigRecord(name, topic.topic_id, dict(configs)))
         await self._changed(topic)
+
+    async def raise_leader_epochs(self, wanted: Mapping[tuple[str, int], int]
+                                  ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """See Controller: each raise is a PartitionChangeRecord, applied to the image at once (a
+        concurrent request sees it) and durable before the topic's partitions take the new epoch."""
+        results: dict[tuple[str, int], tuple[ErrorCode, str | None, int]] = {}
+        pending: list[tuple[tuple[str, int], PendingChange]] = []
+        changed: dict[str, TopicInfo] = {}
+        for (name, p), source_epoch in wanted.items():
+            topic = self.topics().get(name)
+            if topic is None or not 0 <= p < len(topic.partitions):
+                results[(name, p)] = (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, -1)
+                continue
+            current = topic.partitions[p].leader_epoch
+            if current >= source_epoch:
+                results[(name, p)] = (ErrorCode.NONE, None, current)
+                continue
+            raised = max(current + 1, source_epoch)
+            try:
+                pending.append(((name, p), self._log.append(PartitionChangeRecord(name, topic.topic_id, p, raised))))
+            except KafkaError as exc:
+                results[(name, p)] = (exc.code, exc.message or None, current)
+                continue
+            log.info("%s-%d: leader epoch raised from %d to %d, to the link source's %d", name, p, current, raised,
+                     source_epoch)
+            results[(name, p)] = (ErrorCode.NONE, None, raised)
+            changed[name] = topic
+        for tp, change in pending:
+            try:
+                await self._log.wait_durable(change)
+            except KafkaError as exc:
+                results[tp] = (exc.code, exc.message or None, -1)
+        for topic in changed.values():
+            await self._changed(topic)
+        return results
 
     # -- internals -----------------------------------------------------------------------
 

@@ -11775,6 +11775,196 @@ class LinkAppendResponse:
 
 
 @dataclass(slots=True)
+class LinkLeaderEpochRequest:
+    API_KEY: ClassVar[int] = 10003
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkLeaderEpochTopic:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkLeaderEpochPartition', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkLeaderEpochRequest.LinkLeaderEpochPartition] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkLeaderEpochRequest.LinkLeaderEpochTopic:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkLeaderEpochRequest.LinkLeaderEpochPartition.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkLeaderEpochPartition:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('index', 'int32', 0, 0, 1, 0),
+            FieldSpec('source_leader_epoch', 'int32', 0, 0, 1, 0),
+        )
+        index: int = 0
+        source_leader_epoch: int = 0
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.index)
+            w.int32(self.source_leader_epoch)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkLeaderEpochRequest.LinkLeaderEpochPartition:
+            self = cls()
+            self.index = r.int32()
+            self.source_leader_epoch = r.int32()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('link_name', 'string', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkLeaderEpochTopic', 0, 0, 1, 0),
+    )
+    link_name: str = ''
+    topics: list[LinkLeaderEpochRequest.LinkLeaderEpochTopic] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.compact_string(self.link_name)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkLeaderEpochRequest:
+        self = cls()
+        self.link_name = r.compact_string()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkLeaderEpochRequest.LinkLeaderEpochTopic.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkLeaderEpochRequest:
+        return cls.decode_from(Reader(data), version)
+
+
+@dataclass(slots=True)
+class LinkLeaderEpochResponse:
+    API_KEY: ClassVar[int] = 10003
+    MIN_VERSION: ClassVar[int] = 0
+    MAX_VERSION: ClassVar[int] = 0
+    FLEXIBLE_VERSION: ClassVar[int | None] = 0
+
+    @dataclass(slots=True)
+    class LinkLeaderEpochTopicResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('name', 'string', 0, 0, 1, 0),
+            FieldSpec('partitions', '[]LinkLeaderEpochPartitionResponse', 0, 0, 1, 0),
+        )
+        name: str = ''
+        partitions: list[LinkLeaderEpochResponse.LinkLeaderEpochPartitionResponse] = field(default_factory=list)
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.compact_string(self.name)
+            w.array_length(len(self.partitions), compact=True)
+            for partitions_item in self.partitions:
+                partitions_item.encode_into(w, version)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkLeaderEpochResponse.LinkLeaderEpochTopicResponse:
+            self = cls()
+            self.name = r.compact_string()
+            n = r.array_length(compact=True)
+            if n < 0:
+                raise ProtocolError('null array for Partitions')
+            self.partitions = [LinkLeaderEpochResponse.LinkLeaderEpochPartitionResponse.decode_from(r, version) for _ in range(n)]
+            r.skip_tagged_fields()
+            return self
+
+    @dataclass(slots=True)
+    class LinkLeaderEpochPartitionResponse:
+        FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+            FieldSpec('index', 'int32', 0, 0, 1, 0),
+            FieldSpec('error_code', 'int16', 0, 0, 1, 0),
+            FieldSpec('error_message', 'string', 0, 0, 0, 0),
+            FieldSpec('leader_epoch', 'int32', 0, 0, 1, 0),
+        )
+        index: int = 0
+        error_code: int = 0
+        error_message: str | None = None
+        leader_epoch: int = -1
+
+        def encode_into(self, w: Writer, version: int) -> None:
+            w.int32(self.index)
+            w.int16(self.error_code)
+            w.compact_nullable_string(self.error_message)
+            w.int32(self.leader_epoch)
+            w.unsigned_varint(0)
+
+        @classmethod
+        def decode_from(cls, r: Reader, version: int) -> LinkLeaderEpochResponse.LinkLeaderEpochPartitionResponse:
+            self = cls()
+            self.index = r.int32()
+            self.error_code = r.int16()
+            self.error_message = r.compact_nullable_string()
+            self.leader_epoch = r.int32()
+            r.skip_tagged_fields()
+            return self
+
+    FIELDS: ClassVar[tuple[FieldSpec, ...]] = (
+        FieldSpec('throttle_time_ms', 'int32', 0, 0, 1, 0),
+        FieldSpec('topics', '[]LinkLeaderEpochTopicResponse', 0, 0, 1, 0),
+    )
+    throttle_time_ms: int = 0
+    topics: list[LinkLeaderEpochResponse.LinkLeaderEpochTopicResponse] = field(default_factory=list)
+
+    def encode_into(self, w: Writer, version: int) -> None:
+        w.int32(self.throttle_time_ms)
+        w.array_length(len(self.topics), compact=True)
+        for topics_item in self.topics:
+            topics_item.encode_into(w, version)
+        w.unsigned_varint(0)
+
+    @classmethod
+    def decode_from(cls, r: Reader, version: int) -> LinkLeaderEpochResponse:
+        self = cls()
+        self.throttle_time_ms = r.int32()
+        n = r.array_length(compact=True)
+        if n < 0:
+            raise ProtocolError('null array for Topics')
+        self.topics = [LinkLeaderEpochResponse.LinkLeaderEpochTopicResponse.decode_from(r, version) for _ in range(n)]
+        r.skip_tagged_fields()
+        return self
+
+    def encode(self, version: int) -> bytearray:
+        w = Writer()
+        self.encode_into(w, version)
+        return w.buf
+
+    @classmethod
+    def decode(cls, data: bytes | bytearray | memoryview, version: int) -> LinkLeaderEpochResponse:
+        return cls.decode_from(Reader(data), version)
+
+
+@dataclass(slots=True)
 class LinkOffsetCommitRequest:
     API_KEY: ClassVar[int] = 10002
     MIN_VERSION: ClassVar[int] = 0
@@ -12260,6 +12450,7 @@ class ApiKey(enum.IntEnum):
     LINK_APPEND = 10000
     LINK_TRUNCATE = 10001
     LINK_OFFSET_COMMIT = 10002
+    LINK_LEADER_EPOCH = 10003
 
 
 REQUESTS: dict[int, type[Message]] = {
@@ -12320,6 +12511,7 @@ REQUESTS: dict[int, type[Message]] = {
     10000: LinkAppendRequest,
     10001: LinkTruncateRequest,
     10002: LinkOffsetCommitRequest,
+    10003: LinkLeaderEpochRequest,
 }
 
 RESPONSES: dict[int, type[Message]] = {
@@ -12380,4 +12572,5 @@ RESPONSES: dict[int, type[Message]] = {
     10000: LinkAppendResponse,
     10001: LinkTruncateResponse,
     10002: LinkOffsetCommitResponse,
+    10003: LinkLeaderEpochResponse,
 }

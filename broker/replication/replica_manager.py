@@ -231,6 +231,11 @@ class ReplicaManager:
             existing = self._partitions.get((topic.name, info.partition))
             if existing is not None:
                 existing.log.update_config(config)
+                if info.leader == me and info.leader_epoch > existing.leader_epoch:
+                    # A new epoch (raised to a link source's): it starts at the log end, as at
+                    # any leader change, and the next append records it in the epoch cache.
+                    existing.make_leader(info, monotonic_ms())
+                    continue
                 existing.leader_epoch = info.leader_epoch
                 existing.is_leader = info.leader == me
                 continue

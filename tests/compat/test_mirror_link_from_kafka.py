@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -27,7 +26,8 @@ from tests.compat.partitions import TIMEOUT_S, create_topic, log_end
 from tests.compat.test_mirror_kafka_peers import commit
 from tests.integration.partition_reads import read_whole_batches
 from tests.integration.test_mirror_link import without_epochs
-from tests.support.kafka_source import kafka_source, mirror_from_kafka
+from tests.support.consume import read_up_to
+from tests.support.kafka_source import kafka_and_causeway, mirror_from_kafka
 from tests.support.polling import wait_until
 
 pytestmark = pytest.mark.compat
@@ -37,13 +37,8 @@ TOPIC, PARTITIONS, GROUP, MIRROR = "orders", 3, "billing", "kafka-to-causeway"
 
 @pytest.fixture(scope="module")
 def clusters(tmp_path_factory: pytest.TempPathFactory, kafka_jars: None) -> Iterator[tuple[KafkaBroker, BrokerProcess]]:
-    base = tmp_path_factory.mktemp("kafka-source")
-    with kafka_source(base / "kafka") as kafka:
-        causeway = BrokerProcess(base / "causeway", overrides=("group.initial.rebalance.delay.ms=0",)).start()
-        try:
-            yield kafka, causeway
-        finally:
-            assert causeway.stop() == 0, causeway.log_tail()
+    with kafka_and_causeway(tmp_path_factory.mktemp("kafka-source")) as clusters:
+        yield clusters
 
 
 def produce(bootstrap: str, count: int, tag: str) -> None:
@@ -78,18 +73,7 @@ def resume_group(bootstrap: str, last: dict[int, int]) -> list[tuple[int, int]]:
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": GROUP, "enable.auto.commit": False,
                          "auto.offset.reset": "latest", "isolation.level": "read_committed"})
     consumer.assign([KafkaTopicPartition(TOPIC, p, OFFSET_STORED) for p in last])
-    read: list[tuple[int, int]] = []
-    deadline = time.monotonic() + TIMEOUT_S
-    try:
-        while time.monotonic() < deadline and any(o not in read for o in last.items()):
-            message = consumer.poll(0.5)
-            if message is None:
-                continue
-            assert message.error() is None, message.error()
-            read.append((message.partition(), message.offset()))
-    finally:
-        consumer.close()
-    return read
+    return read_up_to(consumer, last, TIMEOUT_S)
 
 
 async def batches(bootstrap: str, partition: int) -> list[bytes]:

@@ -42,10 +42,12 @@ from kafka.admin import KafkaAdminClient
 from kafka.admin import NewTopic as KafkaPythonTopic
 from kafka.errors import TopicAuthorizationFailedError
 
+from broker.protocol.constants import MIRROR_NAME_CONFIG
 from broker.protocol.errors import ErrorCode
 from broker.protocol.messages import (
     FetchRequest,
     InitProducerIdRequest,
+    LinkLeaderEpochRequest,
     LinkOffsetCommitRequest,
     LinkTruncateRequest,
     ListOffsetsRequest,
@@ -523,3 +525,27 @@ def test_link_offset_commit_needs_read_on_the_group_and_alter_on_the_topic(broke
     grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.ALTER)])
     # Taken now (the offsets topic may still be starting: its coordinator not available yet).
     wait_until(lambda: commit("alice-linked") == [ErrorCode.NONE], what="the commit taken", timeout_s=TIMEOUT_S)
+
+
+def test_link_leader_epoch_needs_alter_on_the_topic_or_cluster_action_and_a_refusal_raises_nothing(
+        broker: BrokerProcess) -> None:
+    topic = _name("mirrored-")
+    client = admin(broker)  # held: librdkafka fails the futures of a handle that is gone
+    futures = client.create_topics([NewTopic(topic, 1, 1, config={MIRROR_NAME_CONFIG: "east"})],
+                                   request_timeout=TIMEOUT_S)
+    for future in futures.values():
+        future.result(timeout=TIMEOUT_S)
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.READ)])
+
+    def raise_to(user: str, epoch: int) -> tuple[int, int]:
+        asked = LinkLeaderEpochRequest.LinkLeaderEpochPartition(index=0, source_leader_epoch=epoch)
+        request = LinkLeaderEpochRequest(link_name="east", topics=[LinkLeaderEpochRequest.LinkLeaderEpochTopic(
+            name=topic, partitions=[asked])])
+        with _logged_in(broker, user) as sock:
+            [answer] = [p for t in call(sock, request, 0, correlation_id=3).topics for p in t.partitions]
+        return answer.error_code, answer.leader_epoch
+
+    assert raise_to("alice", 6) == (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1)
+    assert raise_to("admin", 0) == (ErrorCode.NONE, 0)  # asking for less changes nothing: still 0
+    grant(broker, [allow("User:alice", TOPIC, topic, AclOperation.ALTER)])
+    assert raise_to("alice", 6) == (ErrorCode.NONE, 6)

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient
 from tests.support.polling import wait_until
 
 __all__ = ["committed", "first_offsets", "group_offsets", "group_values", "poll_to_end", "read_partition", "read_topic",
-           "read_values"]
+           "read_up_to", "read_values"]
 
 
 def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int = 0,
@@ -45,6 +45,24 @@ def read_partition(bootstrap: str, topic: str, partition: int = 0, *, start: int
         consumer.close()
     assert error is None or error.code() == KafkaError._PARTITION_EOF, error
     return messages
+
+
+def read_up_to(consumer: Consumer, last: Mapping[int, int], timeout_s: float) -> list[tuple[int, int]]:
+    """(partition, offset) of each record an assigned `consumer` reads, until it read offset
+    `last[p]` of each partition p, at most `timeout_s`; any consumer error fails the test (an
+    offset reset under auto.offset.reset=error, say). Closes the consumer."""
+    read: list[tuple[int, int]] = []
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline and any(o not in read for o in last.items()):
+            message = consumer.poll(0.5)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            read.append((message.partition(), message.offset()))
+    finally:
+        consumer.close()
+    return read
 
 
 def poll_to_end(consumer: Consumer, timeout_s: float) -> tuple[list[Message], KafkaError | None]:

@@ -23,9 +23,11 @@ from pathlib import Path
 from typing import Any
 
 from bench.peers import KafkaBroker
+from deploy.broker_process import BrokerProcess
 from deploy.wan.client import WanClient
 
-__all__ = ["WAN_LISTENER", "WAN_PROXY", "KafkaBehindWan", "kafka_behind_wan", "kafka_source", "mirror_from_kafka"]
+__all__ = ["WAN_LISTENER", "WAN_PROXY", "KafkaBehindWan", "kafka_and_causeway", "kafka_behind_wan", "kafka_source",
+           "mirror_from_kafka"]
 
 WAN_LISTENER = "WAN"
 WAN_PROXY = "kafka-wan"  # the emulator's proxy in front of it
@@ -71,6 +73,18 @@ def kafka_behind_wan(directory: Path, api: str, overrides: dict[str, str] | None
             yield kafka
     finally:
         client.delete_proxy(WAN_PROXY)
+
+
+@contextmanager
+def kafka_and_causeway(directory: Path) -> Iterator[tuple[KafkaBroker, BrokerProcess]]:
+    """`kafka_source` in `directory`/kafka and a standalone Causeway target beside it (in
+    `directory`/causeway, groups formed at once), both stopped on exit."""
+    with kafka_source(directory / "kafka") as kafka:
+        causeway = BrokerProcess(directory / "causeway", overrides=("group.initial.rebalance.delay.ms=0",)).start()
+        try:
+            yield kafka, causeway
+        finally:
+            assert causeway.stop() == 0, causeway.log_tail()
 
 
 def mirror_from_kafka(kafka: KafkaBroker, target_alias: str, target_bootstrap: str, *, name: str,

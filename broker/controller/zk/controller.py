@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -80,6 +80,7 @@ from broker.controller.zk.election import (
     on_broker_loss,
 )
 from broker.controller.zk.leader_election import elect_leaders, follow_preferred_replica_election
+from broker.controller.zk.leader_epochs import raise_leader_epochs
 from broker.controller.zk.reassignment import Reassignments
 from broker.ids import random_uuid
 from broker.protocol.errors import ErrorCode, KafkaError
@@ -577,6 +578,11 @@ class ZkController:
                             ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
         """ElectLeaders (KIP-460): see broker/controller/zk/leader_election.py."""
         return await self._call(lambda: elect_leaders(self._ctx, partitions, unclean=unclean))
+
+    async def raise_leader_epochs(self, wanted: Mapping[tuple[str, int], int]
+                                  ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """LinkLeaderEpoch: see broker/controller/zk/leader_epochs.py."""
+        return await self._call(lambda: raise_leader_epochs(self._ctx, wanted))
 
     async def alter_partition_reassignments(self, requests: Sequence[tuple[str, int, Sequence[int] | None]]
                                             ) -> dict[tuple[str, int], tuple[ErrorCode, str | None]]:

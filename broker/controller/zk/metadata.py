@@ -854,6 +854,18 @@ class ZkMetadata(Controller):
         await self._wait_for(lambda: name not in self._topics,
                              f"Topic '{name}' is marked for deletion, but was not deleted yet", deadline)
 
+    async def raise_leader_epochs(self, wanted: Mapping[tuple[str, int], int]
+                                  ) -> dict[tuple[str, int], tuple[ErrorCode, str | None, int]]:
+        """The controller raises them (broker/controller/zk/leader_epochs.py); a broker that is
+        not the controller answers NOT_CONTROLLER, as ElectLeaders."""
+        active = self._active
+        if active is None:
+            return {tp: (ErrorCode.NOT_CONTROLLER, None, -1) for tp in wanted}
+        try:
+            return await active.raise_leader_epochs(wanted)
+        except KafkaError as exc:  # the term ended meanwhile
+            return {tp: (exc.code, exc.message or None, -1) for tp in wanted}
+
     async def create_partitions(self, name: str, total: int, *, validate_only: bool = False,
                                 assignments: Sequence[Sequence[int]] | None = None,
                                 deadline: float | None = None) -> None:

@@ -22,6 +22,7 @@ from broker.server.handlers import (
     inter_broker,
     leader_epoch,
     link_append,
+    link_leader_epoch,
     link_offset_commit,
     link_truncate,
     list_offsets,
@@ -67,6 +68,7 @@ _SERVED: tuple[ApiHandler, ...] = (
     link_append.HANDLER,  # Causeway's own (key 10000): a Causeway target tells itself apart from Kafka by it
     link_truncate.HANDLER,  # Causeway's own (key 10001): failback at the old primary
     link_offset_commit.HANDLER,  # Causeway's own (key 10002): a mirror's group offsets, fenced by promotion
+    link_leader_epoch.HANDLER,  # Causeway's own (key 10003): mirror topics' leader epochs follow the source's
 )
 
 # The ApiVersions answer, built once from the table below: what the dispatcher routes to is

@@ -56,12 +56,12 @@ from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import mirror_name, mirror_paused
 from security.acl import Operation, ResourceType
 
-__all__ = ["HANDLER", "may_link"]
+__all__ = ["HANDLER", "check_owner", "may_link"]
 
 PartitionResponse = LinkAppendResponse.LinkAppendPartitionResponse
 
 
-def _check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
+def check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
     owner = mirror_name(topic.configs)
     if owner is None:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
@@ -107,7 +107,7 @@ def _check_topic(version: int, name: str, index: int, topic: TopicInfo | None, l
         raise KafkaError(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
                          f"This server does not host topic-partition {name}-{index}")
     _check_version(version)
-    _check_owner(name, topic, link_name)
+    check_owner(name, topic, link_name)
 
 
 def _answer(appended: LeaderAppend, source_start: int, timeout_ms: int) -> PartitionResponse:

@@ -21,7 +21,7 @@ import trio
 from broker.config import BrokerConfig, StartupError
 from broker.controller import metadata_file, metadata_log
 from broker.controller.metadata_file import LOG_FILE, SNAPSHOT_FILE, TopicRecord
-from broker.controller.model import TopicInfo
+from broker.controller.model import PartitionInfo, TopicInfo
 from broker.controller.standalone import PRODUCER_ID_BLOCK, StandaloneController
 from broker.protocol.errors import ErrorCode, KafkaError
 from tests.support.loop_thread import ThreadCalls
@@ -81,6 +81,39 @@ async def test_every_kind_of_change_survives_a_restart(tmp_path: Path) -> None:
     assert again.partition_count() == 7
     assert again.topic_by_id(created.topic_id) is again.topics()["orders"]
     assert await again.allocate_producer_id() == PRODUCER_ID_BLOCK
+
+
+async def test_raised_leader_epochs_survive_a_restart_and_never_go_back(tmp_path: Path) -> None:
+    """LinkLeaderEpoch's change (a PartitionChangeRecord): raised to max(current + 1, asked),
+    left alone at or above it, replayed at a start, and in the snapshot folded from the log."""
+    recorder = Recorder()
+    controller = StandaloneController(_config(tmp_path), recorder)
+    await controller.create_topic("copy", 2, 1, {})
+    asked = {("copy", 0): 5, ("copy", 1): 0, ("missing", 0): 3, ("copy", 7): 3}
+    assert await controller.raise_leader_epochs(asked) == {
+        ("copy", 0): (ErrorCode.NONE, None, 5), ("copy", 1): (ErrorCode.NONE, None, 0),
+        ("missing", 0): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, -1),
+        ("copy", 7): (ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, None, -1)}
+    assert recorder.changed[-1] == "copy"  # the broker's partitions take the new epoch
+    assert await controller.raise_leader_epochs({("copy", 0): 2}) == {("copy", 0): (ErrorCode.NONE, None, 5)}
+    assert await controller.raise_leader_epochs({("copy", 1): 1}) == {("copy", 1): (ErrorCode.NONE, None, 1)}
+    again = StandaloneController(_config(tmp_path))
+    assert [p.leader_epoch for p in again.topics()["copy"].partitions] == [5, 1]
+    assert again.topics() == controller.topics()
+    folded = StandaloneController(_config(tmp_path))  # started from the snapshot the last start wrote
+    assert [p.leader_epoch for p in folded.topics()["copy"].partitions] == [5, 1]
+
+
+def test_a_leader_epoch_change_must_go_up() -> None:
+    image = metadata_file.MetadataImage()
+    topic_id = uuid.uuid4()
+    image.apply(TopicRecord(TopicInfo("copy", topic_id, (PartitionInfo(0, 1, 4, (1,), (1,)),))))
+    with pytest.raises(ValueError, match="not above 4"):
+        image.apply(metadata_file.PartitionChangeRecord("copy", topic_id, 0, 4))
+    with pytest.raises(ValueError, match="no partition 1"):
+        image.apply(metadata_file.PartitionChangeRecord("copy", topic_id, 1, 9))
+    image.apply(metadata_file.PartitionChangeRecord("copy", topic_id, 0, 9))
+    assert image.topics["copy"].partitions[0].leader_epoch == 9
 
 
 async def test_concurrent_producer_ids_wait_for_their_block(tmp_path: Path) -> None:
