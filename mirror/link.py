@@ -97,7 +97,7 @@ from mirror.status import TopicState
 from mirror.topics import COMPACTED, ensure_topic
 from mirror.write_retry import PARK_BACKOFF, Failed, Handled, write_with_retries
 
-__all__ = ["LINK_REQUEST_MAX_BYTES", "LinkMirror", "LinkPartition"]
+__all__ = ["LINK_REQUEST_MAX_BYTES", "LinkMirror", "LinkPartition", "pieces_of_one_epoch"]
 
 log = logging.getLogger(__name__)
 
@@ -258,10 +258,10 @@ class LinkPartition(PartitionMirror):
         low = self.written_through if self.verify_at < 0 else min(self.written_through, self.verify_at - 1)
         spans = [(pos, header) for pos, header in chunk.spans if header.last_offset > low]
         damaged = next((i for i, (pos, header) in enumerate(spans) if not batch_crc_ok(data, pos, header)), None)
-        pieces = _pieces(spans if damaged is None else spans[:damaged], LINK_REQUEST_MAX_BYTES)
+        pieces = pieces_of_one_epoch(spans if damaged is None else spans[:damaged], LINK_REQUEST_MAX_BYTES)
         while pieces:
             piece = pieces.pop(0)
-            source_epoch = piece[0][1].partition_leader_epoch  # one per piece (_pieces)
+            source_epoch = piece[0][1].partition_leader_epoch  # one per piece (pieces_of_one_epoch)
             if source_epoch > max(self.target_leader_epoch, self.epoch_asked):
                 # A source epoch the target has not reached: raised before its batches are
                 # copied, so they carry it and the target's epoch begins where the source's did.
@@ -351,7 +351,7 @@ class LinkPartition(PartitionMirror):
         self.writing_again()
 
 
-def _pieces(spans: list[Span], max_bytes: int) -> list[list[Span]]:
+def pieces_of_one_epoch(spans: list[Span], max_bytes: int) -> list[list[Span]]:
     """Consecutive batches in runs of at most `max_bytes` (a larger batch alone), each of one
     source leader epoch (the target's epoch is raised to it before the run is copied)."""
     pieces: list[list[Span]] = []

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from broker.client import TopicPartition
 from broker.protocol.records import BatchHeader, Record, build_batch, read_batch_header
-from mirror.link import LinkPartition, _pieces
+from mirror.link import LinkPartition, pieces_of_one_epoch
 from mirror.partition import Chunk
 
 TP = TopicPartition("orders", 0)
@@ -19,10 +19,10 @@ def header(base: int, epoch: int, size: int = 1) -> BatchHeader:
 
 def test_pieces_hold_one_source_epoch_each_and_a_size_at_most() -> None:
     spans = [(0, header(i, epoch)) for i, epoch in enumerate([0, 0, 2, 2, 2, 3, 0])]
-    pieces = _pieces(spans, 1 << 20)
+    pieces = pieces_of_one_epoch(spans, 1 << 20)
     assert [[h.partition_leader_epoch for _, h in piece] for piece in pieces] == [[0, 0], [2, 2, 2], [3], [0]]
     big = [(0, header(i, 5, size=600)) for i in range(4)]
-    assert [len(piece) for piece in _pieces(big, big[0][1].size * 2)] == [2, 2]
+    assert [len(piece) for piece in pieces_of_one_epoch(big, big[0][1].size * 2)] == [2, 2]
 
 
 def test_the_wanted_epoch_is_the_sources_only_once_the_copy_caught_up() -> None:
