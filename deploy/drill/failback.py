@@ -43,7 +43,7 @@ from deploy.drill.run import (
     wait_until,
 )
 from deploy.drill.verify import committed_offsets, log_ends
-from deploy.drill.workload import GroupReader, ProducerLoad, TopicPartition
+from deploy.drill.workload import STOP_COMMIT_S, GroupReader, ProducerLoad, TopicPartition
 from deploy.launcher.control import read_state
 from mirror.config import MirrorConfig, mirror_config_from_data
 from mirror.failback import FailbackError
@@ -229,7 +229,10 @@ def _planned_switch(plan: DrillPlan, report: DrillReport, say: Say, stop: thread
     reader.stop(commit=True)
     clients.remove(reader)
     timeline.end(step, f"{load.ledger.count()} acknowledged, {load.ledger.failed} failed; the group caught up "
-                       "and committed")
+                       + ("and committed" if reader.last_commit_taken else
+                          f"but its last commit was refused for {STOP_COMMIT_S:g} s (re-read at {to.name})")
+                       + (f" ({reader.commits_refused} commit(s) refused on the way)"
+                          if reader.commits_refused else ""))
 
     step = timeline.begin(promote_step)
     timeline.end(step, promote())

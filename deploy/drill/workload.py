@@ -14,7 +14,7 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Message, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
 
 __all__ = ["GroupReader", "Ledger", "ProducerLoad", "TopicPartition", "record_name"]
 
@@ -24,6 +24,7 @@ TopicPartition = tuple[str, int]
 QUIET = {"log_level": 2}
 KEYS = 64  # keyed records: the key spreads them over the partitions as an application's would
 COMMIT_EVERY_S = 0.2
+STOP_COMMIT_S = 5.0  # how long a consumer stopping tries to make its last commit
 
 
 def record_name(run: str, site: str, seq: int) -> str:
@@ -133,6 +134,8 @@ class GroupReader:
         self._prefix = f"{run}:"
         self._stopping = threading.Event()
         self._commit_at_stop = True
+        self.commits_refused = 0  # commits the coordinator did not take (each made again later)
+        self.last_commit_taken = True  # False: the stop's last commit failed until STOP_COMMIT_S
         self._thread = threading.Thread(target=self._loop, name=f"drill-group-{group}", daemon=True)
 
     def start(self) -> GroupReader:
@@ -141,7 +144,7 @@ class GroupReader:
 
     def _loop(self) -> None:
         last_commit = time.monotonic()
-        read_since_commit = False
+        unsaved = False  # read since the last commit the coordinator took
         while not self._stopping.is_set():
             for message in self._consumer.consume(500, 0.1):
                 if message.error() is not None:
@@ -154,13 +157,19 @@ class GroupReader:
                         self.first_read = time.monotonic()
                     self.read[(message.topic() or "", message.partition() or 0)][message.offset() or 0] = name
                     self.names.append(name)
-                read_since_commit = True
+                unsaved = True
             self._note_positions()
-            if read_since_commit and time.monotonic() - last_commit >= COMMIT_EVERY_S:
-                self._commit()
-                last_commit, read_since_commit = time.monotonic(), False
-        if self._commit_at_stop and read_since_commit:
-            self._commit()
+            if unsaved and time.monotonic() - last_commit >= COMMIT_EVERY_S:
+                # A commit that failed leaves `unsaved` set: the next one (or the last) makes it.
+                unsaved = not self._commit()
+                last_commit = time.monotonic()
+        if self._commit_at_stop and unsaved:
+            # The last commit is where a moved group resumes: one that fails (a coordinator busy
+            # or moving) is tried again for a while rather than left to be re-read.
+            deadline = time.monotonic() + STOP_COMMIT_S
+            while not (taken := self._commit()) and time.monotonic() < deadline:
+                time.sleep(COMMIT_EVERY_S)
+            self.last_commit_taken = taken
         self._consumer.close()
 
     def _note_positions(self) -> None:
@@ -182,11 +191,23 @@ class GroupReader:
                     key = (tp.topic, tp.partition)
                     self._positions[key] = max(self._positions.get(key, 0), tp.offset)
 
-    def _commit(self) -> None:
+    def _commit(self) -> bool:
+        """Commit the consumer's position on every assigned partition it has one for, each named
+        (not librdkafka's own choice of what changed since its last commit); whether the
+        coordinator took every one (a refusal is counted in `commits_refused`; the caller
+        commits again)."""
         try:
-            self._consumer.commit(asynchronous=False)
-        except Exception:  # noqa: BLE001 - a failed commit is re-read later, which the drill counts
-            pass
+            positions = [tp for tp in self._consumer.position(self._consumer.assignment()) if tp.offset >= 0]
+            if not positions:
+                return True
+            done = self._consumer.commit(offsets=positions, asynchronous=False)
+            refused = [tp.error for tp in done or [] if tp.error is not None]
+            if refused:
+                raise KafkaException(refused[0])
+        except Exception:  # noqa: BLE001 - KafkaException, or a rebalance under way
+            self.commits_refused += 1
+            return False
+        return True
 
     def read_count(self) -> int:
         with self.lock:
