@@ -49,6 +49,7 @@ from pipeline.options import PipelineError, ReadOptions, SecurityProps, parse_re
 from pipeline.planning import OffsetRange, Plan, check_cluster, job_error, plan_read
 from pipeline.progress import stage_progress
 from pipeline.source import FORMAT
+from pipeline.spark import writing_to
 
 __all__ = ["CopyResult", "CopySink", "DuplicateCopy", "check_copy", "copy"]
 
@@ -356,7 +357,6 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
                                 f"copying again would write them twice. {hint}",
                                 {p: o.held for p, o in overlap.items()})
         say(f"{label}: writing {total} records the target already holds again ({where}), as allowed")
-    spark.dataSource.register(CopySink)
     logs = prepared.logs
     position = {r.partition: r.start for r in ranges}
     ends = {r.partition: r.end for r in ranges}
@@ -370,7 +370,7 @@ def copy(spark: SparkSession, source: str, target: str, topic: str, *, target_to
                 for p in sorted(position) if position[p] < ends[p]]
         df = _read(spark, source, topic, step, pinned).selectExpr(
             "partition", "key", "value", "headers", "unix_millis(timestamp) AS ts")
-        with stage_progress(spark, say, f"{label} step {steps + 1}"):
+        with stage_progress(spark, say, f"{label} step {steps + 1}"), writing_to(spark, CopySink):
             (df.write.format(_SINK).options(**{f"kafka.{k}": v for k, v in security})
              .option("bootstrap", target).option("topic", target_topic)
              .option("timeout_s", str(timeout_s))

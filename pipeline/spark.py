@@ -11,15 +11,17 @@ from __future__ import annotations
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
 from pyspark.sql import SparkSession
+from pyspark.sql.datasource import DataSource
 
 from pipeline.options import PipelineError
 
-__all__ = ["DEFAULT_MASTER", "session", "task_failure"]
+__all__ = ["DEFAULT_MASTER", "session", "task_failure", "writing_to"]
 
 DEFAULT_MASTER = "local[2]"
 _LOG4J = Path(__file__).with_name("log4j2.properties")
@@ -64,6 +66,35 @@ def session(master: str = DEFAULT_MASTER, *, app_name: str = "causeway-pipeline"
     spark.sparkContext.setLogLevel(log_level)
     spark.dataSource.register(CausewayDataSource)
     return spark
+
+
+@contextmanager
+def writing_to(spark: SparkSession, sink: type[DataSource]) -> Iterator[None]:
+    """For the block: `sink` registered on `spark` (again: registering replaces), and `spark`
+    the active session of the calling thread, so that `df.write.format(sink.name())` on a
+    DataFrame of `spark` finds it. The thread's previous active session is put back after.
+
+    Spark looks a Python data source up for a write (DataSource.lookupDataSource) in the
+    registry of the calling thread's active session, not in the DataFrame's session as a read
+    does. py4j runs each Python thread's calls on a JVM thread of its own, and a JVM thread
+    other than the one that made the session has no active session: a Python thread other than
+    the session's maker (a job run from a worker thread), or the same Python thread once py4j
+    has replaced its connection (it sends a call again on a new connection, so a new JVM thread,
+    when the old one broke). There the write failed DATA_SOURCE_NOT_FOUND with the source
+    registered."""
+    spark.dataSource.register(sink)
+    jvm = spark._jvm
+    assert jvm is not None
+    sessions = getattr(jvm, "org.apache.spark.sql.classic.SparkSession")  # the class PySpark itself uses
+    previous = sessions.getActiveSession()
+    sessions.setActiveSession(spark._jsparkSession)
+    try:
+        yield
+    finally:
+        if previous.isDefined():
+            sessions.setActiveSession(previous.get())
+        else:
+            sessions.clearActiveSession()
 
 
 def _start_jvm(settings: Mapping[str, str], output: IO[bytes]) -> None:

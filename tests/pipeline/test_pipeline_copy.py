@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -102,6 +103,35 @@ def test_copy_keeps_every_record_and_order_and_refuses_a_rerun(
     assert result.duplicated == {2: 5} and result.copied == 5
     again = [r for r in consume_all(target, topic, [2])]
     assert [r.value for r in again[30:]] == [r.value for r in again[25:30]]
+
+
+def test_a_copy_run_from_another_thread_writes_with_its_sink(
+        spark: SparkSession, bootstrap: str, target_broker: BrokerProcess) -> None:
+    """The copy's sink is found from a thread that did not make the session: Spark looks a
+    Python data source up for a write in the calling thread's active session, and py4j runs
+    this thread's calls on a JVM thread of its own, which has none (DATA_SOURCE_NOT_FOUND)."""
+    from pipeline.copy import CopyResult, copy
+
+    topic = "copy-threaded"
+    create_topic(bootstrap, topic, 2)
+    produce(bootstrap, topic, records(0, 0, 20) + records(1, 0, 10))
+    results: list[CopyResult | BaseException] = []
+
+    def run() -> None:
+        try:
+            results.append(copy(spark, bootstrap, target_broker.bootstrap, topic, say=lambda line: None))
+        except BaseException as exc:  # handed to the test's thread, which fails with it
+            results.append(exc)
+
+    worker = threading.Thread(target=run)
+    worker.start()
+    worker.join()
+    [result] = results
+    if isinstance(result, BaseException):
+        raise result
+    assert result.copied == 30
+    target = target_broker.bootstrap
+    assert content(consume_all(target, topic, [0, 1])) == content(consume_all(bootstrap, topic, [0, 1]))
 
 
 def test_copy_errors_are_one_line(bootstrap: str, target_broker: BrokerProcess,
