@@ -1,13 +1,14 @@
 """The DR round-trip matrix (`--matrix dr`): each disaster (planned, kill, partition) x mirror
 mode (link, mm2) x source (Causeway here; Apache Kafka elsewhere, see SOURCES) on
 examples/dr.yaml's 3-broker sites, as a user runs it: `causeway up -d`, then `causeway drill
-failback` (link: the failover, truncate-and-restore or reverse-and-start, a planned switch back)
-or `causeway drill failover` (mm2 has no failback) with `--json`, `causeway down`.
+failback --third-move` (link: the failover, truncate-and-restore or reverse-and-start, a planned
+switch back, then reverse-and-start at the DR site and a planned switch-over to it) or `causeway
+drill failover` (mm2 has no failback) with `--json`, `causeway down`.
 
 A scenario passes when its report accounts for every record: nothing duplicated at the DR site,
 a planned switch-over loses nothing, the moved group skips nothing, and for a failback the
 quarantine's acknowledged records are exactly the RPO (by offset), both sites' logs identical
-batch for batch, the group home re-reads and skips nothing. Losses within the RPO are what a
+batch for batch, the group home and at the DR site again re-reads and skips nothing. Losses within the RPO are what a
 failover costs and are reported, not failed. The Apache Kafka column is judged by the same
 `problems_of`, with no failback (NO_FAILBACK says why).
 """
@@ -106,6 +107,12 @@ class DrResult:
                      f"({quarantine.get('acknowledged')} acknowledged), home re-read "
                      f"{(back.get('group') or {}).get('reread')} skipped {(back.get('group') or {}).get('skipped')}, "
                      f"{logs.get('batches')} batches {'identical' if logs.get('identical') else 'DIFFER'}")
+            again = back.get("third_move") or {}
+            if again:
+                logs = again.get("logs") or {}
+                line += (f"; at the DR site again re-read {(again.get('group') or {}).get('reread')} skipped "
+                         f"{(again.get('group') or {}).get('skipped')}, {logs.get('batches')} batches "
+                         f"{'identical' if logs.get('identical') else 'DIFFER'}")
         elif self.scenario.mode == "link" and not self.scenario.failback:
             line += f"; {NO_FAILBACK[self.scenario.source]}"
         return line + "".join(f"; {p}" for p in self.problems)
@@ -160,6 +167,13 @@ def problems_of(scenario: DrScenario, report: dict[str, Any]) -> list[str]:
             found.append(f"the group home: {back.get('group')}")
         if not (back.get("logs") or {}).get("identical"):
             found.append(f"logs differ: {(back.get('logs') or {}).get('differing')}")
+        again = back.get("third_move")
+        if not again:
+            return [*found, "no third move in the report"]
+        if (again.get("group") or {}) != {"reread": 0, "skipped": 0}:
+            found.append(f"the group at the DR site again: {again.get('group')}")
+        if not (again.get("logs") or {}).get("identical"):
+            found.append(f"logs differ after the third move: {(again.get('logs') or {}).get('differing')}")
     return found
 
 
@@ -182,10 +196,12 @@ async def run_scenario(scenario: DrScenario, /, *, seed: int, work_dir: Path) ->
             if up.returncode != 0:
                 result.error = f"causeway up exited {up.returncode}: {up.stderr.strip()[-300:]}"
                 return
-            kind = "failback" if scenario.mode == "link" else "failover"
+            # A failback goes the whole round trip: the group moved to the DR site, home, and to
+            # the DR site again.
+            kind, more = ("failback", ["--third-move"]) if scenario.mode == "link" else ("failover", [])
             done = _causeway("drill", kind, str(topology), "--mirror", MIRROR, "--state-dir", str(state),
                              "--disaster", scenario.disaster, "--rate", f"{scenario.rate:g}", "--duration",
-                             f"{scenario.duration_s:g}", "--json")
+                             f"{scenario.duration_s:g}", *more, "--json")
             (work_dir / "drill.log").write_text(done.stdout + done.stderr)
             if done.returncode != 0 or not done.stdout.strip().startswith("{"):
                 result.error = f"causeway drill {kind} exited {done.returncode}: {done.stderr.strip()[-300:]}"

@@ -25,7 +25,8 @@ def failback(**changes: Any) -> dict[str, Any]:
         "group": {"reread": 5, "skipped": 0, "reread_expected": 5, "reread_below_committed": 0},
         "failback": {"command": "truncate-and-restore",
                      "quarantine": {"records": 4, "acknowledged": 3, "matches_rpo": True},
-                     "group": {"reread": 0, "skipped": 0}, "logs": {"identical": True, "batches": 40}},
+                     "group": {"reread": 0, "skipped": 0}, "logs": {"identical": True, "batches": 40},
+                     "third_move": {"group": {"reread": 0, "skipped": 0}, "logs": {"identical": True, "batches": 60}}},
     }
     report.update(changes)
     return report
@@ -45,6 +46,19 @@ def test_duplicates_skips_a_quarantine_off_the_rpo_and_differing_logs_fail() -> 
     differ = failback()
     differ["failback"]["logs"] = {"identical": False, "differing": ["orders-0"]}
     assert problems_of(scenario, differ) == ["logs differ: ['orders-0']"]
+
+
+def test_the_third_move_must_be_there_and_reread_skip_and_differ_in_nothing() -> None:
+    scenario = DrScenario("partition", "link")
+    missing = failback()
+    del missing["failback"]["third_move"]
+    assert problems_of(scenario, missing) == ["no third move in the report"]
+    again = failback()
+    again["failback"]["third_move"]["group"] = {"reread": 2, "skipped": 0}
+    assert problems_of(scenario, again) == ["the group at the DR site again: {'reread': 2, 'skipped': 0}"]
+    again = failback()
+    again["failback"]["third_move"]["logs"] = {"identical": False, "differing": ["orders-1"]}
+    assert problems_of(scenario, again) == ["logs differ after the third move: ['orders-1']"]
 
 
 def test_rereads_the_offsets_at_the_promotion_do_not_account_for_fail() -> None:
