@@ -74,7 +74,6 @@ from broker.client import (
     Backoff,
     Client,
     ClientError,
-    ClusterMetadata,
     KafkaError,
     TopicPartition,
     admin,
@@ -652,8 +651,8 @@ async def _start_partitions(mirror: LinkMirror, nursery: trio.Nursery, topic: st
                            on_refused=partial(_on_refused, mirror), on_failed=partial(_on_failed, mirror),
                            on_epoch_behind=partial(_raise_one_epoch, mirror))
         # A partition the mirror just created starts at epoch 0; else as the target's metadata says.
-        pm.target_leader_epoch = 0 if created else _leader_epoch(mirror.target.metadata, tp)
-        pm.source_leader_epoch = _leader_epoch(mirror.source.metadata, tp)
+        pm.target_leader_epoch = 0 if created else mirror.target.metadata.leader_epoch(tp)
+        pm.source_leader_epoch = mirror.source.metadata.leader_epoch(tp)
         if tp not in starts and position - 1 >= source_starts[tp]:
             pm.position = pm.verify_at = position - 1  # fetched from the copy's last offset: checked
         pm.target_end = ends[tp]
@@ -695,13 +694,6 @@ async def _check_target_ends(mirror: LinkMirror) -> None:
             log.error("%s", message)
 
 
-def _leader_epoch(metadata: ClusterMetadata, tp: TopicPartition) -> int:
-    """``tp``'s leader epoch in ``metadata``; -1 when it is not there."""
-    topic = metadata.topics.get(tp.topic)
-    partition = topic.partitions.get(tp.partition) if topic is not None else None
-    return partition.leader_epoch if partition is not None else -1
-
-
 async def _follow_source_epochs(mirror: LinkMirror) -> None:
     """KIP-1279's invariant, each discovery round: every mirror topic partition whose target
     epoch is below what it should be at least (its copied batches' epoch; the source's, as this
@@ -713,8 +705,8 @@ async def _follow_source_epochs(mirror: LinkMirror) -> None:
     for tp, pm in mirror.partitions.items():
         if not isinstance(pm, LinkPartition) or pm.stopped:
             continue
-        pm.source_leader_epoch = max(pm.source_leader_epoch, _leader_epoch(mirror.source.metadata, tp))
-        pm.target_leader_epoch = max(pm.target_leader_epoch, _leader_epoch(mirror.target.metadata, tp))
+        pm.source_leader_epoch = max(pm.source_leader_epoch, mirror.source.metadata.leader_epoch(tp))
+        pm.target_leader_epoch = max(pm.target_leader_epoch, mirror.target.metadata.leader_epoch(tp))
         wanted = pm.wanted_epoch()
         if wanted > pm.target_leader_epoch:
             behind.append((pm, wanted))

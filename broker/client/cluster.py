@@ -146,13 +146,22 @@ class ClusterMetadata:
     brokers: Mapping[int, BrokerInfo] = field(default_factory=dict)
     topics: Mapping[str, TopicMetadata] = field(default_factory=dict)
 
+    def partition(self, tp: TopicPartition) -> PartitionMetadata | None:
+        """`tp`'s metadata, or None when its topic or partition is not known."""
+        topic = self.topics.get(tp.topic)
+        return topic.partitions.get(tp.partition) if topic is not None else None
+
     def leader(self, tp: TopicPartition) -> int | None:
         """The leader's node id, or None when unknown or leaderless."""
-        topic = self.topics.get(tp.topic)
-        part = topic.partitions.get(tp.partition) if topic is not None else None
+        part = self.partition(tp)
         if part is None or part.leader < 0:
             return None
         return part.leader
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """`tp`'s leader epoch, or -1 when it is not known."""
+        part = self.partition(tp)
+        return part.leader_epoch if part is not None else -1
 
 
 @dataclass(frozen=True, slots=True)

@@ -480,10 +480,7 @@ async def commit_offsets(
     retried until the deadline), ValueError for a negative offset, ConnectionFailed when the
     coordinator cannot be reached in time.
     """
-    values = {tp: v if isinstance(v, CommittedOffset) else CommittedOffset(v) for tp, v in offsets.items()}
-    for tp, v in values.items():
-        if v.offset < 0:
-            raise ValueError(f"offset for {tp.topic}-{tp.partition} must be >= 0, not {v.offset}")
+    values = _committed_values(offsets)
     if not values:
         return
     topics: dict[str, list[OffsetCommitRequest.OffsetCommitRequestPartition]] = {}
@@ -508,7 +505,7 @@ async def commit_offsets(
     async def ask(coordinator: BrokerInfo) -> None:
         # Resending the same offsets after a lost connection commits the same thing again.
         response: OffsetCommitResponse = await client.request(coordinator.node_id, request)
-        answered = set()
+        answered: set[TopicPartition] = set()
         for topic in response.topics:
             for p in topic.partitions:
                 answered.add(TopicPartition(topic.name, p.partition_index))
@@ -519,11 +516,27 @@ async def commit_offsets(
                 if code == ErrorCode.UNKNOWN_MEMBER_ID:
                     what += " (the group has active members; Kafka takes admin commits only for an empty group)"
                 raise KafkaError(code, what)
-        missing = [tp for tp in values if tp not in answered]
-        if missing:
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"commit for group {group_id!r}: no answer for {missing}")
+        _all_answered(group_id, values, answered)
 
     await _ask_coordinator(client, group_id, "commit offsets", ask)
+
+
+def _committed_values(offsets: Mapping[TopicPartition, int | CommittedOffset]) -> dict[TopicPartition, CommittedOffset]:
+    """A commit's offsets, a plain int as an offset with no leader epoch and no metadata.
+    Raises ValueError for a negative offset."""
+    values = {tp: v if isinstance(v, CommittedOffset) else CommittedOffset(v) for tp, v in offsets.items()}
+    for tp, v in values.items():
+        if v.offset < 0:
+            raise ValueError(f"offset for {tp.topic}-{tp.partition} must be >= 0, not {v.offset}")
+    return values
+
+
+def _all_answered(group_id: str, values: Mapping[TopicPartition, CommittedOffset],
+                  answered: set[TopicPartition]) -> None:
+    """Raises UNKNOWN_SERVER_ERROR when a commit's answer left out a partition it asked for."""
+    missing = [tp for tp in values if tp not in answered]
+    if missing:
+        raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"commit for group {group_id!r}: no answer for {missing}")
 
 
 async def link_commit_offsets(
@@ -542,10 +555,7 @@ async def link_commit_offsets(
     group has active members, ...), ValueError for a negative offset, UNSUPPORTED_VERSION from a
     broker that does not serve the API (not Causeway, or older).
     """
-    values = {tp: v if isinstance(v, CommittedOffset) else CommittedOffset(v) for tp, v in offsets.items()}
-    for tp, v in values.items():
-        if v.offset < 0:
-            raise ValueError(f"offset for {tp.topic}-{tp.partition} must be >= 0, not {v.offset}")
+    values = _committed_values(offsets)
     if not values:
         return {}
     topics: dict[str, list[LinkOffsetCommitRequest.LinkOffsetCommitPartition]] = {}
@@ -559,7 +569,7 @@ async def link_commit_offsets(
     async def ask(coordinator: BrokerInfo) -> dict[TopicPartition, str]:
         response: LinkOffsetCommitResponse = await client.request(coordinator.node_id, request)
         refused: dict[TopicPartition, str] = {}
-        answered = set()
+        answered: set[TopicPartition] = set()
         for topic in response.topics:
             for p in topic.partitions:
                 tp = TopicPartition(topic.name, p.partition_index)
@@ -570,9 +580,7 @@ async def link_commit_offsets(
                 elif code != ErrorCode.NONE:
                     raise KafkaError(code, p.error_message or f"commit offset of {topic.name}-{p.partition_index} "
                                                                f"for group {group_id!r} as mirror {link_name}")
-        missing = [tp for tp in values if tp not in answered]
-        if missing:
-            raise KafkaError(ErrorCode.UNKNOWN_SERVER_ERROR, f"commit for group {group_id!r}: no answer for {missing}")
+        _all_answered(group_id, values, answered)
         return refused
 
     return await _ask_coordinator(client, group_id, "commit offsets", ask)

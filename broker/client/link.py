@@ -187,9 +187,7 @@ async def wait_leader_epoch(client: Client, tp: TopicPartition, epoch: int, time
             try:
                 leader = await client.leader_for(tp)
                 metadata = metadata_from_response(await client.request(leader.node_id, request))
-                topic = metadata.topics.get(tp.topic)
-                partition = topic.partitions.get(tp.partition) if topic is not None else None
-                if partition is not None and partition.leader_epoch >= epoch:
+                if metadata.leader_epoch(tp) >= epoch:
                     return True
             except (KafkaError, ClientError):
                 client.invalidate_metadata([tp.topic])
