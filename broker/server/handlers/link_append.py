@@ -56,20 +56,27 @@ from broker.server.handlers.base import ApiHandler
 from broker.server.topic_configs import mirror_name, mirror_paused
 from security.acl import Operation, ResourceType
 
-__all__ = ["HANDLER", "check_owner", "may_link"]
+__all__ = ["HANDLER", "check_mirror_of", "check_owner", "may_link"]
 
 PartitionResponse = LinkAppendResponse.LinkAppendPartitionResponse
 
 
-def check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
+def check_mirror_of(name: str, topic: TopicInfo, link_name: str) -> None:
+    """Raises INVALID_REQUEST, saying why, unless `topic` is mirror `link_name`'s mirror topic
+    (never one, promoted, or another mirror's)."""
     owner = mirror_name(topic.configs)
     if owner is None:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
-                         f"topic {name} is not a mirror topic ({MIRROR_NAME_CONFIG} is not set: never a mirror "
-                         f"topic, or promoted): mirror {link_name} may not write to it")
+                         f"topic {name} is not a mirror topic (never one, or promoted), {MIRROR_NAME_CONFIG} is not "
+                         f"set: mirror {link_name} may not write to it")
     if owner != link_name:
         raise KafkaError(ErrorCode.INVALID_REQUEST,
                          f"topic {name} is the mirror topic of mirror {owner}, not of mirror {link_name}")
+
+
+def check_owner(name: str, topic: TopicInfo, link_name: str) -> None:
+    """`check_mirror_of`, and INVALID_REQUEST for a paused mirror topic too."""
+    check_mirror_of(name, topic, link_name)
     if mirror_paused(topic.configs):
         # Checked here, on the leader, so a pause holds whatever the mirror process knows: a
         # mirror that has not yet noticed it (or an older one) copies nothing more.

@@ -40,9 +40,8 @@ from broker.protocol.errors import ErrorCode, KafkaError
 from broker.protocol.messages import LinkOffsetCommitRequest, LinkOffsetCommitResponse
 from broker.server.context import RequestContext
 from broker.server.handlers.base import ApiHandler
-from broker.server.handlers.link_append import may_link
+from broker.server.handlers.link_append import check_mirror_of, may_link
 from broker.server.handlers.offsets import coordinator_of
-from broker.server.topic_configs import mirror_name
 from security.acl import Operation, ResourceType
 
 __all__ = ["HANDLER"]
@@ -54,14 +53,10 @@ def _refused(name: str, index: int, topic: TopicInfo | None, link_name: str) -> 
     """Why this partition's offset is not the mirror's to commit; None when it is."""
     if topic is None or not 0 <= index < len(topic.partitions):
         return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION, f"This server does not host topic-partition {name}-{index}"
-    owner = mirror_name(topic.configs)
-    if owner is None:
-        return (ErrorCode.INVALID_REQUEST,
-                f"topic {name} is not a mirror topic (never one, or promoted): its group offsets are its "
-                f"consumers' own, mirror {link_name} may not commit them")
-    if owner != link_name:
-        return (ErrorCode.INVALID_REQUEST,
-                f"topic {name} is the mirror topic of mirror {owner}, not of mirror {link_name}")
+    try:
+        check_mirror_of(name, topic, link_name)  # a paused one is still the mirror's
+    except KafkaError as exc:
+        return exc.code, exc.message or None
     return None
 
 
