@@ -88,8 +88,18 @@ def test_a_write_to_a_partition_not_in_the_transaction_is_refused_and_not_append
             assert await _log_ends(client, topic, 2) == [1, 0]
             await producer.end(commit=True)
             # The transaction ended: partition 0 is no longer in one, its next write is refused too.
-            late = await _produce(client, producer, topic, 0, b"late", 1, version=version)
-            assert late.error_code == code
+            # Until the coordinator has written the markers (EndTxn answers at PrepareCommit), it
+            # answers the verification CONCURRENT_TRANSACTIONS, which the leader passes on as the
+            # retriable NOT_ENOUGH_REPLICAS: asked again, as a client retries.
+            answers: list[PartitionResponse] = []
+
+            async def late_write_answered() -> bool:
+                answers.append(await _produce(client, producer, topic, 0, b"late", 1, version=version))
+                return answers[-1].error_code != ErrorCode.NOT_ENOUGH_REPLICAS
+
+            await wait_for(late_write_answered, what="the late write's answer after the transaction completed",
+                           timeout_s=TIMEOUT_S)
+            assert answers[-1].error_code == code
             # The first write, then its COMMIT marker; the late write is not there.
             assert await _log_ends(client, topic, 2) == [2, 0]
             # Added to the next transaction, the write goes in.
