@@ -113,15 +113,18 @@ def _leader(bootstrap: str, topic: str, partition: int) -> int:
     return int(admin.list_topics(topic, timeout=15).topics[topic].partitions[partition].leader)
 
 
-def _produce(bootstrap: str, acked: list[bytes], killed: threading.Event) -> int:
+def _produce(bootstrap: str, acked: list[bytes], killed: threading.Event, failed: list[str]) -> int:
     """RECORDS numbered records to orders-0, idempotent and acks=all; the second half only once
-    the leader has been killed (the first half is in flight then). Returns what flush left."""
+    the leader has been killed (the first half is in flight then). Returns what flush left;
+    `failed` gets each delivery error, so a failure says which."""
     producer = Producer({"bootstrap.servers": bootstrap, "acks": "all", "enable.idempotence": True,
                          "message.timeout.ms": 90000, "linger.ms": 5})
 
     def report(err: object, msg: Any) -> None:
         if err is None:
             acked.append(msg.value())
+        else:
+            failed.append(f"{msg.value()!r}: {err}")
 
     for i in range(RECORDS):
         if i == RECORDS // 2:
@@ -187,9 +190,10 @@ async def test_three_broker_clusters_come_up_heal_a_killed_leader_and_mirror_eve
         acked: list[bytes] = []
         killed = threading.Event()
         left: list[int] = []
+        failed: list[str] = []
 
         async def produce() -> None:
-            left.append(await trio.to_thread.run_sync(_produce, east.bootstrap, acked, killed))
+            left.append(await trio.to_thread.run_sync(_produce, east.bootstrap, acked, killed, failed))
 
         async with trio.open_nursery() as producing:
             producing.start_soon(produce)
@@ -200,7 +204,7 @@ async def test_three_broker_clusters_come_up_heal_a_killed_leader_and_mirror_eve
             os.kill(old_pid, signal.SIGKILL)
             killed.set()
         assert left == [0], "records left unacknowledged"
-        assert len(acked) == RECORDS
+        assert len(acked) == RECORDS, (len(failed), failed[:3])
 
         # The supervisor starts it again; the cluster is whole again, nothing under-replicated.
         await wait_for(lambda: victim.restarts == 1 and victim.healthy and victim.pid != old_pid,
